@@ -1,0 +1,171 @@
+/* vramplan: the layer graph.
+ *
+ * A graph is a model description instantiated for one micro-batch size and
+ * one sequence length (or image side): a list of primitive ops in execution
+ * order, each with its inputs, its output shape, its parameters and its
+ * forward/backward FLOPs. Ops are grouped into segments (the model's
+ * repeated blocks: transformer layers, ResNet stages...), which are the units
+ * that activation checkpointing can wrap. What each op saves for backward
+ * and its transients depend on the precision; see sim.h (vp_op_memory). */
+#ifndef VRAMPLAN_GRAPH_H
+#define VRAMPLAN_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramplan/error.h"
+#include "vramplan/model.h"
+
+#define VP_MAX_DIMS 6
+#define VP_OP_MAX_INPUTS 4
+#define VP_OP_MAX_PARAMS 4
+
+#define VP_OP_KIND_MAP(XX)                                                   \
+    XX(INPUT, "input")                 /* data fed to the model            */ \
+    XX(EMBEDDING, "embedding")                                               \
+    XX(LINEAR, "linear")                                                     \
+    XX(CONV2D, "conv2d")                                                     \
+    XX(BATCHNORM2D, "batchnorm2d")                                           \
+    XX(LAYERNORM, "layernorm")                                               \
+    XX(RMSNORM, "rmsnorm")                                                   \
+    XX(GROUPNORM, "groupnorm")                                               \
+    XX(ATTENTION, "attention")         /* scaled-dot-product core          */ \
+    XX(RELU, "relu")                                                         \
+    XX(GELU, "gelu")                                                         \
+    XX(GELU_TANH, "gelu_tanh")         /* HF gelu_new, composed in Python  */ \
+    XX(SILU, "silu")                                                         \
+    XX(TANH, "tanh")                                                         \
+    XX(SIGMOID, "sigmoid")                                                   \
+    XX(MUL, "mul")                                                           \
+    XX(ADD, "add")                                                           \
+    XX(DROPOUT, "dropout")                                                   \
+    XX(MAXPOOL2D, "maxpool2d")                                               \
+    XX(AVGPOOL2D, "avgpool2d")                                               \
+    XX(ADAPTIVE_AVGPOOL2D, "adaptive_avgpool2d")                             \
+    XX(CONCAT, "concat")                                                     \
+    XX(FLATTEN, "flatten")                                                   \
+    XX(RESHAPE, "reshape")                                                   \
+    XX(SOFTMAX, "softmax")                                                   \
+    XX(CROSS_ENTROPY, "cross_entropy")                                       \
+    XX(MSE_LOSS, "mse_loss")                                                 \
+    XX(ROUTER, "router")               /* MoE gate: top-k of a softmax     */ \
+    XX(MOE_DISPATCH, "moe_dispatch")   /* gather tokens routed to experts  */ \
+    XX(MOE_COMBINE, "moe_combine")     /* weighted scatter-add back        */ \
+    XX(ROPE, "rope")                   /* rotary position embedding        */ \
+    XX(PERMUTE, "permute")             /* a view                           */ \
+    XX(SELECT, "select")               /* a view: one index of a dim       */
+
+typedef enum {
+#define VP__OPK(name, str) VP_OP_##name,
+    VP_OP_KIND_MAP(VP__OPK)
+#undef VP__OPK
+    VP_OP__COUNT
+} vp_op_kind;
+
+/* What the output elements are: floats (their width follows the precision
+ * mode), int64 indices, or bools. */
+typedef enum { VP_VAL_FLOAT, VP_VAL_INDEX, VP_VAL_BOOL } vp_value_kind;
+
+typedef enum {
+    VP_ATTN_SDPA,      /* PyTorch picks: flash for fp16/bf16, else efficient */
+    VP_ATTN_FLASH,
+    VP_ATTN_EFFICIENT,
+    VP_ATTN_EAGER,     /* materialised scores and probabilities               */
+    VP_ATTN_MATH       /* SDPA's math fallback                                */
+} vp_attn_impl;
+
+typedef struct vp_param {
+    const char *name;   /* "h.0.attn.c_attn.weight"                          */
+    uint64_t numel;
+    uint32_t op;        /* first op that uses it                             */
+    bool trainable;     /* false for buffers (BatchNorm running statistics)  */
+    bool fp32_buffer;   /* buffer kept in fp32 whatever the precision        */
+    uint32_t elem_bytes_override; /* 8 for int64 buffers, else 0             */
+} vp_param;
+
+typedef struct vp_op {
+    vp_op_kind kind;
+    const char *name;                 /* "h.3.mlp.c_fc"; valid until free   */
+    int32_t segment;                  /* checkpoint segment, -1 = none       */
+    uint32_t n_inputs;
+    uint32_t inputs[VP_OP_MAX_INPUTS];/* indices of producing ops           */
+    uint32_t ndim;
+    uint64_t shape[VP_MAX_DIMS];      /* output shape                        */
+    uint64_t numel;                   /* output elements                     */
+    vp_value_kind value;              /* output element kind                 */
+    uint32_t n_params;
+    uint32_t params[VP_OP_MAX_PARAMS];/* indices into the graph's params     */
+    bool inplace;                     /* activation applied in place         */
+    bool needs_grad;                  /* some input or param requires grad   */
+    /* attributes, by kind */
+    uint64_t in_features, out_features;   /* linear, conv (channels)        */
+    uint32_t kernel, stride, padding, groups;
+    uint32_t heads, kv_heads, head_dim;   /* attention                       */
+    uint64_t q_len, kv_len;               /* attention                       */
+    bool causal;
+    vp_attn_impl attn_impl;               /* as described in the model      */
+    double dropout;                       /* dropout p, attention dropout p  */
+    uint64_t rows;                        /* norm/loss/softmax rows          */
+    uint64_t classes;                     /* loss classes, vocab, experts    */
+    uint32_t top_k;
+    bool upcast_logits;                   /* loss: logits.float() first (HF) */
+    uint32_t flags;                       /* VP_OPF_* behaviour details       */
+    double flops_fwd, flops_bwd;          /* floating-point operations       */
+} vp_op;
+
+/* Framework behaviours that change what an op allocates (vp_op.flags). */
+#define VP_OPF_KV_COPY 0x1u      /* attention copies k, v contiguous (HF GPT-2
+                                    with use_cache, off under checkpointing) */
+#define VP_OPF_HOLD_FWD 0x2u     /* output lives until the model's forward
+                                    returns (HF embedding outputs)           */
+#define VP_OPF_MODEL_END 0x4u    /* first op after the model's forward: the
+                                    held outputs are released before it       */
+#define VP_OPF_SHIFT_LABELS 0x8u /* loss shifts the labels (HF causal LM)    */
+#define VP_OPF_PY_RMSNORM 0x10u  /* RMSNorm written in Python (HF Llama)     */
+
+typedef struct vp_segment {
+    const char *name;   /* "h.3", "layer2"                                   */
+    uint32_t first_op, last_op;            /* inclusive range               */
+} vp_segment;
+
+typedef struct vp_graph vp_graph;
+
+/* Instantiate a model for a micro-batch and a sequence length (or image
+ * side; 0 = the model's default). Returns a graph owned by the caller
+ * (vp_graph_free) or NULL with *err set (positions point into the model
+ * file): VP_ERANGE for a shape that becomes empty or negative, VP_EOVERFLOW
+ * for sizes past 64 bits, VP_ELIMIT for more than VP_MAX_OPS ops. */
+vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
+                         vp_error *err);
+void vp_graph_free(vp_graph *g);
+
+size_t vp_graph_op_count(const vp_graph *g);
+const vp_op *vp_graph_op(const vp_graph *g, size_t i);
+size_t vp_graph_param_count(const vp_graph *g);     /* parameter tensors   */
+const vp_param *vp_graph_param(const vp_graph *g, size_t i);
+size_t vp_graph_segment_count(const vp_graph *g);
+const vp_segment *vp_graph_segment(const vp_graph *g, size_t i);
+
+/* Trainable parameter elements (shared weights counted once); *out. */
+vp_status vp_graph_num_params(const vp_graph *g, uint64_t *out, vp_error *err);
+uint64_t vp_graph_batch(const vp_graph *g);
+uint64_t vp_graph_seq(const vp_graph *g);
+const char *vp_graph_model_name(const vp_graph *g);
+/* The segments that "--checkpoint all" wraps: the model's declared
+ * checkpoint units (every transformer layer; for graphs the `checkpoint`
+ * list or each repeated block instance). Sets out[i] for each segment. */
+void vp_graph_default_checkpoint(const vp_graph *g, bool *out);
+
+/* Select checkpoint segments from a spec: "none", "all" (the default units)
+ * or a comma-separated list of segment names or patterns ('*' matches any
+ * run of characters except '.'), e.g. "layers.0,layers.1" or "h.*".
+ * out has vp_graph_segment_count entries. VP_EARG when a name or pattern
+ * matches no segment (the message lists some valid names). */
+vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,
+                                     bool *out, vp_error *err);
+
+const char *vp_op_kind_name(vp_op_kind k);
+const char *vp_attn_impl_name(vp_attn_impl a);
+
+#endif

@@ -1,0 +1,1235 @@
+/* vramplan: model of PyTorch's CUDA caching allocator (native backend).
+ *
+ * Rules: shared/docs/PYTORCH_MEMORY.md §1, c10/cuda/CUDACachingAllocator.cpp
+ * (DeviceCachingAllocator::malloc/free, get_free_block, should_split,
+ * alloc_block, release_available_cached_blocks, release_cached_blocks,
+ * find_expandable_block, map_block, unmap_block).
+ *
+ * Data layout.
+ *  - Every block lives in one table (a->b) and is named by its index. Dead
+ *    slots are chained through `left` into a free list. A handle is
+ *    (generation << 32) | (index + 1); the slot's generation is bumped on
+ *    every free and on slot reuse, so stale handles are refused.
+ *  - The blocks of a segment form a doubly linked list (prev/next) in
+ *    address order.
+ *  - Each pool (small, large) keeps its free mapped blocks in a treap keyed
+ *    by (stream, size, address), like BlockComparatorSize, and, for
+ *    expandable segments, its unmapped ranges in a treap keyed by (stream,
+ *    address), like BlockComparatorAddress. A block is in at most one tree,
+ *    so the tree links are stored in the block itself.
+ *  - Segments get simulated, increasing, 2 MiB aligned addresses.
+ *
+ * Cost: malloc and free are O(log n) expected (n = free blocks in the pool);
+ * handle lookup is O(1); empty_cache and the OOM path are O(n log n). */
+#include "vramplan/allocator.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramplan/error.h"
+#include "vramplan/units.h"
+
+#define NIL UINT32_MAX
+
+enum {
+    K_MIN_BLOCK = 512,                 /* kMinBlockSize   */
+    K_SMALL_SIZE = 1048576,            /* kSmallSize      */
+    K_SMALL_BUFFER = 2097152,          /* kSmallBuffer    */
+    K_MIN_LARGE_ALLOC = 10485760,      /* kMinLargeAlloc  */
+    K_ROUND_LARGE = 2097152,           /* kRoundLarge     */
+    K_SEG_ALIGN = 2097152              /* simulated address alignment */
+};
+#define K_LARGE_BUFFER ((uint64_t)20 * VP_MiB)
+/* Device size assumed for the address space of an expandable segment when
+ * cfg.device_total is 0. */
+#define K_DEFAULT_VA_TOTAL ((uint64_t)1 << 46)
+
+enum { POOL_SMALL = 0, POOL_LARGE = 1 };
+
+typedef struct blk {
+    uint64_t addr;      /* simulated device address                       */
+    uint64_t size;      /* bytes                                          */
+    uint64_t requested; /* bytes asked for (allocated blocks only)        */
+    uint32_t prev, next;  /* neighbours in the segment, NIL at the ends   */
+    uint32_t left, right; /* treap children; left = free-list link if dead */
+    uint32_t prio;        /* treap priority                               */
+    uint32_t gen;         /* handle generation                            */
+    uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
+    int32_t stream;
+    uint8_t pool, allocated, mapped, live;
+} blk;
+
+typedef struct tree {
+    uint32_t root;
+    uint32_t count;
+    bool by_size; /* key (stream, size, addr) if true, else (stream, addr) */
+} tree;
+
+typedef struct pool {
+    tree free_t;     /* free, mapped blocks        */
+    tree unmapped_t; /* unmapped expandable ranges */
+} pool;
+
+typedef struct xseg {
+    uint64_t base, size, page;
+    bool live;
+} xseg;
+
+struct vp_allocator {
+    vp_allocator_config cfg;
+    blk *b;
+    uint32_t n_slots, cap_slots; /* high-water mark and capacity          */
+    uint32_t free_slot;          /* head of the dead-slot list            */
+    uint32_t n_dead;             /* slots on that list                    */
+    uint32_t rng;
+    pool pools[2];
+    xseg *xs;
+    size_t n_xs, cap_xs;
+    uint64_t next_addr;
+    uint64_t n_xs_live;
+    vp_allocator_stats st;
+};
+
+/* One request, as AllocParams. */
+typedef struct req {
+    int32_t stream;
+    uint64_t size;       /* rounded */
+    uint64_t alloc_size; /* get_allocation_size(size) */
+    int pool;
+} req;
+
+typedef struct bkey {
+    int32_t stream;
+    uint64_t size;
+    uint64_t addr;
+} bkey;
+
+/* ---------------------------------------------------------------- sizes */
+
+static void cfg_defaults(vp_allocator_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->limit = 0;
+    cfg->device_total = 0;
+    cfg->expandable_segments = false;
+    cfg->max_split_size = UINT64_MAX;
+    cfg->max_non_split_rounding = 20 * VP_MiB;
+    cfg->large_segment_size = K_LARGE_BUFFER;
+}
+
+void vp_allocator_config_init(vp_allocator_config *cfg)
+{
+    if (cfg)
+        cfg_defaults(cfg);
+}
+
+static unsigned log2_floor(uint64_t v) /* v > 0 */
+{
+    unsigned r = 0;
+    while (v >>= 1)
+        r++;
+    return r;
+}
+
+/* roundup_power2_next_division; false on overflow. */
+static bool round_pow2_div(uint64_t size, uint64_t divisions, uint64_t *out)
+{
+    if ((size & (size - 1)) == 0) {
+        *out = size;
+        return true;
+    }
+    uint64_t floor2 = (uint64_t)1 << log2_floor(size);
+    uint64_t step = floor2 >> log2_floor(divisions);
+    if (step == 0) {
+        if (floor2 > UINT64_MAX / 2)
+            return false;
+        *out = floor2 << 1;
+        return true;
+    }
+    uint64_t lo = size & ~(step - 1);
+    if (lo == size) {
+        *out = size;
+        return true;
+    }
+    return vp_add_u64(lo, step, out);
+}
+
+/* round_size; false on overflow. */
+static bool round_size(const vp_allocator_config *cfg, uint64_t n,
+                       uint64_t *out)
+{
+    if (n < K_MIN_BLOCK) {
+        *out = K_MIN_BLOCK;
+        return true;
+    }
+    unsigned lg = log2_floor(n);
+    unsigned idx = lg > 20 ? lg - 20 : 0;
+    if (idx > 15)
+        idx = 15;
+    uint64_t div = cfg->roundup_power2_divisions[idx];
+    if (div > 1 && n > (uint64_t)K_MIN_BLOCK * div)
+        return round_pow2_div(n, div, out);
+    return vp_round_up_u64(n, K_MIN_BLOCK, out);
+}
+
+/* get_allocation_size; false on overflow. A large_segment_size below the
+ * request (only possible with a tiny large_segment_size) is raised to the
+ * 2 MiB-rounded request so that the segment always holds the block. */
+static bool allocation_size(const vp_allocator_config *cfg, uint64_t size,
+                            uint64_t *out)
+{
+    if (size <= K_SMALL_SIZE) {
+        *out = K_SMALL_BUFFER;
+        return true;
+    }
+    if (size < K_MIN_LARGE_ALLOC) {
+        if (cfg->large_segment_size >= size) {
+            *out = cfg->large_segment_size;
+            return true;
+        }
+    }
+    return vp_round_up_u64(size, K_ROUND_LARGE, out);
+}
+
+uint64_t vp_allocator_round_size(const vp_allocator_config *cfg, uint64_t n)
+{
+    vp_allocator_config def;
+    uint64_t r;
+    if (!cfg) {
+        cfg_defaults(&def);
+        cfg = &def;
+    }
+    return round_size(cfg, n, &r) ? r : 0;
+}
+
+uint64_t vp_allocator_segment_size(const vp_allocator_config *cfg,
+                                   uint64_t rounded)
+{
+    vp_allocator_config def;
+    uint64_t r;
+    if (!cfg) {
+        cfg_defaults(&def);
+        cfg = &def;
+    }
+    return allocation_size(cfg, rounded, &r) ? r : 0;
+}
+
+/* ---------------------------------------------------------------- slots */
+
+static uint32_t rng_next(vp_allocator *a)
+{
+    uint32_t x = a->rng;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    a->rng = x;
+    return x;
+}
+
+/* Make sure n more blocks can be created without allocating. */
+static bool reserve_slots(vp_allocator *a, uint64_t n)
+{
+    uint64_t avail = (uint64_t)a->n_dead + (a->cap_slots - a->n_slots);
+    if (avail >= n)
+        return true;
+    uint64_t need = (uint64_t)a->n_slots + (n - a->n_dead);
+    if (need >= NIL - 1) /* index + 1 must fit in 32 bits, below NIL */
+        return false;
+    uint64_t cap = a->cap_slots ? a->cap_slots : 64;
+    while (cap < need)
+        cap *= 2;
+    if (cap >= NIL - 1)
+        cap = NIL - 2;
+    if ((uint64_t)SIZE_MAX / sizeof(blk) < cap)
+        return false;
+    blk *nb = realloc(a->b, (size_t)cap * sizeof(blk));
+    if (!nb)
+        return false;
+    a->b = nb;
+    a->cap_slots = (uint32_t)cap;
+    return true;
+}
+
+/* A new block; reserve_slots must have been called. */
+static uint32_t new_block(vp_allocator *a)
+{
+    uint32_t i;
+    uint32_t gen = 0;
+    if (a->free_slot != NIL) {
+        i = a->free_slot;
+        a->free_slot = a->b[i].left;
+        a->n_dead--;
+        gen = a->b[i].gen;
+    } else {
+        i = a->n_slots++;
+    }
+    blk *x = &a->b[i];
+    memset(x, 0, sizeof *x);
+    x->prev = x->next = x->left = x->right = NIL;
+    x->es = NIL;
+    x->prio = rng_next(a);
+    x->gen = gen;
+    x->mapped = 1;
+    x->live = 1;
+    return i;
+}
+
+static void delete_block(vp_allocator *a, uint32_t i)
+{
+    blk *x = &a->b[i];
+    x->live = 0;
+    x->allocated = 0;
+    x->gen++;
+    x->left = a->free_slot;
+    a->free_slot = i;
+    a->n_dead++;
+}
+
+/* ---------------------------------------------------------------- treap */
+
+static inline bkey key_of(const blk *x)
+{
+    bkey k = {x->stream, x->size, x->addr};
+    return k;
+}
+
+static inline int key_cmp(const bkey *x, const bkey *y, bool by_size)
+{
+    if (x->stream != y->stream)
+        return x->stream < y->stream ? -1 : 1;
+    if (by_size && x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return 0;
+}
+
+static inline int node_cmp(const vp_allocator *a, uint32_t n, const bkey *k,
+                           bool by_size)
+{
+    bkey nk = key_of(&a->b[n]);
+    return key_cmp(&nk, k, by_size);
+}
+
+/* Split t into keys < k (*l) and keys >= k (*r). */
+static void t_split(vp_allocator *a, uint32_t t, const bkey *k, bool by_size,
+                    uint32_t *l, uint32_t *r)
+{
+    if (t == NIL) {
+        *l = *r = NIL;
+        return;
+    }
+    if (node_cmp(a, t, k, by_size) < 0) {
+        t_split(a, a->b[t].right, k, by_size, &a->b[t].right, r);
+        *l = t;
+    } else {
+        t_split(a, a->b[t].left, k, by_size, l, &a->b[t].left);
+        *r = t;
+    }
+}
+
+/* Join l and r, every key of l below every key of r. */
+static uint32_t t_merge(vp_allocator *a, uint32_t l, uint32_t r)
+{
+    if (l == NIL)
+        return r;
+    if (r == NIL)
+        return l;
+    if (a->b[l].prio > a->b[r].prio) {
+        a->b[l].right = t_merge(a, a->b[l].right, r);
+        return l;
+    }
+    a->b[r].left = t_merge(a, l, a->b[r].left);
+    return r;
+}
+
+static void t_insert(vp_allocator *a, tree *t, uint32_t x)
+{
+    bkey k = key_of(&a->b[x]);
+    uint32_t *link = &t->root;
+    while (*link != NIL && a->b[*link].prio >= a->b[x].prio)
+        link = node_cmp(a, *link, &k, t->by_size) > 0 ? &a->b[*link].left
+                                                      : &a->b[*link].right;
+    t_split(a, *link, &k, t->by_size, &a->b[x].left, &a->b[x].right);
+    *link = x;
+    t->count++;
+}
+
+static void t_erase(vp_allocator *a, tree *t, uint32_t x)
+{
+    bkey k = key_of(&a->b[x]);
+    uint32_t *link = &t->root;
+    while (*link != x) {
+        /* keys are unique (addresses are), so x is on this path */
+        link = node_cmp(a, *link, &k, t->by_size) > 0 ? &a->b[*link].left
+                                                      : &a->b[*link].right;
+    }
+    *link = t_merge(a, a->b[x].left, a->b[x].right);
+    a->b[x].left = a->b[x].right = NIL;
+    t->count--;
+}
+
+/* First node with key >= k, NIL if none. */
+static uint32_t t_lower_bound(const vp_allocator *a, const tree *t,
+                              const bkey *k)
+{
+    uint32_t n = t->root, best = NIL;
+    while (n != NIL) {
+        if (node_cmp(a, n, k, t->by_size) >= 0) {
+            best = n;
+            n = a->b[n].left;
+        } else {
+            n = a->b[n].right;
+        }
+    }
+    return best;
+}
+
+/* First node with key > k. */
+static uint32_t t_upper_bound(const vp_allocator *a, const tree *t,
+                              const bkey *k)
+{
+    uint32_t n = t->root, best = NIL;
+    while (n != NIL) {
+        if (node_cmp(a, n, k, t->by_size) > 0) {
+            best = n;
+            n = a->b[n].left;
+        } else {
+            n = a->b[n].right;
+        }
+    }
+    return best;
+}
+
+/* Last node with key < k. */
+static uint32_t t_pred(const vp_allocator *a, const tree *t, const bkey *k)
+{
+    uint32_t n = t->root, best = NIL;
+    while (n != NIL) {
+        if (node_cmp(a, n, k, t->by_size) < 0) {
+            best = n;
+            n = a->b[n].right;
+        } else {
+            n = a->b[n].left;
+        }
+    }
+    return best;
+}
+
+static uint32_t t_succ_of(const vp_allocator *a, const tree *t, uint32_t x)
+{
+    bkey k = key_of(&a->b[x]);
+    return t_upper_bound(a, t, &k);
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static void add_allocated(vp_allocator *a, uint64_t size, uint64_t requested)
+{
+    /* cannot overflow: allocated <= reserved, which is checked */
+    a->st.allocated += size;
+    if (a->st.allocated > a->st.peak_allocated)
+        a->st.peak_allocated = a->st.allocated;
+    a->st.requested += requested;
+    a->st.active_blocks++;
+}
+
+static void add_reserved(vp_allocator *a, uint64_t size)
+{
+    a->st.reserved += size; /* callers checked the sum */
+    if (a->st.reserved > a->st.peak_reserved)
+        a->st.peak_reserved = a->st.reserved;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static inline bool is_split(const blk *x)
+{
+    return x->prev != NIL || x->next != NIL;
+}
+
+static inline tree *tree_of(vp_allocator *a, const blk *x)
+{
+    return x->mapped ? &a->pools[x->pool].free_t
+                     : &a->pools[x->pool].unmapped_t;
+}
+
+/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
+ * free and in the same mapping state. Returns true if merged. */
+static bool try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+{
+    if (src == NIL)
+        return false;
+    blk *s = &a->b[src];
+    blk *d = &a->b[dst];
+    if (s->allocated || s->mapped != d->mapped)
+        return false;
+    t_erase(a, tree_of(a, s), src);
+    if (d->prev == src) {
+        d->addr = s->addr;
+        d->prev = s->prev;
+        if (d->prev != NIL)
+            a->b[d->prev].next = dst;
+    } else {
+        d->next = s->next;
+        if (d->next != NIL)
+            a->b[d->next].prev = dst;
+    }
+    d->size += s->size;
+    delete_block(a, src);
+    return true;
+}
+
+static bool should_split(const vp_allocator *a, const blk *x, uint64_t size)
+{
+    uint64_t remaining = x->size - size;
+    if (x->pool == POOL_SMALL || a->cfg.expandable_segments)
+        return remaining >= K_MIN_BLOCK;
+    return size < a->cfg.max_split_size && remaining > K_SMALL_SIZE;
+}
+
+/* expandable_size: a block followed by unmapped space counts it too. */
+static uint64_t expandable_size(const vp_allocator *a, uint32_t i)
+{
+    const blk *x = &a->b[i];
+    uint64_t s = x->size;
+    if (x->next != NIL && !a->b[x->next].mapped) {
+        uint64_t t;
+        s = vp_add_u64(s, a->b[x->next].size, &t) ? t : UINT64_MAX;
+    }
+    return s;
+}
+
+/* get_free_block: best fit in the pool, or NIL. Takes it out of the tree. */
+static uint32_t get_free_block(vp_allocator *a, const req *r)
+{
+    tree *t = &a->pools[r->pool].free_t;
+    bkey k = {r->stream, r->size, 0};
+    uint32_t it = t_lower_bound(a, t, &k);
+    if (it == NIL || a->b[it].stream != r->stream)
+        return NIL;
+    if (a->b[it].es != NIL) {
+        /* prefer a plain block over one that could grow into unmapped
+         * space */
+        uint32_t nx = t_succ_of(a, t, it);
+        while (nx != NIL && a->b[nx].stream == r->stream &&
+               expandable_size(a, nx) < expandable_size(a, it)) {
+            it = nx;
+            nx = t_succ_of(a, t, it);
+        }
+    }
+    uint64_t ms = a->cfg.max_split_size;
+    const blk *x = &a->b[it];
+    /* do not return an oversized block for a small request */
+    if (r->size < ms && x->size >= ms)
+        return NIL;
+    /* oversized blocks may only be rounded up by max_non_split_rounding */
+    uint64_t lim;
+    if (r->size >= ms &&
+        vp_add_u64(r->size, a->cfg.max_non_split_rounding, &lim) &&
+        x->size >= lim)
+        return NIL;
+    t_erase(a, t, it);
+    return it;
+}
+
+/* Next simulated segment address; false if the address space is used up. */
+static bool take_address(vp_allocator *a, uint64_t size, uint64_t *base)
+{
+    uint64_t end, next;
+    if (!vp_add_u64(a->next_addr, size, &end) ||
+        !vp_round_up_u64(end, K_SEG_ALIGN, &next))
+        return false;
+    *base = a->next_addr;
+    a->next_addr = next;
+    return true;
+}
+
+/* Would reserving `more` bytes pass the device? (cudaMalloc failure) */
+static bool device_refuses(const vp_allocator *a, uint64_t more)
+{
+    uint64_t sum;
+    if (!vp_add_u64(a->st.reserved, more, &sum))
+        return true;
+    return a->cfg.device_total != 0 && sum > a->cfg.device_total;
+}
+
+/* ------------------------------------------------- expandable segments */
+
+static bool reserve_xs(vp_allocator *a)
+{
+    for (size_t i = 0; i < a->n_xs; i++)
+        if (!a->xs[i].live)
+            return true;
+    if (a->n_xs < a->cap_xs)
+        return true;
+    size_t cap = a->cap_xs ? a->cap_xs * 2 : 8;
+    if (SIZE_MAX / sizeof(xseg) < cap)
+        return false;
+    xseg *n = realloc(a->xs, cap * sizeof(xseg));
+    if (!n)
+        return false;
+    a->xs = n;
+    a->cap_xs = cap;
+    return true;
+}
+
+/* map_block: back the first `size` bytes of unmapped block i with pages,
+ * merge it with free neighbours and put it in the free tree. */
+static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
+{
+    const xseg *s = &a->xs[a->b[i].es];
+    uint64_t mapped;
+    if (!vp_round_up_u64(size, s->page, &mapped))
+        return false;
+    if (mapped > a->b[i].size) /* unmapped ranges are whole pages */
+        mapped = a->b[i].size;
+    if (device_refuses(a, mapped))
+        return false;
+    pool *p = &a->pools[a->b[i].pool];
+    t_erase(a, &p->unmapped_t, i);
+    a->b[i].mapped = 1;
+    if (mapped < a->b[i].size) {
+        uint32_t r = new_block(a);
+        blk *x = &a->b[i], *rb = &a->b[r];
+        rb->addr = x->addr + mapped;
+        rb->size = x->size - mapped;
+        rb->stream = x->stream;
+        rb->pool = x->pool;
+        rb->es = x->es;
+        rb->mapped = 0;
+        rb->prev = i;
+        rb->next = x->next;
+        if (x->next != NIL)
+            a->b[x->next].prev = r;
+        x->next = r;
+        x->size = mapped;
+        t_insert(a, &p->unmapped_t, r);
+    }
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    t_insert(a, &p->free_t, i);
+    add_reserved(a, mapped);
+    return true;
+}
+
+/* find_expandable_block: lowest-address free/unmapped run of the stream
+ * with room for size, else a new segment's single unmapped block. */
+static uint32_t find_expandable_block(vp_allocator *a, const req *r)
+{
+    pool *p = &a->pools[r->pool];
+    bkey k = {r->stream, 0, 0};
+    for (uint32_t it = t_lower_bound(a, &p->unmapped_t, &k);
+         it != NIL && a->b[it].stream == r->stream;
+         it = t_succ_of(a, &p->unmapped_t, it)) {
+        uint32_t c = it;
+        uint32_t pv = a->b[c].prev;
+        if (pv != NIL && !a->b[pv].allocated)
+            c = pv;
+        uint64_t bytes = 0;
+        for (uint32_t w = c; bytes < r->size && w != NIL && !a->b[w].allocated;
+             w = a->b[w].next)
+            bytes += a->b[w].size; /* bounded by the segment size */
+        if (bytes >= r->size)
+            return c;
+    }
+    /* a new segment: address space for 1.125 x the device */
+    uint64_t page = r->pool == POOL_SMALL ? K_SMALL_BUFFER
+                                          : a->cfg.large_segment_size;
+    uint64_t total = a->cfg.device_total ? a->cfg.device_total
+                                         : K_DEFAULT_VA_TOTAL;
+    uint64_t va, va_size, base;
+    if (!vp_add_u64(total, total / 8, &va) ||
+        !vp_round_up_u64(va, page, &va_size) ||
+        !take_address(a, va_size, &base))
+        return NIL;
+    size_t xi = 0;
+    while (xi < a->n_xs && a->xs[xi].live)
+        xi++;
+    if (xi == a->n_xs)
+        a->n_xs++; /* reserve_xs made room */
+    a->xs[xi].base = base;
+    a->xs[xi].size = va_size;
+    a->xs[xi].page = page;
+    a->xs[xi].live = true;
+    a->n_xs_live++;
+    uint32_t c = new_block(a);
+    blk *x = &a->b[c];
+    x->addr = base;
+    x->size = va_size;
+    x->stream = r->stream;
+    x->pool = (uint8_t)r->pool;
+    x->es = (uint32_t)xi;
+    x->mapped = 0;
+    t_insert(a, &p->unmapped_t, c);
+    return c;
+}
+
+static uint32_t try_allocate_expandable_block(vp_allocator *a, const req *r)
+{
+    uint32_t c = find_expandable_block(a, r);
+    if (c == NIL)
+        return NIL;
+    if (!a->b[c].mapped) {
+        uint64_t want = a->b[c].size < r->size ? a->b[c].size : r->size;
+        if (!map_block(a, c, want))
+            return NIL;
+    }
+    while (a->b[c].size < r->size) {
+        /* free -> unmapped -> ...: map the deficit from the next range */
+        uint32_t nx = a->b[c].next;
+        if (nx == NIL || a->b[nx].allocated || a->b[nx].mapped)
+            return NIL; /* request larger than the address space */
+        uint64_t rem = r->size - a->b[c].size;
+        if (!map_block(a, nx, rem < a->b[nx].size ? rem : a->b[nx].size))
+            return NIL;
+        c = nx; /* nx absorbed c */
+    }
+    t_erase(a, &a->pools[r->pool].free_t, c);
+    return c;
+}
+
+/* unmap_block: return the whole free pages of free block i. */
+static void unmap_block(vp_allocator *a, uint32_t i)
+{
+    const xseg *s = &a->xs[a->b[i].es];
+    uint64_t off = a->b[i].addr - s->base;
+    uint64_t end = off + a->b[i].size;
+    uint64_t ub = (off + s->page - 1) / s->page * s->page;
+    uint64_t ue = end / s->page * s->page;
+    if (ub >= ue)
+        return;
+    pool *p = &a->pools[a->b[i].pool];
+    t_erase(a, &p->free_t, i);
+    if (ub > off) {
+        uint32_t n = new_block(a);
+        blk *x = &a->b[i], *nb = &a->b[n];
+        nb->addr = x->addr;
+        nb->size = ub - off;
+        nb->stream = x->stream;
+        nb->pool = x->pool;
+        nb->es = x->es;
+        nb->prev = x->prev;
+        nb->next = i;
+        if (x->prev != NIL)
+            a->b[x->prev].next = n;
+        x->prev = n;
+        t_insert(a, &p->free_t, n);
+    }
+    if (end > ue) {
+        uint32_t n = new_block(a);
+        blk *x = &a->b[i], *nb = &a->b[n];
+        nb->addr = s->base + ue;
+        nb->size = end - ue;
+        nb->stream = x->stream;
+        nb->pool = x->pool;
+        nb->es = x->es;
+        nb->prev = i;
+        nb->next = x->next;
+        if (x->next != NIL)
+            a->b[x->next].prev = n;
+        x->next = n;
+        t_insert(a, &p->free_t, n);
+    }
+    blk *x = &a->b[i];
+    x->addr = s->base + ub;
+    x->size = ue - ub;
+    x->mapped = 0;
+    a->st.reserved -= ue - ub;
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    t_insert(a, &p->unmapped_t, i);
+}
+
+static void release_expandable_segment(vp_allocator *a, uint32_t i)
+{
+    blk *x = &a->b[i];
+    t_erase(a, &a->pools[x->pool].unmapped_t, i);
+    a->xs[x->es].live = false;
+    a->n_xs_live--;
+    delete_block(a, i);
+}
+
+/* ------------------------------------------------- segments and release */
+
+/* release_block: cudaFree a whole free segment. */
+static void release_block(vp_allocator *a, uint32_t i)
+{
+    t_erase(a, &a->pools[a->b[i].pool].free_t, i);
+    a->st.reserved -= a->b[i].size;
+    a->st.segments--;
+    delete_block(a, i);
+}
+
+/* release_blocks for one pool: cudaFree every free block that is a whole
+ * segment; unmap the free pages of expandable segments (only if
+ * do_unmap, which needs spare block slots). */
+static void release_blocks(vp_allocator *a, int pi, bool do_unmap)
+{
+    tree *t = &a->pools[pi].free_t;
+    bkey k = {INT32_MIN, 0, 0};
+    uint32_t it = t_lower_bound(a, t, &k);
+    while (it != NIL) {
+        uint32_t nx = t_succ_of(a, t, it); /* stays valid: only `it` and
+                                              unmapped ranges go away */
+        if (a->b[it].es != NIL) {
+            if (do_unmap) {
+                unmap_block(a, it);
+                if (!a->b[it].mapped && !is_split(&a->b[it]))
+                    release_expandable_segment(a, it);
+            }
+        } else if (!is_split(&a->b[it])) {
+            release_block(a, it);
+        }
+        it = nx;
+    }
+}
+
+/* release_cached_blocks (empty_cache). Returns false if expandable pages
+ * could not be unmapped for want of host memory (the rest is done). */
+static bool release_cached_blocks(vp_allocator *a, uint64_t spare)
+{
+    uint64_t nfree = (uint64_t)a->pools[0].free_t.count +
+                     a->pools[1].free_t.count;
+    bool ok = !a->cfg.expandable_segments ||
+              reserve_slots(a, 2 * nfree + spare);
+    release_blocks(a, POOL_LARGE, ok);
+    release_blocks(a, POOL_SMALL, ok);
+    return ok;
+}
+
+/* release_available_cached_blocks (only with max_split_size): cudaFree
+ * oversize free segments of the stream, one large enough or else the
+ * largest ones until enough is freed. Split and expandable blocks are
+ * skipped (PyTorch cannot hold a split oversize block with default sizes,
+ * and skips expandable ones). */
+static bool release_available_cached_blocks(vp_allocator *a, const req *r)
+{
+    uint64_t ms = a->cfg.max_split_size;
+    if (ms == UINT64_MAX)
+        return false;
+    tree *t = &a->pools[r->pool].free_t;
+    bkey k = {r->stream, r->size < ms ? ms : r->size, 0};
+    uint32_t it = t_lower_bound(a, t, &k);
+    if (it != NIL && a->b[it].stream == r->stream && a->b[it].es == NIL) {
+        if (is_split(&a->b[it]))
+            return false;
+        release_block(a, it);
+        return true;
+    }
+    uint32_t cur = t_pred(a, t, &k);
+    uint64_t released = 0;
+    while (released < k.size && cur != NIL && a->b[cur].size >= ms &&
+           a->b[cur].stream == r->stream) {
+        bkey ck = key_of(&a->b[cur]);
+        uint32_t pv = t_pred(a, t, &ck);
+        if (a->b[cur].es == NIL && !is_split(&a->b[cur])) {
+            released += a->b[cur].size; /* <= reserved, no overflow */
+            release_block(a, cur);
+        }
+        cur = pv;
+    }
+    return released >= k.size;
+}
+
+typedef enum { AB_OK, AB_OOM, AB_NOMEM } ab_result;
+
+/* alloc_block: a new segment (or newly mapped pages) for the request. */
+static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
+                             uint32_t *out)
+{
+    *out = NIL;
+    if (is_retry)
+        a->st.num_alloc_retries++;
+    /* three blocks at most: a new range, a mapped remainder, the split */
+    if (!reserve_slots(a, 4))
+        return AB_NOMEM;
+    uint64_t sum;
+    if (a->cfg.limit != 0 &&
+        (!vp_add_u64(a->st.reserved, r->alloc_size, &sum) ||
+         sum > a->cfg.limit))
+        return AB_OOM;
+    if (a->cfg.expandable_segments) {
+        if (!reserve_xs(a))
+            return AB_NOMEM;
+        *out = try_allocate_expandable_block(a, r);
+        return *out == NIL ? AB_OOM : AB_OK;
+    }
+    uint64_t base;
+    if (device_refuses(a, r->alloc_size) ||
+        !take_address(a, r->alloc_size, &base))
+        return AB_OOM;
+    uint32_t i = new_block(a);
+    blk *x = &a->b[i];
+    x->addr = base;
+    x->size = r->alloc_size;
+    x->stream = r->stream;
+    x->pool = (uint8_t)r->pool;
+    add_reserved(a, r->alloc_size);
+    a->st.segments++;
+    *out = i;
+    return AB_OK;
+}
+
+/* alloc_found_block: split if asked, mark allocated, count. Block i is in
+ * no tree; a spare slot has been reserved. */
+static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
+                                  const req *r, uint64_t nbytes)
+{
+    if (should_split(a, &a->b[i], r->size)) {
+        uint32_t n = new_block(a);
+        blk *rem = &a->b[i], *x = &a->b[n];
+        x->addr = rem->addr;
+        x->size = r->size;
+        x->stream = rem->stream;
+        x->pool = rem->pool;
+        x->es = rem->es;
+        x->prev = rem->prev;
+        if (x->prev != NIL)
+            a->b[x->prev].next = n;
+        x->next = i;
+        rem->prev = n;
+        rem->addr += r->size;
+        rem->size -= r->size;
+        t_insert(a, &a->pools[rem->pool].free_t, i);
+        i = n;
+    }
+    blk *x = &a->b[i];
+    x->allocated = 1;
+    x->requested = nbytes;
+    add_allocated(a, x->size, nbytes);
+    return i;
+}
+
+/* ------------------------------------------------------------- public */
+
+vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
+{
+    vp_allocator_config c;
+    if (cfg)
+        c = *cfg;
+    else
+        cfg_defaults(&c);
+    if (c.max_split_size != UINT64_MAX && c.max_split_size < 20 * VP_MiB) {
+        vp_error_set(err, VP_EARG,
+                     "max_split_size %" PRIu64 " is under 20 MiB",
+                     c.max_split_size);
+        return NULL;
+    }
+    if (c.large_segment_size <= K_SMALL_SIZE ||
+        c.large_segment_size % K_MIN_BLOCK != 0) {
+        vp_error_set(err, VP_EARG,
+                     "large_segment_size %" PRIu64
+                     " must be a multiple of 512 above 1 MiB",
+                     c.large_segment_size);
+        return NULL;
+    }
+    for (int i = 0; i < 16; i++) {
+        uint32_t d = c.roundup_power2_divisions[i];
+        if ((d & (d - 1)) != 0) {
+            vp_error_set(err, VP_EARG,
+                         "roundup_power2_divisions[%d] = %" PRIu32
+                         " is not a power of 2",
+                         i, d);
+            return NULL;
+        }
+    }
+    vp_allocator *a = calloc(1, sizeof *a);
+    if (!a) {
+        vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
+        return NULL;
+    }
+    a->cfg = c;
+    a->free_slot = NIL;
+    a->rng = 0x9e3779b9u;
+    for (int i = 0; i < 2; i++) {
+        a->pools[i].free_t.root = a->pools[i].unmapped_t.root = NIL;
+        a->pools[i].free_t.by_size = true;
+        a->pools[i].unmapped_t.by_size = false;
+    }
+    a->next_addr = K_SEG_ALIGN;
+    if (!reserve_slots(a, 64)) {
+        free(a);
+        vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
+        return NULL;
+    }
+    return a;
+}
+
+void vp_allocator_free(vp_allocator *a)
+{
+    if (!a)
+        return;
+    free(a->b);
+    free(a->xs);
+    free(a);
+}
+
+vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
+                              uint64_t *handle, vp_error *err)
+{
+    if (!a || !handle)
+        return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
+    *handle = 0;
+    if (nbytes == 0)
+        return VP_OK;
+    req r;
+    r.stream = stream;
+    if (!round_size(&a->cfg, nbytes, &r.size) ||
+        !allocation_size(&a->cfg, r.size, &r.alloc_size))
+        return vp_error_set(err, VP_EOVERFLOW,
+                            "allocation of %" PRIu64
+                            " bytes overflows when rounded",
+                            nbytes);
+    r.pool = r.size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+    if (!reserve_slots(a, 4))
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+
+    uint32_t i = get_free_block(a, &r);
+    if (i == NIL) {
+        ab_result res = alloc_block(a, &r, false, &i);
+        if (res == AB_OOM && release_available_cached_blocks(a, &r))
+            res = alloc_block(a, &r, false, &i);
+        if (res == AB_OOM) {
+            if (!release_cached_blocks(a, 4))
+                return vp_error_set(err, VP_ENOMEM, "out of host memory");
+            res = alloc_block(a, &r, true, &i);
+        }
+        if (res == AB_NOMEM)
+            return vp_error_set(err, VP_ENOMEM, "out of host memory");
+        if (res == AB_OOM) {
+            a->st.num_ooms++;
+            return vp_error_set(
+                err, VP_EOOM,
+                "out of memory: tried to allocate %" PRIu64
+                " bytes (segment %" PRIu64 ", stream %d); %" PRIu64
+                " allocated, %" PRIu64 " reserved",
+                r.size, r.alloc_size, stream, a->st.allocated,
+                a->st.reserved);
+        }
+    }
+    i = alloc_found_block(a, i, &r, nbytes);
+    *handle = ((uint64_t)a->b[i].gen << 32) | ((uint64_t)i + 1);
+    return VP_OK;
+}
+
+/* Block of a live allocated handle, NIL otherwise. */
+static uint32_t lookup(const vp_allocator *a, uint64_t handle)
+{
+    uint64_t lo = handle & 0xffffffffu;
+    if (lo == 0 || lo > a->n_slots)
+        return NIL;
+    uint32_t i = (uint32_t)(lo - 1);
+    const blk *x = &a->b[i];
+    if (!x->live || !x->allocated || x->gen != (uint32_t)(handle >> 32))
+        return NIL;
+    return i;
+}
+
+vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
+                               vp_error *err)
+{
+    if (!a)
+        return vp_error_set(err, VP_EARG, "allocator is NULL");
+    if (handle == 0)
+        return VP_OK;
+    uint32_t i = lookup(a, handle);
+    if (i == NIL)
+        return vp_error_set(err, VP_EARG,
+                            "handle %#" PRIx64
+                            " is unknown or already freed",
+                            handle);
+    blk *x = &a->b[i];
+    x->gen++;
+    x->allocated = 0;
+    a->st.allocated -= x->size;
+    a->st.requested -= x->requested;
+    a->st.active_blocks--;
+    x->requested = 0;
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    t_insert(a, &a->pools[a->b[i].pool].free_t, i);
+    return VP_OK;
+}
+
+void vp_allocator_empty_cache(vp_allocator *a)
+{
+    if (a)
+        (void)release_cached_blocks(a, 0);
+}
+
+uint64_t vp_allocator_block_size(const vp_allocator *a, uint64_t handle)
+{
+    if (!a)
+        return 0;
+    uint32_t i = lookup(a, handle);
+    return i == NIL ? 0 : a->b[i].size;
+}
+
+void vp_allocator_stats_get(const vp_allocator *a, vp_allocator_stats *out)
+{
+    if (!out)
+        return;
+    if (!a) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = a->st;
+}
+
+void vp_allocator_reset_peaks(vp_allocator *a)
+{
+    if (!a)
+        return;
+    a->st.peak_allocated = a->st.allocated;
+    a->st.peak_reserved = a->st.reserved;
+}
+
+/* ------------------------------------------------------------- checks */
+
+typedef struct range {
+    uint64_t lo, hi;
+} range;
+
+static int range_cmp(const void *x, const void *y)
+{
+    const range *p = x, *q = y;
+    return p->lo < q->lo ? -1 : p->lo > q->lo;
+}
+
+/* In-order walk of a tree: keys strictly increasing, every node live, free
+ * and of the tree's kind. Iterative with an explicit stack in `stack`. */
+static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
+                              bool mapped, uint32_t *stack, uint64_t *count)
+{
+    size_t sp = 0;
+    uint32_t n = t->root, last = NIL;
+    *count = 0;
+    while (n != NIL || sp > 0) {
+        while (n != NIL) {
+            if (sp >= a->n_slots)
+                return "tree has a cycle";
+            stack[sp++] = n;
+            n = a->b[n].left;
+        }
+        n = stack[--sp];
+        const blk *x = &a->b[n];
+        if (!x->live || x->allocated || x->pool != pi ||
+            (bool)x->mapped != mapped)
+            return "tree holds a block of the wrong kind";
+        if (last != NIL) {
+            bkey lk = key_of(&a->b[last]);
+            if (node_cmp(a, n, &lk, t->by_size) <= 0)
+                return "tree out of order";
+        }
+        last = n;
+        (*count)++;
+        n = x->right;
+    }
+    return *count == t->count ? NULL : "tree count is wrong";
+}
+
+vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
+{
+    if (!a)
+        return vp_error_set(err, VP_EARG, "allocator is NULL");
+    const char *why = NULL;
+    size_t n_ranges = 0;
+    uint64_t allocated = 0, active = 0, reserved = 0, segments = 0;
+    uint64_t n_blocks = 0, n_free = 0, n_unmapped = 0;
+    size_t nr_cap = (size_t)a->n_slots + a->n_xs + 1;
+    size_t st_cap = (size_t)a->n_slots + 1;
+    range *ranges = malloc(nr_cap * sizeof *ranges);
+    uint32_t *stack = malloc(st_cap * sizeof *stack);
+    if (!ranges || !stack) {
+        free(ranges);
+        free(stack);
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+    }
+    for (uint32_t h = 0; h < a->n_slots && !why; h++) {
+        const blk *x = &a->b[h];
+        if (!x->live || x->prev != NIL)
+            continue;
+        /* a segment head: walk the segment */
+        uint64_t base = x->addr, end = x->addr, bytes = 0;
+        const xseg *s = x->es != NIL ? &a->xs[x->es] : NULL;
+        if (s && (!s->live || s->base != base))
+            why = "expandable segment does not start at its base";
+        for (uint32_t i = h, pv = NIL; i != NIL && !why; pv = i, i = a->b[i].next) {
+            const blk *y = &a->b[i];
+            if (!y->live || y->prev != pv)
+                why = "broken segment list";
+            else if (y->addr != end || y->size == 0)
+                why = "blocks of a segment do not tile it";
+            else if (y->stream != x->stream || y->pool != x->pool ||
+                     y->es != x->es)
+                why = "blocks of a segment disagree";
+            else if (pv != NIL && !y->allocated && !a->b[pv].allocated &&
+                     y->mapped == a->b[pv].mapped)
+                why = "two free neighbours were not merged";
+            else if (!y->mapped && (!s || (y->addr - s->base) % s->page ||
+                                    y->size % s->page))
+                why = "unmapped range not on page boundaries";
+            if (why)
+                break;
+            n_blocks++;
+            end += y->size;
+            if (y->mapped)
+                bytes += y->size;
+            if (y->allocated) {
+                allocated += y->size;
+                active++;
+            } else if (y->mapped) {
+                n_free++;
+            } else {
+                n_unmapped++;
+            }
+        }
+        if (why)
+            break;
+        if (s && end - base != s->size)
+            why = "expandable segment blocks do not cover its range";
+        if (!s)
+            segments++;
+        reserved += bytes;
+        ranges[n_ranges].lo = base;
+        ranges[n_ranges].hi = end;
+        n_ranges++;
+    }
+    if (!why && n_blocks != (uint64_t)a->n_slots - a->n_dead)
+        why = "live blocks outside any segment";
+    if (!why && (allocated != a->st.allocated || active != a->st.active_blocks))
+        why = "allocated bytes or block count disagree with the blocks";
+    if (!why && reserved != a->st.reserved)
+        why = "reserved bytes disagree with the segments";
+    if (!why && segments != a->st.segments)
+        why = "segment count disagrees";
+    if (!why && (a->st.peak_allocated < a->st.allocated ||
+                 a->st.peak_reserved < a->st.reserved ||
+                 a->st.allocated > a->st.reserved))
+        why = "peaks or totals inconsistent";
+    if (!why) {
+        qsort(ranges, n_ranges, sizeof *ranges, range_cmp);
+        for (size_t i = 1; i < n_ranges && !why; i++)
+            if (ranges[i].lo < ranges[i - 1].hi)
+                why = "segments overlap";
+    }
+    uint64_t tf = 0, tu = 0;
+    for (int pi = 0; pi < 2 && !why; pi++) {
+        uint64_t c;
+        why = check_tree(a, &a->pools[pi].free_t, pi, true, stack, &c);
+        tf += c;
+        if (!why)
+            why = check_tree(a, &a->pools[pi].unmapped_t, pi, false, stack, &c);
+        tu += c;
+    }
+    if (!why && (tf != n_free || tu != n_unmapped))
+        why = "a free block is missing from its pool";
+    free(ranges);
+    free(stack);
+    if (why)
+        return vp_error_set(err, VP_ERANGE, "allocator invariant broken: %s",
+                            why);
+    return VP_OK;
+}

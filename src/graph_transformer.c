@@ -1,0 +1,481 @@
+/* Expansion of the transformer form (and of Hugging Face configs) into
+ * primitive ops, following the execution order of the Hugging Face
+ * implementations (GPT-2, Llama/Mistral/Qwen2/Mixtral, BERT). */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct {
+    vp_graph *g;
+    const vp_tf *t;
+    vp_error *err;
+    char scope[96];
+} tb;
+
+#define TRY(x)                                                             \
+    do {                                                                   \
+        vp_status st_ = (x);                                               \
+        if (st_ != VP_OK)                                                  \
+            return st_;                                                    \
+    } while (0)
+
+static void op_init(vp_op *o, vp_op_kind k)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = k;
+    o->value = VP_VAL_FLOAT;
+}
+
+static void set_shape(vp_op *o, uint32_t nd, uint64_t a, uint64_t b,
+                      uint64_t c, uint64_t d)
+{
+    o->ndim = nd;
+    o->shape[0] = a;
+    o->shape[1] = b;
+    o->shape[2] = c;
+    o->shape[3] = d;
+}
+
+static void same_shape(const tb *c, vp_op *o, uint32_t in)
+{
+    const vp_op *s = &c->g->ops[in];
+    o->ndim = s->ndim;
+    memcpy(o->shape, s->shape, sizeof o->shape);
+}
+
+static vp_status add_param(tb *c, vp_op *o, const char *leaf, uint64_t numel,
+                           bool trainable)
+{
+    char name[192];
+    snprintf(name, sizeof name, "%s.%s", o->name, leaf);
+    uint32_t idx;
+    TRY(vp__graph_add_param(c->g, name, numel, (uint32_t)c->g->n_ops,
+                            trainable, &idx, c->err));
+    o->params[o->n_params++] = idx;
+    return VP_OK;
+}
+
+static vp_status push(tb *c, vp_op *o, const char *leaf, uint32_t *idx)
+{
+    /* o->name already set by named() when params were added */
+    if (!o->name) {
+        o->name = c->scope[0]
+                      ? vp__arena_printf(&c->g->arena, "%s.%s", c->scope, leaf)
+                      : vp__arena_strdup(&c->g->arena, leaf);
+        if (!o->name)
+            return vp_error_set(c->err, VP_ENOMEM, "out of memory");
+    }
+    return vp__graph_add_op(c->g, o, idx, c->err);
+}
+
+static vp_status named(tb *c, vp_op *o, const char *leaf)
+{
+    o->name = c->scope[0]
+                  ? vp__arena_printf(&c->g->arena, "%s.%s", c->scope, leaf)
+                  : vp__arena_strdup(&c->g->arena, leaf);
+    return o->name ? VP_OK : vp_error_set(c->err, VP_ENOMEM, "out of memory");
+}
+
+static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
+                        bool bias, int64_t tied_weight, uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, VP_OP_LINEAR);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    same_shape(c, &o, in);
+    o.in_features = o.shape[o.ndim - 1];
+    o.out_features = out_f;
+    o.shape[o.ndim - 1] = out_f;
+    TRY(named(c, &o, leaf));
+    uint64_t wn;
+    if (!vp_mul_u64(o.in_features, out_f, &wn))
+        return vp_error_set(c->err, VP_EOVERFLOW,
+                            "weight of %s overflows 64 bits", o.name);
+    if (tied_weight >= 0)
+        o.params[o.n_params++] = (uint32_t)tied_weight;
+    else
+        TRY(add_param(c, &o, "weight", wn, true));
+    if (bias)
+        TRY(add_param(c, &o, "bias", out_f, true));
+    return push(c, &o, leaf, idx);
+}
+
+static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, c->t->norm == VP_NORM_RMSNORM ? VP_OP_RMSNORM
+                                              : VP_OP_LAYERNORM);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    same_shape(c, &o, in);
+    uint64_t d = o.shape[o.ndim - 1];
+    o.rows = 1;
+    for (uint32_t i = 0; i + 1 < o.ndim; i++)
+        o.rows *= o.shape[i]; /* bounded: numel already checked */
+    TRY(named(c, &o, leaf));
+    TRY(add_param(c, &o, "weight", d, true));
+    if (c->t->norm_bias)
+        TRY(add_param(c, &o, "bias", d, true));
+    return push(c, &o, leaf, idx);
+}
+
+static vp_status unary(tb *c, vp_op_kind k, uint32_t in, const char *leaf,
+                       uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, k);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    same_shape(c, &o, in);
+    return push(c, &o, leaf, idx);
+}
+
+static vp_status dropout(tb *c, uint32_t in, const char *leaf, double p,
+                         uint32_t *idx)
+{
+    if (p <= 0.0) {
+        *idx = in;
+        return VP_OK;
+    }
+    vp_op o;
+    op_init(&o, VP_OP_DROPOUT);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    o.dropout = p;
+    same_shape(c, &o, in);
+    return push(c, &o, leaf, idx);
+}
+
+static vp_status binary(tb *c, vp_op_kind k, uint32_t a, uint32_t b,
+                        const char *leaf, uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, k);
+    o.n_inputs = 2;
+    o.inputs[0] = a;
+    o.inputs[1] = b;
+    /* broadcast: the larger operand gives the shape */
+    same_shape(c, &o, c->g->ops[a].numel >= c->g->ops[b].numel ? a : b);
+    return push(c, &o, leaf, idx);
+}
+
+static vp_status embedding(tb *c, uint32_t in, const char *leaf,
+                           uint64_t vocab, uint64_t rows_b, uint64_t rows_s,
+                           uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, VP_OP_EMBEDDING);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    set_shape(&o, 3, rows_b, rows_s, c->t->hidden, 0);
+    o.classes = vocab;
+    TRY(named(c, &o, leaf));
+    uint64_t wn;
+    if (!vp_mul_u64(vocab, c->t->hidden, &wn))
+        return vp_error_set(c->err, VP_EOVERFLOW,
+                            "embedding %s overflows 64 bits", o.name);
+    TRY(add_param(c, &o, "weight", wn, true));
+    return push(c, &o, leaf, idx);
+}
+
+/* The MLP (or gated MLP) of inner size f on input x. */
+static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
+                     uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    char n1[64], n2[64], n3[64], n4[64], n5[64];
+    snprintf(n1, sizeof n1, "%sgate_proj", pre);
+    snprintf(n2, sizeof n2, "%sup_proj", pre);
+    snprintf(n3, sizeof n3, "%sact", pre);
+    snprintf(n4, sizeof n4, "%smul", pre);
+    snprintf(n5, sizeof n5, "%sdown_proj", pre);
+    uint32_t a, b, h;
+    if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU) {
+        TRY(linear(c, x, n1, f, t->bias, -1, &a));
+        TRY(unary(c, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU, a, n3,
+                  &a));
+        TRY(linear(c, x, n2, f, t->bias, -1, &b));
+        TRY(binary(c, VP_OP_MUL, a, b, n4, &h));
+    } else {
+        snprintf(n1, sizeof n1, "%sfc", pre);
+        TRY(linear(c, x, n1, f, t->bias, -1, &a));
+        vp_op_kind k = t->act == VP_ACT_RELU        ? VP_OP_RELU
+                       : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+                       : t->act == VP_ACT_SILU      ? VP_OP_SILU
+                                                    : VP_OP_GELU;
+        TRY(unary(c, k, a, n3, &h));
+        snprintf(n5, sizeof n5, "%sproj", pre);
+    }
+    return linear(c, h, n5, t->hidden, t->bias, -1, out);
+}
+
+static vp_status moe(tb *c, uint32_t x, uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    const vp_op *xo = &c->g->ops[x];
+    uint64_t tokens = xo->shape[0] * xo->shape[1];
+    uint32_t logits, route;
+    TRY(linear(c, x, "router", t->experts, false, -1, &logits));
+    vp_op o;
+    op_init(&o, VP_OP_ROUTER);
+    o.n_inputs = 1;
+    o.inputs[0] = logits;
+    set_shape(&o, 2, tokens, t->top_k, 0, 0);
+    o.classes = t->experts;
+    o.top_k = (uint32_t)t->top_k;
+    TRY(push(c, &o, "route", &route));
+    /* tokens per expert, on average (balanced routing) */
+    uint64_t tk;
+    if (!vp_mul_u64(tokens, t->top_k, &tk))
+        return vp_error_set(c->err, VP_EOVERFLOW, "MoE routing overflows");
+    uint64_t per = tk / t->experts + (tk % t->experts != 0);
+    uint32_t acc = 0;
+    for (uint64_t e = 0; e < t->experts; e++) {
+        char pre[48];
+        snprintf(pre, sizeof pre, "experts.%llu.", (unsigned long long)e);
+        char nm[64];
+        op_init(&o, VP_OP_MOE_DISPATCH);
+        o.n_inputs = 2;
+        o.inputs[0] = x;
+        o.inputs[1] = route;
+        set_shape(&o, 2, per, t->hidden, 0, 0);
+        snprintf(nm, sizeof nm, "%sdispatch", pre);
+        uint32_t d, y;
+        TRY(push(c, &o, nm, &d));
+        TRY(mlp(c, d, t->expert_ffn, pre, &y));
+        op_init(&o, VP_OP_MOE_COMBINE);
+        o.n_inputs = 3;
+        o.inputs[0] = e ? acc : y;
+        o.inputs[1] = y;
+        o.inputs[2] = route;
+        o.inplace = e > 0;
+        same_shape(c, &o, x);
+        snprintf(nm, sizeof nm, "%scombine", pre);
+        TRY(push(c, &o, nm, &acc));
+    }
+    if (t->shared_experts) {
+        uint64_t f;
+        if (!vp_mul_u64(t->shared_experts, t->expert_ffn, &f))
+            return vp_error_set(c->err, VP_EOVERFLOW, "MoE size overflows");
+        uint32_t s;
+        TRY(mlp(c, x, f, "shared_expert.", &s));
+        TRY(binary(c, VP_OP_ADD, acc, s, "shared_add", &acc));
+    }
+    *out = acc;
+    return VP_OK;
+}
+
+static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    uint64_t qd = t->heads * t->head_dim, kvd = t->kv_heads * t->head_dim;
+    vp_op o;
+    op_init(&o, VP_OP_ATTENTION);
+    if (t->fused_qkv) {
+        uint32_t qkv;
+        TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1, &qkv));
+        o.n_inputs = 1;
+        o.inputs[0] = qkv;
+    } else {
+        uint32_t q, k, v;
+        TRY(linear(c, x, "attn.q_proj", qd, t->qkv_bias, -1, &q));
+        TRY(linear(c, x, "attn.k_proj", kvd, t->qkv_bias, -1, &k));
+        TRY(linear(c, x, "attn.v_proj", kvd, t->qkv_bias, -1, &v));
+        if (t->rotary) {
+            TRY(unary(c, VP_OP_ROPE, q, "attn.rope_q", &q));
+            TRY(unary(c, VP_OP_ROPE, k, "attn.rope_k", &k));
+        }
+        o.n_inputs = 3;
+        o.inputs[0] = q;
+        o.inputs[1] = k;
+        o.inputs[2] = v;
+    }
+    const vp_op *xo = &c->g->ops[x];
+    set_shape(&o, 3, xo->shape[0], S, qd, 0);
+    o.heads = (uint32_t)t->heads;
+    o.kv_heads = (uint32_t)t->kv_heads;
+    o.head_dim = (uint32_t)t->head_dim;
+    o.q_len = o.kv_len = S;
+    o.causal = t->type == VP_TF_DECODER;
+    o.attn_impl = t->attn;
+    o.dropout = t->p_attn;
+    if (t->fused_qkv && t->type == VP_TF_DECODER)
+        o.flags |= VP_OPF_KV_COPY;
+    uint32_t a;
+    TRY(push(c, &o, "attn.core", &a));
+    return linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out);
+}
+
+static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    uint32_t h, a, r;
+    if (t->type == VP_TF_DECODER) { /* pre-norm */
+        TRY(norm(c, x, "input_norm", &h));
+        TRY(attention(c, h, S, &a));
+        TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+        TRY(binary(c, VP_OP_ADD, x, a, "attn.residual", &r));
+        TRY(norm(c, r, "post_attention_norm", &h));
+        if (t->experts)
+            TRY(moe(c, h, &a));
+        else
+            TRY(mlp(c, h, t->ffn, "mlp.", &a));
+        TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+        return binary(c, VP_OP_ADD, r, a, "mlp.residual", out);
+    }
+    /* post-norm encoder (BERT) */
+    TRY(attention(c, x, S, &a));
+    TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+    TRY(binary(c, VP_OP_ADD, a, x, "attn.residual", &r));
+    TRY(norm(c, r, "attn.norm", &h));
+    TRY(mlp(c, h, t->ffn, "mlp.", &a));
+    TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+    TRY(binary(c, VP_OP_ADD, a, h, "mlp.residual", &r));
+    return norm(c, r, "mlp.norm", out);
+}
+
+static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
+                      uint32_t *out)
+{
+    vp_op o;
+    op_init(&o, VP_OP_CROSS_ENTROPY);
+    o.n_inputs = 1;
+    o.inputs[0] = logits;
+    set_shape(&o, 0, 0, 0, 0, 0);
+    o.rows = rows;
+    if (c->t->head == VP_HEAD_CAUSAL_LM)
+        o.flags |= VP_OPF_SHIFT_LABELS;
+    const vp_op *lo = &c->g->ops[logits];
+    o.classes = lo->shape[lo->ndim - 1];
+    o.upcast_logits = upcast;
+    return push(c, &o, "loss", out);
+}
+
+vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
+{
+    const vp_tf *t = &m->tf;
+    tb c = {g, t, err, ""};
+    uint64_t B = g->batch, S = g->seq;
+    if (!t->rotary && S > t->max_positions)
+        return vp_error_at(err, VP_ERANGE, m->path, t->line, t->col, 1,
+                           "sequence length %llu is longer than the model's "
+                           "%llu learned positions",
+                           (unsigned long long)S,
+                           (unsigned long long)t->max_positions);
+    /* Every activation is B*S*max(width) elements: check it fits. */
+    uint64_t widest = t->hidden, tmp;
+    uint64_t qkv = (t->heads + 2 * t->kv_heads) * t->head_dim;
+    uint64_t cands[] = {t->ffn, t->vocab, qkv, t->expert_ffn};
+    for (size_t i = 0; i < 4; i++)
+        if (cands[i] > widest)
+            widest = cands[i];
+    uint64_t scores;
+    if (!vp_mul_u64(B, S, &tmp) || !vp_mul_u64(tmp, widest, &tmp) ||
+        !vp_mul_u64(tmp, 8, &tmp) || !vp_mul_u64(B, S, &scores) ||
+        !vp_mul_u64(scores, t->heads, &scores) ||
+        !vp_mul_u64(scores, S, &scores) || !vp_mul_u64(scores, 8, &scores))
+        return vp_error_at(err, VP_EOVERFLOW, m->path, t->line, t->col, 1,
+                           "batch %llu x sequence %llu makes tensors larger "
+                           "than 2^64 bytes",
+                           (unsigned long long)B, (unsigned long long)S);
+
+    vp_op o;
+    uint32_t ids, x, e;
+    op_init(&o, VP_OP_INPUT);
+    o.value = VP_VAL_INDEX;
+    set_shape(&o, 2, B, S, 0, 0);
+    TRY(push(&c, &o, "input_ids", &ids));
+    TRY(embedding(&c, ids, "embed_tokens", t->vocab, B, S, &x));
+    uint32_t wte_param = g->ops[x].params[0];
+    if (t->type == VP_TF_DECODER)
+        g->ops[x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
+    if (t->type_vocab) {
+        TRY(embedding(&c, ids, "token_type_embeddings", t->type_vocab, B, S,
+                      &e));
+        TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_types", &x));
+    }
+    if (!t->rotary) {
+        TRY(embedding(&c, ids, "embed_positions", t->max_positions, 1, S, &e));
+        if (t->type == VP_TF_DECODER)
+            g->ops[e].flags |= VP_OPF_HOLD_FWD;
+        TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_positions", &x));
+    } else {
+        uint32_t bidx;
+        op_init(&o, VP_OP_ROPE);
+        /* the rotary inv_freq buffer lives in the model (fp32) */
+        o.name = "rotary_emb";
+        TRY(vp__graph_add_param(g, "rotary_emb.inv_freq", t->head_dim / 2,
+                                (uint32_t)g->n_ops, false, &bidx, err));
+        g->params[bidx].fp32_buffer = true;
+    }
+    if (t->embedding_norm)
+        TRY(norm(&c, x, "embed_norm", &x));
+    TRY(dropout(&c, x, "embed_dropout", t->p_embd, &x));
+    if (t->type == VP_TF_ENCODER)
+        g->ops[x].flags |= VP_OPF_HOLD_FWD; /* BertModel's embedding_output */
+
+    for (uint64_t l = 0; l < t->layers; l++) {
+        snprintf(c.scope, sizeof c.scope, "layers.%llu",
+                 (unsigned long long)l);
+        uint32_t first = (uint32_t)g->n_ops;
+        TRY(layer(&c, x, S, &x));
+        TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
+                                  true, err));
+    }
+    c.scope[0] = '\0';
+    if (t->final_norm)
+        TRY(norm(&c, x, "final_norm", &x));
+    uint32_t logits, l;
+    size_t head_first = g->n_ops;
+    if (t->norm == VP_NORM_RMSNORM)
+        for (size_t i = 0; i < g->n_ops; i++)
+            if (g->ops[i].kind == VP_OP_RMSNORM)
+                g->ops[i].flags |= VP_OPF_PY_RMSNORM;
+    switch (t->head) {
+    case VP_HEAD_CAUSAL_LM:
+        TRY(linear(&c, x, "lm_head", t->vocab, false,
+                   t->tied ? (int64_t)wte_param : -1, &logits));
+        TRY(loss(&c, logits, B * S, true, &l));
+        break;
+    case VP_HEAD_MASKED_LM:
+        TRY(linear(&c, x, "mlm.transform", t->hidden, true, -1, &x));
+        TRY(unary(&c, t->act == VP_ACT_RELU ? VP_OP_RELU
+                      : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+                                                   : VP_OP_GELU,
+                  x, "mlm.act", &x));
+        TRY(norm(&c, x, "mlm.norm", &x));
+        TRY(linear(&c, x, "mlm.decoder", t->vocab, true,
+                   t->tied ? (int64_t)wte_param : -1, &logits));
+        TRY(loss(&c, logits, B * S, true, &l));
+        break;
+    case VP_HEAD_CLASSIFICATION:
+        if (t->type == VP_TF_ENCODER) {
+            op_init(&o, VP_OP_SELECT);
+            o.n_inputs = 1;
+            o.inputs[0] = x;
+            set_shape(&o, 2, B, t->hidden, 0, 0);
+            TRY(push(&c, &o, "pooler.select", &x));
+            TRY(linear(&c, x, "pooler.dense", t->hidden, true, -1, &x));
+            TRY(unary(&c, VP_OP_TANH, x, "pooler.act", &x));
+            TRY(dropout(&c, x, "classifier_dropout", t->p_resid, &x));
+            TRY(linear(&c, x, "classifier", t->num_labels, true, -1,
+                       &logits));
+        } else {
+            TRY(linear(&c, x, "score", t->num_labels, false, -1, &x));
+            op_init(&o, VP_OP_SELECT);
+            o.n_inputs = 1;
+            o.inputs[0] = x;
+            set_shape(&o, 2, B, t->num_labels, 0, 0);
+            TRY(push(&c, &o, "pool_last", &logits));
+        }
+        TRY(loss(&c, logits, B, false, &l));
+        break;
+    case VP_HEAD_NONE:
+        break;
+    }
+    if (head_first < g->n_ops)
+        g->ops[head_first].flags |= VP_OPF_MODEL_END;
+    return VP_OK;
+}

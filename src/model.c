@@ -1,0 +1,610 @@
+/* Model descriptions: the vramplan YAML forms and Hugging Face config.json. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const TOP_KEYS[] = {"name", "description", "source", "seq",
+                                       "transformer", "graph", NULL};
+static const char *const TF_KEYS[] = {
+    "type", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn",
+    "vocab", "positions", "max_positions", "norm", "norm_bias", "activation",
+    "bias", "qkv_bias", "fused_qkv", "tied_embeddings", "type_vocab",
+    "embedding_norm", "final_norm", "dropout", "attention", "head",
+    "num_labels", "moe", NULL};
+static const char *const DROPOUT_KEYS[] = {"embedding", "attention",
+                                           "residual", NULL};
+static const char *const MOE_KEYS[] = {"experts", "top_k", "expert_ffn",
+                                       "shared_experts", NULL};
+static const char *const TF_TYPES[] = {"decoder", "encoder", NULL};
+static const char *const POSITIONS[] = {"learned", "rotary", NULL};
+static const char *const NORMS[] = {"layernorm", "rmsnorm", NULL};
+static const char *const ACTS[] = {"gelu", "gelu_tanh", "relu",
+                                   "silu", "swiglu", "geglu", NULL};
+static const char *const ATTNS[] = {"sdpa", "flash", "efficient", "eager",
+                                    "math", NULL};
+static const char *const HEADS[] = {"causal-lm", "masked-lm",
+                                    "classification", "none", NULL};
+
+/* Sizes above this are refused as absurd (2^40 = ~1.1e12). */
+#define DIM_MAX ((uint64_t)1 << 40)
+
+const char *vp_model_name(const vp_model *m) { return m->name; }
+uint64_t vp_model_default_seq(const vp_model *m) { return m->seq; }
+const char *vp_model_form(const vp_model *m)
+{
+    return m->form == 0 ? "transformer" : "graph";
+}
+
+void vp_model_free(vp_model *m)
+{
+    if (!m)
+        return;
+    vp__ydoc_destroy(&m->ydoc);
+    vp__arena_destroy(&m->arena);
+    free(m);
+}
+
+typedef struct {
+    vp_ydoc *d;
+    yaml_node_t *map;
+    vp_error *err;
+} fields;
+
+/* Optional fields: absent leaves *out untouched. */
+static vp_status opt_u64(fields *f, const char *key, uint64_t min,
+                         uint64_t *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n)
+        return VP_OK;
+    return vp__yget_u64(f->d, n, min, DIM_MAX, out, f->err);
+}
+
+static vp_status req_u64(fields *f, const char *key, uint64_t *out,
+                         const char *what)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n)
+        return vp__yerr(f->d, f->map, VP_ESCHEMA, f->err,
+                        "missing required key '%s' in %s", key, what);
+    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+}
+
+static vp_status opt_bool(fields *f, const char *key, bool *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n)
+        return VP_OK;
+    return vp__yget_bool(f->d, n, out, f->err);
+}
+
+static vp_status opt_enum(fields *f, const char *key,
+                          const char *const *choices, int *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n)
+        return VP_OK;
+    return vp__yget_enum(f->d, n, choices, out, f->err);
+}
+
+static vp_status opt_prob(fields *f, const char *key, double *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n))
+        return VP_OK;
+    return vp__yget_prob(f->d, n, out, f->err);
+}
+
+#define TRY(x)                                                             \
+    do {                                                                   \
+        vp_status st_ = (x);                                               \
+        if (st_ != VP_OK)                                                  \
+            return st_;                                                    \
+    } while (0)
+
+/* Checks shared by every source of transformer hyperparameters. */
+static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
+                             vp_error *err)
+{
+    if (t->kv_heads == 0)
+        t->kv_heads = t->heads;
+    if (t->head_dim == 0) {
+        if (t->hidden % t->heads != 0)
+            return vp__yerr(d, at, VP_ESCHEMA, err,
+                            "hidden (%llu) is not a multiple of heads (%llu); "
+                            "give head_dim",
+                            (unsigned long long)t->hidden,
+                            (unsigned long long)t->heads);
+        t->head_dim = t->hidden / t->heads;
+    }
+    if (t->heads % t->kv_heads != 0)
+        return vp__yerr(d, at, VP_ESCHEMA, err,
+                        "heads (%llu) is not a multiple of kv_heads (%llu)",
+                        (unsigned long long)t->heads,
+                        (unsigned long long)t->kv_heads);
+    if (!t->rotary && t->max_positions == 0)
+        return vp__yerr(d, at, VP_ESCHEMA, err,
+                        "learned positions need max_positions");
+    if (t->experts) {
+        if (t->top_k == 0 || t->top_k > t->experts)
+            return vp__yerr(d, at, VP_ERANGE, err,
+                            "moe top_k (%llu) must be between 1 and experts "
+                            "(%llu)",
+                            (unsigned long long)t->top_k,
+                            (unsigned long long)t->experts);
+        if (t->expert_ffn == 0)
+            t->expert_ffn = t->ffn;
+    }
+    if (t->head == VP_HEAD_CLASSIFICATION && t->num_labels == 0)
+        t->num_labels = 2;
+    if (t->layers > VP_MAX_REPEAT)
+        return vp__yerr(d, at, VP_ELIMIT, err,
+                        "%llu layers is more than the limit of %u",
+                        (unsigned long long)t->layers, VP_MAX_REPEAT);
+    if (t->experts > 4096)
+        return vp__yerr(d, at, VP_ELIMIT, err,
+                        "%llu experts is more than the limit of 4096",
+                        (unsigned long long)t->experts);
+    return VP_OK;
+}
+
+static void tf_defaults(vp_tf *t)
+{
+    memset(t, 0, sizeof *t);
+    t->bias = true;
+    t->norm_bias = true;
+    t->attn = VP_ATTN_SDPA;
+    t->head = VP_HEAD_CAUSAL_LM;
+}
+
+static vp_status parse_transformer(vp_model *m, yaml_node_t *tn,
+                                   vp_error *err)
+{
+    vp_ydoc *d = &m->ydoc;
+    TRY(vp__ymap_check(d, tn, TF_KEYS, "transformer", err));
+    vp_tf *t = &m->tf;
+    tf_defaults(t);
+    fields f = {d, tn, err};
+    int v;
+    yaml_node_t *tyn = vp__ymap_get(d, tn, "type", NULL);
+    if (!tyn)
+        return vp__yerr(d, tn, VP_ESCHEMA, err,
+                        "missing required key 'type' in transformer "
+                        "(decoder or encoder)");
+    TRY(vp__yget_enum(d, tyn, TF_TYPES, &v, err));
+    t->type = (vp_tf_type)v;
+    t->final_norm = t->type == VP_TF_DECODER;
+    if (t->type == VP_TF_ENCODER)
+        t->head = VP_HEAD_MASKED_LM;
+    TRY(req_u64(&f, "hidden", &t->hidden, "transformer"));
+    TRY(req_u64(&f, "layers", &t->layers, "transformer"));
+    TRY(req_u64(&f, "heads", &t->heads, "transformer"));
+    TRY(opt_u64(&f, "kv_heads", 1, &t->kv_heads));
+    TRY(opt_u64(&f, "head_dim", 1, &t->head_dim));
+    TRY(req_u64(&f, "ffn", &t->ffn, "transformer"));
+    TRY(req_u64(&f, "vocab", &t->vocab, "transformer"));
+    v = 0;
+    TRY(opt_enum(&f, "positions", POSITIONS, &v));
+    t->rotary = v == 1;
+    TRY(opt_u64(&f, "max_positions", 1, &t->max_positions));
+    v = 0;
+    TRY(opt_enum(&f, "norm", NORMS, &v));
+    t->norm = (vp_norm_kind)v;
+    t->norm_bias = t->norm == VP_NORM_LAYERNORM;
+    TRY(opt_bool(&f, "norm_bias", &t->norm_bias));
+    v = 0;
+    TRY(opt_enum(&f, "activation", ACTS, &v));
+    t->act = (vp_act_kind)v;
+    TRY(opt_bool(&f, "bias", &t->bias));
+    t->qkv_bias = t->bias;
+    TRY(opt_bool(&f, "qkv_bias", &t->qkv_bias));
+    TRY(opt_bool(&f, "fused_qkv", &t->fused_qkv));
+    TRY(opt_bool(&f, "tied_embeddings", &t->tied));
+    TRY(opt_u64(&f, "type_vocab", 0, &t->type_vocab));
+    TRY(opt_bool(&f, "embedding_norm", &t->embedding_norm));
+    TRY(opt_bool(&f, "final_norm", &t->final_norm));
+    yaml_node_t *dn = vp__ymap_get(d, tn, "dropout", NULL);
+    if (dn) {
+        TRY(vp__ymap_check(d, dn, DROPOUT_KEYS, "dropout", err));
+        fields df = {d, dn, err};
+        TRY(opt_prob(&df, "embedding", &t->p_embd));
+        TRY(opt_prob(&df, "attention", &t->p_attn));
+        TRY(opt_prob(&df, "residual", &t->p_resid));
+    }
+    v = 0;
+    TRY(opt_enum(&f, "attention", ATTNS, &v));
+    t->attn = (vp_attn_impl)v;
+    v = (int)t->head;
+    TRY(opt_enum(&f, "head", HEADS, &v));
+    t->head = (vp_head_kind)v;
+    TRY(opt_u64(&f, "num_labels", 1, &t->num_labels));
+    yaml_node_t *mn = vp__ymap_get(d, tn, "moe", NULL);
+    if (mn) {
+        TRY(vp__ymap_check(d, mn, MOE_KEYS, "moe", err));
+        fields mf = {d, mn, err};
+        TRY(req_u64(&mf, "experts", &t->experts, "moe"));
+        TRY(req_u64(&mf, "top_k", &t->top_k, "moe"));
+        TRY(opt_u64(&mf, "expert_ffn", 1, &t->expert_ffn));
+        TRY(opt_u64(&mf, "shared_experts", 0, &t->shared_experts));
+    }
+    t->line = (uint32_t)tn->start_mark.line + 1;
+    t->col = (uint32_t)tn->start_mark.column + 1;
+    return tf_validate(d, tn, t, err);
+}
+
+/* ---- Hugging Face config.json ------------------------------------------ */
+
+static const char *const HF_TYPES[] = {"gpt2", "llama", "mistral", "mixtral",
+                                       "qwen2", "bert", NULL};
+
+static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n)) {
+        if (req)
+            return vp__yerr(f->d, f->map, VP_ESCHEMA, f->err,
+                            "missing required key \"%s\" in the config", key);
+        return VP_OK;
+    }
+    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+}
+
+static vp_status hf_bool(fields *f, const char *key, bool *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n))
+        return VP_OK;
+    return vp__yget_bool(f->d, n, out, f->err);
+}
+
+static vp_status hf_act(fields *f, const char *key, vp_act_kind gated_default,
+                        vp_act_kind *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n))
+        return VP_OK;
+    const char *v = vp__yscalar(n);
+    if (!v)
+        return vp__yerr(f->d, n, VP_ESCHEMA, f->err,
+                        "\"%s\" must be a string", key);
+    static const struct {
+        const char *name;
+        vp_act_kind plain, gated;
+    } map[] = {
+        {"gelu", VP_ACT_GELU, VP_ACT_GEGLU},
+        {"gelu_new", VP_ACT_GELU_TANH, VP_ACT_GEGLU},
+        {"gelu_pytorch_tanh", VP_ACT_GELU_TANH, VP_ACT_GEGLU},
+        {"gelu_fast", VP_ACT_GELU_TANH, VP_ACT_GEGLU},
+        {"relu", VP_ACT_RELU, VP_ACT_RELU},
+        {"silu", VP_ACT_SILU, VP_ACT_SWIGLU},
+        {"swish", VP_ACT_SILU, VP_ACT_SWIGLU},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        if (!strcmp(v, map[i].name)) {
+            *out = gated_default == VP_ACT_SWIGLU ? map[i].gated : map[i].plain;
+            return VP_OK;
+        }
+    }
+    return vp__yerr(f->d, n, VP_EUNSUPPORTED, f->err,
+                    "unsupported activation \"%.64s\" (supported: gelu, "
+                    "gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, "
+                    "swish)",
+                    v);
+}
+
+static vp_status hf_head(vp_model *m, yaml_node_t *root, vp_error *err)
+{
+    vp_ydoc *d = &m->ydoc;
+    yaml_node_t *an = vp__ymap_get(d, root, "architectures", NULL);
+    if (!an || vp__yis_null(an))
+        return VP_OK; /* keep the model type's default head */
+    if (an->type != YAML_SEQUENCE_NODE ||
+        an->data.sequence.items.top == an->data.sequence.items.start)
+        return vp__yerr(d, an, VP_ESCHEMA, err,
+                        "\"architectures\" must be a non-empty list");
+    yaml_node_t *first = vp__ynode(d, *an->data.sequence.items.start);
+    const char *a = vp__yscalar(first);
+    if (!a)
+        return vp__yerr(d, first, VP_ESCHEMA, err,
+                        "\"architectures\" entries must be strings");
+    size_t n = strlen(a);
+#define ENDS(s) (n >= strlen(s) && !strcmp(a + n - strlen(s), s))
+    if (ENDS("ForCausalLM") || ENDS("LMHeadModel"))
+        m->tf.head = VP_HEAD_CAUSAL_LM;
+    else if (ENDS("ForMaskedLM"))
+        m->tf.head = VP_HEAD_MASKED_LM;
+    else if (ENDS("ForSequenceClassification"))
+        m->tf.head = VP_HEAD_CLASSIFICATION;
+    else if (ENDS("Model"))
+        m->tf.head = VP_HEAD_NONE;
+    else
+        return vp__yerr(d, first, VP_EUNSUPPORTED, err,
+                        "unsupported architecture \"%.64s\" (supported: "
+                        "...ForCausalLM, ...LMHeadModel, ...ForMaskedLM, "
+                        "...ForSequenceClassification, ...Model)",
+                        a);
+#undef ENDS
+    return VP_OK;
+}
+
+static vp_status parse_hf(vp_model *m, vp_error *err)
+{
+    vp_ydoc *d = &m->ydoc;
+    yaml_node_t *root = vp__ydoc_root(d);
+    if (root->type != YAML_MAPPING_NODE)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "a config.json must hold a JSON object");
+    yaml_node_t *tn = vp__ymap_get(d, root, "model_type", NULL);
+    if (!tn)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "missing \"model_type\" (supported: gpt2, llama, "
+                        "mistral, mixtral, qwen2, bert)");
+    int mt;
+    const char *tv = vp__yscalar(tn);
+    bool known = false;
+    for (mt = 0; tv && HF_TYPES[mt]; mt++)
+        if (!strcmp(tv, HF_TYPES[mt])) {
+            known = true;
+            break;
+        }
+    if (!known)
+        return vp__yerr(d, tn, VP_EUNSUPPORTED, err,
+                        "unsupported model_type \"%.64s\" (supported: gpt2, "
+                        "llama, mistral, mixtral, qwen2, bert)",
+                        tv ? tv : "?");
+    vp_tf *t = &m->tf;
+    tf_defaults(t);
+    fields f = {d, root, err};
+    const char *type = HF_TYPES[mt];
+    if (!strcmp(type, "gpt2")) {
+        t->type = VP_TF_DECODER;
+        t->fused_qkv = true;
+        t->tied = true;
+        t->final_norm = true;
+        t->act = VP_ACT_GELU_TANH;
+        t->p_embd = t->p_attn = t->p_resid = 0.1;
+        TRY(hf_u64(&f, "n_embd", &t->hidden, true));
+        TRY(hf_u64(&f, "n_layer", &t->layers, true));
+        TRY(hf_u64(&f, "n_head", &t->heads, true));
+        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
+        TRY(hf_u64(&f, "n_positions", &t->max_positions, true));
+        t->ffn = 0;
+        TRY(hf_u64(&f, "n_inner", &t->ffn, false));
+        if (t->ffn == 0 && !vp_mul_u64(4, t->hidden, &t->ffn))
+            return vp_error_set(err, VP_EOVERFLOW, "n_inner overflows");
+        TRY(hf_act(&f, "activation_function", VP_ACT_GELU, &t->act));
+        fields pf = f;
+        TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
+        TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
+        TRY(opt_prob(&pf, "resid_pdrop", &t->p_resid));
+    } else if (!strcmp(type, "bert")) {
+        t->type = VP_TF_ENCODER;
+        t->tied = true;
+        t->embedding_norm = true;
+        t->final_norm = false;
+        t->act = VP_ACT_GELU;
+        t->head = VP_HEAD_MASKED_LM;
+        t->type_vocab = 2;
+        t->max_positions = 512;
+        t->p_embd = t->p_attn = t->p_resid = 0.1;
+        TRY(hf_u64(&f, "hidden_size", &t->hidden, true));
+        TRY(hf_u64(&f, "num_hidden_layers", &t->layers, true));
+        TRY(hf_u64(&f, "num_attention_heads", &t->heads, true));
+        TRY(hf_u64(&f, "intermediate_size", &t->ffn, true));
+        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
+        TRY(hf_u64(&f, "max_position_embeddings", &t->max_positions, false));
+        yaml_node_t *tvn = vp__ymap_get(d, root, "type_vocab_size", NULL);
+        if (tvn && !vp__yis_null(tvn))
+            TRY(vp__yget_u64(d, tvn, 0, DIM_MAX, &t->type_vocab, err));
+        TRY(hf_act(&f, "hidden_act", VP_ACT_GELU, &t->act));
+        TRY(opt_prob(&f, "hidden_dropout_prob", &t->p_resid));
+        t->p_embd = t->p_resid;
+        TRY(opt_prob(&f, "attention_probs_dropout_prob", &t->p_attn));
+    } else { /* llama family */
+        t->type = VP_TF_DECODER;
+        t->rotary = true;
+        t->norm = VP_NORM_RMSNORM;
+        t->norm_bias = false;
+        t->act = VP_ACT_SWIGLU;
+        t->bias = false;
+        t->qkv_bias = !strcmp(type, "qwen2");
+        t->final_norm = true;
+        t->max_positions = 2048;
+        TRY(hf_u64(&f, "hidden_size", &t->hidden, true));
+        TRY(hf_u64(&f, "num_hidden_layers", &t->layers, true));
+        TRY(hf_u64(&f, "num_attention_heads", &t->heads, true));
+        TRY(hf_u64(&f, "num_key_value_heads", &t->kv_heads, false));
+        TRY(hf_u64(&f, "head_dim", &t->head_dim, false));
+        TRY(hf_u64(&f, "intermediate_size", &t->ffn, true));
+        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
+        TRY(hf_u64(&f, "max_position_embeddings", &t->max_positions, false));
+        TRY(hf_act(&f, "hidden_act", VP_ACT_SWIGLU, &t->act));
+        bool ab = t->qkv_bias;
+        TRY(hf_bool(&f, "attention_bias", &ab));
+        if (strcmp(type, "qwen2"))
+            t->qkv_bias = ab;
+        TRY(hf_bool(&f, "mlp_bias", &t->bias));
+        TRY(opt_prob(&f, "attention_dropout", &t->p_attn));
+        if (!strcmp(type, "mixtral")) {
+            TRY(hf_u64(&f, "num_local_experts", &t->experts, true));
+            TRY(hf_u64(&f, "num_experts_per_tok", &t->top_k, true));
+        }
+    }
+    TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
+    TRY(hf_head(m, root, err));
+    if (t->head == VP_HEAD_CLASSIFICATION) {
+        yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);
+        if (ln && ln->type == YAML_MAPPING_NODE)
+            t->num_labels = (uint64_t)(ln->data.mapping.pairs.top -
+                                       ln->data.mapping.pairs.start);
+        TRY(hf_u64(&f, "num_labels", &t->num_labels, false));
+    }
+    t->line = (uint32_t)root->start_mark.line + 1;
+    t->col = (uint32_t)root->start_mark.column + 1;
+    m->seq = t->max_positions && t->max_positions < 2048 ? t->max_positions
+                                                         : 2048;
+    return tf_validate(d, root, t, err);
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+static const char *base_name(vp_arena *a, const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *s = vp__arena_strdup(a, b);
+    if (!s)
+        return NULL;
+    char *dot = strrchr(s, '.');
+    if (dot && dot != s)
+        *dot = '\0';
+    return s;
+}
+
+static vp_status parse_yaml_model(vp_model *m, vp_error *err)
+{
+    vp_ydoc *d = &m->ydoc;
+    yaml_node_t *root = vp__ydoc_root(d);
+    if (root->type != YAML_MAPPING_NODE)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "a model file must be a mapping with a 'transformer' "
+                        "or 'graph' section");
+    TRY(vp__ymap_check(d, root, TOP_KEYS, "the model", err));
+    yaml_node_t *nn = vp__ymap_get(d, root, "name", NULL);
+    if (nn)
+        TRY(vp__yget_str(d, nn, &m->name, err));
+    yaml_node_t *k;
+    if ((k = vp__ymap_get(d, root, "description", NULL)))
+        TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
+    if ((k = vp__ymap_get(d, root, "source", NULL)))
+        TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
+    yaml_node_t *sn = vp__ymap_get(d, root, "seq", NULL);
+    if (sn)
+        TRY(vp__yget_u64(d, sn, 1, DIM_MAX, &m->seq, err));
+    yaml_node_t *tk = NULL, *gk = NULL;
+    yaml_node_t *tn = vp__ymap_get(d, root, "transformer", &tk);
+    yaml_node_t *gn = vp__ymap_get(d, root, "graph", &gk);
+    if (tn && gn)
+        return vp__yerr(d, gk, VP_ESCHEMA, err,
+                        "a model has either 'transformer' or 'graph', not "
+                        "both");
+    if (!tn && !gn)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "missing 'transformer' or 'graph' section");
+    if (tn) {
+        m->form = 0;
+        TRY(parse_transformer(m, tn, err));
+        if (!sn)
+            m->seq = m->tf.max_positions && m->tf.max_positions < 2048
+                         ? m->tf.max_positions
+                         : 2048;
+        return VP_OK;
+    }
+    m->form = 1;
+    m->graph_node = gn;
+    if (!sn)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "a graph model needs 'seq' (its default sequence "
+                        "length, image side or width)");
+    /* Validate the whole graph now by building it once. */
+    vp_graph *g = vp_graph_build(m, 1, m->seq, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    vp_graph_free(g);
+    return VP_OK;
+}
+
+vp_model *vp_model_parse_buf(const char *buf, size_t len, const char *name,
+                             int is_json, vp_error *err)
+{
+    vp_error_clear(err);
+    vp_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        vp_error_set(err, VP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    char *copy = NULL;
+    m->path = vp__arena_strdup(&m->arena, name ? name : "<input>");
+    m->name = m->path ? base_name(&m->arena, m->path) : NULL;
+    if (!m->path || !m->name) {
+        vp_error_set(err, VP_ENOMEM, "out of memory");
+        goto fail;
+    }
+    m->ydoc.path = m->path;
+    if (len > VP_MAX_INPUT_BYTES) {
+        vp_error_at(err, VP_ELIMIT, m->path, 0, 0, 0,
+                    "file is larger than %u bytes", VP_MAX_INPUT_BYTES);
+        goto fail;
+    }
+    if (memchr(buf, '\0', len)) {
+        const char *z = memchr(buf, '\0', len);
+        uint32_t line = 1, col = 1;
+        for (const char *c = buf; c < z; c++) {
+            if (*c == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        vp_error_at(err, VP_ESYNTAX, m->path, line, col, 1,
+                    "NUL byte in the file");
+        goto fail;
+    }
+    if (is_json) {
+        /* JSON allows tabs as whitespace; YAML's scanner does not, and
+         * tabs cannot occur inside JSON strings unescaped. */
+        copy = malloc(len + 1);
+        if (!copy) {
+            vp_error_set(err, VP_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < len; i++)
+            copy[i] = buf[i] == '\t' ? ' ' : buf[i];
+        copy[len] = '\0';
+        buf = copy;
+    }
+    if (vp__ydoc_load(&m->ydoc, buf, len, err) != VP_OK)
+        goto fail;
+    if ((is_json ? parse_hf(m, err) : parse_yaml_model(m, err)) != VP_OK)
+        goto fail;
+    free(copy);
+    return m;
+fail:
+    free(copy);
+    vp_model_free(m);
+    return NULL;
+}
+
+vp_model *vp_model_load(const char *path, vp_error *err)
+{
+    vp_error_clear(err);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
+                     strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(VP_MAX_INPUT_BYTES + 1);
+    if (!buf) {
+        fclose(fp);
+        vp_error_set(err, VP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    size_t len = fread(buf, 1, VP_MAX_INPUT_BYTES + 1, fp);
+    bool bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        vp_error_set(err, VP_EIO, "cannot read '%s'", path);
+        return NULL;
+    }
+    size_t pl = strlen(path);
+    int is_json = pl >= 5 && !strcmp(path + pl - 5, ".json");
+    vp_model *m = vp_model_parse_buf(buf, len, path, is_json, err);
+    free(buf);
+    return m;
+}

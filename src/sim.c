@@ -1,0 +1,1500 @@
+/* The training-step simulator: the exact sequence of allocations and frees
+ * that PyTorch 2.11 performs for a graph, fed through the caching-allocator
+ * model. The per-op rules follow docs/SIMULATION_NOTES.md (read from the
+ * allocator's own traces) and shared/docs/PYTORCH_MEMORY.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define NONE UINT32_MAX
+#define MAX_SAVED 12
+
+typedef struct {
+    uint64_t handle, bytes;
+    uint32_t refs;
+    uint8_t cat;
+    int32_t op;
+} tensor;
+
+typedef enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE } fwd_mode;
+
+typedef struct sim {
+    const vp_graph *g;
+    const vp_setup *s;
+    vp_allocator *a;
+    vp_error *err;
+    vp_status st;
+    tensor *t;
+    size_t nt, capt;
+    uint32_t *free_ids;
+    size_t n_free, cap_free;
+    /* per op */
+    uint32_t *out_t;
+    uint8_t *out_eb;
+    uint32_t *saved;   /* n_ops * MAX_SAVED */
+    uint8_t *n_saved;
+    uint32_t *grad_t;
+    uint32_t *consumers;
+    /* per param */
+    uint32_t *pgrad, *cast, *st1, *st2;
+    bool *ckpt;       /* per segment */
+    /* state */
+    vp_phase phase;
+    uint32_t step;
+    const char *cur_op;
+    int32_t cur_op_idx;
+    bool amp, half, training;
+    uint8_t A, PE; /* low-precision activation bytes, parameter bytes */
+    uint64_t cat_live[VP_CAT__COUNT];
+    uint64_t phase_peak;
+    uint64_t events;
+    bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
+    /* results */
+    vp_estimate *out;
+    uint64_t peak;
+    uint64_t stop_at;      /* pass 2: stop at this event (0 = run all) */
+    bool stopped;
+    vp_sim_event_fn cb;
+    void *ud;
+} sim;
+
+#define OK(S) ((S)->st == VP_OK && !(S)->stopped)
+
+static uint64_t mulc(sim *S, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (!vp_mul_u64(a, b, &r)) {
+        if (S->st == VP_OK)
+            S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                                 "a tensor of %s is larger than 2^64 bytes",
+                                 S->cur_op ? S->cur_op : "the model");
+        return 0;
+    }
+    return r;
+}
+
+static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat)
+{
+    S->events++;
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    if (!is_free) {
+        if (st.allocated > S->phase_peak)
+            S->phase_peak = st.allocated;
+        if (st.allocated > S->peak) {
+            S->peak = st.allocated;
+            S->out->peak_alloc = st.allocated;
+            S->out->peak_phase = S->phase;
+            S->out->peak_step = S->step;
+            snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s",
+                     S->cur_op ? S->cur_op : "");
+            memcpy(S->out->by_category, S->cat_live, sizeof S->cat_live);
+            S->out->peak_alloc = st.allocated;
+            /* remember the event for the layer breakdown pass */
+            S->out->events = S->events;
+        }
+    }
+    if (S->cb) {
+        vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
+                           S->step, S->cur_op ? S->cur_op : "",
+                           st.allocated, st.reserved};
+        S->cb(&ev, S->ud);
+    }
+    if (S->stop_at && S->events == S->stop_at)
+        S->stopped = true;
+}
+
+/* Allocate a tensor with one reference. NONE on failure (S->st set). */
+static uint32_t talloc(sim *S, uint64_t bytes, vp_category cat)
+{
+    if (!OK(S))
+        return NONE;
+    uint64_t h = 0;
+    vp_status st = vp_allocator_malloc(S->a, bytes, 0, &h, S->err);
+    if (st != VP_OK) {
+        S->st = st;
+        if (st == VP_EOOM) {
+            char b1[32];
+            vp_error_set(S->err, VP_EOOM,
+                         "out of memory allocating %s in %s (step %u, %s)",
+                         vp_size_format(bytes, b1, sizeof b1),
+                         S->cur_op && *S->cur_op ? S->cur_op : "setup",
+                         S->step, vp_phase_name(S->phase));
+        }
+        return NONE;
+    }
+    uint32_t id;
+    if (S->n_free) {
+        id = S->free_ids[--S->n_free];
+    } else {
+        if (!vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(tensor))) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            return NONE;
+        }
+        id = (uint32_t)S->nt++;
+    }
+    uint64_t bs = vp_allocator_block_size(S->a, h);
+    S->t[id] = (tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
+    S->cat_live[cat] += bs;
+    emit(S, false, bytes, cat);
+    return id;
+}
+
+static void tref(sim *S, uint32_t id)
+{
+    if (id != NONE)
+        S->t[id].refs++;
+}
+
+static void tunref(sim *S, uint32_t id)
+{
+    if (id == NONE || S->st != VP_OK)
+        return;
+    tensor *t = &S->t[id];
+    VP_ASSERT(t->refs > 0);
+    if (--t->refs)
+        return;
+    uint64_t bytes = t->bytes;
+    vp_category cat = (vp_category)t->cat;
+    S->cat_live[cat] -= bytes;
+    vp_status st = vp_allocator_release(S->a, t->handle, S->err);
+    VP_ASSERT(st == VP_OK);
+    if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    S->free_ids[S->n_free++] = id;
+    if (!S->stopped)
+        emit(S, true, bytes, cat);
+}
+
+/* A transient: allocate and free at once. */
+static void transient(sim *S, uint64_t bytes)
+{
+    uint32_t id = talloc(S, bytes, VP_CAT_TEMP);
+    tunref(S, id);
+}
+
+static void save(sim *S, uint32_t op, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    VP_ASSERT(S->n_saved[op] < MAX_SAVED);
+    tref(S, id);
+    S->saved[op * MAX_SAVED + S->n_saved[op]++] = id;
+}
+
+static void release_saved(sim *S, uint32_t op)
+{
+    for (uint8_t i = 0; i < S->n_saved[op]; i++)
+        tunref(S, S->saved[op * MAX_SAVED + i]);
+    S->n_saved[op] = 0;
+}
+
+static uint32_t param_bytes_of(const sim *S, const vp_param *p)
+{
+    if (p->elem_bytes_override)
+        return p->elem_bytes_override;
+    if (p->fp32_buffer)
+        return 4;
+    return S->PE;
+}
+
+/* ---- autocast -------------------------------------------------------- */
+
+/* The low-precision copy of a parameter (autocast's weight cache); NONE
+ * when no cast happens (not amp). The cache keeps one reference. */
+static uint32_t weight_cast(sim *S, uint32_t p)
+{
+    if (!S->amp)
+        return NONE;
+    if (S->cast[p] == NONE) {
+        const vp_param *pp = &S->g->params[p];
+        S->cast[p] = talloc(S, mulc(S, pp->numel, 2), VP_CAT_CAST);
+    }
+    return S->cast[p];
+}
+
+static void clear_cast_cache(sim *S)
+{
+    size_t np = S->g->n_params;
+    for (size_t p = 0; p < np && OK(S); p++) {
+        if (S->cast[p] != NONE) {
+            uint32_t id = S->cast[p];
+            S->cast[p] = NONE;
+            tunref(S, id);
+        }
+    }
+}
+
+/* Input x of op, cast to `eb` bytes if needed: returns an owned
+ * reference. */
+static uint32_t cast_input(sim *S, uint32_t in_op, uint8_t eb)
+{
+    uint32_t x = S->out_t[in_op];
+    if (S->out_eb[in_op] == eb || S->g->ops[in_op].value != VP_VAL_FLOAT) {
+        tref(S, x);
+        return x;
+    }
+    return talloc(S, mulc(S, S->g->ops[in_op].numel, eb), VP_CAT_ACT);
+}
+
+/* ---- gradients --------------------------------------------------------- */
+
+/* Hand a parameter gradient (an owned tensor in param dtype) to
+ * AccumulateGrad: steal it when .grad is unset, else add in place. */
+static void param_grad(sim *S, uint32_t p, uint32_t gid)
+{
+    if (gid == NONE)
+        return;
+    if (S->pgrad[p] == NONE) {
+        S->cat_live[S->t[gid].cat] -= S->t[gid].bytes;
+        S->t[gid].cat = VP_CAT_GRAD;
+        S->cat_live[VP_CAT_GRAD] += S->t[gid].bytes;
+        S->pgrad[p] = gid;
+    } else {
+        tunref(S, gid);
+    }
+}
+
+/* A parameter's gradient as the backward op produces it: in the op's
+ * compute dtype, then (amp) ToCopyBackward to fp32. */
+static void weight_grad(sim *S, uint32_t p, bool via_cast)
+{
+    const vp_param *pp = &S->g->params[p];
+    if (!pp->trainable)
+        return;
+    uint64_t n = pp->numel;
+    if (via_cast && S->amp) {
+        uint32_t lo = talloc(S, mulc(S, n, 2), VP_CAT_TEMP);
+        uint32_t hi = talloc(S, mulc(S, n, 4), VP_CAT_TEMP);
+        tunref(S, lo);
+        param_grad(S, p, hi);
+    } else {
+        param_grad(S, p, talloc(S, mulc(S, n, param_bytes_of(S, pp)),
+                                VP_CAT_TEMP));
+    }
+}
+
+/* Give grad tensor gid (owned) to producer op `in`: convert its dtype if
+ * the producer's output has another width, then accumulate. */
+static void give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb)
+{
+    if (gid == NONE || !OK(S))
+        return;
+    const vp_op *po = &S->g->ops[in];
+    if (!po->needs_grad) {
+        tunref(S, gid);
+        return;
+    }
+    if (S->out_eb[in] != g_eb) {
+        uint32_t c = talloc(S, mulc(S, po->numel, S->out_eb[in]),
+                            VP_CAT_TEMP);
+        tunref(S, gid);
+        gid = c;
+    }
+    if (S->grad_t[in] == NONE)
+        S->grad_t[in] = gid;
+    else
+        tunref(S, gid); /* summed in place into the existing buffer */
+}
+
+static uint32_t grad_like(sim *S, uint32_t in, uint8_t eb)
+{
+    return talloc(S, mulc(S, S->g->ops[in].numel, eb), VP_CAT_TEMP);
+}
+
+static void bias_staging(sim *S, uint64_t rows, uint64_t out)
+{
+    /* Reduce.cuh global reduction for the bias gradient: a fp32 staging
+     * buffer of out x min(2 rows, cap) plus a semaphore. */
+    if (rows < 256)
+        return;
+    uint64_t r = 2 * rows;
+    uint64_t cap = 34700000u / (out ? out : 1);
+    if (cap < 512)
+        cap = 512;
+    if (r > cap)
+        r = cap;
+    uint32_t a = talloc(S, mulc(S, mulc(S, out, r), 4), VP_CAT_TEMP);
+    uint32_t b = talloc(S, 32, VP_CAT_TEMP);
+    tunref(S, a);
+    tunref(S, b);
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static uint8_t promote(uint8_t a, uint8_t b) { return a > b ? a : b; }
+
+static bool is_view(vp_op_kind k)
+{
+    return k == VP_OP_FLATTEN || k == VP_OP_RESHAPE || k == VP_OP_PERMUTE ||
+           k == VP_OP_SELECT;
+}
+
+static void workspace_fwd(sim *S, bool bias)
+{
+    if (bias && !S->ws_fwd_lt) {
+        S->ws_fwd_lt = true;
+        talloc(S, S->s->cublaslt_workspace, VP_CAT_WORKSPACE);
+    }
+}
+
+/* Forward of op i. `save` says whether autograd keeps what it saves. */
+static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = &g->ops[i];
+    S->cur_op = o->name;
+    S->cur_op_idx = (int32_t)i;
+    bool sv = S->training && mode != MODE_NOSAVE && o->needs_grad;
+    uint32_t in0 = o->n_inputs ? o->inputs[0] : NONE;
+    uint8_t eb0 = in0 != NONE ? S->out_eb[in0] : S->A;
+    uint64_t n = o->numel;
+    uint32_t out = NONE;
+    uint8_t oeb = eb0;
+    uint32_t refs = refs_of ? refs_of[i] : S->consumers[i];
+    if (o->flags & VP_OPF_HOLD_FWD && mode == MODE_SAVE)
+        refs++;
+    if (o->flags & VP_OPF_MODEL_END && mode != MODE_RECOMPUTE) {
+        for (uint32_t j = 0; j < i; j++)
+            if (g->ops[j].flags & VP_OPF_HOLD_FWD && S->out_t[j] != NONE)
+                tunref(S, S->out_t[j]);
+    }
+    switch (o->kind) {
+    case VP_OP_INPUT:
+        return; /* made with the batch */
+    case VP_OP_LINEAR:
+    case VP_OP_CONV2D: {
+        bool bias = o->n_params > 1;
+        uint8_t ce = S->amp ? 2 : eb0; /* compute dtype */
+        uint32_t x = cast_input(S, in0, ce);
+        uint32_t w = weight_cast(S, o->params[0]);
+        if (bias)
+            weight_cast(S, o->params[1]);
+        if (o->kind == VP_OP_LINEAR)
+            workspace_fwd(S, bias);
+        oeb = ce;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        if (o->kind == VP_OP_CONV2D)
+            transient(S, mulc(S, n, oeb)); /* cuDNN workspace */
+        if (sv) {
+            if (g->params[o->params[0]].trainable)
+                save(S, i, x);
+            if (g->ops[in0].needs_grad)
+                save(S, i, w);
+        }
+        tunref(S, x);
+        break;
+    }
+    case VP_OP_EMBEDDING:
+        oeb = S->PE;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        break;
+    case VP_OP_LAYERNORM:
+    case VP_OP_GROUPNORM: {
+        uint8_t ce = S->amp ? 4 : eb0;
+        uint32_t x = cast_input(S, in0, ce);
+        oeb = ce;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        uint32_t m = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
+        uint32_t r = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, x);
+            save(S, i, m);
+            save(S, i, r);
+        }
+        tunref(S, m);
+        tunref(S, r);
+        tunref(S, x);
+        break;
+    }
+    case VP_OP_RMSNORM: {
+        /* HF LlamaRMSNorm: x.float(), pow, mean, rsqrt, mul, .to(dtype),
+         * weight * h */
+        uint32_t xf = cast_input(S, in0, 4);
+        transient(S, mulc(S, n, 4)); /* pow(2) */
+        uint32_t r = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
+        uint32_t h = talloc(S, mulc(S, n, 4), VP_CAT_ACT);
+        uint32_t h2 = h;
+        if (eb0 != 4) {
+            h2 = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+            tunref(S, h);
+        }
+        oeb = promote(S->PE, eb0);
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, xf);
+            save(S, i, r);
+            save(S, i, h2);
+        }
+        tunref(S, h2);
+        tunref(S, r);
+        tunref(S, xf);
+        break;
+    }
+    case VP_OP_BATCHNORM2D: {
+        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        uint32_t m = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
+        uint32_t r = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, S->out_t[in0]);
+            save(S, i, m);
+            save(S, i, r);
+        }
+        tunref(S, m);
+        tunref(S, r);
+        break;
+    }
+    case VP_OP_ATTENTION: {
+        uint8_t ce = S->amp ? 2 : eb0;
+        uint32_t q = cast_input(S, in0, ce);
+        uint32_t k = NONE, v = NONE;
+        if (o->n_inputs == 3) {
+            k = cast_input(S, o->inputs[1], ce);
+            v = cast_input(S, o->inputs[2], ce);
+        }
+        uint64_t bh = mulc(S, o->shape[0], o->heads);
+        uint64_t kvn = mulc(S, mulc(S, o->shape[0], o->kv_len),
+                            (uint64_t)o->kv_heads * o->head_dim);
+        bool kvcopy = (o->flags & VP_OPF_KV_COPY) && mode == MODE_SAVE &&
+                      !(o->segment >= 0 && S->ckpt[o->segment]);
+        if (kvcopy) {
+            k = talloc(S, mulc(S, kvn, ce), VP_CAT_ACT);
+            v = talloc(S, mulc(S, kvn, ce), VP_CAT_ACT);
+        }
+        vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
+        if (impl == VP_ATTN_SDPA)
+            impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
+        oeb = ce;
+        if (impl == VP_ATTN_EAGER || impl == VP_ATTN_MATH) {
+            uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
+            uint8_t pe = impl == VP_ATTN_MATH ? 4 : ce;
+            uint32_t scores = talloc(S, mulc(S, sc, pe), VP_CAT_TEMP);
+            if (o->causal)
+                transient(S, mulc(S, sc, pe)); /* masked copy */
+            uint32_t p32 = talloc(S, mulc(S, sc, 4), VP_CAT_TEMP);
+            tunref(S, scores);
+            uint32_t probs = p32;
+            if (pe != 4) {
+                probs = talloc(S, mulc(S, sc, pe), VP_CAT_ACT);
+                tunref(S, p32);
+            }
+            uint32_t mask = NONE, dropped = NONE;
+            if (o->dropout > 0 && S->training) {
+                mask = talloc(S, sc, VP_CAT_ACT);
+                dropped = talloc(S, mulc(S, sc, pe), VP_CAT_ACT);
+            }
+            out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+            if (sv) {
+                save(S, i, q);
+                save(S, i, k);
+                save(S, i, v);
+                save(S, i, probs);
+                save(S, i, mask);
+                save(S, i, dropped);
+            }
+            tunref(S, probs);
+            tunref(S, mask);
+            tunref(S, dropped);
+        } else {
+            uint32_t rng1 = NONE, rng2 = NONE;
+            if (o->dropout > 0 && S->training) {
+                rng1 = talloc(S, 8, VP_CAT_ACT);
+                rng2 = talloc(S, 8, VP_CAT_ACT);
+            }
+            out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+            uint64_t L = o->q_len;
+            if (impl == VP_ATTN_EFFICIENT)
+                L = (L + 31) / 32 * 32;
+            uint32_t lse = talloc(S, mulc(S, mulc(S, bh, L), 4), VP_CAT_ACT);
+            transient(S, 256);
+            if (sv) {
+                save(S, i, q);
+                save(S, i, k);
+                save(S, i, v);
+                save(S, i, lse);
+                save(S, i, rng1);
+                save(S, i, rng2);
+            }
+            tunref(S, lse);
+            tunref(S, rng1);
+            tunref(S, rng2);
+        }
+        tunref(S, q);
+        tunref(S, k);
+        tunref(S, v);
+        break;
+    }
+    case VP_OP_GELU_TANH: {
+        /* HF NewGELUActivation: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) as
+         * separate kernels; pow is on autocast's fp32 list. */
+        uint8_t fe = S->amp ? 4 : eb0;
+        uint32_t half = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        uint32_t xf = cast_input(S, in0, fe);
+        uint32_t p = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
+        uint32_t q = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
+        tunref(S, p);
+        uint32_t r = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
+        tunref(S, q);
+        uint32_t c = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
+        tunref(S, r);
+        uint32_t th = talloc(S, mulc(S, n, fe), VP_CAT_ACT);
+        tunref(S, c);
+        uint32_t u = talloc(S, mulc(S, n, fe), VP_CAT_ACT);
+        oeb = fe;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, half);
+            save(S, i, xf);
+            save(S, i, th);
+            save(S, i, u);
+        }
+        tunref(S, half);
+        tunref(S, xf);
+        tunref(S, th);
+        tunref(S, u);
+        break;
+    }
+    case VP_OP_RELU:
+    case VP_OP_TANH:
+    case VP_OP_SIGMOID:
+    case VP_OP_GELU:
+    case VP_OP_SILU:
+        if (o->inplace) {
+            out = S->out_t[in0];
+            tref(S, out);
+        } else {
+            out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        }
+        if (sv)
+            save(S, i, (o->kind == VP_OP_GELU || o->kind == VP_OP_SILU)
+                           ? S->out_t[in0]
+                           : out);
+        break;
+    case VP_OP_ROPE: {
+        uint8_t re = S->amp ? 4 : eb0;
+        transient(S, mulc(S, n, re));
+        transient(S, mulc(S, n, eb0));
+        oeb = re;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        break;
+    }
+    case VP_OP_DROPOUT: {
+        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        uint32_t m = talloc(S, n, VP_CAT_ACT);
+        if (sv)
+            save(S, i, m);
+        tunref(S, m);
+        break;
+    }
+    case VP_OP_ADD:
+    case VP_OP_MUL:
+    case VP_OP_MOE_COMBINE: {
+        uint8_t e = eb0;
+        for (uint32_t j = 1; j < o->n_inputs; j++)
+            e = promote(e, S->out_eb[o->inputs[j]]);
+        if (o->n_params)
+            e = promote(e, S->PE);
+        oeb = e;
+        if (o->inplace) {
+            out = S->out_t[in0];
+            tref(S, out);
+        } else {
+            out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        }
+        if (sv && o->kind == VP_OP_MUL) {
+            save(S, i, S->out_t[o->inputs[0]]);
+            save(S, i, S->out_t[o->inputs[1]]);
+        }
+        break;
+    }
+    case VP_OP_MAXPOOL2D: {
+        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        uint32_t idx = talloc(S, mulc(S, n, 8), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, S->out_t[in0]);
+            save(S, i, idx);
+        }
+        tunref(S, idx);
+        break;
+    }
+    case VP_OP_AVGPOOL2D:
+    case VP_OP_ADAPTIVE_AVGPOOL2D:
+    case VP_OP_CONCAT:
+    case VP_OP_MOE_DISPATCH:
+        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        break;
+    case VP_OP_ROUTER: {
+        uint32_t sm = talloc(S, mulc(S, mulc(S, o->shape[0], o->classes), 4),
+                             VP_CAT_ACT);
+        oeb = 4;
+        out = talloc(S, mulc(S, n, 4), VP_CAT_ACT);
+        uint32_t idx = talloc(S, mulc(S, n, 8), VP_CAT_ACT);
+        if (sv) {
+            save(S, i, sm);
+            save(S, i, idx);
+        }
+        tunref(S, sm);
+        tunref(S, idx);
+        break;
+    }
+    case VP_OP_SOFTMAX:
+        oeb = S->amp ? 4 : eb0;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        if (sv)
+            save(S, i, out);
+        break;
+    case VP_OP_FLATTEN:
+    case VP_OP_RESHAPE:
+    case VP_OP_PERMUTE:
+    case VP_OP_SELECT:
+        out = S->out_t[in0];
+        tref(S, out);
+        break;
+    case VP_OP_CROSS_ENTROPY:
+    case VP_OP_MSE_LOSS: {
+        uint64_t rc = mulc(S, o->rows, o->classes);
+        uint32_t lbl = NONE;
+        if (o->flags & VP_OPF_SHIFT_LABELS) {
+            transient(S, mulc(S, o->rows + o->rows / (o->rows ? o->rows : 1),
+                              8));
+            lbl = talloc(S, mulc(S, o->rows, 8), VP_CAT_ACT);
+        }
+        uint32_t lp = NONE, lp32 = NONE;
+        if (o->kind == VP_OP_MSE_LOSS) {
+            uint32_t x = cast_input(S, in0, S->amp ? 4 : eb0);
+            if (sv)
+                save(S, i, x);
+            tunref(S, x);
+        } else if (eb0 == 2 && !o->upcast_logits && S->amp) {
+            /* log_softmax keeps bf16; nll_loss (fp32 list) copies */
+            lp = talloc(S, mulc(S, rc, 2), VP_CAT_ACT);
+            lp32 = talloc(S, mulc(S, rc, 4), VP_CAT_ACT);
+        } else {
+            uint8_t le = o->upcast_logits ? 4 : eb0;
+            uint32_t up = cast_input(S, in0, le);
+            lp = talloc(S, mulc(S, rc, le), VP_CAT_ACT);
+            tunref(S, up);
+        }
+        oeb = 4;
+        out = talloc(S, 4, VP_CAT_ACT);
+        uint32_t tw = talloc(S, 4, VP_CAT_ACT);
+        if (sv) {
+            save(S, i, lp);
+            save(S, i, lp32);
+            save(S, i, lbl);
+            save(S, i, tw);
+        }
+        tunref(S, lp);
+        tunref(S, lp32);
+        tunref(S, lbl);
+        tunref(S, tw);
+        refs++; /* the loss is held by the training loop */
+        break;
+    }
+    case VP_OP__COUNT:
+        break;
+    }
+    if (!OK(S))
+        return;
+    /* the output: refs from consumers; drop our creation reference */
+    S->out_eb[i] = oeb;
+    if (out != NONE) {
+        S->t[out].refs += refs;
+        S->out_t[i] = out;
+        tunref(S, out);
+    } else {
+        S->out_t[i] = NONE;
+    }
+    /* this op is done with its inputs */
+    for (uint32_t j = 0; j < o->n_inputs; j++) {
+        uint32_t in = o->inputs[j];
+        if (g->ops[in].kind == VP_OP_INPUT)
+            continue;
+        if (refs_of && refs_of[in] == 0)
+            continue; /* an input from outside a recomputed segment */
+        tunref(S, S->out_t[in]);
+    }
+    (void)is_view;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+static void workspace_bwd(sim *S, bool lt)
+{
+    if (!S->ws_bwd) {
+        S->ws_bwd = true;
+        talloc(S, S->s->cublas_workspace, VP_CAT_WORKSPACE);
+    }
+    if (lt && !S->ws_bwd_lt) {
+        S->ws_bwd_lt = true;
+        talloc(S, S->s->cublaslt_workspace, VP_CAT_WORKSPACE);
+    }
+}
+
+static void bwd(sim *S, uint32_t i)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = &g->ops[i];
+    S->cur_op = o->name;
+    S->cur_op_idx = (int32_t)i;
+    uint32_t gy = S->grad_t[i];
+    S->grad_t[i] = NONE;
+    uint32_t in0 = o->n_inputs ? o->inputs[0] : NONE;
+    bool ig0 = in0 != NONE && g->ops[in0].needs_grad;
+    uint8_t eb0 = in0 != NONE ? S->out_eb[in0] : S->A;
+    uint8_t oeb = S->out_eb[i];
+    uint64_t n = o->numel;
+    uint32_t gx = NONE;
+    uint8_t gxe = eb0;
+    switch (o->kind) {
+    case VP_OP_INPUT:
+        break;
+    case VP_OP_LINEAR:
+    case VP_OP_CONV2D: {
+        bool bias = o->n_params > 1;
+        uint8_t ce = S->amp ? 2 : eb0;
+        uint64_t rows = o->in_features ? g->ops[in0].numel / o->in_features : 0;
+        if (o->kind == VP_OP_LINEAR)
+            workspace_bwd(S, false);
+        if (ig0) {
+            gx = grad_like(S, in0, ce);
+            gxe = ce;
+        }
+        if (o->kind == VP_OP_CONV2D)
+            transient(S, mulc(S, g->ops[in0].numel, ce)); /* cuDNN ws */
+        weight_grad(S, o->params[0], true);
+        if (bias) {
+            weight_grad(S, o->params[1], true);
+            if (o->kind == VP_OP_LINEAR)
+                bias_staging(S, rows, o->out_features);
+        }
+        break;
+    }
+    case VP_OP_EMBEDDING: {
+        const vp_param *p = &g->params[o->params[0]];
+        uint64_t tokens = g->ops[in0].numel;
+        if (o->shape[0] == 1 && g->batch > 1)
+            tokens = o->numel / o->shape[o->ndim - 1];
+        for (int k = 0; k < 4; k++)
+            transient(S, mulc(S, tokens, 8));
+        uint64_t seg = tokens / 10 + (tokens < o->classes ? tokens : o->classes);
+        uint32_t buf = talloc(S, mulc(S, mulc(S, seg, o->shape[o->ndim - 1]), 4),
+                              VP_CAT_TEMP);
+        uint32_t dense = talloc(S, mulc(S, p->numel, S->PE), VP_CAT_TEMP);
+        tunref(S, buf);
+        param_grad(S, o->params[0], dense);
+        break;
+    }
+    case VP_OP_LAYERNORM:
+    case VP_OP_GROUPNORM:
+    case VP_OP_RMSNORM: {
+        uint8_t ce = S->amp ? 4 : eb0;
+        if (o->kind == VP_OP_RMSNORM) {
+            transient(S, mulc(S, n, 4));
+            transient(S, mulc(S, n, 4));
+        }
+        if (ig0) {
+            gx = grad_like(S, in0, ce);
+            gxe = ce;
+        }
+        for (uint32_t k = 0; k < o->n_params; k++)
+            weight_grad(S, o->params[k], false);
+        break;
+    }
+    case VP_OP_BATCHNORM2D:
+        if (ig0)
+            gx = grad_like(S, in0, eb0);
+        weight_grad(S, o->params[0], false);
+        weight_grad(S, o->params[1], false);
+        break;
+    case VP_OP_ATTENTION: {
+        uint8_t ce = oeb;
+        uint64_t bh = mulc(S, o->shape[0], o->heads);
+        uint64_t qn = mulc(S, mulc(S, o->shape[0], o->q_len),
+                           (uint64_t)o->heads * o->head_dim);
+        uint64_t kvn = mulc(S, mulc(S, o->shape[0], o->kv_len),
+                            (uint64_t)o->kv_heads * o->head_dim);
+        vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
+        if (impl == VP_ATTN_SDPA)
+            impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
+        uint32_t dq = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+        uint32_t dk = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+        uint32_t dv = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+        if (impl == VP_ATTN_FLASH || impl == VP_ATTN_EFFICIENT) {
+            uint64_t ws = mulc(S, qn, 4);
+            ws += mulc(S, mulc(S, bh, o->q_len), 4) + 256;
+            transient(S, ws);
+        } else {
+            uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
+            uint8_t pe = impl == VP_ATTN_MATH ? 4 : ce;
+            uint32_t t1 = talloc(S, mulc(S, sc, pe), VP_CAT_TEMP);
+            uint32_t t2 = talloc(S, mulc(S, sc, pe), VP_CAT_TEMP);
+            tunref(S, t1);
+            tunref(S, t2);
+        }
+        tunref(S, gy);
+        gy = NONE;
+        release_saved(S, i);
+        bool kvcopy = (o->flags & VP_OPF_KV_COPY) &&
+                      !(o->segment >= 0 && S->ckpt[o->segment]);
+        if (o->n_inputs == 1) {
+            if (kvcopy) {
+                uint32_t a = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+                uint32_t b = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+                gx = grad_like(S, in0, ce);
+                tunref(S, a);
+                tunref(S, b);
+            } else {
+                gx = grad_like(S, in0, ce);
+            }
+            tunref(S, dq);
+            tunref(S, dk);
+            tunref(S, dv);
+            gxe = ce;
+        } else {
+            give_grad(S, o->inputs[0], dq, ce);
+            give_grad(S, o->inputs[1], dk, ce);
+            give_grad(S, o->inputs[2], dv, ce);
+        }
+        break;
+    }
+    case VP_OP_GELU_TANH: {
+        uint32_t t1 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
+        uint32_t t2 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
+        uint32_t t3 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
+        tunref(S, t1);
+        tunref(S, t2);
+        if (ig0) {
+            gx = grad_like(S, in0, eb0);
+            gxe = eb0;
+        }
+        tunref(S, t3);
+        break;
+    }
+    case VP_OP_RELU:
+    case VP_OP_TANH:
+    case VP_OP_SIGMOID:
+    case VP_OP_GELU:
+    case VP_OP_SILU:
+    case VP_OP_DROPOUT:
+    case VP_OP_SOFTMAX:
+    case VP_OP_MAXPOOL2D:
+    case VP_OP_AVGPOOL2D:
+    case VP_OP_ADAPTIVE_AVGPOOL2D:
+    case VP_OP_ROPE:
+    case VP_OP_SELECT:
+    case VP_OP_MOE_DISPATCH:
+        if (o->kind == VP_OP_ROPE)
+            transient(S, mulc(S, n, oeb));
+        if (ig0)
+            gx = grad_like(S, in0, eb0);
+        break;
+    case VP_OP_ROUTER:
+        if (ig0)
+            gx = grad_like(S, in0, eb0);
+        break;
+    case VP_OP_ADD:
+    case VP_OP_MUL:
+    case VP_OP_MOE_COMBINE:
+    case VP_OP_CONCAT: {
+        /* add/concat pass the gradient through (concat as views); mul
+         * makes one per operand. Broadcast operands get a reduced copy. */
+        for (uint32_t j = 0; j < o->n_inputs; j++) {
+            uint32_t in = o->inputs[j];
+            if (!g->ops[in].needs_grad)
+                continue;
+            if (o->kind == VP_OP_MUL || g->ops[in].numel != n ||
+                o->kind == VP_OP_MOE_COMBINE) {
+                give_grad(S, in, grad_like(S, in, S->out_eb[in]),
+                          S->out_eb[in]);
+            } else {
+                tref(S, gy);
+                give_grad(S, in, gy, oeb);
+            }
+        }
+        for (uint32_t k = 0; k < o->n_params; k++)
+            weight_grad(S, o->params[k], false);
+        break;
+    }
+    case VP_OP_FLATTEN:
+    case VP_OP_RESHAPE:
+    case VP_OP_PERMUTE:
+        if (ig0) {
+            tref(S, gy);
+            gx = gy;
+            gxe = oeb;
+        }
+        break;
+    case VP_OP_CROSS_ENTROPY:
+    case VP_OP_MSE_LOSS: {
+        uint64_t rc = mulc(S, o->rows, o->classes);
+        if (o->kind == VP_OP_MSE_LOSS) {
+            if (ig0)
+                gx = grad_like(S, in0, eb0);
+            break;
+        }
+        if (eb0 == 2 && !o->upcast_logits && S->amp) {
+            uint32_t gn = talloc(S, mulc(S, rc, 4), VP_CAT_TEMP);
+            /* saved: [lp16, lp32, labels?, tw] — free lp32 first */
+            uint32_t c16 = talloc(S, mulc(S, rc, 2), VP_CAT_TEMP);
+            tunref(S, gn);
+            gx = talloc(S, mulc(S, rc, 2), VP_CAT_TEMP);
+            tunref(S, c16);
+            gxe = 2;
+        } else {
+            uint8_t le = o->upcast_logits ? 4 : eb0;
+            uint32_t gn = talloc(S, mulc(S, rc, le), VP_CAT_TEMP);
+            uint32_t gl = talloc(S, mulc(S, rc, le), VP_CAT_TEMP);
+            tunref(S, gn);
+            release_saved(S, i);
+            gx = gl;
+            gxe = le;
+        }
+        break;
+    }
+    case VP_OP__COUNT:
+        break;
+    }
+    tunref(S, gy);
+    release_saved(S, i);
+    if (gx != NONE)
+        give_grad(S, in0, gx, gxe);
+}
+
+/* ---- the step ------------------------------------------------------------ */
+
+static void phase_begin(sim *S, vp_phase ph)
+{
+    S->phase = ph;
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    S->phase_peak = st.allocated;
+}
+
+static uint64_t allocated(sim *S)
+{
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    return st.allocated;
+}
+
+static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
+{
+    const vp_graph *g = S->g;
+    uint32_t last = seg->first_op;
+    /* early stop: the last op that saves something */
+    for (uint32_t i = seg->first_op; i <= seg->last_op; i++) {
+        vp_op_kind k = g->ops[i].kind;
+        if (k != VP_OP_ADD && !is_view(k) && k != VP_OP_CONCAT)
+            last = i;
+    }
+    for (uint32_t i = seg->first_op; i <= seg->last_op; i++)
+        refs_of[i] = 0;
+    for (uint32_t i = seg->first_op; i <= last; i++)
+        for (uint32_t j = 0; j < g->ops[i].n_inputs; j++) {
+            uint32_t in = g->ops[i].inputs[j];
+            if (in >= seg->first_op && in <= last)
+                refs_of[in]++;
+        }
+    /* inputs from outside the segment are passed with refs_of == 0 */
+    uint32_t *saved_out = malloc((last - seg->first_op + 1) * sizeof *saved_out);
+    if (!saved_out) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    /* mark outside inputs: refs_of must be 0 for ops before first */
+    for (uint32_t i = seg->first_op; i <= last && OK(S); i++) {
+        saved_out[i - seg->first_op] = S->out_t[i];
+        fwd(S, i, MODE_RECOMPUTE, refs_of);
+    }
+    clear_cast_cache(S);
+    free(saved_out);
+}
+
+static void forward_pass(sim *S)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
+        const vp_op *o = &g->ops[i];
+        bool ck = S->training && o->segment >= 0 && S->ckpt[o->segment];
+        if (ck && g->segs[o->segment].first_op == i) {
+            /* non-reentrant checkpoint saves the segment's inputs */
+            const vp_segment *seg = &g->segs[o->segment];
+            for (uint32_t k = seg->first_op; k <= seg->last_op; k++)
+                for (uint32_t j = 0; j < g->ops[k].n_inputs; j++) {
+                    uint32_t in = g->ops[k].inputs[j];
+                    if (in < seg->first_op && g->ops[in].kind != VP_OP_INPUT)
+                        save(S, seg->last_op, S->out_t[in]);
+                }
+        }
+        fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+    }
+    S->cur_op = "";
+    S->cur_op_idx = -1;
+}
+
+static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
+{
+    const vp_graph *g = S->g;
+    S->cur_op = "loss";
+    uint32_t seed = talloc(S, 4, VP_CAT_TEMP); /* ones */
+    uint32_t div = talloc(S, 4, VP_CAT_TEMP);  /* loss / accum */
+    tunref(S, seed);
+    S->grad_t[loss] = div;
+    int32_t active_seg = -1;
+    for (uint32_t ii = (uint32_t)g->n_ops; ii-- > 0 && OK(S);) {
+        const vp_op *o = &g->ops[ii];
+        if (o->segment >= 0 && S->ckpt[o->segment] &&
+            o->segment != active_seg) {
+            const vp_segment *seg = &g->segs[o->segment];
+            active_seg = o->segment;
+            /* the segment's saved inputs are dropped after its backward;
+             * recompute now (the first unpack triggers it) */
+            if (S->grad_t[ii] != NONE || ii != seg->last_op)
+                recompute(S, seg, refs_of);
+        }
+        if (S->grad_t[ii] == NONE) {
+            release_saved(S, ii);
+            continue;
+        }
+        bwd(S, ii);
+        if (o->segment >= 0 && S->ckpt[o->segment] &&
+            ii == g->segs[o->segment].first_op)
+            release_saved(S, g->segs[o->segment].last_op);
+    }
+    S->cur_op = "";
+}
+
+static void optimizer_step(sim *S)
+{
+    const vp_graph *g = S->g;
+    size_t np = g->n_params;
+    vp_optimizer opt = S->s->optimizer;
+    S->cur_op = "optimizer";
+    S->cur_op_idx = -1;
+    bool adam = opt == VP_OPT_ADAMW || opt == VP_OPT_ADAMW_FUSED ||
+                opt == VP_OPT_ADAMW_FORLOOP || opt == VP_OPT_ADAMW_8BIT;
+    if (S->s->precision == VP_PREC_AMP_FP16) {
+        /* GradScaler: found_inf, scale */
+        transient(S, 4);
+    }
+    for (size_t p = 0; p < np && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        if (!pp->trainable || S->pgrad[p] == NONE || S->st1[p] != NONE)
+            continue;
+        uint64_t b = mulc(S, pp->numel, S->PE);
+        if (adam) {
+            uint64_t sb = opt == VP_OPT_ADAMW_8BIT
+                              ? pp->numel + (pp->numel + 255) / 256 * 4
+                              : b;
+            S->st1[p] = talloc(S, sb, VP_CAT_OPTIM);
+            S->st2[p] = talloc(S, sb, VP_CAT_OPTIM);
+            if (opt == VP_OPT_ADAMW_FUSED)
+                talloc(S, 4, VP_CAT_OPTIM); /* device step: never freed */
+        } else if (opt == VP_OPT_SGD) {
+            S->st1[p] = talloc(S, b, VP_CAT_OPTIM);
+        } else if (opt == VP_OPT_ADAFACTOR) {
+            /* factored second moment: row and column statistics */
+            uint64_t r = pp->numel > 1 ? (uint64_t)1 << 0 : 1;
+            (void)r;
+            S->st1[p] = talloc(S, mulc(S, 2 * 4, 1) + 4 * (pp->numel > 4096
+                                                               ? 2 * 4096
+                                                               : pp->numel),
+                               VP_CAT_OPTIM);
+        }
+    }
+    if (opt == VP_OPT_ADAMW) {
+        uint32_t *tmp = calloc(np ? np : 1, sizeof *tmp);
+        if (!tmp) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            return;
+        }
+        for (size_t p = 0; p < np; p++) {
+            tmp[p] = NONE;
+            if (g->params[p].trainable && S->pgrad[p] != NONE)
+                tmp[p] = talloc(S, mulc(S, g->params[p].numel, S->PE),
+                                VP_CAT_TEMP);
+        }
+        for (size_t p = np; p-- > 0;)
+            tunref(S, tmp[p]);
+        free(tmp);
+    } else if (opt == VP_OPT_ADAMW_FORLOOP || opt == VP_OPT_ADAMW_8BIT ||
+               opt == VP_OPT_ADAFACTOR) {
+        uint32_t prev = NONE;
+        for (size_t p = 0; p < np && OK(S); p++) {
+            if (!g->params[p].trainable || S->pgrad[p] == NONE)
+                continue;
+            uint64_t b = mulc(S, g->params[p].numel,
+                              opt == VP_OPT_ADAMW_8BIT ? 4 : S->PE);
+            uint32_t t1 = talloc(S, b, VP_CAT_TEMP);
+            uint32_t t2 = talloc(S, b, VP_CAT_TEMP);
+            tunref(S, t1);
+            tunref(S, prev);
+            prev = t2;
+        }
+        tunref(S, prev);
+    }
+    S->cur_op = "";
+}
+
+static void zero_grad(sim *S)
+{
+    if (!S->s->set_to_none)
+        return;
+    for (size_t p = 0; p < S->g->n_params; p++) {
+        if (S->pgrad[p] != NONE) {
+            uint32_t id = S->pgrad[p];
+            S->pgrad[p] = NONE;
+            tunref(S, id);
+        }
+    }
+}
+
+static void load_model(sim *S)
+{
+    const vp_graph *g = S->g;
+    S->phase = VP_PHASE_SETUP;
+    S->cur_op = "model";
+    /* the process's first GEMM made the main-thread cuBLAS workspace */
+    talloc(S, S->s->cublas_workspace, VP_CAT_WORKSPACE);
+    if (!S->s->fresh_process) {
+        S->ws_fwd_lt = S->ws_bwd = true;
+        talloc(S, S->s->cublaslt_workspace, VP_CAT_WORKSPACE);
+        talloc(S, S->s->cublas_workspace, VP_CAT_WORKSPACE);
+    }
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    S->out->baseline = st.allocated;
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        uint32_t pb = param_bytes_of(S, pp);
+        if (S->half && pb == 2) {
+            /* built in fp32, then model.to(half) */
+            uint32_t f = talloc(S, mulc(S, pp->numel, 4), VP_CAT_PARAM);
+            talloc(S, mulc(S, pp->numel, 2), VP_CAT_PARAM);
+            tunref(S, f);
+        } else {
+            talloc(S, mulc(S, pp->numel, pb), VP_CAT_PARAM);
+        }
+    }
+    S->out->after_model = allocated(S) - S->out->baseline;
+}
+
+static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
+{
+    const vp_graph *g = S->g;
+    *nb = 0;
+    S->cur_op = "batch";
+    for (uint32_t i = 0; i < g->n_ops; i++) {
+        const vp_op *o = &g->ops[i];
+        if (o->kind == VP_OP_INPUT) {
+            uint8_t e = o->value == VP_VAL_INDEX ? 8 : S->half ? 2 : 4;
+            if (S->half && o->value == VP_VAL_FLOAT) {
+                uint32_t f = talloc(S, mulc(S, o->numel, 4), VP_CAT_INPUT);
+                batch[(*nb)++] = talloc(S, mulc(S, o->numel, e), VP_CAT_INPUT);
+                tunref(S, f);
+            } else {
+                batch[(*nb)++] = talloc(S, mulc(S, o->numel, e), VP_CAT_INPUT);
+            }
+            S->out_t[i] = batch[*nb - 1];
+            S->out_eb[i] = e;
+        } else if ((o->kind == VP_OP_CROSS_ENTROPY || o->kind == VP_OP_MSE_LOSS) &&
+                   *nb < 8) {
+            uint64_t tb = o->kind == VP_OP_CROSS_ENTROPY
+                              ? mulc(S, o->rows, 8)
+                              : mulc(S, g->ops[o->inputs[0]].numel, 4);
+            batch[(*nb)++] = talloc(S, tb, VP_CAT_INPUT);
+        }
+    }
+    S->cur_op = "";
+}
+
+static vp_status run(sim *S)
+{
+    const vp_graph *g = S->g;
+    const vp_setup *s = S->s;
+    vp_estimate *out = S->out;
+    uint32_t *refs_of = calloc(g->n_ops ? g->n_ops : 1, sizeof *refs_of);
+    if (!refs_of)
+        return vp_error_set(S->err, VP_ENOMEM, "out of memory");
+    load_model(S);
+    uint32_t loss = NONE;
+    for (uint32_t i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == VP_OP_CROSS_ENTROPY ||
+            g->ops[i].kind == VP_OP_MSE_LOSS)
+            loss = i;
+    if (S->training && loss == NONE) {
+        free(refs_of);
+        return vp_error_set(S->err, VP_EARG,
+                            "the model has no loss op to train with; use "
+                            "--inference or add a loss");
+    }
+    uint32_t accum = S->training ? s->accum : 1;
+    for (uint32_t step = 1; step <= s->steps && OK(S); step++) {
+        S->step = step;
+        vp_phase_peaks *pk = &out->step[step - 1];
+        memset(pk, 0, sizeof *pk);
+        uint64_t fwd_peak = 0, bwd_peak = 0;
+        uint32_t batch[8];
+        size_t nb = 0;
+        uint32_t loss_t = NONE;
+        for (uint32_t mb = 0; mb < accum && OK(S); mb++) {
+            if (mb == 0) {
+                S->phase = VP_PHASE_FORWARD;
+                alloc_batch(S, batch, &nb);
+                pk->start = allocated(S) - out->baseline;
+            } else {
+                tunref(S, loss_t); /* del loss */
+                for (size_t k = 0; k < nb; k++)
+                    tunref(S, batch[k]);
+                alloc_batch(S, batch, &nb);
+            }
+            if (mb == 0)
+                phase_begin(S, VP_PHASE_FORWARD);
+            else
+                S->phase = VP_PHASE_FORWARD;
+            forward_pass(S);
+            if (!OK(S))
+                break;
+            loss_t = loss != NONE ? S->out_t[loss] : NONE;
+            /* the training loop divides by accum: a new scalar */
+            if (S->training) {
+                uint32_t l2 = talloc(S, 4, VP_CAT_TEMP);
+                tunref(S, loss_t);
+                loss_t = l2;
+                S->out_t[loss] = NONE;
+            }
+            clear_cast_cache(S); /* autocast.__exit__ */
+            if (!S->training && loss_t != NONE) {
+                tunref(S, loss_t);
+                loss_t = NONE;
+            }
+            if (S->phase_peak > fwd_peak)
+                fwd_peak = S->phase_peak;
+            pk->after_fwd = allocated(S) - out->baseline;
+            if (!S->training)
+                break;
+            phase_begin(S, VP_PHASE_BACKWARD);
+            backward_pass(S, loss, refs_of);
+            if (S->phase_peak > bwd_peak)
+                bwd_peak = S->phase_peak;
+        }
+        if (!OK(S))
+            break;
+        pk->peak[VP_PHASE_FORWARD] = fwd_peak - out->baseline;
+        if (S->training) {
+            pk->peak[VP_PHASE_BACKWARD] = bwd_peak - out->baseline;
+            pk->after_bwd = allocated(S) - out->baseline;
+            phase_begin(S, VP_PHASE_OPTIMIZER);
+            optimizer_step(S);
+            pk->peak[VP_PHASE_OPTIMIZER] = S->phase_peak - out->baseline;
+            zero_grad(S);
+            tunref(S, loss_t);
+        }
+        for (size_t k = 0; k < nb; k++)
+            tunref(S, batch[k]);
+        pk->end = allocated(S) - out->baseline;
+        vp_allocator_stats st;
+        vp_allocator_stats_get(S->a, &st);
+        pk->reserved = st.reserved;
+        out->steps = step;
+    }
+    free(refs_of);
+    return S->st;
+}
+
+/* ---- entry point ----------------------------------------------------------- */
+
+static void sim_destroy(sim *S)
+{
+    vp_allocator_free(S->a);
+    free(S->t);
+    free(S->free_ids);
+    free(S->out_t);
+    free(S->out_eb);
+    free(S->saved);
+    free(S->n_saved);
+    free(S->grad_t);
+    free(S->consumers);
+    free(S->pgrad);
+    free(S->cast);
+    free(S->st1);
+    free(S->st2);
+    free(S->ckpt);
+}
+
+static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
+                          vp_estimate *out, vp_error *err)
+{
+    memset(S, 0, sizeof *S);
+    S->g = g;
+    S->s = s;
+    S->err = err;
+    S->out = out;
+    S->cur_op_idx = -1;
+    size_t no = g->n_ops ? g->n_ops : 1, np = g->n_params ? g->n_params : 1;
+    S->a = vp_allocator_new(&s->alloc, err);
+    if (!S->a)
+        return err ? err->code : VP_ENOMEM;
+    S->out_t = malloc(no * sizeof *S->out_t);
+    S->out_eb = calloc(no, 1);
+    S->saved = malloc(no * MAX_SAVED * sizeof *S->saved);
+    S->n_saved = calloc(no, 1);
+    S->grad_t = malloc(no * sizeof *S->grad_t);
+    S->consumers = calloc(no, sizeof *S->consumers);
+    S->pgrad = malloc(np * sizeof *S->pgrad);
+    S->cast = malloc(np * sizeof *S->cast);
+    S->st1 = malloc(np * sizeof *S->st1);
+    S->st2 = malloc(np * sizeof *S->st2);
+    S->ckpt = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->ckpt);
+    if (!S->out_t || !S->out_eb || !S->saved || !S->n_saved || !S->grad_t ||
+        !S->consumers || !S->pgrad || !S->cast || !S->st1 || !S->st2 ||
+        !S->ckpt)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < no; i++)
+        S->out_t[i] = S->grad_t[i] = NONE;
+    for (size_t p = 0; p < np; p++)
+        S->pgrad[p] = S->cast[p] = S->st1[p] = S->st2[p] = NONE;
+    for (size_t i = 0; i < g->n_ops; i++)
+        for (uint32_t j = 0; j < g->ops[i].n_inputs; j++)
+            S->consumers[g->ops[i].inputs[j]]++;
+    for (size_t k = 0; k < g->n_segs && k < s->n_checkpoint; k++)
+        S->ckpt[k] = s->checkpoint ? s->checkpoint[k] : false;
+    vp_precision p = s->precision;
+    S->amp = p == VP_PREC_AMP_BF16 || p == VP_PREC_AMP_FP16;
+    S->half = p == VP_PREC_BF16 || p == VP_PREC_FP16;
+    S->A = p == VP_PREC_FP32 ? 4 : 2;
+    S->PE = S->half ? 2 : 4;
+    S->training = !s->inference;
+    return VP_OK;
+}
+
+/* Live activation bytes by layer at the peak event: a second run that
+ * stops there. */
+static void layer_breakdown(const vp_graph *g, const vp_setup *s,
+                            vp_estimate *out, uint64_t at)
+{
+    sim S;
+    vp_estimate tmp;
+    memset(&tmp, 0, sizeof tmp);
+    vp_error e2;
+    if (sim_init(&S, g, s, &tmp, &e2) != VP_OK) {
+        sim_destroy(&S);
+        return;
+    }
+    S.stop_at = at;
+    run(&S);
+    size_t nb = g->n_segs + 1;
+    uint64_t *bytes = calloc(nb, sizeof *bytes);
+    if (bytes) {
+        for (size_t i = 0; i < S.nt; i++) {
+            const tensor *t = &S.t[i];
+            if (!t->refs || t->op < 0)
+                continue;
+            if (t->cat != VP_CAT_ACT && t->cat != VP_CAT_TEMP)
+                continue;
+            int32_t seg = g->ops[t->op].segment;
+            bytes[seg >= 0 ? (size_t)seg : g->n_segs] += t->bytes;
+        }
+        out->n_top_layers = 0;
+        for (uint32_t k = 0; k < VP_TOP_LAYERS; k++) {
+            size_t best = nb;
+            for (size_t b = 0; b < nb; b++)
+                if (bytes[b] && (best == nb || bytes[b] > bytes[best]))
+                    best = b;
+            if (best == nb)
+                break;
+            vp_layer_bytes *lb = &out->top_layers[out->n_top_layers++];
+            snprintf(lb->name, sizeof lb->name, "%s",
+                     best < g->n_segs ? g->segs[best].name
+                                      : "(outside layers: embeddings, head, "
+                                        "loss)");
+            lb->bytes = bytes[best];
+            bytes[best] = 0;
+        }
+        free(bytes);
+    }
+    sim_destroy(&S);
+}
+
+vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
+                      vp_sim_event_fn on_event, void *ud, vp_error *err)
+{
+    vp_error_clear(err);
+    memset(out, 0, sizeof *out);
+    if (s->batch == 0 || s->accum == 0 || s->steps == 0 ||
+        s->steps > VP_MAX_STEPS)
+        return vp_error_set(err, VP_EARG,
+                            "invalid setup: batch and accum must be >= 1, "
+                            "steps 1..%d",
+                            VP_MAX_STEPS);
+    if ((unsigned)s->precision >= VP_PREC__COUNT ||
+        (unsigned)s->optimizer >= VP_OPT__COUNT)
+        return vp_error_set(err, VP_EARG, "invalid precision or optimizer");
+    sim S;
+    vp_status st = sim_init(&S, g, s, out, err);
+    if (st == VP_OK) {
+        S.cb = on_event;
+        S.ud = ud;
+        st = run(&S);
+    }
+    vp_allocator_stats as;
+    if (S.a) {
+        vp_allocator_stats_get(S.a, &as);
+        out->peak_reserved = as.peak_reserved;
+        out->num_alloc_retries = as.num_alloc_retries;
+    }
+    uint64_t peak_event = out->events;
+    out->events = S.events;
+    sim_destroy(&S);
+    /* figures relative to the allocations before the model */
+    out->peak_alloc = out->peak_alloc >= out->baseline
+                          ? out->peak_alloc - out->baseline
+                          : 0;
+    if (out->by_category[VP_CAT_WORKSPACE] >= out->baseline)
+        out->by_category[VP_CAT_WORKSPACE] -= out->baseline;
+    (void)vp_graph_num_params(g, &out->params, NULL);
+    for (size_t p = 0; p < g->n_params; p++) {
+        const vp_param *pp = &g->params[p];
+        uint64_t eb = pp->elem_bytes_override ? pp->elem_bytes_override
+                      : pp->fp32_buffer                   ? 4
+                      : (s->precision == VP_PREC_BF16 ||
+                         s->precision == VP_PREC_FP16)
+                          ? 2
+                          : 4;
+        uint64_t b;
+        if (!vp_mul_u64(pp->numel, eb, &b) ||
+            !vp_add_u64(out->param_bytes, b, &out->param_bytes) ||
+            (pp->trainable && !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
+            return vp_error_set(err, VP_EOVERFLOW,
+                                "parameter bytes overflow 64 bits");
+    }
+    out->optim_bytes = out->by_category[VP_CAT_OPTIM];
+    for (uint32_t k = 0; k < out->steps; k++) {
+        uint64_t m = 0;
+        for (int ph = VP_PHASE_FORWARD; ph < VP_PHASE__COUNT; ph++)
+            if (out->step[k].peak[ph] > m)
+                m = out->step[k].peak[ph];
+        if (k + 1 == out->steps)
+            out->peak_alloc_steady = m;
+    }
+    out->device_used = out->peak_reserved + s->context_bytes;
+    double f = 0;
+    for (size_t i = 0; i < g->n_ops; i++) {
+        f += g->ops[i].flops_fwd;
+        if (!s->inference)
+            f += g->ops[i].flops_bwd;
+        if (!s->inference && g->ops[i].segment >= 0 &&
+            (size_t)g->ops[i].segment < s->n_checkpoint && s->checkpoint &&
+            s->checkpoint[g->ops[i].segment])
+            f += g->ops[i].flops_fwd;
+    }
+    out->flops_per_step = f * (s->inference ? 1 : s->accum);
+    if (st == VP_OK && peak_event)
+        layer_breakdown(g, s, out, peak_event);
+    return st;
+}

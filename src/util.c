@@ -1,0 +1,122 @@
+/* Small shared helpers: the arena, array growth, glob matching, aborts. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+_Noreturn void vp__abort(const char *file, int line, const char *expr)
+{
+    fprintf(stderr, "%s:%d: VP_ASSERT(%s) failed\n", file, line, expr);
+    abort();
+}
+
+struct vp_arena_chunk {
+    vp_arena_chunk *next;
+    size_t used, size;
+    max_align_t data[];
+};
+
+#define ARENA_CHUNK (64u * 1024u)
+
+void *vp__arena_alloc(vp_arena *a, size_t n)
+{
+    size_t align = sizeof(max_align_t);
+    if (n > SIZE_MAX - align)
+        return NULL;
+    n = (n + align - 1) / align * align;
+    vp_arena_chunk *c = a->head;
+    if (!c || c->size - c->used < n) {
+        size_t size = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        c = malloc(sizeof(*c) + size);
+        if (!c)
+            return NULL;
+        c->used = 0;
+        c->size = size;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *vp__arena_strdup(vp_arena *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = vp__arena_alloc(a, n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+char *vp__arena_printf(vp_arena *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *p = vp__arena_alloc(a, (size_t)n + 1);
+    if (!p)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+void vp__arena_destroy(vp_arena *a)
+{
+    vp_arena_chunk *c = a->head;
+    while (c) {
+        vp_arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+}
+
+bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2)
+            return false;
+        ncap *= 2;
+    }
+    if (ncap > SIZE_MAX / elem)
+        return false;
+    void *np = realloc(*p, ncap * elem);
+    if (!np)
+        return false;
+    *p = np;
+    *cap = ncap;
+    return true;
+}
+
+bool vp__glob_match(const char *pat, const char *s)
+{
+    while (*pat) {
+        if (*pat == '*') {
+            pat++;
+            for (;;) {
+                if (vp__glob_match(pat, s))
+                    return true;
+                if (!*s || *s == '.')
+                    return false;
+                s++;
+            }
+        }
+        if (*pat != *s)
+            return false;
+        pat++;
+        s++;
+    }
+    return *s == '\0';
+}
