@@ -448,7 +448,8 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         TRY(norm(&c, x, "mlm.norm", &x));
         TRY(linear(&c, x, "mlm.decoder", t->vocab, true,
                    t->tied ? (int64_t)wte_param : -1, &logits));
-        TRY(loss(&c, logits, B * S, true, &l));
+        /* BertForMaskedLM: CrossEntropyLoss on the logits as they are */
+        TRY(loss(&c, logits, B * S, false, &l));
         break;
     case VP_HEAD_CLASSIFICATION:
         if (t->type == VP_TF_ENCODER) {

@@ -357,6 +357,7 @@ static vp_status parse_hf(vp_model *m, vp_error *err)
                         tv ? tv : "?");
     vp_tf *t = &m->tf;
     tf_defaults(t);
+    t->qkv_bias = true;
     fields f = {d, root, err};
     const char *type = HF_TYPES[mt];
     if (!strcmp(type, "gpt2")) {

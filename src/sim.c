@@ -39,6 +39,8 @@ typedef struct sim {
     /* per param */
     uint32_t *pgrad, *cast, *st1, *st2;
     bool *ckpt;       /* per segment */
+    uint32_t *held;   /* tensors kept until the model output is dropped */
+    size_t n_held, cap_held;
     /* state */
     vp_phase phase;
     uint32_t step;
@@ -175,6 +177,27 @@ static void transient(sim *S, uint64_t bytes)
 {
     uint32_t id = talloc(S, bytes, VP_CAT_TEMP);
     tunref(S, id);
+}
+
+/* Keep a tensor until the model's output is dropped (end of forward). */
+static void hold(sim *S, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->held, &S->cap_held, S->n_held + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    tref(S, id);
+    S->held[S->n_held++] = id;
+}
+
+static void release_held(sim *S)
+{
+    for (size_t i = 0; i < S->n_held; i++)
+        tunref(S, S->held[i]);
+    S->n_held = 0;
 }
 
 static void save(sim *S, uint32_t op, uint32_t id)
@@ -462,8 +485,12 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         bool kvcopy = (o->flags & VP_OPF_KV_COPY) && mode == MODE_SAVE &&
                       !(o->segment >= 0 && S->ckpt[o->segment]);
         if (kvcopy) {
+            /* HF DynamicCache (use_cache): the copies live in the cache
+             * until the model's output is dropped */
             k = talloc(S, mulc(S, kvn, ce), VP_CAT_ACT);
             v = talloc(S, mulc(S, kvn, ce), VP_CAT_ACT);
+            hold(S, k);
+            hold(S, v);
         }
         vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
         if (impl == VP_ATTN_SDPA)
@@ -939,7 +966,10 @@ static void bwd(sim *S, uint32_t i)
         }
         if (eb0 == 2 && !o->upcast_logits && S->amp) {
             uint32_t gn = talloc(S, mulc(S, rc, 4), VP_CAT_TEMP);
-            /* saved: [lp16, lp32, labels?, tw] — free lp32 first */
+            /* saved: [lp16, lp32, ...]: NllLossBackward drops the fp32
+             * log-probs before ToCopyBackward runs */
+            tunref(S, S->saved[i * MAX_SAVED + 1]);
+            S->saved[i * MAX_SAVED + 1] = NONE;
             uint32_t c16 = talloc(S, mulc(S, rc, 2), VP_CAT_TEMP);
             tunref(S, gn);
             gx = talloc(S, mulc(S, rc, 2), VP_CAT_TEMP);
@@ -1260,6 +1290,7 @@ static vp_status run(sim *S)
             forward_pass(S);
             if (!OK(S))
                 break;
+            release_held(S);
             loss_t = loss != NONE ? S->out_t[loss] : NONE;
             /* the training loop divides by accum: a new scalar */
             if (S->training) {
@@ -1325,6 +1356,7 @@ static void sim_destroy(sim *S)
     free(S->st1);
     free(S->st2);
     free(S->ckpt);
+    free(S->held);
 }
 
 static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,

@@ -44,6 +44,12 @@ enum {
 /* Messages                                                            */
 /* ------------------------------------------------------------------ */
 
+#if defined(__GNUC__)
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PRINTF_LIKE(f, a)
+#endif
+
 static void verror(const char *fmt, va_list ap)
 {
     fputs("vramplan: error: ", stderr);
@@ -52,6 +58,7 @@ static void verror(const char *fmt, va_list ap)
 }
 
 /* An error that is not about usage (I/O, memory): message, exit code 2. */
+static int fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 static int fail(const char *fmt, ...)
 {
     va_list ap;
@@ -63,6 +70,7 @@ static int fail(const char *fmt, ...)
 }
 
 /* A usage error: message, the pointer to --help, exit code 2. */
+static int usage_error(const char *fmt, ...) PRINTF_LIKE(1, 2);
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -373,7 +381,7 @@ typedef struct metric {
     uint64_t bytes;
 } metric;
 
-#define N_TOTALS 8
+#define N_TOTALS 9
 #define N_STEP_METRICS 9
 
 static void total_metrics(const vp_estimate *e, metric out[N_TOTALS])
@@ -382,6 +390,7 @@ static void total_metrics(const vp_estimate *e, metric out[N_TOTALS])
         {"param_bytes", e->param_bytes},
         {"grad_bytes", e->grad_bytes},
         {"optim_bytes", e->optim_bytes},
+        {"baseline", e->baseline},
         {"after_model", e->after_model},
         {"peak_alloc", e->peak_alloc},
         {"peak_alloc_steady", e->peak_alloc_steady},
@@ -658,7 +667,9 @@ static void print_json(FILE *f, const report *r)
     fprintf(f, "    \"cublas_workspace\": %" PRIu64 ",\n", s->cublas_workspace);
     fprintf(f, "    \"cublaslt_workspace\": %" PRIu64 ",\n",
             s->cublaslt_workspace);
-    fprintf(f, "    \"context_bytes\": %" PRIu64 "\n  },\n", s->context_bytes);
+    fprintf(f, "    \"context_bytes\": %" PRIu64 ",\n", s->context_bytes);
+    fprintf(f, "    \"fresh_process\": %s\n  },\n",
+            s->fresh_process ? "true" : "false");
 
     fprintf(f, "  \"params\": %" PRIu64 ",\n", e->params);
     total_metrics(e, totals);
