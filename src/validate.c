@@ -1,4 +1,5 @@
 /* Validation against measured runs in the ground-truth schema. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "vramplan/vramplan.h"
 
 /* Exit codes, documented in --help and README.md. */
@@ -72,6 +73,19 @@ static int fail(const char *fmt, ...)
 /* A usage error: message, the pointer to --help, exit code 2. */
 static int usage_error(const char *fmt, ...) PRINTF_LIKE(1, 2);
 static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    verror(fmt, ap);
+    va_end(ap);
+    fputs("Use vramplan --help for help with command-line options.\n",
+          stderr);
+    return CLI_USAGE;
+}
+
+/* The same, for the commands in other files (cli.h). */
+int cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
 
@@ -1111,6 +1125,8 @@ typedef struct command {
 static const command commands[] = {
     {"estimate", "MODEL [OPTIONS]",
      "simulate training steps and report peak GPU memory", cmd_estimate},
+    {"validate", "FILE.jsonl... [OPTIONS]",
+     "compare the simulator with measured PyTorch runs", cli_validate},
     /* ------------------------------------------------------------------
      * NEW COMMANDS GO HERE: validate, maxbatch, plan.
      * Add a cmd_<name>(argc, argv) above (parse with arg_next and an
