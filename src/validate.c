@@ -142,18 +142,53 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
         s.steps = (uint32_t)(u > VP_MAX_STEPS ? VP_MAX_STEPS : u ? u : 1);
     }
     TRY(st);
-    if (!get_u64(&d, root, "batch", &s.batch, &st, err)) {
+    if (!get_u64(&d, root, "batch", &s.batch, &st, err) &&
+        !vp__ymap_get(&d, root, "budget_gib", NULL)) {
         if (st == VP_OK)
             st = vp__yerr(&d, root, VP_ESCHEMA, err,
                           "the case has no \"batch\"");
         goto done;
     }
+    TRY(st);
     uint64_t seq = 0;
     get_u64(&d, root, "seq", &seq, &st, err);
     TRY(st);
     m = find_model(model, dirs, n_dirs, err);
     if (!m) {
         st = err ? err->code : VP_EIO;
+        goto done;
+    }
+    yaml_node_t *bg = vp__ymap_get(&d, root, "budget_gib", NULL);
+    if (bg) {
+        /* a max-batch case: collect.py caps the allocator at budget_gib
+         * with set_per_process_memory_fraction and runs two steps per
+         * trial, in a process that already made its workspaces */
+        double gib;
+        const char *txt = vp__yscalar(bg);
+        char *end = NULL;
+        gib = txt ? strtod(txt, &end) : -1.0;
+        if (!txt || *end || !(gib > 0.0) || gib > 1e6) {
+            st = vp__yerr(&d, bg, VP_ESCHEMA, err,
+                          "budget_gib must be a positive number");
+            goto done;
+        }
+        s.alloc.limit = (uint64_t)(gib * (double)VP_GiB);
+        s.steps = 2;
+        s.fresh_process = false;
+        s.seq = seq;
+        uint64_t meas_mb;
+        if (!get_u64(&d, root, "max_batch", &meas_mb, &st, err)) {
+            if (st == VP_OK)
+                st = vp__yerr(&d, root, VP_ESCHEMA, err,
+                              "a budget_gib case needs \"max_batch\"");
+            goto done;
+        }
+        uint64_t cap = 8192;
+        get_u64(&d, root, "cap", &cap, &st, err);
+        TRY(st);
+        vp_maxbatch_result mb;
+        TRY(st = vp_maxbatch(m, &s, ckpt ? "all" : NULL, cap, &mb, err));
+        add_metric(out, "max_batch", mb.max_batch, meas_mb);
         goto done;
     }
     g = vp_graph_build(m, s.batch, seq, err);

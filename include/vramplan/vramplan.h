@@ -18,6 +18,7 @@
 #include "vramplan/model.h"
 #include "vramplan/sim.h"
 #include "vramplan/units.h"
+#include "vramplan/search.h"
 #include "vramplan/validate.h"
 
 #define VRAMPLAN_VERSION "0.1.0"

@@ -67,17 +67,21 @@ static int dcmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void summary(const char *label, errs *e)
+static void summary(const char *label, errs *e, bool exact)
 {
-    if (!e->n) {
-        printf("%s: 0 cases\n", label);
+    if (!e->n)
         return;
-    }
+    size_t n_exact = 0;
+    for (size_t i = 0; i < e->n; i++)
+        n_exact += e->v[i] == 0.0;
     qsort(e->v, e->n, sizeof *e->v, dcmp);
     double med = e->n % 2 ? e->v[e->n / 2]
                           : (e->v[e->n / 2 - 1] + e->v[e->n / 2]) / 2.0;
-    printf("%s: %zu cases, median |err| %.2f%%, max |err| %.2f%%\n", label,
-           e->n, 100.0 * med, 100.0 * e->v[e->n - 1]);
+    printf("%s: %zu cases, ", label, e->n);
+    if (exact)
+        printf("exact %zu, ", n_exact);
+    printf("median |err| %.2f%%, max |err| %.2f%%\n", 100.0 * med,
+           100.0 * e->v[e->n - 1]);
 }
 
 int cli_validate(int argc, char **argv)
@@ -123,7 +127,7 @@ int cli_validate(int argc, char **argv)
         return cli_usage_error("validate needs a FILE.jsonl");
     dirs[n_dirs++] = "models";
 
-    errs alloc_e = {0}, res_e = {0};
+    errs alloc_e = {0}, res_e = {0}, mb_e = {0};
     int rc = 0;
     size_t cases = 0;
     if (!jsonl)
@@ -182,6 +186,8 @@ int cli_validate(int argc, char **argv)
                     e = push_err(&alloc_e, m->rel_err);
                 else if (!strcmp(m->name, "peak_reserved"))
                     e = push_err(&res_e, m->rel_err);
+                else if (!strcmp(m->name, "max_batch"))
+                    e = push_err(&mb_e, m->rel_err);
                 if (e) {
                     fprintf(stderr, "vramplan: error: out of memory\n");
                     free(line);
@@ -194,11 +200,13 @@ int cli_validate(int argc, char **argv)
         fclose(fp);
     }
     if (!jsonl) {
-        summary("allocated", &alloc_e);
-        summary("reserved", &res_e);
+        summary("allocated", &alloc_e, false);
+        summary("reserved", &res_e, false);
+        summary("max_batch", &mb_e, true);
     }
     free(alloc_e.v);
     free(res_e.v);
+    free(mb_e.v);
     if (!cases && rc == 0) {
         fprintf(stderr, "vramplan: error: no cases in the input\n");
         rc = 2;

@@ -1,0 +1,357 @@
+/* Searches on one GPU: the largest batch under a budget, and the
+ * checkpoint placement that fits with the least recomputation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
+                  const char *ckpt, bool *fits, vp_estimate *est,
+                  vp_error *err)
+{
+    *fits = false;
+    vp_graph *g = vp_graph_build(m, batch, setup->seq, err);
+    if (!g) {
+        if (err && err->code == VP_EOVERFLOW) {
+            vp_error_clear(err);
+            return VP_OK; /* too large to even describe: does not fit */
+        }
+        return err ? err->code : VP_ESCHEMA;
+    }
+    size_t ns = vp_graph_segment_count(g);
+    bool *mask = calloc(ns ? ns : 1, sizeof *mask);
+    if (!mask) {
+        vp_graph_free(g);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+    vp_status st = vp_graph_checkpoint_select(g, ckpt, mask, err);
+    if (st == VP_OK) {
+        vp_setup s = *setup;
+        s.batch = batch;
+        s.checkpoint = mask;
+        s.n_checkpoint = ns;
+        vp_estimate local;
+        st = vp_simulate(g, &s, est ? est : &local, NULL, NULL, err);
+        if (st == VP_OK) {
+            *fits = true;
+        } else if (st == VP_EOOM || st == VP_EOVERFLOW) {
+            vp_error_clear(err);
+            st = VP_OK;
+        }
+    }
+    free(mask);
+    vp_graph_free(g);
+    return st;
+}
+
+vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
+                      const char *ckpt, uint64_t cap,
+                      vp_maxbatch_result *out, vp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    vp_error_clear(err);
+    if (setup->alloc.limit == 0 && setup->alloc.device_total == 0)
+        return vp_error_set(err, VP_EARG,
+                            "a memory budget is needed for a max-batch "
+                            "search");
+    if (cap == 0)
+        cap = (uint64_t)1 << 40;
+    uint64_t lo = 0, hi = 1;
+    bool ok;
+    vp_status st;
+    /* doubling */
+    for (;;) {
+        st = vp_fits(m, setup, hi, ckpt, &ok, NULL, err);
+        out->trials++;
+        if (st != VP_OK)
+            return st;
+        if (!ok)
+            break;
+        lo = hi;
+        if (hi > UINT64_MAX / 2)
+            break;
+        hi *= 2;
+        if (hi > cap)
+            break; /* untested: the bisection treats it as too large */
+    }
+    /* bisection: lo fits (or is 0), hi does not (or is past the cap) */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        st = vp_fits(m, setup, mid, ckpt, &ok, NULL, err);
+        out->trials++;
+        if (st != VP_OK)
+            return st;
+        if (ok)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    out->max_batch = lo;
+    if (lo) {
+        st = vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
+        if (st != VP_OK)
+            return st;
+    }
+    return VP_OK;
+}
+
+#define KNAPSACK_MAX_CELLS ((uint64_t)1 << 24)
+
+vp_status vp_knapsack_cover(const uint64_t *save, const double *cost,
+                            size_t n, uint64_t need, uint64_t unit,
+                            bool *choose, double *total, bool *feasible,
+                            vp_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        choose[i] = false;
+    *total = 0.0;
+    *feasible = true;
+    if (need == 0)
+        return VP_OK;
+    if (unit == 0)
+        return vp_error_set(err, VP_EARG, "knapsack unit must be > 0");
+    uint64_t K = need / unit + (need % unit != 0); /* units to cover */
+    uint64_t cells;
+    if (!vp_mul_u64(K + 1, n + 1, &cells) || cells > KNAPSACK_MAX_CELLS)
+        return vp_error_set(err, VP_ELIMIT,
+                            "checkpoint search too large (%zu units x %llu "
+                            "steps)",
+                            n, (unsigned long long)K);
+    /* dp[i][j]: least cost using items < i to save >= j units (capped) */
+    double *dp = malloc(cells * sizeof *dp);
+    uint32_t *cnt = malloc(cells * sizeof *cnt);
+    if (!dp || !cnt) {
+        free(dp);
+        free(cnt);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+#define AT(i, j) ((size_t)(i) * (size_t)(K + 1) + (size_t)(j))
+    for (uint64_t j = 0; j <= K; j++) {
+        dp[AT(0, j)] = j == 0 ? 0.0 : INFINITY;
+        cnt[AT(0, j)] = 0;
+    }
+    for (size_t i = 1; i <= n; i++) {
+        uint64_t w = save[i - 1] / unit;
+        for (uint64_t j = 0; j <= K; j++) {
+            double skip = dp[AT(i - 1, j)];
+            uint32_t skip_n = cnt[AT(i - 1, j)];
+            uint64_t from = j > w ? j - w : 0;
+            double take = dp[AT(i - 1, from)] + cost[i - 1];
+            uint32_t take_n = cnt[AT(i - 1, from)] + 1;
+            bool t = take < skip || (take == skip && take_n < skip_n);
+            dp[AT(i, j)] = t ? take : skip;
+            cnt[AT(i, j)] = t ? take_n : skip_n;
+        }
+    }
+    if (isinf(dp[AT(n, K)])) {
+        *feasible = false;
+    } else {
+        *total = dp[AT(n, K)];
+        uint64_t j = K;
+        for (size_t i = n; i > 0; i--) {
+            if (dp[AT(i, j)] != dp[AT(i - 1, j)] ||
+                cnt[AT(i, j)] != cnt[AT(i - 1, j)]) {
+                choose[i - 1] = true;
+                uint64_t w = save[i - 1] / unit;
+                j = j > w ? j - w : 0;
+            }
+        }
+    }
+#undef AT
+    free(dp);
+    free(cnt);
+    return VP_OK;
+}
+
+/* ---- checkpoint placement ------------------------------------------------ */
+
+typedef struct {
+    const vp_graph *g;
+    vp_setup s;
+    uint32_t sims;
+    vp_error *err;
+} ck_ctx;
+
+static vp_status sim_mask(ck_ctx *c, const bool *mask, bool limited,
+                          vp_estimate *e, bool *fits)
+{
+    vp_setup s = c->s;
+    s.checkpoint = mask;
+    s.n_checkpoint = vp_graph_segment_count(c->g);
+    if (!limited) {
+        s.alloc.limit = 0;
+        s.alloc.device_total = 0;
+    }
+    c->sims++;
+    vp_status st = vp_simulate(c->g, &s, e, NULL, NULL, c->err);
+    *fits = st == VP_OK;
+    if (st == VP_EOOM) {
+        vp_error_clear(c->err);
+        return VP_OK;
+    }
+    return st;
+}
+
+/* Segments with the same op kinds, sizes and FLOPs behave the same: they
+ * share one measurement. */
+static bool same_segment(const vp_graph *g, const vp_segment *a,
+                         const vp_segment *b)
+{
+    if (a->last_op - a->first_op != b->last_op - b->first_op)
+        return false;
+    for (uint32_t k = 0; k <= a->last_op - a->first_op; k++) {
+        const vp_op *x = &g->ops[a->first_op + k];
+        const vp_op *y = &g->ops[b->first_op + k];
+        if (x->kind != y->kind || x->numel != y->numel ||
+            x->flops_fwd != y->flops_fwd)
+            return false;
+    }
+    return true;
+}
+
+vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
+                             bool *out_mask, size_t n_mask,
+                             vp_ckpt_plan *plan, vp_error *err)
+{
+    memset(plan, 0, sizeof *plan);
+    vp_error_clear(err);
+    if (setup->alloc.limit == 0)
+        return vp_error_set(err, VP_EARG,
+                            "--checkpoint auto needs a memory budget");
+    vp_graph *g = vp_graph_build(m, setup->batch, setup->seq, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    size_t n = vp_graph_segment_count(g);
+    vp_status st = VP_OK;
+    uint64_t *save = NULL;
+    double *cost = NULL;
+    bool *mask = NULL, *one = NULL;
+    int32_t *rep = NULL;
+    if (n == 0) {
+        st = vp_error_set(err, VP_EARG,
+                          "the model has no checkpoint units");
+        goto done;
+    }
+    if (n_mask < n) {
+        st = vp_error_set(err, VP_EARG, "checkpoint mask too short");
+        goto done;
+    }
+    save = calloc(n, sizeof *save);
+    cost = calloc(n, sizeof *cost);
+    mask = calloc(n, sizeof *mask);
+    one = calloc(n, sizeof *one);
+    rep = calloc(n, sizeof *rep);
+    if (!save || !cost || !mask || !one || !rep) {
+        st = vp_error_set(err, VP_ENOMEM, "out of memory");
+        goto done;
+    }
+    ck_ctx c = {g, *setup, 0, err};
+    plan->n_segments = n;
+    for (size_t i = 0; i < g->n_ops; i++)
+        plan->step_flops += g->ops[i].flops_fwd + g->ops[i].flops_bwd;
+    for (size_t i = 0; i < n; i++) {
+        const vp_segment *sg = &g->segs[i];
+        for (uint32_t k = sg->first_op; k <= sg->last_op; k++)
+            cost[i] += g->ops[k].flops_fwd;
+    }
+    vp_estimate e0, e;
+    bool fits;
+    /* nothing checkpointed: does it already fit? */
+    if ((st = sim_mask(&c, mask, true, &e0, &fits)) != VP_OK)
+        goto done;
+    if (fits) {
+        plan->peak_alloc = e0.peak_alloc;
+        plan->peak_reserved = e0.peak_reserved;
+        goto found;
+    }
+    if ((st = sim_mask(&c, mask, false, &e0, &fits)) != VP_OK)
+        goto done;
+    /* what checkpointing each segment alone saves (peak allocated) */
+    for (size_t i = 0; i < n; i++) {
+        rep[i] = -1;
+        for (size_t j = 0; j < i; j++)
+            if (rep[j] < 0 && same_segment(g, &g->segs[i], &g->segs[j])) {
+                rep[i] = (int32_t)j;
+                break;
+            }
+        if (rep[i] >= 0) {
+            save[i] = save[rep[i]];
+            continue;
+        }
+        one[i] = true;
+        st = sim_mask(&c, one, false, &e, &fits);
+        one[i] = false;
+        if (st != VP_OK)
+            goto done;
+        save[i] = e0.peak_alloc > e.peak_alloc ? e0.peak_alloc - e.peak_alloc
+                                               : 0;
+    }
+    /* the budget applies to reserved bytes; keep the unsplit-block and
+     * fragmentation gap of the uncheckpointed run as a margin */
+    uint64_t gap = e0.peak_reserved > e0.peak_alloc
+                       ? e0.peak_reserved - e0.peak_alloc
+                       : 0;
+    uint64_t limit = setup->alloc.limit;
+    uint64_t target = limit > gap ? limit - gap : 0;
+    uint64_t need = e0.peak_alloc > target ? e0.peak_alloc - target : 0;
+    uint64_t total_save = 0;
+    for (size_t i = 0; i < n; i++)
+        total_save += save[i];
+    uint64_t unit = VP_MiB;
+    while (n * (total_save / unit + 1) > ((uint64_t)1 << 22))
+        unit *= 2;
+    for (int iter = 0; iter < 24; iter++) {
+        double tot;
+        bool feas;
+        st = vp_knapsack_cover(save, cost, n, need, unit, mask, &tot, &feas,
+                               err);
+        if (st != VP_OK)
+            goto done;
+        if (!feas)
+            for (size_t i = 0; i < n; i++)
+                mask[i] = true; /* try everything */
+        if ((st = sim_mask(&c, mask, true, &e, &fits)) != VP_OK)
+            goto done;
+        if (fits) {
+            plan->peak_alloc = e.peak_alloc;
+            plan->peak_reserved = e.peak_reserved;
+            goto found;
+        }
+        if (!feas) {
+            st = vp_error_set(err, VP_EOOM,
+                              "does not fit even with every segment "
+                              "checkpointed");
+            goto done;
+        }
+        /* tighten by what the unlimited run overshoots */
+        if ((st = sim_mask(&c, mask, false, &e, &fits)) != VP_OK)
+            goto done;
+        uint64_t over = e.peak_reserved > limit ? e.peak_reserved - limit
+                                                : unit;
+        if (over < unit)
+            over = unit;
+        need += over;
+    }
+    st = vp_error_set(err, VP_EOOM,
+                      "no checkpoint placement found that fits");
+    goto done;
+found:
+    for (size_t i = 0; i < n; i++) {
+        out_mask[i] = mask[i];
+        if (mask[i]) {
+            plan->n_checkpointed++;
+            plan->recompute_flops += cost[i];
+        }
+    }
+    plan->simulations = c.sims;
+    st = VP_OK;
+done:
+    free(save);
+    free(cost);
+    free(mask);
+    free(one);
+    free(rep);
+    vp_graph_free(g);
+    return st;
+}
