@@ -1034,7 +1034,42 @@ static int estimate_run(const estimate_args *a)
         goto done;
     }
 
-    if (a->checkpoint != NULL) {
+    if (a->checkpoint != NULL && strcmp(a->checkpoint, "auto") == 0) {
+        size_t n = vp_graph_segment_count(graph);
+        vp_ckpt_plan plan;
+
+        ckpt = calloc(n > 0 ? n : 1, sizeof *ckpt);
+        if (ckpt == NULL) {
+            rc = fail("out of memory");
+            goto done;
+        }
+        if (setup.alloc.limit == 0) {
+            rc = usage_error("--checkpoint auto needs --budget");
+            goto done;
+        }
+        st = vp_checkpoint_auto(model, &setup, ckpt, n, &plan, &err);
+        if (st == VP_EOOM) {
+            rc = report_no_fit(&setup, &err);
+            goto done;
+        }
+        if (st != VP_OK) {
+            rc = report_error(&err);
+            goto done;
+        }
+        if (a->format == &printers[0]) {
+            char fl[32];
+            printf("checkpoint auto: %zu of %zu segments, recompute %s "
+                   "(%.1f%% of the step's FLOPs), %u simulations\n",
+                   plan.n_checkpointed, plan.n_segments,
+                   format_si(plan.recompute_flops, "FLOP", fl, sizeof fl),
+                   plan.step_flops > 0
+                       ? 100.0 * plan.recompute_flops / plan.step_flops
+                       : 0.0,
+                   plan.simulations);
+        }
+        setup.checkpoint = ckpt;
+        setup.n_checkpoint = n;
+    } else if (a->checkpoint != NULL) {
         size_t n = vp_graph_segment_count(graph);
 
         ckpt = calloc(n > 0 ? n : 1, sizeof *ckpt);
@@ -1112,6 +1147,102 @@ static int cmd_estimate(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ */
+/* maxbatch                                                            */
+/* ------------------------------------------------------------------ */
+
+static int cmd_maxbatch(int argc, char **argv)
+{
+    estimate_args a;
+    vp_model *model = NULL;
+    vp_maxbatch_result mb;
+    vp_error err;
+    vp_status st;
+    int rc;
+
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs("Usage: vramplan maxbatch MODEL --budget SIZE [OPTIONS]\n"
+                  "\n"
+                  "The largest micro-batch whose simulated training steps "
+                  "fit in the\n"
+                  "budget, applied as torch.cuda.set_per_process_memory_"
+                  "fraction applies\n"
+                  "it: no new segment may take reserved bytes past the "
+                  "budget (cached\n"
+                  "segments are freed and the allocation retried first). "
+                  "The search\n"
+                  "doubles from 1, then bisects. OPTIONS are those of "
+                  "'vramplan estimate'\n"
+                  "(--batch is ignored; --checkpoint auto is not "
+                  "accepted); --format\n"
+                  "table or json.\n"
+                  "\n" EXIT_STATUS_HELP,
+                  stdout);
+            return CLI_OK;
+        }
+    rc = estimate_parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (a.setup.alloc.limit == 0)
+        return usage_error("maxbatch needs --budget");
+    if (a.checkpoint != NULL && strcmp(a.checkpoint, "auto") == 0)
+        return usage_error("maxbatch takes a fixed --checkpoint (none, all "
+                           "or names), not auto");
+    if (a.setup.steps == 4)
+        a.setup.steps = 2; /* two steps reach the steady state */
+    vp_error_clear(&err);
+    model = vp_model_load(a.model_path, &err);
+    if (model == NULL)
+        return report_error(&err);
+    st = vp_maxbatch(model, &a.setup, a.checkpoint, 0, &mb, &err);
+    if (st != VP_OK) {
+        rc = st == VP_EARG && err.msg[0] ? usage_error("%s", err.msg)
+                                        : report_error(&err);
+        vp_model_free(model);
+        return rc;
+    }
+    char b1[32], b2[32], b3[32];
+    if (a.format == &printers[1]) {
+        printf("{\"model\": ");
+        json_string(stdout, a.model_path, 512);
+        printf(", \"budget\": %" PRIu64 ", \"max_batch\": %" PRIu64
+               ", \"trials\": %" PRIu32 ", \"peak_alloc\": %" PRIu64
+               ", \"peak_reserved\": %" PRIu64 ", \"device_used\": %" PRIu64
+               "}\n",
+               a.setup.alloc.limit, mb.max_batch, mb.trials,
+               mb.at_max.peak_alloc, mb.at_max.peak_reserved,
+               mb.at_max.device_used);
+    } else {
+        printf("model        %s\n", a.model_path);
+        printf("budget       %s (%" PRIu64 " bytes) for the caching "
+               "allocator\n",
+               vp_size_format(a.setup.alloc.limit, b1, sizeof b1),
+               a.setup.alloc.limit);
+        printf("setup        seq %" PRIu64 ", %s, %s, checkpoint %s\n",
+               a.setup.seq ? a.setup.seq : vp_model_default_seq(model),
+               vp_precision_name(a.setup.precision),
+               vp_optimizer_name(a.setup.optimizer),
+               a.checkpoint ? a.checkpoint : "none");
+        if (mb.max_batch == 0) {
+            printf("max batch    none: batch 1 does not fit (%u "
+                   "simulations)\n",
+                   mb.trials);
+            vp_model_free(model);
+            return CLI_NOFIT;
+        }
+        printf("max batch    %" PRIu64 " (%u simulations)\n", mb.max_batch,
+               mb.trials);
+        printf("at that batch peak allocated %s, peak reserved %s, device "
+               "used %s\n",
+               vp_size_format(mb.at_max.peak_alloc, b1, sizeof b1),
+               vp_size_format(mb.at_max.peak_reserved, b2, sizeof b2),
+               vp_size_format(mb.at_max.device_used, b3, sizeof b3));
+    }
+    vp_model_free(model);
+    return mb.max_batch ? CLI_OK : CLI_NOFIT;
+}
+
+/* ------------------------------------------------------------------ */
 /* Commands                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -1125,6 +1256,8 @@ typedef struct command {
 static const command commands[] = {
     {"estimate", "MODEL [OPTIONS]",
      "simulate training steps and report peak GPU memory", cmd_estimate},
+    {"maxbatch", "MODEL --budget SIZE",
+     "the largest micro-batch that fits in a memory budget", cmd_maxbatch},
     {"validate", "FILE.jsonl... [OPTIONS]",
      "compare the simulator with measured PyTorch runs", cli_validate},
     /* ------------------------------------------------------------------
