@@ -18,7 +18,10 @@
 #include "vramplan/model.h"
 #include "vramplan/sim.h"
 #include "vramplan/units.h"
+#include "vramplan/plan.h"
 #include "vramplan/search.h"
+#include "vramplan/techniques.h"
+#include "vramplan/timing.h"
 #include "vramplan/validate.h"
 
 #define VRAMPLAN_VERSION "0.1.0"

@@ -801,47 +801,63 @@ enum {
     OPT_BATCH, OPT_SEQ, OPT_PRECISION, OPT_OPTIMIZER, OPT_CHECKPOINT,
     OPT_ACCUM, OPT_KEEP_GRADS, OPT_SET_TO_NONE, OPT_INFERENCE,
     OPT_ATTENTION, OPT_STEPS, OPT_BUDGET, OPT_CONTEXT, OPT_CUBLAS_WORKSPACE,
-    OPT_EXPANDABLE, OPT_FORMAT, OPT_TIMELINE, OPT_HELP
+    OPT_EXPANDABLE, OPT_FORMAT, OPT_TIMELINE, OPT_HELP,
+    /* plan, techniques, maxbatch */
+    OPT_GPU, OPT_GLOBAL_BATCH
 };
 
 #define LIST_ITEM(name, str) " " str
 
-static const option_spec estimate_options[] = {
-    {OPT_BATCH, 'b', "batch", "N", "micro-batch size (default 1)"},
-    {OPT_SEQ, 's', "seq", "N",
-     "sequence length or image side (default: the model's)"},
-    {OPT_PRECISION, 'p', "precision", "P",
-     "one of:" VP_PRECISION_MAP(LIST_ITEM) " (default fp32)"},
-    {OPT_OPTIMIZER, 'o', "optimizer", "O",
-     "one of:" VP_OPTIMIZER_MAP(LIST_ITEM) " (default adamw)"},
-    {OPT_CHECKPOINT, 'c', "checkpoint", "SPEC",
-     "activation checkpointing: none, all, or segment names (default none)"},
-    {OPT_ACCUM, 0, "accum", "N",
-     "micro-batches per optimizer step (default 1)"},
-    {OPT_KEEP_GRADS, 0, "keep-grads", NULL, "zero_grad(set_to_none=False)"},
-    {OPT_SET_TO_NONE, 0, "set-to-none", NULL,
-     "zero_grad(set_to_none=True) (default)"},
-    {OPT_INFERENCE, 0, "inference", NULL,
-     "forward passes only, under torch.no_grad()"},
-    {OPT_ATTENTION, 0, "attention", "IMPL",
-     "one of: sdpa flash efficient eager math (default: the model's)"},
-    {OPT_STEPS, 0, "steps", "N", "training steps simulated, 1 to 16 "
-     "(default 4)"},
-    {OPT_BUDGET, 0, "budget", "SIZE",
-     "bytes the allocator may reserve; exit 1 if the setup does not fit"},
-    {OPT_CONTEXT, 0, "context", "SIZE",
-     "CUDA context outside the allocator (default 718077952 B)"},
-    {OPT_CUBLAS_WORKSPACE, 0, "cublas-workspace", "SIZE",
-     "cuBLAS workspace per handle (default 32MiB)"},
-    {OPT_EXPANDABLE, 0, "expandable-segments", NULL,
-     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
-    {OPT_FORMAT, 'f', "format", "FMT", "table, json or csv (default table)"},
-    {OPT_TIMELINE, 0, "timeline", "FILE",
-     "write every allocation and free to FILE as CSV"},
+#define COMMON_OPTIONS \
+    {OPT_BATCH, 'b', "batch", "N", "micro-batch size (default 1)"}, \
+    {OPT_SEQ, 's', "seq", "N", \
+     "sequence length or image side (default: the model's)"}, \
+    {OPT_PRECISION, 'p', "precision", "P", \
+     "one of:" VP_PRECISION_MAP(LIST_ITEM) " (default fp32)"}, \
+    {OPT_OPTIMIZER, 'o', "optimizer", "O", \
+     "one of:" VP_OPTIMIZER_MAP(LIST_ITEM) " (default adamw)"}, \
+    {OPT_CHECKPOINT, 'c', "checkpoint", "SPEC", \
+     "activation checkpointing: none, all, or segment names (default none)"}, \
+    {OPT_ACCUM, 0, "accum", "N", \
+     "micro-batches per optimizer step (default 1)"}, \
+    {OPT_KEEP_GRADS, 0, "keep-grads", NULL, "zero_grad(set_to_none=False)"}, \
+    {OPT_SET_TO_NONE, 0, "set-to-none", NULL, \
+     "zero_grad(set_to_none=True) (default)"}, \
+    {OPT_INFERENCE, 0, "inference", NULL, \
+     "forward passes only, under torch.no_grad()"}, \
+    {OPT_ATTENTION, 0, "attention", "IMPL", \
+     "one of: sdpa flash efficient eager math (default: the model's)"}, \
+    {OPT_STEPS, 0, "steps", "N", "training steps simulated, 1 to 16 " \
+     "(default 4)"}, \
+    {OPT_BUDGET, 0, "budget", "SIZE", \
+     "bytes the allocator may reserve; exit 1 if the setup does not fit"}, \
+    {OPT_CONTEXT, 0, "context", "SIZE", \
+     "CUDA context outside the allocator (default 718077952 B)"}, \
+    {OPT_CUBLAS_WORKSPACE, 0, "cublas-workspace", "SIZE", \
+     "cuBLAS workspace per handle (default 32MiB)"}, \
+    {OPT_EXPANDABLE, 0, "expandable-segments", NULL, \
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, \
+    {OPT_FORMAT, 'f', "format", "FMT", "table, json or csv (default table)"}, \
+    {OPT_TIMELINE, 0, "timeline", "FILE", \
+     "write every allocation and free to FILE as CSV"}, \
     {OPT_HELP, 'h', "help", NULL, "show this help and exit"},
+
+static const option_spec estimate_options[] = {COMMON_OPTIONS};
+
+/* plan, techniques and maxbatch also take a GPU profile and a global
+ * batch */
+static const option_spec search_options[] = {
+    COMMON_OPTIONS
+    {OPT_GPU, 'g', "gpu", "NAME",
+     "GPU profile: a gpus/NAME.yaml name or a profile file; gives the step "
+     "time, and the budget when --budget is absent (memory less the CUDA "
+     "context) or a fraction (--budget 0.9)"},
+    {OPT_GLOBAL_BATCH, 0, "global-batch", "N",
+     "samples per optimizer step for plan (default 32)"},
 };
 
 #define N_ESTIMATE_OPTIONS (sizeof estimate_options / sizeof estimate_options[0])
+#define N_SEARCH_OPTIONS (sizeof search_options / sizeof search_options[0])
 
 static void estimate_help(FILE *f)
 {
@@ -871,6 +887,9 @@ static void estimate_help(FILE *f)
 
 typedef struct estimate_args {
     const char *model_path;
+    const char *gpu;        /* --gpu NAME, NULL for none                   */
+    const char *budget;     /* --budget as written                         */
+    uint64_t global_batch;  /* --global-batch, 0 when not given            */
     const char *checkpoint; /* spec, NULL for none                         */
     const char *timeline;   /* CSV path, NULL for none                     */
     const printer *format;
@@ -879,7 +898,9 @@ typedef struct estimate_args {
 
 /* Parse the arguments of `estimate` into *a. Returns -1 to go on, or the
  * exit code (after --help or a usage error). */
-static int estimate_parse(int argc, char **argv, estimate_args *a)
+static int estimate_parse(int argc, char **argv, estimate_args *a,
+                          const option_spec *specs, size_t n_specs,
+                          void (*help)(FILE *))
 {
     arg_scan scan = {argc, argv, 1, false};
     const option_spec *o;
@@ -891,8 +912,7 @@ static int estimate_parse(int argc, char **argv, estimate_args *a)
     vp_setup_init(&a->setup);
     a->format = &printers[0];
 
-    while ((k = arg_next(&scan, estimate_options, N_ESTIMATE_OPTIONS, &o,
-                         &val)) != ARG_END) {
+    while ((k = arg_next(&scan, specs, n_specs, &o, &val)) != ARG_END) {
         if (k == ARG_ERROR)
             return CLI_USAGE;
         if (k == ARG_OPERAND) {
@@ -904,8 +924,15 @@ static int estimate_parse(int argc, char **argv, estimate_args *a)
         }
         switch (o->id) {
         case OPT_HELP:
-            estimate_help(stdout);
+            help(stdout);
             return CLI_OK;
+        case OPT_GPU:
+            a->gpu = val;
+            break;
+        case OPT_GLOBAL_BATCH:
+            if (!option_u64(o, val, 1, UINT32_MAX, &a->global_batch))
+                return CLI_USAGE;
+            break;
         case OPT_BATCH:
             if (!option_u64(o, val, 1, UINT64_MAX, &a->setup.batch))
                 return CLI_USAGE;
@@ -959,6 +986,11 @@ static int estimate_parse(int argc, char **argv, estimate_args *a)
             a->setup.steps = (uint32_t)v;
             break;
         case OPT_BUDGET:
+            a->budget = val;
+            if (specs == search_options && strchr(val, '.') &&
+                strspn(val, "0123456789.") == strlen(val) &&
+                strtod(val, NULL) <= 1.0)
+                break; /* a fraction of --gpu's memory: resolved later */
             if (!option_size(o, val, &a->setup.alloc.limit))
                 return CLI_USAGE;
             if (a->setup.alloc.limit == 0)
@@ -1141,7 +1173,8 @@ done:
 static int cmd_estimate(int argc, char **argv)
 {
     estimate_args a;
-    int rc = estimate_parse(argc, argv, &a);
+    int rc = estimate_parse(argc, argv, &a, estimate_options,
+                            N_ESTIMATE_OPTIONS, estimate_help);
 
     return rc >= 0 ? rc : estimate_run(&a);
 }
@@ -1150,6 +1183,57 @@ static int cmd_estimate(int argc, char **argv)
 /* maxbatch                                                            */
 /* ------------------------------------------------------------------ */
 
+static void maxbatch_help(FILE *f)
+{
+    fputs("Usage: vramplan maxbatch MODEL --budget SIZE [OPTIONS]\n"
+          "       vramplan maxbatch MODEL --gpu NAME [--budget FRACTION] "
+          "[OPTIONS]\n"
+          "\n"
+          "The largest micro-batch whose simulated training steps fit in "
+          "the\n"
+          "budget, applied as torch.cuda.set_per_process_memory_fraction "
+          "applies\n"
+          "it: no new segment may take reserved bytes past the budget "
+          "(cached\n"
+          "segments are freed and the allocation retried first). The search\n"
+          "doubles from 1, then bisects. --batch is ignored.\n"
+          "\n"
+          "Options:\n", f);
+    options_help(f, search_options, N_SEARCH_OPTIONS);
+    fputs("\n" SIZE_HELP "\n" EXIT_STATUS_HELP, f);
+}
+
+/* Apply --gpu: the hardware profile, the CUDA context, and the budget
+ * (absent: the GPU's memory less the context; a fraction: of the GPU's
+ * memory, as set_per_process_memory_fraction takes it). Returns -1 to go
+ * on, or an exit code. */
+static int apply_gpu(estimate_args *a, vp_hw *hw, bool *have_hw)
+{
+    *have_hw = false;
+    if (a->gpu == NULL) {
+        if (a->setup.alloc.limit == 0 && a->budget != NULL)
+            return usage_error("--budget %s is a fraction: give --gpu too",
+                               a->budget);
+        return -1;
+    }
+    if (cli_gpu_hw(a->gpu, hw) != 0)
+        return CLI_USAGE; /* cli_gpu_hw printed why */
+    *have_hw = true;
+    a->setup.context_bytes = hw->context;
+    a->setup.alloc.device_total = hw->memory;
+    if (a->budget == NULL) {
+        a->setup.alloc.limit =
+            hw->memory > hw->context ? hw->memory - hw->context : 0;
+    } else if (a->setup.alloc.limit == 0) {
+        double f = strtod(a->budget, NULL);
+        if (!(f > 0.0 && f <= 1.0))
+            return usage_error("invalid fraction '%s' for --budget (0 to 1)",
+                               a->budget);
+        a->setup.alloc.limit = (uint64_t)(f * (double)hw->memory);
+    }
+    return -1;
+}
+
 static int cmd_maxbatch(int argc, char **argv)
 {
     estimate_args a;
@@ -1157,34 +1241,18 @@ static int cmd_maxbatch(int argc, char **argv)
     vp_maxbatch_result mb;
     vp_error err;
     vp_status st;
+    vp_hw hw;
+    bool have_hw;
     int rc;
 
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs("Usage: vramplan maxbatch MODEL --budget SIZE [OPTIONS]\n"
-                  "\n"
-                  "The largest micro-batch whose simulated training steps "
-                  "fit in the\n"
-                  "budget, applied as torch.cuda.set_per_process_memory_"
-                  "fraction applies\n"
-                  "it: no new segment may take reserved bytes past the "
-                  "budget (cached\n"
-                  "segments are freed and the allocation retried first). "
-                  "The search\n"
-                  "doubles from 1, then bisects. OPTIONS are those of "
-                  "'vramplan estimate'\n"
-                  "(--batch is ignored; --checkpoint auto is not "
-                  "accepted); --format\n"
-                  "table or json.\n"
-                  "\n" EXIT_STATUS_HELP,
-                  stdout);
-            return CLI_OK;
-        }
-    rc = estimate_parse(argc, argv, &a);
+    rc = estimate_parse(argc, argv, &a, search_options, N_SEARCH_OPTIONS,
+                        maxbatch_help);
     if (rc >= 0)
         return rc;
+    if ((rc = apply_gpu(&a, &hw, &have_hw)) >= 0)
+        return rc;
     if (a.setup.alloc.limit == 0)
-        return usage_error("maxbatch needs --budget");
+        return usage_error("maxbatch needs --budget or --gpu");
     if (a.checkpoint != NULL && strcmp(a.checkpoint, "auto") == 0)
         return usage_error("maxbatch takes a fixed --checkpoint (none, all "
                            "or names), not auto");
@@ -1243,6 +1311,294 @@ static int cmd_maxbatch(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ */
+/* plan (one GPU)                                                      */
+/* ------------------------------------------------------------------ */
+
+static void plan_help(FILE *f)
+{
+    fputs("Usage: vramplan plan MODEL --gpu NAME [--budget SIZE|FRACTION] "
+          "[OPTIONS]\n"
+          "       vramplan plan MODEL --gpus N --gpu NAME ...   (clusters)\n"
+          "\n"
+          "Search the training setup of MODEL on one GPU: precision, "
+          "optimizer\n"
+          "variant (AdamW foreach, fused, 8-bit), activation checkpointing "
+          "(none,\n"
+          "every layer, or the least recomputation that fits) and the split "
+          "of\n"
+          "--global-batch into micro-batches with gradient accumulation. "
+          "Every\n"
+          "candidate is simulated under the budget and timed with the GPU\n"
+          "profile's rates; the fastest that fits wins, and the others are "
+          "listed\n"
+          "with the reason each lost. --precision and --optimizer restrict "
+          "the\n"
+          "search to one value.\n"
+          "\n"
+          "Options:\n", f);
+    options_help(f, search_options, N_SEARCH_OPTIONS);
+    fputs("\n" SIZE_HELP "\n" EXIT_STATUS_HELP, f);
+}
+
+static bool arg_given(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], name, n) == 0 &&
+            (argv[i][n] == '\0' || argv[i][n] == '='))
+            return true;
+    return false;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    estimate_args a;
+    vp_plan_request req;
+    vp_plan_result *res = NULL;
+    vp_model *model = NULL;
+    vp_error err;
+    bool have_hw;
+    int rc;
+
+    if (arg_given(argc, argv, "--gpus"))
+        return cli_plan_cluster(argc, argv);
+    rc = estimate_parse(argc, argv, &a, search_options, N_SEARCH_OPTIONS,
+                        plan_help);
+    if (rc >= 0)
+        return rc;
+    memset(&req, 0, sizeof req);
+    if ((rc = apply_gpu(&a, &req.hw, &have_hw)) >= 0)
+        return rc;
+    if (!have_hw)
+        return usage_error("plan needs --gpu NAME (its rates time the "
+                           "candidates)");
+    if (arg_given(argc, argv, "--precision") || arg_given(argc, argv, "-p"))
+        req.precisions[a.setup.precision] = true;
+    if (arg_given(argc, argv, "--optimizer") || arg_given(argc, argv, "-o"))
+        req.optimizers[a.setup.optimizer] = true;
+    req.base = a.setup;
+    req.global_batch = a.global_batch ? a.global_batch : 32;
+    vp_error_clear(&err);
+    model = vp_model_load(a.model_path, &err);
+    if (model == NULL)
+        return report_error(&err);
+    res = malloc(sizeof *res);
+    if (res == NULL) {
+        vp_model_free(model);
+        return fail("out of memory");
+    }
+    vp_status st = vp_plan_single(model, &req, res, &err);
+    if (st != VP_OK) {
+        rc = report_error(&err);
+        goto done;
+    }
+    char b1[32], b2[32];
+    bool any = res->n && res->cand[0].fits;
+    if (a.format == &printers[1]) {
+        printf("{\"model\": ");
+        json_string(stdout, a.model_path, 512);
+        printf(", \"gpu\": ");
+        json_string(stdout, req.hw.name, 64);
+        printf(", \"budget\": %" PRIu64 ", \"global_batch\": %" PRIu64
+               ", \"simulations\": %" PRIu32 ", \"candidates\": [",
+               req.base.alloc.limit, req.global_batch, res->simulations);
+        for (size_t i = 0; i < res->n; i++) {
+            const vp_plan_candidate *k = &res->cand[i];
+            printf("%s{\"precision\": \"%s\", \"optimizer\": \"%s\", "
+                   "\"checkpoint\": \"%s\", \"checkpointed\": %zu, "
+                   "\"micro_batch\": %" PRIu64 ", \"accum\": %" PRIu32
+                   ", \"fits\": %s, \"peak_alloc\": %" PRIu64
+                   ", \"peak_reserved\": %" PRIu64
+                   ", \"step_seconds\": %.6f, \"samples_per_s\": %.3f, "
+                   "\"mfu\": %.4f, \"reason\": ",
+                   i ? ", " : "", vp_precision_name(k->precision),
+                   vp_optimizer_name(k->optimizer),
+                   vp_ckpt_mode_name(k->ckpt), k->n_checkpointed,
+                   k->micro_batch, k->accum, k->fits ? "true" : "false",
+                   k->peak_alloc, k->peak_reserved, k->time.total,
+                   k->samples_per_s, k->time.mfu);
+            json_string(stdout, k->reason, sizeof k->reason);
+            putchar('}');
+        }
+        printf("]}\n");
+    } else {
+        printf("model        %s (%s)\n", vp_model_name(model), a.model_path);
+        printf("gpu          %s, budget %s for the caching allocator\n",
+               req.hw.name,
+               vp_size_format(req.base.alloc.limit, b1, sizeof b1));
+        printf("target       global batch %" PRIu64 ", seq %" PRIu64 "\n",
+               req.global_batch,
+               a.setup.seq ? a.setup.seq : vp_model_default_seq(model));
+        printf("searched     %zu setups, %" PRIu32 " simulations\n\n",
+               res->n, res->simulations);
+        printf("%4s  %-9s %-14s %-5s %12s %14s %11s %10s %6s\n", "rank",
+               "precision", "optimizer", "ckpt", "micro x acc",
+               "peak reserved", "step time", "samples/s", "MFU");
+        for (size_t i = 0; i < res->n; i++) {
+            const vp_plan_candidate *k = &res->cand[i];
+            char mb[32], ck[16];
+            snprintf(mb, sizeof mb, "%" PRIu64 " x %" PRIu32, k->micro_batch,
+                     k->accum);
+            if (k->ckpt == VP_CKPT_AUTO)
+                snprintf(ck, sizeof ck, "%zu/%zu", k->n_checkpointed,
+                         k->n_segments);
+            else
+                snprintf(ck, sizeof ck, "%s", vp_ckpt_mode_name(k->ckpt));
+            if (!k->fits) {
+                printf("%4s  %-9s %-14s %-5s %12s %14s %11s %10s %6s\n", "-",
+                       vp_precision_name(k->precision),
+                       vp_optimizer_name(k->optimizer), ck,
+                       k->micro_batch ? mb : "-", "-", "-", "-", "-");
+                continue;
+            }
+            printf("%4zu  %-9s %-14s %-5s %12s %14s %9.1f ms %10.1f %5.1f%%\n",
+                   i + 1, vp_precision_name(k->precision),
+                   vp_optimizer_name(k->optimizer), ck, mb,
+                   vp_size_format(k->peak_reserved, b2, sizeof b2),
+                   k->time.total * 1e3, k->samples_per_s,
+                   100.0 * k->time.mfu);
+        }
+        if (any) {
+            const vp_plan_candidate *k = &res->cand[0];
+            printf("\nbest: %s, %s, checkpoint %s, micro-batch %" PRIu64
+                   " with %" PRIu32 " accumulation steps\n",
+                   vp_precision_name(k->precision),
+                   vp_optimizer_name(k->optimizer),
+                   vp_ckpt_mode_name(k->ckpt), k->micro_batch, k->accum);
+            printf("\nwhy the others lost:\n");
+        } else {
+            printf("\nnothing fits in the budget:\n");
+        }
+        for (size_t i = any ? 1 : 0; i < res->n; i++) {
+            const vp_plan_candidate *k = &res->cand[i];
+            printf("  %-9s %-14s %-5s %s\n", vp_precision_name(k->precision),
+                   vp_optimizer_name(k->optimizer),
+                   vp_ckpt_mode_name(k->ckpt), k->reason);
+        }
+    }
+    rc = any ? CLI_OK : CLI_NOFIT;
+done:
+    free(res);
+    vp_model_free(model);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* techniques                                                          */
+/* ------------------------------------------------------------------ */
+
+static void techniques_help(FILE *f)
+{
+    fputs("Usage: vramplan techniques MODEL --budget SIZE [--gpu NAME] "
+          "[OPTIONS]\n"
+          "\n"
+          "What each memory technique buys on MODEL with your setup: the "
+          "peak\n"
+          "memory, whether your batch fits the budget, the largest batch, "
+          "and\n"
+          "(with --gpu) the step time, for each technique alone and a few\n"
+          "combinations. Every figure comes from the simulator.\n"
+          "\n"
+          "Options:\n", f);
+    options_help(f, search_options, N_SEARCH_OPTIONS);
+    fputs("\n" SIZE_HELP "\n" EXIT_STATUS_HELP, f);
+}
+
+static int cmd_techniques(int argc, char **argv)
+{
+    estimate_args a;
+    vp_model *model = NULL;
+    vp_technique_result out[VP_TECHNIQUES_MAX];
+    size_t n = 0;
+    vp_error err;
+    vp_hw hw;
+    bool have_hw;
+    int rc;
+
+    rc = estimate_parse(argc, argv, &a, search_options, N_SEARCH_OPTIONS,
+                        techniques_help);
+    if (rc >= 0)
+        return rc;
+    if ((rc = apply_gpu(&a, &hw, &have_hw)) >= 0)
+        return rc;
+    if (a.setup.alloc.limit == 0)
+        return usage_error("techniques needs --budget or --gpu");
+    if (a.checkpoint != NULL && strcmp(a.checkpoint, "auto") == 0)
+        return usage_error("give techniques a fixed --checkpoint; 'checkpoint "
+                           "optimal' is one of its rows");
+    if (a.setup.steps == 4)
+        a.setup.steps = 2;
+    vp_error_clear(&err);
+    model = vp_model_load(a.model_path, &err);
+    if (model == NULL)
+        return report_error(&err);
+    vp_status st = vp_techniques(model, &a.setup, a.checkpoint,
+                                 have_hw ? &hw : NULL, out, VP_TECHNIQUES_MAX,
+                                 &n, &err);
+    if (st != VP_OK) {
+        rc = report_error(&err);
+        vp_model_free(model);
+        return rc;
+    }
+    char b1[32], b2[32], b3[32];
+    if (a.format == &printers[1]) {
+        printf("{\"model\": ");
+        json_string(stdout, a.model_path, 512);
+        printf(", \"budget\": %" PRIu64 ", \"batch\": %" PRIu64
+               ", \"techniques\": [",
+               a.setup.alloc.limit, a.setup.batch);
+        for (size_t i = 0; i < n; i++) {
+            const vp_technique_result *r = &out[i];
+            printf("%s{\"name\": ", i ? ", " : "");
+            json_string(stdout, r->name, sizeof r->name);
+            printf(", \"applicable\": %s, \"fits\": %s, \"peak_alloc\": "
+                   "%" PRIu64 ", \"peak_reserved\": %" PRIu64
+                   ", \"max_batch\": %" PRIu64 ", \"step_seconds\": %.6f, "
+                   "\"note\": ",
+                   r->applicable ? "true" : "false",
+                   r->fits ? "true" : "false", r->peak_alloc,
+                   r->peak_reserved, r->max_batch, r->step_s);
+            json_string(stdout, r->note, sizeof r->note);
+            putchar('}');
+        }
+        printf("]}\n");
+    } else {
+        printf("model        %s (%s)\n", vp_model_name(model), a.model_path);
+        printf("setup        batch %" PRIu64 ", %s, %s, budget %s%s%s\n\n",
+               a.setup.batch, vp_precision_name(a.setup.precision),
+               vp_optimizer_name(a.setup.optimizer),
+               vp_size_format(a.setup.alloc.limit, b1, sizeof b1),
+               have_hw ? ", gpu " : "", have_hw ? hw.name : "");
+        printf("%-26s %12s %12s %5s %9s %11s  %s\n", "technique",
+               "peak alloc", "reserved", "fits", "max batch", "step time",
+               "notes");
+        uint64_t base = n ? out[0].peak_alloc : 0;
+        for (size_t i = 0; i < n; i++) {
+            const vp_technique_result *r = &out[i];
+            if (!r->applicable) {
+                printf("%-26s %12s %12s %5s %9s %11s  %s\n", r->name, "-",
+                       "-", "-", "-", "-", r->note);
+                continue;
+            }
+            char t[32] = "-";
+            if (r->step_s > 0)
+                snprintf(t, sizeof t, "%.1f ms", r->step_s * 1e3);
+            char d[48] = "";
+            if (i > 0 && base)
+                snprintf(d, sizeof d, "%+.1f%% memory",
+                         100.0 * ((double)r->peak_alloc / (double)base - 1.0));
+            printf("%-26s %12s %12s %5s %9" PRIu64 " %11s  %s%s%s\n",
+                   r->name, vp_size_format(r->peak_alloc, b2, sizeof b2),
+                   vp_size_format(r->peak_reserved, b3, sizeof b3),
+                   r->fits ? "yes" : "no", r->max_batch, t, d,
+                   d[0] && r->note[0] ? "; " : "", r->note);
+        }
+    }
+    vp_model_free(model);
+    return CLI_OK;
+}
+
+/* ------------------------------------------------------------------ */
 /* Commands                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -1258,6 +1614,10 @@ static const command commands[] = {
      "simulate training steps and report peak GPU memory", cmd_estimate},
     {"maxbatch", "MODEL --budget SIZE",
      "the largest micro-batch that fits in a memory budget", cmd_maxbatch},
+    {"plan", "MODEL --gpu NAME",
+     "search the fastest training setup that fits", cmd_plan},
+    {"techniques", "MODEL --budget SIZE",
+     "what each memory technique buys on a model", cmd_techniques},
     {"validate", "FILE.jsonl... [OPTIONS]",
      "compare the simulator with measured PyTorch runs", cli_validate},
     /* ------------------------------------------------------------------
