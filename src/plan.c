@@ -130,7 +130,10 @@ static void explain(vp_plan_candidate *k, const vp_plan_candidate *best,
     double d_rc = k->time.recompute - best->time.recompute;
     double d_opt = k->time.optimizer - best->time.optimizer;
     const char *why;
-    if (d_rc >= d_fb && d_rc >= d_opt && d_rc > 0)
+    /* recomputation's memory traffic is timed with the backward */
+    if (k->n_checkpointed > best->n_checkpointed && d_fb + d_rc > d_opt)
+        why = "recomputes more checkpointed layers";
+    else if (d_rc >= d_fb && d_rc >= d_opt && d_rc > 0)
         why = "recomputes checkpointed layers";
     else if (d_opt >= d_fb && d_opt > 0)
         why = "slower optimizer step";
