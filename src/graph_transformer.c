@@ -437,6 +437,8 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
     case VP_HEAD_CAUSAL_LM:
         TRY(linear(&c, x, "lm_head", t->vocab, false,
                    t->tied ? (int64_t)wte_param : -1, &logits));
+        if (t->tied)
+            g->ops[logits].flags |= VP_OPF_TIED_INIT;
         TRY(loss(&c, logits, B * S, true, &l));
         break;
     case VP_HEAD_MASKED_LM:
@@ -448,6 +450,8 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         TRY(norm(&c, x, "mlm.norm", &x));
         TRY(linear(&c, x, "mlm.decoder", t->vocab, true,
                    t->tied ? (int64_t)wte_param : -1, &logits));
+        if (t->tied)
+            g->ops[logits].flags |= VP_OPF_TIED_INIT;
         /* BertForMaskedLM: CrossEntropyLoss on the logits as they are */
         TRY(loss(&c, logits, B * S, false, &l));
         break;

@@ -53,6 +53,7 @@ static vp_status evaluate(pctx *c, vp_plan_candidate *k, const char *spec)
         goto done;
     }
     vp_setup s = c->req->base;
+    s.skip_breakdown = true;
     s.batch = k->micro_batch;
     s.accum = k->accum;
     s.precision = k->precision;

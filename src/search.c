@@ -29,6 +29,7 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
     if (st == VP_OK) {
         vp_setup s = *setup;
         s.batch = batch;
+        s.skip_breakdown = true;
         s.checkpoint = mask;
         s.n_checkpoint = ns;
         vp_estimate local;
@@ -45,6 +46,21 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
     return st;
 }
 
+/* Peak reserved bytes of one batch without a limit (0 if it overflows). */
+static vp_status reserved_at(const vp_model *m, const vp_setup *setup,
+                             uint64_t batch, const char *ckpt, uint64_t *out,
+                             vp_error *err)
+{
+    vp_setup s = *setup;
+    s.alloc.limit = 0;
+    s.alloc.device_total = 0;
+    vp_estimate e;
+    bool ok;
+    vp_status st = vp_fits(m, &s, batch, ckpt, &ok, &e, err);
+    *out = st == VP_OK && ok ? e.peak_reserved : 0;
+    return st;
+}
+
 vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
                       const char *ckpt, uint64_t cap,
                       vp_maxbatch_result *out, vp_error *err)
@@ -57,10 +73,123 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
                             "search");
     if (cap == 0)
         cap = (uint64_t)1 << 40;
+    bool ok;
+    vp_status st;
+    /* batch 1 first: nothing fits without it */
+    st = vp_fits(m, setup, 1, ckpt, &ok, NULL, err);
+    out->trials++;
+    if (st != VP_OK)
+        return st;
+    if (!ok)
+        return VP_OK;
+    /* Memory grows about linearly with the batch: predict from the
+     * reserved peaks of batches 1 and 2, then bracket the prediction. */
+    uint64_t lo = 1, hi = 0, r1 = 0, r2 = 0, guess = 2;
+    uint64_t limit = setup->alloc.limit ? setup->alloc.limit
+                                        : setup->alloc.device_total;
+    if ((st = reserved_at(m, setup, 1, ckpt, &r1, err)) != VP_OK ||
+        (st = reserved_at(m, setup, 2, ckpt, &r2, err)) != VP_OK)
+        return st;
+    out->trials += 2;
+    if (r1 && r2 > r1 && limit > r1)
+        guess = 1 + (limit - r1) / (r2 - r1);
+    if (guess < 2)
+        guess = 2;
+    if (guess > cap)
+        guess = cap;
+    /* refine with the secant through batch 1 and the guess: the slope at
+     * small batches understates fixed costs that later stop growing */
+    for (int it = 0; it < 2 && guess > 2; it++) {
+        uint64_t rg;
+        if ((st = reserved_at(m, setup, guess, ckpt, &rg, err)) != VP_OK)
+            return st;
+        out->trials++;
+        if (!rg || rg <= r1)
+            break;
+        double slope = (double)(rg - r1) / (double)(guess - 1);
+        double g2 = 1.0 + (double)(limit - r1) / slope;
+        uint64_t ng = g2 < 2.0 ? 2 : g2 > (double)cap ? cap : (uint64_t)g2;
+        if (ng == guess)
+            break;
+        uint64_t diff = ng > guess ? ng - guess : guess - ng;
+        guess = ng;
+        if (diff <= guess / 100 + 1)
+            break;
+    }
+    /* gallop away from the guess until the answer is bracketed */
+    uint64_t step = guess / 64 > 1 ? guess / 64 : 1;
+    st = vp_fits(m, setup, guess, ckpt, &ok, NULL, err);
+    out->trials++;
+    if (st != VP_OK)
+        return st;
+    if (ok) {
+        lo = guess;
+        while (!hi) {
+            if (lo >= cap) {
+                hi = cap + 1; /* untested: treated as too large */
+                break;
+            }
+            uint64_t b = cap - lo > step ? lo + step : cap;
+            st = vp_fits(m, setup, b, ckpt, &ok, NULL, err);
+            out->trials++;
+            if (st != VP_OK)
+                return st;
+            if (ok)
+                lo = b;
+            else
+                hi = b;
+            step *= 2;
+        }
+    } else {
+        hi = guess;
+        while (hi - lo > 1) {
+            uint64_t b = hi - lo > step ? hi - step : lo;
+            if (b == lo)
+                break;
+            st = vp_fits(m, setup, b, ckpt, &ok, NULL, err);
+            out->trials++;
+            if (st != VP_OK)
+                return st;
+            if (ok) {
+                lo = b;
+                break;
+            }
+            hi = b;
+            step *= 2;
+        }
+    }
+    /* bisect what is left */
+    while (hi > lo + 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        st = vp_fits(m, setup, mid, ckpt, &ok, NULL, err);
+        out->trials++;
+        if (st != VP_OK)
+            return st;
+        if (ok)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    out->max_batch = lo;
+    st = vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
+    return st;
+}
+
+vp_status vp_maxbatch_doubling(const vp_model *m, const vp_setup *setup,
+                               const char *ckpt, uint64_t cap,
+                               vp_maxbatch_result *out, vp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    vp_error_clear(err);
+    if (setup->alloc.limit == 0 && setup->alloc.device_total == 0)
+        return vp_error_set(err, VP_EARG,
+                            "a memory budget is needed for a max-batch "
+                            "search");
+    if (cap == 0)
+        cap = (uint64_t)1 << 40;
     uint64_t lo = 0, hi = 1;
     bool ok;
     vp_status st;
-    /* doubling */
     for (;;) {
         st = vp_fits(m, setup, hi, ckpt, &ok, NULL, err);
         out->trials++;
@@ -75,7 +204,6 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
         if (hi > cap)
             break; /* untested: the bisection treats it as too large */
     }
-    /* bisection: lo fits (or is 0), hi does not (or is past the cap) */
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
         st = vp_fits(m, setup, mid, ckpt, &ok, NULL, err);
@@ -88,11 +216,8 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
             hi = mid;
     }
     out->max_batch = lo;
-    if (lo) {
-        st = vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
-        if (st != VP_OK)
-            return st;
-    }
+    if (lo)
+        return vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
     return VP_OK;
 }
 
@@ -177,6 +302,7 @@ static vp_status sim_mask(ck_ctx *c, const bool *mask, bool limited,
                           vp_estimate *e, bool *fits)
 {
     vp_setup s = c->s;
+    s.skip_breakdown = true;
     s.checkpoint = mask;
     s.n_checkpoint = vp_graph_segment_count(c->g);
     if (!limited) {

@@ -1315,18 +1315,56 @@ static void load_model(sim *S)
     vp_allocator_stats st;
     vp_allocator_stats_get(S->a, &st);
     S->out->baseline = st.allocated;
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+    /* Construction, in parameter order, in fp32 (the module's default
+     * dtype). A head tied to the embedding (HF tie_weights) is first built
+     * with a weight of its own, which tying frees: a transient of
+     * in x out x 4 B that leaves a free segment behind (GPT-2's lm_head:
+     * 154 MB; BERT's decoder, built between its bias and the head's own
+     * bias). Then model.to(half) converts each parameter in the same
+     * order: the half copy is made before the fp32 original is freed. */
+    uint32_t *fp32 = calloc(g->n_params ? g->n_params : 1, sizeof *fp32);
+    if (!fp32) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    uint32_t tied = NONE, tied_op = 0;
+    for (uint32_t i = 0; i < g->n_ops; i++)
+        if (g->ops[i].flags & VP_OPF_TIED_INIT) {
+            tied_op = i;
+            break;
+        }
+    bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT);
+    for (size_t p = 0; p <= g->n_params && OK(S); p++) {
+        if (!tied_done && (p == g->n_params || g->params[p].op > tied_op)) {
+            const vp_op *to = &g->ops[tied_op];
+            tied = talloc(S, mulc(S, mulc(S, to->in_features,
+                                          to->out_features), 4),
+                          VP_CAT_TEMP);
+            tied_done = true;
+            if (p == g->n_params || g->params[p].op != tied_op) {
+                tunref(S, tied);
+                tied = NONE;
+            }
+        }
+        if (p == g->n_params)
+            break;
         const vp_param *pp = &g->params[p];
         uint32_t pb = param_bytes_of(S, pp);
-        if (S->half && pb == 2) {
-            /* built in fp32, then model.to(half) */
-            uint32_t f = talloc(S, mulc(S, pp->numel, 4), VP_CAT_PARAM);
-            talloc(S, mulc(S, pp->numel, 2), VP_CAT_PARAM);
-            tunref(S, f);
-        } else {
-            talloc(S, mulc(S, pp->numel, pb), VP_CAT_PARAM);
+        fp32[p] = talloc(S, mulc(S, pp->numel, S->half && pb == 2 ? 4 : pb),
+                         VP_CAT_PARAM);
+        if (tied != NONE) {
+            tunref(S, tied);
+            tied = NONE;
         }
     }
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        if (S->half && param_bytes_of(S, pp) == 2) {
+            talloc(S, mulc(S, pp->numel, 2), VP_CAT_PARAM);
+            tunref(S, fp32[p]);
+        }
+    }
+    free(fp32);
     S->out->after_model = allocated(S) - S->out->baseline;
 }
 
@@ -1642,7 +1680,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             f += g->ops[i].flops_fwd;
     }
     out->flops_per_step = f * (s->inference ? 1 : s->accum);
-    if (st == VP_OK && peak_event)
+    if (st == VP_OK && peak_event && !s->skip_breakdown)
         layer_breakdown(g, s, out, peak_event);
     return st;
 }

@@ -69,6 +69,7 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
     s.checkpoint = mask;
     s.n_checkpoint = ns;
     /* peak without a limit, then whether it fits under the budget */
+    s.skip_breakdown = true;
     vp_setup free_s = s;
     free_s.alloc.limit = 0;
     vp_estimate e;

@@ -133,6 +133,7 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     free(tmp);
     vp_setup s2 = *s;
     s2.steps = 2;
+    s2.skip_breakdown = true;
     s2.alloc.limit = 0;
     s2.alloc.device_total = 0;
     vp_estimate e;

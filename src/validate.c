@@ -187,7 +187,9 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
         get_u64(&d, root, "cap", &cap, &st, err);
         TRY(st);
         vp_maxbatch_result mb;
-        TRY(st = vp_maxbatch(m, &s, ckpt ? "all" : NULL, cap, &mb, err));
+        /* the measurement's own search: doubling stops past cap */
+        TRY(st = vp_maxbatch_doubling(m, &s, ckpt ? "all" : NULL, cap, &mb,
+                                      err));
         add_metric(out, "max_batch", mb.max_batch, meas_mb);
         goto done;
     }

@@ -217,6 +217,16 @@ vp_status vp_gpu_measured_set(vp_gpu_profile *p, const vp_gpu_measured *m,
  * cublas_workspace and alloc.device_total (usable bytes). */
 void vp_gpu_apply(const vp_gpu_profile *p, vp_setup *s);
 
+/* Fill the step-time model's hardware description (timing.h) from the
+ * profile: datasheet rates, usable memory, context; from the measured
+ * section when present, the GEMM curve of data type `curve` (eff_max =
+ * fitted peak / datasheet peak, f_half), the copy bandwidth's share of the
+ * datasheet (mem_eff), pinned host-to-device bandwidth and the launch
+ * time. nvlink is per direction (half of vp_gpu_link_gbps). */
+struct vp_hw;
+void vp_gpu_hw(const vp_gpu_profile *p, vp_gpu_dtype curve,
+               struct vp_hw *out);
+
 /* Write the profile as YAML (the schema vp_gpu_load reads; comments are
  * not kept). VP_EIO on a write error. */
 vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err);

@@ -123,6 +123,9 @@ typedef struct vp_op {
                                     held outputs are released before it       */
 #define VP_OPF_SHIFT_LABELS 0x8u /* loss shifts the labels (HF causal LM)    */
 #define VP_OPF_PY_RMSNORM 0x10u  /* RMSNorm written in Python (HF Llama)     */
+#define VP_OPF_TIED_INIT 0x20u   /* tied head: the module is built with its own
+                                    weight (fp32, in_features x out_features),
+                                    freed when HF ties it to the embedding    */
 
 typedef struct vp_segment {
     const char *name;   /* "h.3", "layer2"                                   */

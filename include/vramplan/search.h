@@ -20,13 +20,23 @@ typedef struct vp_maxbatch_result {
 /* The largest micro-batch whose simulated steps fit under
  * setup->alloc.limit (PyTorch's memory-fraction rule: no new segment may
  * take reserved past the limit; cached segments are freed and the
- * allocation retried before OOM). The search doubles from 1 until a batch
- * does not fit (or passes `cap`), then bisects, as a user's doubling search
- * does. `ckpt` is a checkpoint spec for vp_graph_checkpoint_select (NULL =
+ * allocation retried before OOM), at most `cap` (0: no cap). The search
+ * predicts the answer from the reserved peaks of small batches (memory
+ * grows about linearly with the batch), gallops from the prediction until
+ * the answer is bracketed and bisects: a handful of simulations. `ckpt` is a checkpoint spec for vp_graph_checkpoint_select (NULL =
  * none). setup->batch is ignored. VP_EARG when no limit is set. */
 vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
                       const char *ckpt, uint64_t cap,
                       vp_maxbatch_result *out, vp_error *err);
+
+/* The same answer by a user's plain search: double from 1 until a batch
+ * does not fit, stopping the doubling past `cap`, then bisect (as
+ * shared/groundtruth/collect.py maxbatch does). Where the fit is not
+ * monotone in the batch (allocator fragmentation), this lands where that
+ * procedure lands; `vramplan validate` uses it to mirror the measurement. */
+vp_status vp_maxbatch_doubling(const vp_model *m, const vp_setup *setup,
+                               const char *ckpt, uint64_t cap,
+                               vp_maxbatch_result *out, vp_error *err);
 
 /* Whether one batch fits: builds the graph, simulates, and reports.
  * *fits is false for VP_EOOM and for sizes that overflow 64 bits; other

@@ -97,6 +97,8 @@ typedef struct vp_setup {
                                   (true); false when an earlier run in the same
                                   process made them (collect.py's later cases) */
     vp_allocator_config alloc; /* allocator configuration and budget limit    */
+    bool skip_breakdown;       /* searches: no per-layer breakdown (saves a
+                                  second simulation pass)                     */
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
