@@ -22,6 +22,17 @@ double vp_hw_matmul_rate(const vp_hw *hw, vp_precision p)
     }
 }
 
+void vp_hw_fill_defaults(vp_hw *hw)
+{
+    if (hw->f_half <= 0.0) {
+        hw->f_half = VP_HW_DEFAULT_F_HALF;
+        if (hw->eff_max <= 0.0 || hw->eff_max >= 1.0)
+            hw->eff_max = VP_HW_DEFAULT_EFF_MAX;
+    }
+    if (hw->mem_eff <= 0.0 || hw->mem_eff >= 1.0)
+        hw->mem_eff = VP_HW_DEFAULT_MEM_EFF;
+}
+
 static bool is_matmul(vp_op_kind k)
 {
     return k == VP_OP_LINEAR || k == VP_OP_CONV2D || k == VP_OP_ATTENTION;
@@ -141,6 +152,9 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     if (st != VP_OK)
         goto done;
     double bw = hw->hbm * hw->mem_eff;
+    /* a kernel costs at least PyTorch's eager dispatch */
+    double launch = hw->launch > VP_EAGER_OP_OVERHEAD ? hw->launch
+                                                      : VP_EAGER_OP_OVERHEAD;
     double fwd = 0, bwd = 0, rec = 0, flops = 0;
     uint32_t mb = s->inference ? 1 : s->accum;
     for (size_t i = 0; i < g->n_ops; i++) {
@@ -154,8 +168,8 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
         /* per micro-batch: traffic was recorded for all of them */
         double mf = 2.0 * t->bytes[0] / mb / bw;
         double mbk = 2.0 * t->bytes[1] / mb / bw;
-        double f = (gf > mf ? gf : mf) + t->kernels[0] / mb * hw->launch;
-        double b = (gb > mbk ? gb : mbk) + t->kernels[1] / mb * hw->launch;
+        double f = (gf > mf ? gf : mf) + t->kernels[0] / mb * launch;
+        double b = (gb > mbk ? gb : mbk) + t->kernels[1] / mb * launch;
         fwd += f;
         flops += o->flops_fwd;
         if (!s->inference) {
@@ -187,10 +201,10 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
         if (s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16)
             per /= 2.0;
         out->optimizer = ((double)params * per + c.opt_bytes) / bw +
-                         c.opt_kernels * hw->launch;
+                         c.opt_kernels * launch;
         if (s->optimizer == VP_OPT_ADAMW_FORLOOP ||
             s->optimizer == VP_OPT_ADAMW_8BIT)
-            out->optimizer += (double)g->n_params * 4.0 * hw->launch;
+            out->optimizer += (double)g->n_params * 4.0 * launch;
     }
     out->total = out->forward + out->backward + out->recompute +
                  out->optimizer + out->offload;

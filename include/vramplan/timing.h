@@ -36,6 +36,22 @@ typedef struct vp_step_time {
     double mfu;            /* flops / (total x peak of the compute dtype)   */
 } vp_step_time;
 
+/* Defaults of the efficiency terms for a GPU known only by its datasheet,
+ * fitted once (not per case) to the step times measured on an H200 with
+ * PyTorch 2.11 (shared/groundtruth, step_ms of 28 cases): large GEMMs at
+ * 80 % of the datasheet peak, half that at 1e10 FLOP, elementwise kernels at
+ * 80 % of the memory bandwidth. */
+#define VP_HW_DEFAULT_EFF_MAX 0.8
+#define VP_HW_DEFAULT_F_HALF 1e10
+#define VP_HW_DEFAULT_MEM_EFF 0.8
+/* PyTorch eager dispatch: host time per kernel launched from Python,
+ * which bounds small kernels (same fit). */
+#define VP_EAGER_OP_OVERHEAD 2e-5
+
+/* Fill the efficiency terms a profile leaves open (eff_max >= 1 with no
+ * curve, f_half 0, mem_eff >= 1) with the defaults above. */
+void vp_hw_fill_defaults(vp_hw *hw);
+
 /* Time one training step of g under setup on hw. VP_EARG when hw lacks a
  * rate for the setup's compute dtype. */
 vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *setup,

@@ -1,16 +1,30 @@
-/* --gpu NAME: the hardware profile behind the CLI's step times. */
+/* --gpu NAME: the hardware profile behind the CLI's budgets and times. */
 #include <stdio.h>
 
 #include "cli.h"
+#include "vramplan/gpu.h"
 
 int cli_gpu_hw(const char *name, vp_hw *out)
 {
-    (void)out;
-    fprintf(stderr, "vramplan: error: unknown GPU profile '%s'\n", name);
-    return 1;
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load(name, &err);
+    if (p == NULL) {
+        if (err.line)
+            fprintf(stderr, "%s:%u:%u: error: %s\n", err.path, err.line,
+                    err.col, err.msg);
+        else
+            fprintf(stderr, "vramplan: error: --gpu %s: %s\n", name,
+                    err.msg[0] ? err.msg : vp_strerror(err.code));
+        return 1;
+    }
+    vp_gpu_hw(p, VP_GPU_BF16, out);
+    vp_hw_fill_defaults(out);
+    vp_gpu_free(p);
+    return 0;
 }
 
-int cli_plan_cluster(int argc, char **argv)
+/* Replaced by the cluster planner's definition when it is linked in. */
+__attribute__((weak)) int cli_plan_cluster(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
