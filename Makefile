@@ -181,16 +181,27 @@ check: test
 accuracy: all
 	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-cases.jsonl
 
+# vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
+# loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and
+# Blackwell, plus PTX that newer GPUs compile at load.
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_100,code=sm_100 \
+             -gencode arch=compute_100,code=compute_100
+CU_FLAGS = -std=c++17 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra
+CU_LIBS = -ldl
+
 ifeq ($(NVCC),)
 calibrate:
-	@echo "nvcc not found, skipped calibrate"
+	@echo "nvcc not found (set NVCC=/path/to/nvcc), skipped calibrate"
 else
 calibrate: $(CU_BINS)
 	@$(if $(CU_SRCS),:,echo "calibrate: no calibrate/*.cu sources, nothing to build")
 
 build/calibrate/%: calibrate/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -o $@ $<
+	$(NVCC) $(CU_FLAGS) $(NVCCFLAGS) -o $@ $< $(CU_LIBS)
 endif
 
 install: all

@@ -20,8 +20,11 @@
  *              launch + synchronize round trip
  *   bandwidth  device memory: copy and triad kernels, cudaMemcpy D2D; host
  *              links: H2D and D2H, pinned and pageable
- *   gemm       cuBLASLt matmul (TN) for fp32, tf32, fp16, bf16, fp8 (E4M3,
- *              compute capability 8.9 and newer) over a sweep of shapes
+ *   gemm       cuBLASLt matmul for fp32, tf32, fp16, bf16 (NN, as
+ *              torch.matmul) and fp8 (E4M3, TN, compute capability 8.9
+ *              and newer) over a sweep of shapes; each timed sample after
+ *              a 50 ms rest (burst rate), plus bf16 8192^3 back to back
+ *              for ~0.5 s (sustained rate)
  *   nccl       all-reduce, all-gather, reduce-scatter over message sizes,
  *              when two or more GPUs are visible (skipped otherwise)
  * Every measurement is repeated; each line carries all its samples.
@@ -333,12 +336,21 @@ __device__ __forceinline__ float rnd(size_t i, uint32_t seed)
     return (float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
+/* Standard normal (Box-Muller on two hashes), like torch.randn: the
+ * data's bits change the matrix units' power draw, hence their clocks. */
+__device__ __forceinline__ float rnd_normal(size_t i, uint32_t seed)
+{
+    float u1 = 0.5f * (rnd(i, seed) + 1.0f) + 1.0f / 33554432.0f;
+    float u2 = rnd(i, seed ^ 0x9e3779b9u);
+    return sqrtf(-2.0f * __logf(u1)) * __cosf(3.14159265f * u2);
+}
+
 template <typename T>
 __global__ void k_fill(T *p, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        p[i] = T(rnd(i, seed));
+        p[i] = T(rnd_normal(i, seed));
 }
 
 template <>
@@ -346,7 +358,7 @@ __global__ void k_fill<__half>(__half *p, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        p[i] = __float2half(rnd(i, seed));
+        p[i] = __float2half(rnd_normal(i, seed));
 }
 
 template <>
@@ -355,7 +367,7 @@ __global__ void k_fill<__nv_bfloat16>(__nv_bfloat16 *p, size_t n,
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        p[i] = __float2bfloat16(rnd(i, seed));
+        p[i] = __float2bfloat16(rnd_normal(i, seed));
 }
 
 /* Streaming kernels over float4: each thread moves UNROLL vectors, spaced
@@ -632,15 +644,11 @@ static void measure_max_alloc(void)
     for (int r = 0; r < reps; r++) {
         CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
         size_t lo = 0, hi = (fr / step + 1) * step;
-        if (last) {
-            /* start near the last answer; widen when it moved */
-            size_t a = last > 128 * MiB ? last - 128 * MiB : 0;
-            size_t b = last + 128 * MiB;
-            if (try_alloc(a))
-                lo = a;
-            if (!try_alloc(b))
-                hi = b;
-        }
+        /* a repeat first checks the last answer: it still fits and one
+         * step more does not (two calls); else it bisects again */
+        if (last && try_alloc(last) && !try_alloc(last + step))
+            lo = last, hi = last + step;
+        double t0 = now_s();
         while (hi - lo > step) {
             size_t mid = (lo + (hi - lo) / 2) / step * step;
             if (mid <= lo)
@@ -650,6 +658,8 @@ static void measure_max_alloc(void)
             else
                 hi = mid;
         }
+        if (r == 0)
+            progress("max_alloc: bisection took %.2f s", now_s() - t0);
         found[r] = lo;
         frees[r] = fr;
         last = lo;
@@ -914,92 +924,190 @@ struct gemm_bufs {
     void *a, *b, *d, *ws;
 };
 
-/* One matmul D = A^T B (A k x m, B k x n, D m x n, column-major: the TN
- * layout that fp8 requires and nn.Linear uses). Returns false when
- * cuBLASLt has no algorithm for it. Appends a gemm or skip line. */
-static bool time_gemm(const dtype_info &dt, shape s, const gemm_bufs &buf)
+/* Matmul descriptors for one dtype and shape. fp8 takes the TN layout
+ * (D = A^T B, A k x m), the only one cuBLASLt has for it; the others NN
+ * (D = A B, A m x k), the layout of torch.matmul on row-major tensors. */
+struct gemm_desc {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
+    int found;
+    cublasStatus_t heur;
+    bool tn;
+};
+
+static void gemm_desc_init(gemm_desc &g, const dtype_info &dt, shape s)
 {
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    memset(&g, 0, sizeof g);
+    g.tn = dt.ab == CUDA_R_8F_E4M3;
+    LT_CHECK(p_cublasLtMatmulDescCreate(&g.op, dt.compute, CUDA_R_32F));
+    cublasOperation_t ta = g.tn ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = CUBLAS_OP_N;
+    LT_CHECK(p_cublasLtMatmulDescSetAttribute(
+        g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(p_cublasLtMatmulDescSetAttribute(
+        g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (g.tn)
+        LT_CHECK(p_cublasLtMatrixLayoutCreate(&g.la, dt.ab, s.k, s.m, s.k));
+    else
+        LT_CHECK(p_cublasLtMatrixLayoutCreate(&g.la, dt.ab, s.m, s.k, s.m));
+    LT_CHECK(p_cublasLtMatrixLayoutCreate(&g.lb, dt.ab, s.k, s.n, s.k));
+    LT_CHECK(p_cublasLtMatrixLayoutCreate(&g.ld, dt.cd, s.m, s.n, s.m));
     cublasLtMatmulPreference_t pref = NULL;
-    LT_CHECK(p_cublasLtMatmulDescCreate(&op, dt.compute, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(p_cublasLtMatmulDescSetAttribute(
-        op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(p_cublasLtMatmulDescSetAttribute(
-        op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK(p_cublasLtMatrixLayoutCreate(&la, dt.ab, s.k, s.m, s.k));
-    LT_CHECK(p_cublasLtMatrixLayoutCreate(&lb, dt.ab, s.k, s.n, s.k));
-    LT_CHECK(p_cublasLtMatrixLayoutCreate(&ld, dt.cd, s.m, s.n, s.m));
     LT_CHECK(p_cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = LT_WORKSPACE;
     LT_CHECK(p_cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
-    int found = 0;
-    cublasStatus_t hs = p_cublasLtMatmulAlgoGetHeuristic(
-        g_lt, op, la, lb, ld, ld, pref, MAX_ALGOS, res, &found);
-    float alpha = 1.0f, beta = 0.0f;
-    double flop = 2.0 * s.m * (double)s.n * s.k;
-    bool ok = false;
-    char what[96];
-    snprintf(what, sizeof what, "gemm %s %dx%dx%d", dt.name, s.m, s.n, s.k);
+    g.heur = p_cublasLtMatmulAlgoGetHeuristic(g_lt, g.op, g.la, g.lb, g.ld,
+                                              g.ld, pref, MAX_ALGOS, g.res,
+                                              &g.found);
+    if (g.heur != CUBLAS_STATUS_SUCCESS)
+        g.found = 0;
+    p_cublasLtMatmulPreferenceDestroy(pref);
+}
 
-    /* Pick the fastest of the top heuristics (3 timed calls each). */
+static void gemm_desc_destroy(gemm_desc &g)
+{
+    p_cublasLtMatrixLayoutDestroy(g.ld);
+    p_cublasLtMatrixLayoutDestroy(g.lb);
+    p_cublasLtMatrixLayoutDestroy(g.la);
+    p_cublasLtMatmulDescDestroy(g.op);
+}
+
+static cublasStatus_t gemm_run(const gemm_desc &g, int algo,
+                               const gemm_bufs &buf)
+{
+    static const float alpha = 1.0f, beta = 0.0f;
+    return p_cublasLtMatmul(g_lt, g.op, &alpha, buf.a, g.la, buf.b, g.lb,
+                            &beta, buf.d, g.ld, buf.d, g.ld,
+                            &g.res[algo].algo, buf.ws, LT_WORKSPACE, 0);
+}
+
+/* The fastest of the top heuristics (3 timed calls each); -1 if none
+ * runs. *ms gets its time per call. */
+static int gemm_pick(const gemm_desc &g, const gemm_bufs &buf, float *ms)
+{
     int best = -1;
-    float best_ms = 0;
-    for (int i = 0; hs == CUBLAS_STATUS_SUCCESS && i < found; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS)
-            continue;
-        cublasStatus_t st = p_cublasLtMatmul(
-            g_lt, op, &alpha, buf.a, la, buf.b, lb, &beta, buf.d, ld, buf.d,
-            ld, &res[i].algo, buf.ws, ws, 0);
-        if (st != CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < g.found; i++) {
+        if (g.res[i].state != CUBLAS_STATUS_SUCCESS ||
+            gemm_run(g, i, buf) != CUBLAS_STATUS_SUCCESS)
             continue;
         CUDA_CHECK(cudaEventRecord(g_ev0, 0));
         for (int j = 0; j < 3; j++)
-            LT_CHECK(p_cublasLtMatmul(g_lt, op, &alpha, buf.a, la, buf.b, lb,
-                                      &beta, buf.d, ld, buf.d, ld,
-                                      &res[i].algo, buf.ws, ws, 0));
+            LT_CHECK(gemm_run(g, i, buf));
         CUDA_CHECK(cudaEventRecord(g_ev1, 0));
-        float ms = elapsed_ms() / 3;
-        if (best < 0 || ms < best_ms) {
+        float t = elapsed_ms() / 3;
+        if (best < 0 || t < *ms) {
             best = i;
-            best_ms = ms;
+            *ms = t;
         }
     }
-    if (best >= 0) {
+    return best;
+}
+
+/* Idle before every timed GEMM sample. Under sustained load the H200
+ * lowers its clocks within ~50 ms (power limit); a short rest makes every
+ * sample a burst at full clocks whatever ran before it, as PyTorch's
+ * one-off benchmarks (and the PyTorch probe) see them. The sustained rate
+ * is measured apart (measure_sustained). */
+#define GEMM_REST_US 50000
+
+static void rest(void)
+{
+    CUDA_CHECK(cudaDeviceSynchronize());
+    usleep(GEMM_REST_US);
+}
+
+/* Time one shape; appends a gemm or a skip line. */
+static bool time_gemm(const dtype_info &dt, shape s, const gemm_bufs &buf)
+{
+    gemm_desc g;
+    gemm_desc_init(g, dt, s);
+    double flop = 2.0 * s.m * (double)s.n * s.k;
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s %dx%dx%d", dt.name, s.m, s.n, s.k);
+    float best_ms = 0;
+    int best = gemm_pick(g, buf, &best_ms);
+    bool ok = best >= 0;
+    if (ok) {
         const double target_ms = g_quick ? 2.0 : 5.0;
         int iters = (int)(target_ms / (best_ms > 1e-4 ? best_ms : 1e-4)) + 1;
         iters = iters > 1000 ? 1000 : iters;
+        int warm = iters / 5 > 1 ? iters / 5 : 1; /* ~1 ms: clocks up */
         double tf[16];
         int reps = g_repeats;
         for (int r = 0; r < reps; r++) {
+            rest();
+            for (int j = 0; j < warm; j++)
+                LT_CHECK(gemm_run(g, best, buf));
             CUDA_CHECK(cudaEventRecord(g_ev0, 0));
             for (int j = 0; j < iters; j++)
-                LT_CHECK(p_cublasLtMatmul(g_lt, op, &alpha, buf.a, la, buf.b,
-                                          lb, &beta, buf.d, ld, buf.d, ld,
-                                          &res[best].algo, buf.ws, ws, 0));
+                LT_CHECK(gemm_run(g, best, buf));
             CUDA_CHECK(cudaEventRecord(g_ev1, 0));
             tf[r] = flop * iters / (elapsed_ms() * 1e-3) / 1e12;
         }
         printf("{\"kind\": \"gemm\", \"dtype\": \"%s\", \"m\": %d, \"n\": "
-               "%d, \"k\": %d, \"algos\": %d, \"iters\": %d",
-               dt.name, s.m, s.n, s.k, found, iters);
+               "%d, \"k\": %d, \"layout\": \"%s\", \"algos\": %d, \"iters\": "
+               "%d, \"rest_ms\": %d",
+               dt.name, s.m, s.n, s.k, g.tn ? "TN" : "NN", g.found, iters,
+               GEMM_REST_US / 1000);
         put_arr("tflops", tf, reps);
         end_line();
-        ok = true;
     } else {
-        skip_line(what, hs != CUBLAS_STATUS_SUCCESS
-                            ? lt_status(hs)
+        skip_line(what, g.heur != CUBLAS_STATUS_SUCCESS
+                            ? lt_status(g.heur)
                             : "no cuBLASLt algorithm for this shape");
     }
-    p_cublasLtMatmulPreferenceDestroy(pref);
-    p_cublasLtMatrixLayoutDestroy(ld);
-    p_cublasLtMatrixLayoutDestroy(lb);
-    p_cublasLtMatrixLayoutDestroy(la);
-    p_cublasLtMatmulDescDestroy(op);
+    gemm_desc_destroy(g);
     return ok;
+}
+
+/* bf16 8192^3 back to back for about half a second, timed in windows of
+ * ~50 ms: the rate a long run of large GEMMs sustains once the clocks
+ * settle under the power limit. */
+static void measure_sustained(const dtype_info &dt, const gemm_bufs &buf)
+{
+    shape s = {8192, 8192, 8192};
+    gemm_desc g;
+    gemm_desc_init(g, dt, s);
+    float ms = 0;
+    int best = gemm_pick(g, buf, &ms);
+    if (best >= 0) {
+        const int windows = g_quick ? 3 : 10;
+        int iters = (int)(50.0f / (ms > 1e-3f ? ms : 1e-3f)) + 1;
+        double flop = 2.0 * s.m * (double)s.n * s.k, tf[16];
+        cudaEvent_t ev[17];
+        for (int w = 0; w <= windows; w++)
+            ev[w] = event_new();
+        rest();
+        CUDA_CHECK(cudaEventRecord(ev[0], 0));
+        for (int w = 0; w < windows; w++) {
+            for (int j = 0; j < iters; j++)
+                LT_CHECK(gemm_run(g, best, buf));
+            CUDA_CHECK(cudaEventRecord(ev[w + 1], 0));
+        }
+        CUDA_CHECK(cudaEventSynchronize(ev[windows]));
+        for (int w = 0; w < windows; w++) {
+            float t = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&t, ev[w], ev[w + 1]));
+            tf[w] = flop * iters / (t * 1e-3) / 1e12;
+        }
+        for (int w = 0; w <= windows; w++) {
+            untrack((void *)ev[w]);
+            CUDA_CHECK(cudaEventDestroy(ev[w]));
+        }
+        printf("{\"kind\": \"gemm_sustained\", \"dtype\": \"%s\", \"m\": %d, "
+               "\"n\": %d, \"k\": %d, \"iters\": %d",
+               dt.name, s.m, s.n, s.k, iters);
+        put_arr("tflops", tf, windows);
+        end_line();
+        progress("gemm: %s 8192^3 sustained: %.1f TFLOP/s in the first "
+                 "window, %.1f in the last",
+                 dt.name, tf[0], tf[windows - 1]);
+    } else {
+        skip_line("gemm_sustained", "no cuBLASLt algorithm for bf16 8192^3");
+    }
+    gemm_desc_destroy(g);
 }
 
 static void fill_dtype(const dtype_info &dt, void *p, size_t n,
@@ -1047,7 +1155,7 @@ static void measure_gemm(int cc)
     buf.d = dev_alloc(max_d * 4);
     buf.ws = dev_alloc(LT_WORKSPACE);
     printf("{\"kind\": \"gemm_setup\", \"cublaslt_version\": %zu, "
-           "\"workspace\": %zu, \"layout\": \"TN\"",
+           "\"workspace\": %zu",
            p_cublasLtGetVersion(), (size_t)LT_WORKSPACE);
     end_line();
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++) {
@@ -1068,6 +1176,9 @@ static void measure_gemm(int cc)
         CUDA_CHECK(cudaDeviceSynchronize());
         for (size_t i = 0; i < nshapes; i++)
             time_gemm(dt, shapes[i], buf);
+        if (dt.ab == CUDA_R_16BF && max_ab >= (size_t)8192 * 8192 &&
+            max_d >= (size_t)8192 * 8192)
+            measure_sustained(dt, buf);
     }
     dev_free(buf.ws);
     dev_free(buf.d);

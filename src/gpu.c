@@ -1,7 +1,7 @@
 /* GPU profiles: the strict YAML loader, accessors, and the writer.
  *
- * The schema is documented in gpus/README.md; every shipped file in gpus/
- * follows it. Errors point at the offending node (file:line:col). */
+ * The schema is documented in calibrate/README.md; every shipped file in
+ * gpus/ follows it. Errors point at the offending node (file:line:col). */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
@@ -219,14 +219,18 @@ static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
                             vp_error *err)
 {
     static const char *const keys[] = {"peak_tflops", "half_gflop",
-                                       "rms_rel_err", "best_tflops",
-                                       "points",      NULL};
+                                       "exponent",    "rms_rel_err",
+                                       "best_tflops", "points",
+                                       NULL};
     TRY(vp__ymap_check(d, n, keys, "a GEMM curve", err));
     yaml_node_t *v;
     TRY(need(d, n, "peak_tflops", "a GEMM curve", &v, err));
     TRY(get_double(d, v, 1e-6, &g->peak_tflops, err));
     TRY(need(d, n, "half_gflop", "a GEMM curve", &v, err));
     TRY(get_double(d, v, 0.0, &g->half_gflop, err));
+    g->exponent = 1.0;
+    if ((v = vp__ymap_get(d, n, "exponent", NULL)))
+        TRY(get_double(d, v, 0.01, &g->exponent, err));
     if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
         TRY(get_double(d, v, 0.0, &g->rms_rel_err, err));
     if ((v = vp__ymap_get(d, n, "best_tflops", NULL)))
@@ -286,7 +290,8 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         "launch_gpu_us",   "launch_sync_us",
         "bandwidth_gbps",  "gemm",
         "nccl",            "framework",
-        "torch",           NULL};
+        "torch",           "bf16_sustained_tflops",
+        NULL};
     TRY(vp__ymap_check(d, n, keys, "measured", err));
     yaml_node_t *v;
     if ((v = vp__ymap_get(d, n, "source", NULL)))
@@ -305,6 +310,8 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
     TRY(opt_stat(d, n, "launch_us", &m->launch_us, err));
     TRY(opt_stat(d, n, "launch_gpu_us", &m->launch_gpu_us, err));
     TRY(opt_stat(d, n, "launch_sync_us", &m->launch_sync_us, err));
+    TRY(opt_stat(d, n, "bf16_sustained_tflops", &m->bf16_sustained_tflops,
+                 err));
     if ((v = vp__ymap_get(d, n, "bandwidth_gbps", NULL)))
         PARSE_NAMED(d, v, BW_NAMES, "bandwidth_gbps", get_stat, m->bw_gbps);
     if ((v = vp__ymap_get(d, n, "gemm", NULL)))
@@ -479,7 +486,11 @@ vp_gpu_profile *vp_gpu_parse_buf(const char *buf, size_t len,
                     "a GPU profile is at most %u bytes", MAX_PROFILE_BYTES);
         goto fail;
     }
-    if (memchr(buf, '\0', len)) {
+    if (!buf && len) {
+        vp_error_set(err, VP_EARG, "no buffer");
+        goto fail;
+    }
+    if (len && memchr(buf, '\0', len)) {
         vp_error_at(err, VP_ESYNTAX, p->path, 0, 0, 0,
                     "the file holds a NUL byte");
         goto fail;
@@ -655,7 +666,11 @@ double vp_gpu_gemm_tflops(const vp_gpu_profile *p, vp_gpu_dtype t,
         return p->peak_tflops[t];
     if (gflop <= 0.0)
         return 0.0;
-    return g->peak_tflops * gflop / (gflop + g->half_gflop);
+    if (g->half_gflop <= 0.0)
+        return g->peak_tflops;
+    double h = g->exponent > 0.0 ? g->exponent : 1.0;
+    double u = pow(gflop / g->half_gflop, h);
+    return isinf(u) ? g->peak_tflops : g->peak_tflops * u / (1.0 + u);
 }
 
 double vp_gpu_memory_gbps(const vp_gpu_profile *p) { return p->memory_gbps; }
@@ -830,8 +845,8 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
     for (int t = 0; t < VP_GPU__DTYPES; t++)
         any |= m->gemm[t].points != 0;
     if (any) {
-        fputs("  # rate(W) = peak_tflops * W / (W + half_gflop), W = 2mnk / "
-              "1e9\n  gemm:\n",
+        fputs("  # rate(W) = peak_tflops * W^h / (W^h + half_gflop^h), h = "
+              "exponent, W = 2mnk / 1e9\n  gemm:\n",
               f);
         for (int t = 0; t < VP_GPU__DTYPES; t++) {
             const vp_gpu_gemm_fit *g = &m->gemm[t];
@@ -841,6 +856,8 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
             put_num(f, g->peak_tflops);
             fputs(", half_gflop: ", f);
             put_num(f, g->half_gflop);
+            fputs(", exponent: ", f);
+            put_num(f, g->exponent > 0.0 ? g->exponent : 1.0);
             fputs(", rms_rel_err: ", f);
             put_num(f, g->rms_rel_err);
             fputs(", best_tflops: ", f);
@@ -848,6 +865,7 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
             fprintf(f, ", points: %u}\n", g->points);
         }
     }
+    put_stat(f, 2, "bf16_sustained_tflops", &m->bf16_sustained_tflops);
     any = false;
     for (int c = 0; c < VP_GPU__COLLS; c++)
         any |= m->nccl[c].points != 0;
@@ -889,7 +907,7 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
 
 vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
 {
-    fputs("# vramplan GPU profile (schema: gpus/README.md)\n", f);
+    fputs("# vramplan GPU profile (schema: calibrate/README.md)\n", f);
     fputs("name: ", f);
     put_q(f, p->name);
     fputs("\nproduct: ", f);

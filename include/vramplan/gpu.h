@@ -86,16 +86,18 @@ typedef struct vp_gpu_stat {
 
 /* GEMM efficiency curve of one data type:
  *
- *   rate(W) = peak_tflops * W / (W + half_gflop)      (W in GFLOP)
+ *   rate(W) = peak_tflops * W^h / (W^h + half_gflop^h)    (W in GFLOP)
  *
- * the rate of a matmul of W = 2mnk/1e9 GFLOP. It is the same as a fixed
- * cost plus a peak rate, time(W) = t0 + W / peak, with
- * half_gflop = peak * t0: the work at which half the peak is reached.
- * points == 0 means absent. */
+ * the rate of a matmul of W = 2mnk/1e9 GFLOP: a saturating (Hill) curve
+ * that reaches half the peak at half_gflop. With h = 1 it is a fixed cost
+ * plus a peak rate, time(W) = t0 + W / peak with half_gflop = peak * t0;
+ * measured curves are steeper (h > 1): small GEMMs leave multiprocessors
+ * idle as well as paying the launch. points == 0 means absent. */
 typedef struct vp_gpu_gemm_fit {
     uint32_t points;     /* shapes fitted                                 */
     double peak_tflops;  /* asymptotic rate                               */
     double half_gflop;   /* work at half the peak                         */
+    double exponent;     /* h; 1 when the profile gives none              */
     double rms_rel_err;  /* root mean square of (fit - median) / median   */
     double best_tflops;  /* highest median measured                       */
 } vp_gpu_gemm_fit;
@@ -133,6 +135,9 @@ typedef struct vp_gpu_measured {
     uint64_t cublas_workspace_bytes; /* cuBLAS workspace per handle         */
     char framework_source[256];      /* how they were obtained              */
     /* PyTorch in the same run, for comparison */
+    vp_gpu_stat bf16_sustained_tflops; /* bf16 8192^3 back to back for
+                                          ~0.5 s, in ~50 ms windows: the
+                                          rate under the power limit       */
     vp_gpu_stat torch_bf16_tflops;   /* torch.matmul bf16 8192^3            */
     vp_gpu_stat torch_copy_gbps;     /* Tensor.copy_ of 1 GiB, read+write   */
 } vp_gpu_measured;
@@ -271,13 +276,14 @@ typedef struct vp_calib_gemm_point {
 size_t vp_calib_gemm_points(const vp_calib *c,
                             const vp_calib_gemm_point **out);
 
-/* Fit rate(W) = P W / (W + K) to n points (W in GFLOP, rates in TFLOP/s)
- * by nonlinear least squares on relative residuals. n >= 2. */
+/* Fit rate(W) = P W^h / (W^h + K^h) to n points (W in GFLOP, rates in
+ * TFLOP/s) by nonlinear least squares on relative residuals; h is fitted
+ * (0.25 to 8) when n >= 3, else 1. n >= 2. */
 vp_status vp_fit_gemm_curve(const double *gflop, const double *tflops,
                             size_t n, vp_gpu_gemm_fit *out, vp_error *err);
 
 /* Fit time_us = L + bytes / (B * 1e3) to n points, least squares on
- * relative residuals. n >= 2. */
+ * relative residuals. n >= 2. out->ranks is kept; the rest is set. */
 vp_status vp_fit_latency_bw(const double *bytes, const double *us, size_t n,
                             vp_gpu_coll_fit *out, vp_error *err);
 
@@ -295,7 +301,9 @@ typedef struct vp_fit_case {
 typedef struct vp_fit_result {
     vp_fit_case *cases;   /* n_cases entries; vp_fit_result_destroy frees */
     size_t n_cases;
-    size_t skipped;       /* cases without device_used or peak_reserved   */
+    size_t skipped;       /* cases without device_used or peak_reserved,
+                             or that could not be simulated               */
+    char skip_note[300];  /* the first skipped case and why ("" if none) */
     uint64_t context_before, context_after; /* bytes                      */
     double context_sd_bytes;                /* standard error of the fit  */
     double rms_before, rms_after;           /* of the relative errors     */

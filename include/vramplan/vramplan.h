@@ -14,6 +14,7 @@
 
 #include "vramplan/allocator.h"
 #include "vramplan/error.h"
+#include "vramplan/gpu.h"
 #include "vramplan/graph.h"
 #include "vramplan/model.h"
 #include "vramplan/sim.h"

@@ -1618,6 +1618,10 @@ static const command commands[] = {
      "search the fastest training setup that fits", cmd_plan},
     {"techniques", "MODEL --budget SIZE",
      "what each memory technique buys on a model", cmd_techniques},
+    {"calibrate", "[OPTIONS]",
+     "measure this GPU and write a GPU profile", cli_calibrate},
+    {"fit", "FILE.jsonl... [OPTIONS]",
+     "fit framework constants to measured runs", cli_fit},
     {"validate", "FILE.jsonl... [OPTIONS]",
      "compare the simulator with measured PyTorch runs", cli_validate},
     /* ------------------------------------------------------------------
@@ -1640,9 +1644,15 @@ static void main_help(FILE *f)
           "allocator.\n"
           "\n"
           "Commands:\n", f);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %s %-18s %s\n", commands[i].name, commands[i].usage,
-                commands[i].summary);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        char left[96];
+        snprintf(left, sizeof left, "%s %s", commands[i].name,
+                 commands[i].usage);
+        if (strlen(left) > 30)
+            fprintf(f, "  %s\n  %-30s %s\n", left, "", commands[i].summary);
+        else
+            fprintf(f, "  %-30s %s\n", left, commands[i].summary);
+    }
     fputs("\n"
           "Options:\n"
           "  -h, --help       show this help and exit\n"
