@@ -109,10 +109,11 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
                             "the GPU profile '%s' has no %s rate or no "
                             "memory bandwidth",
                             hw->name, vp_precision_name(s->precision));
-    /* cuDNN convolutions run on TF32 tensor cores in fp32 by default */
-    double conv_rate = s->precision == VP_PREC_FP32 && hw->tf32 > 0
-                           ? hw->tf32
-                           : rate;
+    /* cuDNN convolutions (NCHW) run far from the GEMM rates, at a flat
+     * share of the fp32 peak */
+    double conv_rate = VP_CONV_FP32_SHARE * hw->fp32;
+    if (conv_rate <= 0.0 || conv_rate > rate)
+        conv_rate = rate;
     size_t n = g->n_ops ? g->n_ops : 1;
     tctx c = {g, malloc(n * sizeof(char *)), malloc(n * sizeof(uint32_t)),
               calloc(n, sizeof(op_traffic)), 0, 0, 2};
@@ -161,10 +162,16 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
         const vp_op *o = &g->ops[i];
         const op_traffic *t = &c.t[i];
         double r = o->kind == VP_OP_CONV2D ? conv_rate : rate;
-        double gf = is_matmul(o->kind) ? gemm_time(hw, o->flops_fwd, r) : 0;
-        double gb = is_matmul(o->kind) && !s->inference
-                        ? gemm_time(hw, o->flops_bwd, r)
-                        : 0;
+        double gf, gb;
+        if (o->kind == VP_OP_CONV2D) {
+            gf = o->flops_fwd / r;
+            gb = s->inference ? 0 : o->flops_bwd / r;
+        } else {
+            gf = is_matmul(o->kind) ? gemm_time(hw, o->flops_fwd, r) : 0;
+            gb = is_matmul(o->kind) && !s->inference
+                     ? gemm_time(hw, o->flops_bwd, r)
+                     : 0;
+        }
         /* per micro-batch: traffic was recorded for all of them */
         double mf = 2.0 * t->bytes[0] / mb / bw;
         double mbk = 2.0 * t->bytes[1] / mb / bw;

@@ -71,6 +71,16 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
                            bool first_in_process, vp_case_result *out,
                            vp_error *err)
 {
+    return vp_validate_case_on(json, len, where, dirs, n_dirs,
+                               first_in_process, NULL, NULL, out, err);
+}
+
+vp_status vp_validate_case_on(const char *json, size_t len,
+                              const char *where, const char *const *dirs,
+                              size_t n_dirs, bool first_in_process,
+                              const vp_setup *base, const vp_hw *hw,
+                              vp_case_result *out, vp_error *err)
+{
     memset(out, 0, sizeof *out);
     vp_error_clear(err);
     vp_ydoc d;
@@ -105,7 +115,10 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
         goto done;
     }
     vp_setup s;
-    vp_setup_init(&s);
+    if (base)
+        s = *base;
+    else
+        vp_setup_init(&s);
     s.fresh_process = first_in_process;
     int v;
     if ((n = vp__ymap_get(&d, root, "prec", NULL))) {
@@ -223,6 +236,18 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
     if (get_u64(&d, root, "device_used", &meas, &st, err))
         add_metric(out, "device_used", e.device_used, meas);
     TRY(st);
+    yaml_node_t *msn = vp__ymap_get(&d, root, "step_ms", NULL);
+    if (hw && msn) {
+        const char *txt = vp__yscalar(msn);
+        char *end = NULL;
+        double ms = txt ? strtod(txt, &end) : -1.0;
+        if (txt && !*end && ms > 0.0) {
+            vp_step_time t;
+            TRY(st = vp_step_time_estimate(g, &s, hw, &t, err));
+            add_metric(out, "step_us", (uint64_t)(t.total * 1e6 + 0.5),
+                       (uint64_t)(ms * 1e3 + 0.5));
+        }
+    }
     yaml_node_t *steps = vp__ymap_get(&d, root, "steps", NULL);
     if (steps && steps->type == YAML_SEQUENCE_NODE) {
         size_t k = 0;

@@ -44,6 +44,11 @@ typedef struct vp_step_time {
 #define VP_HW_DEFAULT_EFF_MAX 0.8
 #define VP_HW_DEFAULT_F_HALF 1e10
 #define VP_HW_DEFAULT_MEM_EFF 0.8
+/* Convolutions in PyTorch's default NCHW layout through cuDNN ran at about
+ * 1.2 x the GPU's fp32 (non-tensor-core) peak whatever the precision: the
+ * resnet50 cases of the same fit took as long in AMP bf16 and bf16 as in
+ * fp32 (TF32), ~80 TFLOP/s on an H200, far below the tensor-core rates. */
+#define VP_CONV_FP32_SHARE 1.2
 /* PyTorch eager dispatch: host time per kernel launched from Python,
  * which bounds small kernels (same fit). */
 #define VP_EAGER_OP_OVERHEAD 2e-5

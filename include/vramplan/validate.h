@@ -11,6 +11,7 @@
 
 #include "vramplan/error.h"
 #include "vramplan/sim.h"
+#include "vramplan/timing.h"
 
 #define VP_VALIDATE_MAX_METRICS 24
 
@@ -39,5 +40,15 @@ vp_status vp_validate_case(const char *json, size_t len, const char *where,
                            const char *const *dirs, size_t n_dirs,
                            bool first_in_process, vp_case_result *out,
                            vp_error *err);
+
+/* The same, starting from `base` (NULL: vp_setup_init's defaults; e.g. a
+ * GPU profile's context via vp_gpu_apply) and, when `hw` is given and the
+ * case has a measured `step_ms`, adding the metric "step_us": the step-time
+ * model's time of one step in microseconds against the measured median. */
+vp_status vp_validate_case_on(const char *json, size_t len,
+                              const char *where, const char *const *dirs,
+                              size_t n_dirs, bool first_in_process,
+                              const vp_setup *base, const vp_hw *hw,
+                              vp_case_result *out, vp_error *err);
 
 #endif

@@ -27,6 +27,11 @@ static void validate_help(FILE *f)
           "\n"
           "Options:\n"
           "  --models DIR     a directory of model files (repeatable)\n"
+          "  --gpu NAME       a GPU profile: its CUDA context and cuBLAS "
+          "workspace,\n"
+          "                   and the step-time model's error (step_us) "
+          "against\n"
+          "                   each case's measured step_ms\n"
           "  --format FMT     table (default) or jsonl: one object per case "
           "and\n"
           "                   metric with id, metric, predicted, measured, "
@@ -91,6 +96,7 @@ int cli_validate(int argc, char **argv)
     const char *files[64];
     size_t n_files = 0;
     bool jsonl = false;
+    const char *gpu = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -103,6 +109,10 @@ int cli_validate(int argc, char **argv)
                 return cli_usage_error("at most %d --models directories",
                                        MAX_DIRS);
             dirs[n_dirs++] = argv[++i];
+        } else if (!strcmp(a, "--gpu")) {
+            if (i + 1 >= argc)
+                return cli_usage_error("option '--gpu' needs a value");
+            gpu = argv[++i];
         } else if (!strcmp(a, "--format")) {
             if (i + 1 >= argc)
                 return cli_usage_error("option '--format' needs a value");
@@ -127,7 +137,24 @@ int cli_validate(int argc, char **argv)
         return cli_usage_error("validate needs a FILE.jsonl");
     dirs[n_dirs++] = "models";
 
-    errs alloc_e = {0}, res_e = {0}, mb_e = {0};
+    errs alloc_e = {0}, res_e = {0}, mb_e = {0}, time_e = {0};
+    vp_setup base;
+    vp_setup_init(&base);
+    vp_hw hw;
+    if (gpu) {
+        vp_error gerr;
+        vp_gpu_profile *gp = vp_gpu_load(gpu, &gerr);
+        if (!gp) {
+            fprintf(stderr, "vramplan: error: --gpu %s: %s\n", gpu,
+                    gerr.msg);
+            return 2;
+        }
+        vp_gpu_apply(gp, &base);
+        base.alloc.device_total = 0; /* the cases set their own budgets */
+        vp_gpu_hw(gp, VP_GPU_BF16, &hw);
+        vp_hw_fill_defaults(&hw);
+        vp_gpu_free(gp);
+    }
     int rc = 0;
     size_t cases = 0;
     if (!jsonl)
@@ -156,8 +183,9 @@ int cli_validate(int argc, char **argv)
             snprintf(where, sizeof where, "%s:%lu", files[fi], ln);
             vp_case_result r;
             vp_error err;
-            vp_status st = vp_validate_case(line, (size_t)len, where, dirs,
-                                            n_dirs, first, &r, &err);
+            vp_status st = vp_validate_case_on(line, (size_t)len, where,
+                                               dirs, n_dirs, first, &base,
+                                               gpu ? &hw : NULL, &r, &err);
             first = false;
             cases++;
             if (st != VP_OK) {
@@ -188,6 +216,8 @@ int cli_validate(int argc, char **argv)
                     e = push_err(&res_e, m->rel_err);
                 else if (!strcmp(m->name, "max_batch"))
                     e = push_err(&mb_e, m->rel_err);
+                else if (!strcmp(m->name, "step_us"))
+                    e = push_err(&time_e, m->rel_err);
                 if (e) {
                     fprintf(stderr, "vramplan: error: out of memory\n");
                     free(line);
@@ -203,10 +233,12 @@ int cli_validate(int argc, char **argv)
         summary("allocated", &alloc_e, false);
         summary("reserved", &res_e, false);
         summary("max_batch", &mb_e, true);
+        summary("step_time", &time_e, false);
     }
     free(alloc_e.v);
     free(res_e.v);
     free(mb_e.v);
+    free(time_e.v);
     if (!cases && rc == 0) {
         fprintf(stderr, "vramplan: error: no cases in the input\n");
         rc = 2;
