@@ -178,6 +178,10 @@ test: deps
 
 check: test
 
+# make bench: the cluster planner's and the searches' speed, as ratios
+# against baselines measured in the same run
+include bench/bench.mk
+
 accuracy: all
 	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-cases.jsonl
 

@@ -61,13 +61,13 @@ static const char *const OP_KIND_NAMES[] = {
 /* Keys each op accepts besides name, op, input, inputs. */
 static const char *const *op_keys(const char *kind)
 {
-    static const char *const lin[] = {"out", "bias", NULL};
+    static const char *const lin[] = {"out", "bias", "tied_to", NULL};
     static const char *const conv[] = {"out", "kernel", "stride", "padding",
                                        "groups", "bias", NULL};
     static const char *const none[] = {NULL};
     static const char *const ln[] = {"bias", NULL};
     static const char *const gn[] = {"groups", NULL};
-    static const char *const emb[] = {"vocab", "dim", NULL};
+    static const char *const emb[] = {"vocab", "dim", "tied_to", NULL};
     static const char *const att[] = {"heads", "kv_heads", "head_dim",
                                       "causal", "impl", "dropout", "bias",
                                       NULL};
@@ -260,6 +260,31 @@ static vp_status push(gb *b, vp_op *o, yaml_node_t *at, uint32_t *idx)
     return st;
 }
 
+/* The weight of o: shared with the op named by `tied_to` (its first
+ * parameter, which must have the same number of elements), else new. */
+static vp_status weight(gb *b, scope *s, yaml_node_t *n, vp_op *o,
+                        uint64_t numel)
+{
+    yaml_node_t *tn = vp__ymap_get(b->d, n, "tied_to", NULL);
+    if (!tn)
+        return param(b, o, "weight", numel, true, NULL);
+    uint32_t src;
+    TRY(resolve(b, s, tn, &src));
+    const vp_op *so = &b->g->ops[src];
+    if (!so->n_params || so->kind == VP_OP_INPUT)
+        return vp__yerr(b->d, tn, VP_ESCHEMA, b->err,
+                        "'%.64s' has no weight to share", so->name);
+    const vp_param *sp = &b->g->params[so->params[0]];
+    if (sp->numel != numel)
+        return vp__yerr(b->d, tn, VP_ESCHEMA, b->err,
+                        "cannot tie to '%.64s': its weight has %llu elements, "
+                        "this one needs %llu",
+                        so->name, (unsigned long long)sp->numel,
+                        (unsigned long long)numel);
+    o->params[o->n_params++] = so->params[0];
+    return VP_OK;
+}
+
 static vp_status out_of_range(gb *b, yaml_node_t *at, const vp_op *o,
                               const char *what)
 {
@@ -282,7 +307,8 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         allowed[na++] = *k;
     allowed[na] = NULL;
     char what[96];
-    snprintf(what, sizeof what, "a %s op", kind);
+    snprintf(what, sizeof what, "%s %s op",
+             strchr("aeiou", kind[0]) ? "an" : "a", kind);
     TRY(vp__ymap_check(d, n, allowed, what, b->err));
     const char *leaf = NULL;
     yaml_node_t *nn = vp__ymap_get(d, n, "name", NULL);
@@ -367,7 +393,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         o.out_features = v;
         o.shape[o.ndim - 1] = v;
         TRY(mul2(b, n, last, v, &w));
-        TRY(param(b, &o, "weight", w, true, NULL));
+        TRY(weight(b, s, n, &o, w));
         if (bias)
             TRY(param(b, &o, "bias", v, true, NULL));
     } else if (!strcmp(kind, "conv2d")) {
@@ -396,6 +422,13 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
                                     "image");
             o.shape[i] = (h - k) / st + 1;
         }
+        uint64_t kk = 0;
+        TRY(mul2(b, n, k, k, &kk));
+        if (k > UINT32_MAX || st > UINT32_MAX || pad > UINT32_MAX ||
+            grp > UINT32_MAX)
+            return out_of_range(b, n, &o,
+                                "kernel, stride, padding and groups must be "
+                                "below 2^32");
         o.shape[1] = v;
         o.in_features = c;
         o.out_features = v;
@@ -404,7 +437,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         o.padding = (uint32_t)pad;
         o.groups = (uint32_t)grp;
         TRY(mul2(b, n, v, c / grp, &w));
-        TRY(mul2(b, n, w, k * k, &w));
+        TRY(mul2(b, n, w, kk, &w));
         TRY(param(b, &o, "weight", w, true, NULL));
         if (bias)
             TRY(param(b, &o, "bias", v, true, NULL));
@@ -460,7 +493,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         o.shape[o.ndim++] = dim;
         o.classes = voc;
         TRY(mul2(b, n, voc, dim, &w));
-        TRY(param(b, &o, "weight", w, true, NULL));
+        TRY(weight(b, s, n, &o, w));
     } else if (!strcmp(kind, "attention")) {
         if (x->ndim != 3)
             return vp__yerr(d, n, VP_ESCHEMA, b->err,
@@ -493,7 +526,13 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         vp_op q = o;
         q.kind = VP_OP_LINEAR;
         q.name = vp__arena_printf(&g->arena, "%s.in_proj", o.name);
-        uint64_t qkv = (heads + 2 * kvh) * hd;
+        uint64_t qd = 0, kvd = 0, qkv = 0;
+        TRY(mul2(b, n, heads, hd, &qd));
+        TRY(mul2(b, n, kvh, hd, &kvd));
+        TRY(mul2(b, n, kvd, 2, &kvd));
+        if (!vp_add_u64(qd, kvd, &qkv))
+            return vp__yerr(d, n, VP_EOVERFLOW, b->err,
+                            "heads x head_dim overflows 64 bits");
         q.in_features = last;
         q.out_features = qkv;
         q.shape[2] = qkv;
@@ -513,7 +552,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         c.ndim = 3;
         c.shape[0] = x->shape[0];
         c.shape[1] = x->shape[1];
-        c.shape[2] = heads * hd;
+        c.shape[2] = qd;
         c.heads = (uint32_t)heads;
         c.kv_heads = (uint32_t)kvh;
         c.head_dim = (uint32_t)hd;
@@ -527,9 +566,9 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         po.n_params = 0;
         po.name = vp__arena_printf(&g->arena, "%s.out_proj", o.name);
         po.inputs[0] = ci;
-        po.in_features = heads * hd;
+        po.in_features = qd;
         po.out_features = last;
-        TRY(mul2(b, n, heads * hd, last, &w));
+        TRY(mul2(b, n, qd, last, &w));
         TRY(param(b, &po, "weight", w, true, NULL));
         if (bias)
             TRY(param(b, &po, "bias", last, true, NULL));
@@ -567,6 +606,10 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
                                     "the window is larger than the image");
             o.shape[i] = (h - k) / st + 1;
         }
+        if (k > UINT32_MAX || st > UINT32_MAX || pad > UINT32_MAX)
+            return out_of_range(b, n, &o,
+                                "kernel, stride and padding must be below "
+                                "2^32");
         o.kernel = (uint32_t)k;
         o.stride = (uint32_t)st;
         o.padding = (uint32_t)pad;

@@ -11,6 +11,7 @@ typedef struct {
     const vp_tf *t;
     vp_error *err;
     char scope[96];
+    const char *path; /* the model file, for errors found while building */
 } tb;
 
 #define TRY(x)                                                             \
@@ -66,7 +67,13 @@ static vp_status push(tb *c, vp_op *o, const char *leaf, uint32_t *idx)
         if (!o->name)
             return vp_error_set(c->err, VP_ENOMEM, "out of memory");
     }
-    return vp__graph_add_op(c->g, o, idx, c->err);
+    vp_status st = vp__graph_add_op(c->g, o, idx, c->err);
+    if (st == VP_EOVERFLOW)
+        return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line,
+                           c->t->col, 1,
+                           "the output of %s has more than 2^64 elements",
+                           o->name);
+    return st;
 }
 
 static vp_status named(tb *c, vp_op *o, const char *leaf)
@@ -91,7 +98,7 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(o.in_features, out_f, &wn))
-        return vp_error_set(c->err, VP_EOVERFLOW,
+        return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1,
                             "weight of %s overflows 64 bits", o.name);
     if (tied_weight >= 0)
         o.params[o.n_params++] = (uint32_t)tied_weight;
@@ -174,7 +181,7 @@ static vp_status embedding(tb *c, uint32_t in, const char *leaf,
     TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(vocab, c->t->hidden, &wn))
-        return vp_error_set(c->err, VP_EOVERFLOW,
+        return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1,
                             "embedding %s overflows 64 bits", o.name);
     TRY(add_param(c, &o, "weight", wn, true));
     return push(c, &o, leaf, idx);
@@ -229,7 +236,7 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
     /* tokens per expert, on average (balanced routing) */
     uint64_t tk;
     if (!vp_mul_u64(tokens, t->top_k, &tk))
-        return vp_error_set(c->err, VP_EOVERFLOW, "MoE routing overflows");
+        return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1, "MoE routing overflows");
     uint64_t per = tk / t->experts + (tk % t->experts != 0);
     uint32_t acc = 0;
     for (uint64_t e = 0; e < t->experts; e++) {
@@ -258,7 +265,7 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
     if (t->shared_experts) {
         uint64_t f;
         if (!vp_mul_u64(t->shared_experts, t->expert_ffn, &f))
-            return vp_error_set(c->err, VP_EOVERFLOW, "MoE size overflows");
+            return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1, "MoE size overflows");
         uint32_t s;
         TRY(mlp(c, x, f, "shared_expert.", &s));
         TRY(binary(c, VP_OP_ADD, acc, s, "shared_add", &acc));
@@ -276,6 +283,9 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     if (t->fused_qkv) {
         uint32_t qkv;
         TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1, &qkv));
+        /* HF GPT-2: Conv1D = addmm(b, x, W); q, k, v are views of its
+         * output, locals of the attention forward until it returns */
+        c->g->ops[qkv].flags |= VP_OPF_ADDMM | VP_OPF_HOLD_MODULE;
         o.n_inputs = 1;
         o.inputs[0] = qkv;
     } else {
@@ -305,35 +315,74 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
         o.flags |= VP_OPF_KV_COPY;
     uint32_t a;
     TRY(push(c, &o, "attn.core", &a));
-    return linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out);
+    TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));
+    if (t->fused_qkv)
+        c->g->ops[*out].flags |= VP_OPF_ADDMM;
+    return VP_OK;
 }
 
+/* Mark the ops of [first, end) that are HF Conv1D linears (GPT-2). */
+static void mark_addmm(tb *c, uint32_t first)
+{
+    for (size_t i = first; i < c->g->n_ops; i++)
+        if (c->g->ops[i].kind == VP_OP_LINEAR)
+            c->g->ops[i].flags |= VP_OPF_ADDMM;
+}
+
+/* One layer, with the lifetimes that the Hugging Face forward's Python
+ * variables give its tensors (read from the allocator traces, see
+ * docs/SIMULATION_NOTES.md §3.2, §5.2): the layer's input is the caller's
+ * loop variable (it lives until the layer returns); a sub-module's
+ * argument lives until the sub-module returns. */
 static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
 {
     const vp_tf *t = c->t;
     uint32_t h, a, r;
+    c->g->ops[x].flags |= VP_OPF_HOLD_SEG;
     if (t->type == VP_TF_DECODER) { /* pre-norm */
+        /* GPT-2 (fused Conv1D c_attn): `hidden_states = self.ln_1(...)`
+         * lives until the residual add reassigns it; the attention and
+         * MLP outputs are locals until the block returns. Llama and the
+         * like: the norm output is the sub-module's argument. */
+        bool gpt2 = t->fused_qkv;
+        uint32_t hold = gpt2 ? VP_OPF_HOLD_ADD : VP_OPF_HOLD_MODULE;
+        uint32_t branch = gpt2 ? VP_OPF_HOLD_LAYER : 0;
         TRY(norm(c, x, "input_norm", &h));
+        c->g->ops[h].flags |= hold;
         TRY(attention(c, h, S, &a));
         TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+        c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
         TRY(binary(c, VP_OP_ADD, x, a, "attn.residual", &r));
         TRY(norm(c, r, "post_attention_norm", &h));
+        c->g->ops[h].flags |= hold;
+        uint32_t first = (uint32_t)c->g->n_ops;
         if (t->experts)
             TRY(moe(c, h, &a));
         else
             TRY(mlp(c, h, t->ffn, "mlp.", &a));
+        if (gpt2)
+            mark_addmm(c, first);
         TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+        c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
         return binary(c, VP_OP_ADD, r, a, "mlp.residual", out);
     }
-    /* post-norm encoder (BERT) */
+    /* post-norm encoder (BERT). BertSelfOutput / BertOutput:
+     * `LayerNorm(dropout(dense(h)) + input_tensor)`: the dropout output
+     * lives until the LayerNorm returns; the attention output is the
+     * argument of the intermediate and output modules. */
     TRY(attention(c, x, S, &a));
     TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+    c->g->ops[a].flags |= VP_OPF_HOLD_MODULE;
     TRY(binary(c, VP_OP_ADD, a, x, "attn.residual", &r));
     TRY(norm(c, r, "attn.norm", &h));
+    c->g->ops[h].flags |= VP_OPF_MODULE_RET | VP_OPF_HOLD_MODULE;
     TRY(mlp(c, h, t->ffn, "mlp.", &a));
     TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+    c->g->ops[a].flags |= VP_OPF_HOLD_MODULE;
     TRY(binary(c, VP_OP_ADD, a, h, "mlp.residual", &r));
-    return norm(c, r, "mlp.norm", out);
+    TRY(norm(c, r, "mlp.norm", out));
+    c->g->ops[*out].flags |= VP_OPF_MODULE_RET;
+    return VP_OK;
 }
 
 static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
@@ -356,7 +405,7 @@ static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
 vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
 {
     const vp_tf *t = &m->tf;
-    tb c = {g, t, err, ""};
+    tb c = {g, t, err, "", m->path};
     uint64_t B = g->batch, S = g->seq;
     if (!t->rotary && S > t->max_positions)
         return vp_error_at(err, VP_ERANGE, m->path, t->line, t->col, 1,
@@ -391,15 +440,21 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
     uint32_t wte_param = g->ops[x].params[0];
     if (t->type == VP_TF_DECODER)
         g->ops[x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
+    if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
+        g->ops[x].flags |= VP_OPF_HOLD_MODULE;
     if (t->type_vocab) {
         TRY(embedding(&c, ids, "token_type_embeddings", t->type_vocab, B, S,
                       &e));
+        if (t->type == VP_TF_ENCODER)
+            g->ops[e].flags |= VP_OPF_HOLD_MODULE;
         TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_types", &x));
     }
     if (!t->rotary) {
         TRY(embedding(&c, ids, "embed_positions", t->max_positions, 1, S, &e));
         if (t->type == VP_TF_DECODER)
             g->ops[e].flags |= VP_OPF_HOLD_FWD;
+        else
+            g->ops[e].flags |= VP_OPF_HOLD_MODULE;
         TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_positions", &x));
     } else {
         uint32_t bidx;
@@ -412,7 +467,20 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
     }
     if (t->embedding_norm)
         TRY(norm(&c, x, "embed_norm", &x));
+    if (t->type == VP_TF_ENCODER && t->type_vocab) {
+        /* BertEmbeddings' int64 buffers position_ids and token_type_ids
+         * (max_positions each), registered after its LayerNorm */
+        static const char *const bufs[] = {"embed.position_ids",
+                                           "embed.token_type_ids"};
+        for (int k = 0; k < 2; k++) {
+            uint32_t bidx;
+            TRY(vp__graph_add_param(g, bufs[k], t->max_positions,
+                                    (uint32_t)g->n_ops, false, &bidx, err));
+            g->params[bidx].elem_bytes_override = 8;
+        }
+    }
     TRY(dropout(&c, x, "embed_dropout", t->p_embd, &x));
+    g->ops[x].flags |= VP_OPF_MODULE_RET;
     if (t->type == VP_TF_ENCODER)
         g->ops[x].flags |= VP_OPF_HOLD_FWD; /* BertModel's embedding_output */
 
@@ -429,6 +497,8 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         TRY(norm(&c, x, "final_norm", &x));
     uint32_t logits, l;
     size_t head_first = g->n_ops;
+    /* `hidden_states = outputs[0]` in the head model's forward */
+    g->ops[x].flags |= VP_OPF_HOLD_OUT;
     if (t->norm == VP_NORM_RMSNORM)
         for (size_t i = 0; i < g->n_ops; i++)
             if (g->ops[i].kind == VP_OP_RMSNORM)

@@ -38,6 +38,8 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 typedef struct vp_ydoc {
     yaml_document_t doc;
     bool loaded;
+    const char *buf;  /* the input, while loading (reader error positions) */
+    size_t len;
     const char *path; /* for error messages; owned by the model's arena */
 } vp_ydoc;
 
@@ -78,6 +80,11 @@ vp_status vp__yget_enum(vp_ydoc *d, yaml_node_t *n, const char *const *choices,
                         int *out, vp_error *err);
 /* Closest of candidates to word, or NULL if nothing is close. */
 const char *vp__suggest(const char *word, const char *const *candidates);
+
+/* Strict JSON syntax check (VP_ESYNTAX with line:column, VP_ELIMIT for
+ * nesting deeper than VP_MAX_NEST). */
+vp_status vp__json_check(const char *buf, size_t len, const char *path,
+                         vp_error *err);
 
 /* ---- expressions (graph form sizes) ----------------------------------- */
 typedef struct vp_expr_var {

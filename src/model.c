@@ -105,15 +105,49 @@ static vp_status opt_prob(fields *f, const char *key, double *out)
             return st_;                                                    \
     } while (0)
 
-/* Checks shared by every source of transformer hyperparameters. */
+/* Where each hyperparameter is written, for errors that point at it. */
+typedef struct {
+    const char *hidden, *heads, *kv_heads, *head_dim, *layers, *top_k,
+        *experts;
+    bool moe_submap; /* vramplan YAML: top_k and experts under `moe:` */
+} tf_keys;
+
+static const tf_keys YAML_KEYS = {"hidden", "heads", "kv_heads", "head_dim",
+                                  "layers", "top_k", "experts", true};
+static const tf_keys GPT2_KEYS = {"n_embd", "n_head", "n_head", "n_embd",
+                                  "n_layer", NULL, NULL, false};
+static const tf_keys HF_KEYS = {"hidden_size", "num_attention_heads",
+                                "num_key_value_heads", "head_dim",
+                                "num_hidden_layers", "num_experts_per_tok",
+                                "num_local_experts", false};
+
+/* The value node of `key` in map (or under its `moe:` map), else map. */
+static yaml_node_t *key_at(vp_ydoc *d, yaml_node_t *map, const char *key,
+                           bool in_moe)
+{
+    if (!key)
+        return map;
+    yaml_node_t *m = map;
+    if (in_moe) {
+        yaml_node_t *mm = vp__ymap_get(d, map, "moe", NULL);
+        if (mm)
+            m = mm;
+    }
+    yaml_node_t *n = vp__ymap_get(d, m, key, NULL);
+    return n ? n : map;
+}
+
+/* Checks shared by every source of transformer hyperparameters; errors
+ * point at the value at fault. */
 static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
-                             vp_error *err)
+                             const tf_keys *k, vp_error *err)
 {
     if (t->kv_heads == 0)
         t->kv_heads = t->heads;
     if (t->head_dim == 0) {
         if (t->hidden % t->heads != 0)
-            return vp__yerr(d, at, VP_ESCHEMA, err,
+            return vp__yerr(d, key_at(d, at, k->heads, false), VP_ESCHEMA,
+                            err,
                             "hidden (%llu) is not a multiple of heads (%llu); "
                             "give head_dim",
                             (unsigned long long)t->hidden,
@@ -121,16 +155,28 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
         t->head_dim = t->hidden / t->heads;
     }
     if (t->heads % t->kv_heads != 0)
-        return vp__yerr(d, at, VP_ESCHEMA, err,
+        return vp__yerr(d, key_at(d, at, k->kv_heads, false), VP_ESCHEMA,
+                        err,
                         "heads (%llu) is not a multiple of kv_heads (%llu)",
                         (unsigned long long)t->heads,
                         (unsigned long long)t->kv_heads);
+    /* the projections' widths must fit 64 bits with room for batch x seq */
+    uint64_t qd, kvd, qkv;
+    if (!vp_mul_u64(t->heads, t->head_dim, &qd) ||
+        !vp_mul_u64(t->kv_heads, t->head_dim, &kvd) ||
+        !vp_mul_u64(kvd, 2, &kvd) || !vp_add_u64(qd, kvd, &qkv))
+        return vp__yerr(d, key_at(d, at, k->head_dim, false), VP_EOVERFLOW,
+                        err,
+                        "heads x head_dim (%llu x %llu) overflows 64 bits",
+                        (unsigned long long)t->heads,
+                        (unsigned long long)t->head_dim);
     if (!t->rotary && t->max_positions == 0)
         return vp__yerr(d, at, VP_ESCHEMA, err,
                         "learned positions need max_positions");
     if (t->experts) {
         if (t->top_k == 0 || t->top_k > t->experts)
-            return vp__yerr(d, at, VP_ERANGE, err,
+            return vp__yerr(d, key_at(d, at, k->top_k, k->moe_submap),
+                            VP_ERANGE, err,
                             "moe top_k (%llu) must be between 1 and experts "
                             "(%llu)",
                             (unsigned long long)t->top_k,
@@ -141,11 +187,12 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
     if (t->head == VP_HEAD_CLASSIFICATION && t->num_labels == 0)
         t->num_labels = 2;
     if (t->layers > VP_MAX_REPEAT)
-        return vp__yerr(d, at, VP_ELIMIT, err,
+        return vp__yerr(d, key_at(d, at, k->layers, false), VP_ELIMIT, err,
                         "%llu layers is more than the limit of %u",
                         (unsigned long long)t->layers, VP_MAX_REPEAT);
     if (t->experts > 4096)
-        return vp__yerr(d, at, VP_ELIMIT, err,
+        return vp__yerr(d, key_at(d, at, k->experts, k->moe_submap),
+                        VP_ELIMIT, err,
                         "%llu experts is more than the limit of 4096",
                         (unsigned long long)t->experts);
     return VP_OK;
@@ -232,7 +279,7 @@ static vp_status parse_transformer(vp_model *m, yaml_node_t *tn,
     }
     t->line = (uint32_t)tn->start_mark.line + 1;
     t->col = (uint32_t)tn->start_mark.column + 1;
-    return tf_validate(d, tn, t, err);
+    return tf_validate(d, tn, t, &YAML_KEYS, err);
 }
 
 /* ---- Hugging Face config.json ------------------------------------------ */
@@ -447,7 +494,8 @@ static vp_status parse_hf(vp_model *m, vp_error *err)
     t->col = (uint32_t)root->start_mark.column + 1;
     m->seq = t->max_positions && t->max_positions < 2048 ? t->max_positions
                                                          : 2048;
-    return tf_validate(d, root, t, err);
+    return tf_validate(d, root, t,
+                       !strcmp(type, "gpt2") ? &GPT2_KEYS : &HF_KEYS, err);
 }
 
 /* ---- loading ------------------------------------------------------------ */
@@ -498,6 +546,12 @@ static vp_status parse_yaml_model(vp_model *m, vp_error *err)
     if (tn) {
         m->form = 0;
         TRY(parse_transformer(m, tn, err));
+        if (sn && !m->tf.rotary && m->seq > m->tf.max_positions)
+            return vp__yerr(d, sn, VP_ERANGE, err,
+                            "seq %llu is longer than the model's %llu "
+                            "learned positions",
+                            (unsigned long long)m->seq,
+                            (unsigned long long)m->tf.max_positions);
         if (!sn)
             m->seq = m->tf.max_positions && m->tf.max_positions < 2048
                          ? m->tf.max_positions
@@ -555,6 +609,8 @@ vp_model *vp_model_parse_buf(const char *buf, size_t len, const char *name,
                     "NUL byte in the file");
         goto fail;
     }
+    if (is_json && vp__json_check(buf, len, m->path, err) != VP_OK)
+        goto fail;
     if (is_json) {
         /* JSON allows tabs as whitespace; YAML's scanner does not, and
          * tabs cannot occur inside JSON strings unescaped. */

@@ -1,6 +1,7 @@
 /* Searches on one GPU: the largest batch under a budget, and the
  * checkpoint placement that fits with the least recomputation. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,10 +47,15 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
     return st;
 }
 
-/* Peak reserved bytes of one batch without a limit (0 if it overflows). */
-static vp_status reserved_at(const vp_model *m, const vp_setup *setup,
-                             uint64_t batch, const char *ckpt, uint64_t *out,
-                             vp_error *err)
+/* Whether a batch fits, and its peak allocated bytes without a limit
+ * (0 when it overflows). A run whose reserved bytes never pass the limit
+ * is the same run under the limit, so it fits; only a run that passes it
+ * needs the limited simulation (where freeing cached segments and retrying
+ * may still let it fit). */
+static vp_status probe(const vp_model *m, const vp_setup *setup,
+                       uint64_t batch, const char *ckpt, uint64_t limit,
+                       bool *fits, uint64_t *reserved, uint32_t *trials,
+                       vp_error *err)
 {
     vp_setup s = *setup;
     s.alloc.limit = 0;
@@ -57,8 +63,25 @@ static vp_status reserved_at(const vp_model *m, const vp_setup *setup,
     vp_estimate e;
     bool ok;
     vp_status st = vp_fits(m, &s, batch, ckpt, &ok, &e, err);
-    *out = st == VP_OK && ok ? e.peak_reserved : 0;
-    return st;
+    (*trials)++;
+    if (st != VP_OK)
+        return st;
+    /* the prediction follows the allocated peak: under a limit the
+     * allocator frees cached segments before it fails, so reserved
+     * bytes end close to allocated ones */
+    *reserved = ok ? e.peak_alloc : 0;
+
+
+    if (ok && e.peak_reserved <= limit) {
+        *fits = true;
+        return VP_OK;
+    }
+    if (!ok) { /* overflowed: too large by far */
+        *fits = false;
+        return VP_OK;
+    }
+    (*trials)++;
+    return vp_fits(m, setup, batch, ckpt, fits, NULL, err);
 }
 
 vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
@@ -73,97 +96,79 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
                             "search");
     if (cap == 0)
         cap = (uint64_t)1 << 40;
-    bool ok;
-    vp_status st;
-    /* batch 1 first: nothing fits without it */
-    st = vp_fits(m, setup, 1, ckpt, &ok, NULL, err);
-    out->trials++;
-    if (st != VP_OK)
-        return st;
-    if (!ok)
-        return VP_OK;
-    /* Memory grows about linearly with the batch: predict from the
-     * reserved peaks of batches 1 and 2, then bracket the prediction. */
-    uint64_t lo = 1, hi = 0, r1 = 0, r2 = 0, guess = 2;
     uint64_t limit = setup->alloc.limit ? setup->alloc.limit
                                         : setup->alloc.device_total;
-    if ((st = reserved_at(m, setup, 1, ckpt, &r1, err)) != VP_OK ||
-        (st = reserved_at(m, setup, 2, ckpt, &r2, err)) != VP_OK)
+    bool ok;
+    vp_status st;
+    uint64_t r1, r;
+    if ((st = probe(m, setup, 1, ckpt, limit, &ok, &r1, &out->trials,
+                    err)) != VP_OK)
         return st;
-    out->trials += 2;
-    if (r1 && r2 > r1 && limit > r1)
-        guess = 1 + (limit - r1) / (r2 - r1);
-    if (guess < 2)
-        guess = 2;
-    if (guess > cap)
-        guess = cap;
-    /* refine with the secant through batch 1 and the guess: the slope at
-     * small batches understates fixed costs that later stop growing */
-    for (int it = 0; it < 2 && guess > 2; it++) {
-        uint64_t rg;
-        if ((st = reserved_at(m, setup, guess, ckpt, &rg, err)) != VP_OK)
+    if (!ok)
+        return VP_OK; /* batch 1 does not fit */
+    /* Memory grows about linearly with the batch: secant steps through
+     * (1, r1) predict the answer, which is then bracketed and bisected. */
+    uint64_t lo = 1, hi = cap + 1; /* lo fits; hi does not (or past cap) */
+    uint64_t xa = 1, ra = r1;      /* the secant's anchor                */
+    uint64_t guess = 2;
+    for (int it = 0; it < 8 && hi - lo > 1; it++) {
+        if (guess <= lo)
+            guess = lo + 1;
+        if (guess >= hi)
+            guess = lo + (hi - lo) / 2;
+        if ((st = probe(m, setup, guess, ckpt, limit, &ok, &r, &out->trials,
+                        err)) != VP_OK)
             return st;
-        out->trials++;
-        if (!rg || rg <= r1)
-            break;
-        double slope = (double)(rg - r1) / (double)(guess - 1);
-        double g2 = 1.0 + (double)(limit - r1) / slope;
-        uint64_t ng = g2 < 2.0 ? 2 : g2 > (double)cap ? cap : (uint64_t)g2;
-        if (ng == guess)
-            break;
-        uint64_t diff = ng > guess ? ng - guess : guess - ng;
-        guess = ng;
-        if (diff <= guess / 100 + 1)
-            break;
+        if (ok)
+            lo = guess;
+        else
+            hi = guess;
+        if (!ok && lo > 1 && hi - lo <= (lo / 4 > 16 ? lo / 4 : 16))
+            break; /* tightly bracketed: bisect from here */
+        if (!ok && !r) {
+            /* so large it overflows: come back geometrically */
+            guess = lo > (UINT64_MAX >> 3) ? hi - 1 : lo * 8;
+            continue;
+        }
+        double slope = guess == xa || !r
+                           ? 0.0
+                           : ((double)r - (double)ra) /
+                                 ((double)guess - (double)xa);
+        if (!(slope > 0.0)) {
+            /* fixed costs still dominate: move on geometrically */
+            guess = ok ? 2 * guess : guess;
+            continue;
+        }
+        double next = (double)guess + ((double)limit - (double)r) / slope;
+        xa = guess;
+        ra = r;
+        if (!(next >= 1.0) || next > (double)cap)
+            next = (double)cap;
+        guess = (uint64_t)next;
+        /* step just past the prediction so that it gets bracketed */
+        if (ok && guess <= lo)
+            guess = lo + 1;
+        if (!ok && guess >= hi)
+            guess = hi - 1;
     }
-    /* gallop away from the guess until the answer is bracketed */
-    uint64_t step = guess / 64 > 1 ? guess / 64 : 1;
-    st = vp_fits(m, setup, guess, ckpt, &ok, NULL, err);
-    out->trials++;
-    if (st != VP_OK)
-        return st;
-    if (ok) {
-        lo = guess;
-        while (!hi) {
-            if (lo >= cap) {
-                hi = cap + 1; /* untested: treated as too large */
-                break;
-            }
-            uint64_t b = cap - lo > step ? lo + step : cap;
-            st = vp_fits(m, setup, b, ckpt, &ok, NULL, err);
-            out->trials++;
-            if (st != VP_OK)
-                return st;
-            if (ok)
-                lo = b;
-            else
-                hi = b;
-            step *= 2;
-        }
-    } else {
-        hi = guess;
-        while (hi - lo > 1) {
-            uint64_t b = hi - lo > step ? hi - step : lo;
-            if (b == lo)
-                break;
-            st = vp_fits(m, setup, b, ckpt, &ok, NULL, err);
-            out->trials++;
-            if (st != VP_OK)
-                return st;
-            if (ok) {
-                lo = b;
-                break;
-            }
+    /* gallop from lo until a failure bounds it (when hi is still open) */
+    uint64_t step = lo / 32 > 1 ? lo / 32 : 1;
+    while (hi > cap && lo < cap) {
+        uint64_t b = cap - lo > step ? lo + step : cap;
+        if ((st = probe(m, setup, b, ckpt, limit, &ok, &r, &out->trials,
+                        err)) != VP_OK)
+            return st;
+        if (ok)
+            lo = b;
+        else
             hi = b;
-            step *= 2;
-        }
+        step *= 2;
     }
     /* bisect what is left */
     while (hi > lo + 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        st = vp_fits(m, setup, mid, ckpt, &ok, NULL, err);
-        out->trials++;
-        if (st != VP_OK)
+        if ((st = probe(m, setup, mid, ckpt, limit, &ok, &r, &out->trials,
+                        err)) != VP_OK)
             return st;
         if (ok)
             lo = mid;
@@ -171,8 +176,7 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
             hi = mid;
     }
     out->max_batch = lo;
-    st = vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
-    return st;
+    return vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
 }
 
 vp_status vp_maxbatch_doubling(const vp_model *m, const vp_setup *setup,

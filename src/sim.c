@@ -19,6 +19,14 @@ typedef struct {
 
 typedef enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE } fwd_mode;
 
+/* A reference that a Python variable holds (graph.h, VP_OPF_HOLD_*). */
+enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG };
+struct pyhold {
+    uint32_t id;
+    uint8_t kind;
+    int32_t seg; /* PH_LAYER: its layer; PH_SEG: the layer it feeds */
+};
+
 typedef struct sim {
     const vp_graph *g;
     const vp_setup *s;
@@ -41,6 +49,8 @@ typedef struct sim {
     bool *ckpt;       /* per segment */
     uint32_t *held;   /* tensors kept until the model output is dropped */
     size_t n_held, cap_held;
+    struct pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
+    size_t n_ph, cap_ph;
     /* state */
     vp_phase phase;
     uint32_t step;
@@ -202,6 +212,36 @@ static void release_held(sim *S)
     S->n_held = 0;
 }
 
+static void pyhold_push(sim *S, uint32_t id, uint8_t kind, int32_t seg)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->ph, &S->cap_ph, S->n_ph + 1,
+                  sizeof(struct pyhold))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    tref(S, id);
+    S->ph[S->n_ph++] = (struct pyhold){id, kind, seg};
+}
+
+/* Drop the Python references of one kind (kind < 0: all; seg >= 0: only
+ * those tied to that layer), innermost (latest) first. */
+static void pyhold_release(sim *S, int kind, int32_t seg)
+{
+    size_t k = S->n_ph;
+    while (k-- > 0) {
+        struct pyhold h = S->ph[k];
+        if (kind >= 0 && h.kind != kind)
+            continue;
+        if (seg >= 0 && h.seg != seg)
+            continue;
+        memmove(&S->ph[k], &S->ph[k + 1], (S->n_ph - k - 1) * sizeof h);
+        S->n_ph--;
+        tunref(S, h.id);
+    }
+}
+
 static void save(sim *S, uint32_t op, uint32_t id)
 {
     if (id == NONE)
@@ -209,6 +249,23 @@ static void save(sim *S, uint32_t op, uint32_t id)
     VP_ASSERT(S->n_saved[op] < MAX_SAVED);
     tref(S, id);
     S->saved[op * MAX_SAVED + S->n_saved[op]++] = id;
+}
+
+/* Save into a fixed slot (NONE kept), for ops whose backward frees its
+ * saved tensors one by one. */
+static void save_slot(sim *S, uint32_t op, uint32_t id)
+{
+    VP_ASSERT(S->n_saved[op] < MAX_SAVED);
+    tref(S, id);
+    S->saved[op * MAX_SAVED + S->n_saved[op]++] = id;
+}
+
+static void drop_saved(sim *S, uint32_t op, uint32_t k)
+{
+    if (k < S->n_saved[op]) {
+        tunref(S, S->saved[op * MAX_SAVED + k]);
+        S->saved[op * MAX_SAVED + k] = NONE;
+    }
 }
 
 static void release_saved(sim *S, uint32_t op)
@@ -365,7 +422,7 @@ static void bias_staging(sim *S, uint64_t rows, uint64_t out)
     tunref(S, b);
 }
 
-/* ---- cuDNN convolution workspaces ---------------------------------------- */
+/* ---- cuDNN convolution workspaces --------------------------------------- */
 
 typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
 
@@ -382,20 +439,24 @@ typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
  * stride-1 convolution splits the batch into fp32 partial filters
  * (batch x Cout x Cin x 4 B) when that is smaller than the copies; the
  * other filter gradients add split-K partial sums, up to 16 fp32 copies of
- * the filter, capped near 8 MiB (measured 8,389,263 B for 16 x 512 KiB,
- * 8,258,215 for 14 x 576 KiB, 8,651,503 for the 9 MiB filters). That
+ * the filter. In fp32 the split count fills one wave of CTAs over the
+ * filter's 128x128 tiles: floor(132 / tiles), at most 16 (measured
+ * exactly 14, 3, 16, 4 and 1 splits for ResNet-50's 3x3 128/256 and 1x1
+ * downsample filters); in bf16 it varies with the batch (0-13 splits),
+ * modelled as 16 splits capped at 8 MiB (measured 2-16 MB). That
  * extra is what keeps the filter-gradient workspace from fitting in the
  * block the data-gradient workspace just freed. The copies carry ~147 B
  * of alignment slack (measured: +147 B in most calls, +16 in the rest).
  * Evidence (docs/SIMULATION_NOTES.md §7.1): every distinct conv of
  * ResNet-50, fp32 and bf16, batches 32-256, and the resnet50 traces; the
- * rule gives the measured forward and data-gradient sizes within ±1 % for
- * 90 % of the calls (the rest: other algorithms, up to 1.5x). A few
- * hundred bytes of per-call scratch (272/400 B, small pool) are left
- * out. */
+ * rule gives 175 of the 184 measured forward workspaces within 1 % (the
+ * rest: other algorithms, up to 1.5x) and 109 of the 184 filter-gradient
+ * ones. A few hundred bytes of per-call scratch (272/400 B, small pool)
+ * are left out. */
 #define CUDNN_WS_SLACK 147u
 #define CUDNN_SPLITK_MAX 16u
 #define CUDNN_SPLITK_CAP (8u << 20)
+#define CUDNN_WGRAD_CTAS 132u /* the H200's SMs: one wave of split-K CTAs */
 static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
 {
     const vp_op *x = &S->g->ops[o->inputs[0]];
@@ -417,10 +478,30 @@ static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
     uint64_t w4 = mulc(S, mulc(S, mulc(S, co, ci / grp), k2), 4);
     bool pointwise = o->kernel == 1 && o->stride <= 1;
     if (!pointwise) {
+        /* a strided 1x1 forward in fp32 writes large outputs (over 14x14
+         * positions) in NCHW directly: only the input is copied
+         * (measured: ResNet-50's 256->512 downsample, 28x28 out) */
+        if (o->kernel == 1 && pass == CONV_FWD && eb == 4 &&
+            o->shape[2] * o->shape[3] > 14 * 14)
+            return in + CUDNN_WS_SLACK;
         uint64_t ws = in + out + (o->kernel > 1 ? w : 0) + CUDNN_WS_SLACK;
         if (pass == CONV_BWD_FILTER) {
-            uint64_t sk = mulc(S, w4, CUDNN_SPLITK_MAX);
-            ws += sk < CUDNN_SPLITK_CAP ? sk : CUDNN_SPLITK_CAP;
+            uint64_t sk;
+            if (eb == 4) {
+                /* fp32: as many splits as fill one wave of CTAs over the
+                 * filter's 128x128 output tiles */
+                uint64_t crs = mulc(S, cip / grp, k2);
+                uint64_t tiles = ((cop + 127) / 128) * ((crs + 127) / 128);
+                uint64_t splits = CUDNN_WGRAD_CTAS / (tiles ? tiles : 1);
+                if (splits > CUDNN_SPLITK_MAX)
+                    splits = CUDNN_SPLITK_MAX;
+                sk = splits > 1 ? mulc(S, w4, splits) : 0;
+            } else {
+                sk = mulc(S, w4, CUDNN_SPLITK_MAX);
+                if (sk > CUDNN_SPLITK_CAP)
+                    sk = CUDNN_SPLITK_CAP;
+            }
+            ws += sk;
         }
         return ws;
     }
@@ -467,6 +548,7 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     uint32_t refs = refs_of ? refs_of[i] : S->consumers[i];
     if (o->flags & VP_OPF_HOLD_FWD && mode == MODE_SAVE)
         refs++;
+    bool hold_out = (o->flags & VP_OPF_HOLD_OUT) && mode != MODE_RECOMPUTE;
     if (o->flags & VP_OPF_MODEL_END && mode != MODE_RECOMPUTE) {
         for (uint32_t j = 0; j < i; j++)
             if (g->ops[j].flags & VP_OPF_HOLD_FWD && S->out_t[j] != NONE)
@@ -479,10 +561,20 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_CONV2D: {
         bool bias = o->n_params > 1;
         uint8_t ce = S->amp ? 2 : eb0; /* compute dtype */
-        uint32_t x = cast_input(S, in0, ce);
-        uint32_t w = weight_cast(S, o->params[0]);
-        if (bias)
-            weight_cast(S, o->params[1]);
+        /* autocast's wrapper casts the arguments right to left:
+         * addmm(b, x, W) casts W, x, b; linear/conv(x, W, b) b, W, x */
+        uint32_t x, w;
+        if (o->flags & VP_OPF_ADDMM) {
+            w = weight_cast(S, o->params[0]);
+            x = cast_input(S, in0, ce);
+            if (bias)
+                weight_cast(S, o->params[1]);
+        } else {
+            if (bias)
+                weight_cast(S, o->params[1]);
+            w = weight_cast(S, o->params[0]);
+            x = cast_input(S, in0, ce);
+        }
         if (o->kind == VP_OP_LINEAR)
             workspace_fwd(S, bias);
         oeb = ce;
@@ -582,7 +674,58 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         if (impl == VP_ATTN_SDPA)
             impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
         oeb = ce;
-        if (impl == VP_ATTN_EAGER || impl == VP_ATTN_MATH) {
+        if (impl == VP_ATTN_EAGER) {
+            /* HF eager_attention_forward (transformers 5.x, traced on
+             * GPT-2): q made contiguous for bmm (saved); q @ k^T; times
+             * the scale; plus the float causal mask (the model's dtype,
+             * so fp32 under autocast); softmax (fp32 under autocast,
+             * saved); .type(v.dtype); dropout (mask and output saved);
+             * probs @ v; transpose(1, 2).reshape() copies the output.
+             * Saved slots: q copy, k, v, softmax, mask, dropped. */
+            uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
+            uint64_t qn = mulc(S, mulc(S, o->shape[0], o->q_len),
+                               (uint64_t)o->heads * o->head_dim);
+            uint8_t me = o->causal ? promote(ce, S->PE) : ce;
+            uint8_t se = S->amp ? 4 : me;
+            uint32_t qc = talloc(S, mulc(S, qn, ce), VP_CAT_ACT);
+            uint32_t s1 = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+            uint32_t s2 = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+            tunref(S, s1);
+            if (o->causal) {
+                uint32_t s3 = talloc(S, mulc(S, sc, me), VP_CAT_TEMP);
+                tunref(S, s2);
+                s2 = s3;
+            }
+            uint32_t sm = talloc(S, mulc(S, sc, se), VP_CAT_ACT);
+            tunref(S, s2);
+            uint32_t pc = sm;
+            if (se != ce) {
+                pc = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+            } else {
+                tref(S, sm);
+            }
+            uint32_t mask = NONE, dropped = pc;
+            if (o->dropout > 0) {
+                mask = talloc(S, sc, VP_CAT_ACT);
+                dropped = talloc(S, mulc(S, sc, ce), VP_CAT_ACT);
+                tunref(S, pc);
+            }
+            uint32_t o4 = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+            out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+            tunref(S, o4);
+            if (sv) {
+                save_slot(S, i, qc);
+                save_slot(S, i, k != NONE ? k : q);
+                save_slot(S, i, v);
+                save_slot(S, i, sm);
+                save_slot(S, i, mask);
+                save_slot(S, i, dropped);
+            }
+            tunref(S, qc);
+            tunref(S, sm);
+            tunref(S, mask);
+            tunref(S, dropped);
+        } else if (impl == VP_ATTN_MATH) {
             uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
             uint8_t pe = impl == VP_ATTN_MATH ? 4 : ce;
             uint32_t scores = talloc(S, mulc(S, sc, pe), VP_CAT_TEMP);
@@ -596,7 +739,9 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
                 tunref(S, p32);
             }
             uint32_t mask = NONE, dropped = NONE;
-            if (o->dropout > 0 && S->training) {
+            /* dropout follows the module's train mode, also under no_grad
+             * (the ground truth's inference runs in train mode) */
+            if (o->dropout > 0) {
                 mask = talloc(S, sc, VP_CAT_ACT);
                 dropped = talloc(S, mulc(S, sc, pe), VP_CAT_ACT);
             }
@@ -613,8 +758,8 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             tunref(S, mask);
             tunref(S, dropped);
         } else {
-            uint32_t rng1 = NONE, rng2 = NONE;
-            if (o->dropout > 0 && S->training) {
+            uint32_t rng1 = NONE, rng2 = NONE, lse = NONE;
+            if (o->dropout > 0) {
                 rng1 = talloc(S, 8, VP_CAT_ACT);
                 rng2 = talloc(S, 8, VP_CAT_ACT);
             }
@@ -622,7 +767,10 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             uint64_t L = o->q_len;
             if (impl == VP_ATTN_EFFICIENT)
                 L = (L + 31) / 32 * 32;
-            uint32_t lse = talloc(S, mulc(S, mulc(S, bh, L), 4), VP_CAT_ACT);
+            /* logsumexp only when autograd may need it (grad mode on and
+             * an input requiring grad: sdp_utils' compute_logsumexp) */
+            if (S->training && o->needs_grad)
+                lse = talloc(S, mulc(S, mulc(S, bh, L), 4), VP_CAT_ACT);
             transient(S, 256);
             if (sv) {
                 save(S, i, q);
@@ -644,10 +792,17 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_GELU_TANH: {
         /* HF NewGELUActivation: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) as
          * separate kernels; pow is on autocast's fp32 list. */
+        /* Unsaved (no grad, or inside a checkpoint) each temporary dies
+         * as soon as the expression no longer needs it: x.float() after
+         * pow, tanh after 1+tanh, 0.5*x and 1+tanh after the product. */
         uint8_t fe = S->amp ? 4 : eb0;
         uint32_t half = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
         uint32_t xf = cast_input(S, in0, fe);
         uint32_t p = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
+        if (!sv) {
+            tunref(S, xf);
+            xf = NONE;
+        }
         uint32_t q = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
         tunref(S, p);
         uint32_t r = talloc(S, mulc(S, n, fe), VP_CAT_TEMP);
@@ -657,6 +812,10 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         uint32_t th = talloc(S, mulc(S, n, fe), VP_CAT_ACT);
         tunref(S, c);
         uint32_t u = talloc(S, mulc(S, n, fe), VP_CAT_ACT);
+        if (!sv) {
+            tunref(S, th);
+            th = NONE;
+        }
         oeb = fe;
         out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
         if (sv) {
@@ -696,8 +855,9 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         break;
     }
     case VP_OP_DROPOUT: {
-        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        /* native_dropout: the bool mask, then the output */
         uint32_t m = talloc(S, n, VP_CAT_ACT);
+        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
         if (sv)
             save(S, i, m);
         tunref(S, m);
@@ -770,13 +930,18 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_CROSS_ENTROPY:
     case VP_OP_MSE_LOSS: {
         uint64_t rc = mulc(S, o->rows, o->classes);
-        uint32_t lbl = NONE;
+        uint32_t lbl = NONE, pad = NONE, up = NONE;
+        uint32_t lp = NONE, lp32 = NONE;
+        /* HF ForCausalLMLoss: logits.float(); labels padded with -100
+         * (B x (S+1) int64) and shifted (.contiguous()); both locals live
+         * until the loss function returns, after nll_loss */
+        if (o->kind == VP_OP_CROSS_ENTROPY && o->upcast_logits)
+            up = cast_input(S, in0, 4);
         if (o->flags & VP_OPF_SHIFT_LABELS) {
-            transient(S, mulc(S, o->rows + o->rows / (o->rows ? o->rows : 1),
-                              8));
+            uint64_t bsz = g->batch && o->rows % g->batch == 0 ? g->batch : 1;
+            pad = talloc(S, mulc(S, o->rows + bsz, 8), VP_CAT_TEMP);
             lbl = talloc(S, mulc(S, o->rows, 8), VP_CAT_ACT);
         }
-        uint32_t lp = NONE, lp32 = NONE;
         if (o->kind == VP_OP_MSE_LOSS) {
             uint32_t x = cast_input(S, in0, S->amp ? 4 : eb0);
             if (sv)
@@ -788,13 +953,15 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             lp32 = talloc(S, mulc(S, rc, 4), VP_CAT_ACT);
         } else {
             uint8_t le = o->upcast_logits ? 4 : eb0;
-            uint32_t up = cast_input(S, in0, le);
+            if (up == NONE)
+                up = cast_input(S, in0, le);
             lp = talloc(S, mulc(S, rc, le), VP_CAT_ACT);
-            tunref(S, up);
         }
         oeb = 4;
         out = talloc(S, 4, VP_CAT_ACT);
         uint32_t tw = talloc(S, 4, VP_CAT_ACT);
+        tunref(S, up);
+        tunref(S, pad);
         if (sv) {
             save(S, i, lp);
             save(S, i, lp32);
@@ -818,6 +985,29 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     if (out != NONE) {
         S->t[out].refs += refs;
         S->out_t[i] = out;
+        /* Python variables that outlive the consumers (graph.h) */
+        if (o->kind == VP_OP_ADD)
+            pyhold_release(S, PH_ADD, -1);
+        if (o->flags & VP_OPF_MODULE_RET)
+            pyhold_release(S, PH_MODULE, -1);
+        if (o->flags & VP_OPF_HOLD_MODULE)
+            pyhold_push(S, out, PH_MODULE, -1);
+        if (o->flags & VP_OPF_HOLD_ADD)
+            pyhold_push(S, out, PH_ADD, -1);
+        if (o->flags & VP_OPF_HOLD_LAYER)
+            pyhold_push(S, out, PH_LAYER, o->segment);
+        if (hold_out)
+            hold(S, out);
+        if (o->flags & VP_OPF_HOLD_SEG && mode != MODE_RECOMPUTE) {
+            int32_t nx = -1;
+            for (size_t k = 0; k < g->n_segs; k++)
+                if (g->segs[k].first_op > i) {
+                    nx = (int32_t)k;
+                    break;
+                }
+            if (nx >= 0)
+                pyhold_push(S, out, PH_SEG, nx);
+        }
         tunref(S, out);
     } else {
         S->out_t[i] = NONE;
@@ -830,6 +1020,15 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         if (refs_of && refs_of[in] == 0)
             continue; /* an input from outside a recomputed segment */
         tunref(S, S->out_t[in]);
+    }
+    /* the layer returns: its locals and its input (the caller's loop
+     * variable) are dropped */
+    if (o->segment >= 0 && i == g->segs[o->segment].last_op &&
+        mode != MODE_RECOMPUTE) {
+        pyhold_release(S, PH_LAYER, o->segment);
+        pyhold_release(S, PH_ADD, -1);
+        pyhold_release(S, PH_MODULE, -1);
+        pyhold_release(S, PH_SEG, o->segment);
     }
     (void)is_view;
 }
@@ -874,8 +1073,8 @@ static void bwd(sim *S, uint32_t i)
          * autocast each grad then goes through the ToCopyBackward of its
          * cast to fp32; the engine runs those in argument order (the
          * autocast wrapper evaluates its casts right to left, so the first
-         * argument's node has the highest sequence number): bias (HF
-         * Conv1D's addmm(b, x, W)), x, W. */
+         * argument's node has the highest sequence number): b, x, W for
+         * HF Conv1D's addmm(b, x, W); x, W, b for linear and conv. */
         bool bias = o->n_params > 1;
         bool conv = o->kind == VP_OP_CONV2D;
         uint8_t ce = S->amp ? 2 : eb0;
@@ -891,30 +1090,30 @@ static void bwd(sim *S, uint32_t i)
         uint32_t pw = o->params[0], pb = bias ? o->params[1] : NONE;
         uint32_t gw = NONE, gb = NONE;
         if (g->params[pw].trainable) {
-            gw = talloc(S, mulc(S, g->params[pw].numel,
-                                S->amp ? 2 : param_bytes_of(S, &g->params[pw])),
-                        VP_CAT_TEMP);
+            uint32_t eb = S->amp ? 2 : param_bytes_of(S, &g->params[pw]);
+            gw = talloc(S, mulc(S, g->params[pw].numel, eb), VP_CAT_TEMP);
             if (conv)
                 transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
         }
         if (bias && g->params[pb].trainable) {
-            gb = talloc(S, mulc(S, g->params[pb].numel,
-                                S->amp ? 2 : param_bytes_of(S, &g->params[pb])),
-                        VP_CAT_TEMP);
+            uint32_t eb = S->amp ? 2 : param_bytes_of(S, &g->params[pb]);
+            gb = talloc(S, mulc(S, g->params[pb].numel, eb), VP_CAT_TEMP);
             if (!conv)
                 bias_staging(S, rows, o->out_features);
         }
         tunref(S, gy);
         gy = NONE;
         release_saved(S, i);
-        if (gb != NONE)
+        if (o->flags & VP_OPF_ADDMM) { /* addmm(b, x, W) */
             param_grad_cast(S, pb, gb);
-        if (gx != NONE) {
             give_grad(S, in0, gx, gxe);
-            gx = NONE;
-        }
-        if (gw != NONE)
             param_grad_cast(S, pw, gw);
+        } else { /* linear / conv (x, W, b) */
+            give_grad(S, in0, gx, gxe);
+            param_grad_cast(S, pw, gw);
+            param_grad_cast(S, pb, gb);
+        }
+        gx = NONE;
         break;
     }
     case VP_OP_EMBEDDING: {
@@ -964,14 +1163,61 @@ static void bwd(sim *S, uint32_t i)
         vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
         if (impl == VP_ATTN_SDPA)
             impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
-        uint32_t dq = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
-        uint32_t dk = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
-        uint32_t dv = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+        uint32_t dq, dk, dv;
+        if (impl == VP_ATTN_EAGER) {
+            /* the nodes of eager_attention_forward in reverse (traced):
+             * the output copy's backward, bmm(probs, v), dropout, the
+             * ToCopy to fp32, softmax (two buffers), the mask add (cast
+             * back), the scale, bmm(q, k^T); saved slots as in fwd() */
+            uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
+            uint8_t me = o->causal ? promote(ce, S->PE) : ce;
+            uint8_t se = S->amp ? 4 : me;
+            uint32_t t = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+            tunref(S, gy);
+            gy = NONE;
+            dv = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+            uint32_t ga = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+            tunref(S, t);
+            drop_saved(S, i, 2);
+            drop_saved(S, i, 5);
+            if (o->dropout > 0) {
+                uint32_t g2 = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+                tunref(S, ga);
+                ga = g2;
+                drop_saved(S, i, 4);
+            }
+            if (se != ce) {
+                uint32_t g3 = talloc(S, mulc(S, sc, se), VP_CAT_TEMP);
+                tunref(S, ga);
+                ga = g3;
+            }
+            uint32_t g4 = talloc(S, mulc(S, sc, se), VP_CAT_TEMP);
+            transient(S, mulc(S, sc, se));
+            tunref(S, ga);
+            drop_saved(S, i, 3);
+            ga = g4;
+            if (me != ce) {
+                uint32_t g5 = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+                tunref(S, ga);
+                ga = g5;
+            }
+            uint32_t g6 = talloc(S, mulc(S, sc, ce), VP_CAT_TEMP);
+            tunref(S, ga);
+            dq = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+            dk = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+            tunref(S, g6);
+            drop_saved(S, i, 0);
+            drop_saved(S, i, 1);
+        } else {
+            dq = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+            dk = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+            dv = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+        }
         if (impl == VP_ATTN_FLASH || impl == VP_ATTN_EFFICIENT) {
             uint64_t ws = mulc(S, qn, 4);
             ws += mulc(S, mulc(S, bh, o->q_len), 4) + 256;
             transient(S, ws);
-        } else {
+        } else if (impl == VP_ATTN_MATH) {
             uint64_t sc = mulc(S, mulc(S, bh, o->q_len), o->kv_len);
             uint8_t pe = impl == VP_ATTN_MATH ? 4 : ce;
             uint32_t t1 = talloc(S, mulc(S, sc, pe), VP_CAT_TEMP);
@@ -985,15 +1231,17 @@ static void bwd(sim *S, uint32_t i)
         bool kvcopy = (o->flags & VP_OPF_KV_COPY) &&
                       !(o->segment >= 0 && S->ckpt[o->segment]);
         if (o->n_inputs == 1) {
+            /* the cache's cat backward makes k's and v's grads contiguous
+             * (one at a time), then split's backward cats q, k, v */
             if (kvcopy) {
                 uint32_t a = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
+                tunref(S, dk);
+                dk = a;
                 uint32_t b = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
-                gx = grad_like(S, in0, ce);
-                tunref(S, a);
-                tunref(S, b);
-            } else {
-                gx = grad_like(S, in0, ce);
+                tunref(S, dv);
+                dv = b;
             }
+            gx = grad_like(S, in0, ce);
             tunref(S, dq);
             tunref(S, dk);
             tunref(S, dv);
@@ -1006,16 +1254,68 @@ static void bwd(sim *S, uint32_t i)
         break;
     }
     case VP_OP_GELU_TANH: {
-        uint32_t t1 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
-        uint32_t t2 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
-        uint32_t t3 = talloc(S, mulc(S, n, oeb), VP_CAT_TEMP);
+        /* The autograd nodes of 0.5*x * (1 + tanh(c*(x + 0.044715*x^3))),
+         * run from the last (highest sequence number) to the first, as
+         * traced (docs/SIMULATION_NOTES.md §3.5). F: the fp32 width under
+         * autocast (pow is on the fp32 list), X: x's width. Saved:
+         * [0] 0.5x, [1] x.float(), [2] tanh, [3] 1+tanh. */
+        uint8_t fe = S->amp ? 4 : eb0;
+        bool cast = fe != eb0;
+        uint64_t nF = mulc(S, n, fe), nX = mulc(S, n, eb0);
+        /* MulBackward0 (0.5x * u): both grads in F, 0.5x's cast to X */
+        uint32_t a = talloc(S, nF, VP_CAT_TEMP);
+        uint32_t b = talloc(S, nF, VP_CAT_TEMP);
+        if (cast) {
+            uint32_t a2 = talloc(S, nX, VP_CAT_TEMP);
+            tunref(S, a);
+            a = a2;
+        }
+        tunref(S, gy);
+        gy = NONE;
+        drop_saved(S, i, 3);
+        drop_saved(S, i, 0);
+        /* TanhBackward */
+        uint32_t c = talloc(S, nF, VP_CAT_TEMP);
+        tunref(S, b);
+        drop_saved(S, i, 2);
+        /* MulBackward0 (c * r) */
+        uint32_t d = talloc(S, nF, VP_CAT_TEMP);
+        tunref(S, c);
+        /* AddBackward0 (x + q): x's share (cast to X) opens x's input
+         * buffer; q's share passes through */
+        uint32_t acc = d;
+        if (cast)
+            acc = talloc(S, nX, VP_CAT_TEMP);
+        else
+            tref(S, d);
+        /* MulBackward0 (0.044715 * p) */
+        uint32_t f = talloc(S, nF, VP_CAT_TEMP);
+        tunref(S, d);
+        /* PowBackward0: grad * 3 * x^2, three kernels */
+        uint32_t t1 = talloc(S, nF, VP_CAT_TEMP);
+        uint32_t t2 = talloc(S, nF, VP_CAT_TEMP);
+        uint32_t t3 = talloc(S, nF, VP_CAT_TEMP);
         tunref(S, t1);
         tunref(S, t2);
-        if (ig0) {
-            gx = grad_like(S, in0, eb0);
-            gxe = eb0;
+        tunref(S, f);
+        drop_saved(S, i, 1);
+        /* ToCopyBackward0 of x.float(); summed in place into the buffer */
+        if (cast) {
+            uint32_t g2 = talloc(S, nX, VP_CAT_TEMP);
+            tunref(S, t3);
+            t3 = g2;
         }
         tunref(S, t3);
+        /* MulBackward0 (0.5 * x), summed in place */
+        uint32_t h = talloc(S, nX, VP_CAT_TEMP);
+        tunref(S, a);
+        tunref(S, h);
+        if (ig0) {
+            gx = acc;
+            gxe = eb0;
+        } else {
+            tunref(S, acc);
+        }
         break;
     }
     case VP_OP_RELU:
@@ -1157,8 +1457,31 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
         saved_out[i - seg->first_op] = S->out_t[i];
         fwd(S, i, MODE_RECOMPUTE, refs_of);
     }
+    pyhold_release(S, -1, -1); /* early stop unwinds the Python frames */
     clear_cast_cache(S);
     free(saved_out);
+}
+
+/* HF masking_utils (eager attention): the model builds one 4-D float
+ * causal mask [B, 1, Sq, Sk] in its dtype before the decoder layers and
+ * keeps it until its forward returns (traced: 16,777,216 B for GPT-2
+ * B=4, S=1024 fp32). */
+static void eager_mask(sim *S)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t i = 0; i < g->n_ops; i++) {
+        const vp_op *o = &g->ops[i];
+        if (o->kind != VP_OP_ATTENTION || !o->causal)
+            continue;
+        vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
+        if (impl != VP_ATTN_EAGER)
+            return;
+        uint64_t e = mulc(S, mulc(S, o->shape[0], o->q_len), o->kv_len);
+        uint32_t m = talloc(S, mulc(S, e, S->PE), VP_CAT_ACT);
+        hold(S, m);
+        tunref(S, m);
+        return;
+    }
 }
 
 static void forward_pass(sim *S)
@@ -1177,8 +1500,11 @@ static void forward_pass(sim *S)
                         save(S, seg->last_op, S->out_t[in]);
                 }
         }
+        if (g->n_segs && i == g->segs[0].first_op)
+            eager_mask(S);
         fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
     }
+    pyhold_release(S, -1, -1);
     S->cur_op = "";
     S->cur_op_idx = -1;
 }
@@ -1335,7 +1661,7 @@ static void load_model(sim *S)
         }
     bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT);
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
-        if (!tied_done && (p == g->n_params || g->params[p].op > tied_op)) {
+        if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
             const vp_op *to = &g->ops[tied_op];
             tied = talloc(S, mulc(S, mulc(S, to->in_features,
                                           to->out_features), 4),
@@ -1511,6 +1837,7 @@ static void sim_destroy(sim *S)
     free(S->st2);
     free(S->ckpt);
     free(S->held);
+    free(S->ph);
 }
 
 static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,

@@ -100,23 +100,43 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
+/* One dot-free part: '*' matches any run of characters. Greedy with one
+ * backtrack point: linear in the lengths for each star (no exponential
+ * blow-up however many stars). */
+static bool part_match(const char *p, size_t pn, const char *s, size_t sn)
+{
+    size_t i = 0, j = 0, star = (size_t)-1, mark = 0;
+    while (j < sn) {
+        if (i < pn && p[i] == '*') {
+            star = i++;
+            mark = j;
+        } else if (i < pn && p[i] == s[j]) {
+            i++;
+            j++;
+        } else if (star != (size_t)-1) {
+            i = star + 1;
+            j = ++mark;
+        } else {
+            return false;
+        }
+    }
+    while (i < pn && p[i] == '*')
+        i++;
+    return i == pn;
+}
+
 bool vp__glob_match(const char *pat, const char *s)
 {
-    while (*pat) {
-        if (*pat == '*') {
-            pat++;
-            for (;;) {
-                if (vp__glob_match(pat, s))
-                    return true;
-                if (!*s || *s == '.')
-                    return false;
-                s++;
-            }
-        }
-        if (*pat != *s)
+    /* '*' never crosses a '.': match part by part */
+    for (;;) {
+        const char *pd = strchr(pat, '.'), *sd = strchr(s, '.');
+        size_t pn = pd ? (size_t)(pd - pat) : strlen(pat);
+        size_t sn = sd ? (size_t)(sd - s) : strlen(s);
+        if (!part_match(pat, pn, s, sn))
             return false;
-        pat++;
-        s++;
+        if (!pd || !sd)
+            return !pd && !sd;
+        pat = pd + 1;
+        s = sd + 1;
     }
-    return *s == '\0';
 }

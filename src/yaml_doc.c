@@ -74,9 +74,19 @@ static vp_status parser_error(vp_ydoc *d, yaml_parser_t *p, vp_error *err)
                             d->path);
     yaml_mark_t m = p->problem_mark;
     if (p->error == YAML_READER_ERROR) {
-        /* the reader reports a byte offset only */
+        /* the reader reports a byte offset only: count lines up to it */
+        size_t off = p->problem_offset;
         m.line = 0;
-        m.column = p->problem_offset;
+        m.column = off;
+        if (d->buf && off <= d->len) {
+            size_t line_start = 0;
+            for (size_t i = 0; i < off; i++)
+                if (d->buf[i] == '\n') {
+                    m.line++;
+                    line_start = i + 1;
+                }
+            m.column = off - line_start;
+        }
     }
     if (p->context)
         return at_mark(d, m, 1, VP_ESYNTAX, err, "%s (%s)", parser_problem(p),
@@ -207,6 +217,8 @@ vp_status vp__ydoc_load(vp_ydoc *d, const char *buf, size_t len,
                         vp_error *err)
 {
     d->loaded = false;
+    d->buf = buf;
+    d->len = len;
     vp_status st = prepass(d, buf, len, err);
     if (st != VP_OK)
         return st;
@@ -220,6 +232,7 @@ vp_status vp__ydoc_load(vp_ydoc *d, const char *buf, size_t len,
         return st;
     }
     yaml_parser_delete(&p);
+    d->buf = NULL;
     d->loaded = true;
     if (!yaml_document_get_root_node(&d->doc))
         return vp_error_at(err, VP_ESCHEMA, d->path, 1, 1, 1,

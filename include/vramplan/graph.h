@@ -101,7 +101,7 @@ typedef struct vp_op {
     /* attributes, by kind */
     uint64_t in_features, out_features;   /* linear, conv (channels)        */
     uint32_t kernel, stride, padding, groups;
-    uint32_t heads, kv_heads, head_dim;   /* attention                       */
+    uint64_t heads, kv_heads, head_dim;   /* attention                       */
     uint64_t q_len, kv_len;               /* attention                       */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
@@ -126,6 +126,23 @@ typedef struct vp_op {
 #define VP_OPF_TIED_INIT 0x20u   /* tied head: the module is built with its own
                                     weight (fp32, in_features x out_features),
                                     freed when HF ties it to the embedding    */
+#define VP_OPF_ADDMM 0x40u       /* linear as torch.addmm(b, x, W) (HF Conv1D)
+                                    rather than F.linear(x, W, b): the order
+                                    of autocast's casts and of their grads    */
+/* Python variable lifetimes: an output that a Python local keeps alive
+ * after its last consumer has run. */
+#define VP_OPF_HOLD_MODULE 0x80u /* ... until the enclosing sub-module (HF
+                                    attention, MLP, embeddings) returns: the
+                                    next op flagged VP_OPF_MODULE_RET        */
+#define VP_OPF_MODULE_RET 0x100u /* last op of a sub-module's forward        */
+#define VP_OPF_HOLD_ADD 0x200u   /* ... until the next residual add, where
+                                    the variable is reassigned (HF GPT-2)    */
+#define VP_OPF_HOLD_LAYER 0x400u /* ... until its layer returns              */
+#define VP_OPF_HOLD_SEG 0x800u   /* the layer loop's variable: lives until the
+                                    next layer (segment) it feeds returns    */
+#define VP_OPF_HOLD_OUT 0x1000u  /* the base model's output: a local of the
+                                    head's forward until it returns, after
+                                    the loss (HF *ForCausalLM, *ForMaskedLM) */
 
 typedef struct vp_segment {
     const char *name;   /* "h.3", "layer2"                                   */

@@ -13,6 +13,7 @@
 #define VRAMPLAN_H
 
 #include "vramplan/allocator.h"
+#include "vramplan/cluster.h"
 #include "vramplan/error.h"
 #include "vramplan/gpu.h"
 #include "vramplan/graph.h"

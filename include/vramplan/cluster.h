@@ -1,0 +1,395 @@
+/* vramplan: training plans for clusters of GPUs.
+ *
+ * A plan splits the training of a transformer over N identical GPUs: data
+ * parallelism (PyTorch DDP, Megatron's DDP or distributed optimizer,
+ * DeepSpeed ZeRO stages 1-3, PyTorch FSDP full, grad-op or hybrid
+ * sharding), tensor parallelism with or without sequence parallelism,
+ * pipeline parallelism (GPipe, 1F1B, interleaved 1F1B), context and expert
+ * parallelism, activation recomputation (none, selective, full) and CPU
+ * offload of the optimizer state and the parameters.
+ *
+ * The per-layer activation bytes, the memory traffic of the memory-bound
+ * ops and the parameter and FLOP counts come from vramplan's own graph and
+ * simulator: a two-layer copy of the model is simulated for each precision
+ * class and local sequence length, at micro-batch 1 and 2 and at tensor
+ * parallel degree 1 and t2 (the smallest degree > 1 the heads allow), and
+ * every quantity is fitted as X(b, t) = r(b) + s(b)/t with r, s linear in
+ * the micro-batch b (Korthikanti et al.'s split into replicated and
+ * tensor-parallel parts). Configurations are then evaluated analytically
+ * (vp_cluster_eval), so a search can sweep millions of them.
+ * docs/CLUSTER.md gives every formula and constant. */
+#ifndef VRAMPLAN_CLUSTER_H
+#define VRAMPLAN_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramplan/error.h"
+#include "vramplan/model.h"
+#include "vramplan/timing.h"
+
+/* ---- the cluster ------------------------------------------------------ */
+
+/* Identical GPUs, gpus_per_node of them joined by NVLink (hw.nvlink per
+ * direction per GPU) in each node, the nodes joined by a network giving
+ * hw.network per GPU per direction. Initialise with vp_cluster_init, which
+ * fills a missing network with 50e9 B/s (one 400 Gb/s NIC per GPU) for
+ * GPUs of 900 TFLOP/s bf16 or more, 25e9 B/s (200 Gb/s) otherwise, and a
+ * missing NVLink with the host link (PCIe peer to peer). */
+typedef struct vp_cluster {
+    vp_hw hw;                 /* one GPU                                      */
+    uint32_t gpus;            /* GPUs in the cluster                          */
+    uint32_t gpus_per_node;   /* the NVLink domain                            */
+    uint64_t memory;          /* bytes per GPU a plan may use (default
+                                 hw.memory)                                   */
+    uint64_t context;         /* CUDA context per GPU (default hw.context, or
+                                 718077952 B measured on an H200 when 0)     */
+    uint64_t host_mem;        /* host RAM per node, bytes (default 128 GiB
+                                 per GPU)                                     */
+    double host_mem_bw;       /* host DRAM bandwidth per node, B/s, for the
+                                 CPU optimizer step (default 200e9)           */
+    double nvlink_eff;        /* fraction of hw.nvlink collectives reach
+                                 (default 0.8)                                */
+    double net_eff;           /* fraction of hw.network (default 0.85)        */
+    double nvlink_latency;    /* seconds per collective within a node (5e-6) */
+    double net_latency;       /* seconds per collective across nodes (1e-5)  */
+    uint64_t nccl_comm_bytes; /* device bytes per NCCL communicator for ring
+                                 and tree collectives (default 320 MiB: 16
+                                 channels x 2 connections x 10 MiB)           */
+    uint64_t nccl_peer_bytes; /* device bytes per all-to-all peer (48 MiB)   */
+    double alloc_overhead;    /* fraction added to the allocator's bytes for
+                                 fragmentation and caching (default 0.05)     */
+} vp_cluster;
+
+/* Defaults for a cluster of `gpus` copies of hw, gpus_per_node per node. */
+void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
+                     uint32_t gpus_per_node);
+
+/* ---- one configuration ------------------------------------------------ */
+
+/* Training precision: mixed precision with fp32 master weights and fp32
+ * Adam moments, except fp32. fp8 runs the linear layers' GEMMs in fp8
+ * (Transformer Engine) and keeps bf16 activations. */
+#define VP_DTYPE_MAP(XX)                                                   \
+    XX(BF16, "bf16")                                                       \
+    XX(FP16, "fp16")                                                       \
+    XX(FP8, "fp8")                                                         \
+    XX(FP32, "fp32")
+
+typedef enum {
+#define VP__DT(name, str) VP_DT_##name,
+    VP_DTYPE_MAP(VP__DT)
+#undef VP__DT
+    VP_DT__COUNT
+} vp_dtype;
+
+#define VP_RECOMPUTE_MAP(XX)                                               \
+    XX(NONE, "none")                                                       \
+    XX(SELECTIVE, "selective") /* core attention (Korthikanti et al.) */   \
+    XX(FULL, "full")           /* every layer: only its input is kept  */
+
+typedef enum {
+#define VP__RC(name, str) VP_RC_##name,
+    VP_RECOMPUTE_MAP(VP__RC)
+#undef VP__RC
+    VP_RC__COUNT
+} vp_recompute;
+
+#define VP_SCHEDULE_MAP(XX)                                                \
+    XX(GPIPE, "gpipe")                                                     \
+    XX(1F1B, "1f1b")                                                       \
+    XX(INTERLEAVED, "interleaved")
+
+typedef enum {
+#define VP__SC(name, str) VP_SCHED_##name,
+    VP_SCHEDULE_MAP(VP__SC)
+#undef VP__SC
+    VP_SCHED__COUNT
+} vp_schedule;
+
+/* How the data-parallel replicas hold the model states, and so which
+ * engine runs the plan. */
+#define VP_SHARDING_MAP(XX)                                                \
+    XX(DDP, "ddp")                      /* PyTorch DDP + autocast      */  \
+    XX(MEGATRON, "megatron-ddp")        /* Megatron, no sharding       */  \
+    XX(DISTOPT, "distributed-optimizer")/* Megatron (= ZeRO-1)         */  \
+    XX(ZERO1, "zero1")                  /* DeepSpeed                   */  \
+    XX(ZERO2, "zero2")                                                     \
+    XX(ZERO3, "zero3")                                                     \
+    XX(FSDP_FULL, "fsdp-full-shard")    /* PyTorch FSDP                */  \
+    XX(FSDP_GRAD_OP, "fsdp-shard-grad-op")                                 \
+    XX(FSDP_HYBRID, "fsdp-hybrid-shard")
+
+typedef enum {
+#define VP__SH(name, str) VP_SHARD_##name,
+    VP_SHARDING_MAP(VP__SH)
+#undef VP__SH
+    VP_SHARD__COUNT
+} vp_sharding;
+
+#define VP_ENGINE_MAP(XX)                                                  \
+    XX(MEGATRON, "megatron")                                               \
+    XX(DEEPSPEED, "deepspeed")                                             \
+    XX(TORCH, "torch")
+
+typedef enum {
+#define VP__EN(name, str) VP_ENGINE_##name,
+    VP_ENGINE_MAP(VP__EN)
+#undef VP__EN
+    VP_ENGINE__COUNT
+} vp_engine;
+
+#define VP_OFFLOAD_MAP(XX)                                                 \
+    XX(NONE, "none")                                                       \
+    XX(OPTIMIZER, "optimizer")  /* optimizer state + fp32 grads on host */ \
+    XX(ALL, "optimizer+params") /* and the parameters                  */
+
+typedef enum {
+#define VP__OF(name, str) VP_OFFLOAD_##name,
+    VP_OFFLOAD_MAP(VP__OF)
+#undef VP__OF
+    VP_OFFLOAD__COUNT
+} vp_offload;
+
+/* One configuration. gpus = dp x tp x pp x cp; the global batch is
+ * dp x micro_batch x accum sequences. */
+typedef struct vp_par {
+    uint32_t dp, tp, pp, cp, ep; /* ep divides dp (experts' replicas)      */
+    uint32_t vpp;             /* model chunks per stage (interleaved), >= 1 */
+    bool sp;                  /* sequence parallelism (needs tp > 1)        */
+    vp_schedule schedule;
+    uint64_t micro_batch;     /* sequences per micro-batch per replica       */
+    uint64_t accum;           /* micro-batches per optimizer step            */
+    vp_dtype dtype;
+    vp_recompute recompute;
+    vp_sharding sharding;
+    vp_offload offload;
+    bool bucket_view;         /* DDP gradient_as_bucket_view=True            */
+} vp_par;
+
+/* Bytes on the most loaded GPU. */
+typedef struct vp_cluster_mem {
+    uint64_t weights, grads, optimizer; /* resident model states            */
+    uint64_t buffers;      /* DDP buckets and autocast cache, ZeRO/FSDP
+                              gathered parameters and unsharded gradients    */
+    uint64_t activations;  /* saved for backward, all micro-batches in
+                              flight on that stage                           */
+    uint64_t transient;    /* peak working memory beyond the saved
+                              activations (one layer's backward, logits)     */
+    uint64_t overhead;     /* alloc_overhead x the allocator's bytes         */
+    uint64_t nccl;         /* NCCL communicator buffers                      */
+    uint64_t context;      /* CUDA context                                   */
+    uint64_t total;        /* device bytes: the sum of the above             */
+    uint64_t host;         /* host RAM per node for offloaded state          */
+    uint32_t stage;        /* the most loaded pipeline stage (0-based)       */
+    double in_flight;      /* micro-batches whose activations it holds       */
+} vp_cluster_mem;
+
+/* Seconds per optimizer step on the slowest pipeline stage. */
+typedef struct vp_cluster_time {
+    double compute;     /* forward + backward of every micro-batch           */
+    double recompute;   /* recomputed forward                                */
+    double tp_comm;     /* tensor/sequence-parallel collectives (exposed)    */
+    double cp_comm;     /* context-parallel ring, beyond attention compute   */
+    double ep_comm;     /* expert all-to-alls                                */
+    double pp_comm;     /* pipeline sends and receives                       */
+    double bubble;      /* pipeline fill and drain                           */
+    double dp_comm;     /* data-parallel / sharding collectives, exposed     */
+    double optimizer;   /* optimizer step (on the GPU or the host)           */
+    double offload;     /* host transfers not hidden behind compute          */
+    double step;        /* one optimizer step                                */
+    double samples_per_s, tokens_per_s;
+    double model_flops; /* per step, whole model, without recomputation      */
+    double mfu;         /* model_flops / (step x gpus x dtype peak)          */
+    double hfu;         /* the same with the recomputed forward              */
+} vp_cluster_time;
+
+/* ---- the per-model precomputation ------------------------------------- */
+
+typedef struct vp_cluster_model vp_cluster_model;
+
+/* Precompute what plans of model m at sequence length seq (0 = the
+ * model's) need: parameter and FLOP counts of the layers, embedding and
+ * head (from the graph at tensor-parallel degrees 1 and t2). Activation
+ * quantities are simulated lazily, once per (precision class, context-
+ * parallel degree). m must outlive the result (borrowed). Returns NULL with
+ * *err: VP_EUNSUPPORTED for models that are not transformers, graph errors
+ * (VP_ERANGE, VP_EOVERFLOW), VP_ENOMEM. Release with
+ * vp_cluster_model_free. */
+vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
+                                       vp_error *err);
+void vp_cluster_model_free(vp_cluster_model *cm);
+
+typedef struct vp_cluster_model_info {
+    const char *name;
+    uint64_t seq, layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    uint64_t experts, top_k;
+    uint64_t params;           /* trainable elements                       */
+    uint64_t layer_params;     /* one layer, experts included              */
+    uint64_t embed_params, head_params; /* head: 0 when tied               */
+    uint32_t tp_unit;          /* t2; 0 when the model allows no TP        */
+    double flops_per_token;    /* forward + backward, no recompute         */
+    /* architecture, for the exports */
+    uint64_t max_positions;
+    bool rmsnorm, gated_mlp, rotary, bias, tied;
+    double attn_dropout, hidden_dropout;
+} vp_cluster_model_info;
+
+void vp_cluster_model_info_get(const vp_cluster_model *cm,
+                               vp_cluster_model_info *out);
+
+/* Per-layer activation bytes for one micro-batch (for tests and reports):
+ * the bytes a layer keeps for backward under `rc`, simulated with the
+ * precision class of dtype (autocast when torch_ddp) at micro-batch b,
+ * tensor-parallel degree t (with sequence parallelism sp) and context-
+ * parallel degree cp. */
+vp_status vp_cluster_layer_act(vp_cluster_model *cm, vp_dtype dtype,
+                               bool torch_ddp, uint64_t b, uint32_t t,
+                               bool sp, uint32_t cp, vp_recompute rc,
+                               uint64_t *bytes, vp_error *err);
+
+/* ---- evaluation -------------------------------------------------------- */
+
+/* Check a configuration against the model and cluster: VP_OK, or VP_EARG
+ * with the reason in *err (degrees that do not multiply to the GPU count,
+ * tp not dividing the heads, an engine without the feature...). */
+vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
+                       const vp_par *p, vp_error *err);
+
+/* Memory of the most loaded GPU and the step time of one configuration.
+ * Either output may be NULL. Checks p with vp_par_check first. May run
+ * the simulator (first use of a precision class and context-parallel
+ * degree); VP_ENOMEM, graph errors. */
+vp_status vp_cluster_eval(vp_cluster_model *cm, const vp_cluster *c,
+                          const vp_par *p, vp_cluster_mem *mem,
+                          vp_cluster_time *time, vp_error *err);
+
+/* Whether mem fits the cluster's GPU memory and host RAM. */
+bool vp_cluster_fits(const vp_cluster *c, const vp_cluster_mem *mem);
+
+/* ---- closed forms (published figures) ---------------------------------- */
+
+/* Model-state bytes per GPU from the ZeRO paper (Rajbhandari et al. 2020,
+ * Fig. 1): psi parameters, k optimizer bytes per parameter (12 for mixed-
+ * precision Adam), nd data-parallel ranks, stage 0 (plain DP) to 3:
+ * (2+2+k)psi, 4psi + k psi/nd, 2psi + (2+k)psi/nd, (2+2+k)psi/nd. */
+double vp_zero_state_bytes(double psi, double k, double nd, int stage);
+
+/* Korthikanti et al. 2022, Table 2: activation bytes of one transformer
+ * layer with 16-bit activations and 1-byte dropout masks; s sequence, b
+ * micro-batch, h hidden, a heads, t tensor-parallel degree. */
+double vp_korthikanti_layer_bytes(double s, double b, double h, double a,
+                                  double t, bool sp, vp_recompute rc);
+
+/* Pipeline bubble fraction (p-1)/m, interleaved (p-1)/(v m) (Narayanan
+ * et al. 2021); and micro-batches whose activations stage k holds. */
+double vp_pipeline_bubble(uint32_t p, uint64_t m, uint32_t v);
+double vp_pipeline_in_flight(vp_schedule s, uint32_t p, uint64_t m,
+                             uint32_t v, uint32_t stage);
+
+/* ---- search ------------------------------------------------------------ */
+
+#define VP_CLUSTER_TOP 10
+
+typedef struct vp_search_opts {
+    uint64_t global_batch;            /* sequences per step; 0 = 2^22 tokens
+                                         / seq (at least 1)               */
+    bool dtypes[VP_DT__COUNT];        /* allowed; all false = bf16 (fp16 on
+                                         GPUs without bf16) and fp32      */
+    bool engines[VP_ENGINE__COUNT];   /* allowed; all false = all         */
+    bool no_offload;                  /* leave CPU offload out            */
+    /* pins: 0 = searched */
+    uint32_t tp, pp, cp, ep, dp;
+    uint64_t micro_batch;
+    int recompute;                    /* -1 = searched, else vp_recompute */
+    int sharding;                     /* -1 = searched, else vp_sharding  */
+    uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
+} vp_search_opts;
+
+void vp_search_opts_init(vp_search_opts *o);
+
+typedef struct vp_plan_entry {
+    vp_par par;
+    vp_cluster_mem mem;
+    vp_cluster_time time;
+    bool fits;
+    char reason[200];   /* why it lost against the best (empty: best)     */
+} vp_plan_entry;
+
+typedef struct vp_cluster_plan {
+    uint32_t gpus;
+    uint64_t global_batch;
+    bool found;                       /* some configuration fits          */
+    vp_plan_entry best;
+    vp_plan_entry alt[VP_CLUSTER_TOP];/* best of other layouts, fastest
+                                         first                             */
+    size_t n_alt;
+    vp_plan_entry closest;            /* least memory (when none fits)    */
+    uint64_t evaluated;               /* configurations evaluated         */
+    uint64_t pruned;                  /* skipped by the model-state bound */
+    uint64_t fitting;                 /* evaluated ones that fit          */
+    uint32_t sims;                    /* simulator runs (precomputation)  */
+} vp_cluster_plan;
+
+/* Search every valid configuration on cluster c: dtype, engine and
+ * sharding, offload, tp (with and without sp), cp, ep, pp with its
+ * schedule and interleaving, micro-batch and accumulation, recomputation.
+ * A layout whose model states alone exceed the GPU memory is skipped
+ * with every activation option (counted in pruned). Fills *out; VP_OK
+ * also when nothing fits (out->found false). VP_EARG for a global batch
+ * or options no configuration can satisfy. */
+vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
+                            const vp_search_opts *o, vp_cluster_plan *out,
+                            vp_error *err);
+
+/* The smallest power-of-two GPU count above c->gpus, up to max_gpus, on
+ * which a plan fits (*gpus = 0 when none does); *out gets that search. */
+vp_status vp_cluster_min_gpus(vp_cluster_model *cm, const vp_cluster *c,
+                              const vp_search_opts *o, uint32_t max_gpus,
+                              uint32_t *gpus, vp_cluster_plan *out,
+                              vp_error *err);
+
+/* ---- export ------------------------------------------------------------ */
+
+#define VP_EXPORT_MAP(XX)                                                  \
+    XX(DEEPSPEED, "deepspeed")  /* DeepSpeed JSON config              */   \
+    XX(MEGATRON, "megatron")    /* Megatron-LM pretrain_gpt.py args   */   \
+    XX(TORCHRUN, "torchrun")    /* torchrun + HF Trainer FSDP flags   */
+
+typedef enum {
+#define VP__EX(name, str) VP_EXPORT_##name,
+    VP_EXPORT_MAP(VP__EX)
+#undef VP__EX
+    VP_EXPORT__COUNT
+} vp_export_format;
+
+/* The engine an export format drives. */
+vp_engine vp_export_engine(vp_export_format f);
+
+/* Write plan p (global batch gb on cluster c) as format f into buf (n
+ * bytes, always NUL-terminated when n > 0); *len gets the full length
+ * (may exceed n - 1: call again with a larger buffer). VP_EUNSUPPORTED
+ * when the engine cannot run the plan (the message says why). */
+vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
+                         const vp_par *p, vp_export_format f, char *buf,
+                         size_t n, size_t *len, vp_error *err);
+
+/* ---- names ------------------------------------------------------------- */
+
+vp_engine vp_sharding_engine(vp_sharding s);
+const char *vp_dtype_name(vp_dtype d);
+const char *vp_recompute_name(vp_recompute r);
+const char *vp_schedule_name(vp_schedule s);
+const char *vp_sharding_name(vp_sharding s);
+const char *vp_engine_name(vp_engine e);
+const char *vp_offload_name(vp_offload o);
+const char *vp_export_format_name(vp_export_format f);
+/* Parse the names above; VP_EARG if unknown. */
+vp_status vp_dtype_parse(const char *s, vp_dtype *out);
+vp_status vp_recompute_parse(const char *s, vp_recompute *out);
+vp_status vp_sharding_parse(const char *s, vp_sharding *out);
+vp_status vp_engine_parse(const char *s, vp_engine *out);
+vp_status vp_export_format_parse(const char *s, vp_export_format *out);
+
+#endif

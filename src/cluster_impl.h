@@ -1,0 +1,103 @@
+/* What cluster.c, cluster_search.c and cluster_forms.c share: the
+ * per-model precomputation and the evaluator's context. Not installed. */
+#ifndef VRAMPLAN_CLUSTER_IMPL_H
+#define VRAMPLAN_CLUSTER_IMPL_H
+
+#include "internal.h"
+#include "vramplan/cluster.h"
+
+/* A quantity fitted over micro-batch b and tensor-parallel degree t:
+ * X(b, t) = (r0 + r1 b) + (s0 + s1 b) / t; with sequence parallelism the
+ * replicated part r is divided by t too. */
+typedef struct vp__fit {
+    double r0, r1, s0, s1;
+} vp__fit;
+
+/* A count split into its replicated and tensor-parallel parts. */
+typedef struct vp__split {
+    double r, s;
+} vp__split;
+
+/* Simulated quantities of one micro-batch (bytes, kernels). */
+enum {
+    VP__Q_EMB,        /* saved by the embedding                         */
+    VP__Q_LAYER,      /* saved by one layer                             */
+    VP__Q_ATTN_INT,   /* of which the core attention's internals        */
+    VP__Q_EXTRA,      /* a layer's backward peak beyond what is saved   */
+    VP__Q_HEAD_SAVED, /* saved by the head and loss                     */
+    VP__Q_HEAD_PEAK,  /* the head's peak over the last layer's output   */
+    VP__Q_MEM_F,      /* bytes written by a layer's memory-bound ops    */
+    VP__Q_MEM_B,
+    VP__Q_KER_F,      /* their kernels                                  */
+    VP__Q_KER_B,
+    VP__Q_ATTN_MEM_F, /* bytes written by the attention op              */
+    VP__Q_ATTN_MEM_B,
+    VP__Q_HEAD_MEM,   /* head + loss memory-bound bytes, fwd + bwd      */
+    VP__Q_HEAD_KER,
+    VP__Q_EMB_MEM,
+    VP__Q_EMB_KER,
+    VP__Q_COUNT
+};
+
+/* Precision classes of the simulated graph. */
+enum {
+    VP__CLS_HALF, /* module in bf16/fp16 (Megatron, DeepSpeed, FSDP MP) */
+    VP__CLS_AMP,  /* fp32 module under autocast (PyTorch DDP)           */
+    VP__CLS_FP32
+};
+
+typedef struct vp__act {
+    int cls;
+    uint32_t cp;
+    double resid_bytes; /* bytes per element of the residual stream */
+    vp__fit q[VP__Q_COUNT];
+} vp__act;
+
+struct vp_cluster_model {
+    const vp_model *m;
+    struct vp_model local[2]; /* two layers, at t = 1 and t = t2          */
+    uint64_t seq, L, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    uint64_t experts, top_k;
+    vp_attn_impl attn;
+    uint32_t t2;
+    bool tied;
+    /* parameters (elements) */
+    vp__split p_layer, p_exp, p_word, p_emb_other, p_head_word, p_head_other;
+    /* FLOPs of one sequence (b = 1, whole seq) */
+    vp__split flin_f, flin_b, fattn_f, fattn_b, fexp_f, fexp_b;
+    vp__split fhead_f, fhead_b;
+    double n_lin, n_attn, n_exp, n_head; /* GEMM kernels per layer, head */
+    double flops_per_sample, rec_full_per_sample, rec_sel_per_sample;
+    uint64_t params, layer_params, embed_params, head_params;
+    /* simulated activation entries */
+    vp__act **act;            /* each entry allocated alone: stable */
+    size_t n_act, cap_act;
+    uint32_t sims;
+};
+
+/* Constants of one (model, cluster) pair for the evaluator. */
+typedef struct vp__evctx {
+    const vp_cluster_model *cm;
+    const vp_cluster *c;
+    double gpn, nv_bw, net_bw, inv_mem, launch, fh, host_bw;
+    double k_lin[VP_DT__COUNT], k_attn[VP_DT__COUNT], peak[VP_DT__COUNT];
+} vp__evctx;
+
+vp_status vp__act_get(vp_cluster_model *cm, int cls, uint32_t cp,
+                      const vp__act **out, vp_error *err);
+void vp__evctx_init(vp__evctx *x, const vp_cluster_model *cm,
+                    const vp_cluster *c);
+/* Evaluate a valid configuration (vp_par_check passed). */
+void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
+                  vp_cluster_mem *mem, vp_cluster_time *tm);
+/* Device bytes of the model states, buffers, NCCL and context on the
+ * most loaded stage (a lower bound of the total: activations excluded),
+ * and the host bytes per node. */
+double vp__states_bound(const vp__evctx *x, const vp_par *p, double *host);
+int vp__cls_of(const vp_par *p);
+double vp__dtype_rate(const vp_hw *hw, vp_dtype d, bool linear);
+bool vp__offload_allowed(vp_sharding s, vp_offload o);
+bool vp__tp_valid(const vp_cluster_model *cm, uint32_t t);
+bool vp__cp_valid(const vp_cluster_model *cm, uint32_t cp);
+
+#endif

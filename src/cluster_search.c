@@ -1,0 +1,501 @@
+/* Plans for clusters: the exhaustive search over the valid configurations,
+ * with the model-state bound, the ranking and the reasons. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cluster_impl.h"
+
+void vp_search_opts_init(vp_search_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->recompute = -1;
+    o->sharding = -1;
+    o->top = 5;
+}
+
+#define MAX_DIV 256
+
+/* Divisors of n in ascending order (at most MAX_DIV). */
+static uint32_t divisors(uint64_t n, uint64_t *out)
+{
+    uint32_t k = 0;
+    uint64_t hi[MAX_DIV];
+    uint32_t nh = 0;
+    for (uint64_t i = 1; i * i <= n && k < MAX_DIV / 2; i++)
+        if (n % i == 0) {
+            out[k++] = i;
+            if (i != n / i && nh < MAX_DIV / 2)
+                hi[nh++] = n / i;
+        }
+    while (nh > 0)
+        out[k++] = hi[--nh];
+    return k;
+}
+
+/* ---- ranking ------------------------------------------------------- */
+
+typedef struct {
+    vp_cluster_plan *out;
+    uint32_t cap; /* best + alternatives kept */
+    vp_plan_entry top[VP_CLUSTER_TOP + 1];
+    uint32_t n;
+    bool have_closest;
+} ranking;
+
+static bool same_family(const vp_par *a, const vp_par *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+           a->cp == b->cp && a->ep == b->ep && a->dtype == b->dtype &&
+           a->sharding == b->sharding && a->offload == b->offload;
+}
+
+/* Faster wins; at the same step time (within 1e-9), less host memory
+ * (less offload), then less device memory. */
+static bool better3(double t, uint64_t host, uint64_t mem, double t2,
+                    uint64_t host2, uint64_t mem2)
+{
+    double tol = 1e-9 * (t2 > t ? t2 : t);
+    if (t < t2 - tol)
+        return true;
+    if (t > t2 + tol)
+        return false;
+    return host < host2 || (host == host2 && mem < mem2);
+}
+
+static bool better(const vp_plan_entry *x, double t, uint64_t host,
+                   uint64_t mem)
+{
+    return better3(t, host, mem, x->time.step, x->mem.host, x->mem.total);
+}
+
+static void rank_fit(ranking *r, const vp_par *p, const vp_cluster_mem *mem,
+                     const vp_cluster_time *tm)
+{
+    double t = tm->step;
+    if (r->n == r->cap &&
+        !better(&r->top[r->n - 1], t, mem->host, mem->total))
+        return;
+    uint32_t j;
+    for (j = 0; j < r->n; j++)
+        if (same_family(&r->top[j].par, p))
+            break;
+    if (j < r->n) {
+        if (!better(&r->top[j], t, mem->host, mem->total))
+            return;
+    } else if (r->n < r->cap) {
+        j = r->n++;
+    } else {
+        j = r->n - 1;
+    }
+    vp_plan_entry *e = &r->top[j];
+    e->par = *p;
+    e->mem = *mem;
+    e->time = *tm;
+    e->fits = true;
+    e->reason[0] = '\0';
+    /* keep sorted: move the changed entry up */
+    while (j > 0 && better(&r->top[j - 1], t, mem->host, mem->total)) {
+        vp_plan_entry tmp = r->top[j - 1];
+        r->top[j - 1] = r->top[j];
+        r->top[j] = tmp;
+        j--;
+    }
+}
+
+/* ---- reasons ------------------------------------------------------- */
+
+static void explain(vp_plan_entry *k, const vp_plan_entry *best)
+{
+    const vp_cluster_time *a = &k->time, *b = &best->time;
+    struct {
+        const char *what;
+        double d;
+    } parts[] = {
+        {"compute", a->compute - b->compute},
+        {"recomputation", a->recompute - b->recompute},
+        {"tensor-parallel communication", a->tp_comm - b->tp_comm},
+        {"context-parallel communication", a->cp_comm - b->cp_comm},
+        {"expert all-to-alls", a->ep_comm - b->ep_comm},
+        {"pipeline sends", a->pp_comm - b->pp_comm},
+        {"pipeline bubble", a->bubble - b->bubble},
+        {"data-parallel communication", a->dp_comm - b->dp_comm},
+        {"optimizer step", a->optimizer - b->optimizer},
+        {"host transfers", a->offload - b->offload},
+    };
+    size_t w = 0;
+    for (size_t i = 1; i < sizeof parts / sizeof parts[0]; i++)
+        if (parts[i].d > parts[w].d)
+            w = i;
+    double pct = b->step > 0 ? 100.0 * (a->step / b->step - 1.0) : 0;
+    if (pct < 0.05) {
+        if (k->mem.host > best->mem.host)
+            snprintf(k->reason, sizeof k->reason,
+                     "as fast, but needs more host RAM (%.1f GiB vs %.1f "
+                     "GiB per node)",
+                     (double)k->mem.host / (double)VP_GiB,
+                     (double)best->mem.host / (double)VP_GiB);
+        else
+            snprintf(k->reason, sizeof k->reason,
+                     "as fast, but needs more memory (%.2f GiB vs %.2f GiB "
+                     "per GPU)",
+                     (double)k->mem.total / (double)VP_GiB,
+                     (double)best->mem.total / (double)VP_GiB);
+        return;
+    }
+    snprintf(k->reason, sizeof k->reason,
+             "%.1f%% slower: %s %+.3f s per step", pct, parts[w].what,
+             parts[w].d);
+}
+
+/* ---- the search ---------------------------------------------------- */
+
+typedef struct {
+    vp_cluster_model *cm;
+    const vp_cluster *c;
+    const vp_search_opts *o;
+    vp__evctx x;
+    ranking r;
+    vp_cluster_plan *out;
+    uint64_t G;
+    double closest_over;
+    vp_error *err;
+} sctx;
+
+/* How far a configuration is from fitting: the larger of its GPU and
+ * host memory over the capacity. */
+static double overshoot(const sctx *s, const vp_cluster_mem *m)
+{
+    double g = (double)m->total / (double)s->c->memory;
+    double h = s->c->host_mem ? (double)m->host / (double)s->c->host_mem
+                              : (m->host ? 1e30 : 0);
+    return g > h ? g : h;
+}
+
+static void note_closest(sctx *s, const vp_par *p, const vp_cluster_mem *m)
+{
+    double o = overshoot(s, m);
+    if (s->r.have_closest && o >= s->closest_over)
+        return;
+    s->r.have_closest = true;
+    s->closest_over = o;
+    s->out->closest.par = *p;
+    s->out->closest.mem = *m;
+    s->out->closest.fits = false;
+}
+
+/* The schedules (with interleaving) a layout allows at m micro-batches:
+ * fills sched[] and vpp[]; returns the count. */
+static int schedules(const sctx *s, uint32_t pp, uint64_t m, vp_engine e,
+                     vp_schedule *sched, uint32_t *vpp, int cap)
+{
+    int n = 0;
+    if (pp == 1) {
+        sched[0] = VP_SCHED_1F1B;
+        vpp[0] = 1;
+        return 1;
+    }
+    /* 1F1B first: GPipe takes as long and never less memory, so ties go
+     * to 1F1B */
+    sched[n] = VP_SCHED_1F1B;
+    vpp[n++] = 1;
+    if (e != VP_ENGINE_DEEPSPEED && n < cap) {
+        sched[n] = VP_SCHED_GPIPE;
+        vpp[n++] = 1;
+    }
+    if (e != VP_ENGINE_MEGATRON || m % pp)
+        return n;
+    uint64_t L = s->cm->L;
+    if (L % pp)
+        return n;
+    uint64_t per = L / pp;
+    for (uint64_t v = 2; v <= per && n < cap; v++)
+        if (per % v == 0) {
+            sched[n] = VP_SCHED_INTERLEAVED;
+            vpp[n++] = (uint32_t)v;
+        }
+    return n;
+}
+
+/* Evaluate (or count, when prune) every configuration of one layout. */
+static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
+{
+    uint64_t local = s->G / p->dp;
+    uint64_t bs[MAX_DIV];
+    uint32_t nb = divisors(local, bs);
+    vp_engine e = vp_sharding_engine(p->sharding);
+    int rc_lo = 0, rc_hi = VP_RC__COUNT - 1;
+    if (s->o->recompute >= 0)
+        rc_lo = rc_hi = s->o->recompute;
+    for (uint32_t bi = 0; bi < nb; bi++) {
+        if (s->o->micro_batch && bs[bi] != s->o->micro_batch)
+            continue;
+        p->micro_batch = bs[bi];
+        p->accum = local / bs[bi];
+        vp_schedule sch[64];
+        uint32_t vpp[64];
+        int ns = schedules(s, p->pp, p->accum, e, sch, vpp, 64);
+        int nsp = p->tp > 1 ? 2 : 1;
+        int nrc = 0;
+        for (int rc = rc_lo; rc <= rc_hi; rc++)
+            nrc += !(rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON);
+        if (prune) {
+            s->out->pruned += (uint64_t)ns * nsp * nrc;
+            continue;
+        }
+        for (int si = 0; si < ns; si++) {
+            p->schedule = sch[si];
+            p->vpp = vpp[si];
+            for (int spi = 0; spi < nsp; spi++) {
+                p->sp = spi == 1;
+                for (int rc = rc_lo; rc <= rc_hi; rc++) {
+                    if (rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON)
+                        continue;
+                    p->recompute = (vp_recompute)rc;
+                    vp_cluster_mem mem;
+                    vp__evaluate(&s->x, a, p, &mem, NULL);
+                    s->out->evaluated++;
+                    if (mem.total > s->c->memory ||
+                        mem.host > s->c->host_mem) {
+                        note_closest(s, p, &mem);
+                        continue;
+                    }
+                    vp_cluster_time tm;
+                    vp__evaluate(&s->x, a, p, NULL, &tm);
+                    s->out->fitting++;
+                    rank_fit(&s->r, p, &mem, &tm);
+                }
+            }
+        }
+    }
+}
+
+static bool engine_ok(const sctx *s, vp_engine e)
+{
+    bool any = false;
+    for (int i = 0; i < VP_ENGINE__COUNT; i++)
+        any |= s->o->engines[i];
+    return !any || s->o->engines[e];
+}
+
+/* Shardings possible for a layout. */
+static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
+{
+    if (s->o->sharding >= 0 && (int)sh != s->o->sharding)
+        return false;
+    vp_engine e = vp_sharding_engine(sh);
+    if (!engine_ok(s, e))
+        return false;
+    if (p->dtype == VP_DT_FP8 && e != VP_ENGINE_MEGATRON)
+        return false;
+    uint32_t D = p->dp * p->cp;
+    switch (e) {
+    case VP_ENGINE_TORCH:
+        if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+            return false;
+        if (sh == VP_SHARD_FSDP_HYBRID)
+            return p->dp > s->c->gpus_per_node &&
+                   p->dp % s->c->gpus_per_node == 0;
+        return true;
+    case VP_ENGINE_DEEPSPEED:
+        if (p->tp > 1 || p->cp > 1 || p->ep > 1)
+            return false;
+        return p->pp == 1 || sh == VP_SHARD_ZERO1;
+    default:
+        /* the distributed optimizer on one replica is Megatron's DDP */
+        return sh != VP_SHARD_DISTOPT || D > 1;
+    }
+}
+
+static vp_status layout(sctx *s, vp_par *p)
+{
+    const vp__act *act[3] = {NULL, NULL, NULL};
+    for (int sh = 0; sh < VP_SHARD__COUNT; sh++) {
+        if (!sharding_ok(s, (vp_sharding)sh, p))
+            continue;
+        p->sharding = (vp_sharding)sh;
+        p->bucket_view = true; /* False only adds memory (dominated) */
+        int cls = vp__cls_of(p);
+        if (!act[cls]) {
+            vp_status st = vp__act_get(s->cm, cls, p->cp, &act[cls], s->err);
+            if (st != VP_OK)
+                return st;
+        }
+        for (int of = 0; of < VP_OFFLOAD__COUNT; of++) {
+            if (!vp__offload_allowed(p->sharding, (vp_offload)of))
+                continue;
+            if (of != VP_OFFLOAD_NONE && s->o->no_offload)
+                continue;
+            p->offload = (vp_offload)of;
+            double host;
+            double bound = vp__states_bound(&s->x, p, &host);
+            /* the bound is computed in doubles and the totals are sums
+             * of rounded parts: keep a margin of a few bytes */
+            bool prune = bound > (double)s->c->memory + 64.0 ||
+                         host > (double)s->c->host_mem + 64.0;
+            if (prune && s->r.n == 0) {
+                /* remember the configuration nearest to fitting, even
+                 * when pruned: the least activation memory of the layout */
+                vp_cluster_mem mem;
+                p->micro_batch = 1;
+                p->accum = s->G / p->dp;
+                p->schedule = VP_SCHED_1F1B;
+                p->vpp = 1;
+                p->sp = p->tp > 1;
+                p->recompute = VP_RC_FULL;
+                vp__evaluate(&s->x, act[cls], p, &mem, NULL);
+                note_closest(s, p, &mem);
+            }
+            inner(s, p, act[cls], prune);
+        }
+    }
+    return VP_OK;
+}
+
+vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
+                            const vp_search_opts *o, vp_cluster_plan *out,
+                            vp_error *err)
+{
+    vp_error_clear(err);
+    memset(out, 0, sizeof *out);
+    if (c->gpus == 0 || c->gpus_per_node == 0)
+        return vp_error_set(err, VP_EARG, "the cluster needs >= 1 GPU");
+    if (c->hw.hbm <= 0)
+        return vp_error_set(err, VP_EARG,
+                            "the GPU profile '%s' has no memory bandwidth",
+                            c->hw.name);
+    sctx s;
+    memset(&s, 0, sizeof s);
+    s.cm = cm;
+    s.c = c;
+    s.o = o;
+    s.out = out;
+    s.err = err;
+    uint32_t sims0 = cm->sims;
+    s.G = o->global_batch;
+    if (s.G == 0) {
+        s.G = ((uint64_t)1 << 22) / cm->seq;
+        if (s.G == 0)
+            s.G = 1;
+    }
+    out->gpus = c->gpus;
+    out->global_batch = s.G;
+    s.r.out = out;
+    s.r.cap = 1 + (o->top < VP_CLUSTER_TOP ? o->top : VP_CLUSTER_TOP);
+    vp__evctx_init(&s.x, cm, c);
+    bool dts[VP_DT__COUNT], any = false;
+    for (int i = 0; i < VP_DT__COUNT; i++)
+        any |= o->dtypes[i];
+    for (int i = 0; i < VP_DT__COUNT; i++)
+        dts[i] = any ? o->dtypes[i] : false;
+    if (!any) {
+        /* fp16 is bf16's twin (same rates and bytes) where bf16 exists;
+         * fp8 changes the numerics: both on request */
+        if (c->hw.bf16 > 0)
+            dts[VP_DT_BF16] = true;
+        else if (c->hw.fp16 > 0)
+            dts[VP_DT_FP16] = true;
+        dts[VP_DT_FP32] = true;
+    }
+    bool some_dt = false;
+    for (int i = 0; i < VP_DT__COUNT; i++) {
+        dts[i] = dts[i] && vp__dtype_rate(&c->hw, (vp_dtype)i, true) > 0;
+        some_dt |= dts[i];
+    }
+    if (!some_dt)
+        return vp_error_set(err, VP_EARG,
+                            "the GPU '%s' has no rate for the precisions "
+                            "asked",
+                            c->hw.name);
+    uint64_t dv[MAX_DIV];
+    uint32_t nd = divisors(c->gpus, dv);
+    vp_par p;
+    memset(&p, 0, sizeof p);
+    uint64_t N = c->gpus;
+    for (uint32_t i = 0; i < nd; i++) {
+        uint32_t tp = (uint32_t)dv[i];
+        if ((o->tp && tp != o->tp) || !vp__tp_valid(cm, tp))
+            continue;
+        for (uint32_t j = 0; j < nd; j++) {
+            uint32_t cp = (uint32_t)dv[j];
+            if ((o->cp && cp != o->cp) || N % ((uint64_t)tp * cp) ||
+                !vp__cp_valid(cm, cp))
+                continue;
+            for (uint32_t k = 0; k < nd; k++) {
+                uint32_t pp = (uint32_t)dv[k];
+                uint64_t tcp = (uint64_t)tp * cp * pp;
+                if ((o->pp && pp != o->pp) || N % tcp || pp > cm->L)
+                    continue;
+                uint32_t dp = (uint32_t)(N / tcp);
+                if ((o->dp && dp != o->dp) || s.G % dp)
+                    continue;
+                uint64_t eps[MAX_DIV];
+                uint32_t ne = cm->experts ? divisors(dp, eps) : 1;
+                if (!cm->experts)
+                    eps[0] = 1;
+                for (uint32_t q = 0; q < ne; q++) {
+                    uint32_t ep = (uint32_t)eps[q];
+                    if (o->ep && ep != o->ep)
+                        continue;
+                    if (ep > 1 && cm->experts % ep)
+                        continue;
+                    for (int dt = 0; dt < VP_DT__COUNT; dt++) {
+                        if (!dts[dt])
+                            continue;
+                        p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp;
+                        p.ep = ep;
+                        p.dtype = (vp_dtype)dt;
+                        vp_status st = layout(&s, &p);
+                        if (st != VP_OK)
+                            return st;
+                    }
+                }
+            }
+        }
+    }
+    out->sims = cm->sims - sims0;
+    if (s.r.n > 0) {
+        out->found = true;
+        out->best = s.r.top[0];
+        for (uint32_t i = 1; i < s.r.n; i++) {
+            out->alt[out->n_alt] = s.r.top[i];
+            explain(&out->alt[out->n_alt], &out->best);
+            out->n_alt++;
+        }
+    }
+    if (out->evaluated == 0 && out->pruned == 0)
+        return vp_error_set(err, VP_EARG,
+                            "no configuration of %u GPUs matches: the "
+                            "global batch %llu must be divisible by the "
+                            "data-parallel degree, and pinned degrees must "
+                            "divide the GPU count",
+                            c->gpus, (unsigned long long)s.G);
+    return VP_OK;
+}
+
+vp_status vp_cluster_min_gpus(vp_cluster_model *cm, const vp_cluster *c,
+                              const vp_search_opts *o, uint32_t max_gpus,
+                              uint32_t *gpus, vp_cluster_plan *out,
+                              vp_error *err)
+{
+    *gpus = 0;
+    uint64_t n = 1;
+    while (n <= c->gpus)
+        n *= 2;
+    for (; n <= max_gpus; n *= 2) {
+        vp_cluster c2 = *c;
+        c2.gpus = (uint32_t)n;
+        vp_status st = vp_cluster_search(cm, &c2, o, out, err);
+        if (st == VP_EARG) {
+            vp_error_clear(err);
+            continue; /* no valid layout at this size (global batch) */
+        }
+        if (st != VP_OK)
+            return st;
+        if (out->found) {
+            *gpus = (uint32_t)n;
+            return VP_OK;
+        }
+    }
+    return VP_OK;
+}

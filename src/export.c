@@ -1,0 +1,352 @@
+/* A cluster plan written as what the engines take: a DeepSpeed JSON
+ * config, Megatron-LM pretrain_gpt.py arguments (launched by torchrun), a
+ * torchrun command for a Hugging Face Trainer script with its FSDP or DDP
+ * flags. docs/CLUSTER.md lists every field. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vramplan/cluster.h"
+#include "vramplan/units.h"
+
+/* An appender into a caller's buffer that keeps counting past its end. */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} sbuf;
+
+static void put(sbuf *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void put(sbuf *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = s->len < s->cap ? s->cap - s->len : 0;
+    int n = vsnprintf(room ? s->buf + s->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        s->len += (size_t)n;
+}
+
+static bool contains_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == needle[i])
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+/* The Hugging Face decoder-layer class FSDP's auto-wrap policy needs. */
+static const char *layer_class(const char *model)
+{
+    static const struct {
+        const char *key, *cls;
+    } known[] = {
+        {"mixtral", "MixtralDecoderLayer"}, {"mistral", "MistralDecoderLayer"},
+        {"llama", "LlamaDecoderLayer"},     {"qwen2", "Qwen2DecoderLayer"},
+        {"gpt2", "GPT2Block"},              {"bert", "BertLayer"},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (contains_ci(model, known[i].key))
+            return known[i].cls;
+    return "DecoderLayer";
+}
+
+static vp_status unsupported(vp_error *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static vp_status unsupported(vp_error *err, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vp_error_set(err, VP_EUNSUPPORTED, "%s", msg);
+}
+
+static uint64_t global_batch(const vp_par *p)
+{
+    return (uint64_t)p->dp * p->micro_batch * p->accum;
+}
+
+static void header(sbuf *s, const char *cmt, const vp_cluster_model_info *in,
+                   const vp_cluster *c, const vp_par *p)
+{
+    put(s, "%s vramplan plan: %s on %u x %s (%u per node), global batch %"
+           PRIu64 " x %" PRIu64 " tokens\n",
+        cmt, in->name, c->gpus, c->hw.name, c->gpus_per_node,
+        global_batch(p), in->seq);
+    char sched[48] = "";
+    if (p->pp > 1)
+        snprintf(sched, sizeof sched, " (%s, %u chunks per stage)",
+                 vp_schedule_name(p->schedule), p->vpp);
+    put(s, "%s dp %u, tp %u%s, pp %u%s, cp %u, ep %u; micro-batch %" PRIu64
+           " x %" PRIu64 " per step; %s, recompute %s, %s, offload %s\n",
+        cmt, p->dp, p->tp, p->sp ? " + sp" : "", p->pp, sched, p->cp, p->ep,
+        p->micro_batch, p->accum, vp_dtype_name(p->dtype),
+        vp_recompute_name(p->recompute), vp_sharding_name(p->sharding),
+        vp_offload_name(p->offload));
+}
+
+/* ---- DeepSpeed ------------------------------------------------------- */
+
+static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
+                           const vp_par *p, vp_error *err)
+{
+    int stage = p->sharding == VP_SHARD_ZERO1   ? 1
+                : p->sharding == VP_SHARD_ZERO2 ? 2
+                                                : 3;
+    uint64_t unit = in->layer_params / (p->tp ? p->tp : 1);
+    if (unit == 0)
+        unit = 1;
+    put(s, "{\n");
+    put(s, "  \"train_batch_size\": %" PRIu64 ",\n", global_batch(p));
+    put(s, "  \"train_micro_batch_size_per_gpu\": %" PRIu64 ",\n",
+        p->micro_batch);
+    put(s, "  \"gradient_accumulation_steps\": %" PRIu64 ",\n", p->accum);
+    if (p->dtype == VP_DT_BF16)
+        put(s, "  \"bf16\": {\"enabled\": true},\n");
+    else if (p->dtype == VP_DT_FP16)
+        put(s, "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, "
+               "\"initial_scale_power\": 16},\n");
+    put(s, "  \"gradient_clipping\": 1.0,\n");
+    put(s, "  \"zero_optimization\": {\n");
+    put(s, "    \"stage\": %d,\n", stage);
+    put(s, "    \"overlap_comm\": %s,\n", stage >= 2 ? "true" : "false");
+    put(s, "    \"contiguous_gradients\": true,\n");
+    put(s, "    \"reduce_scatter\": true,\n");
+    put(s, "    \"reduce_bucket_size\": 50000000");
+    if (stage <= 2)
+        put(s, ",\n    \"allgather_bucket_size\": 50000000");
+    if (stage == 3)
+        put(s, ",\n    \"stage3_prefetch_bucket_size\": %" PRIu64
+               ",\n    \"stage3_max_live_parameters\": %" PRIu64
+               ",\n    \"stage3_max_reuse_distance\": %" PRIu64
+               ",\n    \"stage3_param_persistence_threshold\": 100000",
+            unit, 2 * unit, 2 * unit);
+    if (p->offload != VP_OFFLOAD_NONE)
+        put(s, ",\n    \"offload_optimizer\": {\"device\": \"cpu\", "
+               "\"pin_memory\": true}");
+    if (p->offload == VP_OFFLOAD_ALL)
+        put(s, ",\n    \"offload_param\": {\"device\": \"cpu\", "
+               "\"pin_memory\": true}");
+    put(s, "\n  },\n");
+    if (p->pp > 1)
+        put(s, "  \"pipeline\": {\"stages\": %u, \"partition\": "
+               "\"parameters\", \"activation_checkpoint_interval\": %d},\n",
+            p->pp, p->recompute == VP_RC_FULL ? 1 : 0);
+    put(s, "  \"activation_checkpointing\": {\"partition_activations\": "
+           "false, \"cpu_checkpointing\": false, "
+           "\"contiguous_memory_optimization\": false, "
+           "\"number_checkpoints\": %s},\n",
+        p->recompute == VP_RC_FULL ? "null" : "0");
+    put(s, "  \"steps_per_print\": 10,\n");
+    put(s, "  \"wall_clock_breakdown\": false\n");
+    put(s, "}\n");
+    (void)err;
+    return VP_OK;
+}
+
+/* ---- Megatron-LM ----------------------------------------------------- */
+
+static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
+                          const vp_cluster *c, const vp_par *p,
+                          vp_error *err)
+{
+    (void)err;
+    uint32_t per_node = c->gpus < c->gpus_per_node ? c->gpus
+                                                   : c->gpus_per_node;
+    uint32_t nodes = (c->gpus + per_node - 1) / per_node;
+    header(s, "#", in, c, p);
+    put(s, "torchrun --nproc-per-node %u --nnodes %u --node-rank "
+           "\"${NODE_RANK:-0}\" \\\n    --master-addr "
+           "\"${MASTER_ADDR:-localhost}\" --master-port 6000 \\\n"
+           "  pretrain_gpt.py \\\n",
+        per_node, nodes);
+    put(s, "    --num-layers %" PRIu64 " --hidden-size %" PRIu64
+           " --num-attention-heads %" PRIu64 " \\\n    --ffn-hidden-size %"
+           PRIu64 " --seq-length %" PRIu64 " --max-position-embeddings %"
+           PRIu64 " \\\n",
+        in->layers, in->hidden, in->heads, in->ffn, in->seq,
+        in->max_positions > in->seq ? in->max_positions : in->seq);
+    put(s, "    --position-embedding-type %s --normalization %s%s%s%s \\\n",
+        in->rotary ? "rope" : "learned_absolute",
+        in->rmsnorm ? "RMSNorm" : "LayerNorm",
+        in->gated_mlp ? " --swiglu" : "",
+        in->bias ? "" : " --disable-bias-linear",
+        in->tied ? "" : " --untie-embeddings-and-output-weights");
+    put(s, "    --attention-dropout %g --hidden-dropout %g \\\n",
+        in->attn_dropout, in->hidden_dropout);
+    if (in->kv_heads != in->heads)
+        put(s, "    --group-query-attention --num-query-groups %" PRIu64
+               " \\\n",
+            in->kv_heads);
+    if (in->experts)
+        put(s, "    --num-experts %" PRIu64 " --moe-router-topk %" PRIu64
+               " --expert-model-parallel-size %u \\\n",
+            in->experts, in->top_k, p->ep);
+    put(s, "    --micro-batch-size %" PRIu64 " --global-batch-size %" PRIu64
+           " \\\n",
+        p->micro_batch, global_batch(p));
+    put(s, "    --tensor-model-parallel-size %u%s \\\n", p->tp,
+        p->sp ? " --sequence-parallel" : "");
+    put(s, "    --pipeline-model-parallel-size %u", p->pp);
+    if (p->schedule == VP_SCHED_INTERLEAVED)
+        put(s, " --num-layers-per-virtual-pipeline-stage %" PRIu64,
+            in->layers / ((uint64_t)p->pp * p->vpp));
+    put(s, " \\\n");
+    if (p->cp > 1)
+        put(s, "    --context-parallel-size %u \\\n", p->cp);
+    if (p->dtype == VP_DT_BF16)
+        put(s, "    --bf16 \\\n");
+    else if (p->dtype == VP_DT_FP16)
+        put(s, "    --fp16 \\\n");
+    else if (p->dtype == VP_DT_FP8)
+        put(s, "    --bf16 --fp8-format hybrid --transformer-impl "
+               "transformer_engine \\\n");
+    put(s, "    --accumulate-allreduce-grads-in-fp32 --overlap-grad-reduce");
+    if (p->sharding == VP_SHARD_DISTOPT)
+        put(s, " \\\n    --use-distributed-optimizer --overlap-param-gather");
+    put(s, " \\\n");
+    if (p->recompute == VP_RC_SELECTIVE)
+        put(s, "    --recompute-activations \\\n");
+    else if (p->recompute == VP_RC_FULL)
+        put(s, "    --recompute-granularity full --recompute-method uniform "
+               "--recompute-num-layers 1 \\\n");
+    if (p->offload == VP_OFFLOAD_OPTIMIZER)
+        put(s, "    --optimizer-cpu-offload --optimizer-offload-fraction 1.0 "
+               "\\\n");
+    put(s, "    --use-flash-attn \\\n");
+    put(s, "    \"$@\"\n");
+    return VP_OK;
+}
+
+/* ---- torchrun + Hugging Face Trainer ---------------------------------- */
+
+static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
+                          const vp_cluster *c, const vp_par *p,
+                          vp_error *err)
+{
+    (void)err;
+    uint32_t per_node = c->gpus < c->gpus_per_node ? c->gpus
+                                                   : c->gpus_per_node;
+    uint32_t nodes = (c->gpus + per_node - 1) / per_node;
+    const char *cls = layer_class(in->name);
+    const char *dt = p->dtype == VP_DT_BF16   ? "torch.bfloat16"
+                     : p->dtype == VP_DT_FP16 ? "torch.float16"
+                                              : "torch.float32";
+    put(s, "#!/bin/sh\n");
+    header(s, "#", in, c, p);
+    if (p->sharding == VP_SHARD_DDP) {
+        put(s, "# PyTorch DDP: DistributedDataParallel(model, "
+               "bucket_cap_mb=25, gradient_as_bucket_view=True),\n"
+               "# forward under torch.autocast(\"cuda\", dtype=%s)\n",
+            dt);
+    } else {
+        const char *st = p->sharding == VP_SHARD_FSDP_FULL ? "FULL_SHARD"
+                         : p->sharding == VP_SHARD_FSDP_GRAD_OP
+                             ? "SHARD_GRAD_OP"
+                             : "HYBRID_SHARD";
+        put(s, "# FSDP: FullyShardedDataParallel(model,\n"
+               "#   sharding_strategy=ShardingStrategy.%s,\n"
+               "#   auto_wrap_policy=transformer_auto_wrap_policy({%s}),\n"
+               "#   mixed_precision=MixedPrecision(param_dtype=%s, "
+               "reduce_dtype=%s, buffer_dtype=%s),\n"
+               "#   cpu_offload=CPUOffload(offload_params=%s),\n"
+               "#   backward_prefetch=BackwardPrefetch.BACKWARD_PRE, "
+               "limit_all_gathers=True, use_orig_params=True)\n",
+            st, cls, dt, dt, dt,
+            p->offload == VP_OFFLOAD_ALL ? "True" : "False");
+        put(s, "cat > fsdp_config.json <<'EOF'\n"
+               "{\"transformer_layer_cls_to_wrap\": [\"%s\"], "
+               "\"backward_prefetch\": \"backward_pre\", "
+               "\"forward_prefetch\": false, \"limit_all_gathers\": true, "
+               "\"use_orig_params\": true, \"sync_module_states\": true, "
+               "\"activation_checkpointing\": %s}\nEOF\n",
+            cls, p->recompute == VP_RC_FULL ? "true" : "false");
+    }
+    put(s, "torchrun --nnodes %u --nproc-per-node %u --rdzv-backend c10d "
+           "\\\n    --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" "
+           "\\\n  train.py \\\n",
+        nodes, per_node);
+    put(s, "    --per_device_train_batch_size %" PRIu64
+           " --gradient_accumulation_steps %" PRIu64 " \\\n",
+        p->micro_batch, p->accum);
+    if (p->dtype == VP_DT_BF16)
+        put(s, "    --bf16 \\\n");
+    else if (p->dtype == VP_DT_FP16)
+        put(s, "    --fp16 \\\n");
+    if (p->sharding == VP_SHARD_DDP) {
+        put(s, "    --ddp_bucket_cap_mb 25 \\\n");
+        if (p->recompute == VP_RC_FULL)
+            put(s, "    --gradient_checkpointing \\\n");
+    } else {
+        const char *st = p->sharding == VP_SHARD_FSDP_FULL ? "full_shard"
+                         : p->sharding == VP_SHARD_FSDP_GRAD_OP
+                             ? "shard_grad_op"
+                             : "hybrid_shard";
+        put(s, "    --fsdp \"%s auto_wrap%s\" --fsdp_config fsdp_config.json "
+               "\\\n",
+            st, p->offload == VP_OFFLOAD_ALL ? " offload" : "");
+    }
+    put(s, "    \"$@\"\n");
+    return VP_OK;
+}
+
+vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
+                         const vp_par *p, vp_export_format f, char *buf,
+                         size_t n, size_t *len, vp_error *err)
+{
+    vp_error_clear(err);
+    sbuf s = {buf, n, 0};
+    if (n)
+        buf[0] = '\0';
+    *len = 0;
+    vp_engine want = vp_export_engine(f);
+    vp_engine have = vp_sharding_engine(p->sharding);
+    if (want != have)
+        return unsupported(err,
+                           "the plan uses %s (%s); %s runs %s plans only: "
+                           "plan with --engine %s",
+                           vp_sharding_name(p->sharding),
+                           vp_engine_name(have), vp_export_format_name(f),
+                           vp_engine_name(want), vp_engine_name(want));
+    if (f == VP_EXPORT_MEGATRON && p->schedule == VP_SCHED_GPIPE &&
+        p->pp > 1)
+        return unsupported(err, "Megatron-LM has no GPipe schedule (it "
+                                "runs 1F1B, which needs less memory)");
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_status st;
+    switch (f) {
+    case VP_EXPORT_DEEPSPEED:
+        st = deepspeed(&s, &in, p, err);
+        break;
+    case VP_EXPORT_MEGATRON:
+        st = megatron(&s, &in, c, p, err);
+        break;
+    case VP_EXPORT_TORCHRUN:
+        st = torchrun(&s, &in, c, p, err);
+        break;
+    default:
+        return vp_error_set(err, VP_EARG, "unknown export format");
+    }
+    *len = s.len;
+    if (n && s.len >= n)
+        buf[n - 1] = '\0';
+    return st;
+}
