@@ -48,6 +48,11 @@ typedef struct sim {
     uint32_t *pgrad, *cast, *st1, *st2;
     bool *ckpt;       /* per segment */
     uint32_t *held;   /* tensors kept until the model output is dropped */
+    struct {
+        int32_t seg;
+        uint32_t id;
+    } *ckin;          /* inputs kept by checkpointed segments */
+    size_t n_ckin, cap_ckin;
     size_t n_held, cap_held;
     struct pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
     size_t n_ph, cap_ph;
@@ -240,6 +245,38 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
         S->n_ph--;
         tunref(S, h.id);
     }
+}
+
+/* A checkpointed segment keeps each tensor it takes from outside once
+ * (the arguments of the checkpointed function), until its backward. */
+static void ckpt_save_input(sim *S, int32_t seg, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    for (size_t k = 0; k < S->n_ckin; k++)
+        if (S->ckin[k].seg == seg && S->ckin[k].id == id)
+            return;
+    if (!vp__grow((void **)&S->ckin, &S->cap_ckin, S->n_ckin + 1,
+                  sizeof *S->ckin)) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    tref(S, id);
+    S->ckin[S->n_ckin].seg = seg;
+    S->ckin[S->n_ckin].id = id;
+    S->n_ckin++;
+}
+
+static void ckpt_release_inputs(sim *S, int32_t seg)
+{
+    size_t w = 0;
+    for (size_t k = 0; k < S->n_ckin; k++) {
+        if (S->ckin[k].seg == seg)
+            tunref(S, S->ckin[k].id);
+        else
+            S->ckin[w++] = S->ckin[k];
+    }
+    S->n_ckin = w;
 }
 
 static void save(sim *S, uint32_t op, uint32_t id)
@@ -1497,7 +1534,7 @@ static void forward_pass(sim *S)
                 for (uint32_t j = 0; j < g->ops[k].n_inputs; j++) {
                     uint32_t in = g->ops[k].inputs[j];
                     if (in < seg->first_op && g->ops[in].kind != VP_OP_INPUT)
-                        save(S, seg->last_op, S->out_t[in]);
+                        ckpt_save_input(S, o->segment, S->out_t[in]);
                 }
         }
         if (g->n_segs && i == g->segs[0].first_op)
@@ -1536,7 +1573,7 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
         bwd(S, ii);
         if (o->segment >= 0 && S->ckpt[o->segment] &&
             ii == g->segs[o->segment].first_op)
-            release_saved(S, g->segs[o->segment].last_op);
+            ckpt_release_inputs(S, o->segment);
     }
     S->cur_op = "";
 }
@@ -1802,6 +1839,8 @@ static vp_status run(sim *S)
             pk->after_bwd = allocated(S) - out->baseline;
             phase_begin(S, VP_PHASE_OPTIMIZER);
             optimizer_step(S);
+            if (S->cat_live[VP_CAT_OPTIM] > out->optim_bytes)
+                out->optim_bytes = S->cat_live[VP_CAT_OPTIM];
             pk->peak[VP_PHASE_OPTIMIZER] = S->phase_peak - out->baseline;
             zero_grad(S);
             tunref(S, loss_t);
@@ -1837,6 +1876,7 @@ static void sim_destroy(sim *S)
     free(S->st2);
     free(S->ckpt);
     free(S->held);
+    free(S->ckin);
     free(S->ph);
 }
 
@@ -1986,7 +2026,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             return vp_error_set(err, VP_EOVERFLOW,
                                 "parameter bytes overflow 64 bits");
     }
-    out->optim_bytes = out->by_category[VP_CAT_OPTIM];
+    /* optim_bytes: the state held after the optimizer steps (set in run) */
     for (uint32_t k = 0; k < out->steps; k++) {
         uint64_t m = 0;
         for (int ph = VP_PHASE_FORWARD; ph < VP_PHASE__COUNT; ph++)

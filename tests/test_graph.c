@@ -2,8 +2,8 @@
  * FLOPs, segments and checkpoint selection.
  *
  * The models are in tests/data/good/; every expected shape and count is
- * derived by hand in the comments. Tests marked `.disabled = true` document
- * bugs found in src/ and fail today. Run from the repository root. */
+ * derived by hand in the comments. Regression tests name bugs once found
+ * in src/. Run from the repository root. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <criterion/criterion.h>
@@ -358,7 +358,7 @@ Test(graph_tied, untied_head_has_its_own_weight)
     done(&r);
 }
 
-/* BUG (src/graph_explicit.c, op_keys): docs/MODEL_FORMAT.md documents
+/* Regression test (once a bug in src/graph_explicit.c, op_keys): docs/MODEL_FORMAT.md documents
  * `tied_to` (name of another embedding or linear) for the embedding op, but
  * the parser does not accept the key ("unknown key 'tied_to' in a
  * embedding op"). With it, the second embedding shares the first one's
@@ -651,7 +651,7 @@ static const char LONG_NAME_MODEL[] =
     "repeat: 1}\n"
     "    - {op: cross_entropy}\n";
 
-/* BUG (src/util.c, vp__glob_match): the matcher backtracks recursively on
+/* Regression test (once a bug in src/util.c, vp__glob_match): the matcher backtracks recursively on
  * every '*', so its time is exponential in the number of stars: a pattern
  * of 20 stars and a character that never matches, against a 40-character
  * name, does not finish (8 stars already take seconds). A model file's

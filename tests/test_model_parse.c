@@ -14,7 +14,7 @@
  * whose message is not pinned because its position or wording should
  * improve (each says why).
  *
- * Tests marked `.disabled = true` document bugs found in src/ (see the
+ * Regression tests name the bugs found in src/ (see the
  * comment above each); they fail today. Run from the repository root. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -348,7 +348,7 @@ Test(parse_syntax, nul_byte_in_buffer_first_byte)
     cr_expect_eq(e.col, 1);
 }
 
-/* BUG (src/yaml_doc.c, parser_error): for a reader error (invalid UTF-8)
+/* Regression test (once a bug in src/yaml_doc.c, parser_error): for a reader error (invalid UTF-8)
  * the position is set to line 1 and column = byte offset + 1, so the 0xff
  * on line 4, column 18 of this input is reported at 1:61. libyaml gives
  * only the byte offset for reader errors; the line and column must be
@@ -374,7 +374,7 @@ Test(parse_syntax, invalid_utf8_is_refused)
     cr_expect(strstr(e.msg, "UTF-8") != NULL, "%s", e.msg);
 }
 
-/* BUG (src/model.c, vp_model_parse_buf): config.json is parsed with the
+/* Regression test (once a bug in src/model.c, vp_model_parse_buf): config.json is parsed with the
  * YAML parser, which accepts JSON that is not JSON: unquoted keys,
  * single-quoted strings, trailing commas, '#' comments. The header promises
  * VP_ESYNTAX for malformed JSON; this config (an unquoted key) loads. */
@@ -955,7 +955,7 @@ Test(parse_range, moe_top_k_larger_than_experts)
     cr_expect_str_eq(e.msg, "moe top_k (3) must be between 1 and experts (2)");
 }
 
-/* BUG (src/model.c, tf_validate): the checks of tf_validate report at the
+/* Regression test (once a bug in src/model.c, tf_validate): the checks of tf_validate report at the
  * `transformer` mapping (here line 4, `type: decoder`) instead of the key
  * at fault. For `layers: 100001` on line 9 the error should point at 9:11
  * (the value), like every other range error does. The same holds for
@@ -1397,7 +1397,7 @@ Test(parse_overflow, expression_literal)
     cr_expect_eq(e.line, 5);
 }
 
-/* BUG (src/model.c, tf_validate / src/graph_transformer.c, attention and
+/* Regression test (once a bug in src/model.c, tf_validate / src/graph_transformer.c, attention and
  * vp__build_transformer): heads * head_dim and (heads + 2 kv_heads) *
  * head_dim are computed without an overflow check. With heads = 2^24 and
  * head_dim = 2^40 both wrap to 0 mod 2^64, the q/k/v/o weights get 0
@@ -1425,7 +1425,7 @@ Test(parse_overflow, transformer_heads_times_head_dim)
     cr_expect_eq(err.code, VP_EOVERFLOW, "%s", vp_err_name(err.code));
 }
 
-/* BUG (src/graph_explicit.c, build_op, attention): (heads + 2 kv_heads) *
+/* Regression test (once a bug in src/graph_explicit.c, build_op, attention): (heads + 2 kv_heads) *
  * head_dim and heads * head_dim are not checked; with heads = 2^24 and
  * head_dim = 2^40 they wrap to 0 and this graph loads with 16 parameters
  * (only the output bias) instead of failing with VP_EOVERFLOW. */
@@ -1442,7 +1442,7 @@ Test(parse_overflow, graph_attention_heads_times_head_dim)
     cr_expect_eq(e.line, 5);
 }
 
-/* BUG (src/graph_explicit.c, build_op, conv2d): `k * k` is not checked and
+/* Regression test (once a bug in src/graph_explicit.c, build_op, conv2d): `k * k` is not checked and
  * o.kernel/stride/padding are truncated to 32 bits. With kernel = 2^32 (on
  * a 1x1 image padded by 2^31 so that the kernel fits) k * k wraps to 0 and
  * the weight gets 0 elements: the model loads with 1 parameter (the bias)
@@ -1719,7 +1719,7 @@ Test(parse_build, embedding_overflow)
     vp_model_free(m);
 }
 
-/* BUG (src/graph_transformer.c, embedding and linear): overflow of a
+/* Regression test (once a bug in src/graph_transformer.c, embedding and linear): overflow of a
  * weight is reported with vp_error_set, without the file or a position
  * (":0:0:"), while model.h promises that errors found when the model is
  * built point into the file. */

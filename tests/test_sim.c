@@ -36,7 +36,7 @@
  * at every step; zero_grad(set_to_none=True) frees the grads.
  *
  * All sizes in the comments are in MiB plus the small bytes ("+ 8704 B").
- * Tests marked `.disabled = true` (at the end) document bugs found in src/
+ * The regression tests at the end name bugs once found in src/
  * and fail today. Run from the repository root. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -880,15 +880,14 @@ Test(sim_extreme, gpt2_small_batch_too_large_to_build)
 
 /* ---- bugs ------------------------------------------------------------------------ */
 
-/* BUG (src/sim.c, vp_simulate): optim_bytes is documented (sim.h) as the
+/* Regression test (once a bug in src/sim.c, vp_simulate): optim_bytes is documented (sim.h) as the
  * optimizer state after step 1, but it is taken from by_category at the
  * peak. When the peak comes before the first optimizer step (one step
  * simulated, peak in its backward) it is 0. mlp-sim at batch 16384, one
  * step of AdamW: the peak is in the backward (activations of 256 MiB),
  * and step 1 ends with params + state = 168 + 336 MiB, so optim_bytes must
  * be 2 * P*4 = 336 MiB. */
-Test(sim_bugs, optim_bytes_when_the_peak_precedes_the_optimizer,
-     .disabled = true)
+Test(sim_bugs, optim_bytes_when_the_peak_precedes_the_optimizer)
 {
     mg r = open_graph(GOOD_DIR "mlp-sim.yaml", 16384, 0);
     vp_setup s;
@@ -903,13 +902,12 @@ Test(sim_bugs, optim_bytes_when_the_peak_precedes_the_optimizer,
     done(&r);
 }
 
-/* BUG (src/sim.c, save / forward_pass): a checkpointed segment's inputs
+/* Regression test (once a bug in src/sim.c, save / forward_pass): a checkpointed segment's inputs
  * are saved on its last op, at most MAX_SAVED (12) tensors, guarded by a
  * VP_ASSERT. A block that reads `$input` in more than 12 ops (13 adds
  * here: a valid model) aborts the process under --checkpoint all instead
  * of simulating (bad or unusual input must never reach an assert). */
-Test(sim_bugs, checkpointed_block_with_many_uses_of_its_input,
-     .disabled = true)
+Test(sim_bugs, checkpointed_block_with_many_uses_of_its_input)
 {
     char text[2048];
     int n = snprintf(text, sizeof text,
