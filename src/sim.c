@@ -52,6 +52,11 @@ typedef struct sim {
         int32_t seg;
         uint32_t id;
     } *ckin;          /* inputs kept by checkpointed segments */
+    uint64_t *reload; /* per op: saved bytes offloaded or compressed, to
+                         bring back (decompress) for its backward      */
+    bool saving_offloadable; /* fwd in a mode whose saves may move    */
+    uint64_t host_now;       /* host bytes held by offloads           */
+    bool *int8;              /* per param: an INT8 linear weight, or NULL */
     size_t n_ckin, cap_ckin;
     size_t n_held, cap_held;
     struct pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
@@ -91,7 +96,8 @@ static uint64_t mulc(sim *S, uint64_t a, uint64_t b)
     return r;
 }
 
-static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat)
+static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
+                 uint64_t handle)
 {
     S->events++;
     vp_allocator_stats st;
@@ -115,7 +121,7 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat)
     if (S->cb) {
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           st.allocated, st.reserved};
+                           st.allocated, st.reserved, handle};
         S->cb(&ev, S->ud);
     }
     if (S->stop_at && S->events == S->stop_at)
@@ -154,7 +160,7 @@ static uint32_t talloc(sim *S, uint64_t bytes, vp_category cat)
     uint64_t bs = vp_allocator_block_size(S->a, h);
     S->t[id] = (tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
-    emit(S, false, bytes, cat);
+    emit(S, false, bytes, cat, h);
     return id;
 }
 
@@ -173,9 +179,10 @@ static void tunref(sim *S, uint32_t id)
     if (--t->refs)
         return;
     uint64_t bytes = t->bytes;
+    uint64_t handle = t->handle;
     vp_category cat = (vp_category)t->cat;
     S->cat_live[cat] -= bytes;
-    vp_status st = vp_allocator_release(S->a, t->handle, S->err);
+    vp_status st = vp_allocator_release(S->a, handle, S->err);
     VP_ASSERT(st == VP_OK);
     if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
                   sizeof(uint32_t))) {
@@ -184,7 +191,7 @@ static void tunref(sim *S, uint32_t id)
     }
     S->free_ids[S->n_free++] = id;
     if (!S->stopped)
-        emit(S, true, bytes, cat);
+        emit(S, true, bytes, cat, handle);
 }
 
 /* A transient: allocate and free at once. */
@@ -279,13 +286,44 @@ static void ckpt_release_inputs(sim *S, int32_t seg)
     S->n_ckin = w;
 }
 
+/* Saved tensors of 1 MiB and more are what activation offload and
+ * compression move (masks, statistics and scalars stay). Returns the id
+ * to keep in the op's saved list: the tensor itself, its compressed copy,
+ * or NONE when it went to the host. */
+static uint32_t stash(sim *S, uint32_t op, uint32_t id)
+{
+    const vp_setup *s = S->s;
+    if (!S->saving_offloadable || (!s->offload_activations && !s->act_bits))
+        return id;
+    uint64_t b = S->t[id].bytes;
+    if (b < VP_MiB || S->t[id].cat != VP_CAT_ACT)
+        return id;
+    S->reload[op] += b;
+    if (s->offload_activations) {
+        S->host_now += b;
+        S->out->host_traffic += 2 * b; /* down, and back for backward */
+        if (S->host_now > S->out->host_bytes)
+            S->out->host_bytes = S->host_now;
+        return NONE;
+    }
+    /* ActNN: bits per element of an element of S->A bytes, plus a
+     * per-group fp32 scale and zero point (groups of 256) */
+    uint64_t elems = b / S->A;
+    uint64_t cb = (elems * s->act_bits + 7) / 8 + (elems / 256 + 1) * 8;
+    uint32_t c = talloc(S, cb, VP_CAT_ACT);
+    return c;
+}
+
 static void save(sim *S, uint32_t op, uint32_t id)
 {
     if (id == NONE)
         return;
     VP_ASSERT(S->n_saved[op] < MAX_SAVED);
-    tref(S, id);
-    S->saved[op * MAX_SAVED + S->n_saved[op]++] = id;
+    uint32_t k = stash(S, op, id);
+    if (k == id)
+        tref(S, id);
+    /* a compressed copy comes with its own reference */
+    S->saved[op * MAX_SAVED + S->n_saved[op]++] = k;
 }
 
 /* Save into a fixed slot (NONE kept), for ops whose backward frees its
@@ -293,8 +331,10 @@ static void save(sim *S, uint32_t op, uint32_t id)
 static void save_slot(sim *S, uint32_t op, uint32_t id)
 {
     VP_ASSERT(S->n_saved[op] < MAX_SAVED);
-    tref(S, id);
-    S->saved[op * MAX_SAVED + S->n_saved[op]++] = id;
+    uint32_t k = id == NONE ? NONE : stash(S, op, id);
+    if (k == id)
+        tref(S, id);
+    S->saved[op * MAX_SAVED + S->n_saved[op]++] = k;
 }
 
 static void drop_saved(sim *S, uint32_t op, uint32_t k)
@@ -327,7 +367,7 @@ static uint32_t param_bytes_of(const sim *S, const vp_param *p)
  * when no cast happens (not amp). The cache keeps one reference. */
 static uint32_t weight_cast(sim *S, uint32_t p)
 {
-    if (!S->amp)
+    if (!S->amp || (S->int8 && S->int8[p]))
         return NONE;
     if (S->cast[p] == NONE) {
         const vp_param *pp = &S->g->params[p];
@@ -577,6 +617,7 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     S->cur_op = o->name;
     S->cur_op_idx = (int32_t)i;
     bool sv = S->training && mode != MODE_NOSAVE && o->needs_grad;
+    S->saving_offloadable = mode == MODE_SAVE;
     uint32_t in0 = o->n_inputs ? o->inputs[0] : NONE;
     uint8_t eb0 = in0 != NONE ? S->out_eb[in0] : S->A;
     uint64_t n = o->numel;
@@ -615,7 +656,15 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         if (o->kind == VP_OP_LINEAR)
             workspace_fwd(S, bias);
         oeb = ce;
+        /* INT8 weights: dequantized for the matmul, freed after it */
+        uint32_t deq = S->int8 && S->int8[o->params[0]]
+                           ? talloc(S,
+                                    mulc(S, g->params[o->params[0]].numel,
+                                         ce),
+                                    VP_CAT_TEMP)
+                           : NONE;
         out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+        tunref(S, deq);
         if (o->kind == VP_OP_CONV2D)
             transient(S, conv_ws(S, o, ce, CONV_FWD));
         if (sv) {
@@ -1084,7 +1133,27 @@ static void workspace_bwd(sim *S, bool lt)
     }
 }
 
+static void bwd_op(sim *S, uint32_t i);
+
+/* Backward of op i, with its offloaded or compressed saved tensors brought
+ * back (decompressed) for the time it runs. */
 static void bwd(sim *S, uint32_t i)
+{
+    uint64_t back = S->reload[i];
+    uint32_t r = NONE;
+    if (back) {
+        S->cur_op = S->g->ops[i].name;
+        S->cur_op_idx = (int32_t)i;
+        r = talloc(S, back, VP_CAT_ACT);
+        if (S->s->offload_activations && S->host_now >= back)
+            S->host_now -= back;
+        S->reload[i] = 0;
+    }
+    bwd_op(S, i);
+    tunref(S, r);
+}
+
+static void bwd_op(sim *S, uint32_t i)
 {
     const vp_graph *g = S->g;
     const vp_op *o = &g->ops[i];
@@ -1568,6 +1637,9 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
         }
         if (S->grad_t[ii] == NONE) {
             release_saved(S, ii);
+            if (S->s->offload_activations && S->host_now >= S->reload[ii])
+                S->host_now -= S->reload[ii];
+            S->reload[ii] = 0;
             continue;
         }
         bwd(S, ii);
@@ -1590,6 +1662,30 @@ static void optimizer_step(sim *S)
     if (S->s->precision == VP_PREC_AMP_FP16) {
         /* GradScaler: found_inf, scale */
         transient(S, 4);
+    }
+    if (S->s->offload_optimizer) {
+        /* CPU optimizer: each gradient goes down to the host, the updated
+         * weight comes back into the parameter in place; the state (and a
+         * fp32 master copy of half-precision weights) lives on the host */
+        uint64_t state = 0, moved = 0;
+        for (size_t p = 0; p < np; p++) {
+            const vp_param *pp = &g->params[p];
+            if (!pp->trainable || S->pgrad[p] == NONE)
+                continue;
+            uint64_t n = pp->numel;
+            uint64_t per = adam ? (opt == VP_OPT_ADAMW_8BIT ? 2 : 8)
+                           : opt == VP_OPT_SGD ? 4 : 0;
+            per += 4;                 /* the gradient's host copy      */
+            if (S->PE == 2)
+                per += 4;             /* fp32 master weights           */
+            state += mulc(S, n, per);
+            moved += mulc(S, n, 2 * (uint64_t)S->PE);
+        }
+        if (state > S->out->host_bytes)
+            S->out->host_bytes = state;
+        S->out->host_traffic += moved;
+        S->cur_op = "";
+        return;
     }
     for (size_t p = 0; p < np && OK(S); p++) {
         const vp_param *pp = &g->params[p];
@@ -1722,7 +1818,14 @@ static void load_model(sim *S)
     }
     for (size_t p = 0; p < g->n_params && OK(S); p++) {
         const vp_param *pp = &g->params[p];
-        if (S->half && param_bytes_of(S, pp) == 2) {
+        if (S->int8 && S->int8[p]) {
+            /* quantized as it loads: int8 weight and a fp32 scale per
+             * output row; the original is freed */
+            const vp_op *lo = &g->ops[pp->op];
+            talloc(S, mulc(S, pp->numel, 1) + mulc(S, lo->out_features, 4),
+                   VP_CAT_PARAM);
+            tunref(S, fp32[p]);
+        } else if (S->half && param_bytes_of(S, pp) == 2) {
             talloc(S, mulc(S, pp->numel, 2), VP_CAT_PARAM);
             tunref(S, fp32[p]);
         }
@@ -1870,6 +1973,8 @@ static void sim_destroy(sim *S)
     free(S->n_saved);
     free(S->grad_t);
     free(S->consumers);
+    free(S->reload);
+    free(S->int8);
     free(S->pgrad);
     free(S->cast);
     free(S->st1);
@@ -1899,13 +2004,14 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->n_saved = calloc(no, 1);
     S->grad_t = malloc(no * sizeof *S->grad_t);
     S->consumers = calloc(no, sizeof *S->consumers);
+    S->reload = calloc(no, sizeof *S->reload);
     S->pgrad = malloc(np * sizeof *S->pgrad);
     S->cast = malloc(np * sizeof *S->cast);
     S->st1 = malloc(np * sizeof *S->st1);
     S->st2 = malloc(np * sizeof *S->st2);
     S->ckpt = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->ckpt);
     if (!S->out_t || !S->out_eb || !S->saved || !S->n_saved || !S->grad_t ||
-        !S->consumers || !S->pgrad || !S->cast || !S->st1 || !S->st2 ||
+        !S->consumers || !S->reload || !S->pgrad || !S->cast || !S->st1 || !S->st2 ||
         !S->ckpt)
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     for (size_t i = 0; i < no; i++)
@@ -1923,6 +2029,30 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->A = p == VP_PREC_FP32 ? 4 : 2;
     S->PE = S->half ? 2 : 4;
     S->training = !s->inference;
+    if (s->weight_bits == 8) {
+        /* INT8 weights: the weights of linear layers that own them (a
+         * weight tied to an embedding stays as it is) */
+        S->int8 = calloc(np, sizeof *S->int8);
+        if (!S->int8)
+            return vp_error_set(err, VP_ENOMEM, "out of memory");
+        for (size_t i = 0; i < g->n_ops; i++) {
+            const vp_op *o = &g->ops[i];
+            if (o->kind == VP_OP_LINEAR && o->n_params &&
+                g->params[o->params[0]].op == i)
+                S->int8[o->params[0]] = true;
+        }
+    } else if (s->weight_bits != 0) {
+        return vp_error_set(err, VP_EARG,
+                            "weight_bits must be 0 or 8 (INT8 weights)");
+    }
+    if (s->weight_bits && S->training)
+        return vp_error_set(err, VP_EARG,
+                            "INT8 weights are frozen: use them for "
+                            "inference");
+    if (s->act_bits && s->act_bits != 2 && s->act_bits != 4 &&
+        s->act_bits != 8)
+        return vp_error_set(err, VP_EARG,
+                            "activation compression takes 2, 4 or 8 bits");
     return VP_OK;
 }
 
@@ -2036,6 +2166,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             out->peak_alloc_steady = m;
     }
     out->device_used = out->peak_reserved + s->context_bytes;
+    if (out->steps)
+        out->host_traffic /= out->steps; /* per step */
     double f = 0;
     for (size_t i = 0; i < g->n_ops; i++) {
         f += g->ops[i].flops_fwd;

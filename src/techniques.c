@@ -213,6 +213,24 @@ vp_status vp_techniques(const vp_model *m, const vp_setup *base,
                     "bitsandbytes AdamW8bit: 1-byte moments");
             x->s.optimizer = VP_OPT_ADAMW_8BIT;
         }
+        if (!base->offload_optimizer) {
+            x = add(v, &nv, C, base, base_ckpt, "optimizer offload",
+                    "optimizer state on the host (CPU Adam)");
+            x->s.offload_optimizer = true;
+        }
+        if (!base->offload_activations) {
+            x = add(v, &nv, C, base, base_ckpt, "activation offload",
+                    "saved activations on the host (save_on_cpu)");
+            x->s.offload_activations = true;
+        }
+        for (uint32_t bits = 8; bits >= 2; bits /= 2) {
+            char nm[48], ch[96];
+            snprintf(nm, sizeof nm, "ActNN %u-bit", bits);
+            snprintf(ch, sizeof ch,
+                     "saved activations compressed to %u bits", bits);
+            x = add(v, &nv, C, base, base_ckpt, nm, ch);
+            x->s.act_bits = bits;
+        }
         /* combinations */
         x = add(v, &nv, C, base, "all", "amp-bf16 + checkpoint",
                 "autocast bf16, every segment checkpointed");
@@ -221,6 +239,16 @@ vp_status vp_techniques(const vp_model *m, const vp_setup *base,
                 "pure bf16, every segment checkpointed, 8-bit AdamW");
         x->s.precision = VP_PREC_BF16;
         x->s.optimizer = VP_OPT_ADAMW_8BIT;
+    }
+    /* INT8 weights freeze the linear layers: an inference figure */
+    x = add(v, &nv, C, base, NULL, "INT8 weights (inference)",
+            "bitsandbytes int8 linear weights, forward under no_grad");
+    if (x) {
+        x->s.inference = true;
+        x->s.weight_bits = 8;
+        x->s.offload_optimizer = false;
+        x->s.offload_activations = false;
+        x->s.act_bits = 0;
     }
     for (size_t i = 0; i < nv && *n < cap; i++) {
         vp_status st = eval_variant(m, &v[i], hw, &out[*n], err);

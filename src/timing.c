@@ -213,6 +213,18 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
             s->optimizer == VP_OPT_ADAMW_8BIT)
             out->optimizer += (double)g->n_params * 4.0 * launch;
     }
+    /* offloads: what crosses the host link, not overlapped with compute
+     * (conservative), and the CPU optimizer's own pass */
+    if (e.host_traffic && hw->host > 0)
+        out->offload = (double)e.host_traffic / hw->host;
+    if (s->offload_optimizer && !s->inference) {
+        uint64_t params = 0;
+        for (size_t p = 0; p < g->n_params; p++)
+            if (g->params[p].trainable)
+                params += g->params[p].numel;
+        out->offload += (double)params * 16.0 / VP_HOST_ADAM_BW;
+        out->optimizer = 0.0;
+    }
     out->total = out->forward + out->backward + out->recompute +
                  out->optimizer + out->offload;
     out->mfu = out->total > 0 ? out->flops / (out->total * rate) : 0.0;

@@ -99,6 +99,20 @@ typedef struct vp_setup {
     vp_allocator_config alloc; /* allocator configuration and budget limit    */
     bool skip_breakdown;       /* searches: no per-layer breakdown (saves a
                                   second simulation pass)                     */
+    bool offload_optimizer;    /* optimizer state on the host (ZeRO-Offload /
+                                  CPU Adam): gradients go down after the
+                                  backward, updated weights come back        */
+    bool offload_activations;  /* torch.autograd.graph.save_on_cpu: saved
+                                  tensors live on the host and are copied
+                                  back for their op's backward               */
+    uint32_t act_bits;         /* ActNN-style compression of saved
+                                  activations to 2, 4 or 8 bits (0 = off):
+                                  the compressed copy stays on the GPU, the
+                                  op's backward decompresses it              */
+    uint32_t weight_bits;      /* 8: INT8 linear weights (bitsandbytes
+                                  LLM.int8), for inference: 1 byte per weight
+                                  plus a fp32 scale per row, dequantized per
+                                  layer; 0 = off                             */
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
@@ -144,6 +158,8 @@ typedef struct vp_estimate {
     uint64_t events;              /* allocations + frees simulated          */
     uint64_t num_alloc_retries;
     double flops_per_step;        /* forward + backward + recompute         */
+    uint64_t host_bytes;          /* host RAM the offloads need at most     */
+    uint64_t host_traffic;        /* bytes over the host link per step      */
 } vp_estimate;
 
 /* Called for every allocation event when set (for --timeline). `bytes` is
@@ -157,6 +173,8 @@ typedef struct vp_sim_event {
     uint32_t step;           /* 1-based                                    */
     const char *op;          /* op name, or "" (model, optimizer)           */
     uint64_t allocated, reserved;
+    uint64_t tensor;         /* unique id of the allocation, the same on its
+                                free (the allocator's block handle)         */
 } vp_sim_event;
 typedef void (*vp_sim_event_fn)(const vp_sim_event *ev, void *ud);
 

@@ -15,7 +15,7 @@
 #include "vramplan/sim.h"
 #include "vramplan/timing.h"
 
-#define VP_TECHNIQUES_MAX 32
+#define VP_TECHNIQUES_MAX 40
 
 typedef struct vp_technique_result {
     char name[48];          /* "amp-bf16", "checkpoint all", ...           */

@@ -49,6 +49,10 @@ typedef struct vp_step_time {
  * resnet50 cases of the same fit took as long in AMP bf16 and bf16 as in
  * fp32 (TF32), ~80 TFLOP/s on an H200, far below the tensor-core rates. */
 #define VP_CONV_FP32_SHARE 1.2
+/* A CPU AdamW step (DeepSpeed's CPUAdam) streams about 16 bytes per
+ * parameter through host memory; 20 GB/s is a host-memory figure for one
+ * process (documented estimate, not measured here). */
+#define VP_HOST_ADAM_BW 20e9
 /* PyTorch eager dispatch: host time per kernel launched from Python,
  * which bounds small kernels (same fit). */
 #define VP_EAGER_OP_OVERHEAD 2e-5

@@ -395,7 +395,7 @@ typedef struct metric {
     uint64_t bytes;
 } metric;
 
-#define N_TOTALS 9
+#define N_TOTALS 11
 #define N_STEP_METRICS 9
 
 static void total_metrics(const vp_estimate *e, metric out[N_TOTALS])
@@ -410,6 +410,8 @@ static void total_metrics(const vp_estimate *e, metric out[N_TOTALS])
         {"peak_alloc_steady", e->peak_alloc_steady},
         {"peak_reserved", e->peak_reserved},
         {"device_used", e->device_used},
+        {"host_bytes", e->host_bytes},
+        {"host_traffic", e->host_traffic},
     };
 
     memcpy(out, m, sizeof m);
@@ -574,6 +576,11 @@ static void print_table(FILE *f, const report *r)
     fprintf(f, "device used     %11s  nvidia-smi: reserved + %s CUDA "
             "context\n", vp_size_format(e->device_used, a, sizeof a),
             vp_size_format(s->context_bytes, b, sizeof b));
+    if (e->host_bytes || e->host_traffic)
+        fprintf(f, "host RAM        %11s  held by the offloads; %s over the "
+                "host link per step\n",
+                vp_size_format(e->host_bytes, a, sizeof a),
+                vp_size_format(e->host_traffic, b, sizeof b));
 
     fprintf(f, "\n%4s %11s %11s %11s %11s %11s %11s\n", "step", "start",
             "fwd peak", "bwd peak", "opt peak", "end", "reserved");
@@ -802,6 +809,7 @@ enum {
     OPT_ACCUM, OPT_KEEP_GRADS, OPT_SET_TO_NONE, OPT_INFERENCE,
     OPT_ATTENTION, OPT_STEPS, OPT_BUDGET, OPT_CONTEXT, OPT_CUBLAS_WORKSPACE,
     OPT_EXPANDABLE, OPT_FORMAT, OPT_TIMELINE, OPT_HELP,
+    OPT_OFFLOAD_OPT, OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8,
     /* plan, techniques, maxbatch */
     OPT_GPU, OPT_GLOBAL_BATCH
 };
@@ -837,6 +845,14 @@ enum {
      "cuBLAS workspace per handle (default 32MiB)"}, \
     {OPT_EXPANDABLE, 0, "expandable-segments", NULL, \
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, \
+    {OPT_OFFLOAD_OPT, 0, "offload-optimizer", NULL, \
+     "optimizer state on the host (CPU Adam, ZeRO-Offload)"}, \
+    {OPT_OFFLOAD_ACT, 0, "offload-activations", NULL, \
+     "saved activations on the host (save_on_cpu)"}, \
+    {OPT_COMPRESS, 0, "compress-activations", "BITS", \
+     "ActNN-style compression of saved activations: 2, 4 or 8 bits"}, \
+    {OPT_INT8, 0, "int8-weights", NULL, \
+     "INT8 linear weights (bitsandbytes), with --inference"}, \
     {OPT_FORMAT, 'f', "format", "FMT", "table, json or csv (default table)"}, \
     {OPT_TIMELINE, 0, "timeline", "FILE", \
      "write every allocation and free to FILE as CSV"}, \
@@ -928,6 +944,22 @@ static int estimate_parse(int argc, char **argv, estimate_args *a,
             return CLI_OK;
         case OPT_GPU:
             a->gpu = val;
+            break;
+        case OPT_OFFLOAD_OPT:
+            a->setup.offload_optimizer = true;
+            break;
+        case OPT_OFFLOAD_ACT:
+            a->setup.offload_activations = true;
+            break;
+        case OPT_COMPRESS:
+            if (!option_u64(o, val, 2, 8, &v) || (v != 2 && v != 4 && v != 8))
+                return usage_error("invalid value '%s' for "
+                                   "--compress-activations (2, 4 or 8)",
+                                   val);
+            a->setup.act_bits = (uint32_t)v;
+            break;
+        case OPT_INT8:
+            a->setup.weight_bits = 8;
             break;
         case OPT_GLOBAL_BATCH:
             if (!option_u64(o, val, 1, UINT32_MAX, &a->global_batch))
