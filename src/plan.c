@@ -58,6 +58,7 @@ static vp_status evaluate(pctx *c, vp_plan_candidate *k, const char *spec)
     s.accum = k->accum;
     s.precision = k->precision;
     s.optimizer = k->optimizer;
+    s.offload_optimizer = k->offload;
     s.steps = 2;
     if (k->ckpt == VP_CKPT_AUTO) {
         vp_ckpt_plan cp;
@@ -136,6 +137,8 @@ static void explain(vp_plan_candidate *k, const vp_plan_candidate *best,
         why = "recomputes more checkpointed layers";
     else if (d_rc >= d_fb && d_rc >= d_opt && d_rc > 0)
         why = "recomputes checkpointed layers";
+    else if (k->offload && k->time.offload > d_fb)
+        why = "optimizer offload: the host link and CPU Adam";
     else if (d_opt >= d_fb && d_opt > 0)
         why = "slower optimizer step";
     else if (vp_hw_matmul_rate(hw, k->precision) <
@@ -182,6 +185,10 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
         for (int o = 0; o < VP_OPT__COUNT; o++) {
             if (!opt[o])
                 continue;
+            bool reach_all = false;
+            for (int off = 0; off <= 1; off++) {
+            if (off && reach_all)
+                break; /* offloading cannot beat a setup that fits whole */
             uint64_t fit_none = 0, fit_all = 0;
             for (int ck = VP_CKPT_NONE; ck <= VP_CKPT_AUTO; ck++) {
                 if (out->n >= VP_PLAN_MAX)
@@ -191,6 +198,7 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                 k->precision = (vp_precision)p;
                 k->optimizer = (vp_optimizer)o;
                 k->ckpt = (vp_ckpt_mode)ck;
+                k->offload = off;
                 uint64_t fit;
                 const char *spec = ck == VP_CKPT_ALL ? "all" : NULL;
                 if (ck == VP_CKPT_AUTO) {
@@ -203,6 +211,7 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                     vp_setup s = req->base;
                     s.precision = k->precision;
                     s.optimizer = k->optimizer;
+                    s.offload_optimizer = k->offload;
                     s.steps = 2;
                     vp_maxbatch_result mb;
                     vp_status st = vp_maxbatch(m, &s, spec, G, &mb, err);
@@ -214,6 +223,8 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                         fit_none = fit;
                     else
                         fit_all = fit;
+                    if (!off && ck == VP_CKPT_NONE && fit >= G)
+                        reach_all = true;
                 }
                 out->n++;
                 if (fit == 0) {
@@ -228,6 +239,7 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                 vp_status st = evaluate(&c, k, spec);
                 if (st != VP_OK)
                     return st;
+            }
             }
         }
     }

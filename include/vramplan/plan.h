@@ -16,7 +16,7 @@
 #include "vramplan/sim.h"
 #include "vramplan/timing.h"
 
-#define VP_PLAN_MAX 64
+#define VP_PLAN_MAX 128
 
 typedef enum {
     VP_CKPT_NONE,
@@ -28,6 +28,7 @@ typedef struct vp_plan_candidate {
     vp_precision precision;
     vp_optimizer optimizer;
     vp_ckpt_mode ckpt;
+    bool offload;             /* optimizer state on the host (CPU Adam)  */
     size_t n_checkpointed, n_segments;
     uint64_t micro_batch;
     uint32_t accum;
@@ -53,7 +54,9 @@ typedef struct vp_plan_result {
     uint32_t simulations;       /* configurations simulated               */
 } vp_plan_result;
 
-/* Plan one GPU. VP_EARG for a request without a budget or global batch;
+/* Plan one GPU. Optimizer offload is tried where the GPU alone does not
+ * reach the whole global batch in one micro-batch. VP_EARG for a request
+ * without a budget or global batch;
  * VP_OK with no fitting candidate when nothing fits (cand[].reason says
  * why each failed). */
 vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,

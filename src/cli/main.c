@@ -1437,6 +1437,7 @@ static int cmd_plan(int argc, char **argv)
         for (size_t i = 0; i < res->n; i++) {
             const vp_plan_candidate *k = &res->cand[i];
             printf("%s{\"precision\": \"%s\", \"optimizer\": \"%s\", "
+                   "\"offload_optimizer\": %s, "
                    "\"checkpoint\": \"%s\", \"checkpointed\": %zu, "
                    "\"micro_batch\": %" PRIu64 ", \"accum\": %" PRIu32
                    ", \"fits\": %s, \"peak_alloc\": %" PRIu64
@@ -1445,6 +1446,7 @@ static int cmd_plan(int argc, char **argv)
                    "\"mfu\": %.4f, \"reason\": ",
                    i ? ", " : "", vp_precision_name(k->precision),
                    vp_optimizer_name(k->optimizer),
+                   k->offload ? "true" : "false",
                    vp_ckpt_mode_name(k->ckpt), k->n_checkpointed,
                    k->micro_batch, k->accum, k->fits ? "true" : "false",
                    k->peak_alloc, k->peak_reserved, k->time.total,
@@ -1468,34 +1470,36 @@ static int cmd_plan(int argc, char **argv)
                "peak reserved", "step time", "samples/s", "MFU");
         for (size_t i = 0; i < res->n; i++) {
             const vp_plan_candidate *k = &res->cand[i];
-            char mb[32], ck[16];
+            char mb[48], ck[48];
             snprintf(mb, sizeof mb, "%" PRIu64 " x %" PRIu32, k->micro_batch,
                      k->accum);
-            if (k->ckpt == VP_CKPT_AUTO)
+            if (k->ckpt == VP_CKPT_AUTO && k->n_segments)
                 snprintf(ck, sizeof ck, "%zu/%zu", k->n_checkpointed,
                          k->n_segments);
             else
                 snprintf(ck, sizeof ck, "%s", vp_ckpt_mode_name(k->ckpt));
+            char on[24];
+            snprintf(on, sizeof on, "%s%s", vp_optimizer_name(k->optimizer),
+                     k->offload ? "+off" : "");
             if (!k->fits) {
                 printf("%4s  %-9s %-14s %-5s %12s %14s %11s %10s %6s\n", "-",
-                       vp_precision_name(k->precision),
-                       vp_optimizer_name(k->optimizer), ck,
+                       vp_precision_name(k->precision), on, ck,
                        k->micro_batch ? mb : "-", "-", "-", "-", "-");
                 continue;
             }
             printf("%4zu  %-9s %-14s %-5s %12s %14s %9.1f ms %10.1f %5.1f%%\n",
-                   i + 1, vp_precision_name(k->precision),
-                   vp_optimizer_name(k->optimizer), ck, mb,
+                   i + 1, vp_precision_name(k->precision), on, ck, mb,
                    vp_size_format(k->peak_reserved, b2, sizeof b2),
                    k->time.total * 1e3, k->samples_per_s,
                    100.0 * k->time.mfu);
         }
         if (any) {
             const vp_plan_candidate *k = &res->cand[0];
-            printf("\nbest: %s, %s, checkpoint %s, micro-batch %" PRIu64
+            printf("\nbest: %s, %s%s, checkpoint %s, micro-batch %" PRIu64
                    " with %" PRIu32 " accumulation steps\n",
                    vp_precision_name(k->precision),
                    vp_optimizer_name(k->optimizer),
+                   k->offload ? " (state offloaded to the host)" : "",
                    vp_ckpt_mode_name(k->ckpt), k->micro_batch, k->accum);
             printf("\nwhy the others lost:\n");
         } else {
@@ -1503,8 +1507,9 @@ static int cmd_plan(int argc, char **argv)
         }
         for (size_t i = any ? 1 : 0; i < res->n; i++) {
             const vp_plan_candidate *k = &res->cand[i];
-            printf("  %-9s %-14s %-5s %s\n", vp_precision_name(k->precision),
-                   vp_optimizer_name(k->optimizer),
+            printf("  %-9s %-14s%s %-5s %s\n",
+                   vp_precision_name(k->precision),
+                   vp_optimizer_name(k->optimizer), k->offload ? "+off" : "",
                    vp_ckpt_mode_name(k->ckpt), k->reason);
         }
     }
