@@ -183,7 +183,10 @@ check: test
 include bench/bench.mk
 
 accuracy: all
-	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-cases.jsonl
+	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-cases.jsonl \
+	    --gpu h200
+	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-maxbatch.jsonl
+	./$(BIN) validate groundtruth/h200-torch2.11-extra.jsonl --gpu h200
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and
