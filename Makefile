@@ -22,6 +22,7 @@ LDFLAGS ?=
 PREFIX ?= /usr/local
 PKG_CONFIG ?= pkg-config
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
+include replay/replay.mk
 NVCCFLAGS ?= -O2
 SANITIZE ?= $(SANITIZER)
 

@@ -89,6 +89,8 @@ struct vp_allocator {
     uint64_t next_addr;
     uint64_t n_xs_live;
     vp_allocator_stats st;
+    vp_allocator_segment_fn seg_fn; /* segment hook, NULL when unset     */
+    void *seg_ud;
 };
 
 /* One request, as AllocParams. */
@@ -756,10 +758,14 @@ static void release_expandable_segment(vp_allocator *a, uint32_t i)
 /* release_block: cudaFree a whole free segment. */
 static void release_block(vp_allocator *a, uint32_t i)
 {
+    uint64_t addr = a->b[i].addr, size = a->b[i].size;
+
     t_erase(a, &a->pools[a->b[i].pool].free_t, i);
-    a->st.reserved -= a->b[i].size;
+    a->st.reserved -= size;
     a->st.segments--;
     delete_block(a, i);
+    if (a->seg_fn)
+        a->seg_fn(true, addr, size, a->seg_ud);
 }
 
 /* release_blocks for one pool: cudaFree every free block that is a whole
@@ -869,6 +875,8 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
     add_reserved(a, r->alloc_size);
     a->st.segments++;
     *out = i;
+    if (a->seg_fn)
+        a->seg_fn(false, base, r->alloc_size, a->seg_ud);
     return AB_OK;
 }
 
@@ -955,6 +963,13 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
         return NULL;
     }
     return a;
+}
+
+void vp_allocator_set_segment_hook(vp_allocator *a,
+                                   vp_allocator_segment_fn fn, void *ud)
+{
+    a->seg_fn = fn;
+    a->seg_ud = ud;
 }
 
 void vp_allocator_free(vp_allocator *a)

@@ -525,26 +525,11 @@ static bool is_path(const char *s)
 
 static vp_gpu_profile *load_file(const char *path, vp_error *err)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
-                     strerror(errno));
+    char *buf;
+    size_t len;
+    if (vp__read_file(path, MAX_PROFILE_BYTES, &buf, &len, err) != VP_OK)
         return NULL;
-    }
-    char *buf = malloc(MAX_PROFILE_BYTES + 1);
-    if (!buf) {
-        fclose(fp);
-        vp_error_set(err, VP_ENOMEM, "out of memory");
-        return NULL;
-    }
-    size_t len = fread(buf, 1, MAX_PROFILE_BYTES + 1, fp);
-    bool bad = ferror(fp) != 0;
-    fclose(fp);
-    vp_gpu_profile *p = NULL;
-    if (bad)
-        vp_error_set(err, VP_EIO, "cannot read '%s'", path);
-    else
-        p = vp_gpu_parse_buf(buf, len, path, err);
+    vp_gpu_profile *p = vp_gpu_parse_buf(buf, len, path, err);
     free(buf);
     return p;
 }

@@ -31,6 +31,12 @@ char *vp__arena_printf(vp_arena *a, const char *fmt, ...)
     ;
 void vp__arena_destroy(vp_arena *a);
 
+/* Read a whole file of at most max bytes (one more is read, so that the
+ * caller can refuse a larger file). *buf is malloc'ed (caller frees), NUL
+ * terminated. VP_EIO or VP_ENOMEM with *err set. */
+vp_status vp__read_file(const char *path, size_t max, char **buf,
+                        size_t *len, vp_error *err);
+
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 

@@ -639,26 +639,10 @@ fail:
 vp_model *vp_model_load(const char *path, vp_error *err)
 {
     vp_error_clear(err);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
-                     strerror(errno));
+    char *buf;
+    size_t len;
+    if (vp__read_file(path, VP_MAX_INPUT_BYTES, &buf, &len, err) != VP_OK)
         return NULL;
-    }
-    char *buf = malloc(VP_MAX_INPUT_BYTES + 1);
-    if (!buf) {
-        fclose(fp);
-        vp_error_set(err, VP_ENOMEM, "out of memory");
-        return NULL;
-    }
-    size_t len = fread(buf, 1, VP_MAX_INPUT_BYTES + 1, fp);
-    bool bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        vp_error_set(err, VP_EIO, "cannot read '%s'", path);
-        return NULL;
-    }
     size_t pl = strlen(path);
     int is_json = pl >= 5 && !strcmp(path + pl - 5, ".json");
     vp_model *m = vp_model_parse_buf(buf, len, path, is_json, err);

@@ -1,4 +1,5 @@
 /* Small shared helpers: the arena, array growth, glob matching, aborts. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,33 @@ void vp__arena_destroy(vp_arena *a)
         c = next;
     }
     a->head = NULL;
+}
+
+vp_status vp__read_file(const char *path, size_t max, char **buf,
+                        size_t *len, vp_error *err)
+{
+    *buf = NULL;
+    *len = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
+                            strerror(errno));
+    char *b = malloc(max + 2);
+    if (!b) {
+        fclose(fp);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+    size_t n = fread(b, 1, max + 1, fp);
+    bool bad = ferror(fp) != 0;
+    fclose(fp);
+    if (bad) {
+        free(b);
+        return vp_error_set(err, VP_EIO, "cannot read '%s'", path);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return VP_OK;
 }
 
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)

@@ -76,6 +76,16 @@ void vp_allocator_empty_cache(vp_allocator *a);
  * allocated), 0 for an unknown handle. */
 uint64_t vp_allocator_block_size(const vp_allocator *a, uint64_t handle);
 
+/* Segment events: called right after the model cudaMallocs a new segment
+ * (is_free false) and right after it cudaFrees one (is_free true), with
+ * the segment's simulated address (unique among live segments; the same
+ * on its free) and its size in bytes. Expandable segments (which map and
+ * unmap pages instead) are not reported. fn NULL removes the hook. */
+typedef void (*vp_allocator_segment_fn)(bool is_free, uint64_t addr,
+                                        uint64_t size, void *ud);
+void vp_allocator_set_segment_hook(vp_allocator *a,
+                                   vp_allocator_segment_fn fn, void *ud);
+
 /* Current counters. */
 void vp_allocator_stats_get(const vp_allocator *a, vp_allocator_stats *out);
 

@@ -21,6 +21,7 @@
 #include "vramplan/sim.h"
 #include "vramplan/units.h"
 #include "vramplan/plan.h"
+#include "vramplan/probe.h"
 #include "vramplan/search.h"
 #include "vramplan/techniques.h"
 #include "vramplan/timing.h"
