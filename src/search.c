@@ -293,6 +293,78 @@ vp_status vp_knapsack_cover(const uint64_t *save, const double *cost,
     return VP_OK;
 }
 
+vp_status vp_knapsack_cover2(const uint64_t *save_a, const double *cost_a,
+                             const uint64_t *save_b, const double *cost_b,
+                             size_t n, uint64_t need, uint64_t unit,
+                             uint8_t *choice, double *total, bool *feasible,
+                             vp_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        choice[i] = 0;
+    *total = 0.0;
+    *feasible = true;
+    if (need == 0)
+        return VP_OK;
+    if (unit == 0)
+        return vp_error_set(err, VP_EARG, "knapsack unit must be > 0");
+    uint64_t K = need / unit + (need % unit != 0);
+    uint64_t cells;
+    if (!vp_mul_u64(K + 1, n + 1, &cells) || cells > KNAPSACK_MAX_CELLS)
+        return vp_error_set(err, VP_ELIMIT,
+                            "checkpoint search too large (%zu units x %llu "
+                            "steps)",
+                            n, (unsigned long long)K);
+    double *dp = malloc(cells * sizeof *dp);
+    uint8_t *pick = malloc(cells);
+    if (!dp || !pick) {
+        free(dp);
+        free(pick);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+#define AT(i, j) ((size_t)(i) * (size_t)(K + 1) + (size_t)(j))
+    for (uint64_t j = 0; j <= K; j++) {
+        dp[AT(0, j)] = j == 0 ? 0.0 : INFINITY;
+        pick[AT(0, j)] = 0;
+    }
+    for (size_t i = 1; i <= n; i++) {
+        uint64_t wa = save_a[i - 1] / unit, wb = save_b[i - 1] / unit;
+        for (uint64_t j = 0; j <= K; j++) {
+            double best = dp[AT(i - 1, j)];
+            uint8_t c = 0;
+            double ta = dp[AT(i - 1, j > wa ? j - wa : 0)] + cost_a[i - 1];
+            if (ta < best) {
+                best = ta;
+                c = 1;
+            }
+            double tb = dp[AT(i - 1, j > wb ? j - wb : 0)] + cost_b[i - 1];
+            if (tb < best) {
+                best = tb;
+                c = 2;
+            }
+            dp[AT(i, j)] = best;
+            pick[AT(i, j)] = c;
+        }
+    }
+    if (isinf(dp[AT(n, K)])) {
+        *feasible = false;
+    } else {
+        *total = dp[AT(n, K)];
+        uint64_t j = K;
+        for (size_t i = n; i > 0; i--) {
+            uint8_t c = pick[AT(i, j)];
+            choice[i - 1] = c;
+            uint64_t w = c == 1 ? save_a[i - 1] / unit
+                         : c == 2 ? save_b[i - 1] / unit
+                                  : 0;
+            j = j > w ? j - w : 0;
+        }
+    }
+#undef AT
+    free(dp);
+    free(pick);
+    return VP_OK;
+}
+
 /* ---- checkpoint placement ------------------------------------------------ */
 
 typedef struct {
@@ -302,13 +374,15 @@ typedef struct {
     vp_error *err;
 } ck_ctx;
 
-static vp_status sim_mask(ck_ctx *c, const bool *mask, bool limited,
-                          vp_estimate *e, bool *fits)
+static vp_status sim_mask(ck_ctx *c, const bool *mask, const bool *sel,
+                          bool limited, vp_estimate *e, bool *fits)
 {
     vp_setup s = c->s;
     s.skip_breakdown = true;
     s.checkpoint = mask;
     s.n_checkpoint = vp_graph_segment_count(c->g);
+    s.selective = sel;
+    s.n_selective = sel ? s.n_checkpoint : 0;
     if (!limited) {
         s.alloc.limit = 0;
         s.alloc.device_total = 0;
@@ -344,6 +418,14 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
                              bool *out_mask, size_t n_mask,
                              vp_ckpt_plan *plan, vp_error *err)
 {
+    return vp_checkpoint_auto_sel(m, setup, out_mask, NULL, n_mask, plan,
+                                  err);
+}
+
+vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
+                                 bool *out_mask, bool *out_sel, size_t n_mask,
+                                 vp_ckpt_plan *plan, vp_error *err)
+{
     memset(plan, 0, sizeof *plan);
     vp_error_clear(err);
     if (setup->alloc.limit == 0)
@@ -354,9 +436,10 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
         return err ? err->code : VP_ESCHEMA;
     size_t n = vp_graph_segment_count(g);
     vp_status st = VP_OK;
-    uint64_t *save = NULL;
-    double *cost = NULL;
-    bool *mask = NULL, *one = NULL;
+    uint64_t *save = NULL, *save_s = NULL;
+    double *cost = NULL, *cost_s = NULL;
+    bool *mask = NULL, *one = NULL, *sel = NULL;
+    uint8_t *choice = NULL;
     int32_t *rep = NULL;
     if (n == 0) {
         st = vp_error_set(err, VP_EARG,
@@ -372,7 +455,12 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
     mask = calloc(n, sizeof *mask);
     one = calloc(n, sizeof *one);
     rep = calloc(n, sizeof *rep);
-    if (!save || !cost || !mask || !one || !rep) {
+    save_s = calloc(n, sizeof *save_s);
+    cost_s = calloc(n, sizeof *cost_s);
+    sel = calloc(n, sizeof *sel);
+    choice = calloc(n, sizeof *choice);
+    if (!save || !cost || !mask || !one || !rep || !save_s || !cost_s ||
+        !sel || !choice) {
         st = vp_error_set(err, VP_ENOMEM, "out of memory");
         goto done;
     }
@@ -382,22 +470,27 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
         plan->step_flops += g->ops[i].flops_fwd + g->ops[i].flops_bwd;
     for (size_t i = 0; i < n; i++) {
         const vp_segment *sg = &g->segs[i];
-        for (uint32_t k = sg->first_op; k <= sg->last_op; k++)
+        for (uint32_t k = sg->first_op; k <= sg->last_op; k++) {
             cost[i] += g->ops[k].flops_fwd;
+            if (g->ops[k].kind == VP_OP_ATTENTION)
+                cost_s[i] += g->ops[k].flops_fwd;
+        }
     }
+    bool try_sel = out_sel != NULL;
     vp_estimate e0, e;
     bool fits;
     /* nothing checkpointed: does it already fit? */
-    if ((st = sim_mask(&c, mask, true, &e0, &fits)) != VP_OK)
+    if ((st = sim_mask(&c, mask, NULL, true, &e0, &fits)) != VP_OK)
         goto done;
     if (fits) {
         plan->peak_alloc = e0.peak_alloc;
         plan->peak_reserved = e0.peak_reserved;
         goto found;
     }
-    if ((st = sim_mask(&c, mask, false, &e0, &fits)) != VP_OK)
+    if ((st = sim_mask(&c, mask, NULL, false, &e0, &fits)) != VP_OK)
         goto done;
-    /* what checkpointing each segment alone saves (peak allocated) */
+    /* what checkpointing each segment alone saves (peak allocated), and
+     * what recomputing only its attention core saves */
     for (size_t i = 0; i < n; i++) {
         rep[i] = -1;
         for (size_t j = 0; j < i; j++)
@@ -407,10 +500,24 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
             }
         if (rep[i] >= 0) {
             save[i] = save[rep[i]];
+            save_s[i] = save_s[rep[i]];
             continue;
         }
         one[i] = true;
-        st = sim_mask(&c, one, false, &e, &fits);
+        st = sim_mask(&c, one, NULL, false, &e, &fits);
+        if (st == VP_OK && try_sel && cost_s[i] > 0) {
+            save[i] = e0.peak_alloc > e.peak_alloc
+                          ? e0.peak_alloc - e.peak_alloc
+                          : 0;
+            st = sim_mask(&c, mask, one, false, &e, &fits);
+            save_s[i] = e0.peak_alloc > e.peak_alloc
+                            ? e0.peak_alloc - e.peak_alloc
+                            : 0;
+            one[i] = false;
+            if (st != VP_OK)
+                goto done;
+            continue;
+        }
         one[i] = false;
         if (st != VP_OK)
             goto done;
@@ -434,14 +541,25 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
     for (int iter = 0; iter < 24; iter++) {
         double tot;
         bool feas;
-        st = vp_knapsack_cover(save, cost, n, need, unit, mask, &tot, &feas,
-                               err);
+        if (try_sel) {
+            st = vp_knapsack_cover2(save_s, cost_s, save, cost, n, need, unit,
+                                    choice, &tot, &feas, err);
+            for (size_t i = 0; i < n; i++) {
+                sel[i] = choice[i] == 1;
+                mask[i] = choice[i] == 2;
+            }
+        } else {
+            st = vp_knapsack_cover(save, cost, n, need, unit, mask, &tot,
+                                   &feas, err);
+        }
         if (st != VP_OK)
             goto done;
         if (!feas)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
                 mask[i] = true; /* try everything */
-        if ((st = sim_mask(&c, mask, true, &e, &fits)) != VP_OK)
+                sel[i] = false;
+            }
+        if ((st = sim_mask(&c, mask, sel, true, &e, &fits)) != VP_OK)
             goto done;
         if (fits) {
             plan->peak_alloc = e.peak_alloc;
@@ -455,7 +573,7 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
             goto done;
         }
         /* tighten by what the unlimited run overshoots */
-        if ((st = sim_mask(&c, mask, false, &e, &fits)) != VP_OK)
+        if ((st = sim_mask(&c, mask, sel, false, &e, &fits)) != VP_OK)
             goto done;
         uint64_t over = e.peak_reserved > limit ? e.peak_reserved - limit
                                                 : unit;
@@ -469,15 +587,24 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
 found:
     for (size_t i = 0; i < n; i++) {
         out_mask[i] = mask[i];
+        if (out_sel)
+            out_sel[i] = sel[i];
         if (mask[i]) {
             plan->n_checkpointed++;
             plan->recompute_flops += cost[i];
+        } else if (sel[i]) {
+            plan->n_selective++;
+            plan->recompute_flops += cost_s[i];
         }
     }
     plan->simulations = c.sims;
     st = VP_OK;
 done:
     free(save);
+    free(save_s);
+    free(cost_s);
+    free(sel);
+    free(choice);
     free(cost);
     free(mask);
     free(one);

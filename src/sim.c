@@ -55,6 +55,9 @@ typedef struct sim {
     uint64_t *reload; /* per op: saved bytes offloaded or compressed, to
                          bring back (decompress) for its backward      */
     bool saving_offloadable; /* fwd in a mode whose saves may move    */
+    int32_t recompute_slot;  /* saved slots from this one on are
+                                recomputed in backward (-1: none)     */
+    bool *sel;               /* per segment: selective recomputation  */
     uint64_t host_now;       /* host bytes held by offloads           */
     bool *int8;              /* per param: an INT8 linear weight, or NULL */
     size_t n_ckin, cap_ckin;
@@ -293,6 +296,12 @@ static void ckpt_release_inputs(sim *S, int32_t seg)
 static uint32_t stash(sim *S, uint32_t op, uint32_t id)
 {
     const vp_setup *s = S->s;
+    if (S->recompute_slot >= 0 && S->n_saved[op] >= S->recompute_slot &&
+        S->saving_offloadable) {
+        /* selective recomputation: not kept; re-made for the backward */
+        S->reload[op] += S->t[id].bytes;
+        return NONE;
+    }
     if (!S->saving_offloadable || (!s->offload_activations && !s->act_bits))
         return id;
     uint64_t b = S->t[id].bytes;
@@ -800,12 +809,16 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
             tunref(S, o4);
             if (sv) {
+                /* selective recomputation keeps q, k, v only */
+                if (o->segment >= 0 && S->sel[o->segment])
+                    S->recompute_slot = 3;
                 save_slot(S, i, qc);
                 save_slot(S, i, k != NONE ? k : q);
                 save_slot(S, i, v);
                 save_slot(S, i, sm);
                 save_slot(S, i, mask);
                 save_slot(S, i, dropped);
+                S->recompute_slot = -1;
             }
             tunref(S, qc);
             tunref(S, sm);
@@ -833,12 +846,15 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             }
             out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
             if (sv) {
-                save(S, i, q);
-                save(S, i, k);
-                save(S, i, v);
-                save(S, i, probs);
-                save(S, i, mask);
-                save(S, i, dropped);
+                if (o->segment >= 0 && S->sel[o->segment])
+                    S->recompute_slot = 3;
+                save_slot(S, i, q);
+                save_slot(S, i, k);
+                save_slot(S, i, v);
+                save_slot(S, i, probs);
+                save_slot(S, i, mask);
+                save_slot(S, i, dropped);
+                S->recompute_slot = -1;
             }
             tunref(S, probs);
             tunref(S, mask);
@@ -1974,6 +1990,7 @@ static void sim_destroy(sim *S)
     free(S->grad_t);
     free(S->consumers);
     free(S->reload);
+    free(S->sel);
     free(S->int8);
     free(S->pgrad);
     free(S->cast);
@@ -2023,6 +2040,12 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
             S->consumers[g->ops[i].inputs[j]]++;
     for (size_t k = 0; k < g->n_segs && k < s->n_checkpoint; k++)
         S->ckpt[k] = s->checkpoint ? s->checkpoint[k] : false;
+    S->recompute_slot = -1;
+    S->sel = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->sel);
+    if (!S->sel)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    for (size_t k = 0; k < g->n_segs && k < s->n_selective; k++)
+        S->sel[k] = s->selective ? s->selective[k] : false;
     vp_precision p = s->precision;
     S->amp = p == VP_PREC_AMP_BF16 || p == VP_PREC_AMP_FP16;
     S->half = p == VP_PREC_BF16 || p == VP_PREC_FP16;

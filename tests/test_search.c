@@ -305,3 +305,101 @@ Test(maxbatch, ground_truth_budgets_within_three_percent, .timeout = 60)
         vp_model_free(m);
     }
 }
+
+/* ---- none / selective / full per layer ------------------------------------ */
+
+static double brute3(const uint64_t *sa, const double *ca, const uint64_t *sb,
+                     const double *cb, size_t n, uint64_t need,
+                     uint64_t unit, bool *feasible)
+{
+    double best = INFINITY;
+    uint64_t k = need / unit + (need % unit != 0);
+    uint32_t total = 1;
+    for (size_t i = 0; i < n; i++)
+        total *= 3;
+    for (uint32_t m = 0; m < total; m++) {
+        uint32_t x = m;
+        uint64_t s = 0;
+        double c = 0;
+        for (size_t i = 0; i < n; i++, x /= 3) {
+            if (x % 3 == 1) {
+                s += sa[i] / unit;
+                c += ca[i];
+            } else if (x % 3 == 2) {
+                s += sb[i] / unit;
+                c += cb[i];
+            }
+        }
+        if (s >= k && c < best)
+            best = c;
+    }
+    *feasible = !isinf(best);
+    return best;
+}
+
+Test(knapsack, two_options_match_brute_force)
+{
+    srand(777);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t n = 1 + (size_t)(rand() % 8);
+        uint64_t sa[8], sb[8], total = 0;
+        double ca[8], cb[8];
+        for (size_t i = 0; i < n; i++) {
+            sa[i] = (uint64_t)(rand() % 20) * VP_MiB; /* selective: less */
+            sb[i] = sa[i] + (uint64_t)(rand() % 40) * VP_MiB;
+            ca[i] = (double)(1 + rand() % 10);
+            cb[i] = ca[i] + (double)(rand() % 50);
+            total += sb[i];
+        }
+        uint64_t need = total ? (uint64_t)rand() % (total + VP_MiB) : 0;
+        uint8_t choice[8];
+        double tot;
+        bool feas, bfeas;
+        vp_error err;
+        cr_assert_eq(vp_knapsack_cover2(sa, ca, sb, cb, n, need, VP_MiB,
+                                        choice, &tot, &feas, &err),
+                     VP_OK);
+        double b = brute3(sa, ca, sb, cb, n, need, VP_MiB, &bfeas);
+        cr_assert_eq(feas, bfeas, "trial %d", trial);
+        if (feas)
+            cr_assert_float_eq(tot, b, 1e-9, "trial %d: dp %g brute %g",
+                               trial, tot, b);
+    }
+}
+
+Test(checkpoint_auto, eager_attention_prefers_selective_recomputation,
+     .timeout = 60)
+{
+    /* eager attention keeps B*h*S*S probabilities per layer: recomputing
+     * only the attention core frees them for a fraction of a layer's
+     * FLOPs, so the DP picks selective layers before full ones */
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    s.precision = VP_PREC_AMP_BF16;
+    s.attn = VP_ATTN_EAGER;
+    s.attn_set = true;
+    s.steps = 2;
+    s.alloc.limit = 16 * VP_GiB;
+    bool mask[12], sel[12];
+    vp_ckpt_plan plan;
+    vp_error err;
+    cr_assert_eq(vp_checkpoint_auto_sel(m, &s, mask, sel, 12, &plan, &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_gt(plan.n_selective, 0);
+    cr_assert_eq(plan.n_checkpointed, 0);
+    vp_status st;
+    vp_error e2;
+    vp_graph *g = vp_graph_build(m, 8, 0, &e2);
+    vp_setup t = s;
+    t.checkpoint = mask;
+    t.n_checkpoint = 12;
+    t.selective = sel;
+    t.n_selective = 12;
+    vp_estimate est;
+    st = vp_simulate(g, &t, &est, NULL, NULL, &e2);
+    cr_assert_eq(st, VP_OK);
+    vp_graph_free(g);
+    vp_model_free(m);
+}

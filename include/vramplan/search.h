@@ -57,9 +57,19 @@ vp_status vp_knapsack_cover(const uint64_t *save, const double *cost,
                             bool *choose, double *total, bool *feasible,
                             vp_error *err);
 
+/* The same with two options per item (multiple-choice): each item is left
+ * out (choice 0), or takes option A (save_a, cost_a; choice 1) or option B
+ * (choice 2). Exact DP, same units and limits. */
+vp_status vp_knapsack_cover2(const uint64_t *save_a, const double *cost_a,
+                             const uint64_t *save_b, const double *cost_b,
+                             size_t n, uint64_t need, uint64_t unit,
+                             uint8_t *choice, double *total, bool *feasible,
+                             vp_error *err);
+
 typedef struct vp_ckpt_plan {
     size_t n_segments;
     size_t n_checkpointed;
+    size_t n_selective;       /* layers with selective recomputation only */
     double recompute_flops;   /* forward FLOPs run again in backward       */
     double step_flops;        /* forward + backward without recompute      */
     uint32_t simulations;     /* simulator runs used                       */
@@ -77,5 +87,13 @@ typedef struct vp_ckpt_plan {
 vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
                              bool *out_mask, size_t n_mask,
                              vp_ckpt_plan *plan, vp_error *err);
+
+/* vp_checkpoint_auto choosing per segment among none, selective
+ * recomputation of the attention core (out_sel) and full checkpointing
+ * (out_mask): a multiple-choice DP over the same measured savings. A
+ * segment is selective or checkpointed, never both. */
+vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
+                                 bool *out_mask, bool *out_sel, size_t n_mask,
+                                 vp_ckpt_plan *plan, vp_error *err);
 
 #endif

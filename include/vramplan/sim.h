@@ -89,6 +89,11 @@ typedef struct vp_setup {
     uint32_t steps;            /* steps simulated, 1..VP_MAX_STEPS (default 4) */
     const bool *checkpoint;    /* per segment, NULL = none; borrowed           */
     size_t n_checkpoint;       /* entries in checkpoint                        */
+    const bool *selective;     /* per segment: selective recomputation of the
+                                  attention core (Megatron): its scores,
+                                  probabilities and dropout are recomputed in
+                                  the backward instead of kept; NULL = none   */
+    size_t n_selective;
     uint64_t cublas_workspace; /* bytes per handle; default 32 MiB (Hopper)   */
     uint64_t cublaslt_workspace; /* default 1 MiB                              */
     uint64_t context_bytes;    /* CUDA context outside the allocator          */

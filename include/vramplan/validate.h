@@ -51,4 +51,20 @@ vp_status vp_validate_case_on(const char *json, size_t len,
                               const vp_setup *base, const vp_hw *hw,
                               vp_case_result *out, vp_error *err);
 
+/* A multi-GPU case (scripts/collect_dist.py, docs/MULTIGPU.md): one rank
+ * of a data-parallel run, the fields above plus `world` (2..65536),
+ * `rank`, `strategy` ("ddp", "ddp-bucket-view", "fsdp-full",
+ * "fsdp-grad-op"), `mixed_precision` and optionally `local_world`. The
+ * cluster planner's per-GPU memory model (cluster.h) predicts the rank's
+ * peaks on H200s; the metrics are "rankR.peak_alloc", "rankR.peak_reserved"
+ * and "rankR.device_used" for those measured. VP_ESCHEMA or VP_ERANGE for
+ * a malformed case, VP_EARG for a case that failed when measured,
+ * VP_EUNSUPPORTED for what the model does not cover (an optimizer other
+ * than AdamW, inference, a model that is not a transformer), VP_EIO when
+ * the model is not found. */
+vp_status vp_validate_dist_case(const char *json, size_t len,
+                                const char *where, const char *const *dirs,
+                                size_t n_dirs, vp_case_result *out,
+                                vp_error *err);
+
 #endif

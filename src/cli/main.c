@@ -809,7 +809,7 @@ enum {
     OPT_ACCUM, OPT_KEEP_GRADS, OPT_SET_TO_NONE, OPT_INFERENCE,
     OPT_ATTENTION, OPT_STEPS, OPT_BUDGET, OPT_CONTEXT, OPT_CUBLAS_WORKSPACE,
     OPT_EXPANDABLE, OPT_FORMAT, OPT_TIMELINE, OPT_HELP,
-    OPT_OFFLOAD_OPT, OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8,
+    OPT_OFFLOAD_OPT, OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_SELECTIVE,
     /* plan, techniques, maxbatch */
     OPT_GPU, OPT_GLOBAL_BATCH
 };
@@ -845,6 +845,9 @@ enum {
      "cuBLAS workspace per handle (default 32MiB)"}, \
     {OPT_EXPANDABLE, 0, "expandable-segments", NULL, \
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, \
+    {OPT_SELECTIVE, 0, "selective", "SPEC", \
+     "selective recomputation of the attention core in these segments " \
+     "(names, patterns or all)"}, \
     {OPT_OFFLOAD_OPT, 0, "offload-optimizer", NULL, \
      "optimizer state on the host (CPU Adam, ZeRO-Offload)"}, \
     {OPT_OFFLOAD_ACT, 0, "offload-activations", NULL, \
@@ -907,6 +910,7 @@ typedef struct estimate_args {
     const char *budget;     /* --budget as written                         */
     uint64_t global_batch;  /* --global-batch, 0 when not given            */
     const char *checkpoint; /* spec, NULL for none                         */
+    const char *selective;  /* --selective spec, NULL for none             */
     const char *timeline;   /* CSV path, NULL for none                     */
     const printer *format;
     vp_setup setup;
@@ -947,6 +951,9 @@ static int estimate_parse(int argc, char **argv, estimate_args *a,
             break;
         case OPT_OFFLOAD_OPT:
             a->setup.offload_optimizer = true;
+            break;
+        case OPT_SELECTIVE:
+            a->selective = val;
             break;
         case OPT_OFFLOAD_ACT:
             a->setup.offload_activations = true;
@@ -1078,7 +1085,7 @@ static int estimate_run(const estimate_args *a)
     vp_setup setup = a->setup;
     vp_model *model = NULL;
     vp_graph *graph = NULL;
-    bool *ckpt = NULL;
+    bool *ckpt = NULL, *sel = NULL;
     FILE *timeline = NULL;
     vp_estimate est;
     vp_error err;
@@ -1111,7 +1118,13 @@ static int estimate_run(const estimate_args *a)
             rc = usage_error("--checkpoint auto needs --budget");
             goto done;
         }
-        st = vp_checkpoint_auto(model, &setup, ckpt, n, &plan, &err);
+        sel = calloc(n > 0 ? n : 1, sizeof *sel);
+        if (sel == NULL) {
+            rc = fail("out of memory");
+            goto done;
+        }
+        st = vp_checkpoint_auto_sel(model, &setup, ckpt, sel, n, &plan,
+                                    &err);
         if (st == VP_EOOM) {
             rc = report_no_fit(&setup, &err);
             goto done;
@@ -1122,9 +1135,10 @@ static int estimate_run(const estimate_args *a)
         }
         if (a->format == &printers[0]) {
             char fl[32];
-            printf("checkpoint auto: %zu of %zu segments, recompute %s "
+            printf("checkpoint auto: %zu of %zu segments checkpointed, %zu "
+                   "with selective recomputation, recompute %s "
                    "(%.1f%% of the step's FLOPs), %u simulations\n",
-                   plan.n_checkpointed, plan.n_segments,
+                   plan.n_checkpointed, plan.n_segments, plan.n_selective,
                    format_si(plan.recompute_flops, "FLOP", fl, sizeof fl),
                    plan.step_flops > 0
                        ? 100.0 * plan.recompute_flops / plan.step_flops
@@ -1133,6 +1147,8 @@ static int estimate_run(const estimate_args *a)
         }
         setup.checkpoint = ckpt;
         setup.n_checkpoint = n;
+        setup.selective = sel;
+        setup.n_selective = n;
     } else if (a->checkpoint != NULL) {
         size_t n = vp_graph_segment_count(graph);
 
@@ -1150,6 +1166,25 @@ static int estimate_run(const estimate_args *a)
         }
         setup.checkpoint = ckpt;
         setup.n_checkpoint = n;
+    }
+
+    if (a->selective != NULL && sel == NULL) {
+        size_t n = vp_graph_segment_count(graph);
+
+        sel = calloc(n > 0 ? n : 1, sizeof *sel);
+        if (sel == NULL) {
+            rc = fail("out of memory");
+            goto done;
+        }
+        if (vp_graph_checkpoint_select(graph, a->selective, sel, &err) !=
+            VP_OK) {
+            fprintf(stderr, "vramplan: error: --selective: %s\n",
+                    err.msg[0] ? err.msg : vp_strerror(err.code));
+            rc = err.code == VP_EARG ? CLI_USAGE : exit_code_for(err.code);
+            goto done;
+        }
+        setup.selective = sel;
+        setup.n_selective = n;
     }
 
     if (a->timeline != NULL) {
@@ -1197,6 +1232,7 @@ done:
     if (timeline != NULL)
         fclose(timeline);
     free(ckpt);
+    free(sel);
     vp_graph_free(graph);
     vp_model_free(model);
     return rc;
