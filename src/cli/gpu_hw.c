@@ -23,11 +23,3 @@ int cli_gpu_hw(const char *name, vp_hw *out)
     return 0;
 }
 
-/* Replaced by the cluster planner's definition when it is linked in. */
-__attribute__((weak)) int cli_plan_cluster(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("cluster planning (--gpus) is not available in "
-                           "this build");
-}
