@@ -1145,6 +1145,28 @@ static int estimate_run(const estimate_args *a)
                        : 0.0,
                    plan.simulations);
         }
+        if (a->format == &printers[0]) {
+            for (int which = 0; which < 2; which++) {
+                const bool *set = which ? sel : ckpt;
+                size_t shown = 0, count = 0;
+                for (size_t i = 0; i < n; i++)
+                    count += set[i];
+                if (!count)
+                    continue;
+                printf("  %s:", which ? "selective" : "checkpointed");
+                for (size_t i = 0; i < n; i++) {
+                    if (!set[i])
+                        continue;
+                    if (shown == 16) {
+                        printf(" ... (%zu more)", count - shown);
+                        break;
+                    }
+                    printf(" %s", vp_graph_segment(graph, i)->name);
+                    shown++;
+                }
+                putchar('\n');
+            }
+        }
         setup.checkpoint = ckpt;
         setup.n_checkpoint = n;
         setup.selective = sel;
