@@ -55,6 +55,7 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
 static vp_status probe(const vp_model *m, const vp_setup *setup,
                        uint64_t batch, const char *ckpt, uint64_t limit,
                        bool *fits, uint64_t *reserved, uint32_t *trials,
+                       vp_estimate *best, uint64_t *best_batch,
                        vp_error *err)
 {
     vp_setup s = *setup;
@@ -74,6 +75,10 @@ static vp_status probe(const vp_model *m, const vp_setup *setup,
 
     if (ok && e.peak_reserved <= limit) {
         *fits = true;
+        if (batch > *best_batch) { /* the same run as under the limit */
+            *best = e;
+            *best_batch = batch;
+        }
         return VP_OK;
     }
     if (!ok) { /* overflowed: too large by far */
@@ -101,8 +106,10 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
     bool ok;
     vp_status st;
     uint64_t r1, r;
+    vp_estimate best;
+    uint64_t best_batch = 0;
     if ((st = probe(m, setup, 1, ckpt, limit, &ok, &r1, &out->trials,
-                    err)) != VP_OK)
+                    &best, &best_batch, err)) != VP_OK)
         return st;
     if (!ok)
         return VP_OK; /* batch 1 does not fit */
@@ -117,7 +124,7 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
         if (guess >= hi)
             guess = lo + (hi - lo) / 2;
         if ((st = probe(m, setup, guess, ckpt, limit, &ok, &r, &out->trials,
-                        err)) != VP_OK)
+                        &best, &best_batch, err)) != VP_OK)
             return st;
         if (ok)
             lo = guess;
@@ -156,7 +163,7 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
     while (hi > cap && lo < cap) {
         uint64_t b = cap - lo > step ? lo + step : cap;
         if ((st = probe(m, setup, b, ckpt, limit, &ok, &r, &out->trials,
-                        err)) != VP_OK)
+                        &best, &best_batch, err)) != VP_OK)
             return st;
         if (ok)
             lo = b;
@@ -168,7 +175,7 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
     while (hi > lo + 1) {
         uint64_t mid = lo + (hi - lo) / 2;
         if ((st = probe(m, setup, mid, ckpt, limit, &ok, &r, &out->trials,
-                        err)) != VP_OK)
+                        &best, &best_batch, err)) != VP_OK)
             return st;
         if (ok)
             lo = mid;
@@ -176,6 +183,10 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
             hi = mid;
     }
     out->max_batch = lo;
+    if (best_batch == lo) {
+        out->at_max = best;
+        return VP_OK;
+    }
     return vp_fits(m, setup, lo, ckpt, &ok, &out->at_max, err);
 }
 
