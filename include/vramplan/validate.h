@@ -57,8 +57,9 @@ vp_status vp_validate_case_on(const char *json, size_t len,
  * "fsdp-grad-op"), `mixed_precision` and optionally `local_world`. The
  * cluster planner's per-GPU memory model (cluster.h) predicts the rank's
  * peaks on H200s; the metrics are "rankR.peak_alloc", "rankR.peak_reserved"
- * and "rankR.device_used" for those measured. VP_ESCHEMA or VP_ERANGE for
- * a malformed case, VP_EARG for a case that failed when measured,
+ * and "rankR.device_used" for those measured. VP_ESYNTAX for malformed
+ * JSON, VP_ESCHEMA or VP_ERANGE for a missing or out-of-range field
+ * (world < 2, rank >= world), VP_EARG for a case that failed when measured,
  * VP_EUNSUPPORTED for what the model does not cover (an optimizer other
  * than AdamW, inference, a model that is not a transformer), VP_EIO when
  * the model is not found. */

@@ -183,9 +183,14 @@ int cli_validate(int argc, char **argv)
             snprintf(where, sizeof where, "%s:%lu", files[fi], ln);
             vp_case_result r;
             vp_error err;
-            vp_status st = vp_validate_case_on(line, (size_t)len, where,
-                                               dirs, n_dirs, first, &base,
-                                               gpu ? &hw : NULL, &r, &err);
+            /* multi-GPU cases (scripts/collect_dist.py) carry "world" */
+            vp_status st =
+                strstr(line, "\"world\"")
+                    ? vp_validate_dist_case(line, (size_t)len, where, dirs,
+                                            n_dirs, &r, &err)
+                    : vp_validate_case_on(line, (size_t)len, where, dirs,
+                                          n_dirs, first, &base,
+                                          gpu ? &hw : NULL, &r, &err);
             first = false;
             cases++;
             if (st != VP_OK) {
@@ -210,9 +215,13 @@ int cli_validate(int argc, char **argv)
                            (unsigned long long)m->measured,
                            100.0 * m->rel_err);
                 int e = 0;
-                if (!strcmp(m->name, "peak_alloc"))
+                /* per-rank metrics of multi-GPU cases: "rank1.peak_alloc" */
+                const char *dot = strchr(m->name, '.');
+                const char *base_name =
+                    !strncmp(m->name, "rank", 4) && dot ? dot + 1 : m->name;
+                if (!strcmp(base_name, "peak_alloc"))
                     e = push_err(&alloc_e, m->rel_err);
-                else if (!strcmp(m->name, "peak_reserved"))
+                else if (!strcmp(base_name, "peak_reserved"))
                     e = push_err(&res_e, m->rel_err);
                 else if (!strcmp(m->name, "max_batch"))
                     e = push_err(&mb_e, m->rel_err);
@@ -230,7 +239,7 @@ int cli_validate(int argc, char **argv)
         fclose(fp);
     }
     if (!jsonl) {
-        summary("allocated", &alloc_e, false);
+        summary("allocated", &alloc_e, false); /* per rank for multi-GPU */
         summary("reserved", &res_e, false);
         summary("max_batch", &mb_e, true);
         summary("step_time", &time_e, false);

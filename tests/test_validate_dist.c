@@ -1,0 +1,436 @@
+/* Multi-GPU cases (scripts/collect_dist.py) against the cluster planner's
+ * per-GPU memory model: vp_validate_dist_case on the synthetic lines of
+ * tests/data/dist/.
+ *
+ * The expected predictions are derived by hand from the documented rules
+ * (docs/CLUSTER.md "Model states"; shared/docs/PYTORCH_MEMORY.md section 7)
+ * for tests/data/dist/tiny-gpt.yaml, whose parameters are counted in its
+ * description: P = 110336 in all, PU = 49984 in one layer (the FSDP unit),
+ * PR = 10368 in the root unit (word and position embeddings 8192 + 2048,
+ * final norm 128; the head is tied).
+ *
+ *   DDP            16 P (fp32 weights, fp32 grads, two fp32 Adam moments)
+ *                  + 4 P buckets unless gradient_as_bucket_view
+ *                  + 2 P autocast weight cache with mixed precision
+ *   FSDP FULL      16 P / world + a (2 PU in flight + PU unsharded grads
+ *                  + PR root unit), a = 2 B (bf16) or 4 B (fp32)
+ *   FSDP GRAD_OP   16 P / world + a (P gathered + PU)
+ *
+ * plus the activations A of the precision class, which do not depend on
+ * the strategy or the world: A is taken from one line and must be the same
+ * in every other line of the class. Reserved = allocated x 1.05; the
+ * device adds one NCCL communicator (320 MiB) and the CUDA context
+ * (718077952 B). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramplan/cluster.h"
+#include "vramplan/validate.h"
+#include "vramplan/vramplan.h"
+
+#define CASES "tests/data/dist/cases.jsonl"
+#define BAD "tests/data/dist/bad.jsonl"
+
+#define P 110336ull
+#define PU 49984ull
+#define PR 10368ull
+#define LAYERS 2ull
+#define NCCL_COMM (320ull << 20)
+#define CONTEXT 718077952ull
+#define GPT2_MEDIUM_PARAMS 354823168ull
+
+static const char *const DIRS[] = {"tests/data/dist", "models"};
+
+/* The first line of path containing needle (and needle2 if given);
+ * malloc'ed. */
+static char *line_with(const char *path, const char *needle,
+                       const char *needle2)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot open %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    char *found = NULL;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (strstr(line, needle) && (!needle2 || strstr(line, needle2))) {
+            found = strdup(line);
+            break;
+        }
+    }
+    free(line);
+    fclose(f);
+    cr_assert_not_null(found, "%s: no line with %s %s", path, needle,
+                       needle2 ? needle2 : "");
+    return found;
+}
+
+static vp_status run(const char *path, const char *id, int rank,
+                     vp_case_result *r, vp_error *err)
+{
+    char n1[160], n2[40];
+    snprintf(n1, sizeof n1, "\"id\": \"%s\"", id);
+    snprintf(n2, sizeof n2, "\"rank\": %d,", rank);
+    char *line = line_with(path, n1, rank >= 0 ? n2 : NULL);
+    vp_status st = vp_validate_dist_case(line, strlen(line), "dist:1", DIRS,
+                                         2, r, err);
+    free(line);
+    return st;
+}
+
+static const vp_metric *metric(const vp_case_result *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_metrics; i++)
+        if (!strcmp(r->metrics[i].name, name))
+            return &r->metrics[i];
+    cr_assert_fail("case %s has no metric %s", r->id, name);
+    return NULL;
+}
+
+/* The predicted rankR.peak_alloc of a case line. */
+static uint64_t alloc_of(const char *id, int rank)
+{
+    vp_case_result r;
+    vp_error err;
+    vp_status st = run(CASES, id, rank, &r, &err);
+    cr_assert_eq(st, VP_OK, "%s: %s", id, err.msg);
+    char name[32];
+    snprintf(name, sizeof name, "rank%d.peak_alloc", rank);
+    return metric(&r, name)->predicted;
+}
+
+/* Layer activations of the tiny model from the cluster API, for bounds. */
+static uint64_t layer_act(vp_dtype dt, bool torch_ddp)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("tests/data/dist/tiny-gpt.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_cluster_model *cm = vp_cluster_model_new(m, 32, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    uint64_t b = 0;
+    vp_status st = vp_cluster_layer_act(cm, dt, torch_ddp, 2, 1, false, 1,
+                                        VP_RC_NONE, &b, &err);
+    cr_assert_eq(st, VP_OK, "%s", err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+    return b;
+}
+
+/* ---- the parameter counts the derivations rest on ------------------- */
+
+Test(validate_dist, tiny_model_counts_match_hand_count)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("tests/data/dist/tiny-gpt.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_cluster_model *cm = vp_cluster_model_new(m, 32, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    /* 12 h^2 + 13 h per GPT-2 layer with h = 64 */
+    cr_assert_eq(in.layer_params, 12 * 64 * 64 + 13 * 64);
+    cr_assert_eq(in.layer_params, PU);
+    cr_assert_eq(in.embed_params, 128 * 64 + 32 * 64);
+    cr_assert_eq(in.head_params, 2 * 64); /* final norm; the output is tied */
+    cr_assert_eq(in.embed_params + in.head_params, PR);
+    cr_assert_eq(in.params, LAYERS * PU + PR);
+    cr_assert_eq(in.params, P);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- DDP ------------------------------------------------------------- */
+
+Test(validate_dist, ddp_bucket_is_one_more_fp32_grad_copy)
+{
+    /* PYTORCH_MEMORY 7: buckets = +1x grads unless gradient_as_bucket_view;
+     * DDP's grads are fp32 (the parameters' dtype) also under autocast */
+    cr_assert_eq(alloc_of("ddp-fp32-w2", 0) - alloc_of("ddpbv-fp32-w2", 0),
+                 4 * P);
+    cr_assert_eq(alloc_of("ddp-bf16-w2", 0) - alloc_of("ddpbv-bf16-w2", 0),
+                 4 * P);
+    cr_assert_eq(alloc_of("gpt2m-ddp-bf16-w8", 0) -
+                     alloc_of("gpt2m-ddpbv-bf16-w8", 0),
+                 4 * GPT2_MEDIUM_PARAMS);
+}
+
+Test(validate_dist, ddp_states_are_replicated_whatever_the_world)
+{
+    /* 16 P + 4 P + the fp32 activations at world 2 and at world 8 (two
+     * nodes of 4): DDP keeps everything on every rank */
+    uint64_t a = alloc_of("ddp-fp32-w2", 0);
+    cr_assert_eq(alloc_of("ddp-fp32-w8-2nodes", 6), a);
+    uint64_t act = a - 20 * P;
+    cr_assert_geq(act, LAYERS * layer_act(VP_DT_FP32, false));
+}
+
+Test(validate_dist, ddp_autocast_adds_the_cast_cache)
+{
+    /* bucket view, autocast: 16 P + 2 P cache + the autocast activations */
+    uint64_t a = alloc_of("ddpbv-bf16-w2", 0);
+    cr_assert_gt(a, 18 * P);
+    uint64_t act = a - 18 * P;
+    cr_assert_geq(act, LAYERS * layer_act(VP_DT_BF16, true));
+    /* and the same with the buckets */
+    cr_assert_eq(alloc_of("ddp-bf16-w2", 0), 22 * P + act);
+}
+
+/* ---- FSDP ------------------------------------------------------------ */
+
+Test(validate_dist, fsdp_full_shard_divides_states_by_world)
+{
+    uint64_t w2 = alloc_of("fsdp-full-fp32-w2", 0);
+    uint64_t w4 = alloc_of("fsdp-full-fp32-w4", 3);
+    uint64_t w8 = alloc_of("fsdp-full-fp32-w8", 7);
+    /* 16 P (1/2 - 1/4) and 16 P (1/2 - 1/8) */
+    cr_assert_eq(w2 - w4, 4 * P);
+    cr_assert_eq(w2 - w8, 6 * P);
+    uint64_t b2 = alloc_of("fsdp-full-bf16-w2", 0);
+    uint64_t b8 = alloc_of("fsdp-full-bf16-w8", 5);
+    cr_assert_eq(b2 - b8, 6 * P);
+}
+
+Test(validate_dist, fsdp_fp32_against_ddp_same_activations)
+{
+    /* without mixed precision DDP and FSDP share the fp32 activations A */
+    uint64_t act = alloc_of("ddpbv-fp32-w2", 0) - 16 * P;
+    /* FULL_SHARD, world 2: 16 P / 2 + 4 B (2 PU + PU + PR) + A */
+    cr_assert_eq(alloc_of("fsdp-full-fp32-w2", 0),
+                 8 * P + 4 * (3 * PU + PR) + act);
+    /* world 8 */
+    cr_assert_eq(alloc_of("fsdp-full-fp32-w8", 7),
+                 2 * P + 4 * (3 * PU + PR) + act);
+    /* SHARD_GRAD_OP, world 2: 16 P / 2 + 4 B (P + PU) + A */
+    cr_assert_eq(alloc_of("fsdp-gradop-fp32-w2", 0),
+                 8 * P + 4 * (P + PU) + act);
+}
+
+Test(validate_dist, fsdp_bf16_gathers_two_byte_units)
+{
+    /* bf16 mixed precision: fp32 shards, bf16 gathered units and grads */
+    uint64_t act = alloc_of("fsdp-full-bf16-w2", 0) -
+                   (8 * P + 2 * (3 * PU + PR));
+    cr_assert_geq(act, LAYERS * layer_act(VP_DT_BF16, false));
+    /* SHARD_GRAD_OP at world 4: 16 P / 4 + 2 B (P + PU) + A */
+    cr_assert_eq(alloc_of("fsdp-gradop-bf16-w4", 2),
+                 4 * P + 2 * (P + PU) + act);
+    /* FULL_SHARD at world 8 */
+    cr_assert_eq(alloc_of("fsdp-full-bf16-w8", 5),
+                 2 * P + 2 * (3 * PU + PR) + act);
+}
+
+Test(validate_dist, checkpointing_keeps_states_and_drops_activations)
+{
+    uint64_t plain = alloc_of("fsdp-full-bf16-w2", 0);
+    uint64_t ckpt = alloc_of("fsdp-full-bf16-w2-ckpt", 1);
+    uint64_t states = 8 * P + 2 * (3 * PU + PR);
+    cr_assert_gt(ckpt, states);
+    cr_assert_lt(ckpt, plain);
+    cr_assert_leq(plain - ckpt, LAYERS * layer_act(VP_DT_BF16, false));
+}
+
+/* ---- reserved, device, metrics ---------------------------------------- */
+
+Test(validate_dist, reserved_and_device_follow_the_cluster_rules)
+{
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run(CASES, "ddp-fp32-w2", 0, &r, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(r.n_metrics, 3);
+    uint64_t a = metric(&r, "rank0.peak_alloc")->predicted;
+    uint64_t res = metric(&r, "rank0.peak_reserved")->predicted;
+    uint64_t dev = metric(&r, "rank0.device_used")->predicted;
+    /* 5 % allocator overhead, rounded once */
+    double over = (double)(res - a), want = 0.05 * (double)a;
+    cr_assert(over >= want - 2.0 && over <= want + 2.0,
+              "overhead %f, want %f", over, want);
+    /* one data-parallel communicator and the context */
+    cr_assert_eq(dev - res, NCCL_COMM + CONTEXT);
+    /* two nodes of 4: still one communicator for plain data parallelism */
+    cr_assert_eq(run(CASES, "ddp-fp32-w8-2nodes", 6, &r, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(r.n_metrics, 2);
+    cr_assert_eq(metric(&r, "rank6.device_used")->predicted, dev);
+}
+
+Test(validate_dist, every_rank_gets_the_same_prediction)
+{
+    vp_case_result r0, r1;
+    vp_error err;
+    cr_assert_eq(run(CASES, "ddp-fp32-w2", 0, &r0, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(run(CASES, "ddp-fp32-w2", 1, &r1, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_str_eq(r0.id, "ddp-fp32-w2");
+    cr_assert_str_eq(r0.model, "tiny-gpt");
+    cr_assert_eq(r0.n_metrics, r1.n_metrics);
+    static const char *const what[] = {"peak_alloc", "peak_reserved",
+                                       "device_used"};
+    for (int i = 0; i < 3; i++) {
+        char n0[32], n1[32];
+        snprintf(n0, sizeof n0, "rank0.%s", what[i]);
+        snprintf(n1, sizeof n1, "rank1.%s", what[i]);
+        cr_assert_eq(metric(&r0, n0)->predicted, metric(&r1, n1)->predicted);
+    }
+}
+
+Test(validate_dist, relative_error_against_the_measurement)
+{
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run(CASES, "ddp-fp32-w2", 1, &r, &err), VP_OK, "%s",
+                 err.msg);
+    const vp_metric *m = metric(&r, "rank1.peak_alloc");
+    cr_assert_eq(m->measured, 3500000);
+    double want = ((double)m->predicted - 3500000.0) / 3500000.0;
+    cr_assert_float_eq(m->rel_err, want, 1e-12);
+    m = metric(&r, "rank1.device_used");
+    cr_assert_eq(m->measured, 1060000000);
+    /* only what was measured is compared */
+    cr_assert_eq(run(CASES, "fsdp-full-fp32-w4", 3, &r, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(r.n_metrics, 1);
+    cr_assert_str_eq(r.metrics[0].name, "rank3.peak_alloc");
+    cr_assert_eq(run(CASES, "no-measurement", 0, &r, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(r.n_metrics, 0);
+}
+
+Test(validate_dist, every_line_of_the_synthetic_file_validates)
+{
+    FILE *f = fopen(CASES, "r");
+    cr_assert_not_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (strstr(line, "\"env\""))
+            continue;
+        /* the routing condition of `vramplan validate` */
+        cr_assert_not_null(strstr(line, "\"world\""));
+        vp_case_result r;
+        vp_error err;
+        vp_status st = vp_validate_dist_case(line, (size_t)len, "cases", DIRS,
+                                             2, &r, &err);
+        cr_assert_eq(st, VP_OK, "%s", err.msg);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    cr_assert_eq(n, 17);
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef struct {
+    const char *id;
+    vp_status st;
+    const char *msg; /* a part of the message */
+} bad_case;
+
+static const bad_case BAD_CASES[] = {
+    {"unknown-strategy", VP_ESCHEMA, "unknown value 'zero3'"},
+    {"typo-strategy", VP_ESCHEMA, "did you mean 'fsdp-full'"},
+    {"world-1", VP_ERANGE, "2 to 65536 ranks"},
+    {"world-0", VP_ERANGE, "world 0"},
+    {"world-negative", VP_ERANGE, "positive integer"},
+    {"world-huge", VP_ERANGE, "world 100000"},
+    {"rank-out", VP_ERANGE, "rank 2 is not below the world size 2"},
+    {"no-world", VP_ESCHEMA, "no \"world\""},
+    {"no-rank", VP_ESCHEMA, "no \"rank\""},
+    {"no-strategy", VP_ESCHEMA, "no \"strategy\""},
+    {"no-mp", VP_ESCHEMA, "no \"mixed_precision\""},
+    {"mp-not-bool", VP_ESCHEMA, "expected true or false"},
+    {"local-world-big", VP_ERANGE, "local_world 3"},
+    {"measured-error", VP_EARG, "failed on rank 0"},
+    {"opt-sgd", VP_EUNSUPPORTED, "optimizer 'sgd'"},
+    {"infer", VP_EUNSUPPORTED, "inference"},
+    {"not-transformer", VP_EUNSUPPORTED, "transformer"},
+    {"no-model-file", VP_EIO, "not found"},
+    {"no-model", VP_ESCHEMA, "no \"model\""},
+    {"no-batch", VP_ESCHEMA, "no \"batch\""},
+    {"batch-0", VP_ERANGE, "at least 1"},
+    {"peak-not-int", VP_ESCHEMA, "expected an integer"},
+};
+
+Test(validate_dist, malformed_and_unsupported_cases)
+{
+    for (size_t i = 0; i < sizeof BAD_CASES / sizeof BAD_CASES[0]; i++) {
+        const bad_case *b = &BAD_CASES[i];
+        vp_case_result r;
+        vp_error err;
+        vp_status st = run(BAD, b->id, -1, &r, &err);
+        cr_expect_eq(st, b->st, "%s: status %s (%s), want %s", b->id,
+                     vp_err_name(st), err.msg, vp_err_name(b->st));
+        cr_expect_eq(err.code, st, "%s", b->id);
+        cr_expect_not_null(strstr(err.msg, b->msg), "%s: message '%s'",
+                           b->id, err.msg);
+        cr_expect_eq(r.n_metrics, 0, "%s", b->id);
+    }
+}
+
+Test(validate_dist, errors_point_at_the_field)
+{
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run(BAD, "world-1", -1, &r, &err), VP_ERANGE);
+    cr_assert_str_eq(err.path, "dist:1");
+    cr_assert_eq(err.line, 1);
+    /* the value of "world" */
+    char *line = line_with(BAD, "\"id\": \"world-1\"", NULL);
+    const char *at = strstr(line, "\"world\": ") + strlen("\"world\": ");
+    cr_assert_eq(err.col, (uint32_t)(at - line) + 1);
+    free(line);
+    /* the id is known before the failure */
+    cr_assert_str_eq(r.id, "world-1");
+}
+
+Test(validate_dist, not_an_object_or_not_json)
+{
+    vp_case_result r;
+    vp_error err;
+    char *line = line_with(BAD, "[\"not-object\"]", NULL);
+    vp_status st = vp_validate_dist_case(line, strlen(line), "bad", DIRS, 2,
+                                         &r, &err);
+    free(line);
+    cr_assert_eq(st, VP_ESCHEMA, "%s", err.msg);
+    line = line_with(BAD, "syntax-error", NULL);
+    st = vp_validate_dist_case(line, strlen(line), "bad", DIRS, 2, &r, &err);
+    free(line);
+    cr_assert_eq(st, VP_ESYNTAX, "%s: %s", vp_err_name(st), err.msg);
+    st = vp_validate_dist_case("", 0, "bad", DIRS, 2, &r, &err);
+    cr_assert_neq(st, VP_OK);
+}
+
+Test(validate_dist, world_one_smoke_run_is_refused)
+{
+    /* tests/data/dist/h200-w1-smoke.jsonl: collect_dist.py under torchrun
+     * with one process on one H200 (the code path, not a multi-GPU
+     * measurement); every line, the recorded OOM included, is refused */
+    FILE *f = fopen("tests/data/dist/h200-w1-smoke.jsonl", "r");
+    cr_assert_not_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (strstr(line, "\"env\""))
+            continue;
+        vp_case_result r;
+        vp_error err;
+        vp_status st = vp_validate_dist_case(line, (size_t)len, "smoke", DIRS,
+                                             2, &r, &err);
+        cr_assert_eq(st, VP_ERANGE, "%s: %s", vp_err_name(st), err.msg);
+        cr_assert_not_null(strstr(err.msg, "world 1"), "%s", err.msg);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    cr_assert_eq(n, 4);
+}
