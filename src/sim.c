@@ -1132,7 +1132,6 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         pyhold_release(S, PH_MODULE, -1);
         pyhold_release(S, PH_SEG, o->segment);
     }
-    (void)is_view;
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -1719,13 +1718,21 @@ static void optimizer_step(sim *S)
         } else if (opt == VP_OPT_SGD) {
             S->st1[p] = talloc(S, b, VP_CAT_OPTIM);
         } else if (opt == VP_OPT_ADAFACTOR) {
-            /* factored second moment: row and column statistics */
-            uint64_t r = pp->numel > 1 ? (uint64_t)1 << 0 : 1;
-            (void)r;
-            S->st1[p] = talloc(S, mulc(S, 2 * 4, 1) + 4 * (pp->numel > 4096
-                                                               ? 2 * 4096
-                                                               : pp->numel),
-                               VP_CAT_OPTIM);
+            /* torch.optim.Adafactor: no first moment; the second moment
+             * of a matrix is factored into fp32 row and column statistics
+             * (rows + columns), a vector keeps a full fp32 variance; plus
+             * a 4-byte step */
+            const vp_op *po = &g->ops[pp->op];
+            uint64_t elems = pp->numel;
+            if (po->kind == VP_OP_EMBEDDING && po->classes &&
+                po->params[0] == p) {
+                elems = po->classes + pp->numel / po->classes;
+            } else if ((po->kind == VP_OP_LINEAR ||
+                        po->kind == VP_OP_CONV2D) &&
+                       po->params[0] == p && po->out_features) {
+                elems = po->out_features + pp->numel / po->out_features;
+            }
+            S->st1[p] = talloc(S, mulc(S, elems, 4) + 4, VP_CAT_OPTIM);
         }
     }
     if (opt == VP_OPT_ADAMW) {
