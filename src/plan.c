@@ -234,11 +234,29 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                              "budget");
                     continue;
                 }
-                k->micro_batch = divisor_at_most(G, fit);
-                k->accum = (uint32_t)(G / k->micro_batch);
-                vp_status st = evaluate(&c, k, spec);
-                if (st != VP_OK)
-                    return st;
+                /* accumulation keeps the gradients of the first
+                 * micro-batches through the next forward: when the split
+                 * does not fit, try the next smaller divisor */
+                uint64_t mbs = divisor_at_most(G, fit);
+                for (int tries = 0; mbs >= 1 && tries < 8; tries++) {
+                    vp_plan_candidate save = *k;
+                    k->micro_batch = mbs;
+                    k->accum = (uint32_t)(G / mbs);
+                    vp_status st = evaluate(&c, k, spec);
+                    if (st != VP_OK)
+                        return st;
+                    if (k->fits || mbs == 1)
+                        break;
+                    uint64_t next = divisor_at_most(G, mbs - 1);
+                    *k = save;
+                    k->micro_batch = mbs;
+                    k->accum = (uint32_t)(G / mbs);
+                    snprintf(k->reason, sizeof k->reason,
+                             "micro-batch %llu with %u accumulation steps "
+                             "does not fit",
+                             (unsigned long long)mbs, k->accum);
+                    mbs = next;
+                }
             }
             }
         }

@@ -232,12 +232,18 @@ vp_status vp_techniques(const vp_model *m, const vp_setup *base,
             x->s.act_bits = bits;
         }
         /* combinations */
-        x = add(v, &nv, C, base, "all", "amp-bf16 + checkpoint",
-                "autocast bf16, every segment checkpointed");
-        x->s.precision = VP_PREC_AMP_BF16;
-        x = add(v, &nv, C, base, "all", "bf16 + checkpoint + 8-bit",
-                "pure bf16, every segment checkpointed, 8-bit AdamW");
-        x->s.precision = VP_PREC_BF16;
+        /* on GPUs without bf16 the combinations use fp16 */
+        bool bf = !hw || vp_hw_matmul_rate(hw, VP_PREC_AMP_BF16) > 0;
+        x = add(v, &nv, C, base, "all",
+                bf ? "amp-bf16 + checkpoint" : "amp-fp16 + checkpoint",
+                bf ? "autocast bf16, every segment checkpointed"
+                   : "autocast fp16, every segment checkpointed");
+        x->s.precision = bf ? VP_PREC_AMP_BF16 : VP_PREC_AMP_FP16;
+        x = add(v, &nv, C, base, "all",
+                bf ? "bf16 + checkpoint + 8-bit" : "fp16 + checkpoint + 8-bit",
+                bf ? "pure bf16, every segment checkpointed, 8-bit AdamW"
+                   : "pure fp16, every segment checkpointed, 8-bit AdamW");
+        x->s.precision = bf ? VP_PREC_BF16 : VP_PREC_FP16;
         x->s.optimizer = VP_OPT_ADAMW_8BIT;
     }
     /* INT8 weights freeze the linear layers: an inference figure */

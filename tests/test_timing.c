@@ -1,0 +1,483 @@
+/* The step-time model (timing.h): the roofline of matrix work against
+ * hand-computed FLOP counts, how the phases scale with the batch, the
+ * precision, checkpointing, accumulation, inference and optimizer offload,
+ * and the defaults of the efficiency terms. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define ONE_LINEAR "tests/data/validate/one-linear.yaml"
+
+static vp_model *load(const char *path)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    return m;
+}
+
+static vp_hw h200(void)
+{
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load("h200", &err);
+    cr_assert_not_null(p, "h200: %s", err.msg);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(p, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(p);
+    cr_assert_gt(hw.fp32, 0.0);
+    cr_assert_gt(hw.bf16, 0.0);
+    return hw;
+}
+
+/* A GPU where matrix work is slow and memory traffic is free: every op
+ * that is not a matmul costs only its launches. */
+static vp_hw slow_gemm_hw(void)
+{
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    snprintf(hw.name, sizeof hw.name, "slow-gemm");
+    hw.fp32 = 1e10;
+    hw.bf16 = 4e10;
+    hw.fp16 = 4e10;
+    hw.hbm = 1e20;
+    hw.host = 1e10;
+    hw.eff_max = 0.5;
+    hw.f_half = 1e9;
+    hw.mem_eff = 0.5;
+    hw.launch = 0.0;
+    return hw;
+}
+
+/* Time `s` at s->batch with the checkpoint spec (NULL: none). */
+static vp_step_time timed(const vp_model *m, const vp_setup *s0,
+                          const char *ckpt, const vp_hw *hw)
+{
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, s0->batch, s0->seq, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    size_t ns = vp_graph_segment_count(g);
+    bool mask[64] = {false};
+    cr_assert_leq(ns, 64);
+    cr_assert_eq(vp_graph_checkpoint_select(g, ckpt, mask, &err), VP_OK,
+                 "%s", err.msg);
+    vp_setup s = *s0;
+    s.checkpoint = mask;
+    s.n_checkpoint = ns;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    return t;
+}
+
+/* flops / (rate * eff(flops)), eff(f) = eff_max * f / (f + f_half) */
+static double roofline(const vp_hw *hw, double flops, double rate)
+{
+    double eff = hw->eff_max * flops / (flops + hw->f_half);
+    return flops / (rate * eff);
+}
+
+static bool is_matmul(vp_op_kind k)
+{
+    return k == VP_OP_LINEAR || k == VP_OP_CONV2D || k == VP_OP_ATTENTION;
+}
+
+static void near_rel(double got, double want, double tol, const char *what)
+{
+    cr_assert(fabs(got - want) <= tol * fabs(want),
+              "%s: got %.9g, expected %.9g (tolerance %g relative)", what,
+              got, want, tol);
+}
+
+/* ---- the roofline of matrix work --------------------------------------- */
+
+Test(timing, matmul_forward_follows_flops_over_rate_times_efficiency)
+{
+    vp_model *m = load(ONE_LINEAR);
+    vp_hw hw = slow_gemm_hw();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, s.batch, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    double want = 0.0;
+    size_t n_mm = 0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++) {
+        const vp_op *o = vp_graph_op(g, i);
+        if (!is_matmul(o->kind))
+            continue;
+        n_mm++;
+        /* Linear(4096, 4096) on 1024 rows: 2 m n k */
+        cr_assert_float_eq(o->flops_fwd, 2.0 * 1024 * 4096 * 4096, 1.0);
+        want += roofline(&hw, o->flops_fwd, hw.fp32);
+    }
+    cr_assert_eq(n_mm, 1);
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    /* the other ops cost only a few launches (20 us each) against ~7 s */
+    cr_assert_geq(t.forward, want);
+    near_rel(t.forward, want, 1e-4, "forward");
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+Test(timing, matmul_backward_follows_the_same_roofline)
+{
+    vp_model *m = load(ONE_LINEAR);
+    vp_hw hw = slow_gemm_hw();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, s.batch, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    double want = 0.0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++) {
+        const vp_op *o = vp_graph_op(g, i);
+        if (is_matmul(o->kind) && o->flops_bwd > 0)
+            want += roofline(&hw, o->flops_bwd, hw.fp32);
+    }
+    cr_assert_gt(want, 0.0);
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_geq(t.backward, want);
+    near_rel(t.backward, want, 1e-4, "backward");
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+Test(timing, halving_eff_max_doubles_matmul_time)
+{
+    vp_model *m = load(ONE_LINEAR);
+    vp_hw hw = slow_gemm_hw();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    hw.eff_max /= 2.0;
+    vp_step_time b = timed(m, &s, NULL, &hw);
+    near_rel(b.forward, 2.0 * a.forward, 1e-4, "forward");
+    near_rel(b.backward, 2.0 * a.backward, 1e-4, "backward");
+    vp_model_free(m);
+}
+
+Test(timing, matmul_rate_per_precision)
+{
+    vp_hw hw = slow_gemm_hw();
+    hw.tf32 = 7e10; /* fp32 matmuls stay off TF32 (PyTorch's default) */
+    hw.fp16 = 3e10;
+    cr_assert_float_eq(vp_hw_matmul_rate(&hw, VP_PREC_FP32), hw.fp32, 0.0);
+    cr_assert_float_eq(vp_hw_matmul_rate(&hw, VP_PREC_AMP_BF16), hw.bf16, 0.0);
+    cr_assert_float_eq(vp_hw_matmul_rate(&hw, VP_PREC_BF16), hw.bf16, 0.0);
+    cr_assert_float_eq(vp_hw_matmul_rate(&hw, VP_PREC_AMP_FP16), hw.fp16, 0.0);
+    cr_assert_float_eq(vp_hw_matmul_rate(&hw, VP_PREC_FP16), hw.fp16, 0.0);
+}
+
+/* ---- scaling with the setup -------------------------------------------- */
+
+Test(timing, doubling_the_batch_roughly_doubles_the_time)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    /* fp32 at batch 16 and more: the matmuls outweigh the per-kernel
+     * launch costs that do not grow with the batch */
+    s.precision = VP_PREC_FP32;
+    s.batch = 16;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    s.batch = 32;
+    vp_step_time b = timed(m, &s, NULL, &hw);
+    double fb = (b.forward + b.backward) / (a.forward + a.backward);
+    cr_assert(fb > 1.8 && fb < 2.1, "forward+backward grew %.3fx", fb);
+    /* the optimizer step does not depend on the batch */
+    near_rel(b.optimizer, a.optimizer, 1e-9, "optimizer");
+    double tot = b.total / a.total;
+    cr_assert(tot > 1.6 && tot <= fb + 1e-9, "total grew %.3fx", tot);
+    vp_model_free(m);
+}
+
+Test(timing, fp32_is_slower_than_bf16_on_the_same_gpu)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    s.precision = VP_PREC_FP32;
+    vp_step_time f32 = timed(m, &s, NULL, &hw);
+    s.precision = VP_PREC_BF16;
+    vp_step_time b16 = timed(m, &s, NULL, &hw);
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time amp = timed(m, &s, NULL, &hw);
+    cr_assert_gt(f32.forward, b16.forward);
+    cr_assert_gt(f32.backward, b16.backward);
+    cr_assert_gt(f32.total, b16.total);
+    cr_assert_gt(f32.total, amp.total);
+    /* the same model FLOPs whatever the precision */
+    near_rel(b16.flops, f32.flops, 1e-12, "flops");
+    vp_model_free(m);
+}
+
+Test(timing, recompute_time_only_with_checkpointing)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 4;
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time none = timed(m, &s, NULL, &hw);
+    vp_step_time all = timed(m, &s, "all", &hw);
+    vp_step_time one = timed(m, &s, "layers.0", &hw);
+    cr_assert_float_eq(none.recompute, 0.0, 0.0);
+    cr_assert_gt(all.recompute, 0.0);
+    /* recomputing a part of the forward costs less than the forward */
+    cr_assert_lt(all.recompute, all.forward);
+    cr_assert_gt(one.recompute, 0.0);
+    cr_assert_lt(one.recompute, all.recompute);
+    cr_assert_gt(all.total, none.total);
+    /* the model FLOPs leave the recomputation out */
+    near_rel(all.flops, none.flops, 1e-12, "flops");
+    vp_model_free(m);
+}
+
+Test(timing, accumulation_multiplies_forward_and_backward)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 4;
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time one = timed(m, &s, NULL, &hw);
+    s.accum = 4;
+    vp_step_time four = timed(m, &s, NULL, &hw);
+    near_rel(four.forward, 4.0 * one.forward, 0.05, "forward x4");
+    near_rel(four.backward, 4.0 * one.backward, 0.05, "backward x4");
+    near_rel(four.flops, 4.0 * one.flops, 1e-12, "flops x4");
+    /* one optimizer step per accumulated batch */
+    near_rel(four.optimizer, one.optimizer, 0.05, "optimizer");
+    vp_model_free(m);
+}
+
+Test(timing, inference_has_no_backward_or_optimizer)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 4;
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time train = timed(m, &s, NULL, &hw);
+    s.inference = true;
+    vp_step_time inf = timed(m, &s, NULL, &hw);
+    cr_assert_gt(inf.forward, 0.0);
+    cr_assert_float_eq(inf.backward, 0.0, 0.0);
+    cr_assert_float_eq(inf.recompute, 0.0, 0.0);
+    cr_assert_float_eq(inf.optimizer, 0.0, 0.0);
+    near_rel(inf.total, inf.forward + inf.offload, 1e-12, "total");
+    cr_assert_lt(inf.total, train.total);
+    cr_assert_lt(inf.flops, train.flops);
+    vp_model_free(m);
+}
+
+Test(timing, optimizer_none_has_no_optimizer_time)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 64;
+    s.optimizer = VP_OPT_NONE;
+    vp_step_time t = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(t.optimizer, 0.0, 0.0);
+    cr_assert_gt(t.backward, 0.0);
+    vp_model_free(m);
+}
+
+Test(timing, offload_optimizer_moves_the_optimizer_to_the_host)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 64;
+    vp_step_time gpu = timed(m, &s, NULL, &hw);
+    s.offload_optimizer = true;
+    vp_step_time off = timed(m, &s, NULL, &hw);
+    cr_assert_gt(gpu.optimizer, 0.0);
+    cr_assert_float_eq(gpu.offload, 0.0, 0.0);
+    cr_assert_float_eq(off.optimizer, 0.0, 0.0);
+    /* at least CPU Adam's pass: 16 bytes per parameter at 20 GB/s */
+    double cpu_adam = 155128808.0 * 16.0 / VP_HOST_ADAM_BW;
+    cr_assert_geq(off.offload, cpu_adam * (1.0 - 1e-9), "offload %g < %g",
+                  off.offload, cpu_adam);
+    near_rel(off.total,
+             off.forward + off.backward + off.recompute + off.offload, 1e-12,
+             "total");
+    vp_model_free(m);
+}
+
+Test(timing, earg_when_the_gpu_lacks_the_precision_rate)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, 8, 0, &err);
+    cr_assert_not_null(g);
+    vp_hw hw = slow_gemm_hw();
+    snprintf(hw.name, sizeof hw.name, "no-bf16-gpu");
+    hw.bf16 = 0.0; /* like a V100 */
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_EARG);
+    cr_assert_eq(err.code, VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "no-bf16-gpu"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "amp-bf16"), "%s", err.msg);
+    /* fp32 still has its rate */
+    s.precision = VP_PREC_FP32;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+Test(timing, earg_without_memory_bandwidth)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, 8, 0, &err);
+    cr_assert_not_null(g);
+    vp_hw hw = slow_gemm_hw();
+    hw.hbm = 0.0;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_EARG);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+Test(timing, mfu_is_in_the_unit_interval)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    static const vp_precision precs[] = {VP_PREC_FP32, VP_PREC_AMP_BF16,
+                                         VP_PREC_BF16};
+    for (size_t i = 0; i < 3; i++) {
+        for (uint64_t b = 1; b <= 16; b *= 4) {
+            vp_setup s;
+            vp_setup_init(&s);
+            s.batch = b;
+            s.precision = precs[i];
+            vp_step_time t = timed(m, &s, NULL, &hw);
+            cr_assert(t.mfu > 0.0 && t.mfu <= 1.0, "%s batch %llu: mfu %g",
+                      vp_precision_name(precs[i]), (unsigned long long)b,
+                      t.mfu);
+            /* its definition */
+            near_rel(t.mfu,
+                     t.flops / (t.total * vp_hw_matmul_rate(&hw, precs[i])),
+                     1e-12, "mfu");
+        }
+    }
+    vp_model_free(m);
+}
+
+Test(timing, total_is_the_sum_of_the_phases)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 4;
+    s.accum = 2;
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time t = timed(m, &s, "all", &hw);
+    near_rel(t.total,
+             t.forward + t.backward + t.recompute + t.optimizer + t.offload,
+             1e-12, "total");
+    vp_model_free(m);
+}
+
+/* ---- vp_hw_fill_defaults ----------------------------------------------- */
+
+Test(hw_defaults, fills_an_empty_profile)
+{
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_hw_fill_defaults(&hw);
+    cr_assert_float_eq(hw.eff_max, VP_HW_DEFAULT_EFF_MAX, 0.0);
+    cr_assert_float_eq(hw.f_half, VP_HW_DEFAULT_F_HALF, 0.0);
+    cr_assert_float_eq(hw.mem_eff, VP_HW_DEFAULT_MEM_EFF, 0.0);
+}
+
+Test(hw_defaults, keeps_a_measured_curve)
+{
+    vp_hw hw = slow_gemm_hw(); /* eff_max 0.5, f_half 1e9, mem_eff 0.5 */
+    vp_hw before = hw;
+    vp_hw_fill_defaults(&hw);
+    cr_assert_eq(memcmp(&hw, &before, sizeof hw), 0);
+}
+
+Test(hw_defaults, datasheet_efficiency_of_one_is_open)
+{
+    /* a datasheet profile: eff 1 (no curve), no f_half, full bandwidth */
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    hw.eff_max = 1.0;
+    hw.mem_eff = 1.0;
+    vp_hw_fill_defaults(&hw);
+    cr_assert_float_eq(hw.eff_max, VP_HW_DEFAULT_EFF_MAX, 0.0);
+    cr_assert_float_eq(hw.f_half, VP_HW_DEFAULT_F_HALF, 0.0);
+    cr_assert_float_eq(hw.mem_eff, VP_HW_DEFAULT_MEM_EFF, 0.0);
+}
+
+Test(hw_defaults, fills_only_the_open_fields)
+{
+    /* a curve (f_half) but the datasheet's memory efficiency */
+    vp_hw hw = slow_gemm_hw();
+    hw.mem_eff = 1.0;
+    vp_hw_fill_defaults(&hw);
+    cr_assert_float_eq(hw.eff_max, 0.5, 0.0);
+    cr_assert_float_eq(hw.f_half, 1e9, 0.0);
+    cr_assert_float_eq(hw.mem_eff, VP_HW_DEFAULT_MEM_EFF, 0.0);
+    /* a measured memory efficiency but no curve */
+    vp_hw h2;
+    memset(&h2, 0, sizeof h2);
+    h2.mem_eff = 0.6;
+    h2.eff_max = 0.7;
+    vp_hw_fill_defaults(&h2);
+    cr_assert_float_eq(h2.mem_eff, 0.6, 0.0);
+    cr_assert_float_eq(h2.eff_max, 0.7, 0.0);
+    cr_assert_float_eq(h2.f_half, VP_HW_DEFAULT_F_HALF, 0.0);
+}
+
+Test(hw_defaults, leaves_rates_and_names_alone)
+{
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    snprintf(hw.name, sizeof hw.name, "x");
+    hw.fp32 = 1e13;
+    hw.bf16 = 2e14;
+    hw.hbm = 3e12;
+    hw.launch = 5e-6;
+    hw.memory = 80ull << 30;
+    vp_hw_fill_defaults(&hw);
+    cr_assert_str_eq(hw.name, "x");
+    cr_assert_float_eq(hw.fp32, 1e13, 0.0);
+    cr_assert_float_eq(hw.bf16, 2e14, 0.0);
+    cr_assert_float_eq(hw.hbm, 3e12, 0.0);
+    cr_assert_float_eq(hw.launch, 5e-6, 0.0);
+    cr_assert_eq(hw.memory, 80ull << 30);
+}

@@ -1,0 +1,507 @@
+/* Validation against measured runs (validate.h), on lines copied from
+ * shared/groundtruth/h200-torch2.11-{cases,maxbatch}.jsonl into
+ * tests/data/validate/: the metrics a case yields, the relative error's
+ * definition, that the predictions are the simulator's and the max-batch
+ * search's own answers for the case's setup, and the errors. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define CASES "tests/data/validate/cases.jsonl"
+#define MAXBATCH "tests/data/validate/maxbatch.jsonl"
+#define BAD "tests/data/validate/bad.jsonl"
+
+/* cases.jsonl: 1 env, 2 mlp10-fp32-b1024, 3 gpt2-small-amp-bf16-b16-ckpt,
+ * 4 gpt2-small-amp-bf16-b4-s512. maxbatch.jsonl: 1 env,
+ * 2 gpt2-small-amp-bf16-16GiB, 3 mlp10-fp32-4GiB. */
+enum { MLP10_B1024 = 2, GPT2_CKPT = 3, GPT2_S512 = 4 };
+enum { MB_GPT2 = 2, MB_MLP10 = 3 };
+
+static const char *const DIRS[] = {"models"};
+
+/* Line `n` (1-based) of a file, with its newline; free(). */
+static char *line_of(const char *path, unsigned n)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot open %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len = -1;
+    for (unsigned i = 0; i < n; i++) {
+        len = getline(&line, &cap, f);
+        cr_assert_gt(len, 0, "%s has no line %u", path, n);
+    }
+    fclose(f);
+    return line;
+}
+
+static vp_status run_line(const char *json, vp_case_result *r,
+                          vp_error *err)
+{
+    return vp_validate_case(json, strlen(json), "test:1", DIRS, 1, true, r,
+                            err);
+}
+
+static vp_case_result ok_case(const char *path, unsigned n)
+{
+    char *json = line_of(path, n);
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s:%u: %s", path, n,
+                 err.msg);
+    free(json);
+    return r;
+}
+
+static const vp_metric *metric(const vp_case_result *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_metrics; i++)
+        if (!strcmp(r->metrics[i].name, name))
+            return &r->metrics[i];
+    return NULL;
+}
+
+static const vp_metric *must_metric(const vp_case_result *r,
+                                    const char *name)
+{
+    const vp_metric *m = metric(r, name);
+    cr_assert_not_null(m, "case %s has no metric %s", r->id, name);
+    return m;
+}
+
+static vp_model *load(const char *path)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    return m;
+}
+
+/* Simulate as validate should: the defaults, the case's fields. */
+static vp_estimate simulate(const char *model, const vp_setup *s0,
+                            uint64_t seq, bool ckpt_all)
+{
+    vp_model *m = load(model);
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, s0->batch, seq, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    size_t ns = vp_graph_segment_count(g);
+    bool mask[64] = {false};
+    cr_assert_leq(ns, 64);
+    if (ckpt_all)
+        vp_graph_default_checkpoint(g, mask);
+    vp_setup s = *s0;
+    s.checkpoint = mask;
+    s.n_checkpoint = ns;
+    vp_estimate e;
+    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return e;
+}
+
+/* ---- peak cases -------------------------------------------------------- */
+
+Test(validate, a_peak_case_yields_its_metrics)
+{
+    vp_case_result r = ok_case(CASES, MLP10_B1024);
+    cr_assert_str_eq(r.id, "mlp10-fp32-b1024");
+    cr_assert_str_eq(r.model, "mlp10");
+    static const char *const names[] = {
+        "peak_alloc",     "peak_reserved",  "after_model",
+        "device_used",    "step1.fwd_peak", "step1.bwd_peak",
+        "step1.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
+        "step4.opt_peak"};
+    size_t n = sizeof names / sizeof *names;
+    cr_assert_eq(r.n_metrics, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(r.metrics[i].name, names[i], "metric %zu", i);
+    /* no step time without a GPU profile */
+    cr_assert_null(metric(&r, "step_us"));
+}
+
+Test(validate, measured_values_are_the_case_fields)
+{
+    vp_case_result r = ok_case(CASES, MLP10_B1024);
+    /* from h200-torch2.11-cases.jsonl, mlp10-fp32-b1024 */
+    cr_assert_eq(must_metric(&r, "peak_alloc")->measured, 3155931648ull);
+    cr_assert_eq(must_metric(&r, "peak_reserved")->measured, 3357540352ull);
+    cr_assert_eq(must_metric(&r, "after_model")->measured, 620908544ull);
+    cr_assert_eq(must_metric(&r, "device_used")->measured, 4144824320ull);
+    cr_assert_eq(must_metric(&r, "step1.fwd_peak")->measured, 806514688ull);
+    cr_assert_eq(must_metric(&r, "step1.bwd_peak")->measured, 1343538688ull);
+    cr_assert_eq(must_metric(&r, "step4.fwd_peak")->measured, 2081886208ull);
+}
+
+Test(validate, predictions_are_the_simulator_figures)
+{
+    vp_case_result r = ok_case(CASES, MLP10_B1024);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    s.fresh_process = true; /* first case of its process */
+    vp_estimate e = simulate("models/mlp10.yaml", &s, 4096, false);
+    cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, e.peak_alloc);
+    cr_assert_eq(must_metric(&r, "peak_reserved")->predicted,
+                 e.peak_reserved);
+    cr_assert_eq(must_metric(&r, "after_model")->predicted, e.after_model);
+    cr_assert_eq(must_metric(&r, "device_used")->predicted, e.device_used);
+    cr_assert_eq(must_metric(&r, "step1.fwd_peak")->predicted,
+                 e.step[0].peak[VP_PHASE_FORWARD]);
+    cr_assert_eq(must_metric(&r, "step1.opt_peak")->predicted,
+                 e.step[0].peak[VP_PHASE_OPTIMIZER]);
+    cr_assert_eq(must_metric(&r, "step4.bwd_peak")->predicted,
+                 e.step[3].peak[VP_PHASE_BACKWARD]);
+}
+
+Test(validate, a_checkpointed_case_checkpoints_every_unit)
+{
+    vp_case_result r = ok_case(CASES, GPT2_CKPT);
+    cr_assert_str_eq(r.id, "gpt2-small-amp-bf16-b16-ckpt");
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 16;
+    s.precision = VP_PREC_AMP_BF16;
+    s.fresh_process = true;
+    vp_estimate ck = simulate("models/gpt2-small.yaml", &s, 1024, true);
+    vp_estimate no = simulate("models/gpt2-small.yaml", &s, 1024, false);
+    cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, ck.peak_alloc);
+    cr_assert_eq(must_metric(&r, "step1.fwd_peak")->predicted,
+                 ck.step[0].peak[VP_PHASE_FORWARD]);
+    cr_assert_lt(ck.step[0].peak[VP_PHASE_FORWARD],
+                 no.step[0].peak[VP_PHASE_FORWARD]);
+}
+
+Test(validate, the_case_seq_and_precision_are_used)
+{
+    vp_case_result r = ok_case(CASES, GPT2_S512);
+    cr_assert_str_eq(r.id, "gpt2-small-amp-bf16-b4-s512");
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 4;
+    s.precision = VP_PREC_AMP_BF16;
+    s.fresh_process = true;
+    vp_estimate e = simulate("models/gpt2-small.yaml", &s, 512, false);
+    cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, e.peak_alloc);
+    cr_assert_eq(must_metric(&r, "peak_reserved")->predicted,
+                 e.peak_reserved);
+    /* and not the model's default 1024 */
+    vp_estimate d = simulate("models/gpt2-small.yaml", &s, 0, false);
+    cr_assert_neq(d.peak_alloc, e.peak_alloc);
+}
+
+Test(validate, the_simulator_matches_these_cases_closely)
+{
+    /* the README's accuracy claim, on the copied cases */
+    for (unsigned n = MLP10_B1024; n <= GPT2_S512; n++) {
+        vp_case_result r = ok_case(CASES, n);
+        cr_assert_leq(fabs(must_metric(&r, "peak_alloc")->rel_err), 0.07,
+                      "%s", r.id);
+        cr_assert_leq(fabs(must_metric(&r, "peak_reserved")->rel_err), 0.06,
+                      "%s", r.id);
+    }
+}
+
+/* ---- the relative error ------------------------------------------------ */
+
+Test(validate, rel_err_is_predicted_minus_measured_over_measured)
+{
+    for (unsigned n = MLP10_B1024; n <= GPT2_S512; n++) {
+        vp_case_result r = ok_case(CASES, n);
+        cr_assert_gt(r.n_metrics, 0);
+        for (size_t i = 0; i < r.n_metrics; i++) {
+            const vp_metric *m = &r.metrics[i];
+            cr_assert_gt(m->measured, 0);
+            double want = ((double)m->predicted - (double)m->measured) /
+                          (double)m->measured;
+            cr_assert_float_eq(m->rel_err, want, 1e-12, "%s %s", r.id,
+                               m->name);
+            /* the sign says over (+) or under (-) the measurement */
+            if (m->predicted > m->measured)
+                cr_assert_gt(m->rel_err, 0.0, "%s %s", r.id, m->name);
+            else if (m->predicted < m->measured)
+                cr_assert_lt(m->rel_err, 0.0, "%s %s", r.id, m->name);
+            else
+                cr_assert_float_eq(m->rel_err, 0.0, 0.0);
+        }
+    }
+}
+
+Test(validate, rel_err_is_negative_below_and_positive_above)
+{
+    /* the same case measured at 2x and at 1/2 the simulator's peak */
+    vp_case_result base = ok_case(CASES, MLP10_B1024);
+    uint64_t p = must_metric(&base, "peak_alloc")->predicted;
+    char json[256];
+    vp_case_result r;
+    vp_error err;
+    snprintf(json, sizeof json,
+             "{\"model\": \"mlp10\", \"batch\": 1024, \"prec\": \"fp32\", "
+             "\"id\": \"twice\", \"seq\": 4096, \"peak_alloc\": %llu}",
+             (unsigned long long)(2 * p));
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+    cr_assert_eq(r.n_metrics, 1);
+    cr_assert_float_eq(r.metrics[0].rel_err, -0.5, 1e-12);
+    snprintf(json, sizeof json,
+             "{\"model\": \"mlp10\", \"batch\": 1024, \"prec\": \"fp32\", "
+             "\"id\": \"half\", \"seq\": 4096, \"peak_alloc\": %llu}",
+             (unsigned long long)(p / 2));
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+    cr_assert_float_eq(r.metrics[0].rel_err,
+                       (double)p / (double)(p / 2) - 1.0, 1e-12);
+    cr_assert_gt(r.metrics[0].rel_err, 0.99);
+}
+
+Test(validate, a_case_without_measurements_has_no_metrics)
+{
+    static const char json[] = "{\"model\": \"mlp10\", \"batch\": 8, "
+                               "\"id\": \"bare\"}";
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+    cr_assert_str_eq(r.id, "bare");
+    cr_assert_eq(r.n_metrics, 0);
+}
+
+/* ---- max-batch cases --------------------------------------------------- */
+
+Test(validate, a_budget_case_gives_max_batch)
+{
+    vp_case_result r = ok_case(MAXBATCH, MB_GPT2);
+    cr_assert_str_eq(r.id, "gpt2-small-amp-bf16-16GiB");
+    cr_assert_eq(r.n_metrics, 1);
+    cr_assert_str_eq(r.metrics[0].name, "max_batch");
+    cr_assert_eq(r.metrics[0].measured, 10);
+    cr_assert_geq(r.metrics[0].predicted, 9);
+    cr_assert_leq(r.metrics[0].predicted, 11);
+}
+
+Test(validate, max_batch_is_the_doubling_search_of_the_case)
+{
+    /* collect.py: 2 steps per trial, set_per_process_memory_fraction at
+     * budget_gib, doubling stopped past cap 8192, in a warm process */
+    vp_case_result r = ok_case(MAXBATCH, MB_MLP10);
+    const vp_metric *mb = must_metric(&r, "max_batch");
+    cr_assert_eq(mb->measured, 9984);
+    vp_model *m = load("models/mlp10.yaml");
+    vp_setup s;
+    vp_setup_init(&s);
+    s.steps = 2;
+    s.fresh_process = false;
+    s.alloc.limit = 4 * VP_GiB;
+    vp_maxbatch_result want;
+    vp_error err;
+    cr_assert_eq(vp_maxbatch_doubling(m, &s, NULL, 8192, &want, &err), VP_OK,
+                 "%s", err.msg);
+    cr_assert_eq(mb->predicted, want.max_batch);
+    /* past the cap: doubling stops at 16384 and bisects below it */
+    cr_assert_gt(mb->predicted, 8192);
+    vp_model_free(m);
+}
+
+Test(validate, a_budget_case_needs_max_batch)
+{
+    static const char json[] = "{\"model\": \"mlp10\", \"prec\": \"fp32\", "
+                               "\"budget_gib\": 4, \"id\": \"no-answer\"}";
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA);
+    cr_assert_not_null(strstr(err.msg, "max_batch"), "%s", err.msg);
+}
+
+Test(validate, a_budget_must_be_a_positive_number)
+{
+    static const char *const bad[] = {"0", "-4", "\"four\"", "1e9"};
+    for (size_t i = 0; i < 4; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"model\": \"mlp10\", \"budget_gib\": %s, "
+                 "\"max_batch\": 4, \"id\": \"b\"}",
+                 bad[i]);
+        vp_case_result r;
+        vp_error err;
+        cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "budget %s",
+                     bad[i]);
+        cr_assert_not_null(strstr(err.msg, "budget_gib"), "%s", err.msg);
+    }
+}
+
+/* ---- step times -------------------------------------------------------- */
+
+static vp_hw h200(void)
+{
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load("h200", &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(p, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(p);
+    return hw;
+}
+
+Test(validate, a_gpu_profile_adds_step_us)
+{
+    char *json = line_of(CASES, MLP10_B1024);
+    vp_hw hw = h200();
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
+                                     NULL, &hw, &r, &err),
+                 VP_OK, "%s", err.msg);
+    const vp_metric *t = must_metric(&r, "step_us");
+    /* step_ms 22.433849999998756 */
+    cr_assert_eq(t->measured, 22434);
+    /* the step-time model's figure for the case's setup */
+    vp_model *m = load("models/mlp10.yaml");
+    vp_graph *g = vp_graph_build(m, 1024, 4096, &err);
+    cr_assert_not_null(g);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    s.fresh_process = true;
+    bool mask[16] = {false};
+    s.checkpoint = mask;
+    s.n_checkpoint = vp_graph_segment_count(g);
+    vp_step_time st;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &st, &err), VP_OK);
+    cr_assert_eq(t->predicted, (uint64_t)(st.total * 1e6 + 0.5));
+    /* the memory metrics are still there */
+    cr_assert_not_null(metric(&r, "peak_alloc"));
+    vp_graph_free(g);
+    vp_model_free(m);
+    free(json);
+}
+
+Test(validate, no_step_us_without_a_measured_step_time)
+{
+    static const char json[] = "{\"model\": \"mlp10\", \"batch\": 8, "
+                               "\"id\": \"x\", \"peak_alloc\": 1000}";
+    vp_hw hw = h200();
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:1", DIRS, 1, true,
+                                     NULL, &hw, &r, &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_null(metric(&r, "step_us"));
+    cr_assert_not_null(metric(&r, "peak_alloc"));
+}
+
+Test(validate, the_base_setup_sets_the_context)
+{
+    char *json = line_of(CASES, MLP10_B1024);
+    vp_setup base;
+    vp_setup_init(&base);
+    base.context_bytes = 1000 * VP_MiB;
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
+                                     &base, NULL, &r, &err),
+                 VP_OK, "%s", err.msg);
+    const vp_metric *dev = must_metric(&r, "device_used");
+    const vp_metric *res = must_metric(&r, "peak_reserved");
+    cr_assert_eq(dev->predicted, res->predicted + 1000 * VP_MiB);
+    free(json);
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+Test(validate, a_case_that_failed_when_measured_is_an_error)
+{
+    char *json = line_of(BAD, 2);
+    vp_case_result r;
+    vp_error err;
+    vp_status st = run_line(json, &r, &err);
+    cr_assert_eq(st, VP_EARG);
+    cr_assert_eq(err.code, VP_EARG);
+    cr_assert_str_eq(r.id, "mlp10-fp32-b1024-oom");
+    cr_assert_not_null(strstr(err.msg, "mlp10-fp32-b1024-oom"), "%s",
+                       err.msg);
+    cr_assert_not_null(strstr(err.msg, "failed"), "%s", err.msg);
+    free(json);
+}
+
+Test(validate, an_unknown_model_is_eio_with_its_name)
+{
+    char *json = line_of(BAD, 3);
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_EIO);
+    cr_assert_eq(err.code, VP_EIO);
+    cr_assert_not_null(strstr(err.msg, "no-such-model"), "%s", err.msg);
+    cr_assert_str_eq(r.id, "unknown-model");
+    free(json);
+}
+
+Test(validate, models_are_looked_up_in_the_directories_in_order)
+{
+    static const char json[] = "{\"model\": \"one-linear\", \"batch\": 8, "
+                               "\"id\": \"d\", \"peak_alloc\": 1000}";
+    vp_case_result r;
+    vp_error err;
+    /* not in models/ */
+    cr_assert_eq(run_line(json, &r, &err), VP_EIO);
+    const char *const dirs[] = {"models", "tests/data/validate"};
+    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 2,
+                                  true, &r, &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_eq(r.n_metrics, 1);
+    /* no directories: nothing found */
+    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 0,
+                                  true, &r, &err),
+                 VP_EIO);
+}
+
+Test(validate, a_malformed_json_line_is_a_syntax_error)
+{
+    char *json = line_of(BAD, 4); /* {"model": "mlp10", "batch": */
+    vp_case_result r;
+    vp_error err;
+    vp_status st = run_line(json, &r, &err);
+    cr_assert_eq(st, VP_ESYNTAX, "status %s: %s", vp_err_name(st), err.msg);
+    cr_assert_eq(r.n_metrics, 0);
+    free(json);
+}
+
+Test(validate, a_case_must_be_an_object)
+{
+    static const char *const bad[] = {"[1, 2, 3]", "42", "\"a string\""};
+    for (size_t i = 0; i < 3; i++) {
+        vp_case_result r;
+        vp_error err;
+        vp_status st = run_line(bad[i], &r, &err);
+        cr_assert_eq(st, VP_ESCHEMA, "%s: %s", bad[i], vp_err_name(st));
+    }
+}
+
+Test(validate, missing_or_mistyped_fields_are_schema_errors)
+{
+    static const struct {
+        const char *json, *word;
+    } bad[] = {
+        {"{\"batch\": 8, \"id\": \"no-model\"}", "model"},
+        {"{\"model\": \"mlp10\", \"id\": \"no-batch\"}", "batch"},
+        {"{\"model\": \"mlp10\", \"batch\": 8, \"prec\": \"fp64\"}", NULL},
+        {"{\"model\": \"mlp10\", \"batch\": 8, \"opt\": \"lion\"}", NULL},
+        {"{\"model\": \"mlp10\", \"batch\": -8}", NULL},
+        {"{\"model\": \"mlp10\", \"batch\": \"eight\"}", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        vp_case_result r;
+        vp_error err;
+        vp_status st = run_line(bad[i].json, &r, &err);
+        cr_assert(st == VP_ESCHEMA || st == VP_ERANGE, "%s: %s",
+                  bad[i].json, vp_err_name(st));
+        cr_assert_neq(err.msg[0], '\0');
+        if (bad[i].word)
+            cr_assert_not_null(strstr(err.msg, bad[i].word), "%s", err.msg);
+    }
+}
