@@ -185,7 +185,23 @@ typedef struct {
     double live_start, end_live[4], end_fwd;
     double scores;     /* elements of the core attention's scores */
     double core_s2;    /* its s x s bytes kept after its forward  */
-    double head_peak, extra_peak;
+    /* the temporaries allocated in step 2's backward: a parameter's
+     * gradient is one of them (AccumulateGrad steals it) and is known
+     * as such when zero_grad frees it as a gradient */
+    struct gtemp {
+        uint64_t handle, seq;
+        double bytes;
+        bool grad;
+    } *temps;
+    size_t n_temps, cap_temps;
+    /* `live` where the head's and layer 1's peaks are looked for */
+    struct gsample {
+        uint64_t seq;
+        double live;
+        int reg; /* REG_HEAD or REG_L1 */
+    } *samples;
+    size_t n_samples, cap_samples;
+    bool oom;
     double q[VP__Q_COUNT];
 } simtrack;
 
@@ -225,15 +241,87 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
     }
 }
 
+/* Step 2's backward: log a temporary; mark the one a gradient free
+ * releases. */
+static void note_temp(simtrack *k, const vp_sim_event *ev)
+{
+    if (ev->is_free) {
+        if (ev->category != VP_CAT_GRAD)
+            return;
+        /* the block was live from its allocation to this free: the
+         * latest allocation of the handle is the gradient's */
+        for (size_t i = k->n_temps; i-- > 0;)
+            if (k->temps[i].handle == ev->tensor) {
+                k->temps[i].grad = true;
+                break;
+            }
+        return;
+    }
+    if (ev->category != VP_CAT_TEMP || ev->phase != VP_PHASE_BACKWARD)
+        return;
+    if (k->n_temps == k->cap_temps &&
+        !vp__grow((void **)&k->temps, &k->cap_temps, k->n_temps + 1,
+                  sizeof *k->temps)) {
+        k->oom = true;
+        return;
+    }
+    k->temps[k->n_temps++] = (struct gtemp){ev->tensor, ev->seq,
+                                            (double)ev->bytes, false};
+}
+
+static void note_sample(simtrack *k, uint64_t seq, double live, int reg)
+{
+    if (k->n_samples == k->cap_samples &&
+        !vp__grow((void **)&k->samples, &k->cap_samples, k->n_samples + 1,
+                  sizeof *k->samples)) {
+        k->oom = true;
+        return;
+    }
+    k->samples[k->n_samples++] = (struct gsample){seq, live, reg};
+}
+
+/* The peak of region reg without the gradients the backward has made
+ * (*nog) and what those gradients add to it (*add: the peak with them,
+ * `live`'s, minus *nog). Samples and temporaries are in event order. */
+static void peak_split(const simtrack *k, int reg, double *nog, double *add)
+{
+    double all = -INFINITY, best = -INFINITY, g = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < k->n_samples; i++) {
+        const struct gsample *sm = &k->samples[i];
+        while (j < k->n_temps && k->temps[j].seq <= sm->seq) {
+            if (k->temps[j].grad)
+                g += k->temps[j].bytes;
+            j++;
+        }
+        if (sm->reg != reg)
+            continue;
+        if (sm->live > all)
+            all = sm->live;
+        if (sm->live - g > best)
+            best = sm->live - g;
+    }
+    if (all == -INFINITY) {
+        *nog = *add = 0;
+        return;
+    }
+    *nog = best;
+    *add = all - best;
+}
+
 static void track(const vp_sim_event *ev, void *ud)
 {
     simtrack *k = ud;
     double before = k->live;
+    /* a gradient is allocated as a temporary and freed as a gradient:
+     * `live` keeps the gradients the backward has made so far, which
+     * peak_split() tells apart afterwards */
     if (ev->category == VP_CAT_ACT || ev->category == VP_CAT_TEMP ||
         ev->category == VP_CAT_INPUT)
         k->live += ev->is_free ? -(double)ev->bytes : (double)ev->bytes;
     if (ev->step != 2)
         return;
+    note_temp(k, ev);
     int64_t op = lookup_op(k, ev->op);
     if (ev->phase == VP_PHASE_FORWARD) {
         int reg = op < 0 ? k->region : region_of(k->g, (uint32_t)op);
@@ -255,8 +343,8 @@ static void track(const vp_sim_event *ev, void *ud)
             k->core_s2 += ev->is_free ? -(double)ev->bytes
                                       : (double)ev->bytes;
         }
-        if (k->region == REG_HEAD && k->live > k->head_peak)
-            k->head_peak = k->live;
+        if (k->region == REG_HEAD)
+            note_sample(k, ev->seq, k->live, REG_HEAD);
         if (!ev->is_free && op >= 0)
             account_mem(k, &k->g->ops[op], reg, false, (double)ev->bytes);
     } else if (ev->phase == VP_PHASE_BACKWARD) {
@@ -265,17 +353,15 @@ static void track(const vp_sim_event *ev, void *ud)
             for (int r = k->region; r <= REG_HEAD; r++)
                 k->end_live[r] = before;
             k->end_fwd = before;
-            if (before > k->head_peak)
-                k->head_peak = before;
+            note_sample(k, ev->seq - 1, before, REG_HEAD);
         }
         int reg = op < 0 ? (k->l1_bwd ? REG_L1 : REG_HEAD)
                          : region_of(k->g, (uint32_t)op);
-        if (reg == REG_HEAD && !k->l1_bwd && k->live > k->head_peak)
-            k->head_peak = k->live;
+        if (reg == REG_HEAD && !k->l1_bwd)
+            note_sample(k, ev->seq, k->live, REG_HEAD);
         if (reg == REG_L1) {
             k->l1_bwd = true;
-            if (k->live > k->extra_peak)
-                k->extra_peak = k->live;
+            note_sample(k, ev->seq, k->live, REG_L1);
         }
         if (!ev->is_free && op >= 0)
             account_mem(k, &k->g->ops[op], reg, true, (double)ev->bytes);
@@ -343,18 +429,34 @@ static vp_status simulate_one(vp_cluster_model *cm, int cls, uint64_t seq,
     st = vp_simulate(g, &s, &e, track, &k, err);
     if (st != VP_OK)
         goto done;
+    if (k.oom) {
+        st = vp_error_set(err, VP_ENOMEM, "out of memory");
+        goto done;
+    }
     memcpy(q, k.q, sizeof k.q);
     double layer = k.end_live[REG_L1] - k.end_live[REG_L0];
+    /* `live` holds the parameter gradients the backward has made so far
+     * (as a DDP .grad or an FSDP unit's unsharded gradient appears); the
+     * peaks are split into the peak without them and what they add to
+     * it, so that the evaluator counts them only where they are not
+     * resident (DDP's bucket views, accumulated gradients) */
+    double hn, ha, xn, xa;
+    peak_split(&k, REG_HEAD, &hn, &ha);
+    peak_split(&k, REG_L1, &xn, &xa);
     q[VP__Q_LAYER] = layer;
     q[VP__Q_EMB] = k.end_live[REG_L0] - k.live_start - layer;
     q[VP__Q_HEAD_SAVED] = k.end_fwd - k.end_live[REG_L1];
-    q[VP__Q_HEAD_PEAK] = k.head_peak - k.end_live[REG_L1];
-    q[VP__Q_EXTRA] = k.extra_peak - k.end_live[REG_L1];
+    q[VP__Q_HEAD_PEAK] = hn - k.end_live[REG_L1];
+    q[VP__Q_EXTRA] = xn - k.end_live[REG_L1];
+    q[VP__Q_HEAD_GRAD] = ha;
+    q[VP__Q_LAYER_GRAD] = xa;
     q[VP__Q_ATTN_INT] = k.core_seen && k.core_s2 > 0 ? k.core_s2 : 0;
     for (int i = 0; i < VP__Q_COUNT; i++)
         if (q[i] < 0)
             q[i] = 0;
 done:
+    free(k.samples);
+    free(k.temps);
     free(k.names);
     vp_graph_free(g);
     return st;
@@ -874,11 +976,43 @@ double vp_pipeline_bubble(uint32_t p, uint64_t m, uint32_t v)
 
 /* States of one stage: dense params pd (group D), expert params pe
  * (group De), the largest gathered unit pu, root unit (FSDP: embedding +
- * head) pr. */
+ * head) pr. Two moments of a step are peaks: the forward/backward one,
+ * w + gfb + o + buf + activations + transient, and the optimizer step,
+ * w + g + o + bopt + temp (docs/CLUSTER.md "Two peaks"). */
 typedef struct {
-    double w, g, o, buf, host; /* bytes on the GPU, host per rank */
-    double popt;               /* params whose optimizer step runs here */
+    double w, g, o, buf, host; /* bytes on the GPU, host per rank; g: every
+                                  gradient, as the optimizer step has them */
+    double gfb;   /* gradients resident at the forward/backward peak     */
+    double bopt;  /* buffers during the optimizer step                    */
+    double temp;  /* the optimizer step's temporaries                     */
+    double popt;  /* params whose optimizer step runs here                */
 } stbytes;
+
+/* DeepSpeed's sub_group_size: ZeRO-3 steps its partition in sub-groups
+ * of at most this many elements. */
+#define DS_SUB_GROUP 1e9
+
+/* PyTorch DDP without gradient_as_bucket_view, one micro-batch per step:
+ * the .grad tensors (apart from the buckets) appear as the backward makes
+ * them, so at its peak only those made so far exist. With accumulation
+ * they exist from the second micro-batch on; bucket views are the
+ * buckets, allocated when DDP is built. */
+static inline bool grads_progressive(const vp_par *p)
+{
+    return p->sharding == VP_SHARD_DDP && !p->bucket_view && p->accum == 1;
+}
+
+/* The share of the simulated gradients (those the backward has made by
+ * its peak, VP__Q_*_GRAD) that is memory beyond the resident states: 0
+ * for DDP's bucket views and for accumulated gradients (copied into the
+ * buckets or added in place), 1 otherwise (DDP's progressive .grad,
+ * FSDP's unsharded gradients, the other engines as before). */
+static inline double sim_grad_share(const vp_par *p)
+{
+    if (p->sharding == VP_SHARD_DDP && !grads_progressive(p))
+        return 0.0;
+    return 1.0;
+}
 
 static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
                          double pe, double pu, double pr, stbytes *o)
@@ -907,32 +1041,52 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     } else {
         Ps = pd / D + pe / De;
     }
+    /* DeepSpeed's step (stage_1_and_2.py step(), stage3.py
+     * _prepare_fp32_grad_for_sub_group): the gradient partition is
+     * flattened (a copy in the gradient dtype) and converted to fp32 to
+     * become the fp32 partition's .grad; FusedAdam then runs in place */
+    double ds_flat = g + (g < 4 ? 4.0 : 0.0);
     memset(o, 0, sizeof *o);
     switch (p->sharding) {
     case VP_SHARD_DDP:
         o->w = w * P, o->g = g * P, o->o = opt * P;
-        o->buf = (p->bucket_view ? 0 : g * P) + (f32 ? 0 : 2.0 * P);
+        /* buckets (1x grads, from construction) unless the grads are
+         * views of them; autocast's bf16 weight copies, saved for the
+         * backward, until their layer's backward */
+        o->bopt = p->bucket_view ? 0 : g * P;
+        o->buf = o->bopt + (f32 ? 0 : 2.0 * P);
+        o->gfb = grads_progressive(p) ? 0 : o->g;
+        /* foreach AdamW: _foreach_sqrt(exp_avg_sq), one fp32 copy */
+        o->temp = 4.0 * P;
         o->popt = P;
         break;
     case VP_SHARD_MEGATRON:
+        /* fused Adam in place; main grads are the fp32 grad buffer */
         o->w = w * P, o->g = g * P, o->o = opt * P;
         o->popt = P;
         break;
     case VP_SHARD_DISTOPT:
+        o->w = w * P, o->g = g * P, o->o = opt * Ps;
+        o->popt = Ps;
+        break;
     case VP_SHARD_ZERO1:
         o->w = w * P, o->g = g * P, o->o = opt * Ps;
+        o->temp = ds_flat * Ps;
         o->popt = Ps;
         break;
     case VP_SHARD_ZERO2: {
         double bucket = P < 5e7 ? P : 5e7;
         o->w = w * P, o->g = g * Ps, o->o = opt * Ps;
         o->buf = 4.5 * bucket * g; /* DeepSpeed: overlap_comm = 4.5x */
+        o->bopt = o->buf;
+        o->temp = ds_flat * Ps;
         o->popt = Ps;
         break;
     }
     case VP_SHARD_ZERO3:
         o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
         o->buf = (2.0 * w + g) * pu; /* two gathered units + their grads */
+        o->temp = ds_flat * (Ps < DS_SUB_GROUP ? Ps : DS_SUB_GROUP);
         o->popt = Ps;
         break;
     case VP_SHARD_FSDP_FULL:
@@ -941,32 +1095,38 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
         /* limit_all_gathers: 2 units in flight, unsharded grads of one,
          * the root unit (embedding, head) gathered all step */
         o->buf = 2.0 * ab * pu + ab * pu + ab * pr;
+        o->temp = 4.0 * Ps; /* foreach AdamW on the fp32 shards */
         o->popt = Ps;
         break;
     case VP_SHARD_FSDP_GRAD_OP:
         o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
         o->buf = ab * P + ab * pu; /* gathered from forward to backward */
+        o->temp = 4.0 * Ps;
         o->popt = Ps;
         break;
     default:
         break;
     }
+    if (p->sharding != VP_SHARD_DDP)
+        o->gfb = o->g;
     if (p->offload == VP_OFFLOAD_OPTIMIZER) {
         o->host = (opt + 4.0) * Ps; /* state + the fp32 grad partition */
         o->o = 0;
+        o->temp = 0; /* the step runs on the host */
         if (e == VP_ENGINE_DEEPSPEED) {
             /* grads leave for the host as they are reduced */
             if (p->sharding != VP_SHARD_ZERO3) {
                 double bucket = P < 5e7 ? P : 5e7;
-                o->g = 0;
-                o->buf = 4.5 * bucket * g;
+                o->g = o->gfb = 0;
+                o->buf = o->bopt = 4.5 * bucket * g;
             } else {
-                o->g = 0;
+                o->g = o->gfb = 0;
             }
         }
     } else if (p->offload == VP_OFFLOAD_ALL) {
         o->host = (w + g + opt) * Ps;
-        o->w = o->g = o->o = 0;
+        o->w = o->g = o->gfb = o->o = 0;
+        o->temp = 0; /* the step runs on the host */
     }
 }
 
@@ -1027,6 +1187,8 @@ static double nccl_bytes(const vp__evctx *x, const vp_par *p)
 /* The activation terms of one micro-batch. */
 typedef struct {
     double saved, trans, emb, head_saved, head_peak, extra;
+    double gh, gx; /* gradient bytes made by the head's and a layer's
+                      backward peak (simulated dtype)                   */
 } actterms;
 
 static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
@@ -1058,8 +1220,8 @@ static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
     o->emb = fitv(&a->q[VP__Q_EMB], b, t, sp);
     o->head_saved = fitv(&a->q[VP__Q_HEAD_SAVED], b, t, sp);
     o->head_peak = fitv(&a->q[VP__Q_HEAD_PEAK], b, t, sp);
-    if (o->head_peak < o->head_saved)
-        o->head_peak = o->head_saved;
+    o->gh = fitv(&a->q[VP__Q_HEAD_GRAD], b, t, sp);
+    o->gx = fitv(&a->q[VP__Q_LAYER_GRAD], b, t, sp);
 }
 
 static uint64_t to_u64(double v)
@@ -1111,7 +1273,14 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
     double extra_bufs = (cp > 1 ? 2.0 * kv_bytes : 0) +
                         (pp > 1 ? 2.0 * b * sl * h * ab / t : 0);
     double act0, act1, tr0, tr1;
-    double head_tr = at.head_peak - at.head_saved;
+    /* the gradients the backward has made by its peak, where they are
+     * not resident states */
+    double gs = sim_grad_share(p);
+    at.trans += gs * at.gx;
+    double hp = at.head_peak + gs * at.gh;
+    if (hp < at.head_saved)
+        hp = at.head_saved;
+    double head_tr = hp - at.head_saved;
     if (first_last) {
         act0 = act1 = l * at.saved + at.emb + at.head_saved;
         tr0 = tr1 = (at.trans > head_tr ? at.trans : head_tr) + extra_bufs;
@@ -1121,8 +1290,13 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
         tr0 = at.trans + extra_bufs;
         tr1 = (at.trans > head_tr ? at.trans : head_tr) + extra_bufs;
     }
-    double alloc0 = s0.w + s0.g + s0.o + s0.buf + act0 + tr0;
-    double alloc1 = s1.w + s1.g + s1.o + s1.buf + act1 + tr1;
+    /* the forward/backward peak and the optimizer step's of each stage */
+    double fb0 = s0.w + s0.gfb + s0.o + s0.buf + act0 + tr0;
+    double fb1 = s1.w + s1.gfb + s1.o + s1.buf + act1 + tr1;
+    double op0 = s0.w + s0.g + s0.o + s0.bopt + s0.temp;
+    double op1 = s1.w + s1.g + s1.o + s1.bopt + s1.temp;
+    double alloc0 = fb0 > op0 ? fb0 : op0;
+    double alloc1 = fb1 > op1 ? fb1 : op1;
 
     double nccl = nccl_bytes(x, p);
 
@@ -1130,13 +1304,21 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
         bool last = alloc1 > alloc0;
         const stbytes *s = last ? &s1 : &s0;
         double alloc = last ? alloc1 : alloc0;
+        bool step = (last ? op1 > fb1 : op0 > fb0);
         memset(mem, 0, sizeof *mem);
         mem->weights = to_u64(s->w);
-        mem->grads = to_u64(s->g);
         mem->optimizer = to_u64(s->o);
-        mem->buffers = to_u64(s->buf);
-        mem->activations = to_u64(last ? act1 : act0);
-        mem->transient = to_u64(last ? tr1 : tr0);
+        if (step) {
+            /* the optimizer step: every gradient, no activations */
+            mem->grads = to_u64(s->g);
+            mem->buffers = to_u64(s->bopt);
+            mem->transient = to_u64(s->temp);
+        } else {
+            mem->grads = to_u64(s->gfb);
+            mem->buffers = to_u64(s->buf);
+            mem->activations = to_u64(last ? act1 : act0);
+            mem->transient = to_u64(last ? tr1 : tr0);
+        }
         mem->overhead = to_u64(alloc * c->alloc_overhead);
         mem->nccl = to_u64(nccl);
         mem->context = c->context;
@@ -1360,8 +1542,19 @@ double vp__states_bound(const vp__evctx *x, const vp_par *p, double *host)
     stage_params(x, p, &P);
     stage_states(x, p, P.pd0, P.pe, P.pu, P.pr, &s0);
     stage_states(x, p, P.pd1, P.pe, P.pu, P.pr, &s1);
-    double a0 = s0.w + s0.g + s0.o + s0.buf;
-    double a1 = s1.w + s1.g + s1.o + s1.buf;
+    /* at the forward/backward peak at least the resident states and
+     * buffers: DDP's .grad beside the buckets may be all still to come
+     * (one micro-batch; the layout's accumulation is not chosen yet);
+     * the optimizer step's peak is whole */
+    bool prog = p->sharding == VP_SHARD_DDP && !p->bucket_view;
+    double g0 = prog ? 0 : s0.gfb;
+    double g1 = prog ? 0 : s1.gfb;
+    double f0 = s0.w + g0 + s0.o + s0.buf;
+    double f1 = s1.w + g1 + s1.o + s1.buf;
+    double o0 = s0.w + s0.g + s0.o + s0.bopt + s0.temp;
+    double o1 = s1.w + s1.g + s1.o + s1.bopt + s1.temp;
+    double a0 = f0 > o0 ? f0 : o0;
+    double a1 = f1 > o1 ? f1 : o1;
     double a = a0 > a1 ? a0 : a1;
     double ranks = x->c->gpus < x->c->gpus_per_node ? x->c->gpus
                                                     : x->c->gpus_per_node;

@@ -23,9 +23,11 @@ enum {
     VP__Q_EMB,        /* saved by the embedding                         */
     VP__Q_LAYER,      /* saved by one layer                             */
     VP__Q_ATTN_INT,   /* of which the core attention's internals        */
-    VP__Q_EXTRA,      /* a layer's backward peak beyond what is saved   */
+    VP__Q_EXTRA,      /* a layer's backward peak beyond what is saved,
+                         parameter gradients left out                   */
     VP__Q_HEAD_SAVED, /* saved by the head and loss                     */
-    VP__Q_HEAD_PEAK,  /* the head's peak over the last layer's output   */
+    VP__Q_HEAD_PEAK,  /* the head's peak over the last layer's output,
+                         parameter gradients left out                   */
     VP__Q_MEM_F,      /* bytes written by a layer's memory-bound ops    */
     VP__Q_MEM_B,
     VP__Q_KER_F,      /* their kernels                                  */
@@ -36,6 +38,11 @@ enum {
     VP__Q_HEAD_KER,
     VP__Q_EMB_MEM,
     VP__Q_EMB_KER,
+    VP__Q_HEAD_GRAD,  /* parameter-gradient bytes the backward has made
+                         at the head's peak (in the simulated dtype:
+                         fp32 under autocast and in fp32, else 16-bit)  */
+    VP__Q_LAYER_GRAD, /* the same at a layer's backward peak (the
+                         head's gradients and part of the layer's)      */
     VP__Q_COUNT
 };
 

@@ -8,7 +8,9 @@
  * most loaded GPU's figures are compared with the rank's measurements:
  *
  *   peak_alloc    = weights + grads + optimizer + buffers + activations
- *                   + transient   (the caching allocator's bytes)
+ *                   + transient   (the caching allocator's bytes, at the
+ *                   larger of the forward/backward peak and the optimizer
+ *                   step's, docs/CLUSTER.md "Two peaks")
  *   peak_reserved = peak_alloc + overhead (alloc_overhead, 5 %)
  *   device_used   = peak_reserved + NCCL buffers + CUDA context
  *
@@ -30,12 +32,14 @@ static const vp_sharding DIST_SHARDING[] = {
     VP_SHARD_DDP, VP_SHARD_DDP, VP_SHARD_FSDP_FULL, VP_SHARD_FSDP_GRAD_OP};
 static const bool DIST_BUCKET_VIEW[] = {false, true, false, false};
 
-/* The cluster model counts Adam's two fp32 moments: AdamW in any of its
- * implementations. */
+/* The cluster model counts AdamW's two fp32 moments and, for PyTorch's
+ * engines, the foreach implementation's step temporary (PyTorch's
+ * default, what collect_dist.py runs): the fused and for-loop forms,
+ * which lack it, are not modelled. */
 static const char *const DIST_OPTS[] = {"adamw", "adamw-fused",
                                         "adamw-forloop", "sgd", "adafactor",
                                         NULL};
-#define DIST_N_ADAM 3
+#define DIST_N_ADAM 1
 
 static const char *const DIST_ATTNS[] = {"sdpa", "flash", "efficient",
                                          "eager", "math", NULL};
@@ -215,8 +219,9 @@ vp_status vp_validate_dist_case(const char *json, size_t len,
         TRY(vp__yget_enum(&d, n, DIST_OPTS, &v, err));
         if (v >= DIST_N_ADAM) {
             st = vp__yerr(&d, n, VP_EUNSUPPORTED, err,
-                          "the cluster model counts AdamW's state; optimizer "
-                          "'%s' is not modelled for multi-GPU cases",
+                          "the cluster model counts foreach AdamW (PyTorch's "
+                          "default): its state and its step's temporary; "
+                          "optimizer '%s' is not modelled for multi-GPU cases",
                           DIST_OPTS[v]);
             goto done;
         }

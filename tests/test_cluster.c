@@ -165,9 +165,129 @@ Test(cluster_memory, ddp_buckets_unless_bucket_view)
     eval_ok(cm, &c, &p, &a, NULL);
     p.bucket_view = false;
     eval_ok(cm, &c, &p, &b, NULL);
-    /* fp32 params + grads + Adam; the buckets add one copy of the grads */
+    /* fp32 params + grads + Adam; the buckets add one copy of the grads
+     * (4 micro-batches: every .grad exists beside them from the second
+     * on, and the activations of 1024 tokens keep the backward's peak
+     * above the optimizer step's) */
     cr_assert_eq(a.weights + a.grads + a.optimizer, 16 * in.params);
+    cr_assert_eq(b.weights + b.grads + b.optimizer, 16 * in.params);
     cr_assert_eq(b.buffers - a.buffers, 4 * in.params);
+    cr_assert_gt(a.activations, 0u);
+    cr_assert_gt(b.activations, 0u);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* The optimizer step is a peak of its own: foreach AdamW (PyTorch's
+ * default, PYTORCH_MEMORY 4) holds _foreach_sqrt(exp_avg_sq), one more
+ * fp32 copy of the parameters it updates, beside every gradient and no
+ * activation. gpt2-small (P = 124439808) at 64 tokens, one sequence per
+ * GPU, every layer recomputed: the activations are 12 layer inputs of
+ * 64 x 768 (a few MB), one layer's recomputation and the head's peak
+ * (64 x 50257 logits in 16 and 32 bits, their gradients, the tied word
+ * embedding's gradient made there: 38597376 x 2 B = 77 MB in a 16-bit
+ * module), about 110 MB in all: under what the step adds. */
+Test(cluster_memory, optimizer_step_is_a_second_peak)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_error err;
+    vp_cluster_model *cm = vp_cluster_model_new(m, 64, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    const uint64_t P = in.params;
+    cr_assert_eq(P, 124439808u);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_cluster_mem a;
+    vp_par p = par(8, 1, 1, VP_SHARD_DDP);
+    p.accum = 1;
+    p.recompute = VP_RC_FULL;
+#define ALLOC(x) ((x).weights + (x).grads + (x).optimizer + (x).buffers + \
+                  (x).activations + (x).transient)
+    /* DDP with bucket views: 4 P weights + 4 P grads + 8 P moments + 4 P
+     * temporary = 20 P; the autocast copies are gone by then */
+    eval_ok(cm, &c, &p, &a, NULL);
+    cr_assert_eq(ALLOC(a), 20 * P);
+    cr_assert_eq(a.activations, 0u);
+    cr_assert_eq(a.transient, 4 * P);
+    cr_assert_eq(a.buffers, 0u);
+    /* without bucket views the buckets are there too: 24 P */
+    p.bucket_view = false;
+    eval_ok(cm, &c, &p, &a, NULL);
+    cr_assert_eq(ALLOC(a), 24 * P);
+    cr_assert_eq(a.buffers, 4 * P);
+    /* Megatron's fused Adam works in place on the fp32 main grads: no
+     * second peak, 2 + 4 + 12 = 18 P plus the activations */
+    p = par(8, 1, 1, VP_SHARD_MEGATRON);
+    p.accum = 1;
+    p.recompute = VP_RC_FULL;
+    eval_ok(cm, &c, &p, &a, NULL);
+    cr_assert_gt(a.activations, 0u);
+    cr_assert_eq(ALLOC(a) - a.activations - a.transient, 18 * P);
+    /* DeepSpeed ZeRO-1 on 4 GPUs flattens the rank's bf16 gradient
+     * partition (2 B) and converts it to fp32 (4 B) for the fp32
+     * partition's .grad (stage_1_and_2.py step()): 2 P weights + 2 P
+     * grads + 12 P / 4 state + 6 P / 4 = 4 P + 18 P / 4; the 6 P / 4 =
+     * 187 MB exceed the 110 MB of the forward/backward */
+    vp_cluster c4;
+    vp_cluster_init(&c4, &hw, 4, 4);
+    p.dp = 4;
+    p.sharding = VP_SHARD_ZERO1;
+    eval_ok(cm, &c4, &p, &a, NULL);
+    cr_assert_eq(a.weights + a.grads + a.optimizer, 4 * P + 12 * P / 4);
+    cr_assert_eq(ALLOC(a), 4 * P + 18 * P / 4);
+    cr_assert_eq(a.activations, 0u);
+    /* offloaded, the step runs on the host: no device temporary */
+    p.offload = VP_OFFLOAD_OPTIMIZER;
+    eval_ok(cm, &c4, &p, &a, NULL);
+    cr_assert_gt(a.activations, 0u);
+#undef ALLOC
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* DDP's .grad tensors beside the buckets appear during the backward: with
+ * one micro-batch per step none exists yet at gpt2-small's peak (the
+ * start of the backward, in the loss head, where the fp32 gradient of the
+ * 2048 x 50257 logits is made before any weight gradient); with two
+ * micro-batches all 4 P exist from the second one on. The activations
+ * (logits alone 2048 x 50257 x 10 B = 1 GB) keep the forward/backward
+ * peak above the optimizer step's (24 P vs 18 P + activations). */
+Test(cluster_memory, ddp_grads_appear_during_the_backward)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    const uint64_t P = in.params;
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_cluster_mem one, two, bv;
+    vp_par p = par(8, 1, 1, VP_SHARD_DDP);
+    p.micro_batch = 2;
+    p.bucket_view = false;
+    p.accum = 1;
+    eval_ok(cm, &c, &p, &one, NULL);
+    p.accum = 2;
+    eval_ok(cm, &c, &p, &two, NULL);
+    p.bucket_view = true;
+    eval_ok(cm, &c, &p, &bv, NULL);
+    cr_assert_gt(one.activations, 6 * P);
+    cr_assert_eq(one.grads, 0u);
+    cr_assert_eq(two.grads, 4 * P);
+    cr_assert_eq(one.buffers, 4 * P + 2 * P); /* buckets + autocast */
+    cr_assert_eq(two.total - one.total,
+                 (uint64_t)llround(4.0 * (double)P * 1.05), "%llu",
+                 (unsigned long long)(two.total - one.total));
+    /* bucket views: the grads are the buckets, as with accumulation */
+    cr_assert_eq(bv.grads, 4 * P);
+    cr_assert_eq(two.total - bv.total,
+                 (uint64_t)llround(4.0 * (double)P * 1.05));
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }

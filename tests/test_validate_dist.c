@@ -3,24 +3,41 @@
  * tests/data/dist/.
  *
  * The expected predictions are derived by hand from the documented rules
- * (docs/CLUSTER.md "Model states"; shared/docs/PYTORCH_MEMORY.md section 7)
- * for tests/data/dist/tiny-gpt.yaml, whose parameters are counted in its
- * description: P = 110336 in all, PU = 49984 in one layer (the FSDP unit),
- * PR = 10368 in the root unit (word and position embeddings 8192 + 2048,
- * final norm 128; the head is tied).
+ * (docs/CLUSTER.md "Memory of the most loaded GPU"; shared/docs/
+ * PYTORCH_MEMORY.md sections 4 and 7) for tests/data/dist/tiny-gpt.yaml,
+ * whose parameters are counted in its description: P = 110336 in all,
+ * PU = 49984 in one layer (the FSDP unit), PR = 10368 in the root unit
+ * (word and position embeddings 8192 + 2048, final norm 128; the head is
+ * tied).
  *
- *   DDP            16 P (fp32 weights, fp32 grads, two fp32 Adam moments)
- *                  + 4 P buckets unless gradient_as_bucket_view
- *                  + 2 P autocast weight cache with mixed precision
+ * A rank's peak is the larger of two moments of the step:
+ *
+ * forward/backward, the resident states plus the activations A of the
+ * precision class (which do not depend on the strategy or the world) and
+ * the parameter gradients G the backward has made by its peak where they
+ * are not resident:
+ *   DDP            4 P fp32 weights + 8 P Adam moments
+ *                  + 4 P buckets (allocated when DDP is built) and the
+ *                    .grad tensors beside them, which appear during the
+ *                    backward: G at its peak with one micro-batch, 4 P
+ *                    with accumulation
+ *                  or, with gradient_as_bucket_view, 4 P grads = buckets
+ *                  + 2 P autocast weight copies with mixed precision
  *   FSDP FULL      16 P / world + a (2 PU in flight + PU unsharded grads
- *                  + PR root unit), a = 2 B (bf16) or 4 B (fp32)
- *   FSDP GRAD_OP   16 P / world + a (P gathered + PU)
+ *                  + PR root unit) + G (the unsharded gradients made so
+ *                  far), a = 2 B (bf16) or 4 B (fp32)
+ *   FSDP GRAD_OP   16 P / world + a (P gathered + PU) + G
  *
- * plus the activations A of the precision class, which do not depend on
- * the strategy or the world: A is taken from one line and must be the same
- * in every other line of the class. Reserved = allocated x 1.05; the
- * device adds one NCCL communicator (320 MiB) and the CUDA context
- * (718077952 B). */
+ * and the optimizer step, foreach AdamW (PyTorch's default) holding
+ * _foreach_sqrt(exp_avg_sq), one more fp32 copy of the parameters it
+ * updates, beside every gradient and no activation:
+ *   DDP            4 P + 4 P grads + 8 P + 4 P temporary (+ 4 P buckets)
+ *                  = 20 P (24 P)
+ *   FSDP           (4 + 4 + 8 + 4) P / world = 20 P / world
+ *
+ * A is taken from one line and must be the same in every other line of
+ * its class. Reserved = allocated x 1.05; the device adds one NCCL
+ * communicator (320 MiB) and the CUDA context (718077952 B). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <criterion/criterion.h>
@@ -145,38 +162,115 @@ Test(validate_dist, tiny_model_counts_match_hand_count)
 
 /* ---- DDP ------------------------------------------------------------- */
 
-Test(validate_dist, ddp_bucket_is_one_more_fp32_grad_copy)
+/* The gradients tiny-gpt's backward has made by its peak. The head (a
+ * 128-class output over 64 features) is small, so the peak is in the top
+ * layer's backward, at its GELU: the gradient of the 256-wide MLP hidden
+ * is made while the one coming from the output projection is still held.
+ * By then the head's backward has made the gradients of the tied word
+ * embedding (128 x 64 = 8192) and of the final norm (128), and the output
+ * projection's backward those of its weight and bias (256 x 64 + 64 =
+ * 16448): 24768 fp32 gradients (fp32 under autocast too, the parameters'
+ * dtype). */
+#define G_TINY (4ull * (8192 + 128 + 16448))
+
+/* One line in the schema of the cases, made here. */
+static uint64_t alloc_line(const char *model, const char *strategy,
+                           bool mp, uint64_t batch, uint64_t seq, bool ckpt,
+                           uint64_t accum, uint64_t world)
 {
-    /* PYTORCH_MEMORY 7: buckets = +1x grads unless gradient_as_bucket_view;
-     * DDP's grads are fp32 (the parameters' dtype) also under autocast */
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"id\": \"made\", \"model\": \"%s\", \"batch\": %llu, "
+             "\"seq\": %llu, \"ckpt\": %s, \"accum\": %llu, "
+             "\"world\": %llu, \"rank\": 0, \"strategy\": \"%s\", "
+             "\"mixed_precision\": %s, \"peak_alloc\": 1}",
+             model, (unsigned long long)batch, (unsigned long long)seq,
+             ckpt ? "true" : "false", (unsigned long long)accum,
+             (unsigned long long)world, strategy, mp ? "true" : "false");
+    vp_case_result r;
+    vp_error err;
+    vp_status st = vp_validate_dist_case(line, strlen(line), "made", DIRS, 2,
+                                         &r, &err);
+    cr_assert_eq(st, VP_OK, "%s: %s", line, err.msg);
+    return metric(&r, "rank0.peak_alloc")->predicted;
+}
+
+Test(validate_dist, ddp_grads_beside_the_buckets_appear_in_the_backward)
+{
+    /* PYTORCH_MEMORY 7: the buckets (+1x grads, fp32 also under
+     * autocast) exist from DDP's construction; without bucket views the
+     * .grad tensors beside them appear as the backward makes them, so at
+     * its peak only G of the 4 P exist */
     cr_assert_eq(alloc_of("ddp-fp32-w2", 0) - alloc_of("ddpbv-fp32-w2", 0),
-                 4 * P);
+                 G_TINY);
     cr_assert_eq(alloc_of("ddp-bf16-w2", 0) - alloc_of("ddpbv-bf16-w2", 0),
-                 4 * P);
-    cr_assert_eq(alloc_of("gpt2m-ddp-bf16-w8", 0) -
-                     alloc_of("gpt2m-ddpbv-bf16-w8", 0),
-                 4 * GPT2_MEDIUM_PARAMS);
+                 G_TINY);
+    /* gpt2-medium, batch 8 x 1024: the peak is at the start of the
+     * backward, in the loss head, where the fp32 gradient of the
+     * 8192 x 50257 logits exists before the output layer's weight
+     * gradient is made: no gradient yet, the two strategies peak alike
+     * (the smoke run measured 29518614016 B for ddp, docs/MULTIGPU.md) */
+    cr_assert_eq(alloc_of("gpt2m-ddp-bf16-w8", 0),
+                 alloc_of("gpt2m-ddpbv-bf16-w8", 0));
+    /* with accumulation every .grad exists from the second micro-batch
+     * on: the whole fp32 copy, 4 P, and the bucket views do not change */
+    uint64_t bv1 = alloc_line("tiny-gpt", "ddp-bucket-view", false, 2, 32,
+                              false, 1, 2);
+    uint64_t bv2 = alloc_line("tiny-gpt", "ddp-bucket-view", false, 2, 32,
+                              false, 2, 2);
+    uint64_t dd2 = alloc_line("tiny-gpt", "ddp", false, 2, 32, false, 2, 2);
+    cr_assert_eq(bv1, alloc_of("ddpbv-fp32-w2", 0));
+    cr_assert_eq(bv2, bv1);
+    cr_assert_eq(dd2 - bv2, 4 * P);
 }
 
 Test(validate_dist, ddp_states_are_replicated_whatever_the_world)
 {
-    /* 16 P + 4 P + the fp32 activations at world 2 and at world 8 (two
-     * nodes of 4): DDP keeps everything on every rank */
+    /* 4 P + 8 P + 4 P buckets + G + the fp32 activations at world 2 and
+     * at world 8 (two nodes of 4): DDP keeps everything on every rank */
     uint64_t a = alloc_of("ddp-fp32-w2", 0);
     cr_assert_eq(alloc_of("ddp-fp32-w8-2nodes", 6), a);
-    uint64_t act = a - 20 * P;
+    uint64_t act = a - 16 * P - G_TINY;
     cr_assert_geq(act, LAYERS * layer_act(VP_DT_FP32, false));
+    /* the activations exceed the 4 P of the optimizer step's temporary:
+     * the forward/backward peak is the larger */
+    cr_assert_gt(a, 24 * P);
 }
 
 Test(validate_dist, ddp_autocast_adds_the_cast_cache)
 {
     /* bucket view, autocast: 16 P + 2 P cache + the autocast activations */
     uint64_t a = alloc_of("ddpbv-bf16-w2", 0);
-    cr_assert_gt(a, 18 * P);
+    cr_assert_gt(a, 20 * P); /* above the optimizer step's 20 P */
     uint64_t act = a - 18 * P;
     cr_assert_geq(act, LAYERS * layer_act(VP_DT_BF16, true));
-    /* and the same with the buckets */
-    cr_assert_eq(alloc_of("ddp-bf16-w2", 0), 22 * P + act);
+    /* and the same with the buckets and the .grad made by the peak */
+    cr_assert_eq(alloc_of("ddp-bf16-w2", 0), 18 * P + act + G_TINY);
+}
+
+Test(validate_dist, ddp_optimizer_step_is_the_peak_when_activations_are_small)
+{
+    /* batch 1 of 8 tokens, every layer checkpointed: the activations are
+     * two layer inputs of 8 x 64, one layer's recomputation and 8 x 128
+     * logits, a few tens of KB, well under the 4 P = 441344 B that the
+     * optimizer step adds (its temporary) beside every gradient. The step
+     * holds 4 P weights + 4 P grads + 8 P moments + 4 P temporary = 20 P,
+     * + 4 P without bucket views (the buckets beside the grads); autocast
+     * has let its weight copies go by then */
+    cr_assert_eq(alloc_line("tiny-gpt", "ddp-bucket-view", false, 1, 8, true,
+                            1, 2),
+                 20 * P);
+    cr_assert_eq(alloc_line("tiny-gpt", "ddp-bucket-view", true, 1, 8, true,
+                            1, 2),
+                 20 * P);
+    cr_assert_eq(alloc_line("tiny-gpt", "ddp", false, 1, 8, true, 1, 2),
+                 24 * P);
+    cr_assert_eq(alloc_line("tiny-gpt", "ddp", true, 1, 8, true, 1, 4),
+                 24 * P);
+    /* gpt2-medium, fp32, checkpointed, 64 tokens: 24 P as well, as the
+     * smoke run measured for its optimizer step (24.0 P, docs/MULTIGPU.md) */
+    cr_assert_eq(alloc_line("gpt2-medium", "ddp", false, 1, 64, true, 1, 2),
+                 24 * GPT2_MEDIUM_PARAMS);
 }
 
 /* ---- FSDP ------------------------------------------------------------ */
@@ -196,17 +290,42 @@ Test(validate_dist, fsdp_full_shard_divides_states_by_world)
 
 Test(validate_dist, fsdp_fp32_against_ddp_same_activations)
 {
-    /* without mixed precision DDP and FSDP share the fp32 activations A */
+    /* without mixed precision DDP and FSDP share the fp32 activations A;
+     * FSDP's unsharded gradients made by the backward's peak are the same
+     * G_TINY bytes as DDP's .grad (fp32 both) */
     uint64_t act = alloc_of("ddpbv-fp32-w2", 0) - 16 * P;
-    /* FULL_SHARD, world 2: 16 P / 2 + 4 B (2 PU + PU + PR) + A */
+    /* FULL_SHARD, world 2: 16 P / 2 + 4 B (2 PU + PU + PR) + A + G */
     cr_assert_eq(alloc_of("fsdp-full-fp32-w2", 0),
-                 8 * P + 4 * (3 * PU + PR) + act);
+                 8 * P + 4 * (3 * PU + PR) + act + G_TINY);
     /* world 8 */
     cr_assert_eq(alloc_of("fsdp-full-fp32-w8", 7),
-                 2 * P + 4 * (3 * PU + PR) + act);
-    /* SHARD_GRAD_OP, world 2: 16 P / 2 + 4 B (P + PU) + A */
+                 2 * P + 4 * (3 * PU + PR) + act + G_TINY);
+    /* SHARD_GRAD_OP, world 2: 16 P / 2 + 4 B (P + PU) + A + G */
     cr_assert_eq(alloc_of("fsdp-gradop-fp32-w2", 0),
-                 8 * P + 4 * (P + PU) + act);
+                 8 * P + 4 * (P + PU) + act + G_TINY);
+}
+
+Test(validate_dist, fsdp_optimizer_step_is_twenty_bytes_per_shard_parameter)
+{
+    /* gpt2-medium (h = 1024, 24 layers, vocab 50257, 1024 positions):
+     * PU = 12 h^2 + 13 h = 12596224, PR = 50257 h + 1024 h + 2 h =
+     * 52513792. FULL_SHARD at world 2, fp32, checkpointed, one sequence
+     * of 64 tokens: the forward/backward peak is 16 P / 2 + 4 (3 PU + PR)
+     * + A + G = 8 P + 361209856 + A + G, about 9.02 P + A + G; the
+     * optimizer step holds (4 + 4 + 8 + 4) P / 2 = 10 P, every unit
+     * resharded. The gap, 0.98 P = 348 MB, exceeds A + G: the largest
+     * gradient made early is the tied embedding's (50257 x 1024 x 4 B =
+     * 206 MB) and 64 checkpointed tokens keep a few MB */
+    uint64_t Pm = GPT2_MEDIUM_PARAMS;
+    cr_assert_eq(4 * (3 * 12596224ull + 52513792ull), 361209856ull);
+    cr_assert_eq(alloc_line("gpt2-medium", "fsdp-full", false, 1, 64, true,
+                            1, 2),
+                 10 * Pm);
+    /* SHARD_GRAD_OP keeps every unit gathered through the backward:
+     * 8 P + 4 (P + PU) > 10 P, the forward/backward peak stays larger */
+    cr_assert_gt(alloc_line("gpt2-medium", "fsdp-grad-op", false, 1, 64,
+                            true, 1, 2),
+                 12 * Pm);
 }
 
 Test(validate_dist, fsdp_bf16_gathers_two_byte_units)
@@ -373,6 +492,33 @@ Test(validate_dist, malformed_and_unsupported_cases)
                            b->id, err.msg);
         cr_expect_eq(r.n_metrics, 0, "%s", b->id);
     }
+}
+
+Test(validate_dist, fused_adamw_is_not_modelled)
+{
+    /* the optimizer step's temporary is foreach AdamW's (PyTorch's
+     * default); the fused and for-loop forms have none, which the cluster
+     * model cannot express */
+    static const char *const opts[] = {"adamw-fused", "adamw-forloop"};
+    for (int i = 0; i < 2; i++) {
+        char line[320];
+        snprintf(line, sizeof line,
+                 "{\"id\": \"opt\", \"model\": \"tiny-gpt\", "
+                 "\"batch\": 2, \"seq\": 32, \"opt\": \"%s\", "
+                 "\"world\": 2, \"rank\": 0, \"strategy\": \"ddp\", "
+                 "\"mixed_precision\": false, \"peak_alloc\": 1}",
+                 opts[i]);
+        vp_case_result r;
+        vp_error err;
+        vp_status st = vp_validate_dist_case(line, strlen(line), "opt", DIRS,
+                                             2, &r, &err);
+        cr_assert_eq(st, VP_EUNSUPPORTED, "%s: %s", opts[i], err.msg);
+        cr_assert_not_null(strstr(err.msg, opts[i]), "%s", err.msg);
+        cr_assert_eq(r.n_metrics, 0);
+    }
+    /* foreach AdamW, as collect_dist.py runs it, is */
+    cr_assert_gt(alloc_line("tiny-gpt", "ddp", false, 2, 32, false, 1, 2),
+                 0u);
 }
 
 Test(validate_dist, errors_point_at_the_field)
