@@ -50,7 +50,7 @@ static const char *const GRAPH_KEYS[] = {"consts", "input", "input_kind",
                                          "blocks", "ops", "checkpoint", NULL};
 static const char *const BLOCK_KEYS[] = {"params", "ops", NULL};
 static const char *const CALL_KEYS[] = {"name", "block", "repeat", "with",
-                                        "input", NULL};
+                                        "input", "hold_input", NULL};
 static const char *const OP_KIND_NAMES[] = {
     "linear", "conv2d", "batchnorm2d", "layernorm", "rmsnorm", "groupnorm",
     "embedding", "attention", "relu", "gelu", "gelu_tanh", "silu", "tanh",
@@ -70,7 +70,7 @@ static const char *const *op_keys(const char *kind)
     static const char *const emb[] = {"vocab", "dim", "tied_to", NULL};
     static const char *const att[] = {"heads", "kv_heads", "head_dim",
                                       "causal", "impl", "dropout", "bias",
-                                      NULL};
+                                      "layout", "hold_input", NULL};
     static const char *const act[] = {"inplace", NULL};
     static const char *const drop[] = {"p", NULL};
     static const char *const pool[] = {"kernel", "stride", "padding", NULL};
@@ -258,6 +258,16 @@ static vp_status push(gb *b, vp_op *o, yaml_node_t *at, uint32_t *idx)
                         "the output of '%.100s' has more than 2^64 elements",
                         o->name);
     return st;
+}
+
+/* `hold_input: true`: the caller's Python variable keeps the input of a
+ * module call (op `in`) alive until the call's last op `last` has run, as
+ * in `y = self.ln_2(x); y = self.mlp(y)`. */
+static void hold_input(gb *b, uint32_t in, uint32_t last)
+{
+    vp_op *io = &b->g->ops[in];
+    if (io->kind != VP_OP_INPUT && last > in && last > io->hold_until)
+        io->hold_until = last;
 }
 
 /* The weight of o: shared with the op named by `tied_to` (its first
@@ -522,6 +532,21 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         yaml_node_t *pn = vp__ymap_get(d, n, "dropout", NULL);
         if (pn)
             TRY(vp__yget_prob(d, pn, &p, b->err));
+        /* layout: packed (q, k, v split by views of one projection,
+         * [batch, seq, heads, head_dim]) or torch_mha
+         * (torch.nn.MultiheadAttention(batch_first=True)) */
+        static const char *const layouts[] = {"packed", "torch_mha", NULL};
+        int lay = 0;
+        yaml_node_t *ln_ = vp__ymap_get(d, n, "layout", NULL);
+        if (ln_)
+            TRY(vp__yget_enum(d, ln_, layouts, &lay, b->err));
+        bool hold;
+        TRY(key_bool(b, n, "hold_input", false, &hold));
+        if (lay == 1 && (kvh != heads || last % heads || hd != last / heads))
+            return out_of_range(b, ln_, &o,
+                                "layout torch_mha needs kv_heads = heads and "
+                                "head_dim = dim / heads");
+        uint32_t mha = lay == 1 ? VP_OPF_TORCH_MHA : 0;
         /* in_proj (packed q, k, v), core, out_proj */
         vp_op q = o;
         q.kind = VP_OP_LINEAR;
@@ -536,6 +561,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         q.in_features = last;
         q.out_features = qkv;
         q.shape[2] = qkv;
+        q.flags |= mha;
         TRY(mul2(b, n, last, qkv, &w));
         TRY(param(b, &q, "weight", w, true, NULL));
         if (bias)
@@ -560,6 +586,7 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         c.causal = causal;
         c.attn_impl = (vp_attn_impl)impl;
         c.dropout = p;
+        c.flags = mha;
         TRY(push(b, &c, n, &ci));
         vp_op po = o;
         po.kind = VP_OP_LINEAR;
@@ -568,11 +595,15 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         po.inputs[0] = ci;
         po.in_features = qd;
         po.out_features = last;
+        po.flags |= mha;
         TRY(mul2(b, n, qd, last, &w));
         TRY(param(b, &po, "weight", w, true, NULL));
         if (bias)
             TRY(param(b, &po, "bias", last, true, NULL));
-        return push(b, &po, n, out);
+        TRY(push(b, &po, n, out));
+        if (hold)
+            hold_input(b, ins[0], *out);
+        return VP_OK;
     } else if (!strcmp(kind, "relu") || !strcmp(kind, "gelu") ||
                !strcmp(kind, "gelu_tanh") || !strcmp(kind, "silu") ||
                !strcmp(kind, "tanh") || !strcmp(kind, "sigmoid")) {
@@ -724,6 +755,8 @@ static vp_status build_op(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
                                 "not a permutation of the input's dims");
             seen[p] = true;
             o.shape[k] = x->shape[p];
+            if (p != k)
+                o.flags |= VP_OPF_STRIDED;
         }
         if (k != x->ndim)
             return vp__yerr(d, dn, VP_ESCHEMA, b->err,
@@ -809,6 +842,8 @@ static vp_status call_block(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
     yaml_node_t *rn = vp__ymap_get(d, n, "repeat", NULL);
     if (rn)
         TRY(vp__yget_u64(d, rn, 1, VP_MAX_REPEAT, &repeat, b->err));
+    bool hold;
+    TRY(key_bool(b, n, "hold_input", false, &hold));
     const char *leaf;
     yaml_node_t *nn = vp__ymap_get(d, n, "name", NULL);
     char auto_name[64];
@@ -902,7 +937,10 @@ static vp_status call_block(gb *b, scope *s, yaml_node_t *n, uint32_t prev,
         inner.input = x;
         inner.n_locals = 0;
         uint32_t first = (uint32_t)b->g->n_ops;
+        uint32_t arg = x;
         st = build_list(b, &inner, ops, &x);
+        if (st == VP_OK && hold)
+            hold_input(b, arg, (uint32_t)b->g->n_ops - 1);
         if (st == VP_OK)
             st = maybe_segment(b, inst, first, (uint32_t)b->g->n_ops - 1,
                                rn != NULL, s->top, n);

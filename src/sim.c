@@ -20,11 +20,12 @@ typedef struct {
 typedef enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE } fwd_mode;
 
 /* A reference that a Python variable holds (graph.h, VP_OPF_HOLD_*). */
-enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG };
+enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
 struct pyhold {
     uint32_t id;
     uint8_t kind;
-    int32_t seg; /* PH_LAYER: its layer; PH_SEG: the layer it feeds */
+    int32_t seg; /* PH_LAYER: its layer; PH_SEG: the layer it feeds;
+                    PH_UNTIL: the op after which it is dropped (hold_until) */
 };
 
 typedef struct sim {
@@ -40,6 +41,10 @@ typedef struct sim {
     /* per op */
     uint32_t *out_t;
     uint8_t *out_eb;
+    uint8_t *lay;      /* output not in its dims' memory order (graph.h,
+                          VP_OPF_STRIDED): it follows a permute or the
+                          transposed output of nn.MultiheadAttention */
+    uint8_t *glay;     /* the same for the gradient held in grad_t      */
     uint32_t *saved;   /* n_ops * MAX_SAVED */
     uint8_t *n_saved;
     uint32_t *grad_t;
@@ -463,8 +468,11 @@ static void param_grad_cast(sim *S, uint32_t p, uint32_t lo)
 }
 
 /* Give grad tensor gid (owned) to producer op `in`: convert its dtype if
- * the producer's output has another width, then accumulate. */
-static void give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb)
+ * the producer's output has another width (the copy keeps the strides),
+ * then accumulate. `strided`: the grad is not in the dims' memory order;
+ * a sum into an existing buffer keeps that buffer's layout. */
+static void give_grad_l(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb,
+                        bool strided)
 {
     if (gid == NONE || !OK(S))
         return;
@@ -479,10 +487,17 @@ static void give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb)
         tunref(S, gid);
         gid = c;
     }
-    if (S->grad_t[in] == NONE)
+    if (S->grad_t[in] == NONE) {
         S->grad_t[in] = gid;
-    else
+        S->glay[in] = strided;
+    } else {
         tunref(S, gid); /* summed in place into the existing buffer */
+    }
+}
+
+static void give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb)
+{
+    give_grad_l(S, in, gid, g_eb, false);
 }
 
 static uint32_t grad_like(sim *S, uint32_t in, uint8_t eb)
@@ -563,6 +578,13 @@ static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
     uint64_t w = mulc(S, mulc(S, mulc(S, cop, cip / grp), k2), eb);
     uint64_t w4 = mulc(S, mulc(S, mulc(S, co, ci / grp), k2), 4);
     bool pointwise = o->kernel == 1 && o->stride <= 1;
+    /* a non-overlapping patchify convolution (kernel = stride > 1, no
+     * padding: ViT's conv_proj) in fp32: the forward takes no workspace
+     * (traced: ViT-B/16 fp32 b32; in bf16 the general rule below holds to
+     * 16 B) */
+    if (pass == CONV_FWD && eb == 4 && o->kernel > 1 &&
+        o->kernel == o->stride && !o->padding)
+        return 0;
     if (!pointwise) {
         /* a strided 1x1 forward in fp32 writes large outputs (over 14x14
          * positions) in NCHW directly: only the input is copied
@@ -602,6 +624,16 @@ static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
 
 /* ---- forward ------------------------------------------------------------ */
 
+/* The kernel an attention core runs: the user's choice or the model's;
+ * SDPA picks flash for 16-bit inputs, memory-efficient otherwise. */
+static vp_attn_impl attn_impl_of(const sim *S, const vp_op *o, uint8_t ce)
+{
+    vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
+    if (impl == VP_ATTN_SDPA)
+        impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
+    return impl;
+}
+
 static uint8_t promote(uint8_t a, uint8_t b) { return a > b ? a : b; }
 
 static bool is_view(vp_op_kind k)
@@ -632,6 +664,10 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     uint64_t n = o->numel;
     uint32_t out = NONE;
     uint8_t oeb = eb0;
+    bool mha = o->flags & VP_OPF_TORCH_MHA;
+    /* the output's layout: by default that of the first input (elementwise
+     * ops: TensorIterator follows the first operand's strides) */
+    uint8_t ol = in0 != NONE ? S->lay[in0] : 0;
     uint32_t refs = refs_of ? refs_of[i] : S->consumers[i];
     if (o->flags & VP_OPF_HOLD_FWD && mode == MODE_SAVE)
         refs++;
@@ -648,6 +684,24 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_CONV2D: {
         bool bias = o->n_params > 1;
         uint8_t ce = S->amp ? 2 : eb0; /* compute dtype */
+        const vp_op *xo = &g->ops[in0];
+        /* nn.MultiheadAttention(batch_first=True): out_proj takes
+         * attn_output.permute(2, 0, 1, 3).contiguous(), a copy unless the
+         * kernel wrote its output sequence-first (flash: empty_like(q),
+         * and q is a view of the sequence-first projection); its result is
+         * returned transposed */
+        bool mha_out = mha && xo->kind == VP_OP_ATTENTION;
+        bool mha_in = mha && !mha_out;
+        /* F.linear of a 3-d input that is not contiguous (in_proj reads its
+         * input through a transpose) goes through matmul: the input is
+         * reshaped to 2-d by a copy, which the mm saves, and the bias is
+         * added in place */
+        bool mm = o->kind == VP_OP_LINEAR &&
+                  (mha_in || (S->lay[in0] && xo->ndim >= 3));
+        uint32_t xp = NONE;
+        if (mha_out &&
+            attn_impl_of(S, xo, S->out_eb[in0]) != VP_ATTN_FLASH)
+            xp = talloc(S, mulc(S, xo->numel, S->out_eb[in0]), VP_CAT_ACT);
         /* autocast's wrapper casts the arguments right to left:
          * addmm(b, x, W) casts W, x, b; linear/conv(x, W, b) b, W, x */
         uint32_t x, w;
@@ -660,11 +714,14 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             if (bias)
                 weight_cast(S, o->params[1]);
             w = weight_cast(S, o->params[0]);
-            x = cast_input(S, in0, ce);
+            x = xp != NONE ? xp : cast_input(S, in0, ce);
         }
+        uint32_t xc = mm ? talloc(S, mulc(S, xo->numel, ce), VP_CAT_ACT)
+                         : NONE;
         if (o->kind == VP_OP_LINEAR)
-            workspace_fwd(S, bias);
+            workspace_fwd(S, bias && !mm);
         oeb = ce;
+        ol = mha_out;
         /* INT8 weights: dequantized for the matmul, freed after it */
         uint32_t deq = S->int8 && S->int8[o->params[0]]
                            ? talloc(S,
@@ -674,12 +731,30 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
                            : NONE;
         out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
         tunref(S, deq);
+        if (mm) {
+            tunref(S, x); /* the (strided) cast; the mm keeps the copy */
+            x = xc;
+        }
+        if (mha_in) {
+            /* unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2)
+             * .squeeze(-2).contiguous(): q, k, v are views of this copy */
+            uint32_t c = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
+            tunref(S, out);
+            out = c;
+        }
         if (o->kind == VP_OP_CONV2D)
             transient(S, conv_ws(S, o, ce, CONV_FWD));
         if (sv) {
+            /* MmBackward frees mat2 (W) before self (x) */
+            if (mm && g->ops[in0].needs_grad)
+                save(S, i, w);
             if (g->params[o->params[0]].trainable)
                 save(S, i, x);
-            if (g->ops[in0].needs_grad)
+            /* ConvolutionBackward keeps the weight (its cast under
+             * autocast) even when the input needs no gradient (traced on
+             * ResNet-50 and ViT's patchify conv); linear's mm saves it
+             * only for the input's gradient */
+            if (!mm && (g->ops[in0].needs_grad || o->kind == VP_OP_CONV2D))
                 save(S, i, w);
         }
         tunref(S, x);
@@ -693,7 +768,13 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_GROUPNORM: {
         uint8_t ce = S->amp ? 4 : eb0;
         uint32_t x = cast_input(S, in0, ce);
+        /* layer_norm_cuda: X.expect_contiguous(), a copy of a strided
+         * input for the kernel; autograd saves the input itself */
+        uint32_t xc = o->kind == VP_OP_LAYERNORM && S->lay[in0]
+                          ? talloc(S, mulc(S, n, ce), VP_CAT_TEMP)
+                          : NONE;
         oeb = ce;
+        ol = 0;
         out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
         uint32_t m = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
         uint32_t r = talloc(S, mulc(S, o->rows, 4), VP_CAT_ACT);
@@ -704,6 +785,7 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         }
         tunref(S, m);
         tunref(S, r);
+        tunref(S, xc);
         tunref(S, x);
         break;
     }
@@ -765,10 +847,9 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             hold(S, k);
             hold(S, v);
         }
-        vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-        if (impl == VP_ATTN_SDPA)
-            impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
+        vp_attn_impl impl = attn_impl_of(S, o, ce);
         oeb = ce;
+        ol = 0;
         if (impl == VP_ATTN_EAGER) {
             /* HF eager_attention_forward (transformers 5.x, traced on
              * GPT-2): q made contiguous for bmm (saved); q @ k^T; times
@@ -861,7 +942,10 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             tunref(S, dropped);
         } else {
             uint32_t rng1 = NONE, rng2 = NONE, lse = NONE;
-            if (o->dropout > 0) {
+            /* torch_mha (traced): flash allocates the philox seed and
+             * offset in grad mode also at p = 0 */
+            if (o->dropout > 0 ||
+                (mha && impl == VP_ATTN_FLASH && S->training)) {
                 rng1 = talloc(S, 8, VP_CAT_ACT);
                 rng2 = talloc(S, 8, VP_CAT_ACT);
             }
@@ -873,12 +957,18 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
              * an input requiring grad: sdp_utils' compute_logsumexp) */
             if (S->training && o->needs_grad)
                 lse = talloc(S, mulc(S, mulc(S, bh, L), 4), VP_CAT_ACT);
-            transient(S, 256);
+            /* torch_mha (traced): no scratch in the efficient kernel */
+            if (!(mha && impl == VP_ATTN_EFFICIENT))
+                transient(S, 256);
             if (sv) {
                 save(S, i, q);
                 save(S, i, k);
                 save(S, i, v);
                 save(S, i, lse);
+                /* the packed layout hands the output to out_proj, which
+                 * saves it; torch_mha's out_proj may save a copy */
+                if (mha)
+                    save(S, i, out);
                 save(S, i, rng1);
                 save(S, i, rng2);
             }
@@ -1000,7 +1090,12 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
     case VP_OP_ADAPTIVE_AVGPOOL2D:
     case VP_OP_CONCAT:
     case VP_OP_MOE_DISPATCH:
-        out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+        /* cat promotes to the widest input: ViT's class token (a fp32
+         * parameter) makes the joined tokens fp32 under autocast */
+        if (o->kind == VP_OP_CONCAT && o->n_params)
+            oeb = promote(eb0, S->PE);
+        ol = 0;
+        out = talloc(S, mulc(S, n, oeb), VP_CAT_ACT);
         break;
     case VP_OP_ROUTER: {
         uint32_t sm = talloc(S, mulc(S, mulc(S, o->shape[0], o->classes), 4),
@@ -1024,8 +1119,19 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         break;
     case VP_OP_FLATTEN:
     case VP_OP_RESHAPE:
+        if (S->lay[in0]) {
+            /* dims merged across a permuted order: reshape copies */
+            out = talloc(S, mulc(S, n, eb0), VP_CAT_ACT);
+            ol = 0;
+            break;
+        }
+        out = S->out_t[in0];
+        tref(S, out);
+        break;
     case VP_OP_PERMUTE:
     case VP_OP_SELECT:
+        if (o->flags & VP_OPF_STRIDED)
+            ol ^= 1;
         out = S->out_t[in0];
         tref(S, out);
         break;
@@ -1084,6 +1190,7 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         return;
     /* the output: refs from consumers; drop our creation reference */
     S->out_eb[i] = oeb;
+    S->lay[i] = ol;
     if (out != NONE) {
         S->t[out].refs += refs;
         S->out_t[i] = out;
@@ -1100,6 +1207,8 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
             pyhold_push(S, out, PH_LAYER, o->segment);
         if (hold_out)
             hold(S, out);
+        if (o->hold_until > i)
+            pyhold_push(S, out, PH_UNTIL, (int32_t)o->hold_until);
         if (o->flags & VP_OPF_HOLD_SEG && mode != MODE_RECOMPUTE) {
             int32_t nx = -1;
             for (size_t k = 0; k < g->n_segs; k++)
@@ -1132,6 +1241,9 @@ static void fwd(sim *S, uint32_t i, fwd_mode mode, const uint32_t *refs_of)
         pyhold_release(S, PH_MODULE, -1);
         pyhold_release(S, PH_SEG, o->segment);
     }
+    /* a module call returns: the caller's variable holding its argument
+     * is reassigned (graph form, hold_input) */
+    pyhold_release(S, PH_UNTIL, (int32_t)i);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -1176,6 +1288,9 @@ static void bwd_op(sim *S, uint32_t i)
     S->cur_op_idx = (int32_t)i;
     uint32_t gy = S->grad_t[i];
     S->grad_t[i] = NONE;
+    bool gstr = S->glay[i]; /* gy is not in the output's memory order */
+    S->glay[i] = 0;
+    bool mha = o->flags & VP_OPF_TORCH_MHA;
     uint32_t in0 = o->n_inputs ? o->inputs[0] : NONE;
     bool ig0 = in0 != NONE && g->ops[in0].needs_grad;
     uint8_t eb0 = in0 != NONE ? S->out_eb[in0] : S->A;
@@ -1183,6 +1298,7 @@ static void bwd_op(sim *S, uint32_t i)
     uint64_t n = o->numel;
     uint32_t gx = NONE;
     uint8_t gxe = eb0;
+    bool gxs = false; /* gx strided */
     switch (o->kind) {
     case VP_OP_INPUT:
         break;
@@ -1200,37 +1316,82 @@ static void bwd_op(sim *S, uint32_t i)
         bool conv = o->kind == VP_OP_CONV2D;
         uint8_t ce = S->amp ? 2 : eb0;
         uint64_t rows = o->in_features ? g->ops[in0].numel / o->in_features : 0;
+        /* the forward's matmul path (see fwd) and torch_mha's in_proj, whose
+         * grad comes back as the [3, L, N, E] buffer that the core's
+         * backward assembles */
+        bool mha_out = mha && g->ops[in0].kind == VP_OP_ATTENTION;
+        bool mha_in = mha && !mha_out;
+        bool mm = !conv && (mha_in ||
+                            (S->lay[in0] && g->ops[in0].ndim >= 3));
+        /* ViewBackward: the grad must be in the output's memory order to
+         * be seen as 2-d; reshape copies it (torch_mha: out_proj's output
+         * was returned transposed; in_proj's unflatten/transpose chain) */
+        if (!conv && gy != NONE && (mha_in || S->lay[i] != gstr)) {
+            uint32_t c = talloc(S, mulc(S, n, S->out_eb[i]), VP_CAT_TEMP);
+            tunref(S, gy);
+            gy = c;
+        }
+        /* cuDNN takes a contiguous grad_out: a copy of one that came back
+         * through a permute (ViT's patch embedding), freed after the
+         * filter gradient */
+        uint32_t gc = conv && gstr && gy != NONE
+                          ? talloc(S, mulc(S, n, S->out_eb[i]), VP_CAT_TEMP)
+                          : NONE;
         if (!conv)
             workspace_bwd(S, false);
-        if (ig0) {
-            gx = grad_like(S, in0, ce);
-            gxe = ce;
-            if (conv)
-                transient(S, conv_ws(S, o, ce, CONV_BWD_DATA));
-        }
         uint32_t pw = o->params[0], pb = bias ? o->params[1] : NONE;
         uint32_t gw = NONE, gb = NONE;
-        if (g->params[pw].trainable) {
-            uint32_t eb = S->amp ? 2 : param_bytes_of(S, &g->params[pw]);
-            gw = talloc(S, mulc(S, g->params[pw].numel, eb), VP_CAT_TEMP);
-            if (conv)
-                transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
-        }
-        if (bias && g->params[pb].trainable) {
-            uint32_t eb = S->amp ? 2 : param_bytes_of(S, &g->params[pb]);
-            gb = talloc(S, mulc(S, g->params[pb].numel, eb), VP_CAT_TEMP);
-            if (!conv)
+        bool tw = g->params[pw].trainable;
+        bool tb = bias && g->params[pb].trainable;
+        uint32_t ew = S->amp ? 2 : param_bytes_of(S, &g->params[pw]);
+        uint32_t eb = tb ? (S->amp ? 2 : param_bytes_of(S, &g->params[pb]))
+                         : 0;
+        if (mm) {
+            /* the bias's AddBackward (add_ ran last) and its reduction,
+             * then MmBackward: mat2 (W), then self (x); the grad of a
+             * transposed input comes back transposed */
+            if (tb) {
+                gb = talloc(S, mulc(S, g->params[pb].numel, eb), VP_CAT_TEMP);
                 bias_staging(S, rows, o->out_features);
+            }
+            if (tw)
+                gw = talloc(S, mulc(S, g->params[pw].numel, ew), VP_CAT_TEMP);
+            if (ig0) {
+                gx = grad_like(S, in0, ce);
+                gxe = ce;
+                gxs = mha_in;
+            }
+        } else {
+            if (ig0) {
+                gx = grad_like(S, in0, ce);
+                gxe = ce;
+                if (conv)
+                    transient(S, conv_ws(S, o, ce, CONV_BWD_DATA));
+            }
+            if (tw) {
+                gw = talloc(S, mulc(S, g->params[pw].numel, ew), VP_CAT_TEMP);
+                if (conv)
+                    transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
+            }
+            tunref(S, gc);
+            if (tb) {
+                gb = talloc(S, mulc(S, g->params[pb].numel, eb), VP_CAT_TEMP);
+                /* the bias sum over rows (conv: over N, H, W) */
+                if (!conv)
+                    bias_staging(S, rows, o->out_features);
+                else if (o->out_features)
+                    bias_staging(S, n / o->out_features, o->out_features);
+            }
         }
         tunref(S, gy);
         gy = NONE;
         release_saved(S, i);
         if (o->flags & VP_OPF_ADDMM) { /* addmm(b, x, W) */
             param_grad_cast(S, pb, gb);
-            give_grad(S, in0, gx, gxe);
+            give_grad_l(S, in0, gx, gxe, gxs);
             param_grad_cast(S, pw, gw);
         } else { /* linear / conv (x, W, b) */
-            give_grad(S, in0, gx, gxe);
+            give_grad_l(S, in0, gx, gxe, gxs);
             param_grad_cast(S, pw, gw);
             param_grad_cast(S, pb, gb);
         }
@@ -1256,16 +1417,25 @@ static void bwd_op(sim *S, uint32_t i)
     case VP_OP_GROUPNORM:
     case VP_OP_RMSNORM: {
         uint8_t ce = S->amp ? 4 : eb0;
+        bool ln = o->kind == VP_OP_LAYERNORM;
         if (o->kind == VP_OP_RMSNORM) {
             transient(S, mulc(S, n, 4));
             transient(S, mulc(S, n, 4));
         }
+        /* layer_norm_backward_cuda: X.expect_contiguous() first, then dX,
+         * dgamma, dbeta; the kernel copies a strided dY */
+        uint32_t xc = ln && S->lay[in0]
+                          ? talloc(S, mulc(S, n, ce), VP_CAT_TEMP)
+                          : NONE;
         if (ig0) {
             gx = grad_like(S, in0, ce);
             gxe = ce;
         }
         for (uint32_t k = 0; k < o->n_params; k++)
             weight_grad(S, o->params[k], false);
+        if (ln && gstr && gy != NONE)
+            transient(S, mulc(S, n, oeb));
+        tunref(S, xc);
         break;
     }
     case VP_OP_BATCHNORM2D:
@@ -1281,10 +1451,14 @@ static void bwd_op(sim *S, uint32_t i)
                            (uint64_t)o->heads * o->head_dim);
         uint64_t kvn = mulc(S, mulc(S, o->shape[0], o->kv_len),
                             (uint64_t)o->kv_heads * o->head_dim);
-        vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-        if (impl == VP_ATTN_SDPA)
-            impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
+        vp_attn_impl impl = attn_impl_of(S, o, ce);
         uint32_t dq, dk, dv;
+        /* torch_mha: the efficient kernel wants grad_out in [B, L, h, d]
+         * order; it comes back sequence-first (the permute's grad) */
+        bool mha_eff = mha && impl == VP_ATTN_EFFICIENT;
+        uint32_t gcopy = mha_eff ? talloc(S, mulc(S, qn, ce), VP_CAT_TEMP)
+                                 : NONE;
+        uint32_t delta = NONE;
         if (impl == VP_ATTN_EAGER) {
             /* the nodes of eager_attention_forward in reverse (traced):
              * the output copy's backward, bmm(probs, v), dropout, the
@@ -1334,6 +1508,17 @@ static void bwd_op(sim *S, uint32_t i)
             dk = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
             dv = talloc(S, mulc(S, kvn, ce), VP_CAT_TEMP);
         }
+        if (mha_eff) {
+            /* delta = (grad_out * out).sum(-1) in fp32 (traced on the
+             * torch_mha path; the packed path leaves it out) */
+            uint32_t t = talloc(S, mulc(S, qn, 4), VP_CAT_TEMP);
+            uint32_t s1 = talloc(S, mulc(S, mulc(S, bh, o->q_len), 4),
+                                 VP_CAT_TEMP);
+            delta = talloc(S, mulc(S, mulc(S, bh, o->q_len), 4),
+                           VP_CAT_TEMP);
+            tunref(S, s1);
+            tunref(S, t);
+        }
         if (impl == VP_ATTN_FLASH || impl == VP_ATTN_EFFICIENT) {
             uint64_t ws = mulc(S, qn, 4);
             ws += mulc(S, mulc(S, bh, o->q_len), 4) + 256;
@@ -1346,12 +1531,44 @@ static void bwd_op(sim *S, uint32_t i)
             tunref(S, t1);
             tunref(S, t2);
         }
+        tunref(S, delta);
+        tunref(S, gcopy);
         tunref(S, gy);
         gy = NONE;
         release_saved(S, i);
         bool kvcopy = (o->flags & VP_OPF_KV_COPY) &&
                       !(o->segment >= 0 && S->ckpt[o->segment]);
-        if (o->n_inputs == 1) {
+        if (o->n_inputs == 1 && mha) {
+            /* torch_mha: q, k, v are views of the packed projection:
+             * q.view(L, N*h, d).transpose(0, 1).view(N, h, L, d). The two
+             * ViewBackward nodes of each (v, k, q, in the engine's order)
+             * reshape its grad, copying when it is not in the projection's
+             * order: the efficient kernel writes [B, L, h, d] (two copies
+             * each), math's bmm [B*h, L, d] (one), flash like q (none).
+             * Then each SelectBackward of proj[0..2] makes a zero
+             * [3, L, N, E] buffer, summed into the first (v's). */
+            int rounds = impl == VP_ATTN_FLASH       ? 0
+                         : impl == VP_ATTN_EFFICIENT ? 2
+                                                     : 1;
+            for (int r = 0; r < rounds; r++) {
+                uint32_t *gs[3] = {&dv, &dk, &dq};
+                for (int k = 0; k < 3; k++) {
+                    uint32_t c = talloc(S, mulc(S, qn, ce), VP_CAT_TEMP);
+                    tunref(S, *gs[k]);
+                    *gs[k] = c;
+                }
+            }
+            uint64_t pk = mulc(S, g->ops[in0].numel, ce);
+            gx = talloc(S, pk, VP_CAT_TEMP);
+            tunref(S, dv);
+            uint32_t b = talloc(S, pk, VP_CAT_TEMP);
+            tunref(S, dk);
+            tunref(S, b);
+            uint32_t c = talloc(S, pk, VP_CAT_TEMP);
+            tunref(S, dq);
+            tunref(S, c);
+            gxe = ce;
+        } else if (o->n_inputs == 1) {
             /* the cache's cat backward makes k's and v's grads contiguous
              * (one at a time), then split's backward cats q, k, v */
             if (kvcopy) {
@@ -1471,13 +1688,18 @@ static void bwd_op(sim *S, uint32_t i)
             uint32_t in = o->inputs[j];
             if (!g->ops[in].needs_grad)
                 continue;
-            if (o->kind == VP_OP_MUL || g->ops[in].numel != n ||
-                o->kind == VP_OP_MOE_COMBINE) {
+            if (o->kind == VP_OP_CONCAT && o->n_params) {
+                /* prepended learned tokens: the input's grad is a narrow
+                 * view of grad_out (a copy only to change the dtype) */
+                tref(S, gy);
+                give_grad_l(S, in, gy, oeb, gstr);
+            } else if (o->kind == VP_OP_MUL || g->ops[in].numel != n ||
+                       o->kind == VP_OP_MOE_COMBINE) {
                 give_grad(S, in, grad_like(S, in, S->out_eb[in]),
                           S->out_eb[in]);
             } else {
                 tref(S, gy);
-                give_grad(S, in, gy, oeb);
+                give_grad_l(S, in, gy, oeb, gstr);
             }
         }
         for (uint32_t k = 0; k < o->n_params; k++)
@@ -1491,6 +1713,11 @@ static void bwd_op(sim *S, uint32_t i)
             tref(S, gy);
             gx = gy;
             gxe = oeb;
+            /* through a permute the grad's order flips; a reshape that
+             * copied gives it back in the input's dims order */
+            gxs = o->kind == VP_OP_PERMUTE
+                      ? gstr ^ ((o->flags & VP_OPF_STRIDED) != 0)
+                      : (S->lay[in0] ? false : gstr);
         }
         break;
     case VP_OP_CROSS_ENTROPY:
@@ -1529,7 +1756,7 @@ static void bwd_op(sim *S, uint32_t i)
     tunref(S, gy);
     release_saved(S, i);
     if (gx != NONE)
-        give_grad(S, in0, gx, gxe);
+        give_grad_l(S, in0, gx, gxe, gxs);
 }
 
 /* ---- the step ------------------------------------------------------------ */
@@ -1992,6 +2219,8 @@ static void sim_destroy(sim *S)
     free(S->free_ids);
     free(S->out_t);
     free(S->out_eb);
+    free(S->lay);
+    free(S->glay);
     free(S->saved);
     free(S->n_saved);
     free(S->grad_t);
@@ -2024,6 +2253,8 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
         return err ? err->code : VP_ENOMEM;
     S->out_t = malloc(no * sizeof *S->out_t);
     S->out_eb = calloc(no, 1);
+    S->lay = calloc(no, 1);
+    S->glay = calloc(no, 1);
     S->saved = malloc(no * MAX_SAVED * sizeof *S->saved);
     S->n_saved = calloc(no, 1);
     S->grad_t = malloc(no * sizeof *S->grad_t);
@@ -2034,9 +2265,9 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->st1 = malloc(np * sizeof *S->st1);
     S->st2 = malloc(np * sizeof *S->st2);
     S->ckpt = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->ckpt);
-    if (!S->out_t || !S->out_eb || !S->saved || !S->n_saved || !S->grad_t ||
-        !S->consumers || !S->reload || !S->pgrad || !S->cast || !S->st1 || !S->st2 ||
-        !S->ckpt)
+    if (!S->out_t || !S->out_eb || !S->lay || !S->glay || !S->saved ||
+        !S->n_saved || !S->grad_t || !S->consumers || !S->reload ||
+        !S->pgrad || !S->cast || !S->st1 || !S->st2 || !S->ckpt)
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     for (size_t i = 0; i < no; i++)
         S->out_t[i] = S->grad_t[i] = NONE;

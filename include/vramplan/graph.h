@@ -111,6 +111,11 @@ typedef struct vp_op {
     uint32_t top_k;
     bool upcast_logits;                   /* loss: logits.float() first (HF) */
     uint32_t flags;                       /* VP_OPF_* behaviour details       */
+    uint32_t hold_until;                  /* a Python variable of the caller
+                                             keeps the output alive until op
+                                             hold_until has run (a module's
+                                             argument, graph key hold_input);
+                                             0 = none                         */
     double flops_fwd, flops_bwd;          /* floating-point operations       */
 } vp_op;
 
@@ -143,6 +148,18 @@ typedef struct vp_op {
 #define VP_OPF_HOLD_OUT 0x1000u  /* the base model's output: a local of the
                                     head's forward until it returns, after
                                     the loss (HF *ForCausalLM, *ForMaskedLM) */
+/* Memory layouts (graph form). */
+#define VP_OPF_STRIDED 0x2000u   /* a view whose dims are not in memory order
+                                    (permute other than the identity): what
+                                    reads it contiguously copies it, and the
+                                    gradient coming back through it arrives
+                                    in the other order                      */
+#define VP_OPF_TORCH_MHA 0x4000u /* in_proj, core and out_proj of
+                                    torch.nn.MultiheadAttention(batch_first=
+                                    True) (graph key layout: torch_mha): the
+                                    module works sequence-first on transposed
+                                    views, copies q, k, v and the output, and
+                                    returns its output transposed            */
 
 typedef struct vp_segment {
     const char *name;   /* "h.3", "layer2"                                   */
