@@ -189,6 +189,14 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
             for (int off = 0; off <= 1; off++) {
             if (off && reach_all)
                 break; /* offloading cannot beat a setup that fits whole */
+            /* with the state on the host the GPU-side AdamW variant does
+             * not matter: offload is tried with the first allowed one */
+            bool first_opt = true;
+            for (int q = 0; q < o; q++)
+                if (opt[q])
+                    first_opt = false;
+            if (off && !first_opt)
+                break;
             uint64_t fit_none = 0, fit_all = 0;
             for (int ck = VP_CKPT_NONE; ck <= VP_CKPT_AUTO; ck++) {
                 if (out->n >= VP_PLAN_MAX)

@@ -1523,7 +1523,7 @@ static int cmd_plan(int argc, char **argv)
                a.setup.seq ? a.setup.seq : vp_model_default_seq(model));
         printf("searched     %zu setups, %" PRIu32 " simulations\n\n",
                res->n, res->simulations);
-        printf("%4s  %-9s %-14s %-5s %12s %14s %11s %10s %6s\n", "rank",
+        printf("%4s  %-9s %-16s %-5s %12s %14s %11s %10s %6s\n", "rank",
                "precision", "optimizer", "ckpt", "micro x acc",
                "peak reserved", "step time", "samples/s", "MFU");
         for (size_t i = 0; i < res->n; i++) {
@@ -1540,12 +1540,12 @@ static int cmd_plan(int argc, char **argv)
             snprintf(on, sizeof on, "%s%s", vp_optimizer_name(k->optimizer),
                      k->offload ? "+off" : "");
             if (!k->fits) {
-                printf("%4s  %-9s %-14s %-5s %12s %14s %11s %10s %6s\n", "-",
+                printf("%4s  %-9s %-16s %-5s %12s %14s %11s %10s %6s\n", "-",
                        vp_precision_name(k->precision), on, ck,
                        k->micro_batch ? mb : "-", "-", "-", "-", "-");
                 continue;
             }
-            printf("%4zu  %-9s %-14s %-5s %12s %14s %9.1f ms %10.1f %5.1f%%\n",
+            printf("%4zu  %-9s %-16s %-5s %12s %14s %9.1f ms %10.1f %5.1f%%\n",
                    i + 1, vp_precision_name(k->precision), on, ck, mb,
                    vp_size_format(k->peak_reserved, b2, sizeof b2),
                    k->time.total * 1e3, k->samples_per_s,
@@ -1565,10 +1565,11 @@ static int cmd_plan(int argc, char **argv)
         }
         for (size_t i = any ? 1 : 0; i < res->n; i++) {
             const vp_plan_candidate *k = &res->cand[i];
-            printf("  %-9s %-14s%s %-5s %s\n",
-                   vp_precision_name(k->precision),
-                   vp_optimizer_name(k->optimizer), k->offload ? "+off" : "",
-                   vp_ckpt_mode_name(k->ckpt), k->reason);
+            char on[32];
+            snprintf(on, sizeof on, "%s%s", vp_optimizer_name(k->optimizer),
+                     k->offload ? "+off" : "");
+            printf("  %-9s %-18s %-5s %s\n", vp_precision_name(k->precision),
+                   on, vp_ckpt_mode_name(k->ckpt), k->reason);
         }
     }
     rc = any ? CLI_OK : CLI_NOFIT;
