@@ -1080,6 +1080,26 @@ static int report_no_fit(const vp_setup *s, const vp_error *err)
     return CLI_NOFIT;
 }
 
+/* The segments a --checkpoint or --selective SPEC names, in a new array
+ * (*out, one flag per segment; the caller frees it). Returns -1 to go on,
+ * or an exit code after printing why. */
+static int select_segments(const vp_graph *graph, const char *spec,
+                           const char *option, bool **out)
+{
+    size_t n = vp_graph_segment_count(graph);
+    vp_error err;
+
+    *out = calloc(n > 0 ? n : 1, sizeof **out);
+    if (*out == NULL)
+        return fail("out of memory");
+    if (vp_graph_checkpoint_select(graph, spec, *out, &err) != VP_OK) {
+        fprintf(stderr, "vramplan: error: %s: %s\n", option,
+                err.msg[0] ? err.msg : vp_strerror(err.code));
+        return err.code == VP_EARG ? CLI_USAGE : exit_code_for(err.code);
+    }
+    return -1;
+}
+
 static int estimate_run(const estimate_args *a)
 {
     vp_setup setup = a->setup;
@@ -1172,41 +1192,19 @@ static int estimate_run(const estimate_args *a)
         setup.selective = sel;
         setup.n_selective = n;
     } else if (a->checkpoint != NULL) {
-        size_t n = vp_graph_segment_count(graph);
-
-        ckpt = calloc(n > 0 ? n : 1, sizeof *ckpt);
-        if (ckpt == NULL) {
-            rc = fail("out of memory");
+        if ((rc = select_segments(graph, a->checkpoint, "--checkpoint",
+                                  &ckpt)) >= 0)
             goto done;
-        }
-        if (vp_graph_checkpoint_select(graph, a->checkpoint, ckpt, &err) !=
-            VP_OK) {
-            fprintf(stderr, "vramplan: error: --checkpoint: %s\n",
-                    err.msg[0] ? err.msg : vp_strerror(err.code));
-            rc = err.code == VP_EARG ? CLI_USAGE : exit_code_for(err.code);
-            goto done;
-        }
         setup.checkpoint = ckpt;
-        setup.n_checkpoint = n;
+        setup.n_checkpoint = vp_graph_segment_count(graph);
     }
 
     if (a->selective != NULL && sel == NULL) {
-        size_t n = vp_graph_segment_count(graph);
-
-        sel = calloc(n > 0 ? n : 1, sizeof *sel);
-        if (sel == NULL) {
-            rc = fail("out of memory");
+        if ((rc = select_segments(graph, a->selective, "--selective",
+                                  &sel)) >= 0)
             goto done;
-        }
-        if (vp_graph_checkpoint_select(graph, a->selective, sel, &err) !=
-            VP_OK) {
-            fprintf(stderr, "vramplan: error: --selective: %s\n",
-                    err.msg[0] ? err.msg : vp_strerror(err.code));
-            rc = err.code == VP_EARG ? CLI_USAGE : exit_code_for(err.code);
-            goto done;
-        }
         setup.selective = sel;
-        setup.n_selective = n;
+        setup.n_selective = vp_graph_segment_count(graph);
     }
 
     if (a->timeline != NULL) {
