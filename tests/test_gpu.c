@@ -518,11 +518,14 @@ Test(calib_raw, errors_name_the_line)
             "no \"gpu_us\"");
     raw_bad("{\"kind\": \"gemm\", \"dtype\": \"bf16\", \"m\": 1, \"n\": 1, "
             "\"k\": 1, \"tflops\": [1, \"x\"]}\n",
-            1, "expected a number");
+            1, "must hold non-negative numbers");
     raw_bad("{\"kind\": \"gemm\", \"dtype\": \"bf17\"}\n", 1,
-            "unknown dtype");
+            "unknown value 'bf17' for 'dtype' (did you mean 'bf16'?)");
     raw_bad("vp-calibrate: error: cudaMalloc failed\n", 1,
-            "expected a JSON object");
+            "malformed JSON");
+    /* strict: a field that vp-calibrate does not write is named */
+    raw_bad("{\"kind\": \"done\", \"seconds\": 1, \"secs\": 2}\n", 1,
+            "unknown field 'secs'");
     raw_bad("{\"kind\": \"done\", \"seconds\": 1\n", 1, "");
     raw_bad("", 1, "no measurements");
     raw_bad("{\"kind\": \"start\", \"program\": \"other\"}\n", 1,

@@ -41,11 +41,30 @@ static char *line_of(const char *path, unsigned n)
     return line;
 }
 
+/* Run a line as validate does: models in models/, no GPU profile; the
+ * first case of a file ran first in its measuring process. */
+static vp_status run_first(const char *json, bool first,
+                           const char *const *dirs, size_t n_dirs,
+                           const vp_setup *base, const vp_hw *hw,
+                           vp_case_result *r, vp_error *err)
+{
+    vp_validate_opts o = {"test", 1, dirs, n_dirs, first, base, hw,
+                          hw != NULL};
+
+    return vp_validate_line(json, strlen(json), &o, r, err);
+}
+
+static vp_status run_with(const char *json, const char *const *dirs,
+                          size_t n_dirs, const vp_setup *base,
+                          const vp_hw *hw, vp_case_result *r, vp_error *err)
+{
+    return run_first(json, true, dirs, n_dirs, base, hw, r, err);
+}
+
 static vp_status run_line(const char *json, vp_case_result *r,
                           vp_error *err)
 {
-    return vp_validate_case(json, strlen(json), "test:1", DIRS, 1, true, r,
-                            err);
+    return run_with(json, DIRS, 1, NULL, NULL, r, err);
 }
 
 static vp_case_result ok_case(const char *path, unsigned n)
@@ -53,8 +72,8 @@ static vp_case_result ok_case(const char *path, unsigned n)
     char *json = line_of(path, n);
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s:%u: %s", path, n,
-                 err.msg);
+    cr_assert_eq(run_first(json, n == 2, DIRS, 1, NULL, NULL, &r, &err),
+                 VP_OK, "%s:%u: %s", path, n, err.msg);
     free(json);
     return r;
 }
@@ -117,7 +136,9 @@ Test(validate, a_peak_case_yields_its_metrics)
     static const char *const names[] = {
         "peak_alloc",     "peak_reserved",  "after_model",
         "device_used",    "step1.fwd_peak", "step1.bwd_peak",
-        "step1.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
+        "step1.opt_peak", "step2.fwd_peak", "step2.bwd_peak",
+        "step2.opt_peak", "step3.fwd_peak", "step3.bwd_peak",
+        "step3.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
         "step4.opt_peak"};
     size_t n = sizeof names / sizeof *names;
     cr_assert_eq(r.n_metrics, n);
@@ -169,7 +190,7 @@ Test(validate, a_checkpointed_case_checkpoints_every_unit)
     vp_setup_init(&s);
     s.batch = 16;
     s.precision = VP_PREC_AMP_BF16;
-    s.fresh_process = true;
+    s.fresh_process = false; /* not the first case of its file */
     vp_estimate ck = simulate("models/gpt2-small.yaml", &s, 1024, true);
     vp_estimate no = simulate("models/gpt2-small.yaml", &s, 1024, false);
     cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, ck.peak_alloc);
@@ -187,7 +208,7 @@ Test(validate, the_case_seq_and_precision_are_used)
     vp_setup_init(&s);
     s.batch = 4;
     s.precision = VP_PREC_AMP_BF16;
-    s.fresh_process = true;
+    s.fresh_process = false; /* not the first case of its file */
     vp_estimate e = simulate("models/gpt2-small.yaml", &s, 512, false);
     cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, e.peak_alloc);
     cr_assert_eq(must_metric(&r, "peak_reserved")->predicted,
@@ -199,13 +220,24 @@ Test(validate, the_case_seq_and_precision_are_used)
 
 Test(validate, the_simulator_matches_these_cases_closely)
 {
-    /* the README's accuracy claim, on the copied cases */
+    /* the copied cases as the simulator matches them today: peak
+     * allocated within 0.014 % (gpt2-small b4 s512), reserved exact, every
+     * phase peak within 0.18 % (its step 1 optimizer peak); the context
+     * outside the allocator within 1.7 % (device_used) */
     for (unsigned n = MLP10_B1024; n <= GPT2_S512; n++) {
         vp_case_result r = ok_case(CASES, n);
-        cr_assert_leq(fabs(must_metric(&r, "peak_alloc")->rel_err), 0.07,
+        cr_assert_leq(fabs(must_metric(&r, "peak_alloc")->rel_err), 2e-4,
                       "%s", r.id);
-        cr_assert_leq(fabs(must_metric(&r, "peak_reserved")->rel_err), 0.06,
+        cr_assert_leq(fabs(must_metric(&r, "peak_reserved")->rel_err), 1e-4,
                       "%s", r.id);
+        cr_assert_leq(fabs(must_metric(&r, "after_model")->rel_err), 1e-4,
+                      "%s", r.id);
+        cr_assert_leq(fabs(must_metric(&r, "device_used")->rel_err), 0.018,
+                      "%s", r.id);
+        for (size_t i = 0; i < r.n_metrics; i++)
+            if (strncmp(r.metrics[i].name, "step", 4) == 0)
+                cr_assert_leq(fabs(r.metrics[i].rel_err), 2e-3, "%s %s",
+                              r.id, r.metrics[i].name);
     }
 }
 
@@ -327,8 +359,9 @@ Test(validate, a_budget_must_be_a_positive_number)
                  bad[i]);
         vp_case_result r;
         vp_error err;
-        cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "budget %s",
-                     bad[i]);
+        vp_status st = run_line(json, &r, &err);
+        cr_assert(st == VP_ESCHEMA || st == VP_ERANGE, "budget %s: %s",
+                  bad[i], vp_err_name(st));
         cr_assert_not_null(strstr(err.msg, "budget_gib"), "%s", err.msg);
     }
 }
@@ -354,9 +387,8 @@ Test(validate, a_gpu_profile_adds_step_us)
     vp_hw hw = h200();
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
-                                     NULL, &hw, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, &hw, &r, &err), VP_OK, "%s",
+                 err.msg);
     const vp_metric *t = must_metric(&r, "step_us");
     /* step_ms 22.433849999998756 */
     cr_assert_eq(t->measured, 22434);
@@ -388,9 +420,8 @@ Test(validate, no_step_us_without_a_measured_step_time)
     vp_hw hw = h200();
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:1", DIRS, 1, true,
-                                     NULL, &hw, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, &hw, &r, &err), VP_OK, "%s",
+                 err.msg);
     cr_assert_null(metric(&r, "step_us"));
     cr_assert_not_null(metric(&r, "peak_alloc"));
 }
@@ -403,9 +434,8 @@ Test(validate, the_base_setup_sets_the_context)
     base.context_bytes = 1000 * VP_MiB;
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
-                                     &base, NULL, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, &base, NULL, &r, &err), VP_OK, "%s",
+                 err.msg);
     const vp_metric *dev = must_metric(&r, "device_used");
     const vp_metric *res = must_metric(&r, "peak_reserved");
     cr_assert_eq(dev->predicted, res->predicted + 1000 * VP_MiB);
@@ -423,9 +453,8 @@ Test(validate, a_case_that_failed_when_measured_is_an_error)
     cr_assert_eq(st, VP_EARG);
     cr_assert_eq(err.code, VP_EARG);
     cr_assert_str_eq(r.id, "mlp10-fp32-b1024-oom");
-    cr_assert_not_null(strstr(err.msg, "mlp10-fp32-b1024-oom"), "%s",
-                       err.msg);
-    cr_assert_not_null(strstr(err.msg, "failed"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "failed when it was measured "
+                              "(error: oom)"), "%s", err.msg);
     free(json);
 }
 
@@ -450,14 +479,11 @@ Test(validate, models_are_looked_up_in_the_directories_in_order)
     /* not in models/ */
     cr_assert_eq(run_line(json, &r, &err), VP_EIO);
     const char *const dirs[] = {"models", "tests/data/validate"};
-    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 2,
-                                  true, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, dirs, 2, NULL, NULL, &r, &err), VP_OK, "%s",
+                 err.msg);
     cr_assert_eq(r.n_metrics, 1);
     /* no directories: nothing found */
-    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 0,
-                                  true, &r, &err),
-                 VP_EIO);
+    cr_assert_eq(run_with(json, dirs, 0, NULL, NULL, &r, &err), VP_EIO);
 }
 
 Test(validate, a_malformed_json_line_is_a_syntax_error)
