@@ -157,7 +157,8 @@ static const vp_jfield ROWS_RANK[] = {
     ROW_INFO("error_phase", VP_JT_STRING),
     ROW_INFO("error_alloc", VP_JT_U64),
     ROW_INFO("error_reserved", VP_JT_U64),
-    ROW_LATER("reshard_after_forward"),
+    {.name = "reshard_after_forward", .type = VP_JT_BOOL,
+     .apply = vp__jset_node, .offset = offsetof(vp_case_in, reshard_node)},
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -284,7 +285,7 @@ static vp_status read_case(const char *json, size_t len,
     memset(in, 0, sizeof *in);
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
-    in->param_dtype = in->reduce_dtype = -1;
+    in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
     in->set_to_none = true;
     if (!json_is_object(d->root))
         return vp__jerr(d, 0, false, VP_ESCHEMA, err,

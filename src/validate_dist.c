@@ -90,6 +90,15 @@ static vp_status check_covered(const vp_case_in *in, vp_error *err)
         return at(in, "param_dtype", VP_EUNSUPPORTED, err,
                   "param_dtype '%s' is not supported yet with this "
                   "mixed_precision", vp__dtypes[in->param_dtype]);
+    /* FULL_SHARD reshards after the forward, SHARD_GRAD_OP does not */
+    if (in->reshard_node >= 0 &&
+        json_is_true(in->doc->nodes[in->reshard_node].value) !=
+            (in->strategy == 2))
+        return at(in, "reshard_after_forward", VP_EUNSUPPORTED, err,
+                  "reshard_after_forward %s is not supported yet with "
+                  "strategy '%s'",
+                  in->strategy == 2 ? "false" : "true",
+                  vp__dist_strategies[in->strategy]);
     if (in->reduce_dtype >= 0 && strcmp(vp__dtypes[in->reduce_dtype], dt))
         return at(in, "reduce_dtype", VP_EUNSUPPORTED, err,
                   "reduce_dtype '%s' is not supported yet with this "

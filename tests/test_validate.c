@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vramplan/vramplan.h"
 
@@ -530,4 +531,214 @@ Test(validate, missing_or_mistyped_fields_are_schema_errors)
         if (bad[i].word)
             cr_assert_not_null(strstr(err.msg, bad[i].word), "%s", err.msg);
     }
+}
+
+/* ---- the schema of a case line ------------------------------------------ */
+
+#define STRICT "tests/data/validate/strict.jsonl"
+
+/* Line n of strict.jsonl, run: its status, and the error in *err. */
+static vp_status strict_line(unsigned n, vp_error *err)
+{
+    char *json = line_of(STRICT, n);
+    vp_case_result r;
+    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false};
+    vp_status st = vp_validate_line(json, strlen(json), &o, &r, err);
+
+    free(json);
+    return st;
+}
+
+Test(validate_schema, yaml_flow_syntax_is_not_json)
+{
+    vp_error err;
+
+    /* {model: mlp10, batch: 8, id: yaml-not-json,}: libyaml took it */
+    cr_assert_eq(strict_line(2, &err), VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.line, 2);
+    cr_assert_eq(err.col, 2, "the unquoted key");
+}
+
+Test(validate_schema, an_unknown_field_is_named_at_its_key)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(3, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "unknown field 'sq' in a case (did you mean "
+                              "'seq'?)");
+    cr_assert_str_eq(err.path, STRICT);
+    cr_assert_eq(err.line, 3);
+    cr_assert_eq(err.col, 62);
+    cr_assert_eq(err.width, 4, "the key with its quotes");
+}
+
+Test(validate_schema, fields_of_later_versions_are_refused_by_name)
+{
+    static const char *const later[] = {
+        "lora", "base_dtype", "freeze", "quant", "load", "trainable_params",
+        "generate", "cache", "hf_config", "target", "autocast",
+        "fsdp_version", "param_dtype", "reduce_dtype",
+        "reshard_after_forward"};
+
+    for (size_t i = 0; i < sizeof later / sizeof *later; i++) {
+        char json[160], want[96];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"mlp10\", \"batch\": 8, "
+                 "\"%s\": 1}", later[i]);
+        snprintf(want, sizeof want, "field '%s' is not supported yet",
+                 later[i]);
+        cr_assert_eq(run_line(json, &r, &err), VP_EUNSUPPORTED, "%s: %s",
+                     later[i], err.msg);
+        cr_assert_str_eq(err.msg, want);
+        cr_assert_eq(err.col, 32, "%s: at its key", later[i]);
+    }
+}
+
+Test(validate_schema, a_measured_zero_is_an_error_not_zero_error)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(5, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "'peak_alloc' must be at least 1"),
+                       "%s", err.msg);
+}
+
+Test(validate_schema, a_non_finite_number_is_an_error)
+{
+    vp_error err;
+
+    /* 1e400 overflows a double */
+    cr_assert_eq(strict_line(6, &err), VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.col, 60);
+}
+
+Test(validate_schema, a_multi_gpu_field_needs_world)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(7, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "no \"world\""), "%s", err.msg);
+}
+
+Test(validate_schema, an_env_line_belongs_first)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(8, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "first line"), "%s", err.msg);
+}
+
+Test(validate_schema, measured_peaks_must_agree)
+{
+    /* perturbed-peak.jsonl: gpt2-small-amp-bf16-b4-s512 with peak_alloc
+     * 5 % above its largest phase peak */
+    char *json = line_of("tests/data/validate/perturbed-peak.jsonl", 4);
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_eq(run_line(json, &r, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "not the largest phase peak"), "%s",
+                       err.msg);
+    cr_assert_str_eq(r.id, "gpt2-small-amp-bf16-b4-s512");
+    free(json);
+}
+
+Test(validate_schema, a_step_field_is_checked_too)
+{
+    static const char json[] =
+        "{\"model\": \"mlp10\", \"batch\": 8, \"steps\": [{\"fwd_peak\": 5, "
+        "\"fwd_paek\": 6}]}";
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "unknown field 'fwd_paek' in a step (did you "
+                              "mean 'fwd_peak'?)");
+}
+
+Test(validate_schema, more_steps_than_simulated_is_an_error)
+{
+    char json[512] = "{\"model\": \"mlp10\", \"batch\": 8, \"steps\": [";
+
+    for (int i = 0; i <= VP_MAX_STEPS; i++)
+        strcat(json, i ? ", {}" : "{}");
+    strcat(json, "]}");
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_ELIMIT, "%s", err.msg);
+}
+
+/* ---- ground-truth files ---------------------------------------------------- */
+
+Test(validate_file, reads_the_env_line_and_the_cases)
+{
+    vp_error err;
+    vp_gt_file *f = vp_gt_open(CASES, &err);
+    const char *json;
+    size_t len, n = 0;
+    uint32_t line;
+    bool end;
+
+    cr_assert_not_null(f, "%s", err.msg);
+    const vp_gt_env *env = vp_gt_file_env(f);
+    cr_assert_not_null(env);
+    cr_assert_str_eq(env->gpu, "NVIDIA H200");
+    cr_assert_eq(env->total_bytes, 150109880320ull);
+    cr_assert_eq(env->context_bytes, 718077952ull);
+    while (vp_gt_next(f, &json, &len, &line, &end, &err) == VP_OK && !end) {
+        cr_assert_eq(line, n + 2);
+        cr_assert_eq(json[0], '{');
+        n++;
+    }
+    cr_assert(end, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    vp_gt_close(f);
+}
+
+Test(validate_file, the_env_line_is_strict)
+{
+    static const char env[] = "{\"env\": {\"gpu\": \"NVIDIA H200\", "
+                              "\"toch\": \"2.11\"}}";
+    vp_gt_env out;
+    vp_error err;
+
+    cr_assert_eq(vp_validate_env(env, strlen(env), "e", 1, &out, &err),
+                 VP_ESCHEMA);
+    cr_assert_str_eq(err.msg, "unknown field 'toch' in the env line (did you "
+                              "mean 'torch'?)");
+}
+
+Test(validate_file, a_binary_file_stops_at_once)
+{
+    vp_error err;
+    vp_gt_file *f = vp_gt_open("/dev/zero", &err);
+
+    cr_assert_null(f);
+    cr_assert_eq(err.code, VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.line, 1);
+}
+
+Test(validate_file, a_line_over_one_mib_is_an_error)
+{
+    char path[] = "/tmp/vp-long-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+    cr_assert_not_null(f);
+    fputs("{\"env\": {}}\n", f);
+    for (size_t i = 0; i <= VP_VALIDATE_MAX_LINE; i++)
+        fputc('x', f);
+    fclose(f);
+    vp_error err;
+    vp_gt_file *g = vp_gt_open(path, &err);
+    const char *json;
+    size_t len;
+    uint32_t line;
+    bool end;
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(vp_gt_next(g, &json, &len, &line, &end, &err), VP_ELIMIT);
+    cr_assert_eq(err.line, 2);
+    vp_gt_close(g);
+    unlink(path);
 }

@@ -85,7 +85,8 @@ void cli_warn(const char *fmt, ...)
 }
 
 /* Line `line` (1-based) of path, without its line break; malloc'ed, NULL
- * when it cannot be read. At most SOURCE_MAX bytes of it. */
+ * when it cannot be read or is not text (a NUL byte). At most SOURCE_MAX
+ * bytes of it. */
 static char *read_line(const char *path, uint32_t line, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -99,12 +100,14 @@ static char *read_line(const char *path, uint32_t line, size_t *len)
         at += c == '\n';
     text = at == line ? malloc(SOURCE_MAX + 1) : NULL;
     *len = 0;
-    while (text != NULL && (c = getc(f)) != EOF && c != '\n')
+    while (text != NULL && (c = getc(f)) != EOF && c != '\n' && c != '\0')
         if (*len < SOURCE_MAX)
             text[(*len)++] = (char)c;
     fclose(f);
-    if (text == NULL)
+    if (text == NULL || c == '\0') {
+        free(text);
         return NULL;
+    }
     if (*len > 0 && text[*len - 1] == '\r')
         (*len)--;
     text[*len] = '\0';

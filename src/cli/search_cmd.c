@@ -172,6 +172,7 @@ static int maxbatch_print(const cli_setup_args *a, const vp_model *model,
         json_t *o = json_object();
         cli_jset(o, "model", cli_jstr(a->model_path, 512));
         cli_jset(o, "budget", cli_ju64(a->setup.alloc.limit));
+        cli_jset(o, "steps", cli_ju64(a->setup.steps));
         cli_jset(o, "max_batch", cli_ju64(mb->max_batch));
         cli_jset(o, "trials", cli_ju64(mb->trials));
         cli_jset(o, "peak_alloc", cli_ju64(mb->at_max.peak_alloc));
@@ -184,11 +185,12 @@ static int maxbatch_print(const cli_setup_args *a, const vp_model *model,
     printf("budget       %s (%" PRIu64 " bytes) for the caching allocator\n",
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            a->setup.alloc.limit);
-    printf("setup        seq %" PRIu64 ", %s, %s, checkpoint %s\n",
+    printf("setup        seq %" PRIu64 ", %s, %s, checkpoint %s, %" PRIu32
+           " steps\n",
            a->setup.seq ? a->setup.seq : vp_model_default_seq(model),
            vp_precision_name(a->setup.precision),
            vp_optimizer_name(a->setup.optimizer),
-           a->checkpoint ? a->checkpoint : "none");
+           a->checkpoint ? a->checkpoint : "none", a->setup.steps);
     if (mb->max_batch == 0) {
         printf("max batch    none: batch 1 does not fit (%u simulations)\n",
                mb->trials);
@@ -458,6 +460,7 @@ static int techniques_json(const cli_setup_args *a,
     cli_jset(o, "model", cli_jstr(a->model_path, 512));
     cli_jset(o, "budget", cli_ju64(a->setup.alloc.limit));
     cli_jset(o, "batch", cli_ju64(a->setup.batch));
+    cli_jset(o, "steps", cli_ju64(a->setup.steps));
     for (size_t i = 0; i < n; i++) {
         const vp_technique_result *r = &out[i];
         json_t *t = json_object();
@@ -483,9 +486,10 @@ static void techniques_table(const cli_setup_args *a, const vp_model *model,
     char b1[32], b2[32], b3[32];
 
     printf("model        %s (%s)\n", vp_model_name(model), a->model_path);
-    printf("setup        batch %" PRIu64 ", %s, %s, budget %s%s%s\n\n",
+    printf("setup        batch %" PRIu64 ", %s, %s, %" PRIu32 " steps, "
+           "budget %s%s%s\n\n",
            a->setup.batch, vp_precision_name(a->setup.precision),
-           vp_optimizer_name(a->setup.optimizer),
+           vp_optimizer_name(a->setup.optimizer), a->setup.steps,
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            hw ? ", gpu " : "", hw ? hw->name : "");
     printf("%-26s %12s %12s %5s %9s %11s  %s\n", "technique", "peak alloc",
