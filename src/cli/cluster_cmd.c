@@ -612,41 +612,50 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
     return o;
 }
 
-static json_t *json_mem(const vp_cluster_mem *m)
+/* An object of named figures: whole numbers (fmt NULL; exact below 2^53)
+ * or reals rounded as fmt prints them. */
+typedef struct figure {
+    const char *key;
+    double v;
+} figure;
+
+static json_t *json_figures(const figure *f, size_t n, const char *fmt)
 {
-    const struct {
-        const char *key;
-        uint64_t v;
-    } b[] = {{"total", m->total},       {"weights", m->weights},
-             {"grads", m->grads},       {"optimizer", m->optimizer},
-             {"buffers", m->buffers},   {"activations", m->activations},
-             {"transient", m->transient}, {"overhead", m->overhead},
-             {"nccl", m->nccl},         {"context", m->context},
-             {"host_per_node", m->host}, {"stage", m->stage}};
     json_t *o = json_object();
 
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
-        cli_jset(o, b[i].key, cli_ju64(b[i].v));
+    for (size_t i = 0; i < n; i++)
+        cli_jset(o, f[i].key, fmt ? cli_jreal(f[i].v, fmt)
+                                  : cli_ju64((uint64_t)f[i].v));
+    return o;
+}
+
+static json_t *json_mem(const vp_cluster_mem *m)
+{
+    const figure b[] = {
+        {"total", (double)m->total},       {"weights", (double)m->weights},
+        {"grads", (double)m->grads},       {"optimizer", (double)m->optimizer},
+        {"buffers", (double)m->buffers},   {"activations", (double)m->activations},
+        {"transient", (double)m->transient}, {"overhead", (double)m->overhead},
+        {"nccl", (double)m->nccl},         {"context", (double)m->context},
+        {"host_per_node", (double)m->host}, {"stage", (double)m->stage}};
+    json_t *o = json_figures(b, sizeof b / sizeof b[0], NULL);
+
     cli_jset(o, "in_flight", cli_jreal(m->in_flight, "%.4g"));
     return o;
 }
 
 static json_t *json_time(const vp_cluster_time *t)
 {
-    const struct {
-        const char *key;
-        double v;
-    } s[] = {{"step", t->step},         {"compute", t->compute},
-             {"recompute", t->recompute}, {"tp_comm", t->tp_comm},
-             {"cp_comm", t->cp_comm},   {"ep_comm", t->ep_comm},
-             {"pp_comm", t->pp_comm},   {"bubble", t->bubble},
-             {"dp_comm", t->dp_comm},   {"optimizer", t->optimizer},
-             {"offload", t->offload},   {"tokens_per_s", t->tokens_per_s},
-             {"samples_per_s", t->samples_per_s}};
-    json_t *o = json_object();
+    const figure s[] = {
+        {"step", t->step},           {"compute", t->compute},
+        {"recompute", t->recompute}, {"tp_comm", t->tp_comm},
+        {"cp_comm", t->cp_comm},     {"ep_comm", t->ep_comm},
+        {"pp_comm", t->pp_comm},     {"bubble", t->bubble},
+        {"dp_comm", t->dp_comm},     {"optimizer", t->optimizer},
+        {"offload", t->offload},     {"tokens_per_s", t->tokens_per_s},
+        {"samples_per_s", t->samples_per_s}};
+    json_t *o = json_figures(s, sizeof s / sizeof s[0], "%.6g");
 
-    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
-        cli_jset(o, s[i].key, cli_jreal(s[i].v, "%.6g"));
     cli_jset(o, "mfu", cli_jreal(t->mfu, "%.4f"));
     cli_jset(o, "hfu", cli_jreal(t->hfu, "%.4f"));
     return o;
