@@ -23,6 +23,7 @@ typedef struct vp_case_in {
     const char *id, *model, *failed;
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
+    int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
     uint64_t max_batch, cap;

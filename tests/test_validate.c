@@ -742,3 +742,28 @@ Test(validate_file, a_line_over_one_mib_is_an_error)
     vp_gt_close(g);
     unlink(path);
 }
+
+Test(validate_schema, peak_reserved_is_the_largest_step_reserved)
+{
+    /* no allocation was retried, so reserved never fell: peak_reserved is
+     * the last step's reserved bytes; 5 % more is a changed measurement */
+    char *line = line_of(CASES, GPT2_S512);
+    const char *key = "\"peak_reserved\": ";
+    char *at = strstr(line, key);
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_not_null(at);
+    at += strlen(key);
+    unsigned long long v = strtoull(at, NULL, 10);
+    size_t head = (size_t)(at - line), n = strlen(line) + 32;
+    char *json = malloc(n);
+    cr_assert_not_null(json);
+    snprintf(json, n, "%.*s%llu%s", (int)head, line, v + v / 20,
+             at + strspn(at, "0123456789"));
+    cr_assert_eq(run_line(json, &r, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "with no allocation retried"), "%s",
+                       err.msg);
+    free(json);
+    free(line);
+}

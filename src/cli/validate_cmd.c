@@ -316,9 +316,15 @@ static void env_hw(state *s, const vp_gt_file *f)
     const char *name = env && env->gpu[0] ? vp_gpu_match_device(env->gpu)
                                           : NULL;
 
+    int rc;
+
     s->have_hw = s->have_gpu;
-    if (!s->have_gpu && name != NULL)
-        s->have_hw = cli_gpu_hw(name, &s->hw) < 0;
+    if (!s->have_gpu && name != NULL) {
+        rc = cli_gpu_hw(name, &s->hw);
+        s->have_hw = rc < 0;
+        if (rc >= 0)
+            note_rc(s, rc);
+    }
 }
 
 /* One case line: run, print, keep. */
