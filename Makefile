@@ -197,7 +197,8 @@ GT_BOUNDS := groundtruth/bounds.json
 ACCURACY_CHECK = \
 	if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
 	echo "    ACCURACY ground truth from $$gt and groundtruth/"; \
-	for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl; do \
+	for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
+	         groundtruth/dist/*.jsonl; do \
 	    [ -e "$$f" ] || continue; \
 	    err=$$($(TEST_ENV) ./$(BIN) validate --gpu h200 \
 	           --outliers $(GT_BOUNDS) "$$f" 2>&1 >/dev/null); \
@@ -217,7 +218,8 @@ include bench/bench.mk
 # make accuracy: the full comparison, file by file, with the bounds
 accuracy: all
 	@if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
-	rc=0; for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl; do \
+	rc=0; for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
+	               groundtruth/dist/*.jsonl; do \
 	    [ -e "$$f" ] || continue; echo "== $$f"; \
 	    ./$(BIN) validate --gpu h200 --outliers $(GT_BOUNDS) "$$f" || rc=1; \
 	done; exit $$rc

@@ -136,7 +136,7 @@ typedef struct load_ctx {
 
 typedef struct file_ctx {
     load_ctx *top;
-    const char *file, *max_error;
+    const char *file, *max_error, *not_modelled, *not_cases;
     int max_error_node, outliers_node;
 } file_ctx;
 
@@ -240,12 +240,14 @@ static vp_status read_file(void *ctx, const vp_jval *v, vp_error *err)
     static const vp_jfield rows[] = {
         VP_JROW_STR("file", true, file_ctx, file),
         VP_JROW_STR("max_error", false, file_ctx, max_error),
+        VP_JROW_STR("not_modelled", false, file_ctx, not_modelled),
+        VP_JROW_STR("not_cases", false, file_ctx, not_cases),
         {.name = "outliers", .type = VP_JT_ARRAY, .apply = vp__jset_node,
          .offset = offsetof(file_ctx, outliers_node)},
     };
     load_ctx *top = ctx;
     const vp_jdoc *d = v->doc;
-    file_ctx fc = {top, NULL, NULL, -1, -1};
+    file_ctx fc = {top, NULL, NULL, NULL, NULL, -1, -1};
     vp_status st = vp__jschema_check(d, v->node, rows,
                                      sizeof rows / sizeof *rows,
                                      "a file's bounds", &fc, err);
@@ -261,6 +263,16 @@ static vp_status read_file(void *ctx, const vp_jval *v, vp_error *err)
     f = &b->files[b->n_files++];
     memset(f, 0, sizeof *f);
     snprintf(f->name, sizeof f->name, "%s", fc.file);
+    snprintf(f->not_modelled, sizeof f->not_modelled, "%s",
+             fc.not_modelled ? fc.not_modelled : "");
+    snprintf(f->not_cases, sizeof f->not_cases, "%s",
+             fc.not_cases ? fc.not_cases : "");
+    if ((fc.not_modelled || fc.not_cases) &&
+        (fc.max_error || fc.outliers_node >= 0 ||
+         (fc.not_modelled && fc.not_cases)))
+        return vp__jerr(d, v->node, false, VP_ESCHEMA, err,
+                        "a file that is not modelled, or not of cases, has "
+                        "no bounds or outliers");
     if (fc.max_error != NULL &&
         vp_error_bounds_parse(fc.max_error, f->bound, err) != VP_OK)
         return vp__jerr(d, vp__jdoc_member(d, v->node, "max_error"), false,

@@ -23,7 +23,7 @@ const char *const vp__case_opts[] = {"adamw", "adamw-fused", "adamw-forloop",
                                      "sgd", "adafactor", NULL};
 const char *const vp__dist_strategies[] = {
     "ddp", "ddp-bucket-view", "fsdp-full", "fsdp-grad-op", "ddp-zero1",
-    "fsdp2", NULL};
+    "fsdp2", "fsdp-hybrid", NULL};
 const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
                                       NULL};
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
@@ -82,11 +82,16 @@ static const vp_jfield ROWS_IDENT[] = {
 
 /* Fields later versions will read: refused by name, never ignored. */
 static const vp_jfield ROWS_LATER[] = {
-    ROW_LATER("lora"),     ROW_LATER("base_dtype"),
-    ROW_LATER("freeze"),   ROW_LATER("quant"),
-    ROW_LATER("load"),     ROW_LATER("trainable_params"),
-    ROW_LATER("generate"), ROW_LATER("cache"),
-    ROW_LATER("hf_config"), ROW_LATER("target"),
+    ROW_LATER("lora"),       ROW_LATER("base_dtype"),
+    ROW_LATER("freeze"),     ROW_LATER("quant"),
+    ROW_LATER("load"),       ROW_LATER("trainable_params"),
+    ROW_LATER("generate"),   ROW_LATER("cache"),
+    ROW_LATER("hf_config"),  ROW_LATER("target"),
+    /* and those of groundtruth/README.md's newer sets */
+    ROW_LATER("setup_peak"), ROW_LATER("total_params"),
+    ROW_LATER("peft"),       ROW_LATER("runs"),
+    ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
+    ROW_LATER("pg"),         ROW_LATER("mesh"),
 };
 
 /* One-GPU setups (training cases and max-batch cases). */
@@ -133,7 +138,7 @@ static const vp_jfield ROWS_MAXBATCH[] = {
 
 /* One rank of a multi-GPU run (collect_dist.py). */
 static const vp_jfield ROWS_RANK[] = {
-    ROW_REQ_U64("world", 2, VP_VALIDATE_MAX_WORLD, world),
+    ROW_REQ_U64("world", 1, VP_VALIDATE_MAX_WORLD, world),
     ROW_REQ_U64("rank", 0, VP_VALIDATE_MAX_WORLD - 1, rank),
     ROW_U64("local_world", 1, VP_VALIDATE_MAX_WORLD, local_world),
     VP_JROW_ENUM("strategy", true, vp__dist_strategies, vp_case_in,
@@ -529,6 +534,9 @@ static vp_status env_fields(void *ctx, const vp_jval *v, vp_error *err)
         ROW_INFO("nccl", VP_JT_STRING),
         ROW_INFO("nccl_env", VP_JT_OBJECT),
         ROW_INFO("host", VP_JT_STRING),
+        ROW_INFO("peft", VP_JT_STRING),
+        ROW_INFO("pg", VP_JT_STRING),
+        {.name = "rank", .type = VP_JT_U64, .max = VP_VALIDATE_MAX_WORLD},
         {.name = "local_world_size", .type = VP_JT_U64, .min = 1,
          .max = VP_VALIDATE_MAX_WORLD},
         {.name = "total", .type = VP_JT_U64, .min = 1, .max = BIG},

@@ -146,6 +146,9 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
     vp_cluster c;
     vp_par p;
 
+    if (in->world == 1)
+        return at(in, "world", VP_EUNSUPPORTED, err,
+                  "a data-parallel run at world 1 is not modelled yet");
     if (in->rank >= in->world)
         return at(in, "rank", VP_ERANGE, err,
                   "rank %" PRIu64 " is not below the world size %" PRIu64,

@@ -196,6 +196,27 @@ Test(cli_search, validate_file_without_bounds)
            "tests/data/validate/bounds-nosection.json");
 }
 
+/* a set whose fields a later version reads: every case must be refused
+ * as not supported yet, and one that runs fails the check */
+Test(cli_search, validate_not_modelled_set)
+{
+    GOLDEN("search_validate_not_modelled", 0, "validate",
+           "tests/data/validate/later.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+Test(cli_search, validate_not_modelled_set_runs)
+{
+    GOLDEN("search_validate_not_modelled_runs", 1, "validate",
+           "tests/data/validate/later-runs.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+Test(cli_search, validate_not_cases)
+{
+    GOLDEN("search_validate_not_cases", 0, "validate",
+           "tests/data/validate/sweeps.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+
 /* --- usage errors ------------------------------------------------------- */
 
 Test(cli_search, maxbatch_without_budget)

@@ -182,6 +182,28 @@ Test(bounds_file, an_outlier_needs_errors_or_unsupported)
                  VP_ESCHEMA);
 }
 
+Test(bounds_file, a_whole_file_not_modelled_or_not_of_cases)
+{
+    vp_bounds b;
+    vp_error err;
+
+    cr_assert_eq(vp_bounds_load("tests/data/validate/bounds.json", &b, &err),
+                 VP_OK, "%s", err.msg);
+    const vp_bounds_file *f = vp_bounds_find(&b, "later.jsonl");
+    cr_assert_not_null(f);
+    cr_assert_str_eq(f->not_modelled, "LoRA and generate(): a later issue");
+    cr_assert_str_eq(f->not_cases, "");
+    f = vp_bounds_find(&b, "sweeps.jsonl");
+    cr_assert_str_eq(f->not_cases, "kernel timings, not training cases");
+    vp_bounds_destroy(&b);
+    /* such a file has no bounds to check */
+    cr_assert_eq(load_text("{\"files\": [{\"file\": \"a.jsonl\", "
+                           "\"not_modelled\": \"x\", \"max_error\": "
+                           "\"allocated=1\"}]}",
+                           &err),
+                 VP_ESCHEMA);
+}
+
 Test(bounds_file, documented_metrics_are_metrics_validate_makes)
 {
     vp_error err;

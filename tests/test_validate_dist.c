@@ -478,8 +478,8 @@ typedef struct {
 static const bad_case BAD_CASES[] = {
     {"unknown-strategy", VP_ESCHEMA, "unknown value 'zero3'"},
     {"typo-strategy", VP_ESCHEMA, "did you mean 'fsdp-full'"},
-    {"world-1", VP_ERANGE, "from 2 to 65536, not 1"},
-    {"world-0", VP_ERANGE, "from 2 to 65536, not 0"},
+    {"world-1", VP_EUNSUPPORTED, "at world 1 is not modelled yet"},
+    {"world-0", VP_ERANGE, "from 1 to 65536, not 0"},
     {"world-negative", VP_ERANGE, "not -2"},
     {"world-huge", VP_ERANGE, "not 100000"},
     {"rank-out", VP_ERANGE, "rank 2 is not below the world size 2"},
@@ -546,16 +546,16 @@ Test(validate_dist, errors_point_at_the_field)
 {
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(run(BAD, "world-1", -1, &r, &err), VP_ERANGE);
+    cr_assert_eq(run(BAD, "world-0", -1, &r, &err), VP_ERANGE);
     cr_assert_str_eq(err.path, "dist");
     cr_assert_eq(err.line, 1);
     /* the value of "world" */
-    char *line = line_with(BAD, "\"id\": \"world-1\"", NULL);
+    char *line = line_with(BAD, "\"id\": \"world-0\"", NULL);
     const char *at = strstr(line, "\"world\": ") + strlen("\"world\": ");
     cr_assert_eq(err.col, (uint32_t)(at - line) + 1);
     free(line);
     /* the id is known before the failure */
-    cr_assert_str_eq(r.id, "world-1");
+    cr_assert_str_eq(r.id, "world-0");
 }
 
 Test(validate_dist, not_an_object_or_not_json)
@@ -578,7 +578,8 @@ Test(validate_dist, world_one_smoke_run_is_refused)
 {
     /* tests/data/dist/h200-w1-smoke.jsonl: collect_dist.py under torchrun
      * with one process on one H200 (the code path, not a multi-GPU
-     * measurement); every line, the recorded OOM included, is refused */
+     * measurement); every line is refused: world 1 is not modelled yet,
+     * and the recorded OOM failed when it was measured */
     FILE *f = fopen("tests/data/dist/h200-w1-smoke.jsonl", "r");
     cr_assert_not_null(f);
     char *line = NULL;
@@ -591,8 +592,13 @@ Test(validate_dist, world_one_smoke_run_is_refused)
         vp_case_result r;
         vp_error err;
         vp_status st = dist_line(line, (size_t)len, &r, &err);
-        cr_assert_eq(st, VP_ERANGE, "%s: %s", vp_err_name(st), err.msg);
-        cr_assert_not_null(strstr(err.msg, "not 1"), "%s", err.msg);
+        if (strstr(line, "\"error\"") != NULL) {
+            cr_assert_eq(st, VP_EARG, "%s: %s", vp_err_name(st), err.msg);
+        } else {
+            cr_assert_eq(st, VP_EUNSUPPORTED, "%s: %s", vp_err_name(st),
+                         err.msg);
+            cr_assert_not_null(strstr(err.msg, "world 1"), "%s", err.msg);
+        }
         n++;
     }
     free(line);

@@ -180,6 +180,9 @@ typedef struct vp_outlier {
 
 typedef struct vp_bounds_file {
     char name[256];          /* the ground-truth file's base name         */
+    char not_modelled[256];  /* every case of the file is refused as not
+                                supported yet, for this reason ("" no)   */
+    char not_cases[256];     /* not a file of cases (not read), why      */
     vp_error_bound bound[VP_MG__COUNT];
     vp_outlier *outliers;
     size_t n_outliers;
@@ -194,7 +197,9 @@ typedef struct vp_bounds {
  *   {"tolerance": PCT, "files": [{"file": NAME, "max_error": SPEC,
  *     "outliers": [{"id": ID, "run": N, "reason": TEXT,
  *                   "errors": {METRIC: PCT, ...} | "unsupported": true,
- *                   "tolerance": PCT}]}]}
+ *                   "tolerance": PCT}]}
+ *    | {"file": NAME, "not_modelled": REASON}
+ *    | {"file": NAME, "not_cases": REASON}]}
  * Strict, with file:line:col errors. The caller owns *out
  * (vp_bounds_destroy). */
 vp_status vp_bounds_load(const char *path, vp_bounds *out, vp_error *err);

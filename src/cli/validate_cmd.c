@@ -82,7 +82,7 @@ static void validate_help(FILE *f)
 
 typedef struct record {
     char id[128];
-    uint32_t run;
+    uint32_t run, line;
     char metric[32];
     int group;
     double err;            /* relative                                    */
@@ -107,6 +107,8 @@ typedef struct state {
     int rc;                /* the first error's exit status              */
     bool exceeded;
     const vp_outlier *last_unsupported; /* reported once per case        */
+    size_t not_modelled;   /* the current file's cases refused as such   */
+    size_t not_cases;      /* files documented as not of cases           */
 } state;
 
 static void note_rc(state *s, int rc)
@@ -115,7 +117,8 @@ static void note_rc(state *s, int rc)
         s->rc = rc;
 }
 
-static bool keep(state *s, const vp_case_result *r, const vp_metric *m)
+static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
+                 uint32_t line)
 {
     int g = vp_metric_group_of(m->name);
     double *v;
@@ -131,6 +134,7 @@ static bool keep(state *s, const vp_case_result *r, const vp_metric *m)
     record *k = &s->rec[s->n_rec++];
     snprintf(k->id, sizeof k->id, "%s", r->id);
     k->run = r->run;
+    k->line = line;
     snprintf(k->metric, sizeof k->metric, "%s", m->name);
     k->group = g;
     k->err = m->rel_err;
@@ -183,13 +187,18 @@ static const vp_outlier *unsupported_outlier(const vp_bounds_file *bf,
     return NULL;
 }
 
-static void exceeded(state *s, const char *path, const char *fmt, ...)
-    CLI_PRINTF(3, 4);
-static void exceeded(state *s, const char *path, const char *fmt, ...)
+/* "FILE:LINE: error: MSG" (LINE 0: the file as a whole); exit 1. */
+static void exceeded(state *s, const char *path, uint32_t line,
+                     const char *fmt, ...) CLI_PRINTF(4, 5);
+static void exceeded(state *s, const char *path, uint32_t line,
+                     const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "%s: error: ", path);
+    if (line > 0)
+        fprintf(stderr, "%s:%" PRIu32 ": error: ", path, line);
+    else
+        fprintf(stderr, "%s: error: ", path);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -205,8 +214,9 @@ static void check_documented(state *s, const char *path, const vp_outlier *o,
 
     r->outlier = true;
     if (fabs(100.0 * r->err - o->error_pct) > o->tolerance_pct)
-        exceeded(s, path, "outlier %s %s: %+.2f%%, documented as %+.2f%% "
-                 "(tolerance %.2f): the error or the measurement changed",
+        exceeded(s, path, r->line, "outlier %s %s: %+.2f%%, documented as "
+                 "%+.2f%% (tolerance %.2f): the error or the measurement "
+                 "changed",
                  r->id, r->metric, 100.0 * r->err, o->error_pct,
                  o->tolerance_pct);
     snprintf(line + used, n - used, "%s%s %+.2f%%", used ? ", " : "",
@@ -231,8 +241,8 @@ static void check_outliers(state *s, const char *path,
             }
         }
         if (!found)
-            exceeded(s, path, "documented outlier %s %s is not in the file",
-                     o->id, o->metric);
+            exceeded(s, path, 0, "documented outlier %s %s is not in the "
+                     "file", o->id, o->metric);
         const vp_outlier *next = i + 1 < bf->n_outliers ? o + 1 : NULL;
         if (line[0] && (next == NULL || !same_case(next, o->id, o->run) ||
                         next->run != o->run) && !s->jsonl) {
@@ -271,14 +281,14 @@ static bool check_group(state *s, const char *path, int g,
         const record *r = &s->rec[k];
         if (r->group == g && !r->outlier &&
             100.0 * fabs(r->err) > b->max_pct)
-            exceeded(s, path, "%s: case %s %s: %+.2f%% is over the bound "
-                     "%.2f%%", vp_metric_group_name((vp_metric_group)g),
+            exceeded(s, path, r->line, "%s: case %s %s: %+.2f%% is over the "
+                     "bound %.2f%%", vp_metric_group_name((vp_metric_group)g),
                      r->id, r->metric, 100.0 * r->err, b->max_pct);
     }
     if (n > 0 && b->has_median &&
         100.0 * (med = median_of(v, n)) > b->median_pct)
-        exceeded(s, path, "%s: median |err| %.3f%% of %zu cases is over the "
-                 "bound %.3f%%", vp_metric_group_name((vp_metric_group)g),
+        exceeded(s, path, 0, "%s: median |err| %.3f%% of %zu cases is over "
+                 "the bound %.3f%%", vp_metric_group_name((vp_metric_group)g),
                  100.0 * med, n, b->median_pct);
     free(v);
     return true;
@@ -339,6 +349,15 @@ static void run_line(state *s, const char *path, const vp_bounds_file *bf,
 
     o->first_in_process = false;
     s->cases++;
+    if (st == VP_EUNSUPPORTED && bf != NULL && bf->not_modelled[0]) {
+        s->not_modelled++; /* the whole file is documented as such */
+        return;
+    }
+    if (st == VP_OK && bf != NULL && bf->not_modelled[0]) {
+        exceeded(s, path, o->line, "case %s ran, but the file is documented "
+                 "as not modelled: give it its bounds", r.id);
+        return;
+    }
     if (st == VP_EUNSUPPORTED && un != NULL) {
         if (!s->jsonl && un != s->last_unsupported)
             printf("outlier %s: not modelled, %s (documented: %s)\n", r.id,
@@ -352,11 +371,11 @@ static void run_line(state *s, const char *path, const vp_bounds_file *bf,
         return;
     }
     if (un != NULL)
-        exceeded(s, path, "case %s is documented as not modelled, but it ran: "
-                 "update its outlier entry", r.id);
+        exceeded(s, path, o->line, "case %s is documented as not modelled, "
+                 "but it ran: update its outlier entry", r.id);
     for (size_t k = 0; k < r.n_metrics; k++) {
         print_metric(s, &r, &r.metrics[k], k == 0);
-        if (!keep(s, &r, &r.metrics[k]))
+        if (!keep(s, &r, &r.metrics[k], o->line))
             note_rc(s, cli_fail("out of memory"));
     }
 }
@@ -372,9 +391,16 @@ static void run_file(state *s, const char *path)
     const char *json;
     size_t len;
     bool end;
-    vp_gt_file *f = vp_gt_open(path, &err);
+    vp_gt_file *f;
 
-    if (f == NULL) {
+    if (bf != NULL && bf->not_cases[0]) {
+        if (!s->jsonl)
+            printf("%s: not a file of cases, not read (documented: %s)\n",
+                   path, bf->not_cases);
+        s->not_cases++;
+        return;
+    }
+    if ((f = vp_gt_open(path, &err)) == NULL) {
         note_rc(s, cli_report(&err, NULL));
         return;
     }
@@ -390,6 +416,10 @@ static void run_file(state *s, const char *path)
         run_line(s, path, bf, json, len, &o);
     }
     vp_gt_close(f);
+    if (s->not_modelled > 0 && !s->jsonl)
+        printf("%s: %zu cases not modelled yet (documented: %s)\n", path,
+               s->not_modelled, bf->not_modelled);
+    s->not_modelled = 0;
     if (s->args->v[O_OUTLIERS].given || s->args->v[O_MAX_ERROR].given)
         note_rc(s, check_file(s, path));
 }
@@ -455,7 +485,7 @@ static int validate_run(state *s)
         run_file(s, a->operands[i]);
     for (int g = 0; g < VP_MG__COUNT && !s->jsonl; g++)
         summary(s, g);
-    if (s->cases == 0 && s->rc == CLI_OK)
+    if (s->cases == 0 && s->not_cases == 0 && s->rc == CLI_OK)
         note_rc(s, cli_fail("no cases in the input"));
     return s->rc != CLI_OK ? s->rc : s->exceeded ? CLI_NOFIT : CLI_OK;
 }
