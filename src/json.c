@@ -258,7 +258,7 @@ vp_status vp__jerr(const vp_jdoc *d, int node, bool at_key, vp_status code,
 
 /* ---- schemas -------------------------------------------------------------- */
 
-#define MAX_FIELDS 64
+#define MAX_FIELDS 96
 
 static const char *json_kind(const json_t *v)
 {

@@ -168,7 +168,7 @@ static const vp_jfield ROWS_RANK[] = {
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 
 static size_t join(vp_jfield *out, size_t n, const vp_jfield *rows,
                    size_t k)
