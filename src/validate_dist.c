@@ -142,7 +142,7 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
     uint64_t local = in->local_world ? in->local_world
                      : in->world < 8 ? in->world : 8;
     vp_cluster_model *cm = NULL;
-    vp_cluster_mem mem;
+    vp_cluster_mem mem = {0};
     vp_cluster c;
     vp_par p;
 
@@ -176,11 +176,17 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
         rank_par(in, &p);
         st = vp_cluster_eval(cm, &c, &p, &mem, NULL, err);
     }
+    uint64_t alloc = 0, reserved = 0;
+    const uint64_t parts[] = {mem.weights, mem.grads, mem.optimizer,
+                              mem.buffers, mem.activations, mem.transient};
+    for (size_t i = 0; st == VP_OK && i < sizeof parts / sizeof *parts; i++)
+        if (!vp_add_u64(alloc, parts[i], &alloc))
+            st = vp_error_set(err, VP_EOVERFLOW, "the rank's bytes overflow");
+    if (st == VP_OK && !vp_add_u64(alloc, mem.overhead, &reserved))
+        st = vp_error_set(err, VP_EOVERFLOW, "the rank's bytes overflow");
     if (st == VP_OK) {
-        uint64_t alloc = mem.weights + mem.grads + mem.optimizer +
-                         mem.buffers + mem.activations + mem.transient;
         rank_metric(out, in->rank, "peak_alloc", alloc, in->peak_alloc);
-        rank_metric(out, in->rank, "peak_reserved", alloc + mem.overhead,
+        rank_metric(out, in->rank, "peak_reserved", reserved,
                     in->peak_reserved);
         rank_metric(out, in->rank, "device_used", mem.total,
                     in->device_used);
