@@ -29,7 +29,7 @@ SANITIZE ?= $(SANITIZER)
 # Debian packages the build and the tests need, as package:pkg-config-module
 # (empty module: the package provides the pkg-config program itself).
 DEB_PACKAGES := pkg-config: libyaml-dev:yaml-0.1 libgsl-dev:gsl \
-                libcriterion-dev:criterion
+                libjansson-dev:jansson libcriterion-dev:criterion
 
 comma := ,
 SANITIZERS := address undefined leak thread
@@ -57,9 +57,9 @@ endif
 
 # Read once per make run; `test` and `run` re-enter make after `deps`, so
 # packages that `deps` just installed are seen.
-PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags yaml-0.1 gsl 2>/dev/null)
-PKG_LIBS := $(shell $(PKG_CONFIG) --libs yaml-0.1 gsl 2>/dev/null || \
-                    echo -lyaml -lgsl -lgslcblas)
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags yaml-0.1 gsl jansson 2>/dev/null)
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs yaml-0.1 gsl jansson 2>/dev/null || \
+                    echo -lyaml -lgsl -lgslcblas -ljansson)
 CRITERION_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || \
                           echo -lcriterion)
@@ -151,19 +151,25 @@ run: deps
 
 # Runs every test binary from the repository root and adds up Criterion's
 # "Synthesis: Tested: X | Passing: Y | Failing: Z | Crashing: W" lines
-# (Failing includes Crashing). A binary that exits non-zero with no failed
-# test (a sanitizer report at exit, a Criterion warning) or prints no
-# synthesis counts as one failure.
+# (Failing includes Crashing) and the skipped tests of its TAP report. A
+# binary that exits non-zero with no failed test (a sanitizer report at
+# exit, a Criterion warning) or prints no synthesis counts as one failure,
+# and so does a skipped test: a test never passes by skipping. Then every
+# ground-truth file is validated against its bounds (ACCURACY_CHECK).
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS)
-	@passed=0; failed=0; \
+	@passed=0; failed=0; skipped=0; tap=$$(mktemp); \
 	for t in $(TEST_BINS); do \
 	    printf '    %-4s %s\n' TEST "$$t"; \
-	    out=$$(VRAMPLAN_BIN=./$(BIN) $(TEST_ENV) ./$$t 2>&1); rc=$$?; \
+	    : > $$tap; \
+	    out=$$(VRAMPLAN_BIN=./$(BIN) $(TEST_ENV) ./$$t --tap=$$tap 2>&1); rc=$$?; \
 	    printf '%s\n' "$$out"; \
 	    line=$$(printf '%s\n' "$$out" | grep 'Synthesis: Tested:' | tail -n 1); \
 	    p=$$(printf '%s' "$$line" | sed -n 's/.*Passing: *\([0-9]*\).*/\1/p'); \
 	    f=$$(printf '%s' "$$line" | sed -n 's/.*Failing: *\([0-9]*\).*/\1/p'); \
+	    s=$$(grep -c '# SKIP' $$tap); \
+	    grep '# SKIP' $$tap | sed 's/^/    skipped: /'; \
+	    skipped=$$((skipped + s)); \
 	    if [ -z "$$p" ] || [ -z "$$f" ]; then \
 	        echo "$$t: no Criterion synthesis (exit status $$rc)"; \
 	        failed=$$((failed + 1)); continue; \
@@ -174,8 +180,34 @@ test: deps
 	        failed=$$((failed + 1)); \
 	    fi; \
 	done; \
-	echo "tests: $$passed passed, $$failed failed"; \
-	[ $$failed -eq 0 ]
+	rm -f $$tap; \
+	over=0; $(ACCURACY_CHECK); \
+	echo "tests: $$passed passed, $$failed failed, $$skipped skipped; accuracy: $$over files over their bounds"; \
+	[ $$failed -eq 0 ] && [ $$skipped -eq 0 ] && [ $$over -eq 0 ]
+
+# The accuracy check of make test: validate every ground-truth file
+# against its section of groundtruth/bounds.json (median and largest
+# error per metric group, documented outliers): the shared folder's
+# *.jsonl and dist/*.jsonl when ../shared/groundtruth exists, else the
+# copy in tests/data/groundtruth, and this repository's groundtruth/.
+# A file without a section fails: give a new set its bounds.
+GT_SHARED ?= ../shared/groundtruth
+GT_COPY := tests/data/groundtruth
+GT_BOUNDS := groundtruth/bounds.json
+ACCURACY_CHECK = \
+	if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
+	echo "    ACCURACY ground truth from $$gt and groundtruth/"; \
+	for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
+	         groundtruth/dist/*.jsonl; do \
+	    [ -e "$$f" ] || continue; \
+	    err=$$($(TEST_ENV) ./$(BIN) validate --gpu h200 \
+	           --outliers $(GT_BOUNDS) "$$f" 2>&1 >/dev/null); \
+	    if [ $$? -eq 0 ]; then \
+	        printf '    %-4s %s: within its bounds\n' OK "$$f"; \
+	    else \
+	        printf '%s\n' "$$err"; over=$$((over + 1)); \
+	    fi; \
+	done
 
 check: test
 
@@ -183,11 +215,14 @@ check: test
 # against baselines measured in the same run
 include bench/bench.mk
 
+# make accuracy: the full comparison, file by file, with the bounds
 accuracy: all
-	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-cases.jsonl \
-	    --gpu h200
-	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-maxbatch.jsonl
-	./$(BIN) validate groundtruth/h200-torch2.11-extra.jsonl --gpu h200
+	@if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
+	rc=0; for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
+	               groundtruth/dist/*.jsonl; do \
+	    [ -e "$$f" ] || continue; echo "== $$f"; \
+	    ./$(BIN) validate --gpu h200 --outliers $(GT_BOUNDS) "$$f" || rc=1; \
+	done; exit $$rc
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and

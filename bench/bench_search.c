@@ -33,7 +33,7 @@ int main(void)
     vp_setup_init(&s);
     s.seq = 4096;
     s.precision = VP_PREC_BF16;
-    s.steps = 2;
+    s.steps = VP_STEADY_STEPS;
     s.skip_breakdown = true;
     s.batch = 1;
     vp_graph *g = vp_graph_build(m, 1, 4096, &err);

@@ -27,7 +27,7 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->gpus = gpus;
     c->gpus_per_node = gpus_per_node ? gpus_per_node : 8;
     c->memory = hw->memory;
-    c->context = hw->context ? hw->context : 718077952u;
+    c->context = hw->context ? hw->context : VP_DEFAULT_CONTEXT_BYTES;
     c->host_mem = (uint64_t)128 * VP_GiB * c->gpus_per_node;
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
@@ -422,7 +422,7 @@ static vp_status simulate_one(vp_cluster_model *cm, int cls, uint64_t seq,
     s.seq = seq;
     s.precision = cls_precision(cls);
     s.optimizer = VP_OPT_NONE;
-    s.steps = 2;
+    s.steps = VP_STEADY_STEPS;
     s.context_bytes = 0;
     vp_estimate e;
     cm->sims++;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "internal.h"
 #include "vramplan/error.h"
 
 const char *vp_strerror(vp_status code)
@@ -34,6 +35,11 @@ const char *vp_err_name(vp_status code)
 #undef VP__ERR_NAME
     }
     return "VP_EUNKNOWN";
+}
+
+const char *vp_suggest(const char *word, const char *const *candidates)
+{
+    return vp__suggest(word, candidates);
 }
 
 void vp_error_clear(vp_error *err)

@@ -6,7 +6,10 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "vramplan/cluster.h"
 #include "vramplan/units.h"
@@ -104,60 +107,94 @@ static void header(sbuf *s, const char *cmt, const vp_cluster_model_info *in,
 
 /* ---- DeepSpeed ------------------------------------------------------- */
 
+/* The ZeRO section: stage, buckets, stage-3 prefetch sizes, offloads. */
+static json_t *zero_section(const vp_cluster_model_info *in, const vp_par *p,
+                            int stage)
+{
+    uint64_t unit = in->layer_params / (p->tp ? p->tp : 1);
+    json_t *z = json_pack("{s:i, s:b, s:b, s:b, s:I}", "stage", stage,
+                          "overlap_comm", stage >= 2, "contiguous_gradients",
+                          1, "reduce_scatter", 1, "reduce_bucket_size",
+                          (json_int_t)50000000);
+    int bad = z == NULL;
+
+    if (unit == 0)
+        unit = 1;
+    if (!bad && stage <= 2)
+        bad |= json_object_set_new(z, "allgather_bucket_size",
+                                   json_integer(50000000));
+    if (!bad && stage == 3)
+        bad |= json_object_update_new(
+            z, json_pack("{s:I, s:I, s:I, s:I}",
+                         "stage3_prefetch_bucket_size", (json_int_t)unit,
+                         "stage3_max_live_parameters", (json_int_t)(2 * unit),
+                         "stage3_max_reuse_distance", (json_int_t)(2 * unit),
+                         "stage3_param_persistence_threshold",
+                         (json_int_t)100000));
+    if (!bad && p->offload != VP_OFFLOAD_NONE)
+        bad |= json_object_set_new(z, "offload_optimizer",
+                                   json_pack("{s:s, s:b}", "device", "cpu",
+                                             "pin_memory", 1));
+    if (!bad && p->offload == VP_OFFLOAD_ALL)
+        bad |= json_object_set_new(z, "offload_param",
+                                   json_pack("{s:s, s:b}", "device", "cpu",
+                                             "pin_memory", 1));
+    if (bad) {
+        json_decref(z);
+        return NULL;
+    }
+    return z;
+}
+
+/* A DeepSpeed JSON config (written through jansson). */
 static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
                            const vp_par *p, vp_error *err)
 {
     int stage = p->sharding == VP_SHARD_ZERO1   ? 1
                 : p->sharding == VP_SHARD_ZERO2 ? 2
                                                 : 3;
-    uint64_t unit = in->layer_params / (p->tp ? p->tp : 1);
-    if (unit == 0)
-        unit = 1;
-    put(s, "{\n");
-    put(s, "  \"train_batch_size\": %" PRIu64 ",\n", global_batch(p));
-    put(s, "  \"train_micro_batch_size_per_gpu\": %" PRIu64 ",\n",
-        p->micro_batch);
-    put(s, "  \"gradient_accumulation_steps\": %" PRIu64 ",\n", p->accum);
-    if (p->dtype == VP_DT_BF16)
-        put(s, "  \"bf16\": {\"enabled\": true},\n");
-    else if (p->dtype == VP_DT_FP16)
-        put(s, "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, "
-               "\"initial_scale_power\": 16},\n");
-    put(s, "  \"gradient_clipping\": 1.0,\n");
-    put(s, "  \"zero_optimization\": {\n");
-    put(s, "    \"stage\": %d,\n", stage);
-    put(s, "    \"overlap_comm\": %s,\n", stage >= 2 ? "true" : "false");
-    put(s, "    \"contiguous_gradients\": true,\n");
-    put(s, "    \"reduce_scatter\": true,\n");
-    put(s, "    \"reduce_bucket_size\": 50000000");
-    if (stage <= 2)
-        put(s, ",\n    \"allgather_bucket_size\": 50000000");
-    if (stage == 3)
-        put(s, ",\n    \"stage3_prefetch_bucket_size\": %" PRIu64
-               ",\n    \"stage3_max_live_parameters\": %" PRIu64
-               ",\n    \"stage3_max_reuse_distance\": %" PRIu64
-               ",\n    \"stage3_param_persistence_threshold\": 100000",
-            unit, 2 * unit, 2 * unit);
-    if (p->offload != VP_OFFLOAD_NONE)
-        put(s, ",\n    \"offload_optimizer\": {\"device\": \"cpu\", "
-               "\"pin_memory\": true}");
-    if (p->offload == VP_OFFLOAD_ALL)
-        put(s, ",\n    \"offload_param\": {\"device\": \"cpu\", "
-               "\"pin_memory\": true}");
-    put(s, "\n  },\n");
-    if (p->pp > 1)
-        put(s, "  \"pipeline\": {\"stages\": %u, \"partition\": "
-               "\"parameters\", \"activation_checkpoint_interval\": %d},\n",
-            p->pp, p->recompute == VP_RC_FULL ? 1 : 0);
-    put(s, "  \"activation_checkpointing\": {\"partition_activations\": "
-           "false, \"cpu_checkpointing\": false, "
-           "\"contiguous_memory_optimization\": false, "
-           "\"number_checkpoints\": %s},\n",
-        p->recompute == VP_RC_FULL ? "null" : "0");
-    put(s, "  \"steps_per_print\": 10,\n");
-    put(s, "  \"wall_clock_breakdown\": false\n");
-    put(s, "}\n");
-    (void)err;
+    json_t *o = json_pack("{s:I, s:I, s:I}", "train_batch_size",
+                          (json_int_t)global_batch(p),
+                          "train_micro_batch_size_per_gpu",
+                          (json_int_t)p->micro_batch,
+                          "gradient_accumulation_steps",
+                          (json_int_t)p->accum);
+    int bad = o == NULL;
+
+    if (!bad && p->dtype == VP_DT_BF16)
+        bad |= json_object_set_new(o, "bf16",
+                                   json_pack("{s:b}", "enabled", 1));
+    else if (!bad && p->dtype == VP_DT_FP16)
+        bad |= json_object_set_new(o, "fp16",
+                                   json_pack("{s:b, s:i, s:i}", "enabled", 1,
+                                             "loss_scale", 0,
+                                             "initial_scale_power", 16));
+    if (!bad)
+        bad |= json_object_set_new(o, "gradient_clipping", json_real(1.0)) |
+               json_object_set_new(o, "zero_optimization",
+                                   zero_section(in, p, stage));
+    if (!bad && p->pp > 1)
+        bad |= json_object_set_new(
+            o, "pipeline",
+            json_pack("{s:i, s:s, s:i}", "stages", (int)p->pp, "partition",
+                      "parameters", "activation_checkpoint_interval",
+                      p->recompute == VP_RC_FULL ? 1 : 0));
+    if (!bad)
+        bad |= json_object_update_new(
+            o, json_pack("{s:{s:b, s:b, s:b, s:o}, s:i, s:b}",
+                         "activation_checkpointing", "partition_activations",
+                         0, "cpu_checkpointing", 0,
+                         "contiguous_memory_optimization", 0,
+                         "number_checkpoints",
+                         p->recompute == VP_RC_FULL ? json_null()
+                                                    : json_integer(0),
+                         "steps_per_print", 10, "wall_clock_breakdown", 0));
+    char *text = bad ? NULL : json_dumps(o, JSON_INDENT(2));
+    json_decref(o);
+    if (text == NULL)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    put(s, "%s\n", text);
+    free(text);
     return VP_OK;
 }
 
@@ -241,7 +278,6 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
                           const vp_cluster *c, const vp_par *p,
                           vp_error *err)
 {
-    (void)err;
     uint32_t per_node = c->gpus < c->gpus_per_node ? c->gpus
                                                    : c->gpus_per_node;
     uint32_t nodes = (c->gpus + per_node - 1) / per_node;
@@ -271,13 +307,18 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
                "limit_all_gathers=True, use_orig_params=True)\n",
             st, cls, dt, dt, dt,
             p->offload == VP_OFFLOAD_ALL ? "True" : "False");
-        put(s, "cat > fsdp_config.json <<'EOF'\n"
-               "{\"transformer_layer_cls_to_wrap\": [\"%s\"], "
-               "\"backward_prefetch\": \"backward_pre\", "
-               "\"forward_prefetch\": false, \"limit_all_gathers\": true, "
-               "\"use_orig_params\": true, \"sync_module_states\": true, "
-               "\"activation_checkpointing\": %s}\nEOF\n",
-            cls, p->recompute == VP_RC_FULL ? "true" : "false");
+        json_t *cfg = json_pack(
+            "{s:[s], s:s, s:b, s:b, s:b, s:b, s:b}",
+            "transformer_layer_cls_to_wrap", cls, "backward_prefetch",
+            "backward_pre", "forward_prefetch", 0, "limit_all_gathers", 1,
+            "use_orig_params", 1, "sync_module_states", 1,
+            "activation_checkpointing", p->recompute == VP_RC_FULL);
+        char *text = cfg != NULL ? json_dumps(cfg, 0) : NULL;
+        json_decref(cfg);
+        if (text == NULL)
+            return vp_error_set(err, VP_ENOMEM, "out of memory");
+        put(s, "cat > fsdp_config.json <<'EOF'\n%s\nEOF\n", text);
+        free(text);
     }
     put(s, "torchrun --nnodes %u --nproc-per-node %u --rdzv-backend c10d "
            "\\\n    --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" "

@@ -5,6 +5,7 @@
  * small shape weighs as much as a large one. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +18,12 @@
 #include <gsl/gsl_vector.h>
 
 #include "internal.h"
+#include "json.h"
 #include "vramplan/gpu.h"
+#include "vramplan/validate.h"
 
 #define MAX_SAMPLES 64
+#define BIG UINT64_MAX
 #define MAX_CALIB_BYTES (16u << 20)
 
 /* ------------------------------------------------------------------ */
@@ -336,272 +340,293 @@ struct vp_calib {
     bool has_done;
 };
 
-typedef struct {
-    vp_ydoc *d;
-    yaml_node_t *root;
-    vp_error *err;
-} line_ctx;
+/* One line of the raw output, as its kind's schema read it. */
+typedef struct raw_line {
+    const char *kind, *program, *name, *cc, *what, *why, *version;
+    int mode, test, dtype, op;
+    uint64_t after_init, total, gpus, driver, runtime;
+    uint64_t size, count, footprint, align_log2, min_stride;
+    uint64_t m, n, k, ranks, bytes;
+    double seconds;
+    samples s[3];
+} raw_line;
 
-static vp_status req_u64(line_ctx *c, const char *key, uint64_t *out)
+/* An array of non-negative numbers (at most MAX_SAMPLES kept). */
+static vp_status read_samples(void *ctx, const vp_jval *v, vp_error *err)
 {
-    yaml_node_t *n = vp__ymap_get(c->d, c->root, key, NULL);
-    if (!n)
-        return vp__yerr(c->d, c->root, VP_ESCHEMA, c->err,
-                        "the line has no \"%s\"", key);
-    return vp__yget_u64(c->d, n, 0, UINT64_MAX, out, c->err);
-}
+    samples *s = (samples *)(void *)((char *)ctx + v->field->offset);
+    const vp_jdoc *d = v->doc;
 
-static vp_status req_str(line_ctx *c, const char *key, char *buf,
-                         size_t size)
-{
-    yaml_node_t *n = vp__ymap_get(c->d, c->root, key, NULL);
-    const char *v;
-    if (!n)
-        return vp__yerr(c->d, c->root, VP_ESCHEMA, c->err,
-                        "the line has no \"%s\"", key);
-    vp_status st = vp__yget_str(c->d, n, &v, c->err);
-    if (st == VP_OK)
-        snprintf(buf, size, "%s", v);
-    return st;
-}
-
-static vp_status num_of(line_ctx *c, yaml_node_t *n, double *out)
-{
-    const char *v = vp__yscalar(n);
-    char *end;
-    if (!v || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || !*v)
-        return vp__yerr(c->d, n, VP_ESCHEMA, c->err, "expected a number");
-    errno = 0;
-    double x = strtod(v, &end);
-    if (*end || errno == ERANGE || !isfinite(x) || x < 0.0)
-        return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
-                        "expected a non-negative number, got '%.64s'", v);
-    *out = x;
-    return VP_OK;
-}
-
-/* An array of numbers into s (at most MAX_SAMPLES kept). */
-static vp_status req_arr(line_ctx *c, const char *key, samples *s)
-{
-    yaml_node_t *n = vp__ymap_get(c->d, c->root, key, NULL);
-    if (!n)
-        return vp__yerr(c->d, c->root, VP_ESCHEMA, c->err,
-                        "the line has no \"%s\"", key);
-    if (n->type != YAML_SEQUENCE_NODE)
-        return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
-                        "\"%s\" must be a list of numbers", key);
     s->n = 0;
-    for (yaml_node_item_t *it = n->data.sequence.items.start;
-         it < n->data.sequence.items.top; it++) {
-        double x;
-        vp_status st = num_of(c, vp__ynode(c->d, *it), &x);
-        if (st != VP_OK)
-            return st;
+    for (int c = d->nodes[v->node].first_child; c >= 0;
+         c = d->nodes[c].next) {
+        json_t *x = d->nodes[c].value;
+        if (!json_is_number(x) || json_number_value(x) < 0.0)
+            return vp__jerr(d, c, false, VP_ESCHEMA, err,
+                            "'%s' must hold non-negative numbers",
+                            v->field->name);
         if (s->n < MAX_SAMPLES)
-            s->v[s->n++] = x;
+            s->v[s->n++] = json_number_value(x);
     }
-    if (!s->n)
-        return vp__yerr(c->d, n, VP_ESCHEMA, c->err, "\"%s\" is empty",
-                        key);
+    if (s->n == 0)
+        return vp__jerr(d, v->node, false, VP_ESCHEMA, err, "'%s' is empty",
+                        v->field->name);
     return VP_OK;
 }
 
-static int index_of(const char *s, const char *const *names)
+static const char *const CONTEXT_MODES[] = {"lazy", "eager", NULL};
+#define VP__S(name, str) str,
+static const char *const DTYPES[] = {VP_GPU_DTYPE_MAP(VP__S) NULL};
+static const char *const COLLS[] = {VP_GPU_COLL_MAP(VP__S) NULL};
+static const char *const BWS[] = {VP_GPU_BW_MAP(VP__S) NULL};
+#undef VP__S
+
+#define R_INFO VP_JROW_INFO
+#define R_STR(n, m) VP_JROW_STR(n, true, raw_line, m)
+#define R_U64(n, lo, hi, m) VP_JROW_U64(n, true, lo, hi, raw_line, m)
+#define R_ENUM(n, ch, m) VP_JROW_ENUM(n, true, ch, raw_line, m)
+#define R_ARR(n, i)                                                        \
+    {.name = n, .type = VP_JT_ARRAY, .required = true,                     \
+     .apply = read_samples, .offset = offsetof(raw_line, s) + i * sizeof(samples)}
+#define DIM (1u << 20)
+
+static const vp_jfield K_START[] = {
+    R_STR("program", program), R_INFO("version", VP_JT_U64),
+    R_INFO("repeats", VP_JT_U64), R_INFO("quick", VP_JT_BOOL)};
+static const vp_jfield K_CONTEXT[] = {
+    R_ENUM("mode", CONTEXT_MODES, mode), R_U64("after_init", 0, BIG, after_init),
+    R_INFO("after_kernel", VP_JT_U64), R_INFO("total", VP_JT_U64)};
+static const vp_jfield K_DEVICE[] = {
+    R_STR("name", name), R_STR("cc", cc), R_U64("total", 0, BIG, total),
+    R_U64("gpus", 0, BIG, gpus), R_U64("driver", 0, BIG, driver),
+    R_U64("runtime", 0, BIG, runtime), R_INFO("sms", VP_JT_U64),
+    R_INFO("l2_bytes", VP_JT_U64), R_INFO("bus_width", VP_JT_U64),
+    R_INFO("pci", VP_JT_STRING), R_INFO("link_speed", VP_JT_STRING),
+    R_INFO("link_width", VP_JT_STRING), R_INFO("max_link_speed", VP_JT_STRING)};
+static const vp_jfield K_MALLOC[] = {
+    R_U64("size", 0, BIG, size), R_U64("count", 1, BIG, count),
+    R_U64("footprint", 0, BIG, footprint),
+    R_U64("align_log2", 0, 63, align_log2),
+    R_U64("min_stride", 0, BIG, min_stride)};
+static const vp_jfield K_MAX_ALLOC[] = {
+    R_U64("total", 0, BIG, total), R_INFO("step", VP_JT_U64),
+    R_ARR("bytes", 0), R_ARR("free", 1)};
+static const vp_jfield K_LAUNCH[] = {
+    R_INFO("launches", VP_JT_U64), R_ARR("enqueue_us", 0),
+    R_ARR("gpu_us", 1), R_ARR("sync_us", 2)};
+static const vp_jfield K_BANDWIDTH[] = {
+    R_ENUM("test", BWS, test), R_INFO("bytes", VP_JT_U64),
+    R_INFO("iters", VP_JT_U64), R_ARR("gbps", 0)};
+static const vp_jfield K_GEMM_SETUP[] = {
+    R_INFO("cublaslt_version", VP_JT_U64), R_INFO("workspace", VP_JT_U64)};
+static const vp_jfield K_GEMM[] = {
+    R_ENUM("dtype", DTYPES, dtype), R_U64("m", 1, DIM, m),
+    R_U64("n", 1, DIM, n), R_U64("k", 1, DIM, k),
+    R_INFO("layout", VP_JT_STRING), R_INFO("algos", VP_JT_U64),
+    R_INFO("iters", VP_JT_U64), R_INFO("rest_ms", VP_JT_U64),
+    R_ARR("tflops", 0)};
+static const vp_jfield K_NCCL[] = {
+    R_ENUM("op", COLLS, op), R_U64("ranks", 0, BIG, ranks),
+    R_U64("bytes", 0, BIG, bytes), R_INFO("iters", VP_JT_U64),
+    R_ARR("us", 0)};
+static const vp_jfield K_SKIP[] = {R_STR("what", what), R_STR("why", why)};
+static const vp_jfield K_TORCH[] = {
+    R_STR("version", version), R_INFO("device_name", VP_JT_STRING),
+    R_U64("context_used_after_init", 0, BIG, after_init),
+    R_ARR("bf16_matmul_tflops", 0), R_ARR("copy_gbps", 1)};
+static const vp_jfield K_DONE[] = {
+    VP_JROW_NUM("seconds", true, 0, false, 1e9, raw_line, seconds)};
+static const vp_jfield K_SUSTAINED[] = {
+    R_ENUM("dtype", DTYPES, dtype), R_INFO("m", VP_JT_U64),
+    R_INFO("n", VP_JT_U64), R_INFO("k", VP_JT_U64),
+    R_INFO("iters", VP_JT_U64), R_ARR("tflops", 0)};
+
+typedef enum {
+    K_START_, K_CONTEXT_, K_DEVICE_, K_MALLOC_, K_MAX_ALLOC_, K_LAUNCH_,
+    K_BANDWIDTH_, K_GEMM_SETUP_, K_GEMM_, K_NCCL_, K_SKIP_, K_TORCH_, K_DONE_,
+    K_SUSTAINED_, K__COUNT
+} raw_kind;
+
+#define KIND(name, rows) {name, rows, sizeof rows / sizeof rows[0]}
+static const struct {
+    const char *name;
+    const vp_jfield *rows;
+    size_t n;
+} KINDS[K__COUNT] = {
+    KIND("start", K_START),         KIND("context", K_CONTEXT),
+    KIND("device", K_DEVICE),       KIND("malloc", K_MALLOC),
+    KIND("max_alloc", K_MAX_ALLOC), KIND("launch", K_LAUNCH),
+    KIND("bandwidth", K_BANDWIDTH), KIND("gemm_setup", K_GEMM_SETUP),
+    KIND("gemm", K_GEMM),           KIND("nccl", K_NCCL),
+    KIND("skip", K_SKIP),           KIND("torch", K_TORCH),
+    KIND("done", K_DONE),           KIND("gemm_sustained", K_SUSTAINED),
+};
+
+/* The line's kind: its "kind" field, which every line has. */
+static vp_status kind_of(const vp_jdoc *d, raw_kind *out, vp_error *err)
 {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(s, names[i]))
-            return i;
-    return -1;
+    int node = vp__jdoc_member(d, 0, "kind");
+    json_t *v = node >= 0 ? d->nodes[node].value : NULL;
+
+    if (!json_is_object(d->root))
+        return vp__jerr(d, 0, false, VP_ESYNTAX, err,
+                        "expected a JSON object");
+    if (node < 0 || !json_is_string(v))
+        return vp__jerr(d, node, false, VP_ESCHEMA, err,
+                        "a line needs a \"kind\" string");
+    for (int k = 0; k < K__COUNT; k++)
+        if (strcmp(json_string_value(v), KINDS[k].name) == 0) {
+            *out = (raw_kind)k;
+            return VP_OK;
+        }
+    return vp__jerr(d, node, false, VP_ESCHEMA, err, "unknown kind '%.32s'",
+                    json_string_value(v));
 }
 
-/* The index i < n whose name(i) is s, or -1. */
-static int name_index(const char *s, int n, const char *(*name)(int))
+static vp_status add_gemm(vp_calib *c, const raw_line *r, const vp_jdoc *d,
+                          vp_error *err)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, name(i)))
-            return i;
-    return -1;
+    if (c->n_gemm == MAX_ROWS)
+        return vp__jerr(d, 0, false, VP_ELIMIT, err,
+                        "more than %d GEMM lines", MAX_ROWS);
+    vp_gpu_stat st = stat_of(r->s[0].v, r->s[0].n);
+    vp_calib_gemm_point *p = &c->gemm[c->n_gemm++];
+    p->dtype = (vp_gpu_dtype)r->dtype;
+    p->m = (uint32_t)r->m;
+    p->n = (uint32_t)r->n;
+    p->k = (uint32_t)r->k;
+    p->gflop = 2.0 * (double)r->m * (double)r->n * (double)r->k / 1e9;
+    p->median_tflops = st.median;
+    p->min_tflops = st.min;
+    p->max_tflops = st.max;
+    return VP_OK;
 }
 
-static const char *dtype_name(int i)
+static vp_status add_nccl(vp_calib *c, const raw_line *r, const vp_jdoc *d,
+                          vp_error *err)
 {
-    return vp_gpu_dtype_name((vp_gpu_dtype)i);
+    if (c->n_nccl == MAX_ROWS)
+        return vp__jerr(d, 0, false, VP_ELIMIT, err,
+                        "more than %d NCCL lines", MAX_ROWS);
+    c->nccl[c->n_nccl++] = (nccl_row){(vp_gpu_coll)r->op, r->ranks, r->bytes,
+                                      median_of(r->s[0].v, r->s[0].n)};
+    return VP_OK;
 }
-static const char *coll_name(int i)
+
+static vp_status apply_other(vp_calib *c, raw_kind k, const raw_line *r,
+                             const vp_jdoc *d, vp_error *err)
 {
-    return vp_gpu_coll_name((vp_gpu_coll)i);
-}
-static const char *bw_name(int i) { return vp_gpu_bw_name((vp_gpu_bw)i); }
-
-static const char *const KINDS[] = {
-    "start", "context", "device", "malloc", "max_alloc", "launch",
-    "bandwidth", "gemm_setup", "gemm", "nccl", "skip", "torch", "done",
-    "gemm_sustained", NULL};
-
-#define TRYL(x)                                                            \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
-static vp_status parse_line(vp_calib *c, line_ctx *l)
-{
-    char kind[32], buf[256];
-    TRYL(req_str(l, "kind", kind, sizeof kind));
-    int k = index_of(kind, KINDS);
-    yaml_node_t *kn = vp__ymap_get(l->d, l->root, "kind", NULL);
-    if (k < 0)
-        return vp__yerr(l->d, kn, VP_ESCHEMA, l->err,
-                        "unknown kind '%.32s'", kind);
-    uint64_t u;
-    samples s;
     switch (k) {
-    case 0: /* start */
-        TRYL(req_str(l, "program", buf, sizeof buf));
-        if (strcmp(buf, "vp-calibrate") != 0)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "not vp-calibrate output");
-        break;
-    case 1: /* context */
-        TRYL(req_str(l, "mode", buf, sizeof buf));
-        TRYL(req_u64(l, "after_init", &u));
-        if (!strcmp(buf, "lazy") && c->n_lazy < MAX_SAMPLES)
-            c->ctx_lazy[c->n_lazy++] = u;
-        else if (!strcmp(buf, "eager") && c->n_eager < MAX_SAMPLES)
-            c->ctx_eager[c->n_eager++] = u;
-        else if (strcmp(buf, "lazy") && strcmp(buf, "eager"))
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "unknown context mode '%.32s'", buf);
-        break;
-    case 2: /* device */
-        TRYL(req_str(l, "name", c->device, sizeof c->device));
-        TRYL(req_str(l, "cc", c->cc, sizeof c->cc));
-        TRYL(req_u64(l, "total", &c->total));
-        TRYL(req_u64(l, "gpus", &c->gpus));
-        TRYL(req_u64(l, "driver", &c->driver));
-        TRYL(req_u64(l, "runtime", &c->runtime));
-        break;
-    case 3: { /* malloc */
-        malloc_row r;
-        TRYL(req_u64(l, "size", &r.size));
-        TRYL(req_u64(l, "count", &r.count));
-        TRYL(req_u64(l, "footprint", &r.footprint));
-        TRYL(req_u64(l, "align_log2", &r.align_log2));
-        TRYL(req_u64(l, "min_stride", &r.min_stride));
-        if (r.count == 0 || r.align_log2 > 63)
-            return vp__yerr(l->d, l->root, VP_ERANGE, l->err,
-                            "bad count or alignment");
-        if (c->n_mallocs < sizeof c->mallocs / sizeof c->mallocs[0])
-            c->mallocs[c->n_mallocs++] = r;
-        break;
-    }
-    case 4: /* max_alloc */
-        TRYL(req_u64(l, "total", &c->total));
-        TRYL(req_arr(l, "bytes", &c->max_alloc));
-        TRYL(req_arr(l, "free", &c->free_bytes));
-        break;
-    case 5: /* launch */
-        TRYL(req_arr(l, "enqueue_us", &c->launch_enq));
-        TRYL(req_arr(l, "gpu_us", &c->launch_gpu));
-        TRYL(req_arr(l, "sync_us", &c->launch_sync));
-        break;
-    case 6: { /* bandwidth */
-        TRYL(req_str(l, "test", buf, sizeof buf));
-        int b = name_index(buf, VP_GPU__BWS, bw_name);
-        if (b < 0)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "unknown bandwidth test '%.32s'", buf);
-        TRYL(req_arr(l, "gbps", &c->bw[b]));
-        break;
-    }
-    case 7: /* gemm_setup */
-        break;
-    case 8: { /* gemm */
-        TRYL(req_str(l, "dtype", buf, sizeof buf));
-        int t = name_index(buf, VP_GPU__DTYPES, dtype_name);
-        if (t < 0)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "unknown dtype '%.32s'", buf);
-        uint64_t m, n, kk;
-        TRYL(req_u64(l, "m", &m));
-        TRYL(req_u64(l, "n", &n));
-        TRYL(req_u64(l, "k", &kk));
-        if (!m || !n || !kk || m > 1u << 20 || n > 1u << 20 || kk > 1u << 20)
-            return vp__yerr(l->d, l->root, VP_ERANGE, l->err,
-                            "GEMM dimensions out of range");
-        TRYL(req_arr(l, "tflops", &s));
-        if (c->n_gemm == MAX_ROWS)
-            return vp__yerr(l->d, l->root, VP_ELIMIT, l->err,
-                            "more than %d GEMM lines", MAX_ROWS);
-        vp_gpu_stat st = stat_of(s.v, s.n);
-        vp_calib_gemm_point *p = &c->gemm[c->n_gemm++];
-        p->dtype = (vp_gpu_dtype)t;
-        p->m = (uint32_t)m;
-        p->n = (uint32_t)n;
-        p->k = (uint32_t)kk;
-        p->gflop = 2.0 * (double)m * (double)n * (double)kk / 1e9;
-        p->median_tflops = st.median;
-        p->min_tflops = st.min;
-        p->max_tflops = st.max;
-        break;
-    }
-    case 9: { /* nccl */
-        TRYL(req_str(l, "op", buf, sizeof buf));
-        int o = name_index(buf, VP_GPU__COLLS, coll_name);
-        if (o < 0)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "unknown collective '%.32s'", buf);
-        nccl_row r;
-        r.coll = (vp_gpu_coll)o;
-        TRYL(req_u64(l, "ranks", &r.ranks));
-        TRYL(req_u64(l, "bytes", &r.bytes));
-        TRYL(req_arr(l, "us", &s));
-        r.median_us = median_of(s.v, s.n);
-        if (c->n_nccl == MAX_ROWS)
-            return vp__yerr(l->d, l->root, VP_ELIMIT, l->err,
-                            "more than %d NCCL lines", MAX_ROWS);
-        c->nccl[c->n_nccl++] = r;
-        break;
-    }
-    case 10: { /* skip */
-        char what[128], why[256];
-        TRYL(req_str(l, "what", what, sizeof what));
-        TRYL(req_str(l, "why", why, sizeof why));
+    case K_SKIP_:
         if (c->n_skips < MAX_ROWS) {
-            const char *t = vp__arena_printf(&c->arena, "%s: %s", what, why);
-            if (!t)
-                return vp_error_set(l->err, VP_ENOMEM, "out of memory");
+            const char *t = vp__arena_printf(&c->arena, "%s: %s", r->what,
+                                             r->why);
+            if (t == NULL)
+                return vp_error_set(err, VP_ENOMEM, "out of memory");
             c->skips[c->n_skips++] = t;
         }
         break;
-    }
-    case 11: /* torch */
-        TRYL(req_str(l, "version", c->torch_version,
-                     sizeof c->torch_version));
-        TRYL(req_u64(l, "context_used_after_init", &c->torch_context));
-        TRYL(req_arr(l, "bf16_matmul_tflops", &c->torch_bf16));
-        TRYL(req_arr(l, "copy_gbps", &c->torch_copy));
+    case K_TORCH_:
+        snprintf(c->torch_version, sizeof c->torch_version, "%s", r->version);
+        c->torch_context = r->after_init;
+        c->torch_bf16 = r->s[0];
+        c->torch_copy = r->s[1];
         break;
-    case 12: { /* done */
-        yaml_node_t *n = vp__ymap_get(l->d, l->root, "seconds", NULL);
-        if (!n)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "the line has no \"seconds\"");
-        TRYL(num_of(l, n, &c->seconds));
+    case K_DONE_:
+        c->seconds = r->seconds;
         c->has_done = true;
         break;
-    }
-    case 13: /* gemm_sustained */
-        TRYL(req_str(l, "dtype", buf, sizeof buf));
-        if (strcmp(buf, "bf16") != 0)
-            return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                            "sustained rate of '%.32s': only bf16 is kept",
-                            buf);
-        TRYL(req_arr(l, "tflops", &c->sustained));
+    case K_SUSTAINED_:
+        if (r->dtype != VP_GPU_BF16)
+            return vp__jerr(d, vp__jdoc_member(d, 0, "dtype"), false,
+                            VP_ESCHEMA, err, "sustained rate of '%s': only "
+                            "bf16 is kept", DTYPES[r->dtype]);
+        c->sustained = r->s[0];
+        break;
+    default: /* gemm_setup: information only */
         break;
     }
     return VP_OK;
+}
+
+/* Keep what a checked line says. */
+static vp_status apply_line(vp_calib *c, raw_kind k, const raw_line *r,
+                            const vp_jdoc *d, vp_error *err)
+{
+    switch (k) {
+    case K_START_:
+        if (strcmp(r->program, "vp-calibrate") != 0)
+            return vp__jerr(d, vp__jdoc_member(d, 0, "program"), false,
+                            VP_ESCHEMA, err, "not vp-calibrate output");
+        break;
+    case K_CONTEXT_:
+        if (r->mode == 0 && c->n_lazy < MAX_SAMPLES)
+            c->ctx_lazy[c->n_lazy++] = r->after_init;
+        else if (r->mode == 1 && c->n_eager < MAX_SAMPLES)
+            c->ctx_eager[c->n_eager++] = r->after_init;
+        break;
+    case K_DEVICE_:
+        snprintf(c->device, sizeof c->device, "%s", r->name);
+        snprintf(c->cc, sizeof c->cc, "%s", r->cc);
+        c->total = r->total;
+        c->gpus = r->gpus;
+        c->driver = r->driver;
+        c->runtime = r->runtime;
+        break;
+    case K_MALLOC_:
+        if (c->n_mallocs < sizeof c->mallocs / sizeof c->mallocs[0])
+            c->mallocs[c->n_mallocs++] = (malloc_row){
+                r->size, r->count, r->footprint, r->align_log2, r->min_stride};
+        break;
+    case K_MAX_ALLOC_:
+        c->total = r->total;
+        c->max_alloc = r->s[0];
+        c->free_bytes = r->s[1];
+        break;
+    case K_LAUNCH_:
+        c->launch_enq = r->s[0];
+        c->launch_gpu = r->s[1];
+        c->launch_sync = r->s[2];
+        break;
+    case K_BANDWIDTH_:
+        c->bw[r->test] = r->s[0];
+        break;
+    case K_GEMM_:
+        return add_gemm(c, r, d, err);
+    case K_NCCL_:
+        return add_nccl(c, r, d, err);
+    default:
+        return apply_other(c, k, r, d, err);
+    }
+    return VP_OK;
+}
+
+/* Check one line against its kind's schema and keep it. */
+static vp_status parse_line(vp_calib *c, const char *line, size_t n,
+                            const char *path, uint32_t ln, vp_error *err)
+{
+    static const vp_jfield kind_row = R_INFO("kind", VP_JT_STRING);
+    vp_jfield rows[24];
+    raw_kind k = K_START_;
+    raw_line r;
+    vp_jdoc d;
+
+    vp_status st = vp__jdoc_parse(&d, line, n, path, ln, err);
+    if (st != VP_OK)
+        return st;
+    st = kind_of(&d, &k, err);
+    if (st == VP_OK) {
+        VP_ASSERT(KINDS[k].n < sizeof rows / sizeof rows[0]);
+        rows[0] = kind_row;
+        memcpy(rows + 1, KINDS[k].rows, KINDS[k].n * sizeof *rows);
+        memset(&r, 0, sizeof r);
+        st = vp__jschema_check(&d, 0, rows, KINDS[k].n + 1,
+                               "a calibration line", &r, err);
+    }
+    if (st == VP_OK)
+        st = apply_line(c, k, &r, &d, err);
+    vp__jdoc_destroy(&d);
+    return st;
 }
 
 vp_calib *vp_calib_parse(const char *buf, size_t len, const char *path,
@@ -621,59 +646,28 @@ vp_calib *vp_calib_parse(const char *buf, size_t len, const char *path,
         return NULL;
     }
     size_t lines = 0;
-    const char *p = buf, *end = buf + len;
     uint32_t ln = 0;
-    while (p < end) {
+    for (const char *p = buf, *end = buf + len; p < end;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        ln++;
         const char *line = p;
+        ln++;
         p = nl ? nl + 1 : end;
-        size_t sp = 0;
-        while (sp < n && (line[sp] == ' ' || line[sp] == '\t' ||
-                          line[sp] == '\r'))
-            sp++;
-        if (sp == n)
+        if (strspn(line, " \t\r") >= n)
             continue;
-        if (line[sp] != '{') {
-            vp_error_at(err, VP_ESYNTAX, path, ln, (uint32_t)sp + 1, 1,
-                        "expected a JSON object");
-            goto fail;
-        }
-        if (memchr(line, '\0', n)) {
-            vp_error_at(err, VP_ESYNTAX, path, ln, 1, 1, "NUL byte");
-            goto fail;
-        }
-        vp_ydoc d;
-        memset(&d, 0, sizeof d);
-        d.path = path;
-        vp_status st = vp__ydoc_load(&d, line, n, err);
-        if (st == VP_OK) {
-            line_ctx l = {&d, vp__ydoc_root(&d), err};
-            if (l.root->type != YAML_MAPPING_NODE)
-                st = vp__yerr(&d, l.root, VP_ESYNTAX, err,
-                              "expected a JSON object");
-            else
-                st = parse_line(c, &l);
-        }
-        vp__ydoc_destroy(&d);
-        if (st != VP_OK) {
-            /* the document was one line: its line is this line */
-            if (err)
-                err->line = ln;
-            goto fail;
+        if (parse_line(c, line, n, path, ln, err) != VP_OK) {
+            vp_calib_free(c);
+            return NULL;
         }
         lines++;
     }
     if (!lines) {
         vp_error_at(err, VP_ESCHEMA, path, 1, 1, 1,
                     "no measurements in the calibration output");
-        goto fail;
+        vp_calib_free(c);
+        return NULL;
     }
     return c;
-fail:
-    vp_calib_free(c);
-    return NULL;
 }
 
 void vp_calib_free(vp_calib *c)
@@ -789,7 +783,7 @@ vp_status vp_calib_reduce(const vp_calib *c, const char *source,
         if (st != VP_OK) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-            return vp_error_set(err, st, "gemm %s: %s", dtype_name(t), msg);
+            return vp_error_set(err, st, "gemm %s: %s", vp_gpu_dtype_name((vp_gpu_dtype)t), msg);
         }
     }
     for (int o = 0; o < VP_GPU__COLLS; o++) {
@@ -809,7 +803,7 @@ vp_status vp_calib_reduce(const vp_calib *c, const char *source,
         if (st != VP_OK) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-            return vp_error_set(err, st, "nccl %s: %s", coll_name(o), msg);
+            return vp_error_set(err, st, "nccl %s: %s", vp_gpu_coll_name((vp_gpu_coll)o), msg);
         }
     }
     if (c->torch_context) {
@@ -908,51 +902,53 @@ static vp_status add_case(vp_fit_result *out, size_t *cap,
     return VP_OK;
 }
 
-/* Read one file's cases into out. */
+static void skip_case(vp_fit_result *out, const char *file, uint32_t line,
+                      const char *why)
+{
+    if (!out->skip_note[0])
+        snprintf(out->skip_note, sizeof out->skip_note, "%.120s:%" PRIu32
+                 ": %.170s", file, line, why);
+    out->skipped++;
+}
+
+/* Read one file's cases into out: the one-GPU training cases with a
+ * measured device_used and peak_reserved. Other lines (max-batch and
+ * multi-GPU cases) and cases that failed when measured are skipped and
+ * counted; any other error in a line is the file's error. */
 static vp_status fit_read_file(const char *file, const char *const *dirs,
                                size_t n_dirs, uint64_t ctx0,
                                vp_fit_result *out, size_t *cap,
                                vp_error *err)
 {
-    FILE *fp = fopen(file, "r");
-    if (!fp)
-        return vp_error_set(err, VP_EIO, "cannot open '%s': %s", file,
-                            strerror(errno));
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    unsigned long ln = 0;
-    bool first = true;
-    vp_status st = VP_OK;
-    while ((len = getline(&line, &lcap, fp)) > 0) {
-        ln++;
-        if (strspn(line, " \t\r\n") == (size_t)len)
+    vp_validate_opts o = {file, 0, dirs, n_dirs, true, NULL, NULL, false};
+    vp_gt_file *f = vp_gt_open(file, err);
+    vp_status st = f != NULL ? VP_OK : err != NULL ? err->code : VP_EIO;
+    const char *json;
+    vp_case_result r;
+    vp_error e;
+    size_t len;
+    bool end;
+
+    while (st == VP_OK &&
+           (st = vp_gt_next(f, &json, &len, &o.line, &end, err)) == VP_OK &&
+           !end) {
+        vp_status cs = vp_validate_line(json, len, &o, &r, &e);
+        o.first_in_process = false;
+        const vp_metric *dev = metric_named(&r, "device_used");
+        const vp_metric *res = metric_named(&r, "peak_reserved");
+        if (r.kind != VP_GT_CASE || cs == VP_EARG || (cs == VP_OK &&
+                                                      (!dev || !res))) {
+            skip_case(out, file, o.line,
+                      r.kind != VP_GT_CASE ? "not a one-GPU training case"
+                      : cs == VP_EARG ? e.msg
+                                      : "no device_used or peak_reserved");
             continue;
-        if (ln == 1 && strstr(line, "\"env\""))
-            continue;
-        char where[512];
-        snprintf(where, sizeof where, "%s:%lu", file, ln);
-        vp_case_result r;
-        vp_error e;
-        vp_status cs = vp_validate_case(line, (size_t)len, where, dirs,
-                                        n_dirs, first, &r, &e);
-        first = false;
-        if (cs == VP_ENOMEM) {
-            st = vp_error_set(err, VP_ENOMEM, "out of memory");
-            break;
         }
-        const vp_metric *dev = cs == VP_OK ? metric_named(&r, "device_used")
-                                           : NULL;
-        const vp_metric *res = cs == VP_OK ? metric_named(&r, "peak_reserved")
-                                           : NULL;
-        if (!dev || !res || !dev->measured || !res->measured) {
-            if (!out->skip_note[0])
-                snprintf(out->skip_note, sizeof out->skip_note, "%.120s: %.170s",
-                         where,
-                         cs != VP_OK ? e.msg
-                                     : "no device_used or peak_reserved");
-            out->skipped++;
-            continue;
+        if (cs != VP_OK) {
+            if (err != NULL)
+                *err = e;
+            st = cs;
+            break;
         }
         vp_fit_case c;
         memset(&c, 0, sizeof c);
@@ -963,11 +959,9 @@ static vp_status fit_read_file(const char *file, const char *const *dirs,
         c.err_before = ((double)c.predicted_reserved + (double)ctx0 -
                         (double)c.measured_device) /
                        (double)c.measured_device;
-        if ((st = add_case(out, cap, &c, err)) != VP_OK)
-            break;
+        st = add_case(out, cap, &c, err);
     }
-    free(line);
-    fclose(fp);
+    vp_gt_close(f);
     return st;
 }
 

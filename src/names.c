@@ -5,6 +5,7 @@
  * so a new precision or optimizer needs no change here. */
 #include <string.h>
 
+#include "vramplan/defaults.h"
 #include "vramplan/graph.h"
 #include "vramplan/sim.h"
 #include "vramplan/units.h"
@@ -146,12 +147,12 @@ void vp_setup_init(vp_setup *s)
     s->set_to_none = true;
     s->inference = false;
     s->accum = 1;
-    s->steps = 4;
+    s->steps = VP_DEFAULT_STEPS;
     s->fresh_process = true;
     s->checkpoint = NULL;
     s->n_checkpoint = 0;
-    s->cublas_workspace = 32 * VP_MiB;
-    s->cublaslt_workspace = 1 * VP_MiB;
-    s->context_bytes = 718077952; /* measured: H200, torch 2.11, CUDA 13.0 */
+    s->cublas_workspace = VP_CUBLAS_WORKSPACE_SM90;
+    s->cublaslt_workspace = VP_CUBLASLT_WORKSPACE;
+    s->context_bytes = VP_DEFAULT_CONTEXT_BYTES;
     vp_allocator_config_init(&s->alloc);
 }

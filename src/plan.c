@@ -59,7 +59,7 @@ static vp_status evaluate(pctx *c, vp_plan_candidate *k, const char *spec)
     s.precision = k->precision;
     s.optimizer = k->optimizer;
     s.offload_optimizer = k->offload;
-    s.steps = 2;
+    s.steps = VP_STEADY_STEPS;
     if (k->ckpt == VP_CKPT_AUTO) {
         vp_ckpt_plan cp;
         st = vp_checkpoint_auto(c->m, &s, mask, ns, &cp, c->err);
@@ -220,7 +220,7 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                     s.precision = k->precision;
                     s.optimizer = k->optimizer;
                     s.offload_optimizer = k->offload;
-                    s.steps = 2;
+                    s.steps = VP_STEADY_STEPS;
                     vp_maxbatch_result mb;
                     vp_status st = vp_maxbatch(m, &s, spec, G, &mb, err);
                     out->simulations += mb.trials;

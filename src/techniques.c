@@ -95,7 +95,7 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
     /* the largest micro-batch with this technique */
     vp_maxbatch_result mb;
     vp_setup ms = s;
-    ms.steps = 2;
+    ms.steps = VP_STEADY_STEPS;
     ms.checkpoint = NULL;
     ms.n_checkpoint = 0;
     const char *mspec = v->ckpt && !strcmp(v->ckpt, "auto") ? "all" : v->ckpt;

@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include "vramplan/vramplan.h"
 
 #include "cli_golden.h"
@@ -63,6 +64,25 @@ Test(cli, batch_exponent)
     GOLDEN("batch_exponent", 2, "estimate", "models/mlp10.yaml", "--batch",
            "1e3");
 }
+Test(cli, unknown_option_suggests_the_closest)
+{
+    GOLDEN("unknown_option_suggestion", 2, "estimate", "models/mlp10.yaml",
+           "--bacth", "8");
+}
+Test(cli, unknown_command_suggests_the_closest)
+{
+    GOLDEN("unknown_command_suggestion", 2, "estimat", "models/mlp10.yaml");
+}
+Test(cli, unknown_precision_suggests_the_closest)
+{
+    GOLDEN("unknown_precision", 2, "estimate", "models/mlp10.yaml",
+           "--precision", "amp-bf61");
+}
+Test(cli, flag_with_a_value)
+{
+    GOLDEN("flag_with_value", 2, "estimate", "models/mlp10.yaml",
+           "--inference=yes");
+}
 Test(cli, budget_bad_unit)
 {
     GOLDEN("budget_bad_unit", 2, "estimate", "models/mlp10.yaml", "--budget",
@@ -89,6 +109,18 @@ Test(cli, bad_model_unknown_key)
 Test(cli, bad_model_range)
 {
     GOLDEN("bad_model_range", 3, "estimate", "tests/data/bad/cli-range.yaml");
+}
+/* A GPU profile's error points at the spot and exits 3, as a model's
+ * does (it exited 2 with no caret). */
+Test(cli, bad_gpu_profile_unknown_key)
+{
+    GOLDEN("bad_gpu_profile_unknown_key", 3, "maxbatch", "models/mlp10.yaml",
+           "--gpu", "tests/data/gpu/bad-unknown-key.yaml");
+}
+Test(cli, gpu_profile_not_found)
+{
+    GOLDEN("gpu_profile_not_found", 2, "maxbatch", "models/mlp10.yaml",
+           "--gpu", "no-such-gpu");
 }
 Test(cli, checkpoint_no_match)
 {
@@ -154,5 +186,34 @@ Test(cli, timeline_has_one_row_per_event)
     cr_assert_eq(rows - 1, events, "%zu rows for %llu events", rows - 1,
                  events);
     free(csv);
+    cli_run_free(&r);
+}
+
+/* JSON output goes through jansson: a path with quotes, a backslash, a
+ * control character and a byte that is not UTF-8 comes out as a valid
+ * JSON string (the invalid byte as U+FFFD). */
+Test(cli, json_output_escapes_any_string)
+{
+    static const char name[] = "a\"b\\c\001d\377.yaml";
+    char dir[] = "/tmp/vp-json-XXXXXX", path[128], cmd[512];
+    json_error_t je;
+    cli_run r;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(cmd, sizeof cmd, "cp models/mlp10.yaml '%s'", path);
+    cr_assert_eq(system(cmd), 0);
+    cli_exec((const char *const[]){"estimate", path, "--steps", "1",
+                                   "--format", "json", NULL}, &r);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *doc = json_loads(r.out, 0, &je);
+    cr_assert_not_null(doc, "not JSON: %s", je.text);
+    const char *got = json_string_value(json_object_get(doc, "model_path"));
+    char want[128];
+    snprintf(want, sizeof want, "%s/a\"b\\c\001d\xEF\xBF\xBD.yaml", dir);
+    cr_assert_str_eq(got, want);
+    json_decref(doc);
     cli_run_free(&r);
 }

@@ -42,6 +42,19 @@ Test(cli_search, maxbatch_gpu_fraction)
            "--precision", "bf16");
 }
 
+/* an explicit --steps is kept: 4 was taken for "not given" and became 2 */
+Test(cli_search, maxbatch_explicit_steps_are_kept)
+{
+    GOLDEN("search_maxbatch_steps_4", 0, "maxbatch", "models/mlp10.yaml",
+           "--budget", "4GiB", "--steps", "4", "--format", "json");
+}
+Test(cli_search, techniques_explicit_steps_are_kept)
+{
+    GOLDEN("search_techniques_steps_4", 0, "techniques", "models/mlp10.yaml",
+           "--batch", "256", "--budget", "2GiB", "--steps", "4",
+           "--format", "json");
+}
+
 /* --- plan --------------------------------------------------------------- */
 
 Test(cli_search, plan_mlp10_table)
@@ -110,6 +123,98 @@ Test(cli_search, validate_bad_cases)
 {
     GOLDEN("search_validate_bad_cases", 2, "validate",
            "tests/data/validate/bad.jsonl");
+}
+
+/* strict case lines: JSON only, unknown fields named, later fields
+ * refused, no zero or non-finite measurement, the env line first; each
+ * error with line:column and a caret */
+Test(cli_search, validate_strict_lines)
+{
+    GOLDEN("search_validate_strict", 3, "validate",
+           "tests/data/validate/strict.jsonl");
+}
+/* a long line is shown as a window around the error */
+Test(cli_search, validate_long_line)
+{
+    GOLDEN("search_validate_long_line", 3, "validate",
+           "tests/data/validate/long-line.jsonl");
+}
+Test(cli_search, validate_binary_file)
+{
+    GOLDEN("search_validate_dev_zero", 3, "validate", "/dev/zero");
+}
+
+/* --- validate: bounds ----------------------------------------------------- */
+
+Test(cli_search, validate_within_bounds)
+{
+    GOLDEN("search_validate_bounds_ok", 0, "validate",
+           "tests/data/validate/cases.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+/* a phase peak 5 % off: over the bound, the case named; exit 1 */
+Test(cli_search, validate_bound_exceeded)
+{
+    GOLDEN("search_validate_bound_exceeded", 1, "validate",
+           "tests/data/validate/perturbed-step.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+/* peak_alloc 5 % off its phase peaks: the measurements disagree */
+Test(cli_search, validate_peaks_disagree)
+{
+    GOLDEN("search_validate_peaks_disagree", 3, "validate",
+           "tests/data/validate/perturbed-peak.jsonl");
+}
+/* an outlier no longer at its documented error fails too */
+Test(cli_search, validate_stale_outlier)
+{
+    GOLDEN("search_validate_stale_outlier", 1, "validate",
+           "tests/data/validate/stale.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+Test(cli_search, validate_max_error)
+{
+    GOLDEN("search_validate_max_error", 1, "validate",
+           "tests/data/validate/maxbatch.jsonl", "--max-error",
+           "max_batch=0.01/0.5");
+}
+Test(cli_search, validate_max_error_unknown_group)
+{
+    GOLDEN("search_validate_max_error_group", 2, "validate",
+           "tests/data/validate/cases.jsonl", "--max-error", "allocted=1");
+}
+Test(cli_search, validate_bounds_file_error)
+{
+    GOLDEN("search_validate_bounds_bad", 3, "validate",
+           "tests/data/validate/cases.jsonl", "--outliers",
+           "tests/data/validate/bounds-bad.json");
+}
+Test(cli_search, validate_file_without_bounds)
+{
+    GOLDEN("search_validate_no_section", 2, "validate",
+           "tests/data/validate/maxbatch.jsonl", "--outliers",
+           "tests/data/validate/bounds-nosection.json");
+}
+
+/* a set whose fields a later version reads: every case must be refused
+ * as not supported yet, and one that runs fails the check */
+Test(cli_search, validate_not_modelled_set)
+{
+    GOLDEN("search_validate_not_modelled", 0, "validate",
+           "tests/data/validate/later.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+Test(cli_search, validate_not_modelled_set_runs)
+{
+    GOLDEN("search_validate_not_modelled_runs", 1, "validate",
+           "tests/data/validate/later-runs.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
+}
+Test(cli_search, validate_not_cases)
+{
+    GOLDEN("search_validate_not_cases", 0, "validate",
+           "tests/data/validate/sweeps.jsonl", "--outliers",
+           "tests/data/validate/bounds.json");
 }
 
 /* --- usage errors ------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vramplan/vramplan.h"
 
@@ -41,11 +42,30 @@ static char *line_of(const char *path, unsigned n)
     return line;
 }
 
+/* Run a line as validate does: models in models/, no GPU profile; the
+ * first case of a file ran first in its measuring process. */
+static vp_status run_first(const char *json, bool first,
+                           const char *const *dirs, size_t n_dirs,
+                           const vp_setup *base, const vp_hw *hw,
+                           vp_case_result *r, vp_error *err)
+{
+    vp_validate_opts o = {"test", 1, dirs, n_dirs, first, base, hw,
+                          hw != NULL};
+
+    return vp_validate_line(json, strlen(json), &o, r, err);
+}
+
+static vp_status run_with(const char *json, const char *const *dirs,
+                          size_t n_dirs, const vp_setup *base,
+                          const vp_hw *hw, vp_case_result *r, vp_error *err)
+{
+    return run_first(json, true, dirs, n_dirs, base, hw, r, err);
+}
+
 static vp_status run_line(const char *json, vp_case_result *r,
                           vp_error *err)
 {
-    return vp_validate_case(json, strlen(json), "test:1", DIRS, 1, true, r,
-                            err);
+    return run_with(json, DIRS, 1, NULL, NULL, r, err);
 }
 
 static vp_case_result ok_case(const char *path, unsigned n)
@@ -53,8 +73,8 @@ static vp_case_result ok_case(const char *path, unsigned n)
     char *json = line_of(path, n);
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s:%u: %s", path, n,
-                 err.msg);
+    cr_assert_eq(run_first(json, n == 2, DIRS, 1, NULL, NULL, &r, &err),
+                 VP_OK, "%s:%u: %s", path, n, err.msg);
     free(json);
     return r;
 }
@@ -117,7 +137,9 @@ Test(validate, a_peak_case_yields_its_metrics)
     static const char *const names[] = {
         "peak_alloc",     "peak_reserved",  "after_model",
         "device_used",    "step1.fwd_peak", "step1.bwd_peak",
-        "step1.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
+        "step1.opt_peak", "step2.fwd_peak", "step2.bwd_peak",
+        "step2.opt_peak", "step3.fwd_peak", "step3.bwd_peak",
+        "step3.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
         "step4.opt_peak"};
     size_t n = sizeof names / sizeof *names;
     cr_assert_eq(r.n_metrics, n);
@@ -169,7 +191,7 @@ Test(validate, a_checkpointed_case_checkpoints_every_unit)
     vp_setup_init(&s);
     s.batch = 16;
     s.precision = VP_PREC_AMP_BF16;
-    s.fresh_process = true;
+    s.fresh_process = false; /* not the first case of its file */
     vp_estimate ck = simulate("models/gpt2-small.yaml", &s, 1024, true);
     vp_estimate no = simulate("models/gpt2-small.yaml", &s, 1024, false);
     cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, ck.peak_alloc);
@@ -187,7 +209,7 @@ Test(validate, the_case_seq_and_precision_are_used)
     vp_setup_init(&s);
     s.batch = 4;
     s.precision = VP_PREC_AMP_BF16;
-    s.fresh_process = true;
+    s.fresh_process = false; /* not the first case of its file */
     vp_estimate e = simulate("models/gpt2-small.yaml", &s, 512, false);
     cr_assert_eq(must_metric(&r, "peak_alloc")->predicted, e.peak_alloc);
     cr_assert_eq(must_metric(&r, "peak_reserved")->predicted,
@@ -199,13 +221,24 @@ Test(validate, the_case_seq_and_precision_are_used)
 
 Test(validate, the_simulator_matches_these_cases_closely)
 {
-    /* the README's accuracy claim, on the copied cases */
+    /* the copied cases as the simulator matches them today: peak
+     * allocated within 0.014 % (gpt2-small b4 s512), reserved exact, every
+     * phase peak within 0.18 % (its step 1 optimizer peak); the context
+     * outside the allocator within 1.7 % (device_used) */
     for (unsigned n = MLP10_B1024; n <= GPT2_S512; n++) {
         vp_case_result r = ok_case(CASES, n);
-        cr_assert_leq(fabs(must_metric(&r, "peak_alloc")->rel_err), 0.07,
+        cr_assert_leq(fabs(must_metric(&r, "peak_alloc")->rel_err), 2e-4,
                       "%s", r.id);
-        cr_assert_leq(fabs(must_metric(&r, "peak_reserved")->rel_err), 0.06,
+        cr_assert_leq(fabs(must_metric(&r, "peak_reserved")->rel_err), 1e-4,
                       "%s", r.id);
+        cr_assert_leq(fabs(must_metric(&r, "after_model")->rel_err), 1e-4,
+                      "%s", r.id);
+        cr_assert_leq(fabs(must_metric(&r, "device_used")->rel_err), 0.018,
+                      "%s", r.id);
+        for (size_t i = 0; i < r.n_metrics; i++)
+            if (strncmp(r.metrics[i].name, "step", 4) == 0)
+                cr_assert_leq(fabs(r.metrics[i].rel_err), 2e-3, "%s %s",
+                              r.id, r.metrics[i].name);
     }
 }
 
@@ -327,8 +360,9 @@ Test(validate, a_budget_must_be_a_positive_number)
                  bad[i]);
         vp_case_result r;
         vp_error err;
-        cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "budget %s",
-                     bad[i]);
+        vp_status st = run_line(json, &r, &err);
+        cr_assert(st == VP_ESCHEMA || st == VP_ERANGE, "budget %s: %s",
+                  bad[i], vp_err_name(st));
         cr_assert_not_null(strstr(err.msg, "budget_gib"), "%s", err.msg);
     }
 }
@@ -354,9 +388,8 @@ Test(validate, a_gpu_profile_adds_step_us)
     vp_hw hw = h200();
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
-                                     NULL, &hw, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, &hw, &r, &err), VP_OK, "%s",
+                 err.msg);
     const vp_metric *t = must_metric(&r, "step_us");
     /* step_ms 22.433849999998756 */
     cr_assert_eq(t->measured, 22434);
@@ -388,9 +421,8 @@ Test(validate, no_step_us_without_a_measured_step_time)
     vp_hw hw = h200();
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:1", DIRS, 1, true,
-                                     NULL, &hw, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, &hw, &r, &err), VP_OK, "%s",
+                 err.msg);
     cr_assert_null(metric(&r, "step_us"));
     cr_assert_not_null(metric(&r, "peak_alloc"));
 }
@@ -403,9 +435,8 @@ Test(validate, the_base_setup_sets_the_context)
     base.context_bytes = 1000 * VP_MiB;
     vp_case_result r;
     vp_error err;
-    cr_assert_eq(vp_validate_case_on(json, strlen(json), "t:2", DIRS, 1, true,
-                                     &base, NULL, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, DIRS, 1, &base, NULL, &r, &err), VP_OK, "%s",
+                 err.msg);
     const vp_metric *dev = must_metric(&r, "device_used");
     const vp_metric *res = must_metric(&r, "peak_reserved");
     cr_assert_eq(dev->predicted, res->predicted + 1000 * VP_MiB);
@@ -423,9 +454,8 @@ Test(validate, a_case_that_failed_when_measured_is_an_error)
     cr_assert_eq(st, VP_EARG);
     cr_assert_eq(err.code, VP_EARG);
     cr_assert_str_eq(r.id, "mlp10-fp32-b1024-oom");
-    cr_assert_not_null(strstr(err.msg, "mlp10-fp32-b1024-oom"), "%s",
-                       err.msg);
-    cr_assert_not_null(strstr(err.msg, "failed"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "failed when it was measured "
+                              "(error: oom)"), "%s", err.msg);
     free(json);
 }
 
@@ -450,14 +480,11 @@ Test(validate, models_are_looked_up_in_the_directories_in_order)
     /* not in models/ */
     cr_assert_eq(run_line(json, &r, &err), VP_EIO);
     const char *const dirs[] = {"models", "tests/data/validate"};
-    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 2,
-                                  true, &r, &err),
-                 VP_OK, "%s", err.msg);
+    cr_assert_eq(run_with(json, dirs, 2, NULL, NULL, &r, &err), VP_OK, "%s",
+                 err.msg);
     cr_assert_eq(r.n_metrics, 1);
     /* no directories: nothing found */
-    cr_assert_eq(vp_validate_case(json, sizeof json - 1, "t:1", dirs, 0,
-                                  true, &r, &err),
-                 VP_EIO);
+    cr_assert_eq(run_with(json, dirs, 0, NULL, NULL, &r, &err), VP_EIO);
 }
 
 Test(validate, a_malformed_json_line_is_a_syntax_error)
@@ -504,4 +531,239 @@ Test(validate, missing_or_mistyped_fields_are_schema_errors)
         if (bad[i].word)
             cr_assert_not_null(strstr(err.msg, bad[i].word), "%s", err.msg);
     }
+}
+
+/* ---- the schema of a case line ------------------------------------------ */
+
+#define STRICT "tests/data/validate/strict.jsonl"
+
+/* Line n of strict.jsonl, run: its status, and the error in *err. */
+static vp_status strict_line(unsigned n, vp_error *err)
+{
+    char *json = line_of(STRICT, n);
+    vp_case_result r;
+    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false};
+    vp_status st = vp_validate_line(json, strlen(json), &o, &r, err);
+
+    free(json);
+    return st;
+}
+
+Test(validate_schema, yaml_flow_syntax_is_not_json)
+{
+    vp_error err;
+
+    /* {model: mlp10, batch: 8, id: yaml-not-json,}: libyaml took it */
+    cr_assert_eq(strict_line(2, &err), VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.line, 2);
+    cr_assert_eq(err.col, 2, "the unquoted key");
+}
+
+Test(validate_schema, an_unknown_field_is_named_at_its_key)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(3, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "unknown field 'sq' in a case (did you mean "
+                              "'seq'?)");
+    cr_assert_str_eq(err.path, STRICT);
+    cr_assert_eq(err.line, 3);
+    cr_assert_eq(err.col, 62);
+    cr_assert_eq(err.width, 4, "the key with its quotes");
+}
+
+Test(validate_schema, fields_of_later_versions_are_refused_by_name)
+{
+    static const char *const later[] = {
+        "lora", "base_dtype", "freeze", "quant", "load", "trainable_params",
+        "generate", "cache", "hf_config", "target", "autocast",
+        "fsdp_version", "param_dtype", "reduce_dtype",
+        "reshard_after_forward"};
+
+    for (size_t i = 0; i < sizeof later / sizeof *later; i++) {
+        char json[160], want[96];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"mlp10\", \"batch\": 8, "
+                 "\"%s\": 1}", later[i]);
+        snprintf(want, sizeof want, "field '%s' is not supported yet",
+                 later[i]);
+        cr_assert_eq(run_line(json, &r, &err), VP_EUNSUPPORTED, "%s: %s",
+                     later[i], err.msg);
+        cr_assert_str_eq(err.msg, want);
+        cr_assert_eq(err.col, 32, "%s: at its key", later[i]);
+    }
+}
+
+Test(validate_schema, a_measured_zero_is_an_error_not_zero_error)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(5, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "'peak_alloc' must be at least 1"),
+                       "%s", err.msg);
+}
+
+Test(validate_schema, a_non_finite_number_is_an_error)
+{
+    vp_error err;
+
+    /* 1e400 overflows a double */
+    cr_assert_eq(strict_line(6, &err), VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.col, 60);
+}
+
+Test(validate_schema, a_multi_gpu_field_needs_world)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(7, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "no \"world\""), "%s", err.msg);
+}
+
+Test(validate_schema, an_env_line_belongs_first)
+{
+    vp_error err;
+
+    cr_assert_eq(strict_line(8, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "first line"), "%s", err.msg);
+}
+
+Test(validate_schema, measured_peaks_must_agree)
+{
+    /* perturbed-peak.jsonl: gpt2-small-amp-bf16-b4-s512 with peak_alloc
+     * 5 % above its largest phase peak */
+    char *json = line_of("tests/data/validate/perturbed-peak.jsonl", 4);
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_eq(run_line(json, &r, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "not the largest phase peak"), "%s",
+                       err.msg);
+    cr_assert_str_eq(r.id, "gpt2-small-amp-bf16-b4-s512");
+    free(json);
+}
+
+Test(validate_schema, a_step_field_is_checked_too)
+{
+    static const char json[] =
+        "{\"model\": \"mlp10\", \"batch\": 8, \"steps\": [{\"fwd_peak\": 5, "
+        "\"fwd_paek\": 6}]}";
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "unknown field 'fwd_paek' in a step (did you "
+                              "mean 'fwd_peak'?)");
+}
+
+Test(validate_schema, more_steps_than_simulated_is_an_error)
+{
+    char json[512] = "{\"model\": \"mlp10\", \"batch\": 8, \"steps\": [";
+
+    for (int i = 0; i <= VP_MAX_STEPS; i++)
+        strcat(json, i ? ", {}" : "{}");
+    strcat(json, "]}");
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_line(json, &r, &err), VP_ELIMIT, "%s", err.msg);
+}
+
+/* ---- ground-truth files ---------------------------------------------------- */
+
+Test(validate_file, reads_the_env_line_and_the_cases)
+{
+    vp_error err;
+    vp_gt_file *f = vp_gt_open(CASES, &err);
+    const char *json;
+    size_t len, n = 0;
+    uint32_t line;
+    bool end;
+
+    cr_assert_not_null(f, "%s", err.msg);
+    const vp_gt_env *env = vp_gt_file_env(f);
+    cr_assert_not_null(env);
+    cr_assert_str_eq(env->gpu, "NVIDIA H200");
+    cr_assert_eq(env->total_bytes, 150109880320ull);
+    cr_assert_eq(env->context_bytes, 718077952ull);
+    while (vp_gt_next(f, &json, &len, &line, &end, &err) == VP_OK && !end) {
+        cr_assert_eq(line, n + 2);
+        cr_assert_eq(json[0], '{');
+        n++;
+    }
+    cr_assert(end, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    vp_gt_close(f);
+}
+
+Test(validate_file, the_env_line_is_strict)
+{
+    static const char env[] = "{\"env\": {\"gpu\": \"NVIDIA H200\", "
+                              "\"toch\": \"2.11\"}}";
+    vp_gt_env out;
+    vp_error err;
+
+    cr_assert_eq(vp_validate_env(env, strlen(env), "e", 1, &out, &err),
+                 VP_ESCHEMA);
+    cr_assert_str_eq(err.msg, "unknown field 'toch' in the env line (did you "
+                              "mean 'torch'?)");
+}
+
+Test(validate_file, a_binary_file_stops_at_once)
+{
+    vp_error err;
+    vp_gt_file *f = vp_gt_open("/dev/zero", &err);
+
+    cr_assert_null(f);
+    cr_assert_eq(err.code, VP_ESYNTAX, "%s", err.msg);
+    cr_assert_eq(err.line, 1);
+}
+
+Test(validate_file, a_line_over_one_mib_is_an_error)
+{
+    char path[] = "/tmp/vp-long-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+    cr_assert_not_null(f);
+    fputs("{\"env\": {}}\n", f);
+    for (size_t i = 0; i <= VP_VALIDATE_MAX_LINE; i++)
+        fputc('x', f);
+    fclose(f);
+    vp_error err;
+    vp_gt_file *g = vp_gt_open(path, &err);
+    const char *json;
+    size_t len;
+    uint32_t line;
+    bool end;
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(vp_gt_next(g, &json, &len, &line, &end, &err), VP_ELIMIT);
+    cr_assert_eq(err.line, 2);
+    vp_gt_close(g);
+    unlink(path);
+}
+
+Test(validate_schema, peak_reserved_is_the_largest_step_reserved)
+{
+    /* no allocation was retried, so reserved never fell: peak_reserved is
+     * the last step's reserved bytes; 5 % more is a changed measurement */
+    char *line = line_of(CASES, GPT2_S512);
+    const char *key = "\"peak_reserved\": ";
+    char *at = strstr(line, key);
+    vp_case_result r;
+    vp_error err;
+
+    cr_assert_not_null(at);
+    at += strlen(key);
+    unsigned long long v = strtoull(at, NULL, 10);
+    size_t head = (size_t)(at - line), n = strlen(line) + 32;
+    char *json = malloc(n);
+    cr_assert_not_null(json);
+    snprintf(json, n, "%.*s%llu%s", (int)head, line, v + v / 20,
+             at + strspn(at, "0123456789"));
+    cr_assert_eq(run_line(json, &r, &err), VP_ERANGE, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "with no allocation retried"), "%s",
+                       err.msg);
+    free(json);
+    free(line);
 }

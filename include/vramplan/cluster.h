@@ -44,7 +44,7 @@ typedef struct vp_cluster {
     uint64_t memory;          /* bytes per GPU a plan may use (default
                                  hw.memory)                                   */
     uint64_t context;         /* CUDA context per GPU (default hw.context, or
-                                 718077952 B measured on an H200 when 0)     */
+                                 VP_DEFAULT_CONTEXT_BYTES when 0)            */
     uint64_t host_mem;        /* host RAM per node, bytes (default 128 GiB
                                  per GPU)                                     */
     double host_mem_bw;       /* host DRAM bandwidth per node, B/s, for the

@@ -44,6 +44,11 @@ const char *vp_strerror(vp_status code);
 /* Name of a status code ("VP_ENOMEM"); never NULL. */
 const char *vp_err_name(vp_status code);
 
+/* The candidate closest to `word` (edit distance, at most 1 for words of
+ * up to 4 letters, 2 up to 8, else 3), or NULL when none is that close:
+ * for "did you mean" messages. `candidates` is NULL-terminated. */
+const char *vp_suggest(const char *word, const char *const *candidates);
+
 /* Reset *err to VP_OK with empty fields. NULL is a no-op. */
 void vp_error_clear(vp_error *err);
 

@@ -314,7 +314,7 @@ typedef struct vp_fit_result {
 /* Fit the CUDA context (device_used = peak_reserved + context) to the
  * cases of ground-truth files (the schema of shared/groundtruth: one JSON
  * object a line, the first holding the environment). Each case is
- * simulated through vp_validate_case (models looked up in dirs) for the
+ * simulated through vp_validate_line (models looked up in dirs) for the
  * before/after residuals of the predicted device_used; the constant itself
  * is fitted to the measured reserved and device bytes, so that errors of
  * the simulated reserved bytes do not leak into it (GSL nonlinear least

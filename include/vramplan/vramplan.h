@@ -14,6 +14,7 @@
 
 #include "vramplan/allocator.h"
 #include "vramplan/cluster.h"
+#include "vramplan/defaults.h"
 #include "vramplan/error.h"
 #include "vramplan/gpu.h"
 #include "vramplan/graph.h"

@@ -99,35 +99,9 @@ static void calibrate_help(FILE *f)
         "  --quick             fewer shapes and smaller buffers (smoke test)\n"
         "  -h, --help          show this help\n"
         "\n"
-        "Exit status: 0 done, 2 usage, I/O or measuring error, 3 invalid\n"
-        "profile or raw file.\n",
+        "\n",
         f);
-}
-
-/* Print a library error as the CLI does; return the exit code. */
-int cli_gpu_error(const vp_error *err)
-{
-    if (err->path[0] && err->line && err->col)
-        fprintf(stderr, "%s:%" PRIu32 ":%" PRIu32 ": error: %s\n", err->path,
-                err->line, err->col, err->msg);
-    else if (err->path[0] && err->line)
-        fprintf(stderr, "%s:%" PRIu32 ": error: %s\n", err->path, err->line,
-                err->msg);
-    else if (err->path[0])
-        fprintf(stderr, "%s: error: %s\n", err->path, err->msg);
-    else
-        fprintf(stderr, "vramplan: error: %s\n", err->msg);
-    switch (err->code) {
-    case VP_ESYNTAX:
-    case VP_ESCHEMA:
-    case VP_ERANGE:
-    case VP_ELIMIT:
-    case VP_EOVERFLOW:
-    case VP_EUNIT:
-        return 3;
-    default:
-        return 2;
-    }
+    cli_exit_help(f);
 }
 
 typedef struct {
@@ -162,14 +136,14 @@ static int run_capture(char *const argv[], buffer *out)
 {
     int fds[2];
     if (pipe(fds) != 0) {
-        fprintf(stderr, "vramplan: error: pipe: %s\n", strerror(errno));
+        cli_fail("pipe: %s", strerror(errno));
         return -1;
     }
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "vramplan: error: fork: %s\n", strerror(errno));
+        cli_fail("fork: %s", strerror(errno));
         close(fds[0]);
         close(fds[1]);
         return -1;
@@ -180,7 +154,7 @@ static int run_capture(char *const argv[], buffer *out)
             _exit(127);
         close(fds[1]);
         execvp(argv[0], argv);
-        fprintf(stderr, "vramplan: error: cannot run %s: %s\n", argv[0],
+        cli_fail("cannot run %s: %s", argv[0],
                 strerror(errno));
         _exit(127);
     }
@@ -195,7 +169,7 @@ static int run_capture(char *const argv[], buffer *out)
         if (n <= 0)
             break;
         if (rc == 0 && buf_add(out, chunk, (size_t)n) != 0) {
-            fprintf(stderr, "vramplan: error: %s wrote more than %u bytes\n",
+            cli_fail("%s wrote more than %u bytes",
                     argv[0], MAX_RAW_BYTES);
             rc = -1; /* keep reading so that the child can finish */
         }
@@ -204,14 +178,14 @@ static int run_capture(char *const argv[], buffer *out)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) {
-            fprintf(stderr, "vramplan: error: waitpid: %s\n",
+            cli_fail("waitpid: %s",
                     strerror(errno));
             return -1;
         }
     if (rc < 0)
         return -1;
     if (WIFSIGNALED(status)) {
-        fprintf(stderr, "vramplan: error: %s was killed by signal %d\n",
+        cli_fail("%s was killed by signal %d",
                 argv[0], WTERMSIG(status));
         return 128 + WTERMSIG(status);
     }
@@ -259,7 +233,7 @@ static char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "vramplan: error: cannot open '%s': %s\n", path,
+        cli_fail("cannot open '%s': %s", path,
                 strerror(errno));
         return NULL;
     }
@@ -268,7 +242,7 @@ static char *read_all(const char *path, size_t *len)
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
         if (buf_add(&b, chunk, n) != 0) {
-            fprintf(stderr, "vramplan: error: '%s' is over %u bytes\n", path,
+            cli_fail("'%s' is over %u bytes", path,
                     MAX_RAW_BYTES);
             free(b.data);
             fclose(f);
@@ -277,7 +251,7 @@ static char *read_all(const char *path, size_t *len)
     bool bad = ferror(f) != 0;
     fclose(f);
     if (bad) {
-        fprintf(stderr, "vramplan: error: cannot read '%s'\n", path);
+        cli_fail("cannot read '%s'", path);
         free(b.data);
         return NULL;
     }
@@ -291,7 +265,7 @@ static int write_file(const char *path, const char *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
-        fprintf(stderr, "vramplan: error: cannot write '%s': %s\n", path,
+        cli_fail("cannot write '%s': %s", path,
                 strerror(errno));
         if (f)
             fclose(f);
@@ -403,198 +377,162 @@ static void summary(FILE *f, const vp_gpu_profile *p, const vp_calib *c,
         fprintf(f, "skipped %s\n", skips[i]);
 }
 
-static bool parse_int(const char *s, long min, long max, long *out)
+enum { O_OUT, O_GPU, O_RAW, O_FROM_RAW, O_BIN, O_PYTHON, O_NO_TORCH,
+       O_DEVICE, O_QUICK };
+
+#define STR(i, s, n, m) {.id = i, .short_name = s, .name = n, .metavar = m, \
+                         .type = CLI_ARG_STRING}
+static const cli_opt OPTS[] = {
+    STR(O_OUT, 'o', "out", "FILE"), STR(O_GPU, 'g', "gpu", "PROFILE"),
+    STR(O_RAW, 0, "raw", "FILE"), STR(O_FROM_RAW, 0, "from-raw", "FILE"),
+    STR(O_BIN, 0, "bin", "PATH"), STR(O_PYTHON, 0, "python", "PYTHON"),
+    {.id = O_NO_TORCH, .name = "no-torch", .type = CLI_ARG_FLAG},
+    {.id = O_DEVICE, .name = "device", .metavar = "N", .type = CLI_ARG_U64,
+     .max = 63},
+    {.id = O_QUICK, .name = "quick", .type = CLI_ARG_FLAG},
+    CLI_HELP_ROW,
+};
+
+#define TEXT(o) (v[o].given ? v[o].text : NULL)
+
+/* Run vp-calibrate (and the PyTorch probe) into *b; *when the date.
+ * Returns -1, or the exit status. */
+static int measure(const cli_val *v, buffer *b, char *when, size_t n)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
+    const char *python = v[O_PYTHON].given ? v[O_PYTHON].text : "python3";
+    char found[PATH_MAX + 64], dev[16];
+    const char *prog = find_calibrate(TEXT(O_BIN), found, sizeof found);
+    time_t t = time(NULL);
+    struct tm tmv;
+
+    snprintf(dev, sizeof dev, "%" PRIu64, v[O_DEVICE].u);
+    char *cargv[] = {(char *)prog, "--device", dev,
+                     v[O_QUICK].given ? "--quick" : NULL, NULL};
+    if (gmtime_r(&t, &tmv))
+        strftime(when, n, "%Y-%m-%d %H:%M UTC", &tmv);
+    fprintf(stderr, "vramplan: running %s\n", prog);
+    int rc = run_capture(cargv, b);
+    if (rc != 0) {
+        if (rc == 127)
+            cli_fail("vp-calibrate not found or not runnable (build it with "
+                     "`make calibrate`, or give --bin)");
+        else if (rc > 0)
+            cli_fail("%s failed (exit status %d)", prog, rc);
+        if (v[O_RAW].given && b->data)
+            write_file(v[O_RAW].text, b->data, b->len);
+        return CLI_USAGE;
+    }
+    if (!v[O_NO_TORCH].given) {
+        fprintf(stderr, "vramplan: running the PyTorch probe (%s)\n", python);
+        char *pargv[] = {(char *)python, "-c", (char *)TORCH_PROBE, dev,
+                         NULL};
+        size_t before = b->len;
+        int prc = run_capture(pargv, b);
+        if (prc != 0) {
+            cli_warn("the PyTorch probe failed (exit status %d); the profile "
+                     "has no PyTorch figures", prc);
+            b->len = before; /* drop a partial line */
+            if (b->data)
+                b->data[b->len] = '\0';
+        }
+    }
+    if (!b->data && buf_add(b, "", 0) != 0)
+        return cli_fail("out of memory");
+    return -1;
+}
+
+/* The profile with the measured section from c, written to --out (or
+ * stdout), and the summary. */
+static int write_measured(const cli_val *v, const vp_calib *c,
+                          const char *when)
+{
+    const char *out = TEXT(O_OUT), *gpu = TEXT(O_GPU);
+    const vp_gpu_measured *old;
+    vp_gpu_profile *p;
+    vp_gpu_measured m;
+    char source[256];
+    vp_error err;
+    FILE *f = stdout;
+    int rc = -1;
+
+    if (gpu == NULL && (gpu = vp_gpu_match_device(vp_calib_device_name(c))) ==
+                           NULL)
+        return cli_fail("no profile in gpus/ lists the device '%s'; give "
+                        "--gpu", vp_calib_device_name(c));
+    if ((p = cli_gpu_load(gpu, &rc)) == NULL)
+        return rc;
+    snprintf(source, sizeof source, "vramplan %s calibrate%s%s",
+             VRAMPLAN_VERSION, when[0] ? ", " : "", when);
+    vp_status st = vp_calib_reduce(c, source, &m, &err);
+    /* framework constants fitted earlier stay unless re-measured */
+    if (st == VP_OK && (old = vp_gpu_measured_get(p)) != NULL) {
+        if (!m.context_bytes && old->context_bytes) {
+            m.context_bytes = old->context_bytes;
+            memcpy(m.framework_source, old->framework_source,
+                   sizeof m.framework_source);
+        }
+        if (!m.cublas_workspace_bytes)
+            m.cublas_workspace_bytes = old->cublas_workspace_bytes;
+    }
+    if (st == VP_OK)
+        st = vp_gpu_measured_set(p, &m, &err);
+    if (st == VP_OK && out && !(f = fopen(out, "w")))
+        st = vp_error_set(&err, VP_EIO, "cannot write '%s': %s", out,
+                          strerror(errno));
+    if (st == VP_OK)
+        st = vp_gpu_write(p, f, &err);
+    if (st == VP_OK && out && fclose(f) != 0)
+        st = vp_error_set(&err, VP_EIO, "cannot write '%s': %s", out,
+                          strerror(errno));
+    if (st == VP_OK)
+        summary(out ? stdout : stderr, p, c, &m);
+    vp_gpu_free(p);
+    return st == VP_OK ? CLI_OK : cli_report(&err, NULL);
+}
+
+static int calibrate_run(const cli_args *args)
+{
+    const cli_val *v = args->v;
+    const char *raw = TEXT(O_RAW), *from_raw = TEXT(O_FROM_RAW);
+    const char *raw_name = from_raw;
+    buffer b = {0};
+    char when[64] = "";
+    vp_error err;
+    int rc = -1;
+
+    if (from_raw && (v[O_BIN].given || v[O_QUICK].given ||
+                     v[O_NO_TORCH].given))
+        return cli_usage_error("--from-raw runs nothing: --bin, --quick and "
+                               "--no-torch do not apply");
+    if (from_raw && (b.data = read_all(from_raw, &b.len)) == NULL)
+        return CLI_USAGE;
+    if (!from_raw) {
+        rc = measure(v, &b, when, sizeof when);
+        raw_name = raw ? raw : "<vp-calibrate output>";
+    }
+    if (rc < 0 && raw && !from_raw && write_file(raw, b.data, b.len) != 0)
+        rc = CLI_USAGE;
+    vp_calib *c = rc < 0 ? vp_calib_parse(b.data, b.len, raw_name, &err)
+                         : NULL;
+    free(b.data);
+    if (rc >= 0)
+        return rc;
+    if (c == NULL)
+        return cli_report(&err, NULL);
+    rc = write_measured(v, c, when);
+    vp_calib_free(c);
+    return rc;
 }
 
 int cli_calibrate(int argc, char **argv)
 {
-    const char *out = NULL, *gpu = NULL, *raw = NULL, *from_raw = NULL,
-               *bin = NULL, *python = "python3";
-    bool torch = true, quick = false;
-    long device = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                            \
-    do {                                                                   \
-        if (!v)                                                            \
-            return cli_usage_error("option '%s' needs a value", a);        \
-        i++;                                                               \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            calibrate_help(stdout);
-            return 0;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            NEEDV();
-            out = v;
-        } else if (!strcmp(a, "-g") || !strcmp(a, "--gpu")) {
-            NEEDV();
-            gpu = v;
-        } else if (!strcmp(a, "--raw")) {
-            NEEDV();
-            raw = v;
-        } else if (!strcmp(a, "--from-raw")) {
-            NEEDV();
-            from_raw = v;
-        } else if (!strcmp(a, "--bin")) {
-            NEEDV();
-            bin = v;
-        } else if (!strcmp(a, "--python")) {
-            NEEDV();
-            python = v;
-        } else if (!strcmp(a, "--no-torch")) {
-            torch = false;
-        } else if (!strcmp(a, "--quick")) {
-            quick = true;
-        } else if (!strcmp(a, "--device")) {
-            NEEDV();
-            if (!parse_int(v, 0, 63, &device))
-                return cli_usage_error("invalid value '%s' for --device: "
-                                       "expected 0 to 63",
-                                       v);
-        } else {
-            return cli_usage_error("unexpected argument '%s' for calibrate",
-                                   a);
-        }
-#undef NEEDV
-    }
-    if (from_raw && (bin || quick || !torch))
-        return cli_usage_error("--from-raw runs nothing: --bin, --quick and "
-                               "--no-torch do not apply");
+    cli_spec spec = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 0,
+                     "calibrate takes options only", false, calibrate_help};
+    cli_args args;
+    int rc = cli_args_parse(&spec, argc, argv, &args);
 
-    buffer b = {0};
-    const char *raw_name = from_raw;
-    char when[64] = "";
-    if (from_raw) {
-        b.data = read_all(from_raw, &b.len);
-        if (!b.data)
-            return 2;
-    } else {
-        char found[PATH_MAX + 64];
-        const char *prog = find_calibrate(bin, found, sizeof found);
-        char dev[16];
-        snprintf(dev, sizeof dev, "%ld", device);
-        char *cargv[] = {(char *)prog, "--device", dev,
-                         quick ? "--quick" : NULL, NULL};
-        time_t t = time(NULL);
-        struct tm tmv;
-        if (gmtime_r(&t, &tmv))
-            strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tmv);
-        fprintf(stderr, "vramplan: running %s\n", prog);
-        int rc = run_capture(cargv, &b);
-        if (rc != 0) {
-            if (rc == 127)
-                fprintf(stderr,
-                        "vramplan: error: vp-calibrate not found or not "
-                        "runnable (build it with `make calibrate`, or give "
-                        "--bin)\n");
-            else if (rc > 0)
-                fprintf(stderr,
-                        "vramplan: error: %s failed (exit status %d)\n", prog,
-                        rc);
-            if (raw && b.data)
-                write_file(raw, b.data, b.len);
-            free(b.data);
-            return 2;
-        }
-        if (torch) {
-            fprintf(stderr, "vramplan: running the PyTorch probe (%s)\n",
-                    python);
-            char *pargv[] = {(char *)python, "-c", (char *)TORCH_PROBE, dev,
-                             NULL};
-            size_t before = b.len;
-            int prc = run_capture(pargv, &b);
-            if (prc != 0) {
-                fprintf(stderr,
-                        "vramplan: warning: the PyTorch probe failed (exit "
-                        "status %d); the profile has no PyTorch figures\n",
-                        prc);
-                b.len = before; /* drop a partial line */
-                if (b.data)
-                    b.data[b.len] = '\0';
-            }
-        }
-        if (!b.data && buf_add(&b, "", 0) != 0) {
-            fprintf(stderr, "vramplan: error: out of memory\n");
-            return 2;
-        }
-        raw_name = raw ? raw : "<vp-calibrate output>";
-    }
-    if (raw && !from_raw && write_file(raw, b.data, b.len) != 0) {
-        free(b.data);
-        return 2;
-    }
-
-    vp_error err;
-    int rc = 0;
-    vp_gpu_profile *p = NULL;
-    vp_calib *c = vp_calib_parse(b.data, b.len, raw_name, &err);
-    free(b.data);
-    if (!c)
-        return cli_gpu_error(&err);
-    if (!gpu) {
-        gpu = vp_gpu_match_device(vp_calib_device_name(c));
-        if (!gpu) {
-            fprintf(stderr,
-                    "vramplan: error: no profile in gpus/ lists the device "
-                    "'%s'; give --gpu\n",
-                    vp_calib_device_name(c));
-            vp_calib_free(c);
-            return 2;
-        }
-    }
-    p = vp_gpu_load(gpu, &err);
-    if (!p) {
-        rc = cli_gpu_error(&err);
-        goto done;
-    }
-    char source[256];
-    snprintf(source, sizeof source, "vramplan %s calibrate%s%s",
-             VRAMPLAN_VERSION, when[0] ? ", " : "", when);
-    vp_gpu_measured m;
-    if (vp_calib_reduce(c, source, &m, &err) != VP_OK) {
-        rc = cli_gpu_error(&err);
-        goto done;
-    }
-    /* framework constants fitted earlier stay unless re-measured */
-    const vp_gpu_measured *old = vp_gpu_measured_get(p);
-    if (old && !m.context_bytes && old->context_bytes) {
-        m.context_bytes = old->context_bytes;
-        memcpy(m.framework_source, old->framework_source,
-               sizeof m.framework_source);
-    }
-    if (old && !m.cublas_workspace_bytes)
-        m.cublas_workspace_bytes = old->cublas_workspace_bytes;
-    if (vp_gpu_measured_set(p, &m, &err) != VP_OK) {
-        rc = cli_gpu_error(&err);
-        goto done;
-    }
-    FILE *f = stdout;
-    if (out && !(f = fopen(out, "w"))) {
-        fprintf(stderr, "vramplan: error: cannot write '%s': %s\n", out,
-                strerror(errno));
-        rc = 2;
-        goto done;
-    }
-    vp_status st = vp_gpu_write(p, f, &err);
-    if (out && fclose(f) != 0 && st == VP_OK)
-        st = vp_error_set(&err, VP_EIO, "cannot write '%s': %s", out,
-                          strerror(errno));
-    if (st != VP_OK) {
-        rc = cli_gpu_error(&err);
-        goto done;
-    }
-    summary(out ? stdout : stderr, p, c, &m);
-done:
-    vp_gpu_free(p);
-    vp_calib_free(c);
+    if (rc < 0)
+        rc = calibrate_run(&args);
+    cli_args_free(&args);
     return rc;
 }

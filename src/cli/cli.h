@@ -1,53 +1,292 @@
-/* vramplan CLI: what the command files share. */
+/* vramplan CLI: the toolkit every command file shares.
+ *
+ *   args.c    one declarative option parser (cli_args_parse)
+ *   report.c  one error printer, one exit-code table (cli_exit)
+ *   json.c    JSON output through jansson
+ *
+ * and the commands, one file per group: estimate_cmd.c (estimate, the
+ * setup options), search_cmd.c (maxbatch, plan on one GPU, techniques,
+ * --checkpoint auto), cluster_cmd.c (plan --gpus, compare, export),
+ * validate_cmd.c and fit_cmd.c, probe_cmd.c, replay_cmd.c, calibrate_cmd.c;
+ * main.c holds the command table. */
 #ifndef VRAMPLAN_CLI_H
 #define VRAMPLAN_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
 #include "vramplan/vramplan.h"
 
-/* A usage error: message, the pointer to --help; returns exit code 2. */
-int cli_usage_error(const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
 #endif
-    ;
 
-/* vramplan validate FILE.jsonl... (argv[0] is "validate"). */
-int cli_validate(int argc, char **argv);
+/* ---- exit status (report.c) ------------------------------------------- */
 
-/* vramplan plan --gpus N ...: cluster planning. */
-int cli_plan_cluster(int argc, char **argv);
+/* The exit status of every command; README.md "Exit status" and --help
+ * (cli_exit_help) document it. */
+typedef enum {
+    CLI_OK = 0,      /* success: the setup fits; validate: every case is
+                        within its bounds                                */
+    CLI_NOFIT = 1,   /* does not fit in the memory budget; validate: an
+                        error bound is exceeded                          */
+    CLI_USAGE = 2,   /* usage, I/O or system error                       */
+    CLI_INPUT = 3,   /* invalid input file: a model, a GPU profile, a
+                        case or bounds file, raw calibration output      */
+    CLI_TRIAL = 4,   /* probe: a trial failed otherwise or timed out     */
+    CLI_CANCEL = 130 /* probe: interrupted                               */
+} cli_exit;
 
-/* The hardware profile of a GPU: a gpus/NAME.yaml name or a profile file.
- * Returns 0, or prints an error and returns non-zero. */
+/* The "Exit status:" block of --help. */
+void cli_exit_help(FILE *f);
+
+/* The exit status for a library status: VP_OK 0, VP_EOOM 1, invalid input
+ * (syntax, schema, range, unsupported, limit, overflow, unit) 3, else 2. */
+cli_exit cli_exit_for(vp_status st);
+
+/* "vramplan: error: MSG" on stderr; returns CLI_USAGE. */
+int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* The same and the pointer to --help: a usage error. */
+int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* "vramplan: warning: MSG" on stderr. */
+void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* Print a library error and return its exit status (cli_exit_for): for an
+ * input file, "FILE:LINE:COL: error: MSG" (GCC's form), then the source
+ * line (a window of about 200 columns around the column of a longer line,
+ * cut with "...") and a caret under the offending token; else "vramplan:
+ * error: MSG". `prefix` (may be NULL) goes before MSG ("case ID: "). */
+int cli_report(const vp_error *err, const char *prefix);
+
+/* VP_EOOM: "does not fit in the budget of SIZE: why"; returns CLI_NOFIT. */
+int cli_report_no_fit(const vp_setup *s, const vp_error *err);
+
+/* ---- options (args.c) ------------------------------------------------- */
+
+typedef enum {
+    CLI_ARG_FLAG,   /* no value                                          */
+    CLI_ARG_U64,    /* a whole decimal number in [min, max]              */
+    CLI_ARG_SIZE,   /* a size with a unit (vp_size_parse)                */
+    CLI_ARG_DOUBLE, /* a decimal number (no exponent) in [dmin, dmax]    */
+    CLI_ARG_ENUM,   /* one of choices                                    */
+    CLI_ARG_STRING  /* any text (non-empty)                              */
+} cli_arg_type;
+
+#define CLI_MAX_OPTS 64
+#define CLI_OPT_HELP (CLI_MAX_OPTS - 1) /* the id of -h, --help          */
+
+typedef struct cli_opt {
+    int id;                     /* < CLI_MAX_OPTS: the index in cli_args.v */
+    char short_name;            /* 0: long form only                     */
+    const char *name;           /* long name without the dashes          */
+    const char *metavar;        /* the value in --help; NULL for a flag  */
+    cli_arg_type type;
+    uint64_t min, max;          /* CLI_ARG_U64                           */
+    double dmin, dmax;          /* CLI_ARG_DOUBLE                        */
+    const char *const *choices; /* CLI_ARG_ENUM, NULL-terminated         */
+    const char *what;           /* CLI_ARG_ENUM: the noun in messages    */
+    bool repeat;                /* may be given again: every value kept  */
+    unsigned only;              /* commands that take it (0: all)        */
+    const char *help;
+} cli_opt;
+
+#define CLI_HELP_ROW                                                        \
+    {.id = CLI_OPT_HELP, .short_name = 'h', .name = "help",                 \
+     .type = CLI_ARG_FLAG, .help = "show this help and exit"}
+
+/* What the options of one command look like. */
+typedef struct cli_spec {
+    const cli_opt *opts;
+    size_t n_opts;
+    unsigned command;        /* which of opts[].only apply (0: all)      */
+    size_t max_operands;     /* SIZE_MAX: any number                     */
+    const char *extra_hint;  /* why one more operand is an error:
+                                "estimate takes one MODEL"               */
+    bool rest;               /* "--" ends the options: the rest is a
+                                command line (cli_args.rest)             */
+    void (*help)(FILE *f);   /* for -h, --help                           */
+} cli_spec;
+
+/* One option's value. */
+typedef struct cli_val {
+    bool given;
+    int at;                  /* argv index where it was last given       */
+    const char *text;        /* as written (the last one)                */
+    uint64_t u;              /* CLI_ARG_U64, CLI_ARG_SIZE                 */
+    double d;                /* CLI_ARG_DOUBLE                           */
+    int choice;              /* CLI_ARG_ENUM                             */
+    const char **list;       /* repeat: every value, n_list of them      */
+    size_t n_list;
+} cli_val;
+
+typedef struct cli_args {
+    cli_val v[CLI_MAX_OPTS]; /* by option id                             */
+    const char **operands;
+    size_t n_operands;
+    char **rest;             /* after "--" when spec->rest               */
+    size_t n_rest;
+} cli_args;
+
+/* Parse argv[1..argc) (argv[0] is the command's name). Returns -1 to go
+ * on; CLI_OK after printing --help; CLI_USAGE after printing a usage error
+ * (an unknown option, with a "did you mean", a missing or invalid value).
+ * Release *a with cli_args_free in every case. */
+int cli_args_parse(const cli_spec *spec, int argc, char **argv,
+                   cli_args *a);
+void cli_args_free(cli_args *a);
+
+/* The options of a command for --help: "  -b, --batch N   help", wrapped
+ * at 79 columns. */
+void cli_opts_help(FILE *f, const cli_spec *spec);
+
+/* "a, b or c" from a NULL-terminated list, into buf. */
+const char *cli_list_words(const char *const *words, char *buf, size_t n);
+
+/* ---- JSON output (json.c) ------------------------------------------------ */
+
+/* Values for an output document. Strings are made valid UTF-8 (a byte
+ * that is not becomes U+FFFD); max bounds a fixed-size field. Reals are
+ * rounded as printf's `fmt` prints them ("%.6f", "%.4g"), so that the
+ * document says what the text output says; non-finite reals are null. */
+json_t *cli_jstr(const char *s, size_t max);
+json_t *cli_ju64(uint64_t v);
+json_t *cli_jreal(double v, const char *fmt);
+/* json_object_set_new that remembers an allocation failure for
+ * cli_jprint. */
+void cli_jset(json_t *obj, const char *key, json_t *v);
+void cli_jpush(json_t *arr, json_t *v);
+/* Write v (and a newline) to f, indented by 2 when `indent`, and release
+ * it. CLI_OK, or CLI_USAGE after printing why. */
+int cli_jprint(FILE *f, json_t *v, bool indent);
+
+/* ---- shared by the commands -------------------------------------------- */
+
+/* The training-setup options that estimate, the searches, probe and replay
+ * share: the same ids (a command's own start at CLI_O__SETUP), rows and
+ * meaning (cli_setup_common). */
+enum {
+    CLI_O_BATCH, CLI_O_SEQ, CLI_O_PRECISION, CLI_O_OPTIMIZER,
+    CLI_O_CHECKPOINT, CLI_O_ACCUM, CLI_O_KEEP_GRADS, CLI_O_ATTENTION,
+    CLI_O_STEPS, CLI_O_BUDGET, CLI_O__SETUP
+};
+
+extern const char *const cli_precisions[]; /* vp_precision order      */
+extern const char *const cli_optimizers[]; /* vp_optimizer order      */
+extern const char *const cli_attns[];      /* vp_attn_impl order      */
+
+#define CLI_ROW_BATCH                                                       \
+    {.id = CLI_O_BATCH, .short_name = 'b', .name = "batch", .metavar = "N", \
+     .type = CLI_ARG_U64, .min = 1, .max = UINT64_MAX,                      \
+     .help = "micro-batch size (default 1)"}
+#define CLI_ROW_SEQ                                                         \
+    {.id = CLI_O_SEQ, .short_name = 's', .name = "seq", .metavar = "N",     \
+     .type = CLI_ARG_U64, .min = 1, .max = UINT64_MAX,                      \
+     .help = "sequence length or image side (default: the model's)"}
+#define CLI_ROW_PRECISION(h)                                                \
+    {.id = CLI_O_PRECISION, .short_name = 'p', .name = "precision",         \
+     .metavar = "P", .type = CLI_ARG_ENUM, .choices = cli_precisions,       \
+     .what = "precision", .help = h}
+#define CLI_ROW_OPTIMIZER(h)                                                \
+    {.id = CLI_O_OPTIMIZER, .short_name = 'o', .name = "optimizer",         \
+     .metavar = "O", .type = CLI_ARG_ENUM, .choices = cli_optimizers,       \
+     .what = "optimizer", .help = h}
+#define CLI_ROW_CHECKPOINT(h)                                               \
+    {.id = CLI_O_CHECKPOINT, .short_name = 'c', .name = "checkpoint",       \
+     .metavar = "SPEC", .type = CLI_ARG_STRING, .help = h}
+#define CLI_ROW_ACCUM                                                       \
+    {.id = CLI_O_ACCUM, .name = "accum", .metavar = "N",                    \
+     .type = CLI_ARG_U64, .min = 1, .max = UINT32_MAX,                      \
+     .help = "micro-batches per optimizer step (default 1)"}
+#define CLI_ROW_KEEP_GRADS                                                  \
+    {.id = CLI_O_KEEP_GRADS, .name = "keep-grads", .type = CLI_ARG_FLAG,    \
+     .help = "zero_grad(set_to_none=False)"}
+#define CLI_ROW_ATTENTION(h)                                                \
+    {.id = CLI_O_ATTENTION, .name = "attention", .metavar = "IMPL",         \
+     .type = CLI_ARG_ENUM, .choices = cli_attns,                            \
+     .what = "attention implementation", .help = h}
+#define CLI_ROW_STEPS(h)                                                    \
+    {.id = CLI_O_STEPS, .name = "steps", .metavar = "N",                    \
+     .type = CLI_ARG_U64, .min = 1, .max = VP_MAX_STEPS, .help = h}
+#define CLI_ROW_BUDGET(h)                                                   \
+    {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",               \
+     .type = CLI_ARG_SIZE, .help = h}
+
+/* Apply the given setup options to *s, and --budget (a size, more than 0)
+ * when `budget`; -1, or CLI_USAGE after the error. */
+int cli_setup_common(const cli_val *v, bool budget, vp_setup *s);
+
+/* The setup options of estimate, maxbatch, plan and techniques
+ * (estimate_cmd.c). */
+typedef struct cli_setup_args {
+    cli_args args;
+    const char *model_path;
+    const char *gpu;        /* --gpu NAME, NULL for none                 */
+    const char *budget;     /* --budget as written                       */
+    const char *checkpoint; /* spec, NULL for none                       */
+    const char *selective;  /* --selective spec, NULL for none           */
+    const char *timeline;   /* CSV path, NULL for none                   */
+    int format;             /* CLI_FMT_TABLE, _JSON or _CSV              */
+    uint64_t global_batch;  /* --global-batch, 0 when not given          */
+    bool steps_given, precision_given, optimizer_given;
+    vp_setup setup;
+} cli_setup_args;
+
+enum { CLI_FMT_TABLE, CLI_FMT_JSON, CLI_FMT_CSV };
+enum { CLI_CMD_ESTIMATE = 1, CLI_CMD_SEARCH = 2 };
+
+/* Parse the setup options of a command (CLI_CMD_ESTIMATE, or
+ * CLI_CMD_SEARCH for those with --gpu and --global-batch). Returns -1 to
+ * go on, or the exit status; release a->args with cli_args_free. */
+int cli_setup_parse(int argc, char **argv, unsigned which,
+                    void (*help)(FILE *), cli_setup_args *a);
+void cli_setup_help(FILE *f, unsigned which);
+#define CLI_SIZE_HELP                                                       \
+    "Sizes are a number with an optional unit: B, KB, MB, GB, TB (powers\n" \
+    "of 1000) or KiB, MiB, GiB, TiB (powers of 1024), e.g. 24GiB, 1.5GB,\n" \
+    "'80 GiB'. No unit means bytes.\n"
+
+/* 124439808 -> "124,439,808"; powers of 1000 with a unit ("4.5 PFLOP"). */
+const char *cli_commas(uint64_t v, char *buf, size_t n);
+const char *cli_si(double v, const char *unit, char *buf, size_t n);
+
+/* The segments a --checkpoint or --selective SPEC names, in a new array
+ * (*out, one flag per segment; the caller frees it). Returns -1 to go on,
+ * or an exit status after printing why (estimate_cmd.c). */
+int cli_select_segments(const vp_graph *graph, const char *spec,
+                        const char *option, bool **out);
+
+/* --checkpoint auto (search_cmd.c): choose the checkpointed and selective
+ * segments of graph under setup->alloc.limit; print them when `show`.
+ * Returns -1 with *ckpt and *sel set (the caller frees them), or an exit
+ * status. */
+int cli_checkpoint_auto(const vp_model *model, const vp_graph *graph,
+                        vp_setup *setup, bool show, bool **ckpt, bool **sel);
+
+/* A GPU profile: a gpus/NAME.yaml name or a profile file (gpu_hw.c).
+ * Returns NULL after printing the error; *rc its exit status. */
+vp_gpu_profile *cli_gpu_load(const char *name, int *rc);
+/* The step-time model's hardware of a profile (bf16 GEMM curve). Returns
+ * -1, or the exit status after printing the error. */
 int cli_gpu_hw(const char *name, vp_hw *out);
 
-/* vramplan probe [OPTIONS] -- CMD ARGS... (probe_cmd.c). */
-int cli_probe(int argc, char **argv);
+/* ---- the commands (argv[0] is the command's name) ---------------------- */
 
-/* vramplan replay MODEL [SETUP] --budget SIZE (replay_cmd.c). */
-int cli_replay(int argc, char **argv);
-
-/* vramplan calibrate [OPTIONS] (calibrate_cmd.c): run vp-calibrate, fit,
- * write a GPU profile. */
-int cli_calibrate(int argc, char **argv);
-
-/* vramplan fit MEASURED.jsonl... [OPTIONS] (fit_cmd.c): fit the framework
- * constants to measured runs. */
-int cli_fit(int argc, char **argv);
-
-/* Print a library error (file:line:col: error: msg) and return the exit
- * code for it: 3 for invalid input, else 2 (calibrate_cmd.c). */
-struct vp_error;
-int cli_gpu_error(const struct vp_error *err);
-
-/* ---- plans for clusters (cluster_cmd.c; cli_plan_cluster above) ---- */
-
-/* vramplan compare MODEL --gpus N,N... --gpu NAME,... (argv[0] is
- * "compare"): the best plan per cluster size and GPU. */
+int cli_estimate(int argc, char **argv);
+int cli_maxbatch(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+int cli_techniques(int argc, char **argv);
+int cli_plan_cluster(int argc, char **argv);
 int cli_compare(int argc, char **argv);
-
-/* vramplan export MODEL --gpus N --gpu NAME --to FMT (argv[0] is
- * "export"): plan for one engine and write its configuration. */
 int cli_export(int argc, char **argv);
+int cli_validate(int argc, char **argv);
+int cli_fit(int argc, char **argv);
+int cli_probe(int argc, char **argv);
+int cli_replay(int argc, char **argv);
+int cli_calibrate(int argc, char **argv);
 
 #endif

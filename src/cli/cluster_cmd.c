@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +17,9 @@
 #include "vramplan/cluster.h"
 #include "vramplan/vramplan.h"
 
-enum { EXIT_OK = 0, EXIT_NOFIT = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
-
 #define MAX_LIST 16
 #define DEFAULT_MAX_GPUS 65536u
+#define MAX_DEGREE (1u << 20)
 
 /* ------------------------------------------------------------------ */
 /* Options                                                             */
@@ -30,8 +28,8 @@ enum { EXIT_OK = 0, EXIT_NOFIT = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
 typedef enum { FMT_TABLE, FMT_JSON, FMT_CSV, FMT_MD } out_format;
 
 typedef struct cargs {
+    cli_args args;
     const char *model;
-    const char *gpus_text, *gpu_text;
     uint32_t gpus[MAX_LIST];
     size_t n_gpus;
     char gpu_names[MAX_LIST][64];
@@ -48,136 +46,146 @@ typedef struct cargs {
     uint32_t max_gpus;
 } cargs;
 
-typedef struct opt {
-    const char *name;
-    const char *arg; /* NULL for a flag */
-    unsigned cmds;   /* which commands take it */
-    const char *help;
-} opt;
+enum { C_PLAN = 1, C_COMPARE = 2, C_EXPORT = 4 };
 
-enum { C_PLAN = 1, C_COMPARE = 2, C_EXPORT = 4, C_ALL = 7 };
+enum {
+    O_GPUS, O_GPU, O_NODES_OF, O_GLOBAL_BATCH, O_SEQ, O_TOKENS, O_PRECISION,
+    O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
+    O_RECOMPUTE, O_SHARDING, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP,
+    O_MAX_GPUS, O_EXPORT, O_OUTPUT, O_FORMAT
+};
 
-static const opt opts[] = {
-    {"gpus", "N", C_PLAN | C_EXPORT, "GPUs in the cluster (required)"},
-    {"gpus", "N,N...", C_COMPARE, "cluster sizes to compare (required)"},
-    {"gpu", "NAME", C_PLAN | C_EXPORT, "GPU profile, e.g. h100-80g (required)"},
-    {"gpu", "NAME,...", C_COMPARE, "GPU profiles to compare (required)"},
-    {"nodes-of", "N", C_ALL, "GPUs per node, joined by NVLink (default 8)"},
-    {"global-batch", "B", C_ALL,
-     "sequences per optimizer step (default: 4M tokens / seq)"},
-    {"seq", "S", C_ALL, "sequence length (default: the model's)"},
-    {"tokens", "N", C_COMPARE,
-     "training tokens for the time and GPU-hours columns, with an optional "
-     "K, M, B or T (default 1T)"},
-    {"precision", "LIST", C_ALL,
-     "precisions to search: bf16, fp16, fp8, fp32, all (default bf16, "
-     "or fp16 without bf16, and fp32)"},
-    {"engine", "LIST", C_PLAN | C_COMPARE,
-     "engines to search: megatron, deepspeed, torch (default all)"},
-    {"no-offload", NULL, C_ALL, "leave CPU offload out of the search"},
-    {"tp", "N", C_ALL, "pin the tensor-parallel degree"},
-    {"pp", "N", C_ALL, "pin the pipeline-parallel degree"},
-    {"cp", "N", C_ALL, "pin the context-parallel degree"},
-    {"ep", "N", C_ALL, "pin the expert-parallel degree"},
-    {"dp", "N", C_ALL, "pin the data-parallel degree"},
-    {"micro-batch", "N", C_ALL, "pin the micro-batch"},
-    {"recompute", "MODE", C_ALL, "pin recomputation: none, selective, full"},
-    {"sharding", "NAME", C_ALL,
-     "pin the sharding: ddp, megatron-ddp, distributed-optimizer, zero1, "
-     "zero2, zero3, fsdp-full-shard, fsdp-shard-grad-op, fsdp-hybrid-shard"},
-    {"memory", "SIZE", C_ALL, "usable bytes per GPU (default: the profile)"},
-    {"host-mem", "SIZE", C_ALL, "host RAM per node (default 128 GiB per GPU)"},
-    {"network", "SIZE", C_ALL,
-     "network bytes/s per GPU per direction between nodes (default 50GB "
-     "on Hopper-class GPUs, else 25GB)"},
-    {"top", "N", C_PLAN, "alternatives to show, 0 to 10 (default 5)"},
-    {"max-gpus", "N", C_PLAN,
-     "largest cluster tried when nothing fits (default 65536)"},
-    {"export", "FMT", C_PLAN,
-     "write the best plan for an engine instead: deepspeed, megatron, "
-     "torchrun (the search keeps to that engine)"},
-    {"to", "FMT", C_EXPORT, "deepspeed, megatron or torchrun (required)"},
-    {"output", "FILE", C_PLAN | C_EXPORT, "write the export to FILE"},
-    {"format", "FMT", C_PLAN, "table (default) or json"},
-    {"format", "FMT", C_COMPARE, "table (default), csv, json or md"},
-    {"help", NULL, C_ALL, "show this help"},
+static const char *const PLAN_FORMATS[] = {"table", "json", NULL};
+static const char *const COMPARE_FORMATS[] = {"table", "json", "csv", "md",
+                                              NULL};
+
+#define STR(i, n, m, cmds, h)                                               \
+    {.id = i, .name = n, .metavar = m, .type = CLI_ARG_STRING,              \
+     .only = cmds, .help = h}
+#define U64(i, n, m, lo, hi, h)                                             \
+    {.id = i, .name = n, .metavar = m, .type = CLI_ARG_U64, .min = lo,      \
+     .max = hi, .help = h}
+#define SIZE(i, n, h)                                                       \
+    {.id = i, .name = n, .metavar = "SIZE", .type = CLI_ARG_SIZE, .help = h}
+#define DEGREE(i, n, what) U64(i, n, "N", 1, MAX_DEGREE, "pin the " what)
+
+static const cli_opt OPTS[] = {
+    STR(O_GPUS, "gpus", "N", C_PLAN | C_EXPORT,
+        "GPUs in the cluster (required)"),
+    STR(O_GPUS, "gpus", "N,N...", C_COMPARE,
+        "cluster sizes to compare (required)"),
+    STR(O_GPU, "gpu", "NAME", C_PLAN | C_EXPORT,
+        "GPU profile, e.g. h100-80g (required)"),
+    STR(O_GPU, "gpu", "NAME,...", C_COMPARE,
+        "GPU profiles to compare (required)"),
+    U64(O_NODES_OF, "nodes-of", "N", 1, MAX_DEGREE,
+        "GPUs per node, joined by NVLink (default 8)"),
+    U64(O_GLOBAL_BATCH, "global-batch", "B", 1, UINT32_MAX,
+        "sequences per optimizer step (default: 4M tokens / seq)"),
+    U64(O_SEQ, "seq", "S", 1, UINT32_MAX,
+        "sequence length (default: the model's)"),
+    STR(O_TOKENS, "tokens", "N", C_COMPARE,
+        "training tokens for the time and GPU-hours columns, with an "
+        "optional K, M, B or T (default 1T)"),
+    STR(O_PRECISION, "precision", "LIST", 0,
+        "precisions to search: bf16, fp16, fp8, fp32, all (default bf16, "
+        "or fp16 without bf16, and fp32)"),
+    STR(O_ENGINE, "engine", "LIST", C_PLAN | C_COMPARE,
+        "engines to search: megatron, deepspeed, torch (default all)"),
+    {.id = O_NO_OFFLOAD, .name = "no-offload", .type = CLI_ARG_FLAG,
+     .help = "leave CPU offload out of the search"},
+    DEGREE(O_TP, "tp", "tensor-parallel degree"),
+    DEGREE(O_PP, "pp", "pipeline-parallel degree"),
+    DEGREE(O_CP, "cp", "context-parallel degree"),
+    DEGREE(O_EP, "ep", "expert-parallel degree"),
+    DEGREE(O_DP, "dp", "data-parallel degree"),
+    U64(O_MICRO_BATCH, "micro-batch", "N", 1, UINT32_MAX,
+        "pin the micro-batch"),
+    STR(O_RECOMPUTE, "recompute", "MODE", 0,
+        "pin recomputation: none, selective, full"),
+    STR(O_SHARDING, "sharding", "NAME", 0,
+        "pin the sharding: ddp, megatron-ddp, distributed-optimizer, zero1, "
+        "zero2, zero3, fsdp-full-shard, fsdp-shard-grad-op, "
+        "fsdp-hybrid-shard"),
+    SIZE(O_MEMORY, "memory", "usable bytes per GPU (default: the profile)"),
+    SIZE(O_HOST_MEM, "host-mem",
+         "host RAM per node (default 128 GiB per GPU)"),
+    SIZE(O_NETWORK, "network",
+         "network bytes/s per GPU per direction between nodes (default "
+         "50GB on Hopper-class GPUs, else 25GB)"),
+    {.id = O_TOP, .name = "top", .metavar = "N", .type = CLI_ARG_U64,
+     .max = VP_CLUSTER_TOP, .only = C_PLAN,
+     .help = "alternatives to show, 0 to 10 (default 5)"},
+    {.id = O_MAX_GPUS, .name = "max-gpus", .metavar = "N",
+     .type = CLI_ARG_U64, .min = 1, .max = MAX_DEGREE, .only = C_PLAN,
+     .help = "largest cluster tried when nothing fits (default 65536)"},
+    STR(O_EXPORT, "export", "FMT", C_PLAN,
+        "write the best plan for an engine instead: deepspeed, megatron, "
+        "torchrun (the search keeps to that engine)"),
+    STR(O_EXPORT, "to", "FMT", C_EXPORT,
+        "deepspeed, megatron or torchrun (required)"),
+    STR(O_OUTPUT, "output", "FILE", C_PLAN | C_EXPORT,
+        "write the export to FILE"),
+    {.id = O_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
+     .type = CLI_ARG_ENUM, .choices = PLAN_FORMATS, .what = "format",
+     .only = C_PLAN, .help = "table (default) or json"},
+    {.id = O_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
+     .type = CLI_ARG_ENUM, .choices = COMPARE_FORMATS, .what = "format",
+     .only = C_COMPARE, .help = "table (default), csv, json or md"},
+    CLI_HELP_ROW,
 };
 
 static void help(FILE *f, unsigned cmd)
 {
-    if (cmd == C_PLAN)
-        fputs("Usage: vramplan plan MODEL --gpus N --gpu NAME [OPTIONS]\n"
-              "\n"
-              "Search every way to train MODEL on N GPUs: precision, engine "
-              "and\n"
-              "sharding (DDP, Megatron's distributed optimizer, ZeRO 1-3, "
-              "FSDP),\n"
-              "CPU offload, tensor (and sequence), context, expert and "
-              "pipeline\n"
-              "parallelism with its schedule, micro-batch and accumulation, "
-              "and\n"
-              "activation recomputation. Prints the fastest plan that fits, "
-              "the best\n"
-              "plan of other layouts and why they lost; when nothing fits, "
-              "the\n"
-              "smallest power-of-two cluster on which the model fits.\n"
-              "\n"
-              "Options:\n",
-              f);
-    else if (cmd == C_COMPARE)
-        fputs("Usage: vramplan compare MODEL --gpus N,N... --gpu NAME,... "
-              "[OPTIONS]\n"
-              "\n"
-              "The best plan for each cluster size and GPU: memory per GPU, "
-              "tokens/s,\n"
-              "MFU, the time and the GPU-hours to train on --tokens.\n"
-              "\n"
-              "Options:\n",
-              f);
-    else
-        fputs("Usage: vramplan export MODEL --gpus N --gpu NAME --to FMT "
-              "[OPTIONS]\n"
-              "\n"
-              "Plan MODEL on N GPUs for one engine and write the plan as the "
-              "engine\n"
-              "takes it: deepspeed (a DeepSpeed JSON config), megatron "
-              "(Megatron-LM\n"
-              "pretrain_gpt.py arguments), torchrun (a torchrun command with "
-              "Hugging\n"
-              "Face Trainer FSDP flags). Degrees and modes can be pinned.\n"
-              "\n"
-              "Options:\n",
-              f);
-    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
-        if (!(opts[i].cmds & cmd))
-            continue;
-        char left[48];
-        snprintf(left, sizeof left, "--%s%s%s", opts[i].name,
-                 opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
-        fprintf(f, "  %-24s %s\n", left, opts[i].help);
-    }
-    fputs("\nSizes take B, KB, MB, GB, TB or KiB, MiB, GiB, TiB.\n"
-          "\nExit status:\n"
-          "  0  a plan fits\n"
-          "  1  nothing fits on the cluster\n"
-          "  2  usage, I/O or system error\n"
-          "  3  invalid model description\n",
-          f);
+    static const char *const about[] = {
+        [C_PLAN] =
+            "Usage: vramplan plan MODEL --gpus N --gpu NAME [OPTIONS]\n"
+            "\n"
+            "Search every way to train MODEL on N GPUs: precision, engine "
+            "and\n"
+            "sharding (DDP, Megatron's distributed optimizer, ZeRO 1-3, "
+            "FSDP),\n"
+            "CPU offload, tensor (and sequence), context, expert and "
+            "pipeline\n"
+            "parallelism with its schedule, micro-batch and accumulation, "
+            "and\n"
+            "activation recomputation. Prints the fastest plan that fits, "
+            "the best\n"
+            "plan of other layouts and why they lost; when nothing fits, "
+            "the\n"
+            "smallest power-of-two cluster on which the model fits.\n",
+        [C_COMPARE] =
+            "Usage: vramplan compare MODEL --gpus N,N... --gpu NAME,... "
+            "[OPTIONS]\n"
+            "\n"
+            "The best plan for each cluster size and GPU: memory per GPU, "
+            "tokens/s,\n"
+            "MFU, the time and the GPU-hours to train on --tokens.\n",
+        [C_EXPORT] =
+            "Usage: vramplan export MODEL --gpus N --gpu NAME --to FMT "
+            "[OPTIONS]\n"
+            "\n"
+            "Plan MODEL on N GPUs for one engine and write the plan as the "
+            "engine\n"
+            "takes it: deepspeed (a DeepSpeed JSON config), megatron "
+            "(Megatron-LM\n"
+            "pretrain_gpt.py arguments), torchrun (a torchrun command with "
+            "Hugging\n"
+            "Face Trainer FSDP flags). Degrees and modes can be pinned.\n",
+    };
+    cli_spec s = {OPTS, sizeof OPTS / sizeof OPTS[0], cmd, 0, NULL, false,
+                  NULL};
+
+    fputs(about[cmd], f);
+    fputs("\nOptions:\n", f);
+    cli_opts_help(f, &s);
+    fputs("\nSizes take B, KB, MB, GB, TB or KiB, MiB, GiB, TiB.\n\n", f);
+    cli_exit_help(f);
 }
 
-static bool parse_u64(const char *text, uint64_t min, uint64_t max,
-                      uint64_t *out)
-{
-    char *end;
-    if (text[0] < '0' || text[0] > '9')
-        return false;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
-}
+static void plan_help(FILE *f) { help(f, C_PLAN); }
+static void compare_help(FILE *f) { help(f, C_COMPARE); }
+static void export_help(FILE *f) { help(f, C_EXPORT); }
 
 static int bad_value(const char *name, const char *val, const char *what)
 {
@@ -231,200 +239,157 @@ static bool split_list(const char *s, char items[][64], size_t cap,
     }
 }
 
-static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
+/* --gpus and --gpu: one each, or lists for compare. */
+static int parse_cluster_lists(const cli_val *v, unsigned cmd, cargs *a)
 {
-    memset(a, 0, sizeof *a);
-    vp_search_opts_init(&a->o);
-    a->per_node = 8;
-    a->tokens = 1e12;
-    a->max_gpus = DEFAULT_MAX_GPUS;
-    bool only_operands = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!only_operands && strcmp(arg, "--") == 0) {
-            only_operands = true;
-            continue;
-        }
-        if (only_operands || arg[0] != '-' || arg[1] == '\0') {
-            if (a->model)
-                return cli_usage_error("unexpected argument '%s' (one MODEL "
-                                       "only)",
-                                       arg);
-            a->model = arg;
-            continue;
-        }
-        if (strcmp(arg, "-h") == 0)
-            arg = "--help";
-        if (strncmp(arg, "--", 2) != 0)
-            return cli_usage_error("unknown option '%s'", arg);
-        const char *name = arg + 2, *eq = strchr(name, '=');
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        const opt *o = NULL;
-        for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
-            if ((opts[k].cmds & cmd) && strlen(opts[k].name) == nlen &&
-                strncmp(opts[k].name, name, nlen) == 0) {
-                o = &opts[k];
-                break;
-            }
-        if (!o)
-            return cli_usage_error("unknown option '%s'", arg);
-        const char *val = NULL;
-        if (o->arg) {
-            if (eq)
-                val = eq + 1;
-            else if (i + 1 < argc)
-                val = argv[++i];
-            else
-                return cli_usage_error("option --%s needs a value (%s)",
-                                       o->name, o->arg);
-        } else if (eq) {
-            return cli_usage_error("option --%s takes no value", o->name);
-        }
-        uint64_t v;
-        const char *n = o->name;
-        if (strcmp(n, "help") == 0) {
-            help(stdout, cmd);
-            return EXIT_OK;
-        } else if (strcmp(n, "gpus") == 0) {
-            char items[MAX_LIST][64];
-            if (!split_list(val, items, cmd == C_COMPARE ? MAX_LIST : 1,
-                            &a->n_gpus))
-                return bad_value(n, val,
-                                 cmd == C_COMPARE
-                                     ? "a comma-separated list of GPU counts"
-                                     : "a GPU count");
-            for (size_t k = 0; k < a->n_gpus; k++) {
-                if (!parse_u64(items[k], 1, 1u << 20, &v))
-                    return bad_value(n, val, "GPU counts from 1 to 1048576");
-                a->gpus[k] = (uint32_t)v;
-            }
-        } else if (strcmp(n, "gpu") == 0) {
-            if (!split_list(val, a->gpu_names, cmd == C_COMPARE ? MAX_LIST : 1,
-                            &a->n_gpu))
-                return bad_value(n, val,
-                                 cmd == C_COMPARE ? "a comma-separated list "
-                                                    "of GPU profile names"
-                                                  : "a GPU profile name");
-        } else if (strcmp(n, "nodes-of") == 0) {
-            if (!parse_u64(val, 1, 1u << 20, &v))
-                return bad_value(n, val, "an integer from 1 to 1048576");
-            a->per_node = (uint32_t)v;
-        } else if (strcmp(n, "global-batch") == 0) {
-            if (!parse_u64(val, 1, UINT32_MAX, &a->o.global_batch))
-                return bad_value(n, val, "an integer >= 1");
-        } else if (strcmp(n, "seq") == 0) {
-            if (!parse_u64(val, 1, UINT32_MAX, &a->seq))
-                return bad_value(n, val, "an integer >= 1");
-        } else if (strcmp(n, "tokens") == 0) {
-            if (!parse_tokens(val, &a->tokens))
-                return bad_value(n, val, "a token count like 1T, 300B or "
-                                         "2e12");
-        } else if (strcmp(n, "precision") == 0) {
-            char items[MAX_LIST][64];
-            size_t ni;
-            if (!split_list(val, items, MAX_LIST, &ni))
-                return bad_value(n, val, "a list of bf16, fp16, fp8, fp32");
-            for (size_t k = 0; k < ni; k++) {
-                vp_dtype d;
-                if (strcmp(items[k], "all") == 0) {
-                    for (int j = 0; j < VP_DT__COUNT; j++)
-                        a->o.dtypes[j] = true;
-                } else if (vp_dtype_parse(items[k], &d) == VP_OK) {
-                    a->o.dtypes[d] = true;
-                } else {
-                    return cli_usage_error("unknown precision '%s' "
-                                           "(expected bf16, fp16, fp8, fp32 "
-                                           "or all)",
-                                           items[k]);
-                }
-            }
-        } else if (strcmp(n, "engine") == 0) {
-            char items[MAX_LIST][64];
-            size_t ni;
-            if (!split_list(val, items, MAX_LIST, &ni))
-                return bad_value(n, val, "a list of megatron, deepspeed, "
-                                         "torch");
-            for (size_t k = 0; k < ni; k++) {
-                vp_engine e;
-                if (vp_engine_parse(items[k], &e) != VP_OK)
-                    return cli_usage_error("unknown engine '%s' (expected "
-                                           "megatron, deepspeed or torch)",
-                                           items[k]);
-                a->o.engines[e] = true;
-            }
-        } else if (strcmp(n, "no-offload") == 0) {
-            a->o.no_offload = true;
-        } else if (strcmp(n, "tp") == 0 || strcmp(n, "pp") == 0 ||
-                   strcmp(n, "cp") == 0 || strcmp(n, "ep") == 0 ||
-                   strcmp(n, "dp") == 0) {
-            if (!parse_u64(val, 1, 1u << 20, &v))
-                return bad_value(n, val, "an integer from 1 to 1048576");
-            uint32_t *dst = n[0] == 't' ? &a->o.tp
-                            : n[0] == 'p' ? &a->o.pp
-                            : n[0] == 'c' ? &a->o.cp
-                            : n[0] == 'e' ? &a->o.ep
-                                          : &a->o.dp;
-            *dst = (uint32_t)v;
-        } else if (strcmp(n, "micro-batch") == 0) {
-            if (!parse_u64(val, 1, UINT32_MAX, &a->o.micro_batch))
-                return bad_value(n, val, "an integer >= 1");
-        } else if (strcmp(n, "recompute") == 0) {
-            vp_recompute r;
-            if (vp_recompute_parse(val, &r) != VP_OK)
-                return bad_value(n, val, "none, selective or full");
-            a->o.recompute = (int)r;
-        } else if (strcmp(n, "sharding") == 0) {
-            vp_sharding sh;
-            if (vp_sharding_parse(val, &sh) != VP_OK)
-                return bad_value(n, val, "a sharding name (see --help)");
-            a->o.sharding = (int)sh;
-        } else if (strcmp(n, "memory") == 0 || strcmp(n, "host-mem") == 0 ||
-                   strcmp(n, "network") == 0) {
-            vp_error err;
-            uint64_t *dst = n[0] == 'm'   ? &a->memory
-                            : n[0] == 'h' ? &a->host_mem
-                                          : &a->network;
-            if (vp_size_parse(val, dst, &err) != VP_OK)
-                return cli_usage_error("--%s: %s", n, err.msg);
-            if (*dst == 0)
-                return bad_value(n, val, "a size above 0 bytes");
-        } else if (strcmp(n, "top") == 0) {
-            if (!parse_u64(val, 0, VP_CLUSTER_TOP, &v))
-                return bad_value(n, val, "an integer from 0 to 10");
-            a->o.top = (uint32_t)v;
-        } else if (strcmp(n, "max-gpus") == 0) {
-            if (!parse_u64(val, 1, 1u << 20, &v))
-                return bad_value(n, val, "an integer from 1 to 1048576");
-            a->max_gpus = (uint32_t)v;
-        } else if (strcmp(n, "export") == 0 || strcmp(n, "to") == 0) {
-            if (vp_export_format_parse(val, &a->export_fmt) != VP_OK)
-                return bad_value(n, val, "deepspeed, megatron or torchrun");
-            a->export_set = true;
-        } else if (strcmp(n, "output") == 0) {
-            if (!val[0])
-                return cli_usage_error("--output needs a FILE");
-            a->output = val;
-        } else if (strcmp(n, "format") == 0) {
-            if (strcmp(val, "table") == 0)
-                a->format = FMT_TABLE;
-            else if (strcmp(val, "json") == 0)
-                a->format = FMT_JSON;
-            else if (cmd == C_COMPARE && strcmp(val, "csv") == 0)
-                a->format = FMT_CSV;
-            else if (cmd == C_COMPARE && strcmp(val, "md") == 0)
-                a->format = FMT_MD;
-            else
-                return cli_usage_error(
-                    "unknown format '%s' (expected %s)", val,
-                    cmd == C_COMPARE ? "table, csv, json or md"
-                                     : "table or json");
+    size_t cap = cmd == C_COMPARE ? MAX_LIST : 1;
+    char items[MAX_LIST][64];
+    uint64_t u;
+
+    if (v[O_GPUS].given) {
+        if (!split_list(v[O_GPUS].text, items, cap, &a->n_gpus))
+            return bad_value("gpus", v[O_GPUS].text,
+                             cmd == C_COMPARE
+                                 ? "a comma-separated list of GPU counts"
+                                 : "a GPU count");
+        for (size_t k = 0; k < a->n_gpus; k++) {
+            char *end;
+            errno = 0;
+            u = items[k][0] >= '0' && items[k][0] <= '9'
+                    ? strtoull(items[k], &end, 10)
+                    : 0;
+            if (u < 1 || u > MAX_DEGREE || errno || *end)
+                return bad_value("gpus", v[O_GPUS].text,
+                                 "GPU counts from 1 to 1048576");
+            a->gpus[k] = (uint32_t)u;
         }
     }
+    if (v[O_GPU].given &&
+        !split_list(v[O_GPU].text, a->gpu_names, cap, &a->n_gpu))
+        return bad_value("gpu", v[O_GPU].text,
+                         cmd == C_COMPARE
+                             ? "a comma-separated list of GPU profile names"
+                             : "a GPU profile name");
+    return -1;
+}
+
+/* --precision and --engine: comma lists of names. */
+static int parse_search_lists(const cli_val *v, cargs *a)
+{
+    char items[MAX_LIST][64];
+    size_t ni;
+
+    if (v[O_PRECISION].given) {
+        if (!split_list(v[O_PRECISION].text, items, MAX_LIST, &ni))
+            return bad_value("precision", v[O_PRECISION].text,
+                             "a list of bf16, fp16, fp8, fp32");
+        for (size_t k = 0; k < ni; k++) {
+            vp_dtype d;
+            if (strcmp(items[k], "all") == 0)
+                for (int j = 0; j < VP_DT__COUNT; j++)
+                    a->o.dtypes[j] = true;
+            else if (vp_dtype_parse(items[k], &d) == VP_OK)
+                a->o.dtypes[d] = true;
+            else
+                return cli_usage_error("unknown precision '%s' (expected "
+                                       "bf16, fp16, fp8, fp32 or all)",
+                                       items[k]);
+        }
+    }
+    if (v[O_ENGINE].given) {
+        if (!split_list(v[O_ENGINE].text, items, MAX_LIST, &ni))
+            return bad_value("engine", v[O_ENGINE].text,
+                             "a list of megatron, deepspeed, torch");
+        for (size_t k = 0; k < ni; k++) {
+            vp_engine e;
+            if (vp_engine_parse(items[k], &e) != VP_OK)
+                return cli_usage_error("unknown engine '%s' (expected "
+                                       "megatron, deepspeed or torch)",
+                                       items[k]);
+            a->o.engines[e] = true;
+        }
+    }
+    return -1;
+}
+
+/* The pinned degrees and modes of the search. */
+static int parse_pins(const cli_val *v, cargs *a)
+{
+    uint32_t *const deg[] = {[O_TP] = &a->o.tp, [O_PP] = &a->o.pp,
+                             [O_CP] = &a->o.cp, [O_EP] = &a->o.ep,
+                             [O_DP] = &a->o.dp};
+
+    for (int k = O_TP; k <= O_DP; k++)
+        if (v[k].given)
+            *deg[k] = (uint32_t)v[k].u;
+    if (v[O_MICRO_BATCH].given)
+        a->o.micro_batch = v[O_MICRO_BATCH].u;
+    if (v[O_GLOBAL_BATCH].given)
+        a->o.global_batch = v[O_GLOBAL_BATCH].u;
+    a->o.no_offload = v[O_NO_OFFLOAD].given;
+    if (v[O_TOP].given)
+        a->o.top = (uint32_t)v[O_TOP].u;
+    if (v[O_RECOMPUTE].given) {
+        vp_recompute r;
+        if (vp_recompute_parse(v[O_RECOMPUTE].text, &r) != VP_OK)
+            return bad_value("recompute", v[O_RECOMPUTE].text,
+                             "none, selective or full");
+        a->o.recompute = (int)r;
+    }
+    if (v[O_SHARDING].given) {
+        vp_sharding sh;
+        if (vp_sharding_parse(v[O_SHARDING].text, &sh) != VP_OK)
+            return bad_value("sharding", v[O_SHARDING].text,
+                             "a sharding name (see --help)");
+        a->o.sharding = (int)sh;
+    }
+    return -1;
+}
+
+/* Sizes (above 0), tokens, the node size, the export. */
+static int parse_rest(const cli_val *v, unsigned cmd, cargs *a)
+{
+    const int sizes[] = {O_MEMORY, O_HOST_MEM, O_NETWORK};
+    uint64_t *dst[] = {&a->memory, &a->host_mem, &a->network};
+    static const char *const names[] = {"memory", "host-mem", "network"};
+
+    for (int k = 0; k < 3; k++) {
+        if (v[sizes[k]].given && v[sizes[k]].u == 0)
+            return bad_value(names[k], v[sizes[k]].text,
+                             "a size above 0 bytes");
+        *dst[k] = v[sizes[k]].u;
+    }
+    if (v[O_TOKENS].given && !parse_tokens(v[O_TOKENS].text, &a->tokens))
+        return bad_value("tokens", v[O_TOKENS].text,
+                         "a token count like 1T, 300B or 2e12");
+    if (v[O_NODES_OF].given)
+        a->per_node = (uint32_t)v[O_NODES_OF].u;
+    if (v[O_SEQ].given)
+        a->seq = v[O_SEQ].u;
+    if (v[O_MAX_GPUS].given)
+        a->max_gpus = (uint32_t)v[O_MAX_GPUS].u;
+    if (v[O_EXPORT].given) {
+        if (vp_export_format_parse(v[O_EXPORT].text, &a->export_fmt) != VP_OK)
+            return bad_value(cmd == C_EXPORT ? "to" : "export",
+                             v[O_EXPORT].text,
+                             "deepspeed, megatron or torchrun");
+        a->export_set = true;
+    }
+    a->output = v[O_OUTPUT].given ? v[O_OUTPUT].text : NULL;
+    if (v[O_FORMAT].given)
+        a->format = (out_format)v[O_FORMAT].choice;
+    return -1;
+}
+
+/* What every command needs, and the export's engine. */
+static int check_args(unsigned cmd, cargs *a)
+{
+    static const char *const names[] = {[C_PLAN] = "plan",
+                                        [C_COMPARE] = "compare",
+                                        [C_EXPORT] = "export"};
+
     if (!a->model)
-        return cli_usage_error("%s needs a MODEL file",
-                               cmd == C_PLAN      ? "plan"
-                               : cmd == C_COMPARE ? "compare"
-                                                  : "export");
+        return cli_usage_error("%s needs a MODEL file", names[cmd]);
     if (!a->n_gpus)
         return cli_usage_error("--gpus is required");
     if (!a->n_gpu)
@@ -447,48 +412,35 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
     return -1;
 }
 
-/* ------------------------------------------------------------------ */
-/* Errors and formatting                                               */
-/* ------------------------------------------------------------------ */
-
-static int model_error(const vp_error *err)
+static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
 {
-    const char *msg = err->msg[0] ? err->msg : vp_strerror(err->code);
-    if (err->path[0] && err->line)
-        fprintf(stderr, "%s:%" PRIu32 ":%" PRIu32 ": error: %s\n", err->path,
-                err->line, err->col, msg);
-    else if (err->path[0])
-        fprintf(stderr, "%s: error: %s\n", err->path, msg);
-    else
-        fprintf(stderr, "vramplan: error: %s\n", msg);
-    switch (err->code) {
-    case VP_ESYNTAX:
-    case VP_ESCHEMA:
-    case VP_ERANGE:
-    case VP_EUNSUPPORTED:
-    case VP_ELIMIT:
-    case VP_EOVERFLOW:
-    case VP_EUNIT:
-        return EXIT_MODEL;
-    default:
-        return EXIT_USAGE;
-    }
+    void (*const helps[])(FILE *) = {[C_PLAN] = plan_help,
+                                     [C_COMPARE] = compare_help,
+                                     [C_EXPORT] = export_help};
+    cli_spec s = {OPTS, sizeof OPTS / sizeof OPTS[0], cmd, 1,
+                  "one MODEL only", false, helps[cmd]};
+    const cli_val *v = a->args.v;
+    int rc;
+
+    memset(a, 0, sizeof *a);
+    vp_search_opts_init(&a->o);
+    a->per_node = 8;
+    a->tokens = 1e12;
+    a->max_gpus = DEFAULT_MAX_GPUS;
+    if ((rc = cli_args_parse(&s, argc, argv, &a->args)) >= 0 ||
+        (rc = parse_cluster_lists(v, cmd, a)) >= 0 ||
+        (rc = parse_search_lists(v, a)) >= 0 ||
+        (rc = parse_pins(v, a)) >= 0 || (rc = parse_rest(v, cmd, a)) >= 0)
+        return rc;
+    a->model = a->args.n_operands ? a->args.operands[0] : NULL;
+    return check_args(cmd, a);
 }
+
+/* ------------------------------------------------------------------ */
+/* Formatting                                                          */
+/* ------------------------------------------------------------------ */
 
 static double gib(uint64_t b) { return (double)b / (double)VP_GiB; }
-
-static const char *commas(uint64_t v, char *buf, size_t n)
-{
-    char d[32];
-    size_t len = (size_t)snprintf(d, sizeof d, "%" PRIu64, v), o = 0;
-    for (size_t i = 0; i < len && o + 2 < n; i++) {
-        if (i > 0 && (len - i) % 3 == 0)
-            buf[o++] = ',';
-        buf[o++] = d[i];
-    }
-    buf[o] = '\0';
-    return buf;
-}
 
 static const char *si(double v, char *buf, size_t n)
 {
@@ -518,20 +470,6 @@ static const char *duration(double s, char *buf, size_t n)
     return buf;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
 
 static void par_line(char *buf, size_t n, const vp_par *p)
 {
@@ -553,15 +491,20 @@ static void par_line(char *buf, size_t n, const vp_par *p)
 /* Setup shared by the commands                                        */
 /* ------------------------------------------------------------------ */
 
+
+/* ------------------------------------------------------------------ */
+/* Setup shared by the commands                                        */
+/* ------------------------------------------------------------------ */
+
 static int load(const cargs *a, vp_model **m, vp_cluster_model **cm)
 {
     vp_error err;
     *m = vp_model_load(a->model, &err);
     if (!*m)
-        return model_error(&err);
+        return cli_report(&err, NULL);
     *cm = vp_cluster_model_new(*m, a->seq, &err);
     if (!*cm) {
-        int rc = model_error(&err);
+        int rc = cli_report(&err, NULL);
         vp_model_free(*m);
         *m = NULL;
         return rc;
@@ -569,14 +512,15 @@ static int load(const cargs *a, vp_model **m, vp_cluster_model **cm)
     return -1;
 }
 
+/* The cluster of `gpus` GPUs of profile `gpu`; -1, or the exit status. */
 static int cluster_for(const cargs *a, const char *gpu, uint32_t gpus,
                        vp_cluster *c)
 {
     vp_hw hw;
     memset(&hw, 0, sizeof hw);
     int rc = cli_gpu_hw(gpu, &hw);
-    if (rc != 0) /* it printed the error; 3 stays an invalid profile */
-        return rc == EXIT_MODEL ? EXIT_MODEL : EXIT_USAGE;
+    if (rc >= 0)
+        return rc;
     if (hw.memory == 0 && a->memory == 0)
         return cli_usage_error("the GPU profile '%s' gives no memory size; "
                                "pass --memory",
@@ -588,7 +532,7 @@ static int cluster_for(const cargs *a, const char *gpu, uint32_t gpus,
         c->host_mem = a->host_mem;
     if (a->network)
         c->hw.network = (double)a->network;
-    return 0;
+    return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -601,7 +545,7 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
     const vp_par *p = &e->par;
     const vp_cluster_mem *m = &e->mem;
     const vp_cluster_time *t = &e->time;
-    char line[160], b1[32], b2[32];
+    char line[160], b1[32];
     par_line(line, sizeof line, p);
     fprintf(f, "  parallelism  %s\n", line);
     fprintf(f, "  batch        micro-batch %" PRIu64 " x %" PRIu64
@@ -639,90 +583,128 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
                 t->optimizer, t->offload);
         fprintf(f, "  throughput   %s tokens/s, %.2f samples/s, MFU %.1f%%, "
                    "HFU %.1f%%\n",
-                commas((uint64_t)llround(t->tokens_per_s), b1, sizeof b1),
+                cli_commas((uint64_t)llround(t->tokens_per_s), b1, sizeof b1),
                 t->samples_per_s, 100 * t->mfu, 100 * t->hfu);
-        (void)b2;
     }
 }
 
-static void json_entry(FILE *f, const vp_plan_entry *e)
+static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
 {
-    const vp_par *p = &e->par;
-    const vp_cluster_mem *m = &e->mem;
-    const vp_cluster_time *t = &e->time;
-    fprintf(f, "{\"dp\": %u, \"tp\": %u, \"pp\": %u, \"cp\": %u, \"ep\": %u, "
-               "\"sp\": %s, \"schedule\": \"%s\", \"vpp\": %u, "
-               "\"micro_batch\": %" PRIu64 ", \"accum\": %" PRIu64
-               ", \"precision\": \"%s\", \"recompute\": \"%s\", "
-               "\"sharding\": \"%s\", \"engine\": \"%s\", \"offload\": \"%s\", "
-               "\"fits\": %s,\n",
-            p->dp, p->tp, p->pp, p->cp, p->ep, p->sp ? "true" : "false",
-            vp_schedule_name(p->schedule), p->vpp, p->micro_batch, p->accum,
-            vp_dtype_name(p->dtype), vp_recompute_name(p->recompute),
-            vp_sharding_name(p->sharding),
-            vp_engine_name(vp_sharding_engine(p->sharding)),
-            vp_offload_name(p->offload), e->fits ? "true" : "false");
-    fprintf(f, "   \"memory\": {\"total\": %" PRIu64 ", \"weights\": %" PRIu64
-               ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64
-               ", \"buffers\": %" PRIu64 ", \"activations\": %" PRIu64
-               ", \"transient\": %" PRIu64 ", \"overhead\": %" PRIu64
-               ", \"nccl\": %" PRIu64 ", \"context\": %" PRIu64
-               ", \"host_per_node\": %" PRIu64 ", \"stage\": %u, "
-               "\"in_flight\": %.4g},\n",
-            m->total, m->weights, m->grads, m->optimizer, m->buffers,
-            m->activations, m->transient, m->overhead, m->nccl, m->context,
-            m->host, m->stage, m->in_flight);
-    fprintf(f, "   \"time\": {\"step\": %.6g, \"compute\": %.6g, "
-               "\"recompute\": %.6g, \"tp_comm\": %.6g, \"cp_comm\": %.6g, "
-               "\"ep_comm\": %.6g, \"pp_comm\": %.6g, \"bubble\": %.6g, "
-               "\"dp_comm\": %.6g, \"optimizer\": %.6g, \"offload\": %.6g, "
-               "\"tokens_per_s\": %.6g, \"samples_per_s\": %.6g, "
-               "\"mfu\": %.4f, \"hfu\": %.4f},\n   \"reason\": ",
-            t->step, t->compute, t->recompute, t->tp_comm, t->cp_comm,
-            t->ep_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer,
-            t->offload, t->tokens_per_s, t->samples_per_s, t->mfu, t->hfu);
-    json_str(f, e->reason);
-    fputc('}', f);
+    json_t *o = json_object();
+
+    cli_jset(o, "dp", cli_ju64(p->dp));
+    cli_jset(o, "tp", cli_ju64(p->tp));
+    cli_jset(o, "pp", cli_ju64(p->pp));
+    cli_jset(o, "cp", cli_ju64(p->cp));
+    cli_jset(o, "ep", cli_ju64(p->ep));
+    cli_jset(o, "sp", json_boolean(p->sp));
+    cli_jset(o, "schedule", json_string(vp_schedule_name(p->schedule)));
+    cli_jset(o, "vpp", cli_ju64(p->vpp));
+    cli_jset(o, "micro_batch", cli_ju64(p->micro_batch));
+    cli_jset(o, "accum", cli_ju64(p->accum));
+    cli_jset(o, "precision", json_string(vp_dtype_name(p->dtype)));
+    cli_jset(o, "recompute", json_string(vp_recompute_name(p->recompute)));
+    cli_jset(o, "sharding", json_string(vp_sharding_name(p->sharding)));
+    cli_jset(o, "engine",
+             json_string(vp_engine_name(vp_sharding_engine(p->sharding))));
+    cli_jset(o, "offload", json_string(vp_offload_name(p->offload)));
+    cli_jset(o, "fits", json_boolean(e->fits));
+    return o;
 }
 
-static void print_plan_json(FILE *f, const cargs *a, const vp_cluster *c,
-                            const vp_cluster_model_info *in,
-                            const vp_cluster_plan *pl, uint32_t min_gpus,
-                            const vp_cluster_plan *minpl)
+/* An object of named figures: whole numbers (fmt NULL; exact below 2^53)
+ * or reals rounded as fmt prints them. */
+typedef struct figure {
+    const char *key;
+    double v;
+} figure;
+
+static json_t *json_figures(const figure *f, size_t n, const char *fmt)
 {
-    fprintf(f, "{\"model\": ");
-    json_str(f, a->model);
-    fprintf(f, ", \"name\": ");
-    json_str(f, in->name);
-    fprintf(f, ", \"params\": %" PRIu64 ", \"seq\": %" PRIu64
-               ",\n \"gpus\": %u, \"gpu\": ",
-            in->params, in->seq, c->gpus);
-    json_str(f, c->hw.name);
-    fprintf(f, ", \"gpu_memory\": %" PRIu64 ", \"gpus_per_node\": %u, "
-               "\"global_batch\": %" PRIu64 ",\n \"evaluated\": %" PRIu64
-               ", \"pruned\": %" PRIu64 ", \"fitting\": %" PRIu64
-               ", \"simulations\": %u,\n \"fits\": %s",
-            c->memory, c->gpus_per_node, pl->global_batch, pl->evaluated,
-            pl->pruned, pl->fitting, pl->sims, pl->found ? "true" : "false");
+    json_t *o = json_object();
+
+    for (size_t i = 0; i < n; i++)
+        cli_jset(o, f[i].key, fmt ? cli_jreal(f[i].v, fmt)
+                                  : cli_ju64((uint64_t)f[i].v));
+    return o;
+}
+
+static json_t *json_mem(const vp_cluster_mem *m)
+{
+    const figure b[] = {
+        {"total", (double)m->total},       {"weights", (double)m->weights},
+        {"grads", (double)m->grads},       {"optimizer", (double)m->optimizer},
+        {"buffers", (double)m->buffers},   {"activations", (double)m->activations},
+        {"transient", (double)m->transient}, {"overhead", (double)m->overhead},
+        {"nccl", (double)m->nccl},         {"context", (double)m->context},
+        {"host_per_node", (double)m->host}, {"stage", (double)m->stage}};
+    json_t *o = json_figures(b, sizeof b / sizeof b[0], NULL);
+
+    cli_jset(o, "in_flight", cli_jreal(m->in_flight, "%.4g"));
+    return o;
+}
+
+static json_t *json_time(const vp_cluster_time *t)
+{
+    const figure s[] = {
+        {"step", t->step},           {"compute", t->compute},
+        {"recompute", t->recompute}, {"tp_comm", t->tp_comm},
+        {"cp_comm", t->cp_comm},     {"ep_comm", t->ep_comm},
+        {"pp_comm", t->pp_comm},     {"bubble", t->bubble},
+        {"dp_comm", t->dp_comm},     {"optimizer", t->optimizer},
+        {"offload", t->offload},     {"tokens_per_s", t->tokens_per_s},
+        {"samples_per_s", t->samples_per_s}};
+    json_t *o = json_figures(s, sizeof s / sizeof s[0], "%.6g");
+
+    cli_jset(o, "mfu", cli_jreal(t->mfu, "%.4f"));
+    cli_jset(o, "hfu", cli_jreal(t->hfu, "%.4f"));
+    return o;
+}
+
+static json_t *json_entry(const vp_plan_entry *e)
+{
+    json_t *o = json_par(&e->par, e);
+
+    cli_jset(o, "memory", json_mem(&e->mem));
+    cli_jset(o, "time", json_time(&e->time));
+    cli_jset(o, "reason", cli_jstr(e->reason, sizeof e->reason));
+    return o;
+}
+
+static int print_plan_json(const cargs *a, const vp_cluster *c,
+                           const vp_cluster_model_info *in,
+                           const vp_cluster_plan *pl, uint32_t min_gpus,
+                           const vp_cluster_plan *minpl)
+{
+    json_t *o = json_object(), *alts = json_array();
+
+    cli_jset(o, "model", cli_jstr(a->model, SIZE_MAX));
+    cli_jset(o, "name", cli_jstr(in->name, SIZE_MAX));
+    cli_jset(o, "params", cli_ju64(in->params));
+    cli_jset(o, "seq", cli_ju64(in->seq));
+    cli_jset(o, "gpus", cli_ju64(c->gpus));
+    cli_jset(o, "gpu", cli_jstr(c->hw.name, sizeof c->hw.name));
+    cli_jset(o, "gpu_memory", cli_ju64(c->memory));
+    cli_jset(o, "gpus_per_node", cli_ju64(c->gpus_per_node));
+    cli_jset(o, "global_batch", cli_ju64(pl->global_batch));
+    cli_jset(o, "evaluated", cli_ju64(pl->evaluated));
+    cli_jset(o, "pruned", cli_ju64(pl->pruned));
+    cli_jset(o, "fitting", cli_ju64(pl->fitting));
+    cli_jset(o, "simulations", cli_ju64(pl->sims));
+    cli_jset(o, "fits", json_boolean(pl->found));
     if (pl->found) {
-        fprintf(f, ",\n \"best\": ");
-        json_entry(f, &pl->best);
-        fprintf(f, ",\n \"alternatives\": [");
-        for (size_t i = 0; i < pl->n_alt; i++) {
-            fputs(i ? ",\n  " : "\n  ", f);
-            json_entry(f, &pl->alt[i]);
-        }
-        fprintf(f, "]");
+        cli_jset(o, "best", json_entry(&pl->best));
+        for (size_t i = 0; i < pl->n_alt; i++)
+            cli_jpush(alts, json_entry(&pl->alt[i]));
+        cli_jset(o, "alternatives", alts);
     } else {
-        fprintf(f, ",\n \"closest\": ");
-        json_entry(f, &pl->closest);
-        fprintf(f, ",\n \"min_gpus\": %u", min_gpus);
-        if (min_gpus && minpl->found) {
-            fprintf(f, ",\n \"best_at_min_gpus\": ");
-            json_entry(f, &minpl->best);
-        }
+        json_decref(alts);
+        cli_jset(o, "closest", json_entry(&pl->closest));
+        cli_jset(o, "min_gpus", cli_ju64(min_gpus));
+        if (min_gpus && minpl->found)
+            cli_jset(o, "best_at_min_gpus", json_entry(&minpl->best));
     }
-    fprintf(f, "}\n");
+    return cli_jprint(stdout, o, false);
 }
 
 static int write_export(const cargs *a, const vp_cluster_model *cm,
@@ -733,170 +715,173 @@ static int write_export(const cargs *a, const vp_cluster_model *cm,
     char small[1];
     vp_status st = vp_export_plan(cm, c, p, a->export_fmt, small,
                                   sizeof small, &len, &err);
-    if (st != VP_OK) {
-        fprintf(stderr, "vramplan: error: %s\n", err.msg);
-        return EXIT_USAGE;
-    }
+    if (st != VP_OK)
+        return cli_report(&err, NULL);
     char *buf = malloc(len + 1);
-    if (!buf) {
-        fprintf(stderr, "vramplan: error: out of memory\n");
-        return EXIT_USAGE;
-    }
+    if (!buf)
+        return cli_fail("out of memory");
     vp_export_plan(cm, c, p, a->export_fmt, buf, len + 1, &len, &err);
     FILE *f = stdout;
-    if (a->output) {
-        f = fopen(a->output, "w");
-        if (!f) {
-            fprintf(stderr, "vramplan: error: cannot open '%s' for "
-                            "writing: %s\n",
-                    a->output, strerror(errno));
-            free(buf);
-            return EXIT_USAGE;
-        }
+    if (a->output && (f = fopen(a->output, "w")) == NULL) {
+        free(buf);
+        return cli_fail("cannot open '%s' for writing: %s", a->output,
+                        strerror(errno));
     }
     fwrite(buf, 1, len, f);
     free(buf);
     if (a->output) {
         int bad = ferror(f);
-        if (fclose(f) != 0 || bad) {
-            fprintf(stderr, "vramplan: error: cannot write '%s'\n",
-                    a->output);
-            return EXIT_USAGE;
-        }
+        if (fclose(f) != 0 || bad)
+            return cli_fail("cannot write '%s'", a->output);
     }
-    return EXIT_OK;
+    return CLI_OK;
 }
 
-static int run_plan(const cargs *a, unsigned cmd)
+static void print_alternatives(FILE *o, const vp_cluster_plan *pl)
+{
+    fprintf(o, "\nAlternatives: the best plan of other layouts, and why "
+               "they lost\n");
+    fprintf(o, "  %4s %3s %3s %3s %3s %-5s %4s %5s %-9s %-21s %-9s %8s %8s"
+               "  %s\n",
+            "dp", "tp", "pp", "cp", "ep", "sched", "mb", "prec", "recompute",
+            "sharding", "offload", "GiB/GPU", "step s", "why");
+    for (size_t i = 0; i < pl->n_alt; i++) {
+        const vp_plan_entry *e = &pl->alt[i];
+        const vp_par *p = &e->par;
+        char sch[16];
+        if (p->pp == 1)
+            snprintf(sch, sizeof sch, "-");
+        else if (p->schedule == VP_SCHED_INTERLEAVED)
+            snprintf(sch, sizeof sch, "il%u", p->vpp);
+        else
+            snprintf(sch, sizeof sch, "%s", vp_schedule_name(p->schedule));
+        fprintf(o, "  %4u %2u%s %3u %3u %3u %-5s %4" PRIu64
+                   " %5s %-9s %-21s %-9s %8.2f %8.3f  %s\n",
+                p->dp, p->tp, p->sp ? "s" : " ", p->pp, p->cp, p->ep, sch,
+                p->micro_batch, vp_dtype_name(p->dtype),
+                vp_recompute_name(p->recompute),
+                vp_sharding_name(p->sharding),
+                p->offload == VP_OFFLOAD_NONE  ? "none"
+                : p->offload == VP_OFFLOAD_ALL ? "all"
+                                               : "optimizer",
+                gib(e->mem.total), e->time.step, e->reason);
+    }
+}
+
+static void print_nothing_fits(FILE *o, const cargs *a, const vp_cluster *c,
+                               const vp_cluster_plan *pl, uint32_t min_gpus,
+                               const vp_cluster_plan *minpl)
+{
+    const vp_plan_entry *e = &pl->closest;
+    char line[160];
+
+    par_line(line, sizeof line, &e->par);
+    fprintf(o, "\nNothing fits on %u x %s.\n", c->gpus, c->hw.name);
+    fprintf(o, "The nearest configuration (%s, %s, recompute %s, %s offload) "
+               "needs %.2f GiB per GPU of %.2f",
+            line, vp_sharding_name(e->par.sharding),
+            vp_recompute_name(e->par.recompute),
+            vp_offload_name(e->par.offload), gib(e->mem.total),
+            gib(c->memory));
+    if (e->mem.host)
+        fprintf(o, " and %.1f GiB host RAM per node of %.1f",
+                gib(e->mem.host), gib(c->host_mem));
+    fprintf(o, ".\n");
+    if (min_gpus) {
+        fprintf(o, "\nThe smallest cluster that fits (powers of two up to "
+                   "%u): %u x %s\n",
+                a->max_gpus, min_gpus, c->hw.name);
+        vp_cluster c2 = *c;
+        c2.gpus = min_gpus;
+        print_entry_table(o, &c2, &minpl->best);
+    } else {
+        fprintf(o, "\nIt fits on no power-of-two cluster up to %u GPUs of "
+                   "this kind.\n",
+                a->max_gpus);
+    }
+}
+
+/* The plan as a table, on stderr when an export goes to stdout. */
+static void print_plan_table(const cargs *a, const vp_cluster *c,
+                             const vp_cluster_model_info *in,
+                             const vp_cluster_plan *pl, uint32_t min_gpus)
+{
+    FILE *o = a->export_set ? stderr : stdout;
+    char b1[32], b2[32], b3[32], b4[32];
+
+    fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
+               " layers, seq %" PRIu64 "\n",
+            in->name, a->model, si((double)in->params, b1, sizeof b1),
+            in->layers, in->seq);
+    fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global batch %"
+               PRIu64 " sequences (%s tokens)\n",
+            c->gpus, c->hw.name, gib(c->memory), c->gpus_per_node,
+            pl[0].global_batch,
+            si((double)pl[0].global_batch * (double)in->seq, b2, sizeof b2));
+    fprintf(o, "search       %s configurations evaluated, %s pruned by the "
+               "model-state bound, %s fit; %u simulations\n",
+            cli_commas(pl[0].evaluated, b3, sizeof b3),
+            cli_commas(pl[0].pruned, b4, sizeof b4),
+            cli_commas(pl[0].fitting, b1, sizeof b1), pl[0].sims);
+    if (pl[0].found) {
+        fprintf(o, "\nBest plan\n");
+        print_entry_table(o, c, &pl[0].best);
+        if (pl[0].n_alt)
+            print_alternatives(o, &pl[0]);
+    } else {
+        print_nothing_fits(o, a, c, &pl[0], min_gpus, &pl[1]);
+    }
+}
+
+/* Search the cluster (pl[0]) and, when nothing fits, the smallest one that
+ * does (pl[1]). -1, or the exit status. */
+static int search(const cargs *a, vp_cluster_model *cm,
+                  const vp_cluster *c, vp_cluster_plan *pl,
+                  uint32_t *min_gpus)
+{
+    vp_error err;
+    vp_status st = vp_cluster_search(cm, c, &a->o, &pl[0], &err);
+
+    *min_gpus = 0;
+    if (st == VP_OK && !pl[0].found)
+        st = vp_cluster_min_gpus(cm, c, &a->o, a->max_gpus, min_gpus, &pl[1],
+                                 &err);
+    if (st == VP_EARG)
+        return cli_usage_error("%s", err.msg);
+    return st != VP_OK ? cli_report(&err, NULL) : -1;
+}
+
+static int run_plan(const cargs *a)
 {
     vp_model *m = NULL;
     vp_cluster_model *cm = NULL;
-    int rc = load(a, &m, &cm);
-    if (rc >= 0)
-        return rc;
-    vp_cluster c;
-    rc = cluster_for(a, a->gpu_names[0], a->gpus[0], &c);
-    if (rc != 0)
-        goto done;
+    vp_cluster_plan *pl = NULL;
     vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster_plan *pl = calloc(2, sizeof *pl);
-    if (!pl) {
-        fprintf(stderr, "vramplan: error: out of memory\n");
-        rc = EXIT_USAGE;
-        goto done;
-    }
-    vp_error err;
-    vp_status st = vp_cluster_search(cm, &c, &a->o, &pl[0], &err);
     uint32_t min_gpus = 0;
-    if (st == VP_OK && !pl[0].found)
-        st = vp_cluster_min_gpus(cm, &c, &a->o, a->max_gpus, &min_gpus,
-                                 &pl[1], &err);
-    if (st != VP_OK) {
-        rc = st == VP_EARG ? cli_usage_error("%s", err.msg)
-                           : model_error(&err);
-        free(pl);
-        goto done;
-    }
-    if (a->export_set && pl[0].found) {
+    vp_cluster c;
+    int rc = load(a, &m, &cm);
+
+    if (rc < 0)
+        rc = cluster_for(a, a->gpu_names[0], a->gpus[0], &c);
+    if (rc < 0 && (pl = calloc(2, sizeof *pl)) == NULL)
+        rc = cli_fail("out of memory");
+    if (rc < 0)
+        rc = search(a, cm, &c, pl, &min_gpus);
+    if (rc < 0 && a->export_set && pl[0].found) {
         rc = write_export(a, cm, &c, &pl[0].best.par);
-        free(pl);
-        goto done;
+    } else if (rc < 0) {
+        vp_cluster_model_info_get(cm, &in);
+        if (a->format == FMT_JSON && !a->export_set)
+            rc = print_plan_json(a, &c, &in, &pl[0], min_gpus, &pl[1]);
+        else
+            print_plan_table(a, &c, &in, pl, min_gpus);
+        if (a->export_set)
+            cli_fail("nothing to export: no %s plan fits on %u GPUs",
+                     vp_engine_name(vp_export_engine(a->export_fmt)), c.gpus);
+        if (rc < 0 || rc == CLI_OK)
+            rc = pl[0].found ? CLI_OK : CLI_NOFIT;
     }
-    FILE *f = stdout;
-    char b1[32], b2[32], b3[32], b4[32];
-    if (a->format == FMT_JSON && !a->export_set) {
-        print_plan_json(f, a, &c, &in, &pl[0], min_gpus, &pl[1]);
-    } else {
-        FILE *o = a->export_set ? stderr : f;
-        fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
-                   " layers, seq %" PRIu64 "\n",
-                in.name, a->model, si((double)in.params, b1, sizeof b1),
-                in.layers, in.seq);
-        fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
-                   "batch %" PRIu64 " sequences (%s tokens)\n",
-                c.gpus, c.hw.name, gib(c.memory), c.gpus_per_node,
-                pl[0].global_batch,
-                si((double)pl[0].global_batch * (double)in.seq, b2,
-                   sizeof b2));
-        fprintf(o, "search       %s configurations evaluated, %s pruned by "
-                   "the model-state bound, %s fit; %u simulations\n",
-                commas(pl[0].evaluated, b3, sizeof b3),
-                commas(pl[0].pruned, b4, sizeof b4),
-                commas(pl[0].fitting, b1, sizeof b1), pl[0].sims);
-        if (pl[0].found) {
-            fprintf(o, "\nBest plan\n");
-            print_entry_table(o, &c, &pl[0].best);
-            if (pl[0].n_alt) {
-                fprintf(o, "\nAlternatives: the best plan of other "
-                           "layouts, and why they lost\n");
-                fprintf(o, "  %4s %3s %3s %3s %3s %-5s %4s %5s %-9s %-21s "
-                           "%-9s %8s %8s  %s\n",
-                        "dp", "tp", "pp", "cp", "ep", "sched", "mb", "prec",
-                        "recompute", "sharding", "offload", "GiB/GPU",
-                        "step s", "why");
-                for (size_t i = 0; i < pl[0].n_alt; i++) {
-                    const vp_plan_entry *e = &pl[0].alt[i];
-                    const vp_par *p = &e->par;
-                    char sch[16];
-                    if (p->pp == 1)
-                        snprintf(sch, sizeof sch, "-");
-                    else if (p->schedule == VP_SCHED_INTERLEAVED)
-                        snprintf(sch, sizeof sch, "il%u", p->vpp);
-                    else
-                        snprintf(sch, sizeof sch, "%s",
-                                 vp_schedule_name(p->schedule));
-                    fprintf(o, "  %4u %2u%s %3u %3u %3u %-5s %4" PRIu64
-                               " %5s %-9s %-21s %-9s %8.2f %8.3f  %s\n",
-                            p->dp, p->tp, p->sp ? "s" : " ", p->pp, p->cp,
-                            p->ep, sch, p->micro_batch,
-                            vp_dtype_name(p->dtype),
-                            vp_recompute_name(p->recompute),
-                            vp_sharding_name(p->sharding),
-                            p->offload == VP_OFFLOAD_NONE
-                                ? "none"
-                                : p->offload == VP_OFFLOAD_ALL ? "all"
-                                                               : "optimizer",
-                            gib(e->mem.total), e->time.step, e->reason);
-                }
-            }
-        } else {
-            const vp_plan_entry *e = &pl[0].closest;
-            char line[160];
-            par_line(line, sizeof line, &e->par);
-            fprintf(o, "\nNothing fits on %u x %s.\n", c.gpus, c.hw.name);
-            fprintf(o, "The nearest configuration (%s, %s, recompute %s, "
-                       "%s offload) needs %.2f GiB per GPU of %.2f",
-                    line, vp_sharding_name(e->par.sharding),
-                    vp_recompute_name(e->par.recompute),
-                    vp_offload_name(e->par.offload), gib(e->mem.total),
-                    gib(c.memory));
-            if (e->mem.host)
-                fprintf(o, " and %.1f GiB host RAM per node of %.1f",
-                        gib(e->mem.host), gib(c.host_mem));
-            fprintf(o, ".\n");
-            if (min_gpus) {
-                fprintf(o, "\nThe smallest cluster that fits (powers of two "
-                           "up to %u): %u x %s\n",
-                        a->max_gpus, min_gpus, c.hw.name);
-                vp_cluster c2 = c;
-                c2.gpus = min_gpus;
-                print_entry_table(o, &c2, &pl[1].best);
-            } else {
-                fprintf(o, "\nIt fits on no power-of-two cluster up to %u "
-                           "GPUs of this kind.\n",
-                        a->max_gpus);
-            }
-        }
-    }
-    if (a->export_set && !pl[0].found)
-        fprintf(stderr, "vramplan: error: nothing to export: no %s plan "
-                        "fits on %u GPUs\n",
-                vp_engine_name(vp_export_engine(a->export_fmt)), c.gpus);
-    rc = pl[0].found ? EXIT_OK : EXIT_NOFIT;
-    (void)cmd;
     free(pl);
-done:
     vp_cluster_model_free(cm);
     vp_model_free(m);
     return rc;
@@ -906,14 +891,22 @@ int cli_plan_cluster(int argc, char **argv)
 {
     cargs a;
     int rc = parse_args(argc, argv, C_PLAN, &a);
-    return rc >= 0 ? rc : run_plan(&a, C_PLAN);
+
+    if (rc < 0)
+        rc = run_plan(&a);
+    cli_args_free(&a.args);
+    return rc;
 }
 
 int cli_export(int argc, char **argv)
 {
     cargs a;
     int rc = parse_args(argc, argv, C_EXPORT, &a);
-    return rc >= 0 ? rc : run_plan(&a, C_EXPORT);
+
+    if (rc < 0)
+        rc = run_plan(&a);
+    cli_args_free(&a.args);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -945,138 +938,163 @@ static void plan_short(char *buf, size_t n, const vp_par *p)
                  vp_offload_name(p->offload));
 }
 
-int cli_compare(int argc, char **argv)
+/* The best plan of every GPU and cluster size, into cells; *gb the global
+ * batch. -1, or the exit status. */
+static int compare_cells(cargs *a, vp_cluster_model *cm, cell *cells,
+                         uint64_t *gb)
 {
-    cargs a;
-    int rc = parse_args(argc, argv, C_COMPARE, &a);
-    if (rc >= 0)
-        return rc;
-    vp_model *m = NULL;
-    vp_cluster_model *cm = NULL;
-    rc = load(&a, &m, &cm);
-    if (rc >= 0)
-        return rc;
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    size_t nc = a.n_gpu * a.n_gpus;
-    cell *cells = calloc(nc, sizeof *cells);
     vp_cluster_plan *pl = malloc(sizeof *pl);
-    if (!cells || !pl) {
-        fprintf(stderr, "vramplan: error: out of memory\n");
-        rc = EXIT_USAGE;
-        goto done;
-    }
-    a.o.top = 0;
-    uint64_t gb = 0;
-    for (size_t g = 0; g < a.n_gpu; g++)
-        for (size_t k = 0; k < a.n_gpus; k++) {
-            cell *x = &cells[g * a.n_gpus + k];
-            x->gpu = a.gpu_names[g];
-            x->gpus = a.gpus[k];
+    int rc = pl != NULL ? -1 : cli_fail("out of memory");
+
+    a->o.top = 0;
+    for (size_t g = 0; g < a->n_gpu && rc < 0; g++)
+        for (size_t k = 0; k < a->n_gpus && rc < 0; k++) {
+            cell *x = &cells[g * a->n_gpus + k];
             vp_cluster c;
-            rc = cluster_for(&a, x->gpu, x->gpus, &c);
-            if (rc != 0)
-                goto done;
             vp_error err;
-            vp_status st = vp_cluster_search(cm, &c, &a.o, pl, &err);
-            if (st == VP_EARG) {
+            x->gpu = a->gpu_names[g];
+            x->gpus = a->gpus[k];
+            if ((rc = cluster_for(a, x->gpu, x->gpus, &c)) >= 0)
+                break;
+            vp_status st = vp_cluster_search(cm, &c, &a->o, pl, &err);
+            if (st == VP_EARG)
                 continue; /* no layout at this size: reported as such */
-            } else if (st != VP_OK) {
-                rc = model_error(&err);
-                goto done;
+            if (st != VP_OK) {
+                rc = cli_report(&err, NULL);
+                break;
             }
-            gb = pl->global_batch;
+            *gb = pl->global_batch;
             x->found = pl->found;
             if (pl->found) {
                 x->e = pl->best;
-                x->hours = a.tokens / pl->best.time.tokens_per_s / 3600.0;
+                x->hours = a->tokens / pl->best.time.tokens_per_s / 3600.0;
                 x->gpu_hours = x->hours * x->gpus;
             }
         }
+    free(pl);
+    return rc;
+}
+
+static int compare_json(const cargs *a, const vp_cluster_model_info *in,
+                        uint64_t gb, const cell *cells, size_t nc)
+{
+    json_t *o = json_object(), *arr = json_array();
+
+    cli_jset(o, "model", cli_jstr(a->model, SIZE_MAX));
+    cli_jset(o, "params", cli_ju64(in->params));
+    cli_jset(o, "seq", cli_ju64(in->seq));
+    cli_jset(o, "global_batch", cli_ju64(gb));
+    cli_jset(o, "tokens", cli_jreal(a->tokens, "%.6g"));
+    for (size_t i = 0; i < nc; i++) {
+        const cell *x = &cells[i];
+        json_t *c = json_object();
+        cli_jset(c, "gpu", cli_jstr(x->gpu, SIZE_MAX));
+        cli_jset(c, "gpus", cli_ju64(x->gpus));
+        cli_jset(c, "fits", json_boolean(x->found));
+        if (x->found) {
+            cli_jset(c, "hours", cli_jreal(x->hours, "%.6g"));
+            cli_jset(c, "gpu_hours", cli_jreal(x->gpu_hours, "%.6g"));
+            cli_jset(c, "plan", json_entry(&x->e));
+        }
+        cli_jpush(arr, c);
+    }
+    cli_jset(o, "cells", arr);
+    return cli_jprint(stdout, o, false);
+}
+
+static void compare_csv(const cell *cells, size_t nc)
+{
+    char desc[160];
+
+    printf("gpu,gpus,fits,memory_per_gpu,tokens_per_s,mfu,step_s,hours,"
+           "gpu_hours,plan\n");
+    for (size_t i = 0; i < nc; i++) {
+        const cell *x = &cells[i];
+        if (!x->found) {
+            printf("%s,%u,false,,,,,,,\n", x->gpu, x->gpus);
+            continue;
+        }
+        plan_short(desc, sizeof desc, &x->e.par);
+        printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s\n",
+               x->gpu, x->gpus, x->e.mem.total, x->e.time.tokens_per_s,
+               x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours, desc);
+    }
+}
+
+static void compare_table(const cargs *a, const vp_cluster_model_info *in,
+                          uint64_t gb, const cell *cells, size_t nc)
+{
+    bool md = a->format == FMT_MD;
     char b1[32], b2[32], b3[32], desc[160];
-    if (a.format == FMT_JSON) {
-        printf("{\"model\": ");
-        json_str(stdout, a.model);
-        printf(", \"params\": %" PRIu64 ", \"seq\": %" PRIu64
-               ", \"global_batch\": %" PRIu64 ", \"tokens\": %.6g,\n "
-               "\"cells\": [",
-               in.params, in.seq, gb, a.tokens);
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            printf("%s\n  {\"gpu\": ", i ? "," : "");
-            json_str(stdout, x->gpu);
-            printf(", \"gpus\": %u, \"fits\": %s", x->gpus,
-                   x->found ? "true" : "false");
-            if (x->found) {
-                printf(", \"hours\": %.6g, \"gpu_hours\": %.6g, \"plan\": ",
-                       x->hours, x->gpu_hours);
-                json_entry(stdout, &x->e);
-            }
-            printf("}");
+
+    printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %" PRIu64
+           " sequences, %s tokens\n\n",
+           md ? "**" : "", in->name, md ? "**" : "",
+           si((double)in->params, b1, sizeof b1), in->seq, gb,
+           si(a->tokens, b2, sizeof b2));
+    if (md)
+        printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | GPU-hours | "
+               "plan |\n|---|---:|---:|---:|---:|---:|---:|---|\n");
+    else
+        printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
+               "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours", "plan");
+    for (size_t i = 0; i < nc; i++) {
+        const cell *x = &cells[i];
+        if (!x->found && md) {
+            printf("| %s | %u | - | - | - | - | - | does not fit |\n", x->gpu,
+                   x->gpus);
+            continue;
+        } else if (!x->found) {
+            printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu, x->gpus,
+                   "-", "-", "-", "-", "-", "does not fit");
+            continue;
         }
-        printf("]}\n");
-    } else if (a.format == FMT_CSV) {
-        printf("gpu,gpus,fits,memory_per_gpu,tokens_per_s,mfu,step_s,hours,"
-               "gpu_hours,plan\n");
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            if (!x->found) {
-                printf("%s,%u,false,,,,,,,\n", x->gpu, x->gpus);
-                continue;
-            }
-            plan_short(desc, sizeof desc, &x->e.par);
-            printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s\n",
-                   x->gpu, x->gpus, x->e.mem.total, x->e.time.tokens_per_s,
-                   x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours,
-                   desc);
-        }
-    } else {
-        bool md = a.format == FMT_MD;
-        printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %"
-               PRIu64 " sequences, %s tokens\n\n",
-               md ? "**" : "", in.name, md ? "**" : "",
-               si((double)in.params, b1, sizeof b1), in.seq, gb,
-               si(a.tokens, b2, sizeof b2));
-        if (md)
-            printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | "
-                   "GPU-hours | plan |\n|---|---:|---:|---:|---:|---:|---:|"
-                   "---|\n");
+        plan_short(desc, sizeof desc, &x->e.par);
+        duration(x->hours * 3600, b3, sizeof b3);
+        cli_commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
+        printf(md ? "| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n"
+                  : "%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n",
+               x->gpu, x->gpus, gib(x->e.mem.total), b1,
+               100 * x->e.time.mfu, b3, x->gpu_hours, desc);
+    }
+}
+
+int cli_compare(int argc, char **argv)
+{
+    vp_cluster_model *cm = NULL;
+    vp_cluster_model_info in;
+    vp_model *m = NULL;
+    cell *cells = NULL;
+    uint64_t gb = 0;
+    size_t nc = 0;
+    cargs a;
+    int rc = parse_args(argc, argv, C_COMPARE, &a);
+
+    if (rc < 0)
+        rc = load(&a, &m, &cm);
+    if (rc < 0 &&
+        (cells = calloc(nc = a.n_gpu * a.n_gpus, sizeof *cells)) == NULL)
+        rc = cli_fail("out of memory");
+    if (rc < 0)
+        rc = compare_cells(&a, cm, cells, &gb);
+    if (rc < 0) {
+        vp_cluster_model_info_get(cm, &in);
+        if (a.format == FMT_JSON)
+            rc = compare_json(&a, &in, gb, cells, nc);
+        else if (a.format == FMT_CSV)
+            compare_csv(cells, nc);
         else
-            printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
-                   "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours",
-                   "plan");
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            if (!x->found) {
-                if (md)
-                    printf("| %s | %u | - | - | - | - | - | does not fit |\n",
-                           x->gpu, x->gpus);
-                else
-                    printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu,
-                           x->gpus, "-", "-", "-", "-", "-", "does not fit");
-                continue;
-            }
-            plan_short(desc, sizeof desc, &x->e.par);
-            duration(x->hours * 3600, b3, sizeof b3);
-            commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
-            if (md)
-                printf("| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n",
-                       x->gpu, x->gpus, gib(x->e.mem.total), b1,
-                       100 * x->e.time.mfu, b3, x->gpu_hours, desc);
-            else
-                printf("%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n",
-                       x->gpu, x->gpus, gib(x->e.mem.total), b1,
-                       100 * x->e.time.mfu, b3, x->gpu_hours, desc);
+            compare_table(&a, &in, gb, cells, nc);
+        if (rc < 0 || rc == CLI_OK) {
+            rc = CLI_NOFIT; /* 0 when some cell has a plan */
+            for (size_t i = 0; i < nc; i++)
+                if (cells[i].found)
+                    rc = CLI_OK;
         }
     }
-    rc = EXIT_NOFIT; /* 0 when some cell has a plan */
-    for (size_t i = 0; i < nc; i++)
-        if (cells[i].found)
-            rc = EXIT_OK;
-done:
     free(cells);
-    free(pl);
     vp_cluster_model_free(cm);
     vp_model_free(m);
+    cli_args_free(&a.args);
     return rc;
 }

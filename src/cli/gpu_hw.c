@@ -1,25 +1,32 @@
-/* --gpu NAME: the hardware profile behind the CLI's budgets and times. */
+/* --gpu NAME: the GPU profile behind the CLI's budgets, times and
+ * constants. Errors in a profile file point at the spot, with a caret,
+ * and exit 3 as a model's do. */
 #include <stdio.h>
 
 #include "cli.h"
-#include "vramplan/gpu.h"
 
-int cli_gpu_hw(const char *name, vp_hw *out)
+vp_gpu_profile *cli_gpu_load(const char *name, int *rc)
 {
     vp_error err;
     vp_gpu_profile *p = vp_gpu_load(name, &err);
+
     if (p == NULL) {
-        if (err.line)
-            fprintf(stderr, "%s:%u:%u: error: %s\n", err.path, err.line,
-                    err.col, err.msg);
-        else
-            fprintf(stderr, "vramplan: error: --gpu %s: %s\n", name,
-                    err.msg[0] ? err.msg : vp_strerror(err.code));
-        return 1;
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "--gpu %.128s: ", name);
+        *rc = cli_report(&err, err.path[0] != '\0' ? NULL : prefix);
     }
+    return p;
+}
+
+int cli_gpu_hw(const char *name, vp_hw *out)
+{
+    int rc = -1;
+    vp_gpu_profile *p = cli_gpu_load(name, &rc);
+
+    if (p == NULL)
+        return rc;
     vp_gpu_hw(p, VP_GPU_BF16, out);
     vp_hw_fill_defaults(out);
     vp_gpu_free(p);
-    return 0;
+    return -1;
 }
-

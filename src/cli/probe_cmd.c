@@ -21,15 +21,6 @@
 #include "vramplan/probe.h"
 #include "vramplan/vramplan.h"
 
-enum {
-    PROBE_OK = 0,        /* the largest batch was found                 */
-    PROBE_NOFIT = 1,     /* not even --min ran                          */
-    PROBE_USAGE = 2,     /* usage, I/O or system error                  */
-    PROBE_MODEL = 3,     /* invalid model description                   */
-    PROBE_TRIAL = 4,     /* a trial failed otherwise or timed out       */
-    PROBE_CANCEL = 130   /* interrupted                                 */
-};
-
 #define DEFAULT_TIMEOUT 1800.0
 #define DEFAULT_GRACE 5.0
 #define ERR_TAIL_LINES 20
@@ -107,6 +98,7 @@ static void probe_help(FILE *f)
 }
 
 typedef struct probe_args {
+    cli_args args;
     const char *model_path;
     const char *checkpoint;
     vp_setup setup;
@@ -121,251 +113,117 @@ typedef struct probe_args {
 
 /* ---- parsing ---------------------------------------------------------- */
 
-static bool parse_u64(const char *text, uint64_t min, uint64_t max,
-                      uint64_t *out)
-{
-    unsigned long long v;
-    char *end;
-
-    if (text[0] < '0' || text[0] > '9')
-        return false;
-    errno = 0;
-    v = strtoull(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-/* A finite decimal number >= 0 (no sign, no exponent). */
-static bool parse_seconds(const char *text, double *out)
-{
-    char *end;
-    double v;
-
-    if ((text[0] < '0' || text[0] > '9') && text[0] != '.')
-        return false;
-    if (strpbrk(text, "eEnNiIxX") != NULL)
-        return false;
-    errno = 0;
-    v = strtod(text, &end);
-    if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0)
-        return false;
-    *out = v;
-    return true;
-}
-
-static int bad_value(const char *opt, const char *val, const char *want)
-{
-    return cli_usage_error("invalid value '%s' for %s: expected %s", val, opt,
-                           want);
-}
-
 enum {
-    O_MODEL, O_BUDGET, O_PRECISION, O_OPTIMIZER, O_CHECKPOINT, O_SEQ,
-    O_ACCUM, O_ATTENTION, O_STEPS, O_KEEP_GRADS, O_MIN, O_MAX, O_MAX_TRIALS,
-    O_TIMEOUT, O_GRACE, O_MARGIN, O_LOG_DIR, O_FORMAT
+    O_MODEL = CLI_O__SETUP, O_MIN, O_MAX, O_MAX_TRIALS, O_TIMEOUT, O_GRACE,
+    O_MARGIN, O_LOG_DIR, O_FORMAT
 };
 
-typedef struct opt {
-    int id;
-    const char *name;  /* with the dashes                          */
-    const char *alias; /* short form, or NULL                      */
-    bool value;        /* takes a value                            */
-    bool setup;        /* a prediction option: needs --model       */
-} opt;
+static const char *const FORMATS[] = {"table", "json", NULL};
 
-static const opt OPTS[] = {
-    {O_MODEL, "--model", NULL, true, false},
-    {O_BUDGET, "--budget", NULL, true, true},
-    {O_PRECISION, "--precision", "-p", true, true},
-    {O_OPTIMIZER, "--optimizer", "-o", true, true},
-    {O_CHECKPOINT, "--checkpoint", "-c", true, true},
-    {O_SEQ, "--seq", "-s", true, true},
-    {O_ACCUM, "--accum", NULL, true, true},
-    {O_ATTENTION, "--attention", NULL, true, true},
-    {O_STEPS, "--steps", NULL, true, true},
-    {O_KEEP_GRADS, "--keep-grads", NULL, false, true},
-    {O_MIN, "--min", NULL, true, false},
-    {O_MAX, "--max", NULL, true, false},
-    {O_MAX_TRIALS, "--max-trials", NULL, true, false},
-    {O_TIMEOUT, "--timeout", NULL, true, false},
-    {O_GRACE, "--grace", NULL, true, false},
-    {O_MARGIN, "--margin", NULL, true, false},
-    {O_LOG_DIR, "--log-dir", NULL, true, false},
-    {O_FORMAT, "--format", "-f", true, false},
+#define SECONDS(i, n, h)                                                    \
+    {.id = i, .name = n, .metavar = "S", .type = CLI_ARG_DOUBLE,            \
+     .dmax = 1e9, .help = h}
+
+static const cli_opt OPTS[] = {
+    {.id = O_MODEL, .name = "model", .metavar = "MODEL",
+     .type = CLI_ARG_STRING},
+    CLI_ROW_BUDGET(""),
+    CLI_ROW_PRECISION(""),
+    CLI_ROW_OPTIMIZER(""),
+    CLI_ROW_CHECKPOINT(""),
+    CLI_ROW_SEQ,
+    CLI_ROW_ACCUM,
+    CLI_ROW_ATTENTION(""),
+    CLI_ROW_STEPS(""),
+    CLI_ROW_KEEP_GRADS,
+    {.id = O_MIN, .name = "min", .metavar = "N", .type = CLI_ARG_U64,
+     .min = 1, .max = UINT64_MAX},
+    {.id = O_MAX, .name = "max", .metavar = "N", .type = CLI_ARG_U64,
+     .min = 1, .max = UINT64_MAX},
+    {.id = O_MAX_TRIALS, .name = "max-trials", .metavar = "N",
+     .type = CLI_ARG_U64, .min = 1, .max = UINT32_MAX},
+    SECONDS(O_TIMEOUT, "timeout", ""),
+    SECONDS(O_GRACE, "grace", ""),
+    {.id = O_MARGIN, .name = "margin", .metavar = "F",
+     .type = CLI_ARG_DOUBLE, .dmax = 0.999999},
+    {.id = O_LOG_DIR, .name = "log-dir", .metavar = "DIR",
+     .type = CLI_ARG_STRING},
+    {.id = O_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
+     .type = CLI_ARG_ENUM, .choices = FORMATS, .what = "format"},
+    CLI_HELP_ROW,
 };
 
-/* The option an argument names ("--name", "--name=V" or "-x"), or NULL. */
-static const opt *find_opt(const char *arg, const char **eq)
+/* The prediction's options need --model; the first one given. */
+static const char *first_setup_option(const cli_val *v)
 {
-    size_t len;
+    static const char *const names[CLI_O__SETUP] = {
+        [CLI_O_BATCH] = "--batch", [CLI_O_SEQ] = "--seq",
+        [CLI_O_PRECISION] = "--precision", [CLI_O_OPTIMIZER] = "--optimizer",
+        [CLI_O_CHECKPOINT] = "--checkpoint", [CLI_O_ACCUM] = "--accum",
+        [CLI_O_KEEP_GRADS] = "--keep-grads", [CLI_O_ATTENTION] = "--attention",
+        [CLI_O_STEPS] = "--steps", [CLI_O_BUDGET] = "--budget"};
+    const char *first = NULL;
+    int at = 0;
 
-    *eq = arg[1] == '-' ? strchr(arg, '=') : NULL;
-    len = *eq != NULL ? (size_t)(*eq - arg) : strlen(arg);
-    for (size_t k = 0; k < sizeof OPTS / sizeof OPTS[0]; k++)
-        if ((strlen(OPTS[k].name) == len &&
-             strncmp(arg, OPTS[k].name, len) == 0) ||
-            (*eq == NULL && OPTS[k].alias != NULL &&
-             strcmp(arg, OPTS[k].alias) == 0))
-            return &OPTS[k];
-    return NULL;
+    for (int k = 0; k < CLI_O__SETUP; k++)
+        if (v[k].given && (first == NULL || v[k].at < at)) {
+            first = names[k];
+            at = v[k].at;
+        }
+    return first;
 }
 
-/* Apply one option's value; -1 when fine, else an exit code. */
-static int probe_option(probe_args *a, const opt *o, const char *val)
+static int probe_options(probe_args *a)
 {
-    vp_error err;
-    uint64_t v;
-    double d;
+    const cli_val *v = a->args.v;
+    int rc = cli_setup_common(v, true, &a->setup);
 
-    switch (o->id) {
-    case O_MODEL:
-        if (val[0] == '\0')
-            return cli_usage_error("--model needs a MODEL file");
-        a->model_path = val;
-        break;
-    case O_BUDGET:
-        if (vp_size_parse(val, &a->setup.alloc.limit, &err) != VP_OK)
-            return cli_usage_error("--budget: %s", err.msg);
-        if (a->setup.alloc.limit == 0)
-            return cli_usage_error("invalid value '%s' for --budget: the "
-                                   "budget must be more than 0 bytes", val);
-        break;
-    case O_PRECISION:
-        if (vp_precision_parse(val, &a->setup.precision) != VP_OK)
-            return cli_usage_error("unknown precision '%s' (expected fp32, "
-                                   "amp-bf16, amp-fp16, bf16 or fp16)", val);
-        break;
-    case O_OPTIMIZER:
-        if (vp_optimizer_parse(val, &a->setup.optimizer) != VP_OK)
-            return cli_usage_error("unknown optimizer '%s'", val);
-        break;
-    case O_CHECKPOINT:
-        if (val[0] == '\0')
-            return cli_usage_error("--checkpoint needs a SPEC");
-        if (strcmp(val, "auto") == 0)
-            return cli_usage_error("probe takes a fixed --checkpoint (none, "
-                                   "all or names), not auto");
-        a->checkpoint = val;
-        break;
-    case O_SEQ:
-        if (!parse_u64(val, 1, UINT64_MAX, &a->setup.seq))
-            return bad_value(o->name, val, "an integer >= 1");
-        break;
-    case O_ACCUM:
-        if (!parse_u64(val, 1, UINT32_MAX, &v))
-            return bad_value(o->name, val, "an integer >= 1");
-        a->setup.accum = (uint32_t)v;
-        break;
-    case O_ATTENTION:
-        if (vp_attn_impl_parse(val, &a->setup.attn) != VP_OK)
-            return cli_usage_error("unknown attention implementation '%s' "
-                                   "(expected one of: sdpa flash efficient "
-                                   "eager math)", val);
-        a->setup.attn_set = true;
-        break;
-    case O_STEPS:
-        if (!parse_u64(val, 1, VP_MAX_STEPS, &v))
-            return bad_value(o->name, val, "an integer from 1 to 16");
-        a->setup.steps = (uint32_t)v;
-        break;
-    case O_KEEP_GRADS:
-        a->setup.set_to_none = false;
-        break;
-    case O_MIN:
-        if (!parse_u64(val, 1, UINT64_MAX, &a->cfg.min))
-            return bad_value(o->name, val, "an integer >= 1");
-        break;
-    case O_MAX:
-        if (!parse_u64(val, 1, UINT64_MAX, &a->cfg.max))
-            return bad_value(o->name, val, "an integer >= 1");
-        break;
-    case O_MAX_TRIALS:
-        if (!parse_u64(val, 1, UINT32_MAX, &v))
-            return bad_value(o->name, val, "an integer >= 1");
-        a->cfg.max_trials = (uint32_t)v;
-        break;
-    case O_TIMEOUT:
-        if (!parse_seconds(val, &a->exec.timeout_s))
-            return bad_value(o->name, val, "seconds >= 0");
-        break;
-    case O_GRACE:
-        if (!parse_seconds(val, &a->exec.grace_s))
-            return bad_value(o->name, val, "seconds >= 0");
-        break;
-    case O_MARGIN:
-        if (!parse_seconds(val, &d) || d >= 1.0)
-            return bad_value(o->name, val,
-                             "a fraction from 0 to below 1, e.g. 0.05");
-        v = (uint64_t)llround(d * 1e6);
-        a->cfg.margin_ppm = (uint32_t)(v < 1000000 ? v : 999999);
-        break;
-    case O_LOG_DIR:
-        if (val[0] == '\0')
-            return cli_usage_error("--log-dir needs a DIR");
-        a->log_dir = val;
-        break;
-    case O_FORMAT:
-        if (strcmp(val, "json") == 0)
-            a->json = true;
-        else if (strcmp(val, "table") == 0)
-            a->json = false;
-        else
-            return cli_usage_error("unknown format '%s' (expected table or "
-                                   "json)", val);
-        break;
+    if (rc >= 0)
+        return rc;
+    a->model_path = v[O_MODEL].given ? v[O_MODEL].text : NULL;
+    a->checkpoint = v[CLI_O_CHECKPOINT].given ? v[CLI_O_CHECKPOINT].text
+                                              : NULL;
+    if (a->checkpoint != NULL && strcmp(a->checkpoint, "auto") == 0)
+        return cli_usage_error("probe takes a fixed --checkpoint (none, all "
+                               "or names), not auto");
+    if (v[O_MIN].given)
+        a->cfg.min = v[O_MIN].u;
+    if (v[O_MAX].given)
+        a->cfg.max = v[O_MAX].u;
+    if (v[O_MAX_TRIALS].given)
+        a->cfg.max_trials = (uint32_t)v[O_MAX_TRIALS].u;
+    if (v[O_TIMEOUT].given)
+        a->exec.timeout_s = v[O_TIMEOUT].d;
+    if (v[O_GRACE].given)
+        a->exec.grace_s = v[O_GRACE].d;
+    if (v[O_MARGIN].given) {
+        uint64_t ppm = (uint64_t)llround(v[O_MARGIN].d * 1e6);
+        a->cfg.margin_ppm = (uint32_t)(ppm < 1000000 ? ppm : 999999);
     }
-    if (o->setup && a->setup_opt == NULL)
-        a->setup_opt = o->name;
+    a->log_dir = v[O_LOG_DIR].given ? v[O_LOG_DIR].text : NULL;
+    a->json = v[O_FORMAT].given && v[O_FORMAT].choice == 1;
+    a->setup_opt = first_setup_option(v);
     return -1;
 }
 
 static int probe_parse(int argc, char **argv, probe_args *a)
 {
+    cli_spec spec = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 0,
+                     "the command to run goes after '--'", true, probe_help};
+    int rc;
+
     memset(a, 0, sizeof *a);
     vp_setup_init(&a->setup);
-    a->setup.steps = 2; /* a probe trial usually runs a step or two */
+    a->setup.steps = VP_STEADY_STEPS; /* a probe trial runs a step or two */
     vp_probe_config_init(&a->cfg);
     vp_exec_config_init(&a->exec);
     a->exec.timeout_s = DEFAULT_TIMEOUT;
     a->exec.grace_s = DEFAULT_GRACE;
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *eq, *val = NULL;
-        const opt *o;
-        int rc;
-
-        if (strcmp(arg, "--") == 0) {
-            a->cmd = argv + i + 1;
-            a->n_cmd = (size_t)(argc - i - 1);
-            break;
-        }
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            probe_help(stdout);
-            return PROBE_OK;
-        }
-        if (arg[0] != '-' || arg[1] == '\0')
-            return cli_usage_error("unexpected argument '%s' (the command "
-                                   "to run goes after '--')", arg);
-        o = find_opt(arg, &eq);
-        if (o == NULL)
-            return cli_usage_error("unknown option '%s' for probe", arg);
-        if (o->value) {
-            if (eq != NULL)
-                val = eq + 1;
-            else if (i + 1 < argc)
-                val = argv[++i];
-            else
-                return cli_usage_error("option %s needs a value", o->name);
-        } else if (eq != NULL) {
-            return cli_usage_error("option %s takes no value", o->name);
-        }
-        rc = probe_option(a, o, val);
-        if (rc >= 0)
-            return rc;
-    }
-
+    if ((rc = cli_args_parse(&spec, argc, argv, &a->args)) >= 0 ||
+        (rc = probe_options(a)) >= 0)
+        return rc;
+    a->cmd = a->args.rest;
+    a->n_cmd = a->args.n_rest;
     if (a->cmd == NULL || a->n_cmd == 0)
         return cli_usage_error("probe needs the command to run after '--' "
                                "(e.g. -- python3 train.py --batch {batch})");
@@ -382,33 +240,6 @@ static int probe_parse(int argc, char **argv, probe_args *a)
         return cli_usage_error("--model needs --budget (the allocator budget "
                                "that the command applies)");
     return -1;
-}
-
-/* ---- library errors ----------------------------------------------------- */
-
-static int model_error(const vp_error *err)
-{
-    const char *msg = err->msg[0] ? err->msg : vp_strerror(err->code);
-
-    if (err->path[0] != '\0' && err->line > 0)
-        fprintf(stderr, "%s:%" PRIu32 ":%" PRIu32 ": error: %s\n", err->path,
-                err->line, err->col ? err->col : 1, msg);
-    else if (err->path[0] != '\0')
-        fprintf(stderr, "%s: error: %s\n", err->path, msg);
-    else
-        fprintf(stderr, "vramplan: error: %s\n", msg);
-    switch (err->code) {
-    case VP_ESYNTAX:
-    case VP_ESCHEMA:
-    case VP_ERANGE:
-    case VP_EUNSUPPORTED:
-    case VP_ELIMIT:
-    case VP_EOVERFLOW:
-    case VP_EUNIT:
-        return PROBE_MODEL;
-    default:
-        return PROBE_USAGE;
-    }
 }
 
 /* ---- trials ------------------------------------------------------------- */
@@ -542,49 +373,29 @@ static void shell_word(FILE *f, const char *s)
     fputc('\'', f);
 }
 
-static void json_str(FILE *f, const char *s)
+static int print_json(FILE *f, const probe_args *a, uint64_t predicted,
+                      const vp_probe_result *r, const char *log_dir)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    json_t *o = json_object(), *trials = json_array();
 
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    cli_jset(o, "max_batch", cli_ju64(r->max_batch));
+    cli_jset(o, "recommended", cli_ju64(r->recommended));
+    for (size_t i = 0; i < r->n_trials; i++) {
+        json_t *t = json_object();
+        cli_jset(t, "batch", cli_ju64(r->trials[i].batch));
+        cli_jset(t, "outcome",
+                 json_string(vp_trial_outcome_name(r->trials[i].outcome)));
+        cli_jset(t, "seconds", cli_jreal(r->trials[i].seconds, "%.3f"));
+        cli_jpush(trials, t);
     }
-    fputc('"', f);
-}
-
-static void print_json(FILE *f, const probe_args *a, uint64_t predicted,
-                       const vp_probe_result *r, const char *log_dir)
-{
-    fprintf(f, "{\"max_batch\": %" PRIu64 ", \"recommended\": %" PRIu64
-            ", \"trials\": [", r->max_batch, r->recommended);
-    for (size_t i = 0; i < r->n_trials; i++)
-        fprintf(f, "%s{\"batch\": %" PRIu64 ", \"outcome\": \"%s\", "
-                "\"seconds\": %.3f}", i ? ", " : "", r->trials[i].batch,
-                vp_trial_outcome_name(r->trials[i].outcome),
-                r->trials[i].seconds);
-    fputs("], \"predicted\": ", f);
-    if (predicted)
-        fprintf(f, "%" PRIu64, predicted);
-    else
-        fputs("null", f);
-    fprintf(f, ", \"complete\": %s, \"fail_batch\": ",
-            r->complete ? "true" : "false");
-    if (r->fail_batch)
-        fprintf(f, "%" PRIu64, r->fail_batch);
-    else
-        fputs("null", f);
-    fprintf(f, ", \"margin\": %.6g, \"log_dir\": ",
-            a->cfg.margin_ppm / 1e6);
-    json_str(f, log_dir);
-    fputs("}\n", f);
+    cli_jset(o, "trials", trials);
+    cli_jset(o, "predicted", predicted ? cli_ju64(predicted) : json_null());
+    cli_jset(o, "complete", json_boolean(r->complete));
+    cli_jset(o, "fail_batch",
+             r->fail_batch ? cli_ju64(r->fail_batch) : json_null());
+    cli_jset(o, "margin", cli_jreal(a->cfg.margin_ppm / 1e6, "%.6g"));
+    cli_jset(o, "log_dir", cli_jstr(log_dir, SIZE_MAX));
+    return cli_jprint(f, o, false);
 }
 
 static void print_table(FILE *f, const probe_args *a, uint64_t predicted,
@@ -651,13 +462,13 @@ static int predict(const probe_args *a, uint64_t *predicted)
     vp_error_clear(&err);
     model = vp_model_load(a->model_path, &err);
     if (model == NULL)
-        return model_error(&err);
+        return cli_report(&err, NULL);
     st = vp_maxbatch(model, &a->setup, a->checkpoint, a->cfg.max, &mb, &err);
     vp_model_free(model);
     if (st != VP_OK) {
         if (st == VP_EARG && err.msg[0])
             return cli_usage_error("%s", err.msg);
-        return model_error(&err);
+        return cli_report(&err, NULL);
     }
     *predicted = mb.max_batch;
     return -1;
@@ -668,22 +479,15 @@ static int prepare_log_dir(const probe_args *a, char *buf, size_t n)
     vp_error err;
 
     if (a->log_dir == NULL) {
-        if (vp_probe_log_dir_new(buf, n, &err) != VP_OK) {
-            fprintf(stderr, "vramplan: error: %s\n", err.msg);
-            return PROBE_USAGE;
-        }
+        if (vp_probe_log_dir_new(buf, n, &err) != VP_OK)
+            return cli_fail("%s", err.msg);
         return -1;
     }
-    if (strlen(a->log_dir) >= n) {
-        fprintf(stderr, "vramplan: error: --log-dir is too long\n");
-        return PROBE_USAGE;
-    }
+    if (strlen(a->log_dir) >= n)
+        return cli_fail("--log-dir is too long");
     strcpy(buf, a->log_dir);
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "vramplan: error: cannot create '%s': %s\n", buf,
-                strerror(errno));
-        return PROBE_USAGE;
-    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return cli_fail("cannot create '%s': %s", buf, strerror(errno));
     return -1;
 }
 
@@ -693,63 +497,39 @@ static void describe_stop(const runner *rn, const vp_probe_result *r)
     const vp_exec_result *x = &rn->last;
 
     if (r->stop == VP_TRIAL_TIMEOUT) {
-        fprintf(stderr, "vramplan: error: trial %zu (batch %" PRIu64
-                ") ran past the %.1f s timeout; its process group was "
-                "killed\n", r->n_trials, t->batch, rn->a->exec.timeout_s);
+        cli_fail("trial %zu (batch %" PRIu64 ") ran past the %.1f s "
+                 "timeout; its process group was killed", r->n_trials,
+                 t->batch, rn->a->exec.timeout_s);
     } else if (r->stop == VP_TRIAL_CANCELLED) {
         fprintf(stderr, "vramplan: interrupted during trial %zu (batch %"
                 PRIu64 "); its process group was stopped\n", r->n_trials,
                 t->batch);
         return;
     } else if (x->exec_failed) {
-        fprintf(stderr, "vramplan: error: cannot run '%s': %s\n",
-                rn->a->cmd[0], strerror(x->exec_errno));
+        cli_fail("cannot run '%s': %s", rn->a->cmd[0],
+                 strerror(x->exec_errno));
         return;
     } else if (x->term_signal) {
-        fprintf(stderr, "vramplan: error: trial %zu (batch %" PRIu64
-                ") was killed by signal %d, with no out-of-memory message\n",
-                r->n_trials, t->batch, x->term_signal);
+        cli_fail("trial %zu (batch %" PRIu64 ") was killed by signal %d, "
+                 "with no out-of-memory message", r->n_trials, t->batch,
+                 x->term_signal);
     } else {
-        fprintf(stderr, "vramplan: error: trial %zu (batch %" PRIu64
-                ") failed with exit status %d, with no out-of-memory "
-                "message\n", r->n_trials, t->batch, x->exit_code);
+        cli_fail("trial %zu (batch %" PRIu64 ") failed with exit status %d, "
+                 "with no out-of-memory message", r->n_trials, t->batch,
+                 x->exit_code);
     }
     fprintf(stderr, "  stderr (%s), last lines:\n", x->err_path);
     show_tail(x->err_path, ERR_TAIL_LINES);
     fprintf(stderr, "  stdout: %s\n", x->out_path);
 }
 
-int cli_probe(int argc, char **argv)
+/* Run the search with SIGINT, SIGTERM and SIGHUP stopping the trial. */
+static vp_status search(probe_args *a, runner *rn, vp_probe_result *res,
+                        vp_error *err)
 {
     struct sigaction sa, old_int, old_term, old_hup;
-    char log_dir[1024];
-    uint64_t predicted = 0;
-    vp_probe_result res;
-    vp_error err;
     vp_status st;
-    probe_args a;
-    runner rn;
-    int rc;
 
-    rc = probe_parse(argc, argv, &a);
-    if (rc >= 0)
-        return rc;
-    if (a.model_path != NULL) {
-        rc = predict(&a, &predicted);
-        if (rc >= 0)
-            return rc;
-        a.cfg.predicted = predicted ? predicted : a.cfg.min;
-        fprintf(stderr, "probe: predicted largest batch %" PRIu64 "%s\n",
-                predicted, predicted ? "" : " (batch 1 does not fit)");
-    }
-    rc = prepare_log_dir(&a, log_dir, sizeof log_dir);
-    if (rc >= 0)
-        return rc;
-    fprintf(stderr, "probe: logs in %s\n", log_dir);
-
-    memset(&rn, 0, sizeof rn);
-    rn.a = &a;
-    rn.log_dir = log_dir;
     g_cancel = 0;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
@@ -757,33 +537,66 @@ int cli_probe(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGHUP, &sa, &old_hup);
-    st = vp_probe_search(&a.cfg, run_trial, &rn, progress, NULL, &res, &err);
+    st = vp_probe_search(&a->cfg, run_trial, rn, progress, NULL, res, err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
-    if (st != VP_OK) {
-        fprintf(stderr, "vramplan: error: %s\n",
-                err.msg[0] ? err.msg : vp_strerror(st));
-        vp_probe_result_destroy(&res);
-        return PROBE_USAGE;
+    return st;
+}
+
+static int probe_run(probe_args *a)
+{
+    char log_dir[1024];
+    uint64_t predicted = 0;
+    vp_probe_result res;
+    vp_error err;
+    runner rn;
+    int rc;
+
+    if (a->model_path != NULL) {
+        if ((rc = predict(a, &predicted)) >= 0)
+            return rc;
+        a->cfg.predicted = predicted ? predicted : a->cfg.min;
+        fprintf(stderr, "probe: predicted largest batch %" PRIu64 "%s\n",
+                predicted, predicted ? "" : " (batch 1 does not fit)");
     }
-
-    if (a.json)
-        print_json(stdout, &a, predicted, &res, log_dir);
+    if ((rc = prepare_log_dir(a, log_dir, sizeof log_dir)) >= 0)
+        return rc;
+    fprintf(stderr, "probe: logs in %s\n", log_dir);
+    memset(&rn, 0, sizeof rn);
+    rn.a = a;
+    rn.log_dir = log_dir;
+    vp_status st = search(a, &rn, &res, &err);
+    if (st != VP_OK) {
+        vp_probe_result_destroy(&res);
+        return cli_fail("%s", err.msg[0] ? err.msg : vp_strerror(st));
+    }
+    rc = CLI_OK;
+    if (a->json)
+        rc = print_json(stdout, a, predicted, &res, log_dir);
     else
-        print_table(stdout, &a, predicted, &res, log_dir);
+        print_table(stdout, a, predicted, &res, log_dir);
     fflush(stdout);
-
-    if (res.stop != VP_TRIAL_OK && res.n_trials > 0) {
+    if (rc != CLI_OK) {
+        /* the JSON could not be written */
+    } else if (res.stop != VP_TRIAL_OK && res.n_trials > 0) {
         describe_stop(&rn, &res);
-        rc = res.stop == VP_TRIAL_CANCELLED ? PROBE_CANCEL : PROBE_TRIAL;
+        rc = res.stop == VP_TRIAL_CANCELLED ? CLI_CANCEL : CLI_TRIAL;
     } else if (res.max_batch == 0) {
-        fprintf(stderr, "vramplan: error: batch %" PRIu64 " ran out of "
-                "memory\n", a.cfg.min);
-        rc = PROBE_NOFIT;
-    } else {
-        rc = PROBE_OK;
+        cli_fail("batch %" PRIu64 " ran out of memory", a->cfg.min);
+        rc = CLI_NOFIT;
     }
     vp_probe_result_destroy(&res);
+    return rc;
+}
+
+int cli_probe(int argc, char **argv)
+{
+    probe_args a;
+    int rc = probe_parse(argc, argv, &a);
+
+    if (rc < 0)
+        rc = probe_run(&a);
+    cli_args_free(&a.args);
     return rc;
 }

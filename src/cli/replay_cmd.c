@@ -38,13 +38,6 @@
 #include "cli.h"
 #include "vramplan/vramplan.h"
 
-enum {
-    REPLAY_OK = 0,     /* the plan ran on the GPU                        */
-    REPLAY_NOFIT = 1,  /* does not fit (simulated, or on the GPU)        */
-    REPLAY_USAGE = 2,  /* usage, I/O or system error                     */
-    REPLAY_MODEL = 3   /* invalid model description                      */
-};
-
 #define REPLAYER_REL "build/replay/vp-replay"
 
 static void replay_help(FILE *f)
@@ -95,14 +88,15 @@ static void replay_help(FILE *f)
         "  -f, --format FMT        table (default) or json\n"
         "  -h, --help              show this help\n"
         "\n"
-        "Exit status: 0 the step's segments were allocated on the GPU, 1 it "
-        "does\n"
-        "not fit (in the simulation, or cudaMalloc failed), 2 usage, I/O or\n"
-        "system error, 3 invalid model.\n",
+        "Exit status 0 when the step's segments were allocated on the GPU, 1 "
+        "when\nit does not fit (in the simulation, or cudaMalloc failed).\n"
+        "\n",
         f);
+    cli_exit_help(f);
 }
 
 typedef struct replay_args {
+    cli_args args;
     const char *model_path;
     const char *checkpoint;
     const char *events;
@@ -114,179 +108,52 @@ typedef struct replay_args {
 
 /* ---- options ------------------------------------------------------------ */
 
-enum {
-    R_BATCH, R_SEQ, R_PRECISION, R_OPTIMIZER, R_CHECKPOINT, R_ACCUM,
-    R_ATTENTION, R_STEPS, R_KEEP_GRADS, R_BUDGET, R_EVENTS, R_REPLAYER,
-    R_GEMM_REPS, R_FORMAT
+enum { R_EVENTS = CLI_O__SETUP, R_REPLAYER, R_GEMM_REPS, R_FORMAT };
+
+static const char *const FORMATS[] = {"table", "json", NULL};
+
+static const cli_opt OPTS[] = {
+    CLI_ROW_BATCH, CLI_ROW_SEQ, CLI_ROW_PRECISION(""), CLI_ROW_OPTIMIZER(""),
+    CLI_ROW_CHECKPOINT(""), CLI_ROW_ACCUM, CLI_ROW_ATTENTION(""),
+    CLI_ROW_STEPS(""), CLI_ROW_KEEP_GRADS, CLI_ROW_BUDGET(""),
+    {.id = R_EVENTS, .name = "events", .metavar = "FILE",
+     .type = CLI_ARG_STRING},
+    {.id = R_REPLAYER, .name = "replayer", .metavar = "PATH",
+     .type = CLI_ARG_STRING},
+    {.id = R_GEMM_REPS, .name = "gemm-reps", .metavar = "N",
+     .type = CLI_ARG_U64, .max = 100000},
+    {.id = R_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
+     .type = CLI_ARG_ENUM, .choices = FORMATS, .what = "format"},
+    CLI_HELP_ROW,
 };
-
-typedef struct ropt {
-    int id;
-    const char *name, *alias;
-    bool value;
-} ropt;
-
-static const ropt ROPTS[] = {
-    {R_BATCH, "--batch", "-b", true},
-    {R_SEQ, "--seq", "-s", true},
-    {R_PRECISION, "--precision", "-p", true},
-    {R_OPTIMIZER, "--optimizer", "-o", true},
-    {R_CHECKPOINT, "--checkpoint", "-c", true},
-    {R_ACCUM, "--accum", NULL, true},
-    {R_ATTENTION, "--attention", NULL, true},
-    {R_STEPS, "--steps", NULL, true},
-    {R_KEEP_GRADS, "--keep-grads", NULL, false},
-    {R_BUDGET, "--budget", NULL, true},
-    {R_EVENTS, "--events", NULL, true},
-    {R_REPLAYER, "--replayer", NULL, true},
-    {R_GEMM_REPS, "--gemm-reps", NULL, true},
-    {R_FORMAT, "--format", "-f", true},
-};
-
-static bool whole(const char *text, uint64_t min, uint64_t max,
-                  uint64_t *out)
-{
-    unsigned long long v;
-    char *end;
-
-    if (text[0] < '0' || text[0] > '9')
-        return false;
-    errno = 0;
-    v = strtoull(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-static int replay_option(replay_args *a, const ropt *o, const char *val)
-{
-    vp_error err;
-    uint64_t v;
-
-    switch (o->id) {
-    case R_BATCH:
-        if (!whole(val, 1, UINT64_MAX, &a->setup.batch))
-            return cli_usage_error("invalid value '%s' for --batch: expected "
-                                   "an integer >= 1", val);
-        break;
-    case R_SEQ:
-        if (!whole(val, 1, UINT64_MAX, &a->setup.seq))
-            return cli_usage_error("invalid value '%s' for --seq: expected "
-                                   "an integer >= 1", val);
-        break;
-    case R_PRECISION:
-        if (vp_precision_parse(val, &a->setup.precision) != VP_OK)
-            return cli_usage_error("unknown precision '%s'", val);
-        break;
-    case R_OPTIMIZER:
-        if (vp_optimizer_parse(val, &a->setup.optimizer) != VP_OK)
-            return cli_usage_error("unknown optimizer '%s'", val);
-        break;
-    case R_CHECKPOINT:
-        if (val[0] == '\0' || strcmp(val, "auto") == 0)
-            return cli_usage_error("--checkpoint takes none, all or segment "
-                                   "names");
-        a->checkpoint = val;
-        break;
-    case R_ACCUM:
-        if (!whole(val, 1, UINT32_MAX, &v))
-            return cli_usage_error("invalid value '%s' for --accum", val);
-        a->setup.accum = (uint32_t)v;
-        break;
-    case R_ATTENTION:
-        if (vp_attn_impl_parse(val, &a->setup.attn) != VP_OK)
-            return cli_usage_error("unknown attention implementation '%s'",
-                                   val);
-        a->setup.attn_set = true;
-        break;
-    case R_STEPS:
-        if (!whole(val, 1, VP_MAX_STEPS, &v))
-            return cli_usage_error("invalid value '%s' for --steps: expected "
-                                   "an integer from 1 to 16", val);
-        a->setup.steps = (uint32_t)v;
-        break;
-    case R_KEEP_GRADS:
-        a->setup.set_to_none = false;
-        break;
-    case R_BUDGET:
-        if (vp_size_parse(val, &a->setup.alloc.limit, &err) != VP_OK)
-            return cli_usage_error("--budget: %s", err.msg);
-        if (a->setup.alloc.limit == 0)
-            return cli_usage_error("the budget must be more than 0 bytes");
-        break;
-    case R_EVENTS:
-        if (val[0] == '\0')
-            return cli_usage_error("--events needs a FILE");
-        a->events = val;
-        break;
-    case R_REPLAYER:
-        if (val[0] == '\0')
-            return cli_usage_error("--replayer needs a PATH");
-        a->replayer = val;
-        break;
-    case R_GEMM_REPS:
-        if (!whole(val, 0, 100000, &a->gemm_reps))
-            return cli_usage_error("invalid value '%s' for --gemm-reps", val);
-        break;
-    case R_FORMAT:
-        if (strcmp(val, "table") != 0 && strcmp(val, "json") != 0)
-            return cli_usage_error("unknown format '%s' (expected table or "
-                                   "json)", val);
-        a->format = val;
-        break;
-    }
-    return -1;
-}
 
 static int replay_parse(int argc, char **argv, replay_args *a)
 {
+    cli_spec spec = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 1,
+                     "replay takes one MODEL", false, replay_help};
+    const cli_val *v = a->args.v;
+    int rc;
+
     memset(a, 0, sizeof *a);
     vp_setup_init(&a->setup);
-    a->setup.steps = 2;
+    a->setup.steps = VP_STEADY_STEPS;
     a->gemm_reps = 10;
     a->format = "table";
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *eq = NULL, *val = NULL;
-        const ropt *o = NULL;
-        size_t len;
-        int rc;
-
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            replay_help(stdout);
-            return REPLAY_OK;
-        }
-        if (arg[0] != '-' || arg[1] == '\0') {
-            if (a->model_path != NULL)
-                return cli_usage_error("unexpected argument '%s'", arg);
-            a->model_path = arg;
-            continue;
-        }
-        if (arg[1] == '-')
-            eq = strchr(arg, '=');
-        len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        for (size_t k = 0; k < sizeof ROPTS / sizeof ROPTS[0] && !o; k++)
-            if ((strlen(ROPTS[k].name) == len &&
-                 strncmp(arg, ROPTS[k].name, len) == 0) ||
-                (eq == NULL && ROPTS[k].alias != NULL &&
-                 strcmp(arg, ROPTS[k].alias) == 0))
-                o = &ROPTS[k];
-        if (o == NULL)
-            return cli_usage_error("unknown option '%s' for replay", arg);
-        if (o->value) {
-            if (eq != NULL)
-                val = eq + 1;
-            else if (i + 1 < argc)
-                val = argv[++i];
-            else
-                return cli_usage_error("option %s needs a value", o->name);
-        } else if (eq != NULL) {
-            return cli_usage_error("option %s takes no value", o->name);
-        }
-        rc = replay_option(a, o, val);
-        if (rc >= 0)
-            return rc;
-    }
+    if ((rc = cli_args_parse(&spec, argc, argv, &a->args)) >= 0 ||
+        (rc = cli_setup_common(v, true, &a->setup)) >= 0)
+        return rc;
+    a->checkpoint = v[CLI_O_CHECKPOINT].given ? v[CLI_O_CHECKPOINT].text
+                                              : NULL;
+    if (a->checkpoint != NULL && strcmp(a->checkpoint, "auto") == 0)
+        return cli_usage_error("--checkpoint takes none, all or segment "
+                               "names");
+    a->events = v[R_EVENTS].given ? v[R_EVENTS].text : NULL;
+    a->replayer = v[R_REPLAYER].given ? v[R_REPLAYER].text : NULL;
+    if (v[R_GEMM_REPS].given)
+        a->gemm_reps = v[R_GEMM_REPS].u;
+    if (v[R_FORMAT].given)
+        a->format = FORMATS[v[R_FORMAT].choice];
+    a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
     if (a->model_path == NULL)
         return cli_usage_error("replay needs a MODEL file");
     if (a->setup.alloc.limit == 0)
@@ -559,31 +426,6 @@ static bool collect_gemms(gemms *g, const vp_graph *gr, const vp_setup *s)
 
 /* ---- the command --------------------------------------------------------------- */
 
-static int lib_error(const vp_error *err)
-{
-    const char *msg = err->msg[0] ? err->msg : vp_strerror(err->code);
-
-    if (err->path[0] != '\0' && err->line > 0)
-        fprintf(stderr, "%s:%" PRIu32 ":%" PRIu32 ": error: %s\n", err->path,
-                err->line, err->col ? err->col : 1, msg);
-    else
-        fprintf(stderr, "vramplan: error: %s\n", msg);
-    switch (err->code) {
-    case VP_EOOM:
-        return REPLAY_NOFIT;
-    case VP_ESYNTAX:
-    case VP_ESCHEMA:
-    case VP_ERANGE:
-    case VP_EUNSUPPORTED:
-    case VP_ELIMIT:
-    case VP_EOVERFLOW:
-    case VP_EUNIT:
-        return REPLAY_MODEL;
-    default:
-        return REPLAY_USAGE;
-    }
-}
-
 /* Simulate and write the event file. */
 static int write_events(const replay_args *a, FILE *f)
 {
@@ -596,7 +438,7 @@ static int write_events(const replay_args *a, FILE *f)
     vp_estimate est;
     vp_error err;
     vp_status st;
-    int rc = REPLAY_OK;
+    int rc = CLI_OK;
 
     memset(&t, 0, sizeof t);
     t.f = f;
@@ -604,32 +446,23 @@ static int write_events(const replay_args *a, FILE *f)
     vp_error_clear(&err);
     model = vp_model_load(a->model_path, &err);
     if (model == NULL)
-        return lib_error(&err);
+        return cli_report(&err, NULL);
     graph = vp_graph_build(model, setup.batch, setup.seq, &err);
     if (graph == NULL) {
-        rc = lib_error(&err);
+        rc = cli_report(&err, NULL);
         goto done;
     }
     if (a->checkpoint != NULL) {
-        size_t n = vp_graph_segment_count(graph);
-
-        ckpt = calloc(n ? n : 1, sizeof *ckpt);
-        if (ckpt == NULL) {
-            rc = REPLAY_USAGE;
-            fprintf(stderr, "vramplan: error: out of memory\n");
+        if ((rc = cli_select_segments(graph, a->checkpoint, "--checkpoint",
+                                      &ckpt)) >= 0)
             goto done;
-        }
-        if (vp_graph_checkpoint_select(graph, a->checkpoint, ckpt, &err) !=
-            VP_OK) {
-            rc = cli_usage_error("--checkpoint: %s", err.msg);
-            goto done;
-        }
+        rc = CLI_OK;
         setup.checkpoint = ckpt;
-        setup.n_checkpoint = n;
+        setup.n_checkpoint = vp_graph_segment_count(graph);
     }
     t.a = vp_allocator_new(&setup.alloc, &err);
     if (t.a == NULL) {
-        rc = lib_error(&err);
+        rc = cli_report(&err, NULL);
         goto done;
     }
     vp_allocator_set_segment_hook(t.a, on_segment, &t);
@@ -643,17 +476,17 @@ static int write_events(const replay_args *a, FILE *f)
     memset(&est, 0, sizeof est);
     st = vp_simulate(graph, &setup, &est, on_event, &t, &err);
     if (st == VP_EOOM) {
-        rc = lib_error(&err);
+        rc = cli_report(&err, NULL);
         fprintf(stderr, "vramplan: the step does not fit in the budget in "
                 "the simulation; nothing to replay\n");
         goto done;
     }
     if (st != VP_OK) {
-        rc = lib_error(&err);
+        rc = cli_report(&err, NULL);
         goto done;
     }
     if (t.st != VP_OK) {
-        rc = lib_error(&t.err);
+        rc = cli_report(&t.err, NULL);
         goto done;
     }
     fprintf(f, "predicted peak_reserved %" PRIu64 " peak_alloc %" PRIu64
@@ -661,8 +494,8 @@ static int write_events(const replay_args *a, FILE *f)
             est.device_used);
     fprintf(f, "flops_per_step %.6e\n", est.flops_per_step);
     if (!collect_gemms(&gm, graph, &setup)) {
-        fprintf(stderr, "vramplan: error: out of memory\n");
-        rc = REPLAY_USAGE;
+        cli_fail("out of memory");
+        rc = CLI_USAGE;
         goto done;
     }
     for (size_t i = 0; i < gm.n; i++)
@@ -726,7 +559,7 @@ static int run_replayer(const char *prog, const char *events,
     if (pid < 0) {
         fprintf(stderr, "vramplan: error: cannot fork: %s\n",
                 strerror(errno));
-        return REPLAY_USAGE;
+        return CLI_USAGE;
     }
     if (pid == 0) {
         execvp(prog, argv);
@@ -739,30 +572,28 @@ static int run_replayer(const char *prog, const char *events,
         if (errno != EINTR) {
             fprintf(stderr, "vramplan: error: waitpid: %s\n",
                     strerror(errno));
-            return REPLAY_USAGE;
+            return CLI_USAGE;
         }
     }
     if (WIFEXITED(status))
-        return WEXITSTATUS(status) == 127 ? REPLAY_USAGE
+        return WEXITSTATUS(status) == 127 ? CLI_USAGE
                                           : WEXITSTATUS(status);
     fprintf(stderr, "vramplan: error: the GPU replayer died of signal %d\n",
             WTERMSIG(status));
-    return REPLAY_USAGE;
+    return CLI_USAGE;
 }
 
-int cli_replay(int argc, char **argv)
+/* Write the event file (--events, else a temporary one) and run the GPU
+ * replayer on it. */
+static int replay_run(const replay_args *a)
 {
     char tmp[1024], exe[1024];
     const char *path, *dir = getenv("TMPDIR");
-    replay_args a;
     FILE *f;
     int rc, fd = -1, bad;
 
-    rc = replay_parse(argc, argv, &a);
-    if (rc >= 0)
-        return rc;
-    if (a.events != NULL) {
-        path = a.events;
+    if (a->events != NULL) {
+        path = a->events;
         f = fopen(path, "w");
     } else {
         if (dir == NULL || dir[0] == '\0')
@@ -773,23 +604,31 @@ int cli_replay(int argc, char **argv)
         f = fd >= 0 ? fdopen(fd, "w") : NULL;
     }
     if (f == NULL) {
-        fprintf(stderr, "vramplan: error: cannot write '%s': %s\n", path,
-                strerror(errno));
+        rc = cli_fail("cannot write '%s': %s", path, strerror(errno));
         if (fd >= 0) {
             close(fd);
             unlink(tmp);
         }
-        return REPLAY_USAGE;
+        return rc;
     }
-    rc = write_events(&a, f);
+    rc = write_events(a, f);
     bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        fprintf(stderr, "vramplan: error: cannot write '%s'\n", path);
-        rc = REPLAY_USAGE;
-    }
-    if (rc == REPLAY_OK && a.events == NULL)
-        rc = run_replayer(find_replayer(&a, exe, sizeof exe), path, &a);
-    if (a.events == NULL)
+    if (fclose(f) != 0 || bad)
+        rc = cli_fail("cannot write '%s'", path);
+    if (rc == CLI_OK && a->events == NULL)
+        rc = run_replayer(find_replayer(a, exe, sizeof exe), path, a);
+    if (a->events == NULL)
         unlink(tmp);
+    return rc;
+}
+
+int cli_replay(int argc, char **argv)
+{
+    replay_args a;
+    int rc = replay_parse(argc, argv, &a);
+
+    if (rc < 0)
+        rc = replay_run(&a);
+    cli_args_free(&a.args);
     return rc;
 }

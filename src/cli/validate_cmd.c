@@ -1,69 +1,256 @@
-/* vramplan validate: compare the simulator with measured runs. */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
+/* vramplan validate: compare the simulator with measured runs, and check
+ * the errors against bounds.
+ *
+ *   vramplan validate ../shared/groundtruth/h200-torch2.11-cases.jsonl \
+ *       --gpu h200 --outliers groundtruth/bounds.json
+ *
+ * Every case line is checked and run by the library (validate.h); this
+ * file prints the comparison, the summary per metric group, and checks
+ * each file's errors against --max-error and the file's section of the
+ * --outliers file. */
+#include <inttypes.h>
 #include <math.h>
-#include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "vramplan/vramplan.h"
 
-#define MAX_DIRS 16
+enum { O_MODELS, O_GPU, O_FORMAT, O_MAX_ERROR, O_OUTLIERS };
+
+static const char *const FORMATS[] = {"table", "jsonl", NULL};
+
+static const cli_opt OPTS[] = {
+    {.id = O_MODELS, .name = "models", .metavar = "DIR",
+     .type = CLI_ARG_STRING, .repeat = true,
+     .help = "a directory of model files (repeatable; then models/)"},
+    {.id = O_GPU, .short_name = 'g', .name = "gpu", .metavar = "NAME",
+     .type = CLI_ARG_STRING,
+     .help = "a GPU profile: its CUDA context and cuBLAS workspace, and the "
+             "step-time model's error (step_us) against each case's "
+             "step_ms (default: the profile of the env line's GPU, for the "
+             "multi-GPU cases only)"},
+    {.id = O_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
+     .type = CLI_ARG_ENUM, .choices = FORMATS, .what = "format",
+     .help = "table (default) or jsonl: one object per case and metric with "
+             "id, metric, predicted, measured, rel_err"},
+    {.id = O_MAX_ERROR, .name = "max-error", .metavar = "SPEC",
+     .type = CLI_ARG_STRING,
+     .help = "bounds on the |error| of each file's cases, percent: "
+             "GROUP=MAX or GROUP=MEDIAN/MAX, comma-separated, e.g. "
+             "allocated=0.01/0.1,max_batch=1.5; exit 1 when one is exceeded"},
+    {.id = O_OUTLIERS, .name = "outliers", .metavar = "FILE",
+     .type = CLI_ARG_STRING,
+     .help = "a bounds file (groundtruth/bounds.json): per ground-truth "
+             "file, its max-error bounds and its documented outliers, each "
+             "with its reason and known error"},
+    CLI_HELP_ROW,
+};
 
 static void validate_help(FILE *f)
 {
-    fputs("Usage: vramplan validate FILE.jsonl... [--models DIR]... "
-          "[--format table|jsonl]\n"
+    cli_spec s = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 0, NULL, false,
+                  NULL};
+
+    fputs("Usage: vramplan validate FILE.jsonl... [OPTIONS]\n"
           "\n"
           "Simulate every case of ground-truth files (the schema of\n"
           "shared/groundtruth: one JSON object a line, the first holding the\n"
           "environment) and compare the predicted peaks with the measured "
           "ones.\n"
-          "A case's model NAME is looked up as NAME.yaml, then NAME.json "
-          "(a\n"
+          "A case's model NAME is looked up as NAME.yaml, then NAME.json (a\n"
           "Hugging Face config), in each --models DIR in order, then in "
           "models/.\n"
+          "Case lines are strict JSON (at most 1 MiB a line); an unknown or\n"
+          "mistyped field is an error at its line and column.\n"
           "\n"
-          "Options:\n"
-          "  --models DIR     a directory of model files (repeatable)\n"
-          "  --gpu NAME       a GPU profile: its CUDA context and cuBLAS "
-          "workspace,\n"
-          "                   and the step-time model's error (step_us) "
-          "against\n"
-          "                   each case's measured step_ms\n"
-          "  --format FMT     table (default) or jsonl: one object per case "
-          "and\n"
-          "                   metric with id, metric, predicted, measured, "
-          "rel_err\n"
-          "  -h, --help       show this help\n"
-          "\n"
-          "The summary gives, per metric, the number of cases and the median "
-          "and\n"
-          "largest relative error. Exit status: 0 when every case was "
-          "simulated,\n"
-          "2 when a case could not be (its error is printed), 3 for a bad "
-          "model.\n",
-          f);
+          "Options:\n", f);
+    cli_opts_help(f, &s);
+    fputs("\n"
+          "The summary gives, per metric group (allocated, reserved,\n"
+          "device_used, after_model, phases, max_batch, step_time), the "
+          "number of\n"
+          "cases and the median and largest relative error. A documented\n"
+          "outlier must keep its known error (within its tolerance) and does "
+          "not\n"
+          "count towards the bounds.\n"
+          "\n", f);
+    cli_exit_help(f);
 }
 
-typedef struct {
-    double *v;
-    size_t n, cap;
-} errs;
+/* ---- what a run keeps ------------------------------------------------------ */
 
-static int push_err(errs *e, double x)
+typedef struct record {
+    char id[128];
+    uint32_t run, line;
+    char metric[32];
+    int group;
+    double err;            /* relative                                    */
+    bool outlier;
+} record;
+
+typedef struct state {
+    const cli_args *args;
+    const char **dirs;
+    size_t n_dirs;
+    bool jsonl;
+    vp_setup base;         /* from --gpu                                  */
+    vp_hw hw;              /* --gpu's, or the env line's GPU's            */
+    bool have_gpu, have_hw;
+    vp_bounds bounds;
+    vp_error_bound cli_bound[VP_MG__COUNT];
+    record *rec;           /* the current file's                          */
+    size_t n_rec, cap_rec;
+    double *all[VP_MG__COUNT]; /* every file's |errors|, for the summary  */
+    size_t n_all[VP_MG__COUNT];
+    size_t cases;
+    int rc;                /* the first error's exit status              */
+    bool exceeded;
+    const vp_outlier *last_unsupported; /* reported once per case        */
+    size_t not_modelled;   /* the current file's cases refused as such   */
+    size_t not_cases;      /* files documented as not of cases           */
+} state;
+
+static void note_rc(state *s, int rc)
 {
-    if (e->n == e->cap) {
-        size_t nc = e->cap ? e->cap * 2 : 32;
-        double *nv = realloc(e->v, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        e->v = nv;
-        e->cap = nc;
+    if (s->rc == CLI_OK && rc != CLI_OK)
+        s->rc = rc;
+}
+
+static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
+                 uint32_t line)
+{
+    int g = vp_metric_group_of(m->name);
+    double *v;
+
+    if (s->n_rec == s->cap_rec) {
+        size_t cap = s->cap_rec ? 2 * s->cap_rec : 256;
+        record *n = realloc(s->rec, cap * sizeof *n);
+        if (n == NULL)
+            return false;
+        s->rec = n;
+        s->cap_rec = cap;
     }
-    e->v[e->n++] = fabs(x);
-    return 0;
+    record *k = &s->rec[s->n_rec++];
+    snprintf(k->id, sizeof k->id, "%s", r->id);
+    k->run = r->run;
+    k->line = line;
+    snprintf(k->metric, sizeof k->metric, "%s", m->name);
+    k->group = g;
+    k->err = m->rel_err;
+    k->outlier = false;
+    if (g < 0)
+        return true;
+    v = realloc(s->all[g], (s->n_all[g] + 1) * sizeof *v);
+    if (v == NULL)
+        return false;
+    s->all[g] = v;
+    v[s->n_all[g]++] = fabs(m->rel_err);
+    return true;
+}
+
+static void print_metric(const state *s, const vp_case_result *r,
+                         const vp_metric *m, bool first)
+{
+    if (s->jsonl) {
+        json_t *o = json_object();
+        cli_jset(o, "id", cli_jstr(r->id, sizeof r->id));
+        if (r->run != 0)
+            cli_jset(o, "run", cli_ju64(r->run));
+        cli_jset(o, "metric", cli_jstr(m->name, sizeof m->name));
+        cli_jset(o, "predicted", cli_ju64(m->predicted));
+        cli_jset(o, "measured", cli_ju64(m->measured));
+        cli_jset(o, "rel_err", cli_jreal(m->rel_err, "%.6f"));
+        cli_jprint(stdout, o, false);
+    } else {
+        printf("%-40s %-16s %16" PRIu64 " %16" PRIu64 " %+8.2f%%\n",
+               first ? r->id : "", m->name, m->predicted, m->measured,
+               100.0 * m->rel_err);
+    }
+}
+
+/* ---- outliers and bounds ---------------------------------------------------- */
+
+static bool same_case(const vp_outlier *o, const char *id, uint32_t run)
+{
+    return strcmp(o->id, id) == 0 && (o->run == 0 || o->run == run);
+}
+
+/* A documented outlier that the model refuses as not supported yet. */
+static const vp_outlier *unsupported_outlier(const vp_bounds_file *bf,
+                                             const vp_case_result *r)
+{
+    for (size_t i = 0; bf != NULL && i < bf->n_outliers; i++)
+        if (bf->outliers[i].unsupported &&
+            same_case(&bf->outliers[i], r->id, r->run))
+            return &bf->outliers[i];
+    return NULL;
+}
+
+/* "FILE:LINE: error: MSG" (LINE 0: the file as a whole); exit 1. */
+static void exceeded(state *s, const char *path, uint32_t line,
+                     const char *fmt, ...) CLI_PRINTF(4, 5);
+static void exceeded(state *s, const char *path, uint32_t line,
+                     const char *fmt, ...)
+{
+    va_list ap;
+
+    if (line > 0)
+        fprintf(stderr, "%s:%" PRIu32 ": error: ", path, line);
+    else
+        fprintf(stderr, "%s: error: ", path);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    s->exceeded = true;
+}
+
+/* The documented error of a record: within its tolerance, or reported. */
+static void check_documented(state *s, const char *path, const vp_outlier *o,
+                             record *r, char *line, size_t n)
+{
+    size_t used = strlen(line);
+
+    r->outlier = true;
+    if (fabs(100.0 * r->err - o->error_pct) > o->tolerance_pct)
+        exceeded(s, path, r->line, "outlier %s %s: %+.2f%%, documented as "
+                 "%+.2f%% (tolerance %.2f): the error or the measurement "
+                 "changed",
+                 r->id, r->metric, 100.0 * r->err, o->error_pct,
+                 o->tolerance_pct);
+    snprintf(line + used, n - used, "%s%s %+.2f%%", used ? ", " : "",
+             r->metric, 100.0 * r->err);
+}
+
+/* Each documented error: the case must have it, within its tolerance;
+ * one line per case lists them with the reason. */
+static void check_outliers(state *s, const char *path,
+                           const vp_bounds_file *bf)
+{
+    char line[512] = "";
+
+    for (size_t i = 0; bf != NULL && i < bf->n_outliers; i++) {
+        const vp_outlier *o = &bf->outliers[i];
+        bool found = o->unsupported;
+        for (size_t k = 0; k < s->n_rec && !o->unsupported; k++) {
+            record *r = &s->rec[k];
+            if (same_case(o, r->id, r->run) && !strcmp(o->metric, r->metric)) {
+                check_documented(s, path, o, r, line, sizeof line);
+                found = true;
+            }
+        }
+        if (!found)
+            exceeded(s, path, 0, "documented outlier %s %s is not in the "
+                     "file", o->id, o->metric);
+        const vp_outlier *next = i + 1 < bf->n_outliers ? o + 1 : NULL;
+        if (line[0] && (next == NULL || !same_case(next, o->id, o->run) ||
+                        next->run != o->run) && !s->jsonl) {
+            printf("outlier %s: %s (documented: %s)\n", o->id, line,
+                   o->reason);
+            line[0] = '\0';
+        }
+    }
 }
 
 static int dcmp(const void *a, const void *b)
@@ -72,185 +259,269 @@ static int dcmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void summary(const char *label, errs *e, bool exact)
+static double median_of(double *v, size_t n)
 {
-    if (!e->n)
+    qsort(v, n, sizeof *v, dcmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+/* One group's bound over the file's cases that are not outliers. */
+static bool check_group(state *s, const char *path, int g,
+                        const vp_error_bound *b)
+{
+    double *v = malloc((s->n_rec ? s->n_rec : 1) * sizeof *v), med;
+    size_t n = 0;
+
+    if (v == NULL)
+        return false;
+    for (size_t k = 0; k < s->n_rec; k++)
+        if (s->rec[k].group == g && !s->rec[k].outlier)
+            v[n++] = fabs(s->rec[k].err);
+    for (size_t k = 0; k < s->n_rec; k++) {
+        const record *r = &s->rec[k];
+        if (r->group == g && !r->outlier &&
+            100.0 * fabs(r->err) > b->max_pct)
+            exceeded(s, path, r->line, "%s: case %s %s: %+.2f%% is over the "
+                     "bound %.2f%%", vp_metric_group_name((vp_metric_group)g),
+                     r->id, r->metric, 100.0 * r->err, b->max_pct);
+    }
+    if (n > 0 && b->has_median &&
+        100.0 * (med = median_of(v, n)) > b->median_pct)
+        exceeded(s, path, 0, "%s: median |err| %.3f%% of %zu cases is over "
+                 "the bound %.3f%%", vp_metric_group_name((vp_metric_group)g),
+                 100.0 * med, n, b->median_pct);
+    free(v);
+    return true;
+}
+
+/* The bounds of a file: its section of --outliers, and --max-error over
+ * it. */
+static int check_file(state *s, const char *path)
+{
+    const vp_bounds_file *bf = NULL;
+    vp_error_bound b[VP_MG__COUNT];
+
+    if (s->args->v[O_OUTLIERS].given &&
+        (bf = vp_bounds_find(&s->bounds, path)) == NULL)
+        return cli_fail("%s has no section in %s: add its bounds", path,
+                        s->args->v[O_OUTLIERS].text);
+    memcpy(b, bf ? bf->bound : s->cli_bound, sizeof b);
+    for (int g = 0; g < VP_MG__COUNT; g++)
+        if (s->cli_bound[g].set)
+            b[g] = s->cli_bound[g];
+    check_outliers(s, path, bf);
+    for (int g = 0; g < VP_MG__COUNT; g++)
+        if (b[g].set && !check_group(s, path, g, &b[g]))
+            return cli_fail("out of memory");
+    return CLI_OK;
+}
+
+/* ---- running the files ------------------------------------------------------- */
+
+/* The GPU of a file: --gpu, else the profile of the env line's GPU (for
+ * the multi-GPU cases' per-rank model). */
+static void env_hw(state *s, const vp_gt_file *f)
+{
+    const vp_gt_env *env = vp_gt_file_env(f);
+    const char *name = env && env->gpu[0] ? vp_gpu_match_device(env->gpu)
+                                          : NULL;
+
+    int rc;
+
+    s->have_hw = s->have_gpu;
+    if (!s->have_gpu && name != NULL) {
+        rc = cli_gpu_hw(name, &s->hw);
+        s->have_hw = rc < 0;
+        if (rc >= 0)
+            note_rc(s, rc);
+    }
+}
+
+/* One case line: run, print, keep. */
+static void run_line(state *s, const char *path, const vp_bounds_file *bf,
+                     const char *json, size_t len, vp_validate_opts *o)
+{
+    vp_case_result r;
+    vp_error err;
+    char prefix[160];
+    vp_status st = vp_validate_line(json, len, o, &r, &err);
+    const vp_outlier *un = unsupported_outlier(bf, &r);
+
+    o->first_in_process = false;
+    s->cases++;
+    if (st == VP_EUNSUPPORTED && bf != NULL && bf->not_modelled[0]) {
+        s->not_modelled++; /* the whole file is documented as such */
         return;
-    size_t n_exact = 0;
-    for (size_t i = 0; i < e->n; i++)
-        n_exact += e->v[i] == 0.0;
-    qsort(e->v, e->n, sizeof *e->v, dcmp);
-    double med = e->n % 2 ? e->v[e->n / 2]
-                          : (e->v[e->n / 2 - 1] + e->v[e->n / 2]) / 2.0;
-    printf("%s: %zu cases, ", label, e->n);
-    if (exact)
-        printf("exact %zu, ", n_exact);
+    }
+    if (st == VP_OK && bf != NULL && bf->not_modelled[0]) {
+        exceeded(s, path, o->line, "case %s ran, but the file is documented "
+                 "as not modelled: give it its bounds", r.id);
+        return;
+    }
+    if (st == VP_EUNSUPPORTED && un != NULL) {
+        if (!s->jsonl && un != s->last_unsupported)
+            printf("outlier %s: not modelled, %s (documented: %s)\n", r.id,
+                   err.msg, un->reason);
+        s->last_unsupported = un;
+        return;
+    }
+    if (st != VP_OK) {
+        snprintf(prefix, sizeof prefix, "case %.128s: ", r.id);
+        note_rc(s, cli_report(&err, r.id[0] ? prefix : NULL));
+        return;
+    }
+    if (un != NULL)
+        exceeded(s, path, o->line, "case %s is documented as not modelled, "
+                 "but it ran: update its outlier entry", r.id);
+    for (size_t k = 0; k < r.n_metrics; k++) {
+        print_metric(s, &r, &r.metrics[k], k == 0);
+        if (!keep(s, &r, &r.metrics[k], o->line))
+            note_rc(s, cli_fail("out of memory"));
+    }
+}
+
+static void run_file(state *s, const char *path)
+{
+    vp_validate_opts o = {path, 0, s->dirs, s->n_dirs, true,
+                          s->have_gpu ? &s->base : NULL, NULL, s->have_gpu};
+    const vp_bounds_file *bf = s->args->v[O_OUTLIERS].given
+                                   ? vp_bounds_find(&s->bounds, path)
+                                   : NULL;
+    vp_error err;
+    const char *json;
+    size_t len;
+    bool end;
+    vp_gt_file *f;
+
+    if (bf != NULL && bf->not_cases[0]) {
+        if (!s->jsonl)
+            printf("%s: not a file of cases, not read (documented: %s)\n",
+                   path, bf->not_cases);
+        s->not_cases++;
+        return;
+    }
+    if ((f = vp_gt_open(path, &err)) == NULL) {
+        note_rc(s, cli_report(&err, NULL));
+        return;
+    }
+    env_hw(s, f);
+    o.hw = s->have_hw ? &s->hw : NULL;
+    s->n_rec = 0;
+    for (;;) {
+        vp_status st = vp_gt_next(f, &json, &len, &o.line, &end, &err);
+        if (st != VP_OK)
+            note_rc(s, cli_report(&err, NULL));
+        if (st != VP_OK || end)
+            break;
+        run_line(s, path, bf, json, len, &o);
+    }
+    vp_gt_close(f);
+    if (s->not_modelled > 0 && !s->jsonl)
+        printf("%s: %zu cases not modelled yet (documented: %s)\n", path,
+               s->not_modelled, bf->not_modelled);
+    s->not_modelled = 0;
+    if (s->args->v[O_OUTLIERS].given || s->args->v[O_MAX_ERROR].given)
+        note_rc(s, check_file(s, path));
+}
+
+static void summary(const state *s, int g)
+{
+    double *v = s->all[g];
+    size_t n = s->n_all[g], exact = 0;
+
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        exact += v[i] == 0.0;
+    printf("%s: %zu %s, ", vp_metric_group_name((vp_metric_group)g), n,
+           g == VP_MG_PHASES ? "peaks" : "cases");
+    if (g == VP_MG_MAX_BATCH)
+        printf("exact %zu, ", exact);
+    double med = median_of(v, n); /* sorts v */
     printf("median |err| %.2f%%, max |err| %.2f%%\n", 100.0 * med,
-           100.0 * e->v[e->n - 1]);
+           100.0 * v[n - 1]);
+}
+
+/* --gpu, --max-error and --outliers; -1, or the exit status. */
+static int prepare(state *s)
+{
+    const cli_val *v = s->args->v;
+    vp_gpu_profile *p;
+    vp_error err;
+    int rc = -1;
+
+    vp_setup_init(&s->base);
+    if (v[O_GPU].given) {
+        if ((p = cli_gpu_load(v[O_GPU].text, &rc)) == NULL)
+            return rc;
+        vp_gpu_apply(p, &s->base);
+        s->base.alloc.device_total = 0; /* the cases set their own budgets */
+        vp_gpu_hw(p, VP_GPU_BF16, &s->hw);
+        vp_hw_fill_defaults(&s->hw);
+        vp_gpu_free(p);
+        s->have_gpu = true;
+    }
+    if (v[O_MAX_ERROR].given &&
+        vp_error_bounds_parse(v[O_MAX_ERROR].text, s->cli_bound, &err) !=
+            VP_OK)
+        return cli_usage_error("--max-error: %s", err.msg);
+    if (v[O_OUTLIERS].given &&
+        vp_bounds_load(v[O_OUTLIERS].text, &s->bounds, &err) != VP_OK)
+        return cli_report(&err, NULL);
+    return -1;
+}
+
+static int validate_run(state *s)
+{
+    const cli_args *a = s->args;
+    int rc = prepare(s);
+
+    if (rc >= 0)
+        return rc;
+    if (!s->jsonl)
+        printf("%-40s %-16s %16s %16s %9s\n", "case", "metric", "predicted",
+               "measured", "error");
+    for (size_t i = 0; i < a->n_operands; i++)
+        run_file(s, a->operands[i]);
+    for (int g = 0; g < VP_MG__COUNT && !s->jsonl; g++)
+        summary(s, g);
+    if (s->cases == 0 && s->not_cases == 0 && s->rc == CLI_OK)
+        note_rc(s, cli_fail("no cases in the input"));
+    return s->rc != CLI_OK ? s->rc : s->exceeded ? CLI_NOFIT : CLI_OK;
 }
 
 int cli_validate(int argc, char **argv)
 {
-    const char *dirs[MAX_DIRS + 1];
-    size_t n_dirs = 0;
-    const char *files[64];
-    size_t n_files = 0;
-    bool jsonl = false;
-    const char *gpu = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            validate_help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--models")) {
-            if (i + 1 >= argc)
-                return cli_usage_error("option '--models' needs a value");
-            if (n_dirs == MAX_DIRS)
-                return cli_usage_error("at most %d --models directories",
-                                       MAX_DIRS);
-            dirs[n_dirs++] = argv[++i];
-        } else if (!strcmp(a, "--gpu")) {
-            if (i + 1 >= argc)
-                return cli_usage_error("option '--gpu' needs a value");
-            gpu = argv[++i];
-        } else if (!strcmp(a, "--format")) {
-            if (i + 1 >= argc)
-                return cli_usage_error("option '--format' needs a value");
-            const char *f = argv[++i];
-            if (!strcmp(f, "jsonl"))
-                jsonl = true;
-            else if (!strcmp(f, "table"))
-                jsonl = false;
-            else
-                return cli_usage_error("unknown format '%s' (expected table "
-                                       "or jsonl)",
-                                       f);
-        } else if (a[0] == '-' && a[1]) {
-            return cli_usage_error("unknown option '%s' for validate", a);
-        } else {
-            if (n_files == 64)
-                return cli_usage_error("at most 64 files");
-            files[n_files++] = a;
-        }
-    }
-    if (!n_files)
-        return cli_usage_error("validate needs a FILE.jsonl");
-    dirs[n_dirs++] = "models";
+    cli_spec spec = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, SIZE_MAX, "",
+                     false, validate_help};
+    state s;
+    int rc;
 
-    errs alloc_e = {0}, res_e = {0}, mb_e = {0}, time_e = {0};
-    vp_setup base;
-    vp_setup_init(&base);
-    vp_hw hw;
-    if (gpu) {
-        vp_error gerr;
-        vp_gpu_profile *gp = vp_gpu_load(gpu, &gerr);
-        if (!gp) {
-            fprintf(stderr, "vramplan: error: --gpu %s: %s\n", gpu,
-                    gerr.msg);
-            return 2;
-        }
-        vp_gpu_apply(gp, &base);
-        base.alloc.device_total = 0; /* the cases set their own budgets */
-        vp_gpu_hw(gp, VP_GPU_BF16, &hw);
-        vp_hw_fill_defaults(&hw);
-        vp_gpu_free(gp);
+    cli_args a;
+
+    memset(&s, 0, sizeof s);
+    rc = cli_args_parse(&spec, argc, argv, &a);
+    s.args = &a;
+    if (rc < 0 && a.n_operands == 0)
+        rc = cli_usage_error("validate needs a FILE.jsonl");
+    if (rc < 0) {
+        const cli_val *m = &a.v[O_MODELS];
+        s.dirs = malloc((m->n_list + 1) * sizeof *s.dirs);
+        if (s.dirs == NULL)
+            rc = cli_fail("out of memory");
     }
-    int rc = 0;
-    size_t cases = 0;
-    if (!jsonl)
-        printf("%-40s %-16s %16s %16s %9s\n", "case", "metric", "predicted",
-               "measured", "error");
-    for (size_t fi = 0; fi < n_files; fi++) {
-        FILE *fp = fopen(files[fi], "r");
-        if (!fp) {
-            fprintf(stderr, "vramplan: error: cannot open '%s': %s\n",
-                    files[fi], strerror(errno));
-            rc = 2;
-            continue;
-        }
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        unsigned long ln = 0;
-        bool first = true;
-        while ((len = getline(&line, &cap, fp)) > 0) {
-            ln++;
-            if (strspn(line, " \t\r\n") == (size_t)len)
-                continue;
-            if (strstr(line, "\"env\"") && ln == 1)
-                continue;
-            char where[512];
-            snprintf(where, sizeof where, "%s:%lu", files[fi], ln);
-            vp_case_result r;
-            vp_error err;
-            /* multi-GPU cases (scripts/collect_dist.py) carry "world" */
-            vp_status st =
-                strstr(line, "\"world\"")
-                    ? vp_validate_dist_case(line, (size_t)len, where, dirs,
-                                            n_dirs, &r, &err)
-                    : vp_validate_case_on(line, (size_t)len, where, dirs,
-                                          n_dirs, first, &base,
-                                          gpu ? &hw : NULL, &r, &err);
-            first = false;
-            cases++;
-            if (st != VP_OK) {
-                fprintf(stderr, "%s: error: case %s: %s\n", where,
-                        r.id[0] ? r.id : "?", err.msg);
-                if (rc == 0)
-                    rc = st == VP_ESCHEMA || st == VP_ESYNTAX ? 3 : 2;
-                continue;
-            }
-            for (size_t k = 0; k < r.n_metrics; k++) {
-                const vp_metric *m = &r.metrics[k];
-                if (jsonl)
-                    printf("{\"id\": \"%s\", \"metric\": \"%s\", "
-                           "\"predicted\": %llu, \"measured\": %llu, "
-                           "\"rel_err\": %.6f}\n",
-                           r.id, m->name, (unsigned long long)m->predicted,
-                           (unsigned long long)m->measured, m->rel_err);
-                else
-                    printf("%-40s %-16s %16llu %16llu %+8.2f%%\n",
-                           k ? "" : r.id, m->name,
-                           (unsigned long long)m->predicted,
-                           (unsigned long long)m->measured,
-                           100.0 * m->rel_err);
-                int e = 0;
-                /* per-rank metrics of multi-GPU cases: "rank1.peak_alloc" */
-                const char *dot = strchr(m->name, '.');
-                const char *base_name =
-                    !strncmp(m->name, "rank", 4) && dot ? dot + 1 : m->name;
-                if (!strcmp(base_name, "peak_alloc"))
-                    e = push_err(&alloc_e, m->rel_err);
-                else if (!strcmp(base_name, "peak_reserved"))
-                    e = push_err(&res_e, m->rel_err);
-                else if (!strcmp(m->name, "max_batch"))
-                    e = push_err(&mb_e, m->rel_err);
-                else if (!strcmp(m->name, "step_us"))
-                    e = push_err(&time_e, m->rel_err);
-                if (e) {
-                    fprintf(stderr, "vramplan: error: out of memory\n");
-                    free(line);
-                    fclose(fp);
-                    return 2;
-                }
-            }
-        }
-        free(line);
-        fclose(fp);
+    if (rc < 0) {
+        for (size_t i = 0; i < a.v[O_MODELS].n_list; i++)
+            s.dirs[s.n_dirs++] = a.v[O_MODELS].list[i];
+        s.dirs[s.n_dirs++] = "models";
+        s.jsonl = a.v[O_FORMAT].given && a.v[O_FORMAT].choice == 1;
+        rc = validate_run(&s);
     }
-    if (!jsonl) {
-        summary("allocated", &alloc_e, false); /* per rank for multi-GPU */
-        summary("reserved", &res_e, false);
-        summary("max_batch", &mb_e, true);
-        summary("step_time", &time_e, false);
-    }
-    free(alloc_e.v);
-    free(res_e.v);
-    free(mb_e.v);
-    free(time_e.v);
-    if (!cases && rc == 0) {
-        fprintf(stderr, "vramplan: error: no cases in the input\n");
-        rc = 2;
-    }
+    free(s.dirs);
+    free(s.rec);
+    for (int g = 0; g < VP_MG__COUNT; g++)
+        free(s.all[g]);
+    vp_bounds_destroy(&s.bounds);
+    cli_args_free(&a);
     return rc;
 }

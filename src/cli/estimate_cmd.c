@@ -1,0 +1,750 @@
+/* vramplan estimate, and the setup options that maxbatch, plan and
+ * techniques share with it.
+ *
+ *   vramplan estimate models/gpt2-small.yaml --batch 8 --precision amp-bf16
+ *
+ * The report has three printers (table, json, csv) behind one interface,
+ * and --timeline writes every simulated allocation and free as CSV. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---- the setup options -------------------------------------------------- */
+
+enum {
+    OPT_SET_TO_NONE = CLI_O__SETUP, OPT_INFERENCE, OPT_CONTEXT,
+    OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
+    OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
+    OPT_GPU, OPT_GLOBAL_BATCH
+};
+
+#define NAME_OF(name, str) str,
+const char *const cli_precisions[] = {VP_PRECISION_MAP(NAME_OF) NULL};
+const char *const cli_optimizers[] = {VP_OPTIMIZER_MAP(NAME_OF) NULL};
+#undef NAME_OF
+#define LIST_ITEM(name, str) " " str
+const char *const cli_attns[] = {"sdpa", "flash", "efficient", "eager",
+                                 "math", NULL};
+static const char *const FORMATS[] = {"table", "json", "csv", NULL};
+static const char *const BITS[] = {"2", "4", "8", NULL};
+
+#define FLAG(i, n, h) {.id = i, .name = n, .type = CLI_ARG_FLAG, .help = h}
+#define U64(i, s, n, lo, hi, h)                                             \
+    {.id = i, .short_name = s, .name = n, .metavar = "N",                   \
+     .type = CLI_ARG_U64, .min = lo, .max = hi, .help = h}
+#define SIZE(i, n, h)                                                       \
+    {.id = i, .name = n, .metavar = "SIZE", .type = CLI_ARG_SIZE, .help = h}
+#define ENUM(i, s, n, m, ch, w, h)                                          \
+    {.id = i, .short_name = s, .name = n, .metavar = m,                     \
+     .type = CLI_ARG_ENUM, .choices = ch, .what = w, .help = h}
+#define STR(i, s, n, m, h)                                                  \
+    {.id = i, .short_name = s, .name = n, .metavar = m,                     \
+     .type = CLI_ARG_STRING, .help = h}
+
+static const cli_opt SETUP_OPTS[] = {
+    CLI_ROW_BATCH,
+    CLI_ROW_SEQ,
+    CLI_ROW_PRECISION("one of:" VP_PRECISION_MAP(LIST_ITEM) " (default fp32)"),
+    CLI_ROW_OPTIMIZER("one of:" VP_OPTIMIZER_MAP(LIST_ITEM)
+                      " (default adamw)"),
+    CLI_ROW_CHECKPOINT("activation checkpointing: none, all, or segment "
+                       "names (default none)"),
+    CLI_ROW_ACCUM,
+    CLI_ROW_KEEP_GRADS,
+    FLAG(OPT_SET_TO_NONE, "set-to-none",
+         "zero_grad(set_to_none=True) (default)"),
+    FLAG(OPT_INFERENCE, "inference",
+         "forward passes only, under torch.no_grad()"),
+    CLI_ROW_ATTENTION("one of: sdpa flash efficient eager math (default: "
+                      "the model's)"),
+    CLI_ROW_STEPS("training steps simulated, 1 to " VP_TEXT(VP_MAX_STEPS)
+                  " (default " VP_TEXT(VP_DEFAULT_STEPS) ")"),
+    {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",
+     .type = CLI_ARG_SIZE, .only = CLI_CMD_ESTIMATE,
+     .help = "bytes the allocator may reserve; exit 1 if the setup does not "
+             "fit"},
+    {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",
+     .type = CLI_ARG_STRING, .only = CLI_CMD_SEARCH,
+     .help = "bytes the allocator may reserve; exit 1 if the setup does not "
+             "fit"},
+    SIZE(OPT_CONTEXT, "context",
+         "CUDA context outside the allocator (default "
+         VP_TEXT(VP__CONTEXT) " B)"),
+    SIZE(OPT_CUBLAS_WORKSPACE, "cublas-workspace",
+         "cuBLAS workspace per handle (default 32MiB)"),
+    FLAG(OPT_EXPANDABLE, "expandable-segments",
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+    STR(OPT_SELECTIVE, 0, "selective", "SPEC",
+        "selective recomputation of the attention core in these segments "
+        "(names, patterns or all)"),
+    FLAG(OPT_OFFLOAD_OPT, "offload-optimizer",
+         "optimizer state on the host (CPU Adam, ZeRO-Offload)"),
+    FLAG(OPT_OFFLOAD_ACT, "offload-activations",
+         "saved activations on the host (save_on_cpu)"),
+    ENUM(OPT_COMPRESS, 0, "compress-activations", "BITS", BITS, "bit width",
+         "ActNN-style compression of saved activations: 2, 4 or 8 bits"),
+    FLAG(OPT_INT8, "int8-weights",
+         "INT8 linear weights (bitsandbytes), with --inference"),
+    ENUM(OPT_FORMAT, 'f', "format", "FMT", FORMATS, "format",
+         "table, json or csv (default table)"),
+    STR(OPT_TIMELINE, 0, "timeline", "FILE",
+        "write every allocation and free to FILE as CSV"),
+    CLI_HELP_ROW,
+    {.id = OPT_GPU, .short_name = 'g', .name = "gpu", .metavar = "NAME",
+     .type = CLI_ARG_STRING, .only = CLI_CMD_SEARCH,
+     .help = "GPU profile: a gpus/NAME.yaml name or a profile file; gives "
+             "the step time, and the budget when --budget is absent (memory "
+             "less the CUDA context) or a fraction (--budget 0.9)"},
+    {.id = OPT_GLOBAL_BATCH, .name = "global-batch", .metavar = "N",
+     .type = CLI_ARG_U64, .min = 1, .max = UINT32_MAX,
+     .only = CLI_CMD_SEARCH,
+     .help = "samples per optimizer step for plan (default 32)"},
+};
+
+static cli_spec setup_spec(unsigned which, void (*help)(FILE *))
+{
+    return (cli_spec){SETUP_OPTS, sizeof SETUP_OPTS / sizeof SETUP_OPTS[0],
+                      which, 1, "one MODEL only", false, help};
+}
+
+void cli_setup_help(FILE *f, unsigned which)
+{
+    cli_spec s = setup_spec(which, NULL);
+
+    cli_opts_help(f, &s);
+}
+
+int cli_setup_common(const cli_val *v, bool budget, vp_setup *s)
+{
+    s->batch = v[CLI_O_BATCH].given ? v[CLI_O_BATCH].u : s->batch;
+    s->seq = v[CLI_O_SEQ].given ? v[CLI_O_SEQ].u : s->seq;
+    if (v[CLI_O_PRECISION].given)
+        s->precision = (vp_precision)v[CLI_O_PRECISION].choice;
+    if (v[CLI_O_OPTIMIZER].given)
+        s->optimizer = (vp_optimizer)v[CLI_O_OPTIMIZER].choice;
+    if (v[CLI_O_ACCUM].given)
+        s->accum = (uint32_t)v[CLI_O_ACCUM].u;
+    if (v[CLI_O_KEEP_GRADS].given)
+        s->set_to_none = false;
+    if (v[CLI_O_ATTENTION].given) {
+        s->attn = (vp_attn_impl)v[CLI_O_ATTENTION].choice;
+        s->attn_set = true;
+    }
+    if (v[CLI_O_STEPS].given)
+        s->steps = (uint32_t)v[CLI_O_STEPS].u;
+    if (!budget || !v[CLI_O_BUDGET].given)
+        return -1;
+    if (v[CLI_O_BUDGET].u == 0)
+        return cli_usage_error("invalid value '%s' for --budget: the budget "
+                               "must be more than 0 bytes",
+                               v[CLI_O_BUDGET].text);
+    s->alloc.limit = v[CLI_O_BUDGET].u;
+    return -1;
+}
+
+/* What only estimate and the searches take. */
+static void apply_setup(const cli_val *v, vp_setup *s)
+{
+    /* the last of --keep-grads and --set-to-none wins */
+    if (v[CLI_O_KEEP_GRADS].given)
+        s->set_to_none = v[OPT_SET_TO_NONE].at > v[CLI_O_KEEP_GRADS].at;
+    s->inference = v[OPT_INFERENCE].given;
+    if (v[OPT_CONTEXT].given)
+        s->context_bytes = v[OPT_CONTEXT].u;
+    if (v[OPT_CUBLAS_WORKSPACE].given)
+        s->cublas_workspace = v[OPT_CUBLAS_WORKSPACE].u;
+    s->alloc.expandable_segments = v[OPT_EXPANDABLE].given;
+    s->offload_optimizer = v[OPT_OFFLOAD_OPT].given;
+    s->offload_activations = v[OPT_OFFLOAD_ACT].given;
+    if (v[OPT_COMPRESS].given)
+        s->act_bits = (uint32_t)strtoul(v[OPT_COMPRESS].text, NULL, 10);
+    if (v[OPT_INT8].given)
+        s->weight_bits = 8;
+}
+
+/* --budget SIZE, or for the search commands a fraction of --gpu's memory
+ * ("0.9"), resolved once the profile is loaded. */
+static int apply_budget(const cli_val *v, unsigned which, cli_setup_args *a)
+{
+    const char *b = v[CLI_O_BUDGET].text;
+    vp_error err;
+
+    if (!v[CLI_O_BUDGET].given)
+        return -1;
+    a->budget = b;
+    if (which == CLI_CMD_ESTIMATE)
+        return -1; /* a size, read by cli_setup_common */
+    if (strchr(b, '.') && strspn(b, "0123456789.") == strlen(b) &&
+             strtod(b, NULL) <= 1.0)
+        return -1; /* a fraction of --gpu's memory: resolved later */
+    else if (vp_size_parse(b, &a->setup.alloc.limit, &err) != VP_OK)
+        return cli_usage_error("--budget: %s", err.msg);
+    if (a->setup.alloc.limit == 0)
+        return cli_usage_error("invalid value '%s' for --budget: the budget "
+                               "must be more than 0 bytes", b);
+    return -1;
+}
+
+int cli_setup_parse(int argc, char **argv, unsigned which,
+                    void (*help)(FILE *), cli_setup_args *a)
+{
+    cli_spec spec = setup_spec(which, help);
+    const cli_val *v = a->args.v;
+
+    memset(a, 0, sizeof *a);
+    int rc = cli_args_parse(&spec, argc, argv, &a->args);
+    if (rc >= 0)
+        return rc;
+    vp_setup_init(&a->setup);
+    if ((rc = cli_setup_common(v, which == CLI_CMD_ESTIMATE, &a->setup)) >=
+        0)
+        return rc;
+    apply_setup(v, &a->setup);
+    if ((rc = apply_budget(v, which, a)) >= 0)
+        return rc;
+    a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
+    a->gpu = v[OPT_GPU].given ? v[OPT_GPU].text : NULL;
+    a->checkpoint = v[CLI_O_CHECKPOINT].given ? v[CLI_O_CHECKPOINT].text
+                                              : NULL;
+    a->selective = v[OPT_SELECTIVE].given ? v[OPT_SELECTIVE].text : NULL;
+    a->timeline = v[OPT_TIMELINE].given ? v[OPT_TIMELINE].text : NULL;
+    a->format = v[OPT_FORMAT].given ? v[OPT_FORMAT].choice : CLI_FMT_TABLE;
+    a->global_batch = v[OPT_GLOBAL_BATCH].given ? v[OPT_GLOBAL_BATCH].u : 0;
+    a->steps_given = v[CLI_O_STEPS].given;
+    a->precision_given = v[CLI_O_PRECISION].given;
+    a->optimizer_given = v[CLI_O_OPTIMIZER].given;
+    if (a->model_path == NULL)
+        return cli_usage_error("%s needs a MODEL file", argv[0]);
+    return -1;
+}
+
+static void estimate_help(FILE *f)
+{
+    fputs("Usage: vramplan estimate MODEL [OPTIONS]\n"
+          "\n"
+          "Simulate training steps of MODEL (a vramplan YAML file or a Hugging "
+          "Face\n"
+          "config.json) as PyTorch 2.11 runs them on one GPU, through a model "
+          "of its\n"
+          "CUDA caching allocator, and report the peak memory.\n"
+          "\n"
+          "Options:\n", f);
+    cli_setup_help(f, CLI_CMD_ESTIMATE);
+    fputs("\n"
+          "--checkpoint takes 'none', 'all' (every layer or repeated block) or "
+          "a\n"
+          "comma-separated list of segment names or patterns, where '*' "
+          "matches\n"
+          "within one dot-separated part: 'layers.0,layers.1', 'h.*'.\n"
+          "\n" CLI_SIZE_HELP "\n"
+          "--format table is for people (binary units, rounded); json and csv "
+          "give\n"
+          "exact byte counts. The timeline CSV has the columns\n"
+          "seq,step,phase,op,category,action,bytes,allocated,reserved.\n"
+          "\n", f);
+    cli_exit_help(f);
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+/* What a printer gets: the estimate and what produced it. */
+typedef struct report {
+    const char *model_path;
+    const vp_graph *graph;
+    const vp_setup *setup;     /* as simulated; checkpoint resolved      */
+    const char *checkpoint;    /* the --checkpoint spec, "none" default  */
+    const vp_estimate *est;
+} report;
+
+/* A named byte count, shared by the JSON and CSV printers. */
+typedef struct metric {
+    const char *key;
+    uint64_t bytes;
+} metric;
+
+#define N_TOTALS 11
+#define N_STEP_METRICS 9
+
+static void total_metrics(const vp_estimate *e, metric out[N_TOTALS])
+{
+    const metric m[N_TOTALS] = {
+        {"param_bytes", e->param_bytes},
+        {"grad_bytes", e->grad_bytes},
+        {"optim_bytes", e->optim_bytes},
+        {"baseline", e->baseline},
+        {"after_model", e->after_model},
+        {"peak_alloc", e->peak_alloc},
+        {"peak_alloc_steady", e->peak_alloc_steady},
+        {"peak_reserved", e->peak_reserved},
+        {"device_used", e->device_used},
+        {"host_bytes", e->host_bytes},
+        {"host_traffic", e->host_traffic},
+    };
+
+    memcpy(out, m, sizeof m);
+}
+
+/* Key names as in shared/groundtruth (fwd_peak, after_fwd, ...). */
+static void step_metrics(const vp_phase_peaks *p,
+                         metric out[N_STEP_METRICS])
+{
+    const metric m[N_STEP_METRICS] = {
+        {"start", p->start},
+        {"setup_peak", p->peak[VP_PHASE_SETUP]},
+        {"fwd_peak", p->peak[VP_PHASE_FORWARD]},
+        {"after_fwd", p->after_fwd},
+        {"bwd_peak", p->peak[VP_PHASE_BACKWARD]},
+        {"after_bwd", p->after_bwd},
+        {"opt_peak", p->peak[VP_PHASE_OPTIMIZER]},
+        {"end", p->end},
+        {"reserved", p->reserved},
+    };
+
+    memcpy(out, m, sizeof m);
+}
+
+/* Short, machine-friendly category names (JSON keys, CSV, timeline). */
+static const char *category_key(vp_category c)
+{
+    static const char *const keys[VP_CAT__COUNT] = {
+        [VP_CAT_PARAM] = "params",
+        [VP_CAT_GRAD] = "grads",
+        [VP_CAT_OPTIM] = "optimizer",
+        [VP_CAT_ACT] = "activations",
+        [VP_CAT_TEMP] = "temporaries",
+        [VP_CAT_CAST] = "autocast_cache",
+        [VP_CAT_INPUT] = "input",
+        [VP_CAT_WORKSPACE] = "workspace",
+    };
+
+    if ((unsigned)c < VP_CAT__COUNT && keys[c] != NULL)
+        return keys[c];
+    return vp_category_name(c);
+}
+
+static uint32_t report_steps(const vp_estimate *e)
+{
+    return e->steps < VP_MAX_STEPS ? e->steps : VP_MAX_STEPS;
+}
+
+static uint32_t report_top_layers(const vp_estimate *e)
+{
+    return e->n_top_layers < VP_TOP_LAYERS ? e->n_top_layers : VP_TOP_LAYERS;
+}
+
+/* strlen of a possibly unterminated fixed-size field. */
+static size_t bounded_len(const char *s, size_t max)
+{
+    size_t n = 0;
+
+    while (n < max && s[n] != '\0')
+        n++;
+    return n;
+}
+
+static double share(uint64_t part, uint64_t whole)
+{
+    return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* --- table ---------------------------------------------------------- */
+
+static void table_setup(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    const vp_setup *s = r->setup;
+    char a[32], b[32], c[32];
+    size_t n_ckpt = 0;
+
+    for (size_t i = 0; i < s->n_checkpoint; i++)
+        n_ckpt += s->checkpoint[i];
+    fprintf(f, "model        %s (%s)\n", vp_graph_model_name(r->graph),
+            r->model_path);
+    fprintf(f, "setup        batch %" PRIu64 ", seq %" PRIu64 ", %s, %s%s, "
+            "accum %" PRIu32 ", %" PRIu32 " steps\n",
+            vp_graph_batch(r->graph), vp_graph_seq(r->graph),
+            vp_precision_name(s->precision), vp_optimizer_name(s->optimizer),
+            s->inference ? ", inference" : "", s->accum, s->steps);
+    fprintf(f, "             zero_grad(set_to_none=%s), attention %s\n",
+            s->set_to_none ? "True" : "False",
+            s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
+    fprintf(f, "             checkpoint %s (%zu of %zu segments)\n",
+            r->checkpoint, n_ckpt, vp_graph_segment_count(r->graph));
+    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
+            "workspace %s\n",
+            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
+                           : "none",
+            s->alloc.expandable_segments ? "on" : "off",
+            vp_size_format(s->cublas_workspace, b, sizeof b));
+    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
+            cli_si((double)e->params, "", b, sizeof b));
+    fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
+            vp_size_format(e->param_bytes, a, sizeof a),
+            vp_size_format(e->grad_bytes, b, sizeof b),
+            vp_size_format(e->optim_bytes, c, sizeof c));
+    fprintf(f, "work         %s per step\n",
+            cli_si(e->flops_per_step, "FLOP", a, sizeof a));
+}
+
+static void table_peaks(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    const vp_setup *s = r->setup;
+    uint64_t total = 0;
+    char a[32], b[32];
+
+    fprintf(f, "\nMemory at the peak (step %" PRIu32 ", %s%s%s)\n",
+            e->peak_step, vp_phase_name(e->peak_phase),
+            e->peak_op[0] ? ", op " : "", e->peak_op);
+    for (int k = 0; k < VP_CAT__COUNT; k++) {
+        fprintf(f, "  %-24s %11s  %5.1f%%\n",
+                vp_category_name((vp_category)k),
+                vp_size_format(e->by_category[k], a, sizeof a),
+                share(e->by_category[k], e->peak_alloc));
+        if (!vp_add_u64(total, e->by_category[k], &total))
+            total = UINT64_MAX;
+    }
+    fprintf(f, "  %-24s %11s  %5.1f%%\n", "total",
+            vp_size_format(total, a, sizeof a), share(total, e->peak_alloc));
+    fprintf(f, "\npeak allocated  %11s  max_memory_allocated(), step %"
+            PRIu32 " %s\n", vp_size_format(e->peak_alloc, a, sizeof a),
+            e->peak_step, vp_phase_name(e->peak_phase));
+    fprintf(f, "steady peak     %11s  max_memory_allocated() in the last "
+            "step\n", vp_size_format(e->peak_alloc_steady, a, sizeof a));
+    fprintf(f, "peak reserved   %11s  max_memory_reserved()\n",
+            vp_size_format(e->peak_reserved, a, sizeof a));
+    fprintf(f, "device used     %11s  nvidia-smi: reserved + %s CUDA "
+            "context\n", vp_size_format(e->device_used, a, sizeof a),
+            vp_size_format(s->context_bytes, b, sizeof b));
+    if (e->host_bytes || e->host_traffic)
+        fprintf(f, "host RAM        %11s  held by the offloads; %s over the "
+                "host link per step\n",
+                vp_size_format(e->host_bytes, a, sizeof a),
+                vp_size_format(e->host_traffic, b, sizeof b));
+}
+
+static void table_steps(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    bool inf = r->setup->inference;
+
+    fprintf(f, "\n%4s %11s %11s %11s %11s %11s %11s\n", "step", "start",
+            "fwd peak", "bwd peak", "opt peak", "end", "reserved");
+    for (uint32_t i = 0; i < report_steps(e); i++) {
+        const vp_phase_peaks *p = &e->step[i];
+        char a[32], b[32], c[32], d[32], g[32], h[32];
+
+        fprintf(f, "%4" PRIu32 " %11s %11s %11s %11s %11s %11s\n", i + 1,
+                vp_size_format(p->start, a, sizeof a),
+                vp_size_format(p->peak[VP_PHASE_FORWARD], b, sizeof b),
+                inf ? "-"
+                    : vp_size_format(p->peak[VP_PHASE_BACKWARD], c, sizeof c),
+                inf ? "-"
+                    : vp_size_format(p->peak[VP_PHASE_OPTIMIZER], d, sizeof d),
+                vp_size_format(p->end, g, sizeof g),
+                vp_size_format(p->reserved, h, sizeof h));
+    }
+}
+
+static int print_table(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    size_t width = 24;
+    char a[32];
+
+    table_setup(f, r);
+    table_peaks(f, r);
+    table_steps(f, r);
+    if (report_top_layers(e) > 0) {
+        for (uint32_t i = 0; i < report_top_layers(e); i++) {
+            size_t len = bounded_len(e->top_layers[i].name,
+                                     sizeof e->top_layers[i].name);
+            if (len > width)
+                width = len;
+        }
+        fprintf(f, "\nTop layers holding activations at the peak\n");
+        for (uint32_t i = 0; i < report_top_layers(e); i++)
+            fprintf(f, "  %-*.*s %11s  %5.1f%%\n", (int)width,
+                    (int)sizeof e->top_layers[i].name, e->top_layers[i].name,
+                    vp_size_format(e->top_layers[i].bytes, a, sizeof a),
+                    share(e->top_layers[i].bytes, e->peak_alloc));
+    }
+    fprintf(f, "\n%" PRIu64 " allocator events simulated, %" PRIu64
+            " cudaMalloc retries\n", e->events, e->num_alloc_retries);
+    return CLI_OK;
+}
+
+/* --- json ----------------------------------------------------------- */
+
+static json_t *json_setup(const report *r)
+{
+    const vp_setup *s = r->setup;
+    json_t *o = json_object(), *segs = json_array();
+
+    cli_jset(o, "batch", cli_ju64(vp_graph_batch(r->graph)));
+    cli_jset(o, "seq", cli_ju64(vp_graph_seq(r->graph)));
+    cli_jset(o, "precision", json_string(vp_precision_name(s->precision)));
+    cli_jset(o, "optimizer", json_string(vp_optimizer_name(s->optimizer)));
+    cli_jset(o, "attention", s->attn_set
+                                 ? json_string(vp_attn_impl_name(s->attn))
+                                 : json_null());
+    cli_jset(o, "set_to_none", json_boolean(s->set_to_none));
+    cli_jset(o, "inference", json_boolean(s->inference));
+    cli_jset(o, "accum", cli_ju64(s->accum));
+    cli_jset(o, "steps", cli_ju64(s->steps));
+    cli_jset(o, "checkpoint", cli_jstr(r->checkpoint, SIZE_MAX));
+    for (size_t i = 0; i < s->n_checkpoint; i++)
+        if (s->checkpoint[i])
+            cli_jpush(segs, cli_jstr(vp_graph_segment(r->graph, i)->name,
+                                     SIZE_MAX));
+    cli_jset(o, "checkpoint_segments", segs);
+    cli_jset(o, "budget", s->alloc.limit ? cli_ju64(s->alloc.limit)
+                                         : json_null());
+    cli_jset(o, "expandable_segments",
+             json_boolean(s->alloc.expandable_segments));
+    cli_jset(o, "cublas_workspace", cli_ju64(s->cublas_workspace));
+    cli_jset(o, "cublaslt_workspace", cli_ju64(s->cublaslt_workspace));
+    cli_jset(o, "context_bytes", cli_ju64(s->context_bytes));
+    cli_jset(o, "fresh_process", json_boolean(s->fresh_process));
+    return o;
+}
+
+static json_t *json_steps(const vp_estimate *e)
+{
+    metric sm[N_STEP_METRICS];
+    json_t *steps = json_array();
+
+    for (uint32_t i = 0; i < report_steps(e); i++) {
+        json_t *o = json_object();
+        cli_jset(o, "step", cli_ju64(i + 1));
+        step_metrics(&e->step[i], sm);
+        for (size_t k = 0; k < N_STEP_METRICS; k++)
+            cli_jset(o, sm[k].key, cli_ju64(sm[k].bytes));
+        cli_jpush(steps, o);
+    }
+    return steps;
+}
+
+/* FLOPs are whole numbers: printed as integers when they fit. */
+static json_t *json_flops(double v)
+{
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9e18)
+        return v < 0 ? json_integer((json_int_t)v) : cli_ju64((uint64_t)v);
+    return cli_jreal(v, "%.15g");
+}
+
+static int print_json(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    metric totals[N_TOTALS];
+    json_t *o = json_object(), *cats = json_object(), *top = json_array();
+
+    cli_jset(o, "model", cli_jstr(vp_graph_model_name(r->graph), SIZE_MAX));
+    cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
+    cli_jset(o, "setup", json_setup(r));
+    cli_jset(o, "params", cli_ju64(e->params));
+    total_metrics(e, totals);
+    for (size_t i = 0; i < N_TOTALS; i++)
+        cli_jset(o, totals[i].key, cli_ju64(totals[i].bytes));
+    cli_jset(o, "peak_phase", json_string(vp_phase_name(e->peak_phase)));
+    cli_jset(o, "peak_step", cli_ju64(e->peak_step));
+    cli_jset(o, "peak_op", cli_jstr(e->peak_op, sizeof e->peak_op));
+    for (int k = 0; k < VP_CAT__COUNT; k++)
+        cli_jset(cats, category_key((vp_category)k),
+                 cli_ju64(e->by_category[k]));
+    cli_jset(o, "by_category", cats);
+    for (uint32_t i = 0; i < report_top_layers(e); i++) {
+        json_t *l = json_object();
+        cli_jset(l, "name", cli_jstr(e->top_layers[i].name,
+                                     sizeof e->top_layers[i].name));
+        cli_jset(l, "bytes", cli_ju64(e->top_layers[i].bytes));
+        cli_jpush(top, l);
+    }
+    cli_jset(o, "top_layers", top);
+    cli_jset(o, "steps", json_steps(e));
+    cli_jset(o, "events", cli_ju64(e->events));
+    cli_jset(o, "num_alloc_retries", cli_ju64(e->num_alloc_retries));
+    cli_jset(o, "flops_per_step", json_flops(e->flops_per_step));
+    return cli_jprint(f, o, true);
+}
+
+/* --- csv ------------------------------------------------------------ */
+
+static int print_csv(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    metric m[N_TOTALS > N_STEP_METRICS ? N_TOTALS : N_STEP_METRICS];
+
+    fputs("metric,bytes\n", f);
+    total_metrics(e, m);
+    for (size_t i = 0; i < N_TOTALS; i++)
+        fprintf(f, "%s,%" PRIu64 "\n", m[i].key, m[i].bytes);
+    for (int k = 0; k < VP_CAT__COUNT; k++)
+        fprintf(f, "by_category.%s,%" PRIu64 "\n",
+                category_key((vp_category)k), e->by_category[k]);
+    for (uint32_t i = 0; i < report_steps(e); i++) {
+        step_metrics(&e->step[i], m);
+        for (size_t k = 0; k < N_STEP_METRICS; k++)
+            fprintf(f, "steps.%" PRIu32 ".%s,%" PRIu64 "\n", i + 1, m[k].key,
+                    m[k].bytes);
+    }
+    return CLI_OK;
+}
+
+static int (*const PRINTERS[])(FILE *, const report *) = {
+    [CLI_FMT_TABLE] = print_table,
+    [CLI_FMT_JSON] = print_json,
+    [CLI_FMT_CSV] = print_csv,
+};
+
+/* --- timeline ------------------------------------------------------- */
+
+/* A CSV field, quoted when it holds a comma, quote or line break. */
+static void csv_field(FILE *f, const char *s)
+{
+    if (strpbrk(s, ",\"\r\n") == NULL) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s != '\0'; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void timeline_event(const vp_sim_event *ev, void *ud)
+{
+    FILE *f = ud;
+
+    fprintf(f, "%" PRIu64 ",%" PRIu32 ",%s,", ev->seq, ev->step,
+            vp_phase_name(ev->phase));
+    csv_field(f, ev->op != NULL ? ev->op : "");
+    fprintf(f, ",%s,%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n",
+            category_key(ev->category), ev->is_free ? "free" : "alloc",
+            ev->bytes, ev->allocated, ev->reserved);
+}
+
+/* ---- estimate ------------------------------------------------------------ */
+
+int cli_select_segments(const vp_graph *graph, const char *spec,
+                        const char *option, bool **out)
+{
+    size_t n = vp_graph_segment_count(graph);
+    vp_error err;
+
+    *out = calloc(n > 0 ? n : 1, sizeof **out);
+    if (*out == NULL)
+        return cli_fail("out of memory");
+    if (vp_graph_checkpoint_select(graph, spec, *out, &err) != VP_OK) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%s: ", option);
+        return err.code == VP_EARG ? cli_fail("%s%s", prefix, err.msg)
+                                   : cli_report(&err, prefix);
+    }
+    return -1;
+}
+
+/* Resolve --checkpoint and --selective into setup (arrays in *ckpt and
+ * *sel, freed by the caller). -1 to go on, or the exit status. */
+static int select_all(const cli_setup_args *a, const vp_model *model,
+                      const vp_graph *graph, vp_setup *setup, bool **ckpt,
+                      bool **sel)
+{
+    size_t n = vp_graph_segment_count(graph);
+    int rc = -1;
+
+    if (a->checkpoint != NULL && strcmp(a->checkpoint, "auto") == 0) {
+        if (setup->alloc.limit == 0)
+            return cli_usage_error("--checkpoint auto needs --budget");
+        rc = cli_checkpoint_auto(model, graph, setup,
+                                 a->format == CLI_FMT_TABLE, ckpt, sel);
+    } else if (a->checkpoint != NULL &&
+               (rc = cli_select_segments(graph, a->checkpoint,
+                                         "--checkpoint", ckpt)) < 0) {
+        setup->checkpoint = *ckpt;
+        setup->n_checkpoint = n;
+    }
+    if (rc < 0 && a->selective != NULL && *sel == NULL &&
+        (rc = cli_select_segments(graph, a->selective, "--selective", sel)) <
+            0) {
+        setup->selective = *sel;
+        setup->n_selective = n;
+    }
+    return rc;
+}
+
+/* Simulate, with every event to --timeline when given. */
+static int simulate(const cli_setup_args *a, const vp_graph *graph,
+                    const vp_setup *setup, vp_estimate *est)
+{
+    FILE *timeline = NULL;
+    vp_error err;
+
+    if (a->timeline != NULL) {
+        timeline = fopen(a->timeline, "w");
+        if (timeline == NULL)
+            return cli_fail("cannot open '%s' for writing: %s", a->timeline,
+                            strerror(errno));
+        fputs("seq,step,phase,op,category,action,bytes,allocated,reserved\n",
+              timeline);
+    }
+    memset(est, 0, sizeof *est);
+    vp_status st = vp_simulate(graph, setup, est,
+                               timeline != NULL ? timeline_event : NULL,
+                               timeline, &err);
+    if (timeline != NULL) {
+        int bad = ferror(timeline);
+        if (fclose(timeline) != 0 || bad)
+            return cli_fail("cannot write '%s'", a->timeline);
+    }
+    if (st == VP_EOOM)
+        return cli_report_no_fit(setup, &err);
+    return st != VP_OK ? cli_report(&err, NULL) : -1;
+}
+
+static int estimate_run(const cli_setup_args *a)
+{
+    vp_setup setup = a->setup;
+    vp_graph *graph = NULL;
+    bool *ckpt = NULL, *sel = NULL;
+    vp_estimate est;
+    vp_error err;
+    int rc;
+
+    vp_error_clear(&err);
+    vp_model *model = vp_model_load(a->model_path, &err);
+    if (model == NULL)
+        return cli_report(&err, NULL);
+    graph = vp_graph_build(model, setup.batch, setup.seq, &err);
+    if (graph == NULL)
+        rc = cli_report(&err, NULL);
+    else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&
+             (rc = simulate(a, graph, &setup, &est)) < 0) {
+        report r = {a->model_path, graph, &setup,
+                    a->checkpoint != NULL ? a->checkpoint : "none", &est};
+        rc = PRINTERS[a->format](stdout, &r);
+    }
+    free(ckpt);
+    free(sel);
+    vp_graph_free(graph);
+    vp_model_free(model);
+    return rc;
+}
+
+int cli_estimate(int argc, char **argv)
+{
+    cli_setup_args a;
+    int rc = cli_setup_parse(argc, argv, CLI_CMD_ESTIMATE, estimate_help, &a);
+
+    if (rc < 0)
+        rc = estimate_run(&a);
+    cli_args_free(&a.args);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/* vramplan internal: what validate.c (reading case lines, one-GPU and
+ * max-batch cases, files) shares with validate_dist.c (multi-GPU ranks).
+ * Not installed. */
+#ifndef VRAMPLAN_VALIDATE_IMPL_H
+#define VRAMPLAN_VALIDATE_IMPL_H
+
+#include "internal.h"
+#include "json.h"
+#include "vramplan/validate.h"
+
+/* One element of a case's "steps": allocated bytes at the phase marks
+ * (0 when absent) and the reserved bytes. */
+typedef struct vp_step_in {
+    uint64_t start, fwd_peak, after_fwd, bwd_peak, after_bwd, opt_peak, end;
+    uint64_t reserved;
+} vp_step_in;
+
+/* A case line's fields as the schema read them. Enum fields hold the
+ * index of their value in the row's choices, -1 when absent; numbers are 0
+ * when absent (every counted field is at least 1). */
+typedef struct vp_case_in {
+    const vp_jdoc *doc;
+    const char *id, *model, *failed;
+    int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
+    int reshard_node;       /* reshard_after_forward's node, -1 */
+    int retries_node;       /* num_alloc_retries' node, -1       */
+    bool ckpt, set_to_none, infer, mixed_precision;
+    uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
+    uint64_t max_batch, cap;
+    uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
+    uint64_t device_used;
+    double budget_gib, step_ms;
+    uint32_t n_steps;
+    vp_step_in step[VP_MAX_STEPS];
+} vp_case_in;
+
+/* Values of the enum fields, in the order of their choices. */
+extern const char *const vp__case_attns[];  /* sdpa flash efficient eager
+                                               math (vp_attn_impl order) */
+extern const char *const vp__case_opts[];   /* adamw adamw-fused
+                                               adamw-forloop sgd adafactor */
+extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
+                                                   fsdp-full fsdp-grad-op,
+                                                   then the measured ones
+                                                   not modelled yet       */
+extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
+extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
+
+/* The case's model from the first of dirs that holds NAME.yaml or
+ * NAME.json (vp_model_load); VP_EIO naming it, at the case's "model",
+ * when none does. */
+vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
+                              size_t n_dirs, vp_error *err);
+
+/* Append a metric (predicted against measured > 0) to r. */
+void vp__case_metric(vp_case_result *r, const char *name, uint64_t pred,
+                     uint64_t meas);
+
+/* Run a multi-GPU rank that vp_validate_line has read (validate_dist.c). */
+vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
+                            vp_case_result *out, vp_error *err);
+
+#endif
