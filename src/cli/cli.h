@@ -21,6 +21,45 @@ int cli_plan_cluster(int argc, char **argv);
  * Returns 0, or prints an error and returns non-zero. */
 int cli_gpu_hw(const char *name, vp_hw *out);
 
+/* ---- named GPU profiles and models (resolve.c) ---- */
+
+/* --gpu-dir DIR: searched first for GPU profile names (NULL: none). */
+void cli_set_gpu_dir(const char *dir);
+const char *cli_gpu_dir(void);
+
+/* MODEL as given: an existing file or a path is returned as it is; a name
+ * (llama-3-8b) is looked up in the search path (resource.h) and its file
+ * written to buf. NULL after printing why the name was not found (exit
+ * status 2). */
+const char *cli_model_path(const char *arg, char *buf, size_t size);
+
+/* --gpu NAME: a profile file is returned as it is; a name is looked up in
+ * --gpu-dir and the search path into buf. NULL after printing why. */
+const char *cli_gpu_path(const char *arg, char *buf, size_t size);
+
+/* ---- estimate --snapshot and --html (pictures.c) ---- */
+
+typedef struct cli_pictures cli_pictures;
+
+/* Recorders for --snapshot FILE and --html FILE (either may be NULL), in
+ * front of `next` (the --timeline writer, may be NULL). Returns -1 to go
+ * on (*out is set; close it), or the exit code after printing why. */
+int cli_pictures_open(cli_pictures **out, const char *snapshot,
+                      const char *html, const vp_setup *setup,
+                      vp_sim_event_fn next, void *next_ud);
+/* The event callback for vp_simulate (ud: the cli_pictures). */
+void cli_pictures_event(const vp_sim_event *ev, void *ud);
+/* Write the files after the run; failure: why the run stopped (out of
+ * memory), or NULL. Returns -1 or an exit code after printing why. */
+int cli_pictures_write(const cli_pictures *p, const char *model,
+                       const vp_setup *setup, const vp_estimate *est,
+                       const char *failure);
+void cli_pictures_close(cli_pictures *p);
+
+/* vramplan watch [--model MODEL [SETUP]] [OPTIONS] -- CMD ARGS...
+ * (watch_cmd.c). */
+int cli_watch(int argc, char **argv);
+
 /* vramplan probe [OPTIONS] -- CMD ARGS... (probe_cmd.c). */
 int cli_probe(int argc, char **argv);
 

@@ -100,6 +100,8 @@ static const opt opts[] = {
     {"output", "FILE", C_PLAN | C_EXPORT, "write the export to FILE"},
     {"format", "FMT", C_PLAN, "table (default) or json"},
     {"format", "FMT", C_COMPARE, "table (default), csv, json or md"},
+    {"gpu-dir", "DIR", C_ALL,
+     "directory searched first for GPU profile names"},
     {"help", NULL, C_ALL, "show this help"},
 };
 
@@ -400,6 +402,8 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
             if (vp_export_format_parse(val, &a->export_fmt) != VP_OK)
                 return bad_value(n, val, "deepspeed, megatron or torchrun");
             a->export_set = true;
+        } else if (strcmp(n, "gpu-dir") == 0) {
+            cli_set_gpu_dir(val);
         } else if (strcmp(n, "output") == 0) {
             if (!val[0])
                 return cli_usage_error("--output needs a FILE");
@@ -556,7 +560,11 @@ static void par_line(char *buf, size_t n, const vp_par *p)
 static int load(const cargs *a, vp_model **m, vp_cluster_model **cm)
 {
     vp_error err;
-    *m = vp_model_load(a->model, &err);
+    char buf[4096];
+    const char *path = cli_model_path(a->model, buf, sizeof buf);
+    if (!path)
+        return EXIT_USAGE;
+    *m = vp_model_load(path, &err);
     if (!*m)
         return model_error(&err);
     *cm = vp_cluster_model_new(*m, a->seq, &err);

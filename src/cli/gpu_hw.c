@@ -7,7 +7,11 @@
 int cli_gpu_hw(const char *name, vp_hw *out)
 {
     vp_error err;
-    vp_gpu_profile *p = vp_gpu_load(name, &err);
+    char path[4096];
+    const char *file = cli_gpu_path(name, path, sizeof path);
+    if (file == NULL)
+        return 1;
+    vp_gpu_profile *p = vp_gpu_load(file, &err);
     if (p == NULL) {
         if (err.line)
             fprintf(stderr, "%s:%u:%u: error: %s\n", err.path, err.line,

@@ -811,7 +811,10 @@ enum {
     OPT_EXPANDABLE, OPT_FORMAT, OPT_TIMELINE, OPT_HELP,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_SELECTIVE,
     /* plan, techniques, maxbatch */
-    OPT_GPU, OPT_GLOBAL_BATCH
+    OPT_GPU, OPT_GLOBAL_BATCH,
+    /* ecosystem options (resolve.c, snapshot.h, html.h): --gpu-dir for
+     * every command with --gpu; --snapshot and --html for estimate */
+    OPT_GPU_DIR, OPT_SNAPSHOT, OPT_HTML
 };
 
 #define LIST_ITEM(name, str) " " str
@@ -859,18 +862,35 @@ enum {
     {OPT_FORMAT, 'f', "format", "FMT", "table, json or csv (default table)"}, \
     {OPT_TIMELINE, 0, "timeline", "FILE", \
      "write every allocation and free to FILE as CSV"}, \
+    {OPT_GPU_DIR, 0, "gpu-dir", "DIR", \
+     "directory searched first for --gpu NAME (then $VRAMPLAN_GPU_DIR, " \
+     "the install prefix, the source tree)"}, \
     {OPT_HELP, 'h', "help", NULL, "show this help and exit"},
 
-static const option_spec estimate_options[] = {COMMON_OPTIONS};
+#define GPU_OPTION(extra) \
+    {OPT_GPU, 'g', "gpu", "NAME", \
+     "GPU profile: a name (gpus/NAME.yaml in the search path) or a " \
+     "profile file; gives the CUDA context, " extra " the budget when " \
+     "--budget is absent (memory less the context) or a fraction " \
+     "(--budget 0.9)"},
+
+static const option_spec estimate_options[] = {
+    COMMON_OPTIONS
+    GPU_OPTION("and")
+    /* --- ecosystem: pictures of the simulated step --- */
+    {OPT_SNAPSHOT, 0, "snapshot", "FILE",
+     "write the simulated steps as torch.cuda.memory._dump_snapshot "
+     "writes them (a pickle for PyTorch's memory_viz)"},
+    {OPT_HTML, 0, "html", "FILE",
+     "write one self-contained HTML page: memory over time by category, "
+     "the phases, the peak and what holds it"},
+};
 
 /* plan, techniques and maxbatch also take a GPU profile and a global
  * batch */
 static const option_spec search_options[] = {
     COMMON_OPTIONS
-    {OPT_GPU, 'g', "gpu", "NAME",
-     "GPU profile: a gpus/NAME.yaml name or a profile file; gives the step "
-     "time, and the budget when --budget is absent (memory less the CUDA "
-     "context) or a fraction (--budget 0.9)"},
+    GPU_OPTION("the step time and")
     {OPT_GLOBAL_BATCH, 0, "global-batch", "N",
      "samples per optimizer step for plan (default 32)"},
 };
@@ -914,6 +934,10 @@ typedef struct estimate_args {
     const char *timeline;   /* CSV path, NULL for none                     */
     const printer *format;
     vp_setup setup;
+    /* --- ecosystem --- */
+    const char *snapshot;   /* --snapshot FILE, NULL for none              */
+    const char *html;       /* --html FILE, NULL for none                  */
+    char model_buf[4096];   /* MODEL resolved from a name (resolve.c)      */
 } estimate_args;
 
 /* Parse the arguments of `estimate` into *a. Returns -1 to go on, or the
@@ -1026,7 +1050,7 @@ static int estimate_parse(int argc, char **argv, estimate_args *a,
             break;
         case OPT_BUDGET:
             a->budget = val;
-            if (specs == search_options && strchr(val, '.') &&
+            if (strchr(val, '.') &&
                 strspn(val, "0123456789.") == strlen(val) &&
                 strtod(val, NULL) <= 1.0)
                 break; /* a fraction of --gpu's memory: resolved later */
@@ -1057,11 +1081,23 @@ static int estimate_parse(int argc, char **argv, estimate_args *a,
                 return usage_error("--timeline needs a FILE");
             a->timeline = val;
             break;
+        /* --- ecosystem --- */
+        case OPT_GPU_DIR:
+            cli_set_gpu_dir(val);
+            break;
+        case OPT_SNAPSHOT:
+        case OPT_HTML:
+            if (val[0] == '\0')
+                return usage_error("--%s needs a FILE", o->name);
+            *(o->id == OPT_SNAPSHOT ? &a->snapshot : &a->html) = val;
+            break;
         }
     }
     if (a->model_path == NULL)
         return usage_error("estimate needs a MODEL file");
-    return -1;
+    a->model_path = cli_model_path(a->model_path, a->model_buf,
+                                   sizeof a->model_buf);
+    return a->model_path == NULL ? CLI_USAGE : -1;
 }
 
 /* The message for VP_EOOM; exit code 1. */
@@ -1107,6 +1143,7 @@ static int estimate_run(const estimate_args *a)
     vp_graph *graph = NULL;
     bool *ckpt = NULL, *sel = NULL;
     FILE *timeline = NULL;
+    cli_pictures *pics = NULL;
     vp_estimate est;
     vp_error err;
     vp_status st;
@@ -1218,9 +1255,17 @@ static int estimate_run(const estimate_args *a)
               timeline);
     }
 
+    /* --- ecosystem: --snapshot and --html record the events too --- */
+    if ((rc = cli_pictures_open(&pics, a->snapshot, a->html, &setup,
+                                timeline != NULL ? timeline_event : NULL,
+                                timeline)) >= 0)
+        goto done;
     memset(&est, 0, sizeof est);
-    st = vp_simulate(graph, &setup, &est,
-                     timeline != NULL ? timeline_event : NULL, timeline, &err);
+    st = vp_simulate(graph, &setup, &est, cli_pictures_event, pics, &err);
+    if ((st == VP_OK || st == VP_EOOM) &&
+        (rc = cli_pictures_write(pics, vp_graph_model_name(graph), &setup,
+                                 &est, st == VP_EOOM ? err.msg : NULL)) >= 0)
+        goto done;
     if (timeline != NULL) {
         int bad = ferror(timeline);
 
@@ -1251,6 +1296,7 @@ static int estimate_run(const estimate_args *a)
 done:
     if (timeline != NULL)
         fclose(timeline);
+    cli_pictures_close(pics);
     free(ckpt);
     free(sel);
     vp_graph_free(graph);
@@ -1258,12 +1304,18 @@ done:
     return rc;
 }
 
+static int apply_gpu(estimate_args *a, vp_hw *hw, bool *have_hw);
+
 static int cmd_estimate(int argc, char **argv)
 {
     estimate_args a;
+    vp_hw hw;
+    bool have_hw;
     int rc = estimate_parse(argc, argv, &a, estimate_options,
                             N_ESTIMATE_OPTIONS, estimate_help);
 
+    if (rc < 0)
+        rc = apply_gpu(&a, &hw, &have_hw); /* --gpu: context and budget */
     return rc >= 0 ? rc : estimate_run(&a);
 }
 
@@ -1719,6 +1771,9 @@ static const command commands[] = {
      cli_export},
     {"probe", "[OPTIONS] -- CMD ARGS...",
      "find the largest batch by running the real command", cli_probe},
+    {"watch", "[OPTIONS] -- CMD ARGS...",
+     "follow a training job's GPU memory against the plan (NVML)",
+     cli_watch},
     {"replay", "MODEL --budget SIZE",
      "replay the simulated step's segments and GEMMs on a real GPU",
      cli_replay},

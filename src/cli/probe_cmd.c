@@ -649,7 +649,11 @@ static int predict(const probe_args *a, uint64_t *predicted)
 
     *predicted = 0;
     vp_error_clear(&err);
-    model = vp_model_load(a->model_path, &err);
+    char buf[4096];
+    const char *path = cli_model_path(a->model_path, buf, sizeof buf);
+    if (path == NULL)
+        return 2;
+    model = vp_model_load(path, &err);
     if (model == NULL)
         return model_error(&err);
     st = vp_maxbatch(model, &a->setup, a->checkpoint, a->cfg.max, &mb, &err);

@@ -602,7 +602,11 @@ static int write_events(const replay_args *a, FILE *f)
     t.f = f;
     t.phase = -1;
     vp_error_clear(&err);
-    model = vp_model_load(a->model_path, &err);
+    char buf[4096];
+    const char *path = cli_model_path(a->model_path, buf, sizeof buf);
+    if (path == NULL)
+        return 2;
+    model = vp_model_load(path, &err);
     if (model == NULL)
         return lib_error(&err);
     graph = vp_graph_build(model, setup.batch, setup.seq, &err);
