@@ -121,7 +121,8 @@ endif
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
-.PHONY: all deps run test check clean install uninstall calibrate accuracy
+.PHONY: all deps run test check clean install uninstall calibrate accuracy \
+        print-prefix
 
 all: $(LIB) $(BIN) $(SHLIB)
 
@@ -306,6 +307,9 @@ install: all
 	install -m 644 $(GPU_FILES) $(DESTDIR)$(DATADIR)/vramplan/gpus
 	install -m 644 $(MODEL_FILES) $(DESTDIR)$(DATADIR)/vramplan/models
 	install -m 644 $(PY_FILES) $(DESTDIR)$(PYTHONDIR)/vramplan
+
+print-prefix:
+	@echo $(PREFIX)
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/vramplan \

@@ -906,7 +906,11 @@ static void estimate_help(FILE *f)
           "Face\n"
           "config.json) as PyTorch 2.11 runs them on one GPU, through a model "
           "of its\n"
-          "CUDA caching allocator, and report the peak memory.\n"
+          "CUDA caching allocator, and report the peak memory. MODEL may also "
+          "be\n"
+          "the name of a shipped model (gpt2-small: models/gpt2-small.yaml in "
+          "the\n"
+          "search path of `man vramplan`).\n"
           "\n"
           "Options:\n", f);
     options_help(f, estimate_options, N_ESTIMATE_OPTIONS);
