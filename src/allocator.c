@@ -24,6 +24,7 @@
 #include "vramplan/allocator.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -921,6 +922,14 @@ static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
 
 /* ------------------------------------------------------------- public */
 
+/* Allocators made in this process: one per simulation (progress lines). */
+static _Atomic uint64_t created;
+
+uint64_t vp_allocator_created(void)
+{
+    return atomic_load(&created);
+}
+
 vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
 {
     vp_allocator_config c;
@@ -971,6 +980,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
         vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
         return NULL;
     }
+    atomic_fetch_add(&created, 1);
     return a;
 }
 

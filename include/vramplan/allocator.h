@@ -54,6 +54,10 @@ void vp_allocator_config_init(vp_allocator_config *cfg);
  * max_split_size under 20 MiB). Release with vp_allocator_free. */
 vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err);
 
+/* Allocators made so far in this process (one per simulation: searches
+ * show it as progress). Safe to read from a signal handler. */
+uint64_t vp_allocator_created(void);
+
 /* Release the model and everything in it. NULL is a no-op. */
 void vp_allocator_free(vp_allocator *a);
 

@@ -56,6 +56,14 @@ int cli_pictures_write(const cli_pictures *p, const char *model,
                        const char *failure);
 void cli_pictures_close(cli_pictures *p);
 
+/* ---- a progress line for long work (progress.c) ---- */
+
+/* From the first second on, a line on stderr with the simulations run and
+ * the seconds spent, when stderr is a terminal (nothing otherwise); stdout
+ * is held until cli_progress_end, which erases the line. */
+void cli_progress_begin(const char *command);
+void cli_progress_end(void);
+
 /* vramplan watch [--model MODEL [SETUP]] [OPTIONS] -- CMD ARGS...
  * (watch_cmd.c). */
 int cli_watch(int argc, char **argv);

@@ -46,7 +46,14 @@ typedef struct cargs {
     vp_export_format export_fmt;
     const char *output;
     uint32_t max_gpus;
+    /* --- ecosystem: safety margin and --days --- */
+    double margin;          /* share of each GPU's memory kept free     */
+    double days;            /* compare: 0, or the time to finish in     */
 } cargs;
+
+/* The default safety margin: the share of a GPU kept free, as probe's
+ * recommended batch keeps 5 % (vp_probe_config_init). */
+#define DEFAULT_MARGIN 0.05
 
 typedef struct opt {
     const char *name;
@@ -102,6 +109,12 @@ static const opt opts[] = {
     {"format", "FMT", C_COMPARE, "table (default), csv, json or md"},
     {"gpu-dir", "DIR", C_ALL,
      "directory searched first for GPU profile names"},
+    {"margin", "F", C_ALL,
+     "share of each GPU's memory kept free, as the single-GPU probe keeps "
+     "its 5 % (default 0.05; 0 fills the GPU; not applied to --memory)"},
+    {"days", "N", C_COMPARE,
+     "also find, per GPU, the fewest GPUs that train on --tokens within N "
+     "days (--gpus is then optional)"},
     {"help", NULL, C_ALL, "show this help"},
 };
 
@@ -240,6 +253,7 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
     a->per_node = 8;
     a->tokens = 1e12;
     a->max_gpus = DEFAULT_MAX_GPUS;
+    a->margin = DEFAULT_MARGIN;
     bool only_operands = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -404,6 +418,17 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
             a->export_set = true;
         } else if (strcmp(n, "gpu-dir") == 0) {
             cli_set_gpu_dir(val);
+        } else if (strcmp(n, "margin") == 0 || strcmp(n, "days") == 0) {
+            char *end;
+            errno = 0;
+            double d = strtod(val, &end);
+            bool m = n[0] == 'm';
+            if (end == val || *end || errno || !isfinite(d) ||
+                (m ? !(d >= 0.0 && d < 1.0) : !(d > 0.0 && d <= 36500.0)))
+                return bad_value(n, val,
+                                 m ? "a share from 0 to below 1, e.g. 0.05"
+                                   : "days above 0, e.g. 30");
+            *(m ? &a->margin : &a->days) = d;
         } else if (strcmp(n, "output") == 0) {
             if (!val[0])
                 return cli_usage_error("--output needs a FILE");
@@ -429,7 +454,7 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
                                cmd == C_PLAN      ? "plan"
                                : cmd == C_COMPARE ? "compare"
                                                   : "export");
-    if (!a->n_gpus)
+    if (!a->n_gpus && !(cmd == C_COMPARE && a->days > 0))
         return cli_usage_error("--gpus is required");
     if (!a->n_gpu)
         return cli_usage_error("--gpu is required");
@@ -592,6 +617,8 @@ static int cluster_for(const cargs *a, const char *gpu, uint32_t gpus,
     vp_cluster_init(c, &hw, gpus, a->per_node);
     if (a->memory)
         c->memory = a->memory;
+    else /* the safety margin */
+        c->memory -= (uint64_t)((double)c->memory * a->margin);
     if (a->host_mem)
         c->host_mem = a->host_mem;
     if (a->network)
@@ -706,6 +733,7 @@ static void print_plan_json(FILE *f, const cargs *a, const vp_cluster *c,
                ",\n \"gpus\": %u, \"gpu\": ",
             in->params, in->seq, c->gpus);
     json_str(f, c->hw.name);
+    fprintf(f, ", \"safety_margin\": %g", a->memory ? 0.0 : a->margin);
     fprintf(f, ", \"gpu_memory\": %" PRIu64 ", \"gpus_per_node\": %u, "
                "\"global_batch\": %" PRIu64 ",\n \"evaluated\": %" PRIu64
                ", \"pruned\": %" PRIu64 ", \"fitting\": %" PRIu64
@@ -823,10 +851,18 @@ static int run_plan(const cargs *a, unsigned cmd)
                 in.layers, in.seq);
         fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
                    "batch %" PRIu64 " sequences (%s tokens)\n",
-                c.gpus, c.hw.name, gib(c.memory), c.gpus_per_node,
+                c.gpus, c.hw.name, gib(c.hw.memory), c.gpus_per_node,
                 pl[0].global_batch,
                 si((double)pl[0].global_batch * (double)in.seq, b2,
                    sizeof b2));
+        /* --- ecosystem: the safety margin --- */
+        if (a->memory)
+            fprintf(o, "memory       %.2f GiB usable per GPU (--memory)\n",
+                    gib(c.memory));
+        else
+            fprintf(o, "memory       %.2f GiB usable per GPU: %.1f%% kept "
+                       "free as a safety margin (--margin %g)\n",
+                    gib(c.memory), 100.0 * a->margin, a->margin);
         fprintf(o, "search       %s configurations evaluated, %s pruned by "
                    "the model-state bound, %s fit; %u simulations\n",
                 commas(pl[0].evaluated, b3, sizeof b3),
@@ -932,6 +968,7 @@ typedef struct cell {
     const char *gpu;
     uint32_t gpus;
     bool found;
+    bool fewest; /* --days: the fewest GPUs that finish in time */
     vp_plan_entry e;
     double hours, gpu_hours;
 } cell;
@@ -953,6 +990,145 @@ static void plan_short(char *buf, size_t n, const vp_par *p)
                  vp_offload_name(p->offload));
 }
 
+/* One row of the compare table (table, md or csv). */
+static void compare_row(const cell *x, out_format fmt, bool days)
+{
+    char b1[32], b3[32], desc[160];
+    const char *tail = days ? (x->fewest ? ",true" : ",false") : "";
+    if (!x->found) {
+        if (fmt == FMT_CSV)
+            printf("%s,%u,false,,,,,,,%s\n", x->gpu, x->gpus, tail);
+        else if (fmt == FMT_MD)
+            printf("| %s | %u | - | - | - | - | - | does not fit |\n", x->gpu,
+                   x->gpus);
+        else
+            printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu, x->gpus,
+                   "-", "-", "-", "-", "-", "does not fit");
+        return;
+    }
+    plan_short(desc, sizeof desc, &x->e.par);
+    if (fmt == FMT_CSV) {
+        printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s%s\n",
+               x->gpu, x->gpus, x->e.mem.total, x->e.time.tokens_per_s,
+               x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours, desc,
+               tail);
+        return;
+    }
+    duration(x->hours * 3600, b3, sizeof b3);
+    commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
+    if (fmt == FMT_MD)
+        printf("| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n", x->gpu,
+               x->gpus, gib(x->e.mem.total), b1, 100 * x->e.time.mfu, b3,
+               x->gpu_hours, desc);
+    else
+        printf("%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n", x->gpu,
+               x->gpus, gib(x->e.mem.total), b1, 100 * x->e.time.mfu, b3,
+               x->gpu_hours, desc);
+}
+
+static void compare_json(const cargs *a, const vp_cluster_model_info *in,
+                         uint64_t gb, const cell *cells, size_t nc,
+                         const cell *few, size_t nf)
+{
+    printf("{\"model\": ");
+    json_str(stdout, a->model);
+    printf(", \"params\": %" PRIu64 ", \"seq\": %" PRIu64
+           ", \"global_batch\": %" PRIu64 ", \"tokens\": %.6g, "
+           "\"safety_margin\": %g,\n \"cells\": [",
+           in->params, in->seq, gb, a->tokens, a->memory ? 0.0 : a->margin);
+    for (size_t i = 0; i < nc + nf; i++) {
+        const cell *x = i < nc ? &cells[i] : &few[i - nc];
+        if (i == nc)
+            printf("],\n \"days\": %g, \"fewest_for_days\": [", a->days);
+        printf("%s\n  {\"gpu\": ", i && i != nc ? "," : "");
+        json_str(stdout, x->gpu);
+        printf(", \"gpus\": %u, \"fits\": %s", x->gpus,
+               x->found ? "true" : "false");
+        if (x->found) {
+            printf(", \"hours\": %.6g, \"gpu_hours\": %.6g, \"plan\": ",
+                   x->hours, x->gpu_hours);
+            json_entry(stdout, &x->e);
+        }
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static void compare_table(const cargs *a, const vp_cluster_model_info *in,
+                          uint64_t gb, const cell *cells, size_t nc,
+                          const cell *few, size_t nf)
+{
+    char b1[32], b2[32];
+    bool md = a->format == FMT_MD;
+    printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %" PRIu64
+           " sequences, %s tokens\n",
+           md ? "**" : "", in->name, md ? "**" : "",
+           si((double)in->params, b1, sizeof b1), in->seq, gb,
+           si(a->tokens, b2, sizeof b2));
+    if (a->memory)
+        printf("GPU memory: --memory %.2f GiB per GPU\n\n", gib(a->memory));
+    else
+        printf("GPU memory: %.1f%% of each GPU kept free as a safety margin "
+               "(--margin %g)\n\n",
+               100.0 * a->margin, a->margin);
+    for (int part = 0; part < 2; part++) {
+        size_t n = part ? nf : nc;
+        if (n == 0)
+            continue;
+        if (part)
+            printf("%sFewest GPUs to train on %s tokens within %g days:\n\n",
+                   nc ? "\n" : "", si(a->tokens, b2, sizeof b2), a->days);
+        if (md)
+            printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | "
+                   "GPU-hours | plan |\n|---|---:|---:|---:|---:|---:|---:|"
+                   "---|\n");
+        else
+            printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
+                   "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours",
+                   "plan");
+        for (size_t i = 0; i < n; i++) {
+            const cell *x = part ? &few[i] : &cells[i];
+            if (part && !x->found)
+                printf("%-12s none up to %u GPUs finishes in time\n", x->gpu,
+                       a->max_gpus);
+            else
+                compare_row(x, a->format, false);
+        }
+    }
+}
+
+/* The best plan of one cell, or with --days the fewest GPUs (x->gpus 0:
+ * nothing finishes). Returns 0, or an exit code. */
+static int compare_cell(const cargs *a, vp_cluster_model *cm, cell *x,
+                        vp_cluster_plan *pl, bool fewest, uint64_t *gb)
+{
+    vp_cluster c;
+    int rc = cluster_for(a, x->gpu, fewest ? 1 : x->gpus, &c);
+    if (rc != 0)
+        return rc;
+    vp_error err;
+    vp_status st;
+    if (fewest)
+        st = vp_cluster_gpus_for_time(cm, &c, &a->o, a->tokens,
+                                      a->days * 86400.0, a->max_gpus,
+                                      &x->gpus, pl, &err);
+    else
+        st = vp_cluster_search(cm, &c, &a->o, pl, &err);
+    if (st == VP_EARG && !fewest)
+        return 0; /* no layout at this size: reported as such */
+    if (st != VP_OK)
+        return model_error(&err);
+    x->fewest = fewest;
+    x->found = pl->found && (!fewest || x->gpus);
+    if (x->found) {
+        *gb = pl->global_batch;
+        x->e = pl->best;
+        x->hours = a->tokens / pl->best.time.tokens_per_s / 3600.0;
+        x->gpu_hours = x->hours * x->gpus;
+    }
+    return 0;
+}
+
 int cli_compare(int argc, char **argv)
 {
     cargs a;
@@ -966,8 +1142,8 @@ int cli_compare(int argc, char **argv)
         return rc;
     vp_cluster_model_info in;
     vp_cluster_model_info_get(cm, &in);
-    size_t nc = a.n_gpu * a.n_gpus;
-    cell *cells = calloc(nc, sizeof *cells);
+    size_t nc = a.n_gpu * a.n_gpus, nf = a.days > 0 ? a.n_gpu : 0;
+    cell *cells = calloc(nc + nf + 1, sizeof *cells);
     vp_cluster_plan *pl = malloc(sizeof *pl);
     if (!cells || !pl) {
         fprintf(stderr, "vramplan: error: out of memory\n");
@@ -976,109 +1152,26 @@ int cli_compare(int argc, char **argv)
     }
     a.o.top = 0;
     uint64_t gb = 0;
-    for (size_t g = 0; g < a.n_gpu; g++)
-        for (size_t k = 0; k < a.n_gpus; k++) {
-            cell *x = &cells[g * a.n_gpus + k];
-            x->gpu = a.gpu_names[g];
-            x->gpus = a.gpus[k];
-            vp_cluster c;
-            rc = cluster_for(&a, x->gpu, x->gpus, &c);
-            if (rc != 0)
-                goto done;
-            vp_error err;
-            vp_status st = vp_cluster_search(cm, &c, &a.o, pl, &err);
-            if (st == VP_EARG) {
-                continue; /* no layout at this size: reported as such */
-            } else if (st != VP_OK) {
-                rc = model_error(&err);
-                goto done;
-            }
-            gb = pl->global_batch;
-            x->found = pl->found;
-            if (pl->found) {
-                x->e = pl->best;
-                x->hours = a.tokens / pl->best.time.tokens_per_s / 3600.0;
-                x->gpu_hours = x->hours * x->gpus;
-            }
-        }
-    char b1[32], b2[32], b3[32], desc[160];
+    for (size_t i = 0; i < nc + nf; i++) {
+        cell *x = &cells[i];
+        x->gpu = a.gpu_names[i < nc ? i / a.n_gpus : i - nc];
+        x->gpus = i < nc ? a.gpus[i % a.n_gpus] : 0;
+        if ((rc = compare_cell(&a, cm, x, pl, i >= nc, &gb)) != 0)
+            goto done;
+    }
     if (a.format == FMT_JSON) {
-        printf("{\"model\": ");
-        json_str(stdout, a.model);
-        printf(", \"params\": %" PRIu64 ", \"seq\": %" PRIu64
-               ", \"global_batch\": %" PRIu64 ", \"tokens\": %.6g,\n "
-               "\"cells\": [",
-               in.params, in.seq, gb, a.tokens);
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            printf("%s\n  {\"gpu\": ", i ? "," : "");
-            json_str(stdout, x->gpu);
-            printf(", \"gpus\": %u, \"fits\": %s", x->gpus,
-                   x->found ? "true" : "false");
-            if (x->found) {
-                printf(", \"hours\": %.6g, \"gpu_hours\": %.6g, \"plan\": ",
-                       x->hours, x->gpu_hours);
-                json_entry(stdout, &x->e);
-            }
-            printf("}");
-        }
-        printf("]}\n");
+        compare_json(&a, &in, gb, cells, nc, cells + nc, nf);
     } else if (a.format == FMT_CSV) {
         printf("gpu,gpus,fits,memory_per_gpu,tokens_per_s,mfu,step_s,hours,"
-               "gpu_hours,plan\n");
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            if (!x->found) {
-                printf("%s,%u,false,,,,,,,\n", x->gpu, x->gpus);
-                continue;
-            }
-            plan_short(desc, sizeof desc, &x->e.par);
-            printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s\n",
-                   x->gpu, x->gpus, x->e.mem.total, x->e.time.tokens_per_s,
-                   x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours,
-                   desc);
-        }
+               "gpu_hours,plan%s\n",
+               nf ? ",fewest_for_days" : "");
+        for (size_t i = 0; i < nc + nf; i++)
+            compare_row(&cells[i], FMT_CSV, nf > 0);
     } else {
-        bool md = a.format == FMT_MD;
-        printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %"
-               PRIu64 " sequences, %s tokens\n\n",
-               md ? "**" : "", in.name, md ? "**" : "",
-               si((double)in.params, b1, sizeof b1), in.seq, gb,
-               si(a.tokens, b2, sizeof b2));
-        if (md)
-            printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | "
-                   "GPU-hours | plan |\n|---|---:|---:|---:|---:|---:|---:|"
-                   "---|\n");
-        else
-            printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
-                   "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours",
-                   "plan");
-        for (size_t i = 0; i < nc; i++) {
-            const cell *x = &cells[i];
-            if (!x->found) {
-                if (md)
-                    printf("| %s | %u | - | - | - | - | - | does not fit |\n",
-                           x->gpu, x->gpus);
-                else
-                    printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu,
-                           x->gpus, "-", "-", "-", "-", "-", "does not fit");
-                continue;
-            }
-            plan_short(desc, sizeof desc, &x->e.par);
-            duration(x->hours * 3600, b3, sizeof b3);
-            commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
-            if (md)
-                printf("| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n",
-                       x->gpu, x->gpus, gib(x->e.mem.total), b1,
-                       100 * x->e.time.mfu, b3, x->gpu_hours, desc);
-            else
-                printf("%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n",
-                       x->gpu, x->gpus, gib(x->e.mem.total), b1,
-                       100 * x->e.time.mfu, b3, x->gpu_hours, desc);
-        }
+        compare_table(&a, &in, gb, cells, nc, cells + nc, nf);
     }
     rc = EXIT_NOFIT; /* 0 when some cell has a plan */
-    for (size_t i = 0; i < nc; i++)
+    for (size_t i = 0; i < nc + nf; i++)
         if (cells[i].found)
             rc = EXIT_OK;
 done:

@@ -1745,7 +1745,9 @@ static int cmd_techniques(int argc, char **argv)
         }
     }
     vp_model_free(model);
-    return CLI_OK;
+    /* the table is printed either way; the status says whether the
+     * setup as given (the baseline row) fits */
+    return n && !out[0].fits ? CLI_NOFIT : CLI_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1843,7 +1845,12 @@ int main(int argc, char **argv)
     } else {
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
             if (strcmp(commands[i].name, name) == 0) {
+                /* probe and watch print their own running lines */
+                bool quiet = !strcmp(name, "probe") || !strcmp(name, "watch");
+                if (!quiet)
+                    cli_progress_begin(name);
                 rc = commands[i].run(argc - 1, argv + 1);
+                cli_progress_end();
                 break;
             }
         if (rc < 0)
