@@ -164,8 +164,9 @@ $(FAKE_NVML): tests/fake_nvml.c
 	$(QUIET_LINK)$(CC) -std=c11 -Wall -Wextra -fPIC -shared $(CFLAGS) \
 	    $(LDFLAGS) -o $@ $<
 
+# --as-needed: the program uses no jansson (only the JSON API does)
 $(BIN): $(CLI_OBJS) $(LIB)
-	$(QUIET_LINK)$(CC) $(VP_LDFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	$(QUIET_LINK)$(CC) $(VP_LDFLAGS) -Wl,--as-needed $(CFLAGS) $(LDFLAGS) -o $@ \
 	    $(CLI_OBJS) $(LIB) $(VP_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
@@ -227,7 +228,7 @@ TEST_VARS = VRAMPLAN_BIN=./$(BIN) VRAMPLAN_LIB=$(CURDIR)/$(SHLIB) \
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) $(FAKE_NVML)
-	@passed=0; failed=0; \
+	+@passed=0; failed=0; \
 	for t in $(TEST_BINS) $(TEST_SCRIPTS); do \
 	    printf '    %-4s %s\n' TEST "$$t"; \
 	    out=$$($(TEST_VARS) $(TEST_ENV) ./$$t 2>&1); rc=$$?; \

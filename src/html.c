@@ -214,7 +214,8 @@ static void phase_bands(FILE *f, const vp_html *h)
     }
 }
 
-static void axes(FILE *f, uint64_t top, size_t n)
+/* The horizontal grid lines with their byte labels. */
+static void y_grid(FILE *f, uint64_t top)
 {
     char buf[32];
     uint64_t step = tick_step(top);
@@ -228,6 +229,11 @@ static void axes(FILE *f, uint64_t top, size_t n)
         if (v > UINT64_MAX - step)
             break;
     }
+}
+
+static void axes(FILE *f, uint64_t top, size_t n)
+{
+    y_grid(f, top);
     fprintf(f,
             "<text x=\"%d\" y=\"%d\" class=\"xl\">event (allocation or "
             "free) 1 to %zu</text>\n",
@@ -487,17 +493,7 @@ static void watch_chart(FILE *f, const vp_watch_result *r,
                         const vp_watch_config *cfg, uint64_t top)
 {
     double tmax = r->seconds > 0 ? r->seconds : 1.0;
-    char b[32];
-    for (uint64_t v = 0, step = tick_step(top); v <= top; v += step) {
-        double y = ypos(v, top);
-        fprintf(f,
-                "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" "
-                "class=\"grid\"/><text x=\"%d\" y=\"%.1f\" "
-                "class=\"yl\">%s</text>\n",
-                L, W - R, y, y, L - 6, y + 4, size_str(v, b, sizeof b));
-        if (v > UINT64_MAX - step)
-            break;
-    }
+    y_grid(f, top);
     fprintf(f,
             "<text x=\"%d\" y=\"%d\" class=\"xl\">seconds since the job "
             "started (0 to %.1f)</text>\n",

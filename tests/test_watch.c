@@ -86,16 +86,37 @@ static void record(const vp_watch_event *ev, void *ud)
     }
 }
 
+/* A watched job: the fake NVML, the settings, what was seen. */
+typedef struct job {
+    vp_nvml *n;
+    vp_watch_config c;
+    log_t l;
+    vp_watch_result r;
+} job;
+
+/* devices fake GPUs and a budget (0: none). */
+static void job_begin(job *j, int devices, uint64_t budget)
+{
+    memset(j, 0, sizeof *j);
+    j->n = open_fake(devices);
+    vp_watch_config_init(&j->c);
+    j->c.budget = budget;
+}
+
 /* Run a shell script as the job. */
-static vp_status run_sh(const char *script, vp_watch_config *c, vp_nvml *n,
-                        log_t *l, vp_watch_result *r)
+static void job_run(job *j, const char *script)
 {
     char *argv[] = {"sh", "-c", (char *)script, NULL};
     vp_error err;
-    memset(l, 0, sizeof *l);
-    vp_status st = vp_watch_run(argv, c, n, record, l, r, &err);
+    vp_status st = vp_watch_run(argv, &j->c, j->n, record, &j->l, &j->r, &err);
     cr_assert_eq(st, VP_OK, "%s", err.msg);
-    return st;
+}
+
+static void job_end(job *j)
+{
+    vp_watch_result_destroy(&j->r);
+    vp_nvml_close(j->n);
+    unlink(used_file);
 }
 
 /* A script line that sets the fake GPU's used bytes (1 GiB + n GiB). */
@@ -161,142 +182,112 @@ Test(watch, nvml_memory_and_names_per_gpu)
 
 Test(watch, stops_the_job_at_the_kill_threshold, .timeout = 20)
 {
-    vp_nvml *n = open_fake(1);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
-    c.budget = 10 * GiB;
-    c.kill_ppm = 950000; /* 9.5 GiB */
-    log_t l;
-    vp_watch_result r;
-    run_sh(USE(4) "sleep 0.3; " USE(8) "sleep 0.3; " USE(10) "sleep 30",
-           &c, n, &l, &r);
-    cr_assert(r.killed);
-    cr_assert_eq(r.term_signal, SIGTERM);
-    cr_assert_lt(r.seconds, 5.0, "stopped at once, not after the sleep");
-    cr_assert_eq(r.gpu[0].peak, 10 * GiB, "the job's bytes: less the 1 GiB "
-                                         "in use before");
-    cr_assert_eq(r.gpu[0].before, GiB);
-    cr_assert_eq(l.alerts, 1, "8 GiB is under 90 %%, 10 GiB over");
-    cr_assert_eq(l.kills, 1);
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
-    unlink(used_file);
+    job j;
+    job_begin(&j, 1, 10 * GiB);
+    j.c.kill_ppm = 950000; /* 9.5 GiB */
+    job_run(&j, USE(4) "sleep 0.3; " USE(8) "sleep 0.3; " USE(10) "sleep 30");
+    cr_assert(j.r.killed);
+    cr_assert_eq(j.r.term_signal, SIGTERM);
+    cr_assert_lt(j.r.seconds, 5.0, "stopped at once, not after the sleep");
+    cr_assert_eq(j.r.gpu[0].peak, 10 * GiB, "the job's bytes: less the 1 GiB "
+                                           "in use before");
+    cr_assert_eq(j.r.gpu[0].before, GiB);
+    cr_assert_eq(j.l.alerts, 1, "8 GiB is under 90 %%, 10 GiB over");
+    cr_assert_eq(j.l.kills, 1);
+    job_end(&j);
 }
 
 Test(watch, alert_clears_and_exit_status_passes_through, .timeout = 20)
 {
-    vp_nvml *n = open_fake(1);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
-    c.budget = 10 * GiB;
-    log_t l;
-    vp_watch_result r;
-    run_sh(USE(9) "sleep 0.3; " USE(2) "sleep 0.3; exit 3", &c, n, &l, &r);
-    cr_assert_not(r.killed);
-    cr_assert_eq(r.exit_code, 3);
-    cr_assert_eq(l.alerts, 1);
-    cr_assert_eq(l.clears, 1);
-    cr_assert_eq(r.gpu[0].alerts, 1);
-    cr_assert_gt(r.samples / r.seconds, 20.0, "at least 20 Hz");
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
-    unlink(used_file);
+    job j;
+    job_begin(&j, 1, 10 * GiB);
+    job_run(&j, USE(9) "sleep 0.3; " USE(2) "sleep 0.3; exit 3");
+    cr_assert_not(j.r.killed);
+    cr_assert_eq(j.r.exit_code, 3);
+    cr_assert_eq(j.l.alerts, 1);
+    cr_assert_eq(j.l.clears, 1);
+    cr_assert_eq(j.r.gpu[0].alerts, 1);
+    cr_assert_gt(j.r.samples / j.r.seconds, 20.0, "at least 20 Hz");
+    job_end(&j);
 }
 
 Test(watch, steps_come_from_the_output_and_meet_the_plan, .timeout = 20)
 {
-    vp_nvml *n = open_fake(1);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
-    c.budget = 10 * GiB;
-    c.predicted[0] = 4 * GiB;
-    c.predicted[1] = 8 * GiB;
-    c.n_predicted = 2;
-    log_t l;
-    vp_watch_result r;
-    run_sh("echo 'epoch 0 Step: 1 loss 3.2'; " USE(4) "sleep 0.3; "
-           "echo 'step=2'; sleep 0.1; " USE(9) "sleep 0.3",
-           &c, n, &l, &r);
-    cr_assert_eq(r.last_step, 2);
-    cr_assert_eq(l.alert_step, 2);
-    cr_assert_eq(l.alert_used, 9 * GiB);
-    cr_assert_eq(l.alert_predicted, 8 * GiB, "the plan at step 2");
-    cr_assert_eq(r.gpu[0].peak_step, 2);
-    cr_assert_gt(l.out_bytes, 20, "the output passed through");
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
-    unlink(used_file);
+    job j;
+    job_begin(&j, 1, 10 * GiB);
+    j.c.predicted[0] = 4 * GiB;
+    j.c.predicted[1] = 8 * GiB;
+    j.c.n_predicted = 2;
+    job_run(&j, "echo 'epoch 0 Step: 1 loss 3.2'; " USE(4) "sleep 0.3; "
+                "echo 'step=2'; sleep 0.1; " USE(9) "sleep 0.3");
+    cr_assert_eq(j.r.last_step, 2);
+    cr_assert_eq(j.l.alert_step, 2);
+    cr_assert_eq(j.l.alert_used, 9 * GiB);
+    cr_assert_eq(j.l.alert_predicted, 8 * GiB, "the plan at step 2");
+    cr_assert_eq(j.r.gpu[0].peak_step, 2);
+    cr_assert_gt(j.l.out_bytes, 20, "the output passed through");
+    job_end(&j);
 }
 
 Test(watch, a_command_that_cannot_start)
 {
-    vp_nvml *n = open_fake(1);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
+    job j;
+    job_begin(&j, 1, 0);
     char *argv[] = {"/nonexistent/train", NULL};
-    vp_watch_result r;
     vp_error err;
-    cr_assert_eq(vp_watch_run(argv, &c, n, NULL, NULL, &r, &err), VP_OK);
-    cr_assert(r.exec_failed);
-    cr_assert_eq(r.exec_errno, ENOENT);
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
+    cr_assert_eq(vp_watch_run(argv, &j.c, j.n, NULL, NULL, &j.r, &err),
+                 VP_OK);
+    cr_assert(j.r.exec_failed);
+    cr_assert_eq(j.r.exec_errno, ENOENT);
+    job_end(&j);
 }
 
 Test(watch, cancel_stops_the_job, .timeout = 20)
 {
-    vp_nvml *n = open_fake(1);
     static volatile sig_atomic_t cancel = 1;
-    vp_watch_config c;
-    vp_watch_config_init(&c);
-    c.cancel = &cancel;
-    log_t l;
-    vp_watch_result r;
-    run_sh("sleep 30", &c, n, &l, &r);
-    cr_assert(r.cancelled);
-    cr_assert_lt(r.seconds, 5.0);
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
+    job j;
+    job_begin(&j, 1, 0);
+    j.c.cancel = &cancel;
+    job_run(&j, "sleep 30");
+    cr_assert(j.r.cancelled);
+    cr_assert_lt(j.r.seconds, 5.0);
+    job_end(&j);
 }
 
 Test(watch, bad_settings_are_refused)
 {
-    vp_nvml *n = open_fake(1);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
+    job j;
+    job_begin(&j, 1, 0);
     char *argv[] = {"true", NULL};
-    vp_watch_result r;
     vp_error err;
-    c.interval_s = 0;
-    cr_assert_eq(vp_watch_run(argv, &c, n, NULL, NULL, &r, &err), VP_EARG);
-    vp_watch_config_init(&c);
-    c.step_pattern = "(";
-    cr_assert_eq(vp_watch_run(argv, &c, n, NULL, NULL, &r, &err), VP_EARG);
-    vp_watch_config_init(&c);
-    c.gpus[0] = 5;
-    c.n_gpus = 1;
-    cr_assert_eq(vp_watch_run(argv, &c, n, NULL, NULL, &r, &err), VP_EARG);
-    vp_nvml_close(n);
+    j.c.interval_s = 0;
+    cr_assert_eq(vp_watch_run(argv, &j.c, j.n, NULL, NULL, &j.r, &err),
+                 VP_EARG);
+    vp_watch_config_init(&j.c);
+    j.c.step_pattern = "(";
+    cr_assert_eq(vp_watch_run(argv, &j.c, j.n, NULL, NULL, &j.r, &err),
+                 VP_EARG);
+    vp_watch_config_init(&j.c);
+    j.c.gpus[0] = 5;
+    j.c.n_gpus = 1;
+    cr_assert_eq(vp_watch_run(argv, &j.c, j.n, NULL, NULL, &j.r, &err),
+                 VP_EARG);
+    job_end(&j);
 }
 
 Test(watch, csv_and_html_of_the_samples, .timeout = 20)
 {
-    vp_nvml *n = open_fake(2);
-    vp_watch_config c;
-    vp_watch_config_init(&c);
-    c.budget = 10 * GiB;
-    c.predicted[0] = 3 * GiB;
-    c.n_predicted = 1;
-    log_t l;
-    vp_watch_result r;
-    run_sh("echo step 1; echo '3221225472 2147483648' > "
-           "$FAKE_NVML_USED_FILE; sleep 0.2",
-           &c, n, &l, &r);
+    job j;
+    job_begin(&j, 2, 10 * GiB);
+    j.c.predicted[0] = 3 * GiB;
+    j.c.n_predicted = 1;
+    job_run(&j, "echo step 1; echo '3221225472 2147483648' > "
+                "$FAKE_NVML_USED_FILE; sleep 0.2");
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     vp_error err;
-    cr_assert_eq(vp_watch_write_csv(&r, &c, f, &err), VP_OK);
+    cr_assert_eq(vp_watch_write_csv(&j.r, &j.c, f, &err), VP_OK);
     fclose(f);
     cr_assert(strncmp(buf, "t_s,gpu,step,used,predicted,budget\n", 35) == 0);
     cr_assert(strstr(buf, ",0,1,2147483648,3221225472,10737418240\n"),
@@ -305,7 +296,7 @@ Test(watch, csv_and_html_of_the_samples, .timeout = 20)
               "GPU 1: 1 GiB:\n%s", buf);
     free(buf);
     f = open_memstream(&buf, &len);
-    cr_assert_eq(vp_watch_write_html(&r, &c, "gpt2 <small>", f, &err),
+    cr_assert_eq(vp_watch_write_html(&j.r, &j.c, "gpt2 <small>", f, &err),
                  VP_OK);
     fclose(f);
     cr_assert(strstr(buf, "<svg") && strstr(buf, "GPU 1 measured"));
@@ -314,9 +305,7 @@ Test(watch, csv_and_html_of_the_samples, .timeout = 20)
                   !strstr(buf, "href="),
               "self-contained: nothing to fetch");
     free(buf);
-    vp_watch_result_destroy(&r);
-    vp_nvml_close(n);
-    unlink(used_file);
+    job_end(&j);
 }
 
 /* ---- the command ------------------------------------------------------ */
