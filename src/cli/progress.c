@@ -2,10 +2,13 @@
  * "vramplan plan: 120 simulations, 7 s", rewritten once a second from a
  * SIGALRM handler (write(2) only, async-signal-safe) and erased at the
  * end. Shown only when stderr is a terminal; stdout is then fully
- * buffered until the end, so the report is not cut by the line. */
+ * buffered until the end, so the report is not cut by the line.
+ * VRAMPLAN_PROGRESS_MS sets the period in milliseconds (default 1000; 0
+ * turns the line off). */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -14,7 +17,8 @@
 
 static char label[48];
 static size_t label_len;
-static volatile sig_atomic_t seconds, shown, active;
+static volatile sig_atomic_t ticks, shown, active;
+static long period_ms = 1000;
 static char out_buf[1 << 16];
 
 /* Decimal digits of v into p; returns the count. */
@@ -35,7 +39,7 @@ static void tick(int sig)
     (void)sig;
     char line[160];
     size_t n = 0;
-    seconds++;
+    ticks++;
     memcpy(line, "\r\033[K", 4);
     n += 4;
     memcpy(line + n, label, label_len);
@@ -43,7 +47,7 @@ static void tick(int sig)
     n += digits(line + n, vp_allocator_created());
     memcpy(line + n, " simulations, ", 14);
     n += 14;
-    n += digits(line + n, (uint64_t)seconds);
+    n += digits(line + n, (uint64_t)ticks * (uint64_t)period_ms / 1000);
     memcpy(line + n, " s", 2);
     n += 2;
     if (write(STDERR_FILENO, line, n) == (ssize_t)n)
@@ -52,7 +56,14 @@ static void tick(int sig)
 
 void cli_progress_begin(const char *command)
 {
-    if (!isatty(STDERR_FILENO))
+    const char *env = getenv("VRAMPLAN_PROGRESS_MS");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 3600000)
+            period_ms = v;
+    }
+    if (period_ms == 0 || !isatty(STDERR_FILENO))
         return;
     int n = snprintf(label, sizeof label, "vramplan %s: ", command);
     label_len = n > 0 && (size_t)n < sizeof label ? (size_t)n : 0;
@@ -62,7 +73,8 @@ void cli_progress_begin(const char *command)
     sa.sa_handler = tick;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{1, 0}, {1, 0}};
+    struct timeval tv = {period_ms / 1000, (period_ms % 1000) * 1000};
+    struct itimerval it = {tv, tv};
     setitimer(ITIMER_REAL, &it, NULL);
     active = 1;
 }
