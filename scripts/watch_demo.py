@@ -16,15 +16,17 @@ Alone it runs out of memory:
 
 Under watch, with the plan of the same job, it is stopped before that:
 
-    ./vramplan watch --model gpt2-small --batch 4 --seq 512 \
-        --precision amp-bf16 --budget 24GiB --kill-at 95% \
-        --csv OUT/watch.csv --html OUT/watch.html -- \
+    ./vramplan watch --model gpt2-small --batch 2 --seq 512 \
+        --precision amp-bf16 --budget 24GiB --alert 80% --kill-at 90% \
+        --interval 0.01 --csv OUT/watch.csv --html OUT/watch.html -- \
         python3 scripts/watch_demo.py --budget-gib 24
 
-(watch's budget is the device memory, as nvidia-smi shows it; the
+watch's budget is the device memory, as nvidia-smi shows it; the
 allocator's cap here is the same number of bytes for its reserved memory,
-so the job's device memory reaches the budget only after the CUDA context
-is added: 95 % of it comes well before the OOM.)"""
+so the job runs out of memory only past the budget plus its CUDA context.
+Each leaked step adds about 1 GiB (batch 2, seq 512) in a few milliseconds,
+so --kill-at 90 % leaves about three steps of room: the job is stopped at
+the step that crosses 90 %, in its pause between steps."""
 import argparse
 import os
 import sys
@@ -42,7 +44,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget-gib", type=float, required=True)
     p.add_argument("--model", default="gpt2-small")
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--good", type=int, default=4,
                    help="steps before the leak starts (default 4)")
