@@ -253,24 +253,27 @@ Test(compare_days, fewest_gpus_is_the_smallest_that_finishes)
 
 Test(progress, line_on_a_terminal_only, .timeout = 60)
 {
-    /* script(1) gives the command a terminal; a line every 20 ms */
-    const char *cmd =
-        "VRAMPLAN_PROGRESS_MS=20 script -qec './vramplan plan "
-        "models/gpt2-small.yaml --gpu rtx4090 --global-batch 32 >/dev/null' "
-        "/dev/null";
+    /* script(1) gives the command a terminal; a line every 2 ms */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "VRAMPLAN_PROGRESS_MS=2 script -qec '%s techniques "
+             "models/mlp10.yaml --budget 4GiB >/dev/null' /dev/null",
+             cli_bin());
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     char buf[8192];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     buf[n] = '\0';
     cr_assert_eq(pclose(f), 0);
-    cr_assert(strstr(buf, "vramplan plan: ") && strstr(buf, " simulations, "),
+    cr_assert(strstr(buf, "vramplan techniques: ") &&
+                  strstr(buf, " simulations, "),
               "no progress line: %s", buf);
     cr_assert(strstr(buf, "\r\033[K"), "the line is erased");
     /* not a terminal: nothing */
     cli_run r;
-    cli_exec((const char *const[]){"plan", "models/gpt2-small.yaml", "--gpu",
-                                   "rtx4090", "--global-batch", "32", NULL},
+    setenv("VRAMPLAN_PROGRESS_MS", "2", 1);
+    cli_exec((const char *const[]){"techniques", "models/mlp10.yaml",
+                                   "--budget", "4GiB", NULL},
              &r);
     cr_assert_str_eq(r.err, "");
     cli_run_free(&r);
