@@ -86,7 +86,7 @@ void cli_progress_end(void)
     struct itimerval off;
     memset(&off, 0, sizeof off);
     setitimer(ITIMER_REAL, &off, NULL);
-    signal(SIGALRM, SIG_DFL);
+    signal(SIGALRM, SIG_IGN); /* a tick still on its way must not kill */
     active = 0;
     if (shown && write(STDERR_FILENO, "\r\033[K", 4) < 0)
         shown = 0; /* nothing more to do about a failed erase */
