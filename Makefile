@@ -6,21 +6,35 @@
 #   make test SANITIZE=address,undefined
 #                         the same, built with sanitizers under build/san-*
 #   make deps             check (and as root, install) the Debian packages
-#   make install          PREFIX=/usr/local, DESTDIR for staging
+#   make install          PREFIX=/usr/local, DESTDIR for staging: the
+#                         program, libvramplan.a and libvramplan.so, the
+#                         headers, vramplan.pc, the man page, the GPU
+#                         profiles and models (share/vramplan) and the
+#                         Python package (lib/vramplan/python)
 #   make calibrate        the CUDA calibration programs, when nvcc is found
 #   make accuracy         compare with the measured ground truth
 #   make clean
 #
 # Variables: CC, CFLAGS (default -O2 -g), LDFLAGS, PREFIX, DESTDIR,
-# PKG_CONFIG, NVCC, SANITIZE (comma list of address, undefined, leak,
-# thread; SANITIZER is accepted too), V=1 for the full commands.
+# BINDIR, LIBDIR, INCLUDEDIR, DATADIR, MANDIR, PKGCONFIGDIR, PYTHONDIR,
+# PKG_CONFIG, NVCC, PYTHON (default python3), SANITIZE (comma list of
+# address, undefined, leak, thread; SANITIZER is accepted too), V=1 for
+# the full commands.
 
 CC ?= cc
 AR ?= ar
 CFLAGS ?= -O2 -g
 LDFLAGS ?=
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+PYTHONDIR ?= $(LIBDIR)/vramplan/python
 PKG_CONFIG ?= pkg-config
+PYTHON ?= python3
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 include replay/replay.mk
 NVCCFLAGS ?= -O2
@@ -30,6 +44,14 @@ SANITIZE ?= $(SANITIZER)
 # (empty module: the package provides the pkg-config program itself).
 DEB_PACKAGES := pkg-config: libyaml-dev:yaml-0.1 libgsl-dev:gsl \
                 libjansson-dev:jansson libcriterion-dev:criterion
+# Programs the tests run, as package:program: the Python package's tests
+# and the install test (man shows the installed page).
+DEB_TOOLS := python3:python3 man-db:man
+
+# The library's version (vramplan.h) and the shared library's names.
+VERSION := $(shell sed -n 's/^\#define VRAMPLAN_VERSION "\(.*\)"/\1/p' \
+                   include/vramplan/vramplan.h)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 
 comma := ,
 SANITIZERS := address undefined leak thread
@@ -67,7 +89,17 @@ CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || \
 VP_CFLAGS = -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
             -Iinclude $(PKG_CFLAGS) $(SAN_FLAGS)
 VP_LDFLAGS = $(SAN_FLAGS)
-VP_LIBS = $(PKG_LIBS) -lm
+VP_LIBS = $(PKG_LIBS) -lm -ldl
+
+# The shared library: libvramplan.so.VERSION with the soname
+# libvramplan.so.SOVERSION, exporting the public vp_ names only
+# (src/libvramplan.map); links to it sit beside it.
+SHLIB_REAL := libvramplan.so.$(VERSION)
+SHLIB_SONAME := libvramplan.so.$(SOVERSION)
+SHLIB := $(BUILD)/$(SHLIB_REAL)
+# Test fixtures: a fake NVML for the watch tests (never sanitized: it is
+# loaded into the program under test like the real one).
+FAKE_NVML := $(BUILD)/tests/libfake_nvml.so
 
 LIB_SRCS := $(wildcard src/*.c)
 CLI_SRCS := $(wildcard src/cli/*.c)
@@ -89,9 +121,10 @@ endif
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
-.PHONY: all deps run test check clean install uninstall calibrate accuracy
+.PHONY: all deps run test check clean install uninstall calibrate accuracy \
+        print-prefix
 
-all: $(LIB) $(BIN)
+all: $(LIB) $(BIN) $(SHLIB)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -99,14 +132,41 @@ $(BUILD)/%.o: %.c
 	    -c $< -o $@
 
 $(TEST_OBJS): EXTRA_CFLAGS = $(CRITERION_CFLAGS)
+# Library objects go into the shared library too.
+$(LIB_OBJS): EXTRA_CFLAGS = -fPIC
+
+# The search path's directories (src/resource.c): the data directory of
+# PREFIX and the source tree, rewritten only when they change.
+$(BUILD)/gen/paths.h: FORCE
+	@mkdir -p $(@D)
+	@printf '#define VP_DATADIR "%s/vramplan"\n#define VP_SRCDIR "%s"\n' \
+	    '$(DATADIR)' '$(CURDIR)' >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/src/resource.o: $(BUILD)/gen/paths.h
+$(BUILD)/src/resource.o: EXTRA_CFLAGS = -fPIC -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	@rm -f $@
 	$(QUIET_AR)$(AR) rcs $@ $^
 
+$(SHLIB): $(LIB_OBJS) src/libvramplan.map
+	$(QUIET_LINK)$(CC) -shared -Wl,-soname,$(SHLIB_SONAME) \
+	    -Wl,--version-script,src/libvramplan.map $(VP_LDFLAGS) $(CFLAGS) \
+	    $(LDFLAGS) -o $@ $(LIB_OBJS) $(VP_LIBS)
+	@ln -sf $(SHLIB_REAL) $(BUILD)/$(SHLIB_SONAME)
+	@ln -sf $(SHLIB_SONAME) $(BUILD)/libvramplan.so
+
+$(FAKE_NVML): tests/fake_nvml.c
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) -std=c11 -Wall -Wextra -fPIC -shared $(CFLAGS) \
+	    $(LDFLAGS) -o $@ $<
+
+# --as-needed: the program links only the libraries it uses
 $(BIN): $(CLI_OBJS) $(LIB)
-	$(QUIET_LINK)$(CC) $(VP_LDFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	$(QUIET_LINK)$(CC) $(VP_LDFLAGS) -Wl,--as-needed $(CFLAGS) $(LDFLAGS) -o $@ \
 	    $(CLI_OBJS) $(LIB) $(VP_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
@@ -131,6 +191,10 @@ deps:
 	    fi; \
 	    missing="$$missing $$pkg"; \
 	done; \
+	for entry in $(DEB_TOOLS); do \
+	    pkg=$${entry%%:*}; prog=$${entry#*:}; \
+	    command -v $$prog >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
 	[ -z "$$missing" ] && exit 0; \
 	if ! command -v apt-get >/dev/null 2>&1; then \
 	    echo "deps: missing:$$missing; install them with your package manager" >&2; \
@@ -154,15 +218,24 @@ run: deps
 # (Failing includes Crashing) and the skipped tests of its TAP report. A
 # binary that exits non-zero with no failed test (a sanitizer report at
 # exit, a Criterion warning) or prints no synthesis counts as one failure,
-# and so does a skipped test: a test never passes by skipping. Then every
-# ground-truth file is validated against its bounds (ACCURACY_CHECK).
+# and so does a skipped test: a test never passes by skipping. The test
+# scripts print the same synthesis line: the Python package's tests
+# (tests/python) and the install test (tests/install), which installs into
+# a temporary directory. Then every ground-truth file is validated against
+# its bounds (ACCURACY_CHECK).
+TEST_SCRIPTS := tests/python/run.sh tests/install/run.sh
+TEST_VARS = VRAMPLAN_BIN=./$(BIN) VRAMPLAN_LIB=$(CURDIR)/$(SHLIB) \
+            VRAMPLAN_FAKE_NVML=$(CURDIR)/$(FAKE_NVML) PYTHON=$(PYTHON) \
+            VP_SANITIZE=$(SANITIZE) VP_SAN_FLAGS='$(SAN_FLAGS)' CC='$(CC)' \
+            MAKE='$(MAKE)' PKG_CONFIG='$(PKG_CONFIG)'
+
 test: deps
-	@$(MAKE) --no-print-directory all $(TEST_BINS)
-	@passed=0; failed=0; skipped=0; tap=$$(mktemp); \
-	for t in $(TEST_BINS); do \
+	@$(MAKE) --no-print-directory all $(TEST_BINS) $(FAKE_NVML)
+	+@passed=0; failed=0; skipped=0; tap=$$(mktemp); \
+	for t in $(TEST_BINS) $(TEST_SCRIPTS); do \
 	    printf '    %-4s %s\n' TEST "$$t"; \
 	    : > $$tap; \
-	    out=$$(VRAMPLAN_BIN=./$(BIN) $(TEST_ENV) ./$$t --tap=$$tap 2>&1); rc=$$?; \
+	    out=$$($(TEST_VARS) $(TEST_ENV) ./$$t --tap=$$tap 2>&1); rc=$$?; \
 	    printf '%s\n' "$$out"; \
 	    line=$$(printf '%s\n' "$$out" | grep 'Synthesis: Tested:' | tail -n 1); \
 	    p=$$(printf '%s' "$$line" | sed -n 's/.*Passing: *\([0-9]*\).*/\1/p'); \
@@ -247,18 +320,52 @@ build/calibrate/%: calibrate/%.cu
 	$(NVCC) $(CU_FLAGS) $(NVCCFLAGS) -o $@ $< $(CU_LIBS)
 endif
 
+# Everything under DESTDIR; vramplan.pc is written with the final paths.
+GPU_FILES := $(wildcard gpus/*.yaml)
+MODEL_FILES := $(wildcard models/*.yaml)
+PY_FILES := $(wildcard python/vramplan/*.py)
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
-	    $(DESTDIR)$(PREFIX)/include/vramplan
-	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/vramplan
-	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libvramplan.a
-	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/vramplan
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
+	    $(DESTDIR)$(INCLUDEDIR)/vramplan $(DESTDIR)$(PKGCONFIGDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/vramplan/gpus \
+	    $(DESTDIR)$(DATADIR)/vramplan/models \
+	    $(DESTDIR)$(PYTHONDIR)/vramplan
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/vramplan
+	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libvramplan.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_REAL)
+	ln -sf $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/$(SHLIB_SONAME)
+	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libvramplan.so
+	install -m 644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/vramplan
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    vramplan.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/vramplan.pc
+	install -m 644 man/vramplan.1 $(DESTDIR)$(MANDIR)/man1/vramplan.1
+	install -m 644 $(GPU_FILES) $(DESTDIR)$(DATADIR)/vramplan/gpus
+	install -m 644 $(MODEL_FILES) $(DESTDIR)$(DATADIR)/vramplan/models
+	install -m 644 $(PY_FILES) $(DESTDIR)$(PYTHONDIR)/vramplan
+
+print-prefix:
+	@echo $(PREFIX)
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/vramplan \
-	    $(DESTDIR)$(PREFIX)/lib/libvramplan.a \
-	    $(HEADERS:include/%=$(DESTDIR)$(PREFIX)/include/%)
-	rmdir $(DESTDIR)$(PREFIX)/include/vramplan 2>/dev/null || true
+	rm -f $(DESTDIR)$(BINDIR)/vramplan \
+	    $(DESTDIR)$(LIBDIR)/libvramplan.a \
+	    $(DESTDIR)$(LIBDIR)/$(SHLIB_REAL) \
+	    $(DESTDIR)$(LIBDIR)/$(SHLIB_SONAME) \
+	    $(DESTDIR)$(LIBDIR)/libvramplan.so \
+	    $(DESTDIR)$(PKGCONFIGDIR)/vramplan.pc \
+	    $(DESTDIR)$(MANDIR)/man1/vramplan.1 \
+	    $(HEADERS:include/%=$(DESTDIR)$(INCLUDEDIR)/%) \
+	    $(GPU_FILES:%=$(DESTDIR)$(DATADIR)/vramplan/%) \
+	    $(MODEL_FILES:%=$(DESTDIR)$(DATADIR)/vramplan/%) \
+	    $(PY_FILES:python/%=$(DESTDIR)$(PYTHONDIR)/%)
+	rm -rf $(DESTDIR)$(PYTHONDIR)/vramplan/__pycache__
+	for d in $(INCLUDEDIR)/vramplan $(DATADIR)/vramplan/gpus \
+	    $(DATADIR)/vramplan/models $(DATADIR)/vramplan \
+	    $(PYTHONDIR)/vramplan $(PYTHONDIR) $(LIBDIR)/vramplan; do \
+	    rmdir $(DESTDIR)$$d 2>/dev/null || true; \
+	done
 
 clean:
 	rm -rf build vramplan libvramplan.a

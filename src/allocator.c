@@ -24,6 +24,7 @@
 #include "vramplan/allocator.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +92,10 @@ struct vp_allocator {
     vp_allocator_stats st;
     vp_allocator_segment_fn seg_fn; /* segment hook, NULL when unset     */
     void *seg_ud;
+    vp_allocator_segment_fn map_fn; /* page map hook, NULL when unset    */
+    void *map_ud;
+    uint64_t last_freed;            /* handle released last, 0 if none   */
+    uint64_t last_freed_addr;       /* and where its block was           */
 };
 
 /* One request, as AllocParams. */
@@ -590,6 +595,7 @@ static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
     if (device_refuses(a, mapped))
         return false;
     pool *p = &a->pools[a->b[i].pool];
+    uint64_t at = a->b[i].addr;
     t_erase(a, &p->unmapped_t, i);
     a->b[i].mapped = 1;
     if (mapped < a->b[i].size) {
@@ -613,6 +619,8 @@ static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
     try_merge(a, i, a->b[i].next);
     t_insert(a, &p->free_t, i);
     add_reserved(a, mapped);
+    if (a->map_fn)
+        a->map_fn(false, at, mapped, a->map_ud);
     return true;
 }
 
@@ -742,6 +750,8 @@ static void unmap_block(vp_allocator *a, uint32_t i)
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
     t_insert(a, &p->unmapped_t, i);
+    if (a->map_fn)
+        a->map_fn(true, s->base + ub, ue - ub, a->map_ud);
 }
 
 static void release_expandable_segment(vp_allocator *a, uint32_t i)
@@ -912,6 +922,14 @@ static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
 
 /* ------------------------------------------------------------- public */
 
+/* Allocators made in this process: one per simulation (progress lines). */
+static _Atomic uint64_t created;
+
+uint64_t vp_allocator_created(void)
+{
+    return atomic_load(&created);
+}
+
 vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
 {
     vp_allocator_config c;
@@ -962,6 +980,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
         vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
         return NULL;
     }
+    atomic_fetch_add(&created, 1);
     return a;
 }
 
@@ -970,6 +989,13 @@ void vp_allocator_set_segment_hook(vp_allocator *a,
 {
     a->seg_fn = fn;
     a->seg_ud = ud;
+}
+
+void vp_allocator_set_map_hook(vp_allocator *a, vp_allocator_segment_fn fn,
+                               void *ud)
+{
+    a->map_fn = fn;
+    a->map_ud = ud;
 }
 
 void vp_allocator_free(vp_allocator *a)
@@ -1056,6 +1082,8 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
                             " is unknown or already freed",
                             handle);
     blk *x = &a->b[i];
+    a->last_freed = handle;
+    a->last_freed_addr = x->addr;
     x->gen++;
     x->allocated = 0;
     a->st.allocated -= x->size;
@@ -1080,6 +1108,16 @@ uint64_t vp_allocator_block_size(const vp_allocator *a, uint64_t handle)
         return 0;
     uint32_t i = lookup(a, handle);
     return i == NIL ? 0 : a->b[i].size;
+}
+
+uint64_t vp_allocator_block_addr(const vp_allocator *a, uint64_t handle)
+{
+    if (!a || handle == 0)
+        return 0;
+    uint32_t i = lookup(a, handle);
+    if (i != NIL)
+        return a->b[i].addr;
+    return handle == a->last_freed ? a->last_freed_addr : 0;
 }
 
 void vp_allocator_stats_get(const vp_allocator *a, vp_allocator_stats *out)
@@ -1247,4 +1285,87 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
         return vp_error_set(err, VP_ERANGE, "allocator invariant broken: %s",
                             why);
     return VP_OK;
+}
+
+/* ------------------------------------------------------------ listing */
+
+/* A head: the first block of a cudaMalloc segment, or the first mapped
+ * block of a run of mapped blocks of an expandable segment (torch's
+ * snapshot reports each such run as one segment). */
+static bool is_head(const vp_allocator *a, uint32_t i)
+{
+    const blk *x = &a->b[i];
+    if (!x->live || !x->mapped)
+        return false;
+    return x->prev == NIL || !a->b[x->prev].mapped;
+}
+
+static int head_cmp(const void *x, const void *y)
+{
+    const uint64_t *p = x, *q = y; /* (addr, index) pairs */
+    return p[0] < q[0] ? -1 : p[0] > q[0];
+}
+
+/* Fill *seg and blocks[] from head h; blocks has room for every slot. */
+static void describe(const vp_allocator *a, uint32_t h,
+                     vp_allocator_segment_info *seg,
+                     vp_allocator_block_info *blocks)
+{
+    memset(seg, 0, sizeof *seg);
+    seg->addr = a->b[h].addr;
+    seg->stream = a->b[h].stream;
+    seg->large = a->b[h].pool == POOL_LARGE;
+    seg->expandable = a->b[h].es != NIL;
+    seg->blocks = blocks;
+    for (uint32_t i = h; i != NIL && a->b[i].mapped; i = a->b[i].next) {
+        const blk *x = &a->b[i];
+        vp_allocator_block_info *b = &blocks[seg->n_blocks++];
+        b->addr = x->addr;
+        b->size = x->size;
+        b->allocated = x->allocated != 0;
+        b->requested = x->allocated ? x->requested : 0;
+        b->handle = x->allocated ? ((uint64_t)x->gen << 32) | ((uint64_t)i + 1)
+                                 : 0;
+        seg->size += x->size; /* the sum of sizes <= reserved: no overflow */
+        if (x->allocated) {
+            seg->allocated += x->size;
+            seg->requested += x->requested;
+        }
+    }
+}
+
+vp_status vp_allocator_segments(const vp_allocator *a,
+                                vp_allocator_segment_visit fn, void *ud,
+                                vp_error *err)
+{
+    if (!a || !fn)
+        return vp_error_set(err, VP_EARG, "allocator or visitor is NULL");
+    size_t n = 0;
+    for (uint32_t i = 0; i < a->n_slots; i++)
+        n += is_head(a, i);
+    uint64_t *heads = malloc((n ? n : 1) * 2 * sizeof *heads);
+    vp_allocator_block_info *blocks =
+        malloc((a->n_slots ? a->n_slots : 1) * sizeof *blocks);
+    if (!heads || !blocks) {
+        free(heads);
+        free(blocks);
+        return vp_error_set(err, VP_ENOMEM, "out of memory listing segments");
+    }
+    size_t k = 0;
+    for (uint32_t i = 0; i < a->n_slots; i++)
+        if (is_head(a, i)) {
+            heads[2 * k] = a->b[i].addr;
+            heads[2 * k + 1] = i;
+            k++;
+        }
+    qsort(heads, n, 2 * sizeof *heads, head_cmp);
+    vp_status st = VP_OK;
+    for (size_t j = 0; j < n && st == VP_OK; j++) {
+        vp_allocator_segment_info seg;
+        describe(a, (uint32_t)heads[2 * j + 1], &seg, blocks);
+        st = fn(&seg, ud);
+    }
+    free(heads);
+    free(blocks);
+    return st;
 }

@@ -499,3 +499,75 @@ vp_status vp_cluster_min_gpus(vp_cluster_model *cm, const vp_cluster *c,
     }
     return VP_OK;
 }
+
+/* Whether the best plan on n GPUs trains on `tokens` within `seconds`
+ * (*out gets that search; sizes without a valid layout do not). */
+static vp_status finishes(vp_cluster_model *cm, const vp_cluster *c,
+                          const vp_search_opts *o, uint64_t n, double tokens,
+                          double seconds, vp_cluster_plan *out, bool *ok,
+                          vp_error *err)
+{
+    vp_cluster c2 = *c;
+    c2.gpus = (uint32_t)n;
+    *ok = false;
+    vp_status st = vp_cluster_search(cm, &c2, o, out, err);
+    if (st == VP_EARG) {
+        vp_error_clear(err);
+        out->found = false;
+        return VP_OK; /* no valid layout at this size (global batch) */
+    }
+    if (st != VP_OK)
+        return st;
+    double tps = out->found ? out->best.time.tokens_per_s : 0.0;
+    *ok = tps > 0.0 && tokens / tps <= seconds;
+    return VP_OK;
+}
+
+vp_status vp_cluster_gpus_for_time(vp_cluster_model *cm, const vp_cluster *c,
+                                   const vp_search_opts *o, double tokens,
+                                   double seconds, uint32_t max_gpus,
+                                   uint32_t *gpus, vp_cluster_plan *out,
+                                   vp_error *err)
+{
+    *gpus = 0;
+    if (!(tokens > 0.0) || !(seconds > 0.0))
+        return vp_error_set(err, VP_EARG,
+                            "the token budget and the time must be above 0");
+    uint64_t node = c->gpus_per_node ? c->gpus_per_node : 1;
+    bool ok;
+    vp_status st;
+    /* within a node: 1, 2, 4 ... */
+    for (uint64_t n = 1; n < node && n <= max_gpus; n *= 2) {
+        if ((st = finishes(cm, c, o, n, tokens, seconds, out, &ok, err)))
+            return st;
+        if (ok) {
+            *gpus = (uint32_t)n;
+            return VP_OK;
+        }
+    }
+    /* whole nodes: double the count until one finishes, then bisect */
+    uint64_t lo = 0, hi = 0;
+    for (uint64_t k = 1; k * node <= max_gpus; k *= 2) {
+        if ((st = finishes(cm, c, o, k * node, tokens, seconds, out, &ok,
+                           err)))
+            return st;
+        if (ok) {
+            hi = k;
+            break;
+        }
+        lo = k;
+    }
+    if (hi == 0)
+        return VP_OK;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if ((st = finishes(cm, c, o, mid * node, tokens, seconds, out, &ok,
+                           err)))
+            return st;
+        *(ok ? &hi : &lo) = mid;
+    }
+    if ((st = finishes(cm, c, o, hi * node, tokens, seconds, out, &ok, err)))
+        return st;
+    *gpus = (uint32_t)(hi * node);
+    return VP_OK;
+}

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "internal.h"
 #include "vramplan/gpu.h"
+#include "vramplan/resource.h"
 #include "vramplan/timing.h"
 
 #define MAX_PROFILE_BYTES (1u << 20)
@@ -543,39 +545,12 @@ vp_gpu_profile *vp_gpu_load(const char *path_or_name, vp_error *err)
     }
     if (is_path(path_or_name))
         return load_file(path_or_name, err);
-    for (const char *c = path_or_name; *c; c++)
-        if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_' &&
-            *c != '.') {
-            vp_error_set(err, VP_EARG, "invalid GPU name '%.64s'",
-                         path_or_name);
-            return NULL;
-        }
-    char path[1024];
-    const char *dir = getenv("VRAMPLAN_GPU_DIR");
-    if (dir && *dir) {
-        snprintf(path, sizeof path, "%s/%s.yaml", dir, path_or_name);
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
-            return load_file(path, err);
-        }
-    }
-    snprintf(path, sizeof path, "gpus/%s.yaml", path_or_name);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fclose(f);
-        return load_file(path, err);
-    }
-    const char *s = vp__suggest(path_or_name, vp_gpu_builtin_names);
-    if (s)
-        vp_error_set(err, VP_EIO,
-                     "unknown GPU '%.64s' (did you mean '%s'?): no "
-                     "gpus/%.64s.yaml",
-                     path_or_name, s, path_or_name);
-    else
-        vp_error_set(err, VP_EIO, "unknown GPU '%.64s': no gpus/%.64s.yaml",
-                     path_or_name, path_or_name);
-    return NULL;
+    /* a name: the search path of resource.h */
+    char path[PATH_MAX];
+    if (vp_resource_find(VP_RES_GPU, path_or_name, NULL, path, sizeof path,
+                         err) != VP_OK)
+        return NULL;
+    return load_file(path, err);
 }
 
 /* Case-insensitive equality, ignoring surrounding white space. */

@@ -129,7 +129,8 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
     if (S->cb) {
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           st.allocated, st.reserved, handle};
+                           st.allocated, st.reserved, handle,
+                           vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
     if (S->stop_at && S->events == S->stop_at)

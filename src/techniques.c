@@ -72,6 +72,7 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
     s.skip_breakdown = true;
     vp_setup free_s = s;
     free_s.alloc.limit = 0;
+    free_s.alloc.device_total = 0; /* the GPU's size caps reserved too */
     vp_estimate e;
     st = vp_simulate(g, &free_s, &e, NULL, NULL, err);
     if (st == VP_EOVERFLOW) {

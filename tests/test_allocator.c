@@ -863,3 +863,193 @@ Test(allocator, stress_power2_divisions)
     cfg.device_total = 800 * MiB;
     stress(&cfg, 5, 4000, 2);
 }
+
+/* ------------------------------------------- addresses and listing */
+
+Test(allocator, block_addr_of_live_and_just_freed_blocks)
+{
+    vp_allocator *a = make(NULL);
+    uint64_t x = must_malloc(a, 1000, 0); /* 1024 B at the 2 MiB segment */
+    uint64_t y = must_malloc(a, 1000, 0);
+    cr_assert_eq(vp_allocator_block_addr(a, x), 2 * MiB);
+    cr_assert_eq(vp_allocator_block_addr(a, y), 2 * MiB + 1024);
+    must_free(a, x);
+    cr_assert_eq(vp_allocator_block_addr(a, x), 2 * MiB, "just freed");
+    must_free(a, y);
+    cr_assert_eq(vp_allocator_block_addr(a, y), 2 * MiB + 1024);
+    cr_assert_eq(vp_allocator_block_addr(a, x), 0, "freed earlier");
+    cr_assert_eq(vp_allocator_block_addr(a, 0), 0);
+    cr_assert_eq(vp_allocator_block_addr(NULL, y), 0);
+    vp_allocator_free(a);
+}
+
+#define MAX_SEGS 64
+typedef struct seg_list {
+    size_t n;
+    vp_allocator_segment_info seg[MAX_SEGS];
+    vp_allocator_block_info blk[MAX_SEGS][8];
+    size_t calls;
+    vp_status stop_with; /* returned from the visitor */
+} seg_list;
+
+static vp_status keep_segment(const vp_allocator_segment_info *s, void *ud)
+{
+    seg_list *l = ud;
+    l->calls++;
+    if (l->n < MAX_SEGS) {
+        l->seg[l->n] = *s;
+        for (size_t i = 0; i < s->n_blocks && i < 8; i++)
+            l->blk[l->n][i] = s->blocks[i];
+        l->n++;
+    }
+    return l->stop_with;
+}
+
+static void list(const vp_allocator *a, seg_list *l)
+{
+    vp_error err;
+    vp_status stop = l->stop_with;
+    memset(l, 0, sizeof *l);
+    l->stop_with = stop;
+    cr_assert_eq(vp_allocator_segments(a, keep_segment, l, &err), stop);
+}
+
+Test(allocator, segments_listed_in_address_order_with_blocks)
+{
+    vp_allocator *a = make(NULL);
+    uint64_t big = must_malloc(a, 30 * MiB, 0); /* large: 30 MiB at 2 MiB */
+    uint64_t s1 = must_malloc(a, 1000, 0);      /* small 2 MiB at 32 MiB */
+    uint64_t s2 = must_malloc(a, 3000, 0);
+    must_free(a, s1);
+    seg_list l = {0};
+    list(a, &l);
+    cr_assert_eq(l.n, 2);
+    cr_assert_eq(l.seg[0].addr, 2 * MiB);
+    cr_assert_eq(l.seg[0].size, 30 * MiB);
+    cr_assert(l.seg[0].large);
+    cr_assert_eq(l.seg[0].n_blocks, 1);
+    cr_assert_eq(l.blk[0][0].handle, big);
+    cr_assert_eq(l.blk[0][0].requested, 30 * MiB);
+    cr_assert_eq(l.seg[1].addr, 32 * MiB);
+    cr_assert_not(l.seg[1].large);
+    cr_assert_eq(l.seg[1].size, 2 * MiB);
+    cr_assert_eq(l.seg[1].allocated, 3072);
+    cr_assert_eq(l.seg[1].requested, 3000);
+    /* free 1024 | s2 3072 | free remainder, in address order */
+    cr_assert_eq(l.seg[1].n_blocks, 3);
+    cr_assert_not(l.blk[1][0].allocated);
+    cr_assert_eq(l.blk[1][0].size, 1024);
+    cr_assert_eq(l.blk[1][0].handle, 0);
+    cr_assert_eq(l.blk[1][1].handle, s2);
+    cr_assert_eq(l.blk[1][1].addr, 32 * MiB + 1024);
+    cr_assert_eq(l.blk[1][2].size, 2 * MiB - 4096);
+    vp_allocator_free(a);
+}
+
+Test(allocator, segments_visitor_status_stops_the_walk)
+{
+    vp_allocator *a = make(NULL);
+    must_malloc(a, 30 * MiB, 0);
+    must_malloc(a, 1000, 0);
+    seg_list l = {0};
+    l.stop_with = VP_EIO;
+    list(a, &l);
+    cr_assert_eq(l.calls, 1);
+    vp_error err;
+    cr_assert_eq(vp_allocator_segments(a, NULL, NULL, &err), VP_EARG);
+    vp_allocator_free(a);
+}
+
+typedef struct map_log {
+    int n;
+    bool unmap[8];
+    uint64_t addr[8], size[8];
+} map_log;
+
+static void log_map(bool is_unmap, uint64_t addr, uint64_t size, void *ud)
+{
+    map_log *m = ud;
+    if (m->n < 8) {
+        m->unmap[m->n] = is_unmap;
+        m->addr[m->n] = addr;
+        m->size[m->n] = size;
+    }
+    m->n++;
+}
+
+Test(allocator, expandable_map_hook_and_mapped_ranges_as_segments)
+{
+    vp_allocator_config cfg = exp_cfg();
+    vp_allocator *a = make(&cfg);
+    map_log m = {0};
+    vp_allocator_set_map_hook(a, log_map, &m);
+    uint64_t x = must_malloc(a, 1 * MiB + 1, 0); /* maps page 0 */
+    uint64_t y = must_malloc(a, 25 * MiB, 0);    /* maps page 1 */
+    cr_assert_eq(m.n, 2);
+    cr_assert_eq(m.addr[0], 2 * MiB);
+    cr_assert_eq(m.size[0], 20 * MiB);
+    cr_assert_eq(m.addr[1], 22 * MiB);
+    cr_assert_eq(m.size[1], 20 * MiB);
+    cr_assert_not(m.unmap[0] || m.unmap[1]);
+    seg_list l = {0};
+    list(a, &l);
+    cr_assert_eq(l.n, 1, "one mapped range");
+    cr_assert(l.seg[0].expandable);
+    cr_assert_eq(l.seg[0].size, 40 * MiB);
+    cr_assert_eq(l.seg[0].allocated, 26 * MiB + 512);
+    must_free(a, x);
+    must_free(a, y);
+    vp_allocator_empty_cache(a);
+    cr_assert_eq(m.n, 3);
+    cr_assert(m.unmap[2]);
+    cr_assert_eq(m.addr[2], 2 * MiB);
+    cr_assert_eq(m.size[2], 40 * MiB);
+    list(a, &l);
+    cr_assert_eq(l.n, 0);
+    vp_allocator_free(a);
+}
+
+/* The listing agrees with the counters after random work. */
+static void listing_agrees(const vp_allocator_config *cfg, uint64_t seed)
+{
+    vp_allocator *a = make(cfg);
+    uint64_t h[64] = {0};
+    for (int op = 0; op < 600; op++) {
+        size_t k = (size_t)(rnd(&seed) % 64);
+        if (h[k]) {
+            must_free(a, h[k]);
+            h[k] = 0;
+        } else {
+            uint64_t e = rnd(&seed) % 26;
+            uint64_t sz = ((uint64_t)1 << e) + rnd(&seed) % ((uint64_t)1 << e);
+            h[k] = must_malloc(a, sz, 0);
+        }
+        if (op % 97 == 0)
+            vp_allocator_empty_cache(a);
+    }
+    seg_list l = {0};
+    list(a, &l);
+    cr_assert_lt(l.n, MAX_SEGS);
+    uint64_t reserved = 0, allocated = 0, prev_end = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        cr_assert_geq(l.seg[i].addr, prev_end, "address order");
+        prev_end = l.seg[i].addr + l.seg[i].size;
+        reserved += l.seg[i].size;
+        allocated += l.seg[i].allocated;
+    }
+    vp_allocator_stats s = stats(a);
+    cr_assert_eq(reserved, s.reserved);
+    cr_assert_eq(allocated, s.allocated);
+    vp_allocator_free(a);
+}
+
+Test(allocator, listing_agrees_with_counters)
+{
+    listing_agrees(NULL, 11);
+}
+
+Test(allocator, listing_agrees_with_counters_expandable)
+{
+    vp_allocator_config cfg = exp_cfg();
+    listing_agrees(&cfg, 12);
+}

@@ -117,10 +117,24 @@ Test(cli, bad_gpu_profile_unknown_key)
     GOLDEN("bad_gpu_profile_unknown_key", 3, "maxbatch", "models/mlp10.yaml",
            "--gpu", "tests/data/gpu/bad-unknown-key.yaml");
 }
+/* The message names the directories searched (resource.h), absolute
+ * paths that depend on the checkout: no golden file. */
 Test(cli, gpu_profile_not_found)
 {
-    GOLDEN("gpu_profile_not_found", 2, "maxbatch", "models/mlp10.yaml",
-           "--gpu", "no-such-gpu");
+    cli_run r;
+
+    cli_exec((const char *const[]){"maxbatch", "models/mlp10.yaml", "--gpu",
+                                   "no-such-gpu", NULL},
+             &r);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert_str_eq(r.out, "");
+    const char *want = "vramplan: error: --gpu no-such-gpu: unknown GPU "
+                       "'no-such-gpu': no no-such-gpu.yaml in ";
+    cr_assert(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
+    cr_assert(strstr(r.err, "/gpus") != NULL, "%s", r.err);
+    cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1,
+                 "one line: %s", r.err);
+    cli_run_free(&r);
 }
 Test(cli, checkpoint_no_match)
 {

@@ -12,6 +12,7 @@
 #define VRAMPLAN_ALLOCATOR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vramplan/error.h"
@@ -53,6 +54,10 @@ void vp_allocator_config_init(vp_allocator_config *cfg);
  * max_split_size under 20 MiB). Release with vp_allocator_free. */
 vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err);
 
+/* Allocators made so far in this process (one per simulation: searches
+ * show it as progress). Safe to read from a signal handler. */
+uint64_t vp_allocator_created(void);
+
 /* Release the model and everything in it. NULL is a no-op. */
 void vp_allocator_free(vp_allocator *a);
 
@@ -85,6 +90,54 @@ typedef void (*vp_allocator_segment_fn)(bool is_free, uint64_t addr,
                                         uint64_t size, void *ud);
 void vp_allocator_set_segment_hook(vp_allocator *a,
                                    vp_allocator_segment_fn fn, void *ud);
+
+/* Page events of expandable segments: called right after the model maps
+ * pages into an expandable segment (is_free false) or unmaps them (is_free
+ * true), with the range's simulated address and size in bytes, as torch's
+ * segment_map and segment_unmap trace entries. fn NULL removes the hook. */
+void vp_allocator_set_map_hook(vp_allocator *a, vp_allocator_segment_fn fn,
+                               void *ud);
+
+/* Simulated device address of the block behind a handle: a live allocated
+ * block, or the block released most recently (so that a free can be
+ * reported where it was right after vp_allocator_release). 0 for any other
+ * handle. */
+uint64_t vp_allocator_block_addr(const vp_allocator *a, uint64_t handle);
+
+/* One block of a segment, as torch.cuda.memory._snapshot() lists it. */
+typedef struct vp_allocator_block_info {
+    uint64_t addr;      /* simulated address                              */
+    uint64_t size;      /* bytes (rounded)                                */
+    uint64_t requested; /* bytes asked for; 0 for a free block            */
+    uint64_t handle;    /* the allocation's handle; 0 for a free block    */
+    bool allocated;     /* state active_allocated, else inactive          */
+} vp_allocator_block_info;
+
+/* A segment: a cudaMalloc'd segment, or one contiguous mapped range of an
+ * expandable segment (as torch reports them). */
+typedef struct vp_allocator_segment_info {
+    uint64_t addr;      /* simulated address                              */
+    uint64_t size;      /* bytes (total_size)                             */
+    uint64_t allocated; /* bytes of its allocated blocks (allocated_size) */
+    uint64_t requested; /* bytes requested by them (requested_size)       */
+    int stream;
+    bool large;         /* large pool (segment_type 'large')              */
+    bool expandable;
+    size_t n_blocks;
+    const vp_allocator_block_info *blocks; /* address order; borrowed,
+                                              valid during the callback */
+} vp_allocator_segment_info;
+
+typedef vp_status (*vp_allocator_segment_visit)(
+    const vp_allocator_segment_info *seg, void *ud);
+
+/* Call fn for every segment in address order (the segments of
+ * torch.cuda.memory._snapshot()). O(n log n) in the blocks. Stops at the
+ * first status fn returns other than VP_OK and returns it; VP_ENOMEM if the
+ * listing cannot be built, VP_EARG for NULL arguments. */
+vp_status vp_allocator_segments(const vp_allocator *a,
+                                vp_allocator_segment_visit fn, void *ud,
+                                vp_error *err);
 
 /* Current counters. */
 void vp_allocator_stats_get(const vp_allocator *a, vp_allocator_stats *out);

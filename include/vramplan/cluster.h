@@ -350,6 +350,18 @@ vp_status vp_cluster_min_gpus(vp_cluster_model *cm, const vp_cluster *c,
                               uint32_t *gpus, vp_cluster_plan *out,
                               vp_error *err);
 
+/* The fewest GPUs of c's kind (its GPU, node size, memory, host RAM and
+ * network; c->gpus is ignored) whose best plan trains on `tokens` within
+ * `seconds`: sizes 1, 2, 4 ... below a node, then whole nodes, doubled
+ * until one finishes and then bisected (the time falls as nodes are
+ * added). *gpus = 0 when no size up to max_gpus finishes; otherwise *out
+ * holds the search at *gpus. VP_EARG for a token budget or time <= 0. */
+vp_status vp_cluster_gpus_for_time(vp_cluster_model *cm, const vp_cluster *c,
+                                   const vp_search_opts *o, double tokens,
+                                   double seconds, uint32_t max_gpus,
+                                   uint32_t *gpus, vp_cluster_plan *out,
+                                   vp_error *err);
+
 /* ---- export ------------------------------------------------------------ */
 
 #define VP_EXPORT_MAP(XX)                                                  \

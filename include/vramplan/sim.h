@@ -180,6 +180,8 @@ typedef struct vp_sim_event {
     uint64_t allocated, reserved;
     uint64_t tensor;         /* unique id of the allocation, the same on its
                                 free (the allocator's block handle)         */
+    uint64_t addr;           /* the block's simulated device address (the
+                                allocator model's), the same on its free    */
 } vp_sim_event;
 typedef void (*vp_sim_event_fn)(const vp_sim_event *ev, void *ud);
 

@@ -3,12 +3,15 @@
  *   args.c    one declarative option parser (cli_args_parse)
  *   report.c  one error printer, one exit-code table (cli_exit)
  *   json.c    JSON output through jansson
+ *   resolve.c model and GPU names through the search path, --gpu-dir
+ *   gpu_hw.c  GPU profiles
+ *   pictures.c, progress.c  estimate --snapshot/--html, the progress line
  *
  * and the commands, one file per group: estimate_cmd.c (estimate, the
  * setup options), search_cmd.c (maxbatch, plan on one GPU, techniques,
  * --checkpoint auto), cluster_cmd.c (plan --gpus, compare, export),
- * validate_cmd.c and fit_cmd.c, probe_cmd.c, replay_cmd.c, calibrate_cmd.c;
- * main.c holds the command table. */
+ * validate_cmd.c and fit_cmd.c, probe_cmd.c, watch_cmd.c, replay_cmd.c,
+ * calibrate_cmd.c; main.c holds the command table. */
 #ifndef VRAMPLAN_CLI_H
 #define VRAMPLAN_CLI_H
 
@@ -26,6 +29,8 @@
 #define CLI_PRINTF(f, a)
 #endif
 
+#define CLI_PATH_MAX 4096 /* a file name resolved from a model or GPU name */
+
 /* ---- exit status (report.c) ------------------------------------------- */
 
 /* The exit status of every command; README.md "Exit status" and --help
@@ -34,7 +39,8 @@ typedef enum {
     CLI_OK = 0,      /* success: the setup fits; validate: every case is
                         within its bounds                                */
     CLI_NOFIT = 1,   /* does not fit in the memory budget; validate: an
-                        error bound is exceeded                          */
+                        error bound is exceeded; watch: the job was
+                        stopped at --kill-at                             */
     CLI_USAGE = 2,   /* usage, I/O or system error                       */
     CLI_INPUT = 3,   /* invalid input file: a model, a GPU profile, a
                         case or bounds file, raw calibration output      */
@@ -212,6 +218,10 @@ extern const char *const cli_attns[];      /* vp_attn_impl order      */
 #define CLI_ROW_STEPS(h)                                                    \
     {.id = CLI_O_STEPS, .name = "steps", .metavar = "N",                    \
      .type = CLI_ARG_U64, .min = 1, .max = VP_MAX_STEPS, .help = h}
+#define CLI_ROW_GPU_DIR(i)                                                  \
+    {.id = i, .name = "gpu-dir", .metavar = "DIR", .type = CLI_ARG_STRING,  \
+     .help = "directory searched first for --gpu NAME (then "              \
+             "$VRAMPLAN_GPU_DIR, the install prefix, the source tree)"}
 #define CLI_ROW_BUDGET(h)                                                   \
     {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",               \
      .type = CLI_ARG_SIZE, .help = h}
@@ -230,20 +240,29 @@ typedef struct cli_setup_args {
     const char *checkpoint; /* spec, NULL for none                       */
     const char *selective;  /* --selective spec, NULL for none           */
     const char *timeline;   /* CSV path, NULL for none                   */
+    const char *snapshot;   /* estimate --snapshot FILE, NULL for none   */
+    const char *html;       /* estimate --html FILE, NULL for none       */
     int format;             /* CLI_FMT_TABLE, _JSON or _CSV              */
     uint64_t global_batch;  /* --global-batch, 0 when not given          */
     bool steps_given, precision_given, optimizer_given;
     vp_setup setup;
+    char model_buf[CLI_PATH_MAX]; /* MODEL resolved from a name          */
 } cli_setup_args;
 
 enum { CLI_FMT_TABLE, CLI_FMT_JSON, CLI_FMT_CSV };
 enum { CLI_CMD_ESTIMATE = 1, CLI_CMD_SEARCH = 2 };
 
 /* Parse the setup options of a command (CLI_CMD_ESTIMATE, or
- * CLI_CMD_SEARCH for those with --gpu and --global-batch). Returns -1 to
- * go on, or the exit status; release a->args with cli_args_free. */
+ * CLI_CMD_SEARCH for those with --global-batch); MODEL may be a name
+ * (cli_model_path). Returns -1 to go on, or the exit status; release
+ * a->args with cli_args_free. */
 int cli_setup_parse(int argc, char **argv, unsigned which,
                     void (*help)(FILE *), cli_setup_args *a);
+/* Apply --gpu: the hardware profile (*hw, *have_hw), the CUDA context, and
+ * the budget (absent: the GPU's memory less the context; a fraction: of
+ * the GPU's memory, as set_per_process_memory_fraction takes it). Returns
+ * -1 to go on, or the exit status. */
+int cli_setup_gpu(cli_setup_args *a, vp_hw *hw, bool *have_hw);
 void cli_setup_help(FILE *f, unsigned which);
 #define CLI_SIZE_HELP                                                       \
     "Sizes are a number with an optional unit: B, KB, MB, GB, TB (powers\n" \
@@ -274,6 +293,54 @@ vp_gpu_profile *cli_gpu_load(const char *name, int *rc);
  * -1, or the exit status after printing the error. */
 int cli_gpu_hw(const char *name, vp_hw *out);
 
+/* ---- named GPU profiles and models (resolve.c) ------------------------ */
+
+/* --gpu-dir DIR: searched first for GPU profile names (NULL: none). */
+void cli_set_gpu_dir(const char *dir);
+const char *cli_gpu_dir(void);
+
+/* MODEL as given: an existing file or a path is returned as it is; a name
+ * (llama-3-8b) is looked up in the search path (resource.h) and its file
+ * written to buf. NULL after printing why the name was not found; *rc
+ * its exit status. */
+const char *cli_model_path(const char *arg, char *buf, size_t size,
+                           int *rc);
+/* The model MODEL names (cli_model_path), loaded; NULL after printing the
+ * error, *rc its exit status. */
+vp_model *cli_model_load(const char *arg, int *rc);
+
+/* --gpu NAME: a profile file is returned as it is; a name is looked up in
+ * --gpu-dir and the search path into buf. NULL after printing why; *rc
+ * its exit status. */
+const char *cli_gpu_path(const char *arg, char *buf, size_t size, int *rc);
+
+/* ---- estimate --snapshot and --html (pictures.c) ---------------------- */
+
+typedef struct cli_pictures cli_pictures;
+
+/* Recorders for --snapshot FILE and --html FILE (either may be NULL), in
+ * front of `next` (the --timeline writer, may be NULL). Returns -1 to go
+ * on (*out is set; close it), or the exit code after printing why. */
+int cli_pictures_open(cli_pictures **out, const char *snapshot,
+                      const char *html, const vp_setup *setup,
+                      vp_sim_event_fn next, void *next_ud);
+/* The event callback for vp_simulate (ud: the cli_pictures). */
+void cli_pictures_event(const vp_sim_event *ev, void *ud);
+/* Write the files after the run; failure: why the run stopped (out of
+ * memory), or NULL. Returns -1 or an exit code after printing why. */
+int cli_pictures_write(const cli_pictures *p, const char *model,
+                       const vp_setup *setup, const vp_estimate *est,
+                       const char *failure);
+void cli_pictures_close(cli_pictures *p);
+
+/* ---- a progress line for long work (progress.c) ----------------------- */
+
+/* From the first second on, a line on stderr with the simulations run and
+ * the seconds spent, when stderr is a terminal (nothing otherwise); stdout
+ * is held until cli_progress_end, which erases the line. */
+void cli_progress_begin(const char *command);
+void cli_progress_end(void);
+
 /* ---- the commands (argv[0] is the command's name) ---------------------- */
 
 int cli_estimate(int argc, char **argv);
@@ -285,6 +352,7 @@ int cli_compare(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_validate(int argc, char **argv);
 int cli_fit(int argc, char **argv);
+int cli_watch(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_replay(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);

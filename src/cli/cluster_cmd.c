@@ -44,7 +44,13 @@ typedef struct cargs {
     vp_export_format export_fmt;
     const char *output;
     uint32_t max_gpus;
+    double margin;          /* share of each GPU's memory kept free     */
+    double days;            /* compare: 0, or the time to finish in     */
 } cargs;
+
+/* The default safety margin: the share of a GPU kept free, as probe's
+ * recommended batch keeps 5 % (vp_probe_config_init). */
+#define DEFAULT_MARGIN 0.05
 
 enum { C_PLAN = 1, C_COMPARE = 2, C_EXPORT = 4 };
 
@@ -52,7 +58,7 @@ enum {
     O_GPUS, O_GPU, O_NODES_OF, O_GLOBAL_BATCH, O_SEQ, O_TOKENS, O_PRECISION,
     O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
     O_RECOMPUTE, O_SHARDING, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP,
-    O_MAX_GPUS, O_EXPORT, O_OUTPUT, O_FORMAT
+    O_MAX_GPUS, O_EXPORT, O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS
 };
 
 static const char *const PLAN_FORMATS[] = {"table", "json", NULL};
@@ -132,6 +138,13 @@ static const cli_opt OPTS[] = {
     {.id = O_FORMAT, .short_name = 'f', .name = "format", .metavar = "FMT",
      .type = CLI_ARG_ENUM, .choices = COMPARE_FORMATS, .what = "format",
      .only = C_COMPARE, .help = "table (default), csv, json or md"},
+    CLI_ROW_GPU_DIR(O_GPU_DIR),
+    STR(O_MARGIN, "margin", "F", 0,
+        "share of each GPU's memory kept free, as the single-GPU probe keeps "
+        "its 5 % (default 0.05; 0 fills the GPU; not applied to --memory)"),
+    STR(O_DAYS, "days", "N", C_COMPARE,
+        "also find, per GPU, the fewest GPUs that train on --tokens within N "
+        "days (--gpus is then optional)"),
     CLI_HELP_ROW,
 };
 
@@ -346,6 +359,34 @@ static int parse_pins(const cli_val *v, cargs *a)
     return -1;
 }
 
+/* A decimal number in the range that `ok` checks; false otherwise. */
+static bool parse_real(const char *s, bool (*ok)(double), double *out)
+{
+    char *end;
+
+    errno = 0;
+    double d = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(d) || !ok(d))
+        return false;
+    *out = d;
+    return true;
+}
+
+static bool margin_ok(double d) { return d >= 0.0 && d < 1.0; }
+static bool days_ok(double d) { return d > 0.0 && d <= 36500.0; }
+
+/* --margin and --days. */
+static int parse_shares(const cli_val *v, cargs *a)
+{
+    if (v[O_MARGIN].given &&
+        !parse_real(v[O_MARGIN].text, margin_ok, &a->margin))
+        return bad_value("margin", v[O_MARGIN].text,
+                         "a share from 0 to below 1, e.g. 0.05");
+    if (v[O_DAYS].given && !parse_real(v[O_DAYS].text, days_ok, &a->days))
+        return bad_value("days", v[O_DAYS].text, "days above 0, e.g. 30");
+    return -1;
+}
+
 /* Sizes (above 0), tokens, the node size, the export. */
 static int parse_rest(const cli_val *v, unsigned cmd, cargs *a)
 {
@@ -378,7 +419,9 @@ static int parse_rest(const cli_val *v, unsigned cmd, cargs *a)
     a->output = v[O_OUTPUT].given ? v[O_OUTPUT].text : NULL;
     if (v[O_FORMAT].given)
         a->format = (out_format)v[O_FORMAT].choice;
-    return -1;
+    if (v[O_GPU_DIR].given)
+        cli_set_gpu_dir(v[O_GPU_DIR].text);
+    return parse_shares(v, a);
 }
 
 /* What every command needs, and the export's engine. */
@@ -390,7 +433,7 @@ static int check_args(unsigned cmd, cargs *a)
 
     if (!a->model)
         return cli_usage_error("%s needs a MODEL file", names[cmd]);
-    if (!a->n_gpus)
+    if (!a->n_gpus && !(cmd == C_COMPARE && a->days > 0))
         return cli_usage_error("--gpus is required");
     if (!a->n_gpu)
         return cli_usage_error("--gpu is required");
@@ -427,6 +470,7 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
     a->per_node = 8;
     a->tokens = 1e12;
     a->max_gpus = DEFAULT_MAX_GPUS;
+    a->margin = DEFAULT_MARGIN;
     if ((rc = cli_args_parse(&s, argc, argv, &a->args)) >= 0 ||
         (rc = parse_cluster_lists(v, cmd, a)) >= 0 ||
         (rc = parse_search_lists(v, a)) >= 0 ||
@@ -491,20 +535,16 @@ static void par_line(char *buf, size_t n, const vp_par *p)
 /* Setup shared by the commands                                        */
 /* ------------------------------------------------------------------ */
 
-
-/* ------------------------------------------------------------------ */
-/* Setup shared by the commands                                        */
-/* ------------------------------------------------------------------ */
-
 static int load(const cargs *a, vp_model **m, vp_cluster_model **cm)
 {
     vp_error err;
-    *m = vp_model_load(a->model, &err);
+    int rc = -1;
+    *m = cli_model_load(a->model, &rc);
     if (!*m)
-        return cli_report(&err, NULL);
+        return rc;
     *cm = vp_cluster_model_new(*m, a->seq, &err);
     if (!*cm) {
-        int rc = cli_report(&err, NULL);
+        rc = cli_report(&err, NULL);
         vp_model_free(*m);
         *m = NULL;
         return rc;
@@ -528,6 +568,8 @@ static int cluster_for(const cargs *a, const char *gpu, uint32_t gpus,
     vp_cluster_init(c, &hw, gpus, a->per_node);
     if (a->memory)
         c->memory = a->memory;
+    else /* the safety margin */
+        c->memory -= (uint64_t)((double)c->memory * a->margin);
     if (a->host_mem)
         c->host_mem = a->host_mem;
     if (a->network)
@@ -684,6 +726,7 @@ static int print_plan_json(const cargs *a, const vp_cluster *c,
     cli_jset(o, "seq", cli_ju64(in->seq));
     cli_jset(o, "gpus", cli_ju64(c->gpus));
     cli_jset(o, "gpu", cli_jstr(c->hw.name, sizeof c->hw.name));
+    cli_jset(o, "safety_margin", cli_jreal(a->memory ? 0.0 : a->margin, "%g"));
     cli_jset(o, "gpu_memory", cli_ju64(c->memory));
     cli_jset(o, "gpus_per_node", cli_ju64(c->gpus_per_node));
     cli_jset(o, "global_batch", cli_ju64(pl->global_batch));
@@ -815,9 +858,16 @@ static void print_plan_table(const cargs *a, const vp_cluster *c,
             in->layers, in->seq);
     fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global batch %"
                PRIu64 " sequences (%s tokens)\n",
-            c->gpus, c->hw.name, gib(c->memory), c->gpus_per_node,
+            c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
             pl[0].global_batch,
             si((double)pl[0].global_batch * (double)in->seq, b2, sizeof b2));
+    if (a->memory)
+        fprintf(o, "memory       %.2f GiB usable per GPU (--memory)\n",
+                gib(c->memory));
+    else
+        fprintf(o, "memory       %.2f GiB usable per GPU: %.1f%% kept free "
+                   "as a safety margin (--margin %g)\n",
+                gib(c->memory), 100.0 * a->margin, a->margin);
     fprintf(o, "search       %s configurations evaluated, %s pruned by the "
                "model-state bound, %s fit; %u simulations\n",
             cli_commas(pl[0].evaluated, b3, sizeof b3),
@@ -917,6 +967,7 @@ typedef struct cell {
     const char *gpu;
     uint32_t gpus;
     bool found;
+    bool fewest; /* --days: the fewest GPUs that finish in time */
     vp_plan_entry e;
     double hours, gpu_hours;
 } cell;
@@ -938,45 +989,78 @@ static void plan_short(char *buf, size_t n, const vp_par *p)
                  vp_offload_name(p->offload));
 }
 
-/* The best plan of every GPU and cluster size, into cells; *gb the global
- * batch. -1, or the exit status. */
+/* The best plan of one cell, or with `fewest` (--days) the fewest GPUs
+ * that finish in time (x->found false: none up to --max-gpus). -1, or
+ * the exit status. */
+static int compare_cell(const cargs *a, vp_cluster_model *cm, cell *x,
+                        vp_cluster_plan *pl, bool fewest, uint64_t *gb)
+{
+    vp_cluster c;
+    vp_error err;
+    vp_status st;
+    int rc = cluster_for(a, x->gpu, fewest ? 1 : x->gpus, &c);
+
+    if (rc >= 0)
+        return rc;
+    if (fewest)
+        st = vp_cluster_gpus_for_time(cm, &c, &a->o, a->tokens,
+                                      a->days * 86400.0, a->max_gpus,
+                                      &x->gpus, pl, &err);
+    else
+        st = vp_cluster_search(cm, &c, &a->o, pl, &err);
+    if (st == VP_EARG && !fewest)
+        return -1; /* no layout at this size: reported as such */
+    if (st != VP_OK)
+        return cli_report(&err, NULL);
+    x->fewest = fewest;
+    x->found = pl->found && (!fewest || x->gpus);
+    if (!fewest || x->found)
+        *gb = pl->global_batch;
+    if (x->found) {
+        x->e = pl->best;
+        x->hours = a->tokens / pl->best.time.tokens_per_s / 3600.0;
+        x->gpu_hours = x->hours * x->gpus;
+    }
+    return -1;
+}
+
+/* Every GPU and cluster size, then with --days the fewest GPUs of each
+ * GPU, into cells (nc + nf of them); *gb the global batch. -1, or the exit
+ * status. */
 static int compare_cells(cargs *a, vp_cluster_model *cm, cell *cells,
-                         uint64_t *gb)
+                         size_t nc, size_t nf, uint64_t *gb)
 {
     vp_cluster_plan *pl = malloc(sizeof *pl);
     int rc = pl != NULL ? -1 : cli_fail("out of memory");
 
     a->o.top = 0;
-    for (size_t g = 0; g < a->n_gpu && rc < 0; g++)
-        for (size_t k = 0; k < a->n_gpus && rc < 0; k++) {
-            cell *x = &cells[g * a->n_gpus + k];
-            vp_cluster c;
-            vp_error err;
-            x->gpu = a->gpu_names[g];
-            x->gpus = a->gpus[k];
-            if ((rc = cluster_for(a, x->gpu, x->gpus, &c)) >= 0)
-                break;
-            vp_status st = vp_cluster_search(cm, &c, &a->o, pl, &err);
-            if (st == VP_EARG)
-                continue; /* no layout at this size: reported as such */
-            if (st != VP_OK) {
-                rc = cli_report(&err, NULL);
-                break;
-            }
-            *gb = pl->global_batch;
-            x->found = pl->found;
-            if (pl->found) {
-                x->e = pl->best;
-                x->hours = a->tokens / pl->best.time.tokens_per_s / 3600.0;
-                x->gpu_hours = x->hours * x->gpus;
-            }
-        }
+    for (size_t i = 0; i < nc + nf && rc < 0; i++) {
+        cell *x = &cells[i];
+        x->gpu = a->gpu_names[i < nc ? i / a->n_gpus : i - nc];
+        x->gpus = i < nc ? a->gpus[i % a->n_gpus] : 0;
+        rc = compare_cell(a, cm, x, pl, i >= nc, gb);
+    }
     free(pl);
     return rc;
 }
 
+static json_t *compare_json_cell(const cell *x)
+{
+    json_t *c = json_object();
+
+    cli_jset(c, "gpu", cli_jstr(x->gpu, SIZE_MAX));
+    cli_jset(c, "gpus", cli_ju64(x->gpus));
+    cli_jset(c, "fits", json_boolean(x->found));
+    if (x->found) {
+        cli_jset(c, "hours", cli_jreal(x->hours, "%.6g"));
+        cli_jset(c, "gpu_hours", cli_jreal(x->gpu_hours, "%.6g"));
+        cli_jset(c, "plan", json_entry(&x->e));
+    }
+    return c;
+}
+
 static int compare_json(const cargs *a, const vp_cluster_model_info *in,
-                        uint64_t gb, const cell *cells, size_t nc)
+                        uint64_t gb, const cell *cells, size_t nc, size_t nf)
 {
     json_t *o = json_object(), *arr = json_array();
 
@@ -985,77 +1069,100 @@ static int compare_json(const cargs *a, const vp_cluster_model_info *in,
     cli_jset(o, "seq", cli_ju64(in->seq));
     cli_jset(o, "global_batch", cli_ju64(gb));
     cli_jset(o, "tokens", cli_jreal(a->tokens, "%.6g"));
-    for (size_t i = 0; i < nc; i++) {
-        const cell *x = &cells[i];
-        json_t *c = json_object();
-        cli_jset(c, "gpu", cli_jstr(x->gpu, SIZE_MAX));
-        cli_jset(c, "gpus", cli_ju64(x->gpus));
-        cli_jset(c, "fits", json_boolean(x->found));
-        if (x->found) {
-            cli_jset(c, "hours", cli_jreal(x->hours, "%.6g"));
-            cli_jset(c, "gpu_hours", cli_jreal(x->gpu_hours, "%.6g"));
-            cli_jset(c, "plan", json_entry(&x->e));
-        }
-        cli_jpush(arr, c);
-    }
+    cli_jset(o, "safety_margin", cli_jreal(a->memory ? 0.0 : a->margin, "%g"));
+    for (size_t i = 0; i < nc; i++)
+        cli_jpush(arr, compare_json_cell(&cells[i]));
     cli_jset(o, "cells", arr);
+    if (nf > 0) {
+        json_t *few = json_array();
+        cli_jset(o, "days", cli_jreal(a->days, "%g"));
+        for (size_t i = nc; i < nc + nf; i++)
+            cli_jpush(few, compare_json_cell(&cells[i]));
+        cli_jset(o, "fewest_for_days", few);
+    }
     return cli_jprint(stdout, o, false);
 }
 
-static void compare_csv(const cell *cells, size_t nc)
+/* One row of the compare table (table, md or csv); `days`: the csv's
+ * fewest_for_days column. */
+static void compare_row(const cell *x, out_format fmt, bool days)
 {
-    char desc[160];
+    const char *tail = days ? (x->fewest ? ",true" : ",false") : "";
+    char b1[32], b3[32], desc[160];
 
-    printf("gpu,gpus,fits,memory_per_gpu,tokens_per_s,mfu,step_s,hours,"
-           "gpu_hours,plan\n");
-    for (size_t i = 0; i < nc; i++) {
-        const cell *x = &cells[i];
-        if (!x->found) {
-            printf("%s,%u,false,,,,,,,\n", x->gpu, x->gpus);
-            continue;
-        }
-        plan_short(desc, sizeof desc, &x->e.par);
-        printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s\n",
+    if (!x->found && fmt == FMT_CSV)
+        printf("%s,%u,false,,,,,,,%s\n", x->gpu, x->gpus, tail);
+    else if (!x->found && fmt == FMT_MD)
+        printf("| %s | %u | - | - | - | - | - | does not fit |\n", x->gpu,
+               x->gpus);
+    else if (!x->found)
+        printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu, x->gpus,
+               "-", "-", "-", "-", "-", "does not fit");
+    if (!x->found)
+        return;
+    plan_short(desc, sizeof desc, &x->e.par);
+    if (fmt == FMT_CSV) {
+        printf("%s,%u,true,%" PRIu64 ",%.6g,%.4f,%.6g,%.6g,%.6g,%s%s\n",
                x->gpu, x->gpus, x->e.mem.total, x->e.time.tokens_per_s,
-               x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours, desc);
+               x->e.time.mfu, x->e.time.step, x->hours, x->gpu_hours, desc,
+               tail);
+        return;
     }
+    duration(x->hours * 3600, b3, sizeof b3);
+    cli_commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
+    printf(fmt == FMT_MD ? "| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n"
+                         : "%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n",
+           x->gpu, x->gpus, gib(x->e.mem.total), b1, 100 * x->e.time.mfu, b3,
+           x->gpu_hours, desc);
+}
+
+static void compare_csv(const cell *cells, size_t nc, size_t nf)
+{
+    printf("gpu,gpus,fits,memory_per_gpu,tokens_per_s,mfu,step_s,hours,"
+           "gpu_hours,plan%s\n", nf ? ",fewest_for_days" : "");
+    for (size_t i = 0; i < nc + nf; i++)
+        compare_row(&cells[i], FMT_CSV, nf > 0);
 }
 
 static void compare_table(const cargs *a, const vp_cluster_model_info *in,
-                          uint64_t gb, const cell *cells, size_t nc)
+                          uint64_t gb, const cell *cells, size_t nc,
+                          size_t nf)
 {
     bool md = a->format == FMT_MD;
-    char b1[32], b2[32], b3[32], desc[160];
+    char b1[32], b2[32];
 
     printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %" PRIu64
-           " sequences, %s tokens\n\n",
+           " sequences, %s tokens\n",
            md ? "**" : "", in->name, md ? "**" : "",
            si((double)in->params, b1, sizeof b1), in->seq, gb,
            si(a->tokens, b2, sizeof b2));
-    if (md)
-        printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | GPU-hours | "
-               "plan |\n|---|---:|---:|---:|---:|---:|---:|---|\n");
+    if (a->memory)
+        printf("GPU memory: --memory %.2f GiB per GPU\n\n", gib(a->memory));
     else
-        printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
-               "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours", "plan");
-    for (size_t i = 0; i < nc; i++) {
-        const cell *x = &cells[i];
-        if (!x->found && md) {
-            printf("| %s | %u | - | - | - | - | - | does not fit |\n", x->gpu,
-                   x->gpus);
+        printf("GPU memory: %.1f%% of each GPU kept free as a safety margin "
+               "(--margin %g)\n\n", 100.0 * a->margin, a->margin);
+    for (int part = 0; part < 2; part++) {
+        size_t first = part ? nc : 0, n = part ? nf : nc;
+        if (n == 0)
             continue;
-        } else if (!x->found) {
-            printf("%-12s %6u %8s %12s %6s %11s %12s  %s\n", x->gpu, x->gpus,
-                   "-", "-", "-", "-", "-", "does not fit");
-            continue;
+        if (part)
+            printf("%sFewest GPUs to train on %s tokens within %g days:\n\n",
+                   nc ? "\n" : "", si(a->tokens, b2, sizeof b2), a->days);
+        if (md)
+            printf("| GPU | GPUs | GiB/GPU | tokens/s | MFU | time | "
+                   "GPU-hours | plan |\n|---|---:|---:|---:|---:|---:|---:|"
+                   "---|\n");
+        else
+            printf("%-12s %6s %8s %12s %6s %11s %12s  %s\n", "gpu", "gpus",
+                   "GiB/GPU", "tokens/s", "MFU", "time", "GPU-hours",
+                   "plan");
+        for (size_t i = first; i < first + n; i++) {
+            if (part && !cells[i].found)
+                printf("%-12s none up to %u GPUs finishes in time\n",
+                       cells[i].gpu, a->max_gpus);
+            else
+                compare_row(&cells[i], a->format, false);
         }
-        plan_short(desc, sizeof desc, &x->e.par);
-        duration(x->hours * 3600, b3, sizeof b3);
-        cli_commas((uint64_t)llround(x->e.time.tokens_per_s), b1, sizeof b1);
-        printf(md ? "| %s | %u | %.2f | %s | %.1f%% | %s | %.0f | %s |\n"
-                  : "%-12s %6u %8.2f %12s %5.1f%% %11s %12.0f  %s\n",
-               x->gpu, x->gpus, gib(x->e.mem.total), b1,
-               100 * x->e.time.mfu, b3, x->gpu_hours, desc);
     }
 }
 
@@ -1066,28 +1173,31 @@ int cli_compare(int argc, char **argv)
     vp_model *m = NULL;
     cell *cells = NULL;
     uint64_t gb = 0;
-    size_t nc = 0;
+    size_t nc = 0, nf = 0;
     cargs a;
     int rc = parse_args(argc, argv, C_COMPARE, &a);
 
     if (rc < 0)
         rc = load(&a, &m, &cm);
-    if (rc < 0 &&
-        (cells = calloc(nc = a.n_gpu * a.n_gpus, sizeof *cells)) == NULL)
-        rc = cli_fail("out of memory");
+    if (rc < 0) {
+        nc = a.n_gpu * a.n_gpus;
+        nf = a.days > 0 ? a.n_gpu : 0;
+        if ((cells = calloc(nc + nf + 1, sizeof *cells)) == NULL)
+            rc = cli_fail("out of memory");
+    }
     if (rc < 0)
-        rc = compare_cells(&a, cm, cells, &gb);
+        rc = compare_cells(&a, cm, cells, nc, nf, &gb);
     if (rc < 0) {
         vp_cluster_model_info_get(cm, &in);
         if (a.format == FMT_JSON)
-            rc = compare_json(&a, &in, gb, cells, nc);
+            rc = compare_json(&a, &in, gb, cells, nc, nf);
         else if (a.format == FMT_CSV)
-            compare_csv(cells, nc);
+            compare_csv(cells, nc, nf);
         else
-            compare_table(&a, &in, gb, cells, nc);
+            compare_table(&a, &in, gb, cells, nc, nf);
         if (rc < 0 || rc == CLI_OK) {
             rc = CLI_NOFIT; /* 0 when some cell has a plan */
-            for (size_t i = 0; i < nc; i++)
+            for (size_t i = 0; i < nc + nf; i++)
                 if (cells[i].found)
                     rc = CLI_OK;
         }

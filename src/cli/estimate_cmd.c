@@ -19,7 +19,7 @@ enum {
     OPT_SET_TO_NONE = CLI_O__SETUP, OPT_INFERENCE, OPT_CONTEXT,
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
-    OPT_GPU, OPT_GLOBAL_BATCH
+    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML
 };
 
 #define NAME_OF(name, str) str,
@@ -45,6 +45,15 @@ static const char *const BITS[] = {"2", "4", "8", NULL};
     {.id = i, .short_name = s, .name = n, .metavar = m,                     \
      .type = CLI_ARG_STRING, .help = h}
 
+/* --gpu: what the profile gives the command besides the CUDA context. */
+#define GPU_ROW(cmd, gives)                                                 \
+    {.id = OPT_GPU, .short_name = 'g', .name = "gpu", .metavar = "NAME",    \
+     .type = CLI_ARG_STRING, .only = cmd,                                   \
+     .help = "GPU profile: a name (gpus/NAME.yaml in the search path) or a " \
+             "profile file; gives the CUDA context, " gives " the budget "  \
+             "when --budget is absent (memory less the context) or a "      \
+             "fraction (--budget 0.9)"}
+
 static const cli_opt SETUP_OPTS[] = {
     CLI_ROW_BATCH,
     CLI_ROW_SEQ,
@@ -64,11 +73,7 @@ static const cli_opt SETUP_OPTS[] = {
     CLI_ROW_STEPS("training steps simulated, 1 to " VP_TEXT(VP_MAX_STEPS)
                   " (default " VP_TEXT(VP_DEFAULT_STEPS) ")"),
     {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",
-     .type = CLI_ARG_SIZE, .only = CLI_CMD_ESTIMATE,
-     .help = "bytes the allocator may reserve; exit 1 if the setup does not "
-             "fit"},
-    {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",
-     .type = CLI_ARG_STRING, .only = CLI_CMD_SEARCH,
+     .type = CLI_ARG_STRING,
      .help = "bytes the allocator may reserve; exit 1 if the setup does not "
              "fit"},
     SIZE(OPT_CONTEXT, "context",
@@ -93,16 +98,22 @@ static const cli_opt SETUP_OPTS[] = {
          "table, json or csv (default table)"),
     STR(OPT_TIMELINE, 0, "timeline", "FILE",
         "write every allocation and free to FILE as CSV"),
+    CLI_ROW_GPU_DIR(OPT_GPU_DIR),
     CLI_HELP_ROW,
-    {.id = OPT_GPU, .short_name = 'g', .name = "gpu", .metavar = "NAME",
-     .type = CLI_ARG_STRING, .only = CLI_CMD_SEARCH,
-     .help = "GPU profile: a gpus/NAME.yaml name or a profile file; gives "
-             "the step time, and the budget when --budget is absent (memory "
-             "less the CUDA context) or a fraction (--budget 0.9)"},
+    GPU_ROW(CLI_CMD_ESTIMATE, "and"),
+    GPU_ROW(CLI_CMD_SEARCH, "the step time and"),
     {.id = OPT_GLOBAL_BATCH, .name = "global-batch", .metavar = "N",
      .type = CLI_ARG_U64, .min = 1, .max = UINT32_MAX,
      .only = CLI_CMD_SEARCH,
      .help = "samples per optimizer step for plan (default 32)"},
+    {.id = OPT_SNAPSHOT, .name = "snapshot", .metavar = "FILE",
+     .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,
+     .help = "write the simulated steps as torch.cuda.memory._dump_snapshot "
+             "writes them (a pickle for PyTorch's memory_viz)"},
+    {.id = OPT_HTML, .name = "html", .metavar = "FILE",
+     .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,
+     .help = "write one self-contained HTML page: memory over time by "
+             "category, the phases, the peak and what holds it"},
 };
 
 static cli_spec setup_spec(unsigned which, void (*help)(FILE *))
@@ -166,9 +177,9 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->weight_bits = 8;
 }
 
-/* --budget SIZE, or for the search commands a fraction of --gpu's memory
- * ("0.9"), resolved once the profile is loaded. */
-static int apply_budget(const cli_val *v, unsigned which, cli_setup_args *a)
+/* --budget SIZE, or a fraction of --gpu's memory ("0.9"), resolved once
+ * the profile is loaded (cli_setup_gpu). */
+static int apply_budget(const cli_val *v, cli_setup_args *a)
 {
     const char *b = v[CLI_O_BUDGET].text;
     vp_error err;
@@ -176,8 +187,6 @@ static int apply_budget(const cli_val *v, unsigned which, cli_setup_args *a)
     if (!v[CLI_O_BUDGET].given)
         return -1;
     a->budget = b;
-    if (which == CLI_CMD_ESTIMATE)
-        return -1; /* a size, read by cli_setup_common */
     if (strchr(b, '.') && strspn(b, "0123456789.") == strlen(b) &&
              strtod(b, NULL) <= 1.0)
         return -1; /* a fraction of --gpu's memory: resolved later */
@@ -200,14 +209,17 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     if (rc >= 0)
         return rc;
     vp_setup_init(&a->setup);
-    if ((rc = cli_setup_common(v, which == CLI_CMD_ESTIMATE, &a->setup)) >=
-        0)
+    if ((rc = cli_setup_common(v, false, &a->setup)) >= 0)
         return rc;
     apply_setup(v, &a->setup);
-    if ((rc = apply_budget(v, which, a)) >= 0)
+    if ((rc = apply_budget(v, a)) >= 0)
         return rc;
+    if (v[OPT_GPU_DIR].given)
+        cli_set_gpu_dir(v[OPT_GPU_DIR].text);
     a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
     a->gpu = v[OPT_GPU].given ? v[OPT_GPU].text : NULL;
+    a->snapshot = v[OPT_SNAPSHOT].given ? v[OPT_SNAPSHOT].text : NULL;
+    a->html = v[OPT_HTML].given ? v[OPT_HTML].text : NULL;
     a->checkpoint = v[CLI_O_CHECKPOINT].given ? v[CLI_O_CHECKPOINT].text
                                               : NULL;
     a->selective = v[OPT_SELECTIVE].given ? v[OPT_SELECTIVE].text : NULL;
@@ -219,6 +231,37 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     a->optimizer_given = v[CLI_O_OPTIMIZER].given;
     if (a->model_path == NULL)
         return cli_usage_error("%s needs a MODEL file", argv[0]);
+    a->model_path = cli_model_path(a->model_path, a->model_buf,
+                                   sizeof a->model_buf, &rc);
+    return a->model_path == NULL ? rc : -1;
+}
+
+int cli_setup_gpu(cli_setup_args *a, vp_hw *hw, bool *have_hw)
+{
+    int rc;
+
+    *have_hw = false;
+    if (a->gpu == NULL) {
+        if (a->setup.alloc.limit == 0 && a->budget != NULL)
+            return cli_usage_error("--budget %s is a fraction: give --gpu "
+                                   "too", a->budget);
+        return -1;
+    }
+    if ((rc = cli_gpu_hw(a->gpu, hw)) >= 0)
+        return rc;
+    *have_hw = true;
+    a->setup.context_bytes = hw->context;
+    a->setup.alloc.device_total = hw->memory;
+    if (a->budget == NULL) {
+        a->setup.alloc.limit =
+            hw->memory > hw->context ? hw->memory - hw->context : 0;
+    } else if (a->setup.alloc.limit == 0) {
+        double f = strtod(a->budget, NULL);
+        if (!(f > 0.0 && f <= 1.0))
+            return cli_usage_error("invalid fraction '%s' for --budget (0 to "
+                                   "1)", a->budget);
+        a->setup.alloc.limit = (uint64_t)(f * (double)hw->memory);
+    }
     return -1;
 }
 
@@ -230,7 +273,11 @@ static void estimate_help(FILE *f)
           "Face\n"
           "config.json) as PyTorch 2.11 runs them on one GPU, through a model "
           "of its\n"
-          "CUDA caching allocator, and report the peak memory.\n"
+          "CUDA caching allocator, and report the peak memory. MODEL may also "
+          "be\n"
+          "the name of a shipped model (gpt2-small: models/gpt2-small.yaml in "
+          "the\n"
+          "search path of `man vramplan`).\n"
           "\n"
           "Options:\n", f);
     cli_setup_help(f, CLI_CMD_ESTIMATE);
@@ -680,12 +727,17 @@ static int select_all(const cli_setup_args *a, const vp_model *model,
     return rc;
 }
 
-/* Simulate, with every event to --timeline when given. */
+/* Simulate, with every event to --timeline and to the recorders of
+ * --snapshot and --html when given; the pictures are written also when
+ * the run does not fit (they end where it stopped). */
 static int simulate(const cli_setup_args *a, const vp_graph *graph,
                     const vp_setup *setup, vp_estimate *est)
 {
     FILE *timeline = NULL;
+    cli_pictures *pics = NULL;
+    vp_status st = VP_OK;
     vp_error err;
+    int rc;
 
     if (a->timeline != NULL) {
         timeline = fopen(a->timeline, "w");
@@ -696,14 +748,22 @@ static int simulate(const cli_setup_args *a, const vp_graph *graph,
               timeline);
     }
     memset(est, 0, sizeof *est);
-    vp_status st = vp_simulate(graph, setup, est,
-                               timeline != NULL ? timeline_event : NULL,
-                               timeline, &err);
+    if ((rc = cli_pictures_open(&pics, a->snapshot, a->html, setup,
+                                timeline != NULL ? timeline_event : NULL,
+                                timeline)) < 0) {
+        st = vp_simulate(graph, setup, est, cli_pictures_event, pics, &err);
+        if (st == VP_OK || st == VP_EOOM)
+            rc = cli_pictures_write(pics, vp_graph_model_name(graph), setup,
+                                    est, st == VP_EOOM ? err.msg : NULL);
+    }
+    cli_pictures_close(pics);
     if (timeline != NULL) {
         int bad = ferror(timeline);
         if (fclose(timeline) != 0 || bad)
-            return cli_fail("cannot write '%s'", a->timeline);
+            return rc >= 0 ? rc : cli_fail("cannot write '%s'", a->timeline);
     }
+    if (rc >= 0)
+        return rc;
     if (st == VP_EOOM)
         return cli_report_no_fit(setup, &err);
     return st != VP_OK ? cli_report(&err, NULL) : -1;
@@ -741,8 +801,12 @@ static int estimate_run(const cli_setup_args *a)
 int cli_estimate(int argc, char **argv)
 {
     cli_setup_args a;
+    bool have_hw;
+    vp_hw hw;
     int rc = cli_setup_parse(argc, argv, CLI_CMD_ESTIMATE, estimate_help, &a);
 
+    if (rc < 0)
+        rc = cli_setup_gpu(&a, &hw, &have_hw); /* context and budget */
     if (rc < 0)
         rc = estimate_run(&a);
     cli_args_free(&a.args);

@@ -1,5 +1,6 @@
 /* --gpu NAME: the GPU profile behind the CLI's budgets, times and
- * constants. Errors in a profile file point at the spot, with a caret,
+ * constants. A name is looked up in --gpu-dir and the search path
+ * (resolve.c). Errors in a profile file point at the spot, with a caret,
  * and exit 3 as a model's do. */
 #include <stdio.h>
 
@@ -7,9 +8,13 @@
 
 vp_gpu_profile *cli_gpu_load(const char *name, int *rc)
 {
+    char path[CLI_PATH_MAX];
+    const char *file = cli_gpu_path(name, path, sizeof path, rc);
     vp_error err;
-    vp_gpu_profile *p = vp_gpu_load(name, &err);
 
+    if (file == NULL)
+        return NULL;
+    vp_gpu_profile *p = vp_gpu_load(file, &err);
     if (p == NULL) {
         char prefix[160];
         snprintf(prefix, sizeof prefix, "--gpu %.128s: ", name);

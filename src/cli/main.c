@@ -39,6 +39,9 @@ static const command commands[] = {
      cli_export},
     {"probe", "[OPTIONS] -- CMD ARGS...",
      "find the largest batch by running the real command", cli_probe},
+    {"watch", "[OPTIONS] -- CMD ARGS...",
+     "follow a training job's GPU memory against the plan (NVML)",
+     cli_watch},
     {"replay", "MODEL --budget SIZE",
      "replay the simulated step's segments and GEMMs on a real GPU",
      cli_replay},
@@ -122,7 +125,12 @@ int main(int argc, char **argv)
     } else if ((cmd = find_command(name)) == NULL) {
         return CLI_USAGE;
     } else {
+        /* probe and watch print their own running lines */
+        bool quiet = cmd->run == cli_probe || cmd->run == cli_watch;
+        if (!quiet)
+            cli_progress_begin(name);
         rc = cmd->run(argc - 1, argv + 1);
+        cli_progress_end();
     }
     if (fflush(stdout) != 0 || ferror(stdout))
         return cli_fail("cannot write the output: %s", strerror(errno));

@@ -454,15 +454,15 @@ static void print_table(FILE *f, const probe_args *a, uint64_t predicted,
 static int predict(const probe_args *a, uint64_t *predicted)
 {
     vp_maxbatch_result mb;
-    vp_model *model;
     vp_error err;
     vp_status st;
+    int rc = CLI_OK;
 
     *predicted = 0;
     vp_error_clear(&err);
-    model = vp_model_load(a->model_path, &err);
+    vp_model *model = cli_model_load(a->model_path, &rc);
     if (model == NULL)
-        return cli_report(&err, NULL);
+        return rc;
     st = vp_maxbatch(model, &a->setup, a->checkpoint, a->cfg.max, &mb, &err);
     vp_model_free(model);
     if (st != VP_OK) {

@@ -444,9 +444,9 @@ static int write_events(const replay_args *a, FILE *f)
     t.f = f;
     t.phase = -1;
     vp_error_clear(&err);
-    model = vp_model_load(a->model_path, &err);
+    model = cli_model_load(a->model_path, &rc);
     if (model == NULL)
-        return cli_report(&err, NULL);
+        return rc;
     graph = vp_graph_build(model, setup.batch, setup.seq, &err);
     if (graph == NULL) {
         rc = cli_report(&err, NULL);

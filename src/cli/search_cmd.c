@@ -89,39 +89,6 @@ static void search_help(FILE *f, const char *usage, const char *about)
     cli_exit_help(f);
 }
 
-/* Apply --gpu: the hardware profile, the CUDA context, and the budget
- * (absent: the GPU's memory less the context; a fraction: of the GPU's
- * memory, as set_per_process_memory_fraction takes it). Returns -1 to go
- * on, or the exit status. */
-static int apply_gpu(cli_setup_args *a, vp_hw *hw, bool *have_hw)
-{
-    int rc;
-
-    *have_hw = false;
-    if (a->gpu == NULL) {
-        if (a->setup.alloc.limit == 0 && a->budget != NULL)
-            return cli_usage_error("--budget %s is a fraction: give --gpu "
-                                   "too", a->budget);
-        return -1;
-    }
-    if ((rc = cli_gpu_hw(a->gpu, hw)) >= 0)
-        return rc;
-    *have_hw = true;
-    a->setup.context_bytes = hw->context;
-    a->setup.alloc.device_total = hw->memory;
-    if (a->budget == NULL) {
-        a->setup.alloc.limit =
-            hw->memory > hw->context ? hw->memory - hw->context : 0;
-    } else if (a->setup.alloc.limit == 0) {
-        double f = strtod(a->budget, NULL);
-        if (!(f > 0.0 && f <= 1.0))
-            return cli_usage_error("invalid fraction '%s' for --budget (0 to "
-                                   "1)", a->budget);
-        a->setup.alloc.limit = (uint64_t)(f * (double)hw->memory);
-    }
-    return -1;
-}
-
 /* Parse, apply --gpu, and check what maxbatch and techniques need: a
  * budget and a fixed checkpoint. The steps default to the steady state's
  * (an explicit --steps stays). Returns -1 to go on, or the exit status. */
@@ -131,7 +98,7 @@ static int search_setup(int argc, char **argv, void (*help)(FILE *),
 {
     int rc = cli_setup_parse(argc, argv, CLI_CMD_SEARCH, help, a);
 
-    if (rc >= 0 || (rc = apply_gpu(a, hw, have_hw)) >= 0)
+    if (rc >= 0 || (rc = cli_setup_gpu(a, hw, have_hw)) >= 0)
         return rc;
     if (a->setup.alloc.limit == 0)
         return cli_usage_error("%s needs --budget or --gpu", argv[0]);
@@ -418,7 +385,7 @@ int cli_plan(int argc, char **argv)
     memset(&req, 0, sizeof req);
     rc = cli_setup_parse(argc, argv, CLI_CMD_SEARCH, plan_help, &a);
     if (rc < 0)
-        rc = apply_gpu(&a, &req.hw, &have_hw);
+        rc = cli_setup_gpu(&a, &req.hw, &have_hw);
     if (rc < 0 && !have_hw)
         rc = cli_usage_error("plan needs --gpu NAME (its rates time the "
                              "candidates)");
