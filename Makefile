@@ -29,7 +29,7 @@ SANITIZE ?= $(SANITIZER)
 # Debian packages the build and the tests need, as package:pkg-config-module
 # (empty module: the package provides the pkg-config program itself).
 DEB_PACKAGES := pkg-config: libyaml-dev:yaml-0.1 libgsl-dev:gsl \
-                libcriterion-dev:criterion
+                libjansson-dev:jansson libcriterion-dev:criterion
 
 comma := ,
 SANITIZERS := address undefined leak thread
@@ -57,9 +57,9 @@ endif
 
 # Read once per make run; `test` and `run` re-enter make after `deps`, so
 # packages that `deps` just installed are seen.
-PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags yaml-0.1 gsl 2>/dev/null)
-PKG_LIBS := $(shell $(PKG_CONFIG) --libs yaml-0.1 gsl 2>/dev/null || \
-                    echo -lyaml -lgsl -lgslcblas)
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags yaml-0.1 gsl jansson 2>/dev/null)
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs yaml-0.1 gsl jansson 2>/dev/null || \
+                    echo -lyaml -lgsl -lgslcblas -ljansson)
 CRITERION_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || \
                           echo -lcriterion)
