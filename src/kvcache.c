@@ -298,10 +298,17 @@ static vp_status parse_hf(const hf_ctx *c, vp_kv_layout *l)
     if (!json_is_integer(sw) || json_integer_value(sw) != 0) /* 0: none */
         TRY(get_uint(c, "sliding_window", UINT64_MAX >> 1, &window, &found));
 
+    static const char *const pos_k[] = {"max_position_embeddings",
+                                        "n_positions", NULL};
+    uint64_t max_pos = 0;
+    for (size_t i = 0; pos_k[i] && !max_pos; i++)
+        TRY(get_uint(c, pos_k[i], UINT64_MAX >> 1, &max_pos, &found));
+
     memset(l, 0, sizeof *l);
     if (layout_alloc(l, (uint32_t)n_layers, c->err) != VP_OK)
         return c->err->code;
     l->heads = (uint32_t)heads;
+    l->max_positions = max_pos;
     for (uint32_t i = 0; i < l->n_layers; i++)
         l->layer[i] = mla ? (vp_kv_layer){VP_KV_MLA, 1,
                                           (uint32_t)(lora + rope), 0, 0}

@@ -49,6 +49,8 @@ typedef struct vp_kv_layout {
     char model[96];      /* name, for reports                               */
     uint32_t n_layers;
     uint32_t heads;      /* query heads (tensor-parallel divisibility)       */
+    uint64_t max_positions; /* HF max_position_embeddings (n_positions);
+                               0 when unknown (graphs)                      */
     vp_kv_layer *layer;  /* n_layers entries; vp_kv_layout_destroy frees     */
 } vp_kv_layout;
 

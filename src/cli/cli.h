@@ -50,4 +50,46 @@ int cli_compare(int argc, char **argv);
  * "export"): plan for one engine and write its configuration. */
 int cli_export(int argc, char **argv);
 
+/* ---- serving, batching, MIG slices (serve_cmd.c, batching_cmd.c,
+ * mig_cmd.c) ------------------------------------------------------------ */
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* vramplan serve MODEL --gpu NAME ... (argv[0] is "serve"). */
+int cli_serve(int argc, char **argv);
+/* vramplan batching MODEL --lengths FILE --gpu NAME ... */
+int cli_batching(int argc, char **argv);
+/* maxbatch / plan with --gpu-family: the smallest MIG slice that fits
+ * (argv[0] is "maxbatch" or "plan"). */
+int cli_mig_maxbatch(int argc, char **argv);
+int cli_mig_plan(int argc, char **argv);
+
+/* A long option of the small scanner these files share. */
+typedef struct cli_opt {
+    const char *name; /* without the dashes                             */
+    const char *arg;  /* value name in help; NULL for a flag           */
+    const char *help;
+} cli_opt;
+typedef struct cli_scan_state {
+    int argc;
+    char **argv;
+    int i;            /* next argument (start at 1)                    */
+} cli_scan_state;
+enum { CLI_SCAN_END, CLI_SCAN_OPTION, CLI_SCAN_OPERAND, CLI_SCAN_ERROR };
+/* The next option (--name VALUE or --name=VALUE) or operand; a usage
+ * error is printed before CLI_SCAN_ERROR. */
+int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
+             const cli_opt **opt, const char **val);
+void cli_opts_help(FILE *f, const cli_opt *opts, size_t n);
+/* A decimal integer in [min, max]; prints the usage error on failure. */
+bool cli_u64(const char *opt, const char *text, uint64_t min, uint64_t max,
+             uint64_t *out);
+/* Print a library error (file:line:col: error: msg) and return its exit
+ * code: 1 does not fit, 3 invalid input, 2 otherwise. */
+int cli_lib_error(const struct vp_error *err);
+/* Try the MIG slices of family with fits(), print the slices tried and the
+ * smallest that fits; exit code 0 found, 1 none, 2/3 errors (mig_cmd.c). */
+int cli_mig_smallest(const char *family, vp_mig_fit_fn fits, void *ud);
+
 #endif

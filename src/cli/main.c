@@ -1322,6 +1322,8 @@ static int apply_gpu(estimate_args *a, vp_hw *hw, bool *have_hw)
     return -1;
 }
 
+static bool arg_given(int argc, char **argv, const char *name);
+
 static int cmd_maxbatch(int argc, char **argv)
 {
     estimate_args a;
@@ -1333,6 +1335,8 @@ static int cmd_maxbatch(int argc, char **argv)
     bool have_hw;
     int rc;
 
+    if (arg_given(argc, argv, "--gpu-family"))
+        return cli_mig_maxbatch(argc, argv);
     rc = estimate_parse(argc, argv, &a, search_options, N_SEARCH_OPTIONS,
                         maxbatch_help);
     if (rc >= 0)
@@ -1450,6 +1454,8 @@ static int cmd_plan(int argc, char **argv)
 
     if (arg_given(argc, argv, "--gpus"))
         return cli_plan_cluster(argc, argv);
+    if (arg_given(argc, argv, "--gpu-family"))
+        return cli_mig_plan(argc, argv);
     rc = estimate_parse(argc, argv, &a, search_options, N_SEARCH_OPTIONS,
                         plan_help);
     if (rc >= 0)
@@ -1728,6 +1734,11 @@ static const command commands[] = {
      "fit framework constants to measured runs", cli_fit},
     {"validate", "FILE.jsonl... [OPTIONS]",
      "compare the simulator with measured PyTorch runs", cli_validate},
+    {"serve", "MODEL --gpu NAME", "size a vLLM server: KV blocks, "
+     "concurrency", cli_serve},
+    {"batching", "MODEL --lengths FILE --gpu NAME",
+     "tokens per batch and batch per length bucket, padded or packed",
+     cli_batching},
     /* ------------------------------------------------------------------
      * NEW COMMANDS GO HERE: validate, maxbatch, plan.
      * Add a cmd_<name>(argc, argv) above (parse with arg_next and an
