@@ -48,6 +48,15 @@ struct vp_gpu_profile {
 const char *const vp_gpu_builtin_names[] = {
     "a100-40g", "a100-80g", "b200",    "h100-80g", "h100-pcie", "h200",
     "l40s",     "mi300x",   "rtx3090", "rtx4090",  "v100-16g",  "v100-32g",
+    /* MIG slices (mig.h) */
+    "a100-40g-mig-1g.5gb",  "a100-40g-mig-1g.10gb", "a100-40g-mig-2g.10gb",
+    "a100-40g-mig-3g.20gb", "a100-40g-mig-4g.20gb", "a100-40g-mig-7g.40gb",
+    "a100-80g-mig-1g.10gb", "a100-80g-mig-1g.20gb", "a100-80g-mig-2g.20gb",
+    "a100-80g-mig-3g.40gb", "a100-80g-mig-4g.40gb", "a100-80g-mig-7g.80gb",
+    "h100-80g-mig-1g.10gb", "h100-80g-mig-1g.20gb", "h100-80g-mig-2g.20gb",
+    "h100-80g-mig-3g.40gb", "h100-80g-mig-4g.40gb", "h100-80g-mig-7g.80gb",
+    "h200-mig-1g.18gb",     "h200-mig-1g.35gb",     "h200-mig-2g.35gb",
+    "h200-mig-3g.71gb",     "h200-mig-4g.71gb",     "h200-mig-7g.141gb",
     NULL};
 
 static const char *const DTYPE_NAMES[] = {

@@ -201,12 +201,12 @@ static void print_table(const batching_args *a, const vp_lengths *l,
                u->upper, u->padded_len, u->sequences, u->tokens,
                u->max_batch, u->batch, u->batches, 1e3 * u->step_s);
     }
-    printf("  one pass %.1f s, %.0f tokens/s\n", r->padded_time_s,
+    printf("  one pass %.3g s, %.0f tokens/s\n", r->padded_time_s,
            r->padded_tokens_per_s);
     printf("packed       tokens per batch %" PRIu64 " (varlen flash "
            "attention, cu_seqlens), %" PRIu64 " batches\n",
            r->packed_tokens, r->packed_batches);
-    printf("  step %.2f ms, one pass %.1f s, %.0f tokens/s (%.2fx padded)\n",
+    printf("  step %.2f ms, one pass %.3g s, %.0f tokens/s (%.2fx padded)\n",
            1e3 * r->packed_step_s, r->packed_time_s, r->packed_tokens_per_s,
            r->padded_tokens_per_s > 0.0
                ? r->packed_tokens_per_s / r->padded_tokens_per_s

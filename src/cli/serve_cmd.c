@@ -362,7 +362,7 @@ static void row(const char *what, uint64_t bytes, const char *note)
 }
 
 static void print_table(const serve_args *a, const vp_gpu_profile *gpu,
-                        const vp_serve_result *r, vp_status st)
+                        const vp_serve_result *r, const vp_error *err)
 {
     char n1[96], b1[32], b2[32];
 
@@ -389,6 +389,10 @@ static void print_table(const serve_args *a, const vp_gpu_profile *gpu,
         r->non_torch_estimated ? "not measured for this GPU (--non-torch)"
                                : "");
     row("KV cache", r->kv_available, "requested - the three above");
+    if (err->code == VP_EOOM) {
+        printf("does not serve: %s\n", err->msg);
+        return;
+    }
     if (r->page_bytes) {
         printf("KV cache\n");
         snprintf(n1, sizeof n1, "%" PRIu32 " tokens, one layer",
@@ -416,10 +420,8 @@ static void print_table(const serve_args *a, const vp_gpu_profile *gpu,
                  r->cudagraph_sizes, r->cudagraph_max_size);
         row("CUDA graphs", r->cudagraph_bytes, n1);
     }
-    printf("  %-18s %12s\n", "fits", r->headroom_ok ? "yes" : "no");
-    if (st == VP_EOOM)
-        printf("does not serve: the KV cache cannot hold one request of "
-               "max_model_len\n");
+    printf("  %-18s %12s\n", "context and graphs",
+           r->headroom_ok ? "fit" : "do not fit");
 }
 
 static int serve_one(const serve_args *a, const vp_model *m,
@@ -437,10 +439,12 @@ static int serve_one(const serve_args *a, const vp_model *m,
         vp_gpu_free(gpu);
         return cli_lib_error(&err);
     }
+    if (st == VP_OK)
+        vp_error_clear(&err);
     if (strcmp(a->format, "json") == 0)
         print_json(a, vp_gpu_name(gpu), &r, st);
     else
-        print_table(a, gpu, &r, st);
+        print_table(a, gpu, &r, &err);
     vp_gpu_free(gpu);
     return st == VP_OK ? 0 : 1;
 }
