@@ -155,10 +155,12 @@ static uint32_t layer_types(const vp_kv_layout *kv, kv_type *types,
         while (k < n && !(types[k].first->kind == l->kind &&
                           types[k].first->window == l->window))
             k++;
-        if (k == n && n < max)
+        if (k == n) {
+            if (n == max)
+                return max + 1; /* too many layer types */
             types[n++] = (kv_type){l, 0};
-        if (k < n)
-            types[k].count++;
+        }
+        types[k].count++;
     }
     return n;
 }
@@ -185,6 +187,11 @@ static vp_status kv_blocks(const vp_kv_layout *kv, vp_serve_result *r,
     kv_type types[MAX_TYPES];
     uint32_t n_types = layer_types(kv, types, MAX_TYPES);
     uint64_t page = 0, p, need, bytes;
+
+    if (n_types > MAX_TYPES)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "more than %u kinds of attention layers",
+                            MAX_TYPES);
 
     for (uint32_t i = 0; i < kv->n_layers; i++) {
         TRY(vp_kv_layer_token_bytes(&kv->layer[i], r->kv_dtype_bytes,

@@ -59,61 +59,34 @@ static void batching_help(void)
           stdout);
 }
 
-static int batching_option(batching_args *a, int id, const char *v)
+static int batching_option(void *ud, int id, const char *v)
 {
+    batching_args *a = ud;
+
     switch (id) {
     case B_LENGTHS: a->lengths = v; return 0;
     case B_GPU: a->gpu = v; return 0;
     case B_BUDGET: a->budget = v; return 0;
     case B_BUCKETS: a->buckets = v; return 0;
     case B_FORMAT: a->format = v; return 0;
-    case B_INFER:
-        a->setup.inference = true;
-        a->setup.optimizer = VP_OPT_NONE;
-        return 0;
-    case B_PREC:
-        return vp_precision_parse(v, &a->setup.precision) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid precision '%s'", v);
-    case B_OPT:
-        return vp_optimizer_parse(v, &a->setup.optimizer) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid optimizer '%s'", v);
-    case B_ATTN:
-        a->setup.attn_set = true;
-        return vp_attn_impl_parse(v, &a->setup.attn) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid attention '%s'", v);
     }
-    return 2;
+    return cli_setup_option(&a->setup, batching_opts[id].name, v);
 }
 
 static int batching_parse(int argc, char **argv, batching_args *a)
 {
-    cli_scan_state s = {argc, argv, 1};
-    const cli_opt *o;
-    const char *v;
-    int r, rc;
+    int rc;
 
     memset(a, 0, sizeof *a);
     vp_setup_init(&a->setup);
     a->setup.steps = 2;
     a->format = "table";
-    while ((r = cli_scan(&s, batching_opts, N_BATCHING_OPTS, &o, &v)) !=
-           CLI_SCAN_END) {
-        if (r == CLI_SCAN_ERROR)
-            return 2;
-        if (r == CLI_SCAN_OPERAND) {
-            if (a->model)
-                return cli_usage_error("unexpected argument '%s'", v);
-            a->model = v;
-        } else if (o - batching_opts == B_HELP) {
-            batching_help();
-            return -1;
-        } else if ((rc = batching_option(a, (int)(o - batching_opts), v))) {
-            return rc;
-        }
-    }
+    rc = cli_parse(argc, argv, batching_opts, N_BATCHING_OPTS,
+                   batching_option, a, &a->model);
+    if (rc < 0)
+        batching_help();
+    if (rc)
+        return rc;
     if (!a->model || !a->lengths)
         return cli_usage_error("batching needs MODEL and --lengths FILE");
     if (!a->gpu)

@@ -71,17 +71,18 @@ typedef struct cli_opt {
     const char *arg;  /* value name in help; NULL for a flag           */
     const char *help;
 } cli_opt;
-typedef struct cli_scan_state {
-    int argc;
-    char **argv;
-    int i;            /* next argument (start at 1)                    */
-} cli_scan_state;
-enum { CLI_SCAN_END, CLI_SCAN_OPTION, CLI_SCAN_OPERAND, CLI_SCAN_ERROR };
-/* The next option (--name VALUE or --name=VALUE) or operand; a usage
- * error is printed before CLI_SCAN_ERROR. */
-int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
-             const cli_opt **opt, const char **val);
+/* Options of one command go to fn with their index in opts and their
+ * value (NULL for a flag); fn returns 0 or an exit code. */
+typedef int (*cli_opt_fn)(void *ud, int id, const char *val);
+/* Scan argv[1..]: --name VALUE, --name=VALUE and at most one operand
+ * (*operand, NULL if none). Returns 0, -1 when the option named "help" was
+ * given (print the help), or an exit code once a usage error is printed. */
+int cli_parse(int argc, char **argv, const cli_opt *opts, size_t n,
+              cli_opt_fn fn, void *ud, const char **operand);
 void cli_opts_help(FILE *f, const cli_opt *opts, size_t n);
+/* --precision, --optimizer, --attention, --inference, --seq into a setup;
+ * 0 or an exit code. */
+int cli_setup_option(vp_setup *s, const char *opt, const char *val);
 /* A decimal integer in [min, max]; prints the usage error on failure. */
 bool cli_u64(const char *opt, const char *text, uint64_t min, uint64_t max,
              uint64_t *out);

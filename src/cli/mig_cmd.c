@@ -84,36 +84,45 @@ static void mig_help(const char *cmd)
            "3 invalid model.\n");
 }
 
-static int mig_option(mig_args *a, int id, const char *v)
+int cli_setup_option(vp_setup *s, const char *opt, const char *v)
 {
+    if (strcmp(opt, "inference") == 0) {
+        s->inference = true;
+        s->optimizer = VP_OPT_NONE;
+        return 0;
+    }
+    if (strcmp(opt, "precision") == 0)
+        return vp_precision_parse(v, &s->precision) == VP_OK
+                   ? 0
+                   : cli_usage_error("invalid precision '%s'", v);
+    if (strcmp(opt, "optimizer") == 0)
+        return vp_optimizer_parse(v, &s->optimizer) == VP_OK
+                   ? 0
+                   : cli_usage_error("invalid optimizer '%s'", v);
+    if (strcmp(opt, "attention") == 0) {
+        s->attn_set = true;
+        return vp_attn_impl_parse(v, &s->attn) == VP_OK
+                   ? 0
+                   : cli_usage_error("invalid attention '%s'", v);
+    }
+    if (strcmp(opt, "seq") == 0)
+        return cli_u64("seq", v, 1, 1u << 24, &s->seq) ? 0 : 2;
+    return cli_usage_error("option --%s is not a setup option", opt);
+}
+
+static int mig_option(void *ud, int id, const char *v)
+{
+    mig_args *a = ud;
     char *end;
 
     switch (id) {
     case M_FAMILY: a->family = v; return 0;
     case M_CKPT: a->ckpt = v; return 0;
-    case M_INFER:
-        a->setup.inference = true;
-        a->setup.optimizer = VP_OPT_NONE;
-        return 0;
     case M_BATCH: return cli_u64("batch", v, 1, 1u << 24, &a->batch) ? 0 : 2;
     case M_GLOBAL: return cli_u64("global-batch", v, 1, 1u << 24,
                                   &a->global_batch) ? 0 : 2;
-    case M_SEQ: return cli_u64("seq", v, 1, 1u << 24, &a->setup.seq) ? 0 : 2;
-    case M_PREC:
-        a->prec_set = true;
-        return vp_precision_parse(v, &a->setup.precision) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid precision '%s'", v);
-    case M_OPT:
-        a->opt_set = true;
-        return vp_optimizer_parse(v, &a->setup.optimizer) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid optimizer '%s'", v);
-    case M_ATTN:
-        a->setup.attn_set = true;
-        return vp_attn_impl_parse(v, &a->setup.attn) == VP_OK
-                   ? 0
-                   : cli_usage_error("invalid attention '%s'", v);
+    case M_PREC: a->prec_set = true; break;
+    case M_OPT: a->opt_set = true; break;
     case M_BUDGET:
         a->budget = strtod(v, &end);
         if (*end || !(a->budget > 0.0 && a->budget <= 1.0))
@@ -121,35 +130,23 @@ static int mig_option(mig_args *a, int id, const char *v)
                                    "to 1)", v);
         return 0;
     }
-    return 2;
+    return cli_setup_option(&a->setup, mig_opts[id].name, v);
 }
 
 /* 0 parsed, -1 help printed, else an exit code. */
 static int mig_parse(int argc, char **argv, mig_args *a)
 {
-    cli_scan_state s = {argc, argv, 1};
-    const cli_opt *o;
-    const char *v;
-    int r, rc;
+    int rc;
 
     memset(a, 0, sizeof *a);
     a->cmd = argv[0];
     vp_setup_init(&a->setup);
-    while ((r = cli_scan(&s, mig_opts, N_MIG_OPTS, &o, &v)) !=
-           CLI_SCAN_END) {
-        if (r == CLI_SCAN_ERROR)
-            return 2;
-        if (r == CLI_SCAN_OPERAND) {
-            if (a->model)
-                return cli_usage_error("unexpected argument '%s'", v);
-            a->model = v;
-        } else if (o - mig_opts == M_HELP) {
-            mig_help(a->cmd);
-            return -1;
-        } else if ((rc = mig_option(a, (int)(o - mig_opts), v)) != 0) {
-            return rc;
-        }
-    }
+    rc = cli_parse(argc, argv, mig_opts, N_MIG_OPTS, mig_option, a,
+                   &a->model);
+    if (rc < 0)
+        mig_help(a->cmd);
+    if (rc)
+        return rc;
     if (!a->model || !a->family)
         return cli_usage_error("%s needs MODEL and --gpu-family", a->cmd);
     if (strcmp(a->cmd, "plan") == 0 ? a->batch != 0 : a->global_batch != 0)

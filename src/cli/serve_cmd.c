@@ -14,8 +14,18 @@
 /* Shared: options, numbers, errors                                    */
 /* ------------------------------------------------------------------ */
 
-int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
-             const cli_opt **opt, const char **val)
+enum { SCAN_END, SCAN_OPTION, SCAN_OPERAND, SCAN_ERROR };
+
+typedef struct scan_state {
+    int argc;
+    char **argv;
+    int i; /* next argument */
+} scan_state;
+
+/* The next option (--name VALUE or --name=VALUE) or operand; a usage error
+ * is printed before SCAN_ERROR. */
+static int scan(scan_state *s, const cli_opt *opts, size_t n,
+                const cli_opt **opt, const char **val)
 {
     const char *a, *eq;
     size_t len;
@@ -23,11 +33,11 @@ int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
     *opt = NULL;
     *val = NULL;
     if (s->i >= s->argc)
-        return CLI_SCAN_END;
+        return SCAN_END;
     a = s->argv[s->i++];
     if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
         *val = a;
-        return CLI_SCAN_OPERAND;
+        return SCAN_OPERAND;
     }
     eq = strchr(a, '=');
     len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
@@ -39,8 +49,8 @@ int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
             if (eq)
                 return cli_usage_error("option --%s takes no value",
                                        opts[k].name),
-                       CLI_SCAN_ERROR;
-            return CLI_SCAN_OPTION;
+                       SCAN_ERROR;
+            return SCAN_OPTION;
         }
         if (eq) {
             *val = eq + 1;
@@ -49,12 +59,37 @@ int cli_scan(cli_scan_state *s, const cli_opt *opts, size_t n,
         } else {
             cli_usage_error("option --%s needs a value (%s)", opts[k].name,
                             opts[k].arg);
-            return CLI_SCAN_ERROR;
+            return SCAN_ERROR;
         }
-        return CLI_SCAN_OPTION;
+        return SCAN_OPTION;
     }
     cli_usage_error("unknown option '%.*s'", (int)(len + 2), a);
-    return CLI_SCAN_ERROR;
+    return SCAN_ERROR;
+}
+
+int cli_parse(int argc, char **argv, const cli_opt *opts, size_t n,
+              cli_opt_fn fn, void *ud, const char **operand)
+{
+    scan_state s = {argc, argv, 1};
+    const cli_opt *o;
+    const char *v;
+    int r, rc;
+
+    *operand = NULL;
+    while ((r = scan(&s, opts, n, &o, &v)) != SCAN_END) {
+        if (r == SCAN_ERROR)
+            return 2;
+        if (r == SCAN_OPERAND) {
+            if (*operand)
+                return cli_usage_error("unexpected argument '%s'", v);
+            *operand = v;
+        } else if (strcmp(o->name, "help") == 0) {
+            return -1;
+        } else if ((rc = fn(ud, (int)(o - opts), v)) != 0) {
+            return rc;
+        }
+    }
+    return 0;
 }
 
 void cli_opts_help(FILE *f, const cli_opt *opts, size_t n)
@@ -213,8 +248,9 @@ static int parse_dtype(const char *v, const char *opt, uint32_t *out)
     return cli_usage_error("invalid value '%s' for --%s", v, opt);
 }
 
-static int serve_option(serve_args *a, int id, const char *v)
+static int serve_option(void *ud, int id, const char *v)
 {
+    serve_args *a = ud;
     uint64_t u;
     char *end;
     vp_error err;
@@ -243,7 +279,7 @@ static int serve_option(serve_args *a, int id, const char *v)
     case O_BLOCK:
         if (!cli_u64("block-size", v, 1, 128, &u))
             return 2;
-        if (u != 1 && u % 8 != 0 && (u & (u - 1)) != 0)
+        if (u != 1 && (u < 8 || (u & (u - 1)) != 0))
             return cli_usage_error("invalid block size %s (1, 8, 16, 32, "
                                    "64 or 128)", v);
         a->cfg.block_size = (uint32_t)u;
@@ -275,31 +311,17 @@ static int serve_option(serve_args *a, int id, const char *v)
 /* 0 parsed, -1 --help printed, else an exit code. */
 static int serve_parse(int argc, char **argv, serve_args *a)
 {
-    cli_scan_state s = {argc, argv, 1};
-    const cli_opt *o;
-    const char *v;
-    int r, rc;
+    int rc;
 
     memset(a, 0, sizeof *a);
     vp_serve_config_init(&a->cfg);
     a->format = "table";
-    while ((r = cli_scan(&s, serve_opts, N_SERVE_OPTS, &o, &v)) !=
-           CLI_SCAN_END) {
-        if (r == CLI_SCAN_ERROR)
-            return 2;
-        if (r == CLI_SCAN_OPERAND) {
-            if (a->model)
-                return cli_usage_error("unexpected argument '%s'", v);
-            a->model = v;
-            continue;
-        }
-        if (o - serve_opts == O_HELP) {
-            serve_help(stdout);
-            return -1;
-        }
-        if ((rc = serve_option(a, (int)(o - serve_opts), v)) != 0)
-            return rc;
-    }
+    rc = cli_parse(argc, argv, serve_opts, N_SERVE_OPTS, serve_option, a,
+                   &a->model);
+    if (rc < 0)
+        serve_help(stdout);
+    if (rc)
+        return rc;
     if (!a->model)
         return cli_usage_error("serve needs a MODEL");
     if (!a->gpu == !a->family)
