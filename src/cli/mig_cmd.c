@@ -150,9 +150,9 @@ static int mig_parse(int argc, char **argv, mig_args *a)
     if (!a->model || !a->family)
         return cli_usage_error("%s needs MODEL and --gpu-family", a->cmd);
     if (strcmp(a->cmd, "plan") == 0 ? a->batch != 0 : a->global_batch != 0)
-        return cli_usage_error("%s takes --%s", a->cmd,
-                               strcmp(a->cmd, "plan") == 0 ? "global-batch"
-                                                          : "batch");
+        return cli_usage_error("%s does not take --%s", a->cmd,
+                               strcmp(a->cmd, "plan") == 0 ? "batch"
+                                                          : "global-batch");
     if (!a->batch)
         a->batch = 1;
     if (!a->global_batch)
