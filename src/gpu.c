@@ -42,11 +42,23 @@ struct vp_gpu_profile {
     const char *notes;
     bool has_measured;
     vp_gpu_measured measured;
+    uint32_t sm_count;       /* 0: not given                              */
+    bool is_mig;             /* a MIG slice of another profile            */
+    vp_gpu_mig mig;
 };
 
 const char *const vp_gpu_builtin_names[] = {
     "a100-40g", "a100-80g", "b200",    "h100-80g", "h100-pcie", "h200",
     "l40s",     "mi300x",   "rtx3090", "rtx4090",  "v100-16g",  "v100-32g",
+    /* MIG slices (mig.h) */
+    "a100-40g-mig-1g.5gb",  "a100-40g-mig-1g.10gb", "a100-40g-mig-2g.10gb",
+    "a100-40g-mig-3g.20gb", "a100-40g-mig-4g.20gb", "a100-40g-mig-7g.40gb",
+    "a100-80g-mig-1g.10gb", "a100-80g-mig-1g.20gb", "a100-80g-mig-2g.20gb",
+    "a100-80g-mig-3g.40gb", "a100-80g-mig-4g.40gb", "a100-80g-mig-7g.80gb",
+    "h100-80g-mig-1g.10gb", "h100-80g-mig-1g.20gb", "h100-80g-mig-2g.20gb",
+    "h100-80g-mig-3g.40gb", "h100-80g-mig-4g.40gb", "h100-80g-mig-7g.80gb",
+    "h200-mig-1g.18gb",     "h200-mig-1g.35gb",     "h200-mig-2g.35gb",
+    "h200-mig-3g.71gb",     "h200-mig-4g.71gb",     "h200-mig-7g.141gb",
     NULL};
 
 static const char *const DTYPE_NAMES[] = {
@@ -355,11 +367,52 @@ static const char *const TOP_KEYS[] = {
     "peak_tflops",    "host_link",       "gpu_link",
     "context_bytes",  "context_estimated", "context_note",
     "cublas_workspace_bytes", "sources", "notes",
-    "measured",       NULL};
+    "measured",       "sm_count",        "mig",
+    NULL};
 
 static const char *const VENDORS[] = {"nvidia", "amd", NULL};
 static const char *const LINK_KINDS[] = {"nvlink", "infinity-fabric",
                                          "none", NULL};
+
+/* sm_count and, for a MIG slice, the mig: section (NVIDIA's MIG user
+ * guide, "Supported MIG Profiles"; docs/SERVING.md §4). */
+static vp_status parse_mig(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *root,
+                           vp_error *err)
+{
+    static const char *const mk[] = {"of", "profile", "compute_slices",
+                                     "memory_slices", "instances",
+                                     "copy_engines", "decoders", "jpeg",
+                                     "ofa", NULL};
+    uint32_t *const counts[] = {&p->mig.compute_slices,
+                                &p->mig.memory_slices, &p->mig.instances,
+                                &p->mig.copy_engines,  &p->mig.decoders,
+                                &p->mig.jpeg,          &p->mig.ofa};
+    static const uint64_t lo[] = {1, 1, 1, 0, 0, 0, 0};
+    yaml_node_t *v, *mg;
+    uint64_t u;
+
+    if ((v = vp__ymap_get(d, root, "sm_count", NULL))) {
+        TRY(vp__yget_u64(d, v, 1, 1u << 16, &u, err));
+        p->sm_count = (uint32_t)u;
+    }
+    if (!(mg = vp__ymap_get(d, root, "mig", NULL)))
+        return VP_OK;
+    if (!p->sm_count)
+        return vp__yerr(d, mg, VP_ESCHEMA, err,
+                        "a MIG slice needs 'sm_count'");
+    TRY(vp__ymap_check(d, mg, mk, "mig", err));
+    TRY(need(d, mg, "of", "mig", &v, err));
+    TRY(get_string(p, d, v, &p->mig.of, err));
+    TRY(need(d, mg, "profile", "mig", &v, err));
+    TRY(get_string(p, d, v, &p->mig.profile, err));
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        TRY(need(d, mg, mk[i + 2], "mig", &v, err));
+        TRY(vp__yget_u64(d, v, lo[i], 64, &u, err));
+        *counts[i] = (uint32_t)u;
+    }
+    p->is_mig = true;
+    return VP_OK;
+}
 
 static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
 {
@@ -446,6 +499,7 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
         }
     }
 
+    TRY(parse_mig(p, d, root, err));
     TRY(need(d, root, "context_bytes", what, &v, err));
     TRY(vp__yget_u64(d, v, 0, 64 * VP_GiB, &p->context_bytes, err));
     TRY(need(d, root, "context_estimated", what, &v, err));
@@ -595,6 +649,11 @@ const char *vp_gpu_name(const vp_gpu_profile *p) { return p->name; }
 const char *vp_gpu_product(const vp_gpu_profile *p) { return p->product; }
 const char *vp_gpu_vendor(const vp_gpu_profile *p) { return p->vendor; }
 const char *vp_gpu_arch(const vp_gpu_profile *p) { return p->arch; }
+uint32_t vp_gpu_sm_count(const vp_gpu_profile *p) { return p->sm_count; }
+const vp_gpu_mig *vp_gpu_mig_get(const vp_gpu_profile *p)
+{
+    return p->is_mig ? &p->mig : NULL;
+}
 const char *vp_gpu_compute_capability(const vp_gpu_profile *p)
 {
     return p->cc;
@@ -921,6 +980,21 @@ vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
         fputs("notes: ", f);
         put_q(f, p->notes);
         fputc('\n', f);
+    }
+    if (p->sm_count)
+        fprintf(f, "sm_count: %u\n", p->sm_count);
+    if (p->is_mig) {
+        fputs("mig:\n  of: ", f);
+        put_q(f, p->mig.of);
+        fputs("\n  profile: ", f);
+        put_q(f, p->mig.profile);
+        fprintf(f,
+                "\n  compute_slices: %u\n  memory_slices: %u\n"
+                "  instances: %u\n  copy_engines: %u\n  decoders: %u\n"
+                "  jpeg: %u\n  ofa: %u\n",
+                p->mig.compute_slices, p->mig.memory_slices,
+                p->mig.instances, p->mig.copy_engines, p->mig.decoders,
+                p->mig.jpeg, p->mig.ofa);
     }
     if (p->has_measured)
         write_measured(f, &p->measured);

@@ -59,7 +59,8 @@ Test(gpu_profiles, every_file_in_gpus_loads_and_is_named_after_it)
         snprintf(name, sizeof name, "%.*s", (int)(len - 5), e->d_name);
         vp_gpu_profile *p = load_ok(path);
         cr_expect_str_eq(vp_gpu_name(p), name);
-        cr_expect_gt(vp_gpu_memory_bytes(p), 8 * VP_GiB, "%s", name);
+        cr_expect_gt(vp_gpu_memory_bytes(p),
+                     vp_gpu_mig_get(p) ? 4 * VP_GiB : 8 * VP_GiB, "%s", name);
         cr_expect_gt(vp_gpu_memory_gbps(p), 100.0, "%s", name);
         cr_expect_gt(vp_gpu_peak_tflops(p, VP_GPU_FP32), 1.0, "%s", name);
         cr_expect_gt(vp_gpu_peak_tflops(p, VP_GPU_FP16),
@@ -75,7 +76,8 @@ Test(gpu_profiles, every_file_in_gpus_loads_and_is_named_after_it)
         n++;
     }
     closedir(d);
-    cr_expect_eq(n, 12, "expected 12 shipped profiles, found %zu", n);
+    cr_expect_eq(n, 36, "expected 36 shipped profiles (12 GPUs, 24 MIG "
+                        "slices), found %zu", n);
 }
 
 Test(gpu_profiles, every_builtin_name_resolves)

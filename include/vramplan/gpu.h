@@ -144,6 +144,17 @@ typedef struct vp_gpu_measured {
 
 typedef struct vp_gpu_profile vp_gpu_profile;
 
+/* A MIG slice (profile key `mig:`): the GPU it is cut from and its share,
+ * as NVIDIA's MIG user guide lists them. */
+typedef struct vp_gpu_mig {
+    const char *of;          /* profile name of the whole GPU ("h100-80g") */
+    const char *profile;     /* NVIDIA's profile name ("1g.10gb")          */
+    uint32_t compute_slices; /* of 7                                       */
+    uint32_t memory_slices;  /* of 8                                       */
+    uint32_t instances;      /* at most this many on one GPU               */
+    uint32_t copy_engines, decoders, jpeg, ofa;
+} vp_gpu_mig;
+
 /* Load a profile. path_or_name is a file path (it contains a '/' or ends
  * in .yaml) or a bare name like "h100-80g", looked up as NAME.yaml in
  * $VRAMPLAN_GPU_DIR and then in gpus/. The schema is strict: unknown keys,
@@ -176,6 +187,12 @@ const char *vp_gpu_vendor(const vp_gpu_profile *p);  /* "nvidia", "amd"  */
 const char *vp_gpu_arch(const vp_gpu_profile *p);    /* "hopper"         */
 /* "9.0" for NVIDIA, "gfx942" for AMD. */
 const char *vp_gpu_compute_capability(const vp_gpu_profile *p);
+
+/* Streaming multiprocessors (profile key sm_count); 0 when not given. */
+uint32_t vp_gpu_sm_count(const vp_gpu_profile *p);
+/* The MIG section, or NULL when the profile is a whole GPU. Strings valid
+ * until vp_gpu_free. */
+const vp_gpu_mig *vp_gpu_mig_get(const vp_gpu_profile *p);
 
 /* Datasheet memory capacity (the vendor's GB taken as GiB, as nvidia-smi
  * counts it). */

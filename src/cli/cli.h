@@ -11,7 +11,8 @@
  * setup options), search_cmd.c (maxbatch, plan on one GPU, techniques,
  * --checkpoint auto), cluster_cmd.c (plan --gpus, compare, export),
  * validate_cmd.c and fit_cmd.c, probe_cmd.c, watch_cmd.c, replay_cmd.c,
- * calibrate_cmd.c; main.c holds the command table. */
+ * calibrate_cmd.c, serve_cmd.c, batching_cmd.c, mig_cmd.c (--gpu-family);
+ * main.c holds the command table. */
 #ifndef VRAMPLAN_CLI_H
 #define VRAMPLAN_CLI_H
 
@@ -258,6 +259,10 @@ enum { CLI_CMD_ESTIMATE = 1, CLI_CMD_SEARCH = 2 };
  * a->args with cli_args_free. */
 int cli_setup_parse(int argc, char **argv, unsigned which,
                     void (*help)(FILE *), cli_setup_args *a);
+/* --budget SIZE, or a fraction of --gpu's memory ("0.9") that
+ * cli_setup_gpu resolves: into a->budget and a->setup.alloc.limit. -1, or
+ * CLI_USAGE after the error. */
+int cli_setup_budget(cli_setup_args *a, const char *text);
 /* Apply --gpu: the hardware profile (*hw, *have_hw), the CUDA context, and
  * the budget (absent: the GPU's memory less the context; a fraction: of
  * the GPU's memory, as set_per_process_memory_fraction takes it). Returns
@@ -356,5 +361,16 @@ int cli_watch(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_replay(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_batching(int argc, char **argv);
+/* maxbatch and plan with --gpu-family: the smallest MIG slice that fits
+ * (mig_cmd.c; argv[0] is "maxbatch" or "plan"). */
+int cli_mig_maxbatch(int argc, char **argv);
+int cli_mig_plan(int argc, char **argv);
+
+/* Try the MIG slices of family with fits(), print the slices tried and the
+ * smallest that fits (mig_cmd.c, for serve too). CLI_OK when one fits,
+ * CLI_NOFIT when none does, or the exit status of an error. */
+int cli_mig_smallest(const char *family, vp_mig_fit_fn fits, void *ud);
 
 #endif

@@ -177,15 +177,10 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->weight_bits = 8;
 }
 
-/* --budget SIZE, or a fraction of --gpu's memory ("0.9"), resolved once
- * the profile is loaded (cli_setup_gpu). */
-static int apply_budget(const cli_val *v, cli_setup_args *a)
+int cli_setup_budget(cli_setup_args *a, const char *b)
 {
-    const char *b = v[CLI_O_BUDGET].text;
     vp_error err;
 
-    if (!v[CLI_O_BUDGET].given)
-        return -1;
     a->budget = b;
     if (strchr(b, '.') && strspn(b, "0123456789.") == strlen(b) &&
              strtod(b, NULL) <= 1.0)
@@ -212,7 +207,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     if ((rc = cli_setup_common(v, false, &a->setup)) >= 0)
         return rc;
     apply_setup(v, &a->setup);
-    if ((rc = apply_budget(v, a)) >= 0)
+    if (v[CLI_O_BUDGET].given &&
+        (rc = cli_setup_budget(a, v[CLI_O_BUDGET].text)) >= 0)
         return rc;
     if (v[OPT_GPU_DIR].given)
         cli_set_gpu_dir(v[OPT_GPU_DIR].text);

@@ -51,6 +51,11 @@ static const command commands[] = {
      "fit framework constants to measured runs", cli_fit},
     {"validate", "FILE.jsonl... [OPTIONS]",
      "compare the simulator with measured PyTorch runs", cli_validate},
+    {"serve", "MODEL --gpu NAME", "size a vLLM server: KV blocks, "
+     "concurrency", cli_serve},
+    {"batching", "MODEL --lengths FILE --gpu NAME",
+     "tokens per batch and batch per length bucket, padded or packed",
+     cli_batching},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -89,6 +89,18 @@ static void search_help(FILE *f, const char *usage, const char *about)
     cli_exit_help(f);
 }
 
+/* Whether argv holds option `name` ("--gpus" or "--gpus=..."). */
+static bool arg_given(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strncmp(argv[i], name, n) == 0 &&
+            (argv[i][n] == '\0' || argv[i][n] == '='))
+            return true;
+    return false;
+}
+
 /* Parse, apply --gpu, and check what maxbatch and techniques need: a
  * budget and a fixed checkpoint. The steps default to the steady state's
  * (an explicit --steps stays). Returns -1 to go on, or the exit status. */
@@ -116,7 +128,9 @@ static void maxbatch_help(FILE *f)
     search_help(f,
                 "Usage: vramplan maxbatch MODEL --budget SIZE [OPTIONS]\n"
                 "       vramplan maxbatch MODEL --gpu NAME [--budget "
-                "FRACTION] [OPTIONS]\n",
+                "FRACTION] [OPTIONS]\n"
+                "       vramplan maxbatch MODEL --gpu-family NAME ...   "
+                "(MIG slices)\n",
                 "\n"
                 "The largest micro-batch whose simulated training steps fit "
                 "in the\n"
@@ -180,9 +194,13 @@ int cli_maxbatch(int argc, char **argv)
     vp_error err;
     bool have_hw;
     vp_hw hw;
-    int rc = search_setup(argc, argv, maxbatch_help,
-                          "maxbatch takes a fixed --checkpoint (none, all or "
-                          "names), not auto", &a, &hw, &have_hw);
+    int rc;
+
+    if (arg_given(argc, argv, "--gpu-family"))
+        return cli_mig_maxbatch(argc, argv);
+    rc = search_setup(argc, argv, maxbatch_help,
+                      "maxbatch takes a fixed --checkpoint (none, all or "
+                      "names), not auto", &a, &hw, &have_hw);
 
     vp_error_clear(&err);
     if (rc < 0 && (model = vp_model_load(a.model_path, &err)) == NULL)
@@ -210,7 +228,9 @@ static void plan_help(FILE *f)
                 "Usage: vramplan plan MODEL --gpu NAME [--budget "
                 "SIZE|FRACTION] [OPTIONS]\n"
                 "       vramplan plan MODEL --gpus N --gpu NAME ...   "
-                "(clusters)\n",
+                "(clusters)\n"
+                "       vramplan plan MODEL --gpu-family NAME ...   "
+                "(MIG slices)\n",
                 "\n"
                 "Search the training setup of MODEL on one GPU: precision, "
                 "optimizer\n"
@@ -330,18 +350,6 @@ static void plan_table(const cli_setup_args *a, const vp_model *model,
     }
 }
 
-/* Whether argv holds option `name` ("--gpus" or "--gpus=..."). */
-static bool arg_given(int argc, char **argv, const char *name)
-{
-    size_t n = strlen(name);
-
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strncmp(argv[i], name, n) == 0 &&
-            (argv[i][n] == '\0' || argv[i][n] == '='))
-            return true;
-    return false;
-}
-
 static int plan_run(const cli_setup_args *a, vp_plan_request *req)
 {
     vp_plan_result *res = malloc(sizeof *res);
@@ -382,6 +390,8 @@ int cli_plan(int argc, char **argv)
 
     if (arg_given(argc, argv, "--gpus"))
         return cli_plan_cluster(argc, argv);
+    if (arg_given(argc, argv, "--gpu-family"))
+        return cli_mig_plan(argc, argv);
     memset(&req, 0, sizeof req);
     rc = cli_setup_parse(argc, argv, CLI_CMD_SEARCH, plan_help, &a);
     if (rc < 0)
