@@ -71,7 +71,7 @@ VP_CFLAGS = -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 VP_LDFLAGS = $(SAN_FLAGS)
 VP_LIBS = $(PKG_LIBS) -lm
 
-LIB_SRCS := $(wildcard src/*.c)
+LIB_SRCS := $(wildcard src/*.c src/ops/*.c)
 CLI_SRCS := $(wildcard src/cli/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 CU_SRCS := $(wildcard calibrate/*.cu)
