@@ -5,9 +5,10 @@
 #
 #   scripts/equiv.sh [REV]        (or: make equiv EQUIV_BASE=REV)
 #
-# REV is built from `git archive` in build/equiv/<sha>/src and its outputs
+# REV is built from `git archive` in build/equiv/<sha>/src and run there
+# (on its own models/ and gpus/; its ../shared is this tree's); its outputs
 # are kept in build/equiv/<sha>-<grid hash>/ (rebuilt when this script's
-# grid changes); this tree's outputs go to build/equiv/current/. Every case
+# grid changes). This tree's outputs go to build/equiv/current/. Every case
 # records the command's stdout, stderr and exit status, and the --timeline
 # CSV where one is written. Exit 0 when every file is identical, 1 with
 # the differing files listed (and the first lines of each diff) otherwise.
@@ -132,6 +133,9 @@ maxbatch.vit	maxbatch models/vit-b16.yaml --budget 20GiB --precision amp-fp16 --
 maxbatch.bert	maxbatch tests/data/hf/bert-base.json --budget 12GiB --optimizer sgd --expandable-segments
 maxbatch.mixtral	maxbatch models/mixtral-8x7b.yaml --gpu h200 --precision bf16 --checkpoint all --seq 512
 maxbatch.mlp	maxbatch models/mlp10.yaml --budget 8GiB --inference
+maxbatch.resnet-a100	maxbatch models/resnet50.yaml --gpu a100-40g --format json
+maxbatch.resnet-v100	maxbatch models/resnet152.yaml --gpu v100-32g --budget 0.5
+tech.resnet-3090	techniques models/resnet50.yaml --batch 32 --budget 16GiB --gpu rtx3090 --format json
 plan.gpt2s	plan models/gpt2-small.yaml --gpu h200
 plan.llama1b	plan models/llama-1b.yaml --gpu rtx4090 --global-batch 64 --seq 2048
 plan.resnet	plan models/resnet50.yaml --gpu a100-40g --global-batch 256 --format json
@@ -154,9 +158,10 @@ EOF
 }
 
 # ---- run the grid with one binary into a directory ----------------------
-run_one() { # BIN OUT ID ARGS...
-    local bin=$1 out=$2 id=$3
-    shift 3
+run_one() { # DIR BIN OUT ID ARGS...
+    cd "$1"
+    local bin=$2 out=$3 id=$4
+    shift 4
     local args=() a
     for a in "$@"; do
         if [ "$a" = @TL@ ]; then
@@ -173,12 +178,12 @@ run_one() { # BIN OUT ID ARGS...
 }
 export -f run_one
 
-run_grid() { # BIN OUT
-    local bin=$1 out=$2
+run_grid() { # DIR BIN OUT: run in DIR (its models/, gpus/ and ../shared)
+    local dir=$1 bin=$2 out=$3
     rm -rf "$out"
     mkdir -p "$out"
     grid | while IFS=$'\t' read -r id args; do
-        echo "$bin $out $id $args"
+        echo "$dir $bin $out $id $args"
     done | xargs -P "$jobs" -L 1 bash -c 'run_one "$@"' _
     grid | wc -l >"$out/.cases"
 }
@@ -193,15 +198,17 @@ if [ ! -f "$base/.done" ]; then
         git archive "$sha" | tar -x -C "$src"
         make -C "$src" -s -j"$jobs" all >/dev/null
     fi
+    # its ../shared (the ground truth) is this tree's
+    ln -sfn "$(cd ../shared && pwd)" "build/equiv/$sha/shared"
     echo "equiv: baseline outputs of $rev in $base"
-    run_grid "$root/$src/vramplan" "$base"
+    run_grid "$root/$src" "$root/$src/vramplan" "$root/$base"
     touch "$base/.done"
 fi
 
 echo "equiv: building this tree"
 make -s -j"$jobs" all >/dev/null
 echo "equiv: outputs of this tree in $cur"
-run_grid "$root/vramplan" "$cur"
+run_grid "$root" "$root/vramplan" "$root/$cur"
 
 n=$(cat "$cur/.cases")
 if diff -rq "$base" "$cur" -x .done >build/equiv/diff.txt 2>&1; then

@@ -722,6 +722,9 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
                             "invalid setup: batch and accum must be >= 1, "
                             "steps 1..%d",
                             VP_MAX_STEPS);
+    if (s->sm_count == 0)
+        return vp_error_set(err, VP_EARG,
+                            "invalid setup: sm_count must be >= 1");
     if ((unsigned)s->precision >= VP_PREC__COUNT ||
         (unsigned)s->optimizer >= VP_OPT__COUNT)
         return vp_error_set(err, VP_EARG, "invalid precision or optimizer");

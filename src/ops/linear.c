@@ -94,7 +94,6 @@ typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
 #define CUDNN_SPLITK_CAP (8u << 20)
 #define CUDNN_TILE 128u       /* a split-K CTA's output tile side        */
 #define CUDNN_SMALL_MAP 196u  /* 14 x 14 output positions                */
-#define CUDNN_WGRAD_CTAS 132u /* the H200's SMs: one wave of split-K CTAs */
 
 /* Split-K partial filters of a filter gradient (not 1x1 stride 1). */
 static uint64_t conv_splitk(sim *S, const vp_op *o, uint8_t eb, uint64_t cip,
@@ -110,7 +109,7 @@ static uint64_t conv_splitk(sim *S, const vp_op *o, uint8_t eb, uint64_t cip,
     uint64_t crs = vp__mulc(S, cip / grp, k2);
     uint64_t tiles = ((cop + CUDNN_TILE - 1) / CUDNN_TILE) *
                      ((crs + CUDNN_TILE - 1) / CUDNN_TILE);
-    uint64_t splits = CUDNN_WGRAD_CTAS / (tiles ? tiles : 1);
+    uint64_t splits = S->s->sm_count / (tiles ? tiles : 1);
     if (splits > CUDNN_SPLITK_MAX)
         splits = CUDNN_SPLITK_MAX;
     return splits > 1 ? vp__mulc(S, w4, splits) : 0;
