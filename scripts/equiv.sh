@@ -7,8 +7,8 @@
 #
 # REV is built from `git archive` in build/equiv/<sha>/src and run there
 # (on its own models/ and gpus/; its ../shared is this tree's); its outputs
-# are kept in build/equiv/<sha>-<grid hash>/ (rebuilt when this script's
-# grid changes). This tree's outputs go to build/equiv/current/. Every case
+# are kept in build/equiv/<sha>-<grid hash>/ (rebuilt when the grid
+# changes). This tree's outputs go to build/equiv/current/. Every case
 # records the command's stdout, stderr and exit status, and the --timeline
 # CSV where one is written. Exit 0 when every file is identical, 1 with
 # the differing files listed (and the first lines of each diff) otherwise.
@@ -29,9 +29,6 @@ root=$(pwd)
 rev=${1:-main}
 jobs=${EQUIV_JOBS:-2}
 sha=$(git rev-parse --verify "$rev^{commit}")
-grid_hash=$(sha1sum "$0" | cut -c1-10)
-base=build/equiv/$sha-$grid_hash
-cur=build/equiv/current
 
 # ---- the grid: one case a line, "ID<TAB>args" (args split on spaces) ----
 grid() {
@@ -157,6 +154,10 @@ export.tr	export models/mistral-7b.yaml --gpus 8 --gpu a100-80g --to torchrun
 EOF
 }
 
+grid_hash=$(grid | sha1sum | cut -c1-10)
+base=build/equiv/$sha-$grid_hash
+cur=build/equiv/current
+
 # ---- run the grid with one binary into a directory ----------------------
 run_one() { # DIR BIN OUT ID ARGS...
     cd "$1"
@@ -207,8 +208,11 @@ fi
 
 echo "equiv: building this tree"
 make -s -j"$jobs" all >/dev/null
+# a copy, so that a rebuild while the grid runs does not disturb it
+mkdir -p build/equiv
+cp vramplan build/equiv/current.bin
 echo "equiv: outputs of this tree in $cur"
-run_grid "$root" "$root/vramplan" "$root/$cur"
+run_grid "$root" "$root/build/equiv/current.bin" "$root/$cur"
 
 n=$(cat "$cur/.cases")
 if diff -rq "$base" "$cur" -x .done >build/equiv/diff.txt 2>&1; then

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 #include "vramplan/gpu.h"
 #include "vramplan/timing.h"
 

@@ -26,7 +26,9 @@
 #ifndef VRAMPLAN_SIM_INTERNAL_H
 #define VRAMPLAN_SIM_INTERNAL_H
 
-#include "internal.h"
+#include "graph_internal.h"
+#include "util.h"
+#include "vramplan/vramplan.h"
 
 #define NONE UINT32_MAX /* no tensor                                     */
 #define MAX_SAVED 12    /* saved-tensor slots per op                      */

@@ -831,6 +831,44 @@ Test(sim_gpu, conv_filter_split_k_fills_the_sms)
     cr_expect_eq(conv_filter_workspace(8), CONV_COPIES);
 }
 
+static uint64_t bias_staging(uint32_t sm_count)
+{
+    static const char text[] =
+        "seq: 8192\ngraph:\n  input: [batch, seq, 64]\n"
+        "  ops:\n"
+        "    - {op: linear, out: 3072}\n"
+        "    - {op: mse_loss}\n";
+    vp_error err;
+    vp_model *m = vp_model_parse_buf(text, sizeof text - 1, "b.yaml", 0, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 1, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.steps = 1;
+    s.sm_count = sm_count;
+    vp_estimate e;
+    uint64_t ws = 0;
+    cr_assert_eq(vp_simulate(g, &s, &e, max_bwd_temp, &ws, &err), VP_OK,
+                 "%s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return ws;
+}
+
+/* The bias gradient of a linear to 3072 features over 8192 rows: the
+ * global reduction stages out x R fp32 values, R = min(2 rows, cap / out)
+ * with a cap of 34,700,000 elements on the H200's 132 SMs (measured
+ * 138,412,032 B, R = 11264; SIMULATION_NOTES.md §8.1), scaled by the SM
+ * count: 34700000 / 3072 = 11295 rows on 132 SMs, 34700000 x 108 / 132 /
+ * 3072 = 9241 on 108. The largest temporary of the backward (grad_out is
+ * 8192 x 3072 x 4 = 100,663,296 B; the input needs no gradient). */
+Test(sim_gpu, bias_staging_scales_with_the_sms)
+{
+    cr_expect_eq(bias_staging(VP_DEFAULT_SM_COUNT), 4ULL * 3072 * 11295);
+    cr_expect_eq(bias_staging(108), 4ULL * 3072 * 9241);
+}
+
 /* A GPU profile's sm_count reaches the setup; the default is the H200's. */
 Test(sim_gpu, profile_sets_the_sm_count)
 {

@@ -36,16 +36,22 @@ static void workspace_bwd(sim *S, bool lt)
 }
 
 /* Reduce.cuh global reduction for the bias gradient: a fp32 staging
- * buffer of out x min(2 rows, cap) plus a semaphore. */
+ * buffer of out x min(2 rows, cap) plus a semaphore (SIMULATION_NOTES.md
+ * §8.1, measured on the H200). setReduceConfig caps the grid at one wave
+ * of blocks over the SMs, so the cap on staged elements scales with the
+ * SM count: ~3.47e7 on the H200's 132 (the threads per SM, 2048 there,
+ * are taken to be the same elsewhere). */
 #define BIAS_STAGING_MIN_ROWS 256u
-#define BIAS_STAGING_ELEMS 34700000u
+#define BIAS_STAGING_ELEMS_H200 34700000u
 #define BIAS_STAGING_MIN_CAP 512u
 static void bias_staging(sim *S, uint64_t rows, uint64_t out)
 {
     if (rows < BIAS_STAGING_MIN_ROWS)
         return;
     uint64_t r = 2 * rows;
-    uint64_t cap = BIAS_STAGING_ELEMS / (out ? out : 1);
+    uint64_t elems = vp__mulc(S, BIAS_STAGING_ELEMS_H200, S->s->sm_count) /
+                     VP_DEFAULT_SM_COUNT;
+    uint64_t cap = elems / (out ? out : 1);
     if (cap < BIAS_STAGING_MIN_CAP)
         cap = BIAS_STAGING_MIN_CAP;
     if (r > cap)
