@@ -27,7 +27,7 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->gpus = gpus;
     c->gpus_per_node = gpus_per_node ? gpus_per_node : 8;
     c->memory = hw->memory;
-    c->context = hw->context ? hw->context : 718077952u;
+    c->context = hw->context ? hw->context : VP_DEFAULT_CONTEXT_BYTES;
     c->host_mem = (uint64_t)128 * VP_GiB * c->gpus_per_node;
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
@@ -564,7 +564,7 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     cm->m = m;
     cm->seq = seq ? seq : m->seq;
     if (cm->seq == 0)
-        cm->seq = 2048;
+        cm->seq = VP_DEFAULT_SEQ;
     const vp_tf *t = &m->tf;
     cm->L = t->layers;
     cm->hidden = t->hidden;

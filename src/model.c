@@ -198,6 +198,15 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
     return VP_OK;
 }
 
+/* A transformer's default sequence length: its learned positions, at
+ * most VP_DEFAULT_SEQ. */
+static uint64_t default_seq(const vp_tf *t)
+{
+    return t->max_positions && t->max_positions < VP_DEFAULT_SEQ
+               ? t->max_positions
+               : VP_DEFAULT_SEQ;
+}
+
 static void tf_defaults(vp_tf *t)
 {
     memset(t, 0, sizeof *t);
@@ -444,7 +453,7 @@ static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
     t->bias = false;
     t->qkv_bias = !strcmp(type, "qwen2");
     t->final_norm = true;
-    t->max_positions = 2048;
+    t->max_positions = 2048; /* LlamaConfig's max_position_embeddings */
     TRY(hf_u64(f, "hidden_size", &t->hidden, true));
     TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
     TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
@@ -517,8 +526,7 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     }
     t->line = (uint32_t)root->start_mark.line + 1;
     t->col = (uint32_t)root->start_mark.column + 1;
-    m->seq = t->max_positions && t->max_positions < 2048 ? t->max_positions
-                                                         : 2048;
+    m->seq = default_seq(t);
     return tf_validate(d, root, t,
                        !strcmp(type, "gpt2") ? &GPT2_KEYS : &HF_KEYS, err);
 }
@@ -581,9 +589,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
                             (unsigned long long)m->seq,
                             (unsigned long long)m->tf.max_positions);
         if (!sn)
-            m->seq = m->tf.max_positions && m->tf.max_positions < 2048
-                         ? m->tf.max_positions
-                         : 2048;
+            m->seq = default_seq(&m->tf);
         return VP_OK;
     }
     m->form = 1;

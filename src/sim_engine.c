@@ -154,6 +154,9 @@ void vp__release_held(sim *S)
  * to keep in the op's saved slot: the tensor itself, its compressed copy,
  * or NONE when it went to the host (or, in the slots that selective
  * recomputation re-makes, nowhere). */
+#define MOVABLE_MIN_BYTES VP_MiB /* smaller saved tensors stay           */
+#define ACTNN_GROUP 256u         /* values per quantization group         */
+#define ACTNN_GROUP_BYTES 8u     /* its fp32 scale and zero point         */
 static uint32_t stash(sim *S, uint32_t op, uint32_t slot, uint32_t id)
 {
     const vp_setup *s = S->s;
@@ -166,7 +169,7 @@ static uint32_t stash(sim *S, uint32_t op, uint32_t slot, uint32_t id)
     if (!S->saving_offloadable || (!s->offload_activations && !s->act_bits))
         return id;
     uint64_t b = S->t[id].bytes;
-    if (b < VP_MiB || S->t[id].cat != VP_CAT_ACT)
+    if (b < MOVABLE_MIN_BYTES || S->t[id].cat != VP_CAT_ACT)
         return id;
     S->reload[op] += b;
     if (s->offload_activations) {
@@ -177,9 +180,10 @@ static uint32_t stash(sim *S, uint32_t op, uint32_t slot, uint32_t id)
         return NONE;
     }
     /* ActNN: bits per element of an element of S->A bytes, plus a
-     * per-group fp32 scale and zero point (groups of 256) */
+     * per-group fp32 scale and zero point */
     uint64_t elems = b / S->A;
-    uint64_t cb = (elems * s->act_bits + 7) / 8 + (elems / 256 + 1) * 8;
+    uint64_t cb = (elems * s->act_bits + 7) / 8 +
+                  (elems / ACTNN_GROUP + 1) * ACTNN_GROUP_BYTES;
     uint32_t c = vp__talloc(S, cb, VP_CAT_ACT);
     return c;
 }

@@ -785,17 +785,12 @@ static void max_bwd_temp(const vp_sim_event *ev, void *ud)
         *m = ev->bytes;
 }
 
-static uint64_t conv_filter_workspace(uint32_t sm_count)
+/* The largest temporary of one training step of the graph model `text`
+ * (batch 1, its default seq) on a GPU of sm_count SMs. */
+static uint64_t largest_bwd_temp(const char *text, uint32_t sm_count)
 {
-    static const char text[] =
-        "seq: 28\ngraph:\n  input: [batch, 128, image, image]\n"
-        "  ops:\n"
-        "    - {name: conv, op: conv2d, out: 128, kernel: 3, padding: 1,"
-        " bias: false}\n"
-        "    - {op: flatten, start: 1}\n"
-        "    - {op: mse_loss}\n";
     vp_error err;
-    vp_model *m = vp_model_parse_buf(text, sizeof text - 1, "c.yaml", 0, &err);
+    vp_model *m = vp_model_parse_buf(text, strlen(text), "t.yaml", 0, &err);
     cr_assert_not_null(m, "%s", err.msg);
     vp_graph *g = vp_graph_build(m, 1, 0, &err);
     cr_assert_not_null(g, "%s", err.msg);
@@ -810,6 +805,18 @@ static uint64_t conv_filter_workspace(uint32_t sm_count)
     vp_graph_free(g);
     vp_model_free(m);
     return ws;
+}
+
+static uint64_t conv_filter_workspace(uint32_t sm_count)
+{
+    return largest_bwd_temp(
+        "seq: 28\ngraph:\n  input: [batch, 128, image, image]\n"
+        "  ops:\n"
+        "    - {name: conv, op: conv2d, out: 128, kernel: 3, padding: 1,"
+        " bias: false}\n"
+        "    - {op: flatten, start: 1}\n"
+        "    - {op: mse_loss}\n",
+        sm_count);
 }
 
 /* The fp32 filter gradient of a 3x3 128 -> 128 convolution on a 28 x 28
@@ -833,27 +840,11 @@ Test(sim_gpu, conv_filter_split_k_fills_the_sms)
 
 static uint64_t bias_staging(uint32_t sm_count)
 {
-    static const char text[] =
-        "seq: 8192\ngraph:\n  input: [batch, seq, 64]\n"
-        "  ops:\n"
-        "    - {op: linear, out: 3072}\n"
-        "    - {op: mse_loss}\n";
-    vp_error err;
-    vp_model *m = vp_model_parse_buf(text, sizeof text - 1, "b.yaml", 0, &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 1, 0, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.steps = 1;
-    s.sm_count = sm_count;
-    vp_estimate e;
-    uint64_t ws = 0;
-    cr_assert_eq(vp_simulate(g, &s, &e, max_bwd_temp, &ws, &err), VP_OK,
-                 "%s", err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
-    return ws;
+    return largest_bwd_temp("seq: 8192\ngraph:\n  input: [batch, seq, 64]\n"
+                            "  ops:\n"
+                            "    - {op: linear, out: 3072}\n"
+                            "    - {op: mse_loss}\n",
+                            sm_count);
 }
 
 /* The bias gradient of a linear to 3072 features over 8192 rows: the

@@ -22,6 +22,10 @@ typedef struct vp_model vp_model;
 #define VP_MAX_REPEAT 100000u           /* a single `repeat` count          */
 #define VP_MAX_YAML_NODES 200000u       /* nodes in one document            */
 
+/* The sequence length of a transformer whose description gives none
+ * (capped by its learned positions). */
+#define VP_DEFAULT_SEQ 2048u
+
 /* Load a model description from a file. ".json" files are read as Hugging
  * Face config.json; anything else as vramplan YAML. Returns a model owned
  * by the caller (vp_model_free), or NULL with *err set: VP_EIO, VP_ESYNTAX

@@ -80,6 +80,10 @@ typedef enum {
  * GPU the simulator's rules were measured on. */
 #define VP_DEFAULT_SM_COUNT 132u
 
+/* The CUDA context outside the allocator, measured on the H200 (torch
+ * 2.11, CUDA 13.0: shared/groundtruth env.context_used_after_init). */
+#define VP_DEFAULT_CONTEXT_BYTES 718077952u
+
 /* A training setup. Initialise with vp_setup_init, then change fields. */
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
