@@ -11,7 +11,6 @@
 #include "graph_form.h"
 #include "yaml_doc.h"
 
-#define MAX_VARS 64     /* names in scope; the top level has three more */
 #define MAX_PATTERNS 64
 #define MAX_LOCALS_SUGGESTED 64
 
@@ -163,35 +162,23 @@ static vp_status attr(gc *c, const locals *l, yaml_node_t *v, vp_gkey key,
     return VP_OK;
 }
 
-/* The keys an op of kind k must have, and how their absence is told. */
+/* The keys an op's kind requires, in the order of its keys; a list is
+ * asked for by what it holds. */
 static vp_status required(gc *c, yaml_node_t *n, const vp_gentry *e)
 {
-    static const struct {
-        vp_op_kind kind;
-        vp_gkey key;
-        const char *msg;
-    } req[] = {
-        {VP_OP_LINEAR, VP_GK_OUT, NULL},
-        {VP_OP_CONV2D, VP_GK_OUT, NULL},
-        {VP_OP_CONV2D, VP_GK_KERNEL, NULL},
-        {VP_OP_GROUPNORM, VP_GK_GROUPS, NULL},
-        {VP_OP_EMBEDDING, VP_GK_VOCAB, NULL},
-        {VP_OP_EMBEDDING, VP_GK_DIM, NULL},
-        {VP_OP_ATTENTION, VP_GK_HEADS, NULL},
-        {VP_OP_DROPOUT, VP_GK_P, NULL},
-        {VP_OP_MAXPOOL2D, VP_GK_KERNEL, NULL},
-        {VP_OP_AVGPOOL2D, VP_GK_KERNEL, NULL},
-        {VP_OP_RESHAPE, VP_GK_SHAPE, "reshape needs 'shape': a list of sizes"},
-        {VP_OP_PERMUTE, VP_GK_DIMS, "permute needs 'dims': a list"},
-    };
-    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
-        if (req[i].kind != e->kind || vp__gattr(e, req[i].key))
+    const vp_gkind *gk = &vp__gkinds[e->kind];
+    for (uint32_t i = 0; i < gk->n_keys; i++) {
+        vp_gkey k = gk->keys[i];
+        if (!(gk->required & (1u << k)) || vp__gattr(e, k))
             continue;
-        if (req[i].msg)
-            return vp__yerr(c->d, n, VP_ESCHEMA, c->err, "%s", req[i].msg);
+        if (k == VP_GK_SHAPE)
+            return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
+                            "reshape needs 'shape': a list of sizes");
+        if (k == VP_GK_DIMS)
+            return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
+                            "permute needs 'dims': a list");
         return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
-                        "missing required key '%s'",
-                        vp__gkey_name(req[i].key));
+                        "missing required key '%s'", vp__gkey_name(k));
     }
     return VP_OK;
 }
@@ -566,9 +553,9 @@ static vp_status consts(gc *c, yaml_node_t *gn)
          pr < cn->data.mapping.pairs.top; pr++) {
         yaml_node_t *kn = vp__ynode(d, pr->key);
         TRY(expr(c, vp__ynode(d, pr->value), &f->consts[f->n_consts]));
-        if (f->n_consts == MAX_VARS - 3)
+        if (f->n_consts == VP_GFORM_MAX_VARS - 3)
             return vp__yerr(d, kn, VP_ELIMIT, c->err,
-                            "too many constants (at most %d)", MAX_VARS - 3);
+                            "too many constants (at most %d)", VP_GFORM_MAX_VARS - 3);
         TRY(str(c, kn, &f->const_names[f->n_consts]));
         f->n_consts++;
     }

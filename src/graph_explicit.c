@@ -13,12 +13,10 @@
 #include "graph_internal.h"
 
 #define NO_OP UINT32_MAX
-#define MAX_VARS 64
-#define SIZE_MAX_VALUE ((uint64_t)1 << 40) /* a size above is absurd */
 
 typedef struct scope {
     const char *prefix;          /* "" at the top level                  */
-    vp_expr_var vars[MAX_VARS];
+    vp_expr_var vars[VP_GFORM_MAX_VARS];
     size_t n_vars;
     uint32_t input;              /* the list's input op                  */
     uint32_t *made;              /* per entry of the list: its op        */
@@ -86,7 +84,7 @@ static vp_status size_of(gb *b, scope *s, const vp_gexpr *x, int64_t min,
                                 "'%.64s' is %lld here; it must be at least "
                                 "%lld",
                                 x->text, (long long)v, (long long)min);
-    if ((uint64_t)v > SIZE_MAX_VALUE)
+    if ((uint64_t)v > VP_MAX_DIM)
         return vp__error_at_pos(b->err, VP_ERANGE, b->path, x->at,
                                 "'%.64s' is %lld here, larger than 2^40",
                                 x->text, (long long)v);
@@ -666,46 +664,52 @@ static const vp_gkey ACT_KEYS[] = {VP_GK_INPLACE};
 static const vp_gkey POOL_KEYS[] = {VP_GK_KERNEL, VP_GK_STRIDE,
                                     VP_GK_PADDING};
 
+#define REQ(k) (1u << VP_GK_##k)
+_Static_assert(VP_GK__COUNT <= 32, "vp_gkind.required holds a bit per key");
+
 /* The graph form's op kinds: their keys (in the order error messages
- * list them), whether they take several inputs, and their builder. */
+ * list them), whether they take several inputs, the keys they require,
+ * and their builder. */
 const vp_gkind vp__gkinds[VP_OP__COUNT] = {
     [VP_OP_LINEAR] = {KEYS(VP_GK_OUT, VP_GK_BIAS, VP_GK_TIED_TO), false,
-                      build_linear},
+                      REQ(OUT), build_linear},
     [VP_OP_CONV2D] = {KEYS(VP_GK_OUT, VP_GK_KERNEL, VP_GK_STRIDE,
                            VP_GK_PADDING, VP_GK_GROUPS, VP_GK_BIAS),
-                      false, build_conv2d},
-    [VP_OP_BATCHNORM2D] = {NOKEYS, false, build_batchnorm2d},
-    [VP_OP_LAYERNORM] = {KEYS(VP_GK_BIAS), false, build_norm},
-    [VP_OP_RMSNORM] = {NOKEYS, false, build_norm},
-    [VP_OP_GROUPNORM] = {KEYS(VP_GK_GROUPS), false, build_groupnorm},
+                      false, REQ(OUT) | REQ(KERNEL), build_conv2d},
+    [VP_OP_BATCHNORM2D] = {NOKEYS, false, 0, build_batchnorm2d},
+    [VP_OP_LAYERNORM] = {KEYS(VP_GK_BIAS), false, 0, build_norm},
+    [VP_OP_RMSNORM] = {NOKEYS, false, 0, build_norm},
+    [VP_OP_GROUPNORM] = {KEYS(VP_GK_GROUPS), false, REQ(GROUPS),
+                         build_groupnorm},
     [VP_OP_EMBEDDING] = {KEYS(VP_GK_VOCAB, VP_GK_DIM, VP_GK_TIED_TO), false,
-                         build_embedding},
+                         REQ(VOCAB) | REQ(DIM), build_embedding},
     [VP_OP_ATTENTION] = {KEYS(VP_GK_HEADS, VP_GK_KV_HEADS, VP_GK_HEAD_DIM,
                               VP_GK_CAUSAL, VP_GK_IMPL, VP_GK_DROPOUT,
                               VP_GK_BIAS, VP_GK_LAYOUT, VP_GK_HOLD_INPUT),
-                         false, build_attention},
-    [VP_OP_RELU] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_GELU] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_GELU_TANH] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_SILU] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_TANH] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_SIGMOID] = {ACT_KEYS, 1, false, build_activation},
-    [VP_OP_DROPOUT] = {KEYS(VP_GK_P), false, build_dropout},
-    [VP_OP_MAXPOOL2D] = {POOL_KEYS, 3, false, build_pool},
-    [VP_OP_AVGPOOL2D] = {POOL_KEYS, 3, false, build_pool},
-    [VP_OP_ADAPTIVE_AVGPOOL2D] = {KEYS(VP_GK_OUT), false,
+                         false, REQ(HEADS), build_attention},
+    [VP_OP_RELU] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_GELU] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_GELU_TANH] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_SILU] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_TANH] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_SIGMOID] = {ACT_KEYS, 1, false, 0, build_activation},
+    [VP_OP_DROPOUT] = {KEYS(VP_GK_P), false, REQ(P), build_dropout},
+    [VP_OP_MAXPOOL2D] = {POOL_KEYS, 3, false, REQ(KERNEL), build_pool},
+    [VP_OP_AVGPOOL2D] = {POOL_KEYS, 3, false, REQ(KERNEL), build_pool},
+    [VP_OP_ADAPTIVE_AVGPOOL2D] = {KEYS(VP_GK_OUT), false, 0,
                                   build_adaptive_pool},
-    [VP_OP_ADD] = {KEYS(VP_GK_INPLACE, VP_GK_LEARNED), true, build_binary},
-    [VP_OP_MUL] = {NOKEYS, true, build_binary},
-    [VP_OP_CONCAT] = {KEYS(VP_GK_DIM, VP_GK_LEARNED_TOKENS), true,
+    [VP_OP_ADD] = {KEYS(VP_GK_INPLACE, VP_GK_LEARNED), true, 0,
+                   build_binary},
+    [VP_OP_MUL] = {NOKEYS, true, 0, build_binary},
+    [VP_OP_CONCAT] = {KEYS(VP_GK_DIM, VP_GK_LEARNED_TOKENS), true, 0,
                       build_concat},
-    [VP_OP_FLATTEN] = {KEYS(VP_GK_START), false, build_flatten},
-    [VP_OP_RESHAPE] = {KEYS(VP_GK_SHAPE), false, build_reshape},
-    [VP_OP_PERMUTE] = {KEYS(VP_GK_DIMS), false, build_permute},
-    [VP_OP_SELECT] = {KEYS(VP_GK_DIM, VP_GK_INDEX), false, build_select},
-    [VP_OP_SOFTMAX] = {NOKEYS, false, build_softmax},
-    [VP_OP_CROSS_ENTROPY] = {NOKEYS, false, build_loss},
-    [VP_OP_MSE_LOSS] = {NOKEYS, false, build_loss},
+    [VP_OP_FLATTEN] = {KEYS(VP_GK_START), false, 0, build_flatten},
+    [VP_OP_RESHAPE] = {KEYS(VP_GK_SHAPE), false, REQ(SHAPE), build_reshape},
+    [VP_OP_PERMUTE] = {KEYS(VP_GK_DIMS), false, REQ(DIMS), build_permute},
+    [VP_OP_SELECT] = {KEYS(VP_GK_DIM, VP_GK_INDEX), false, 0, build_select},
+    [VP_OP_SOFTMAX] = {NOKEYS, false, 0, build_softmax},
+    [VP_OP_CROSS_ENTROPY] = {NOKEYS, false, 0, build_loss},
+    [VP_OP_MSE_LOSS] = {NOKEYS, false, 0, build_loss},
 };
 
 static const char *const IMPLS[] = {"sdpa", "flash", "efficient", "eager",
@@ -826,11 +830,11 @@ static vp_status bind_params(gb *b, scope *s, const vp_gentry *e,
             TRY(eval(b, s, &e->with[i], &v));
         else
             TRY(eval(b, inner, &blk->defaults[i], &v));
-        if (inner->n_vars == MAX_VARS)
+        if (inner->n_vars == VP_GFORM_MAX_VARS)
             return vp__error_at_pos(b->err, VP_ELIMIT, b->path,
                                     blk->param_at[i],
                                     "too many names in scope (at most %d)",
-                                    MAX_VARS);
+                                    VP_GFORM_MAX_VARS);
         inner->vars[inner->n_vars++] = (vp_expr_var){blk->params[i], v};
     }
     return VP_OK;

@@ -65,6 +65,10 @@ typedef enum {
     VP_GV_REF    /* the name of an earlier op of the list                 */
 } vp_gvalue;
 
+/* Names in scope of a graph form's expressions: batch, seq and image, the
+ * constants, the parameters of the enclosing blocks. */
+#define VP_GFORM_MAX_VARS 64
+
 /* A reference to an earlier entry of the same list: its index, or
  * VP_GREF_INPUT for `$input` (the list's input). */
 #define VP_GREF_INPUT (-1)
@@ -144,6 +148,7 @@ typedef struct vp_gkind {
     uint32_t n_keys;
     bool multi_input;      /* takes 'inputs' with more than one op (add
                               without `learned`, mul, concat)             */
+    uint32_t required;     /* keys it must have: bits 1 << vp_gkey        */
     vp_status (*build)(struct vp_gop *c);
 } vp_gkind;
 extern const vp_gkind vp__gkinds[VP_OP__COUNT];

@@ -29,8 +29,6 @@ static const char *const ATTNS[] = {"sdpa", "flash", "efficient", "eager",
 static const char *const HEADS[] = {"causal-lm", "masked-lm",
                                     "classification", "none", NULL};
 
-/* Sizes above this are refused as absurd (2^40 = ~1.1e12). */
-#define DIM_MAX ((uint64_t)1 << 40)
 
 const char *vp_model_name(const vp_model *m) { return m->name; }
 uint64_t vp_model_default_seq(const vp_model *m) { return m->seq; }
@@ -60,7 +58,7 @@ static vp_status opt_u64(fields *f, const char *key, uint64_t min,
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n)
         return VP_OK;
-    return vp__yget_u64(f->d, n, min, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, min, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status req_u64(fields *f, const char *key, uint64_t *out,
@@ -70,7 +68,7 @@ static vp_status req_u64(fields *f, const char *key, uint64_t *out,
     if (!n)
         return vp__yerr(f->d, f->map, VP_ESCHEMA, f->err,
                         "missing required key '%s' in %s", key, what);
-    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status opt_bool(fields *f, const char *key, bool *out)
@@ -304,7 +302,7 @@ static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
                             "missing required key \"%s\" in the config", key);
         return VP_OK;
     }
-    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status hf_bool(fields *f, const char *key, bool *out)
@@ -433,7 +431,7 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
     TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
     yaml_node_t *tvn = vp__ymap_get(f->d, f->map, "type_vocab_size", NULL);
     if (tvn && !vp__yis_null(tvn))
-        TRY(vp__yget_u64(f->d, tvn, 0, DIM_MAX, &t->type_vocab, err));
+        TRY(vp__yget_u64(f->d, tvn, 0, VP_MAX_DIM, &t->type_vocab, err));
     TRY(hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
     TRY(opt_prob(f, "hidden_dropout_prob", &t->p_resid));
     t->p_embd = t->p_resid;
@@ -568,7 +566,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
         TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
     yaml_node_t *sn = vp__ymap_get(d, root, "seq", NULL);
     if (sn)
-        TRY(vp__yget_u64(d, sn, 1, DIM_MAX, &m->seq, err));
+        TRY(vp__yget_u64(d, sn, 1, VP_MAX_DIM, &m->seq, err));
     yaml_node_t *tk = NULL, *gk = NULL;
     yaml_node_t *tn = vp__ymap_get(d, root, "transformer", &tk);
     yaml_node_t *gn = vp__ymap_get(d, root, "graph", &gk);

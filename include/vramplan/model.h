@@ -21,6 +21,7 @@ typedef struct vp_model vp_model;
 #define VP_MAX_OPS 2000000u             /* ops in an instantiated graph     */
 #define VP_MAX_REPEAT 100000u           /* a single `repeat` count          */
 #define VP_MAX_YAML_NODES 200000u       /* nodes in one document            */
+#define VP_MAX_DIM ((uint64_t)1 << 40)  /* a size above is refused as absurd */
 
 /* The sequence length of a transformer whose description gives none
  * (capped by its learned positions). */
