@@ -9,6 +9,8 @@
 #   make install          PREFIX=/usr/local, DESTDIR for staging
 #   make calibrate        the CUDA calibration programs, when nvcc is found
 #   make accuracy         compare with the measured ground truth
+#   make equiv            this tree's output against EQUIV_BASE's (default
+#                         main), byte for byte (scripts/equiv.sh)
 #   make clean
 #
 # Variables: CC, CFLAGS (default -O2 -g), LDFLAGS, PREFIX, DESTDIR,
@@ -69,7 +71,7 @@ VP_CFLAGS = -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 VP_LDFLAGS = $(SAN_FLAGS)
 VP_LIBS = $(PKG_LIBS) -lm
 
-LIB_SRCS := $(wildcard src/*.c)
+LIB_SRCS := $(wildcard src/*.c src/ops/*.c)
 CLI_SRCS := $(wildcard src/cli/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 CU_SRCS := $(wildcard calibrate/*.cu)
@@ -89,7 +91,8 @@ endif
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
-.PHONY: all deps run test check clean install uninstall calibrate accuracy
+.PHONY: all deps run test check clean install uninstall calibrate accuracy \
+        equiv
 
 all: $(LIB) $(BIN)
 
@@ -188,6 +191,13 @@ accuracy: all
 	    --gpu h200
 	./$(BIN) validate ../shared/groundtruth/h200-torch2.11-maxbatch.jsonl
 	./$(BIN) validate groundtruth/h200-torch2.11-extra.jsonl --gpu h200
+
+# make equiv: every command of a broad grid run with this tree's binary and
+# with EQUIV_BASE's (built apart under build/equiv/), outputs compared byte
+# for byte
+EQUIV_BASE ?= main
+equiv:
+	scripts/equiv.sh $(EQUIV_BASE)
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and

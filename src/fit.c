@@ -17,6 +17,7 @@
 #include <gsl/gsl_vector.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 #include "vramplan/gpu.h"
 
 #define MAX_SAMPLES 64

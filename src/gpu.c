@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 #include "vramplan/gpu.h"
 #include "vramplan/timing.h"
 
@@ -35,6 +36,7 @@ struct vp_gpu_profile {
     bool context_estimated;
     const char *context_note;
     uint64_t cublas_workspace_bytes;
+    uint32_t sm_count; /* 0: not given */
     const char *sources[MAX_LIST];
     size_t n_sources;
     const char *notes;
@@ -353,7 +355,7 @@ static const char *const TOP_KEYS[] = {
     "peak_tflops",    "host_link",       "gpu_link",
     "context_bytes",  "context_estimated", "context_note",
     "cublas_workspace_bytes", "sources", "notes",
-    "measured",       NULL};
+    "measured",       "sm_count",        NULL};
 
 static const char *const VENDORS[] = {"nvidia", "amd", NULL};
 static const char *const LINK_KINDS[] = {"nvlink", "infinity-fabric",
@@ -389,6 +391,11 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
     TRY(need(d, root, "compute_capability", what, &v, err));
     TRY(get_string(p, d, v, &p->cc, err));
 
+    if ((v = vp__ymap_get(d, root, "sm_count", NULL))) {
+        uint64_t sms;
+        TRY(vp__yget_u64(d, v, 1, 65536, &sms, err));
+        p->sm_count = (uint32_t)sms;
+    }
     TRY(need(d, root, "memory_bytes", what, &v, err));
     TRY(vp__yget_u64(d, v, VP_GiB, (uint64_t)1 << 50, &p->memory_bytes,
                      err));
@@ -676,6 +683,8 @@ uint64_t vp_gpu_context_bytes(const vp_gpu_profile *p, bool *estimated)
     return p->context_bytes;
 }
 
+uint32_t vp_gpu_sm_count(const vp_gpu_profile *p) { return p->sm_count; }
+
 uint64_t vp_gpu_cublas_workspace_bytes(const vp_gpu_profile *p)
 {
     if (p->has_measured && p->measured.cublas_workspace_bytes)
@@ -708,6 +717,8 @@ void vp_gpu_apply(const vp_gpu_profile *p, vp_setup *s)
     uint64_t total = vp_gpu_usable_bytes(p);
     s->context_bytes = ctx;
     s->cublas_workspace = vp_gpu_cublas_workspace_bytes(p);
+    if (p->sm_count)
+        s->sm_count = p->sm_count;
     /* what the caching allocator can get: the device minus the context */
     s->alloc.device_total = total > ctx ? total - ctx : 0;
 }
@@ -907,7 +918,10 @@ vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
     put_q(f, p->arch);
     fputs("\ncompute_capability: ", f);
     put_q(f, p->cc);
-    fprintf(f, "\nmemory_bytes: %llu\n", (unsigned long long)p->memory_bytes);
+    fputc('\n', f);
+    if (p->sm_count)
+        fprintf(f, "sm_count: %u\n", p->sm_count);
+    fprintf(f, "memory_bytes: %llu\n", (unsigned long long)p->memory_bytes);
     put_u64(f, 0, "usable_bytes", p->usable_bytes);
     fputs("memory_gbps: ", f);
     put_num(f, p->memory_gbps);

@@ -152,6 +152,7 @@ void vp_setup_init(vp_setup *s)
     s->n_checkpoint = 0;
     s->cublas_workspace = 32 * VP_MiB;
     s->cublaslt_workspace = 1 * VP_MiB;
-    s->context_bytes = 718077952; /* measured: H200, torch 2.11, CUDA 13.0 */
+    s->context_bytes = VP_DEFAULT_CONTEXT_BYTES;
+    s->sm_count = VP_DEFAULT_SM_COUNT;
     vp_allocator_config_init(&s->alloc);
 }

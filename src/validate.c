@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 
 static const char *const CASE_PRECS[] = {"fp32", "amp-bf16", "amp-fp16",
                                          "bf16", "fp16-pure", NULL};

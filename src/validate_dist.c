@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 #include "vramplan/cluster.h"
 
 /* The strategies collect_dist.py runs, and the cluster's shardings. */

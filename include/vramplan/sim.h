@@ -75,6 +75,15 @@ typedef enum {
 
 #define VP_MAX_STEPS 16
 
+/* The H200's streaming multiprocessors (NVIDIA H100/H200 SXM: 132 of the
+ * GH100's 144; NVIDIA H100 Tensor Core GPU Architecture whitepaper), the
+ * GPU the simulator's rules were measured on. */
+#define VP_DEFAULT_SM_COUNT 132u
+
+/* The CUDA context outside the allocator, measured on the H200 (torch
+ * 2.11, CUDA 13.0: shared/groundtruth env.context_used_after_init). */
+#define VP_DEFAULT_CONTEXT_BYTES 718077952u
+
 /* A training setup. Initialise with vp_setup_init, then change fields. */
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
@@ -97,6 +106,10 @@ typedef struct vp_setup {
     uint64_t cublas_workspace; /* bytes per handle; default 32 MiB (Hopper)   */
     uint64_t cublaslt_workspace; /* default 1 MiB                              */
     uint64_t context_bytes;    /* CUDA context outside the allocator          */
+    uint32_t sm_count;         /* streaming multiprocessors (the GPU profile's
+                                  sm_count; default VP_DEFAULT_SM_COUNT):
+                                  cuDNN's split-K filter gradients fill one
+                                  wave of them                              */
     bool fresh_process;        /* the backward-thread cuBLAS workspaces and
                                   the first Lt workspace are still to be made
                                   (true); false when an earlier run in the same
@@ -121,7 +134,8 @@ typedef struct vp_setup {
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
- * micro-batch, 4 steps, no checkpointing, H200 workspaces and context. */
+ * micro-batch, 4 steps, no checkpointing, H200 workspaces, context and SM
+ * count. */
 void vp_setup_init(vp_setup *s);
 
 typedef struct vp_phase_peaks {
