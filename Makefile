@@ -13,6 +13,8 @@
 #                         Python package (lib/vramplan/python)
 #   make calibrate        the CUDA calibration programs, when nvcc is found
 #   make accuracy         compare with the measured ground truth
+#   make equiv            this tree's output against EQUIV_BASE's (default
+#                         main), byte for byte (scripts/equiv.sh)
 #   make clean
 #
 # Variables: CC, CFLAGS (default -O2 -g), LDFLAGS, PREFIX, DESTDIR,
@@ -101,7 +103,7 @@ SHLIB := $(BUILD)/$(SHLIB_REAL)
 # loaded into the program under test like the real one).
 FAKE_NVML := $(BUILD)/tests/libfake_nvml.so
 
-LIB_SRCS := $(wildcard src/*.c)
+LIB_SRCS := $(wildcard src/*.c src/ops/*.c)
 CLI_SRCS := $(wildcard src/cli/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 CU_SRCS := $(wildcard calibrate/*.cu)
@@ -122,7 +124,7 @@ endif
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .PHONY: all deps run test check clean install uninstall calibrate accuracy \
-        print-prefix
+        print-prefix equiv
 
 all: $(LIB) $(BIN) $(SHLIB)
 
@@ -296,6 +298,13 @@ accuracy: all
 	    [ -e "$$f" ] || continue; echo "== $$f"; \
 	    ./$(BIN) validate --gpu h200 --outliers $(GT_BOUNDS) "$$f" || rc=1; \
 	done; exit $$rc
+
+# make equiv: every command of a broad grid run with this tree's binary and
+# with EQUIV_BASE's (built apart under build/equiv/), outputs compared byte
+# for byte
+EQUIV_BASE ?= main
+equiv:
+	scripts/equiv.sh $(EQUIV_BASE)
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and

@@ -174,6 +174,9 @@ for model, b in (("gpt2-medium", 4), ("llama-1b", 2)):
     add(model, b, "fsdp2", fsdp_version=2)
     add(model, b, "fsdp2", fsdp_version=2, param_dtype="bf16", reduce_dtype="fp32", reshard_after_forward=False)
     add(model, b, "fsdp2", fsdp_version=2, param_dtype="bf16", reduce_dtype="fp32", ckpt=True)
+# the shared 2-GPU file's FSDP configurations, for checking the fake process group against real ranks
+add("gpt2-medium", 8, "fsdp-full", param_dtype="bf16", reduce_dtype="bf16")
+add("gpt2-medium", 8, "fsdp2", fsdp_version=2, param_dtype="bf16", reduce_dtype="fp32")
 for model, b in (("gpt2-medium", 4), ("llama-1b", 2)):
     add(model, b, "fsdp-hybrid", param_dtype="bf16", reduce_dtype="bf16", mesh="HALF")
     add(model, b, "fsdp2", fsdp_version=2, param_dtype="bf16", reduce_dtype="fp32", mesh="HALF")

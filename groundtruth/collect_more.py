@@ -393,7 +393,7 @@ def run_generate(c, outdir):
                              disable_compile=True, return_dict_in_generate=True)
     runs = []
     kvb = 0
-    for rep in range(2):
+    for rep in range(c.get("reps", 2)):
         ids = torch.randint(1, vocab_of(m), (b, P), device=DEV)
         mask = torch.ones_like(ids)
         if g.get("pad"):

@@ -388,7 +388,7 @@ static vp_status simulate_one(vp_cluster_model *cm, int cls, uint64_t seq,
                               uint64_t b, int ti, double q[VP__Q_COUNT],
                               vp_error *err)
 {
-    vp_graph *g = vp_graph_build(&cm->local[ti], b, seq, err);
+    vp_graph *g = vp__graph_build_tf(&cm->local[ti], cm->m, b, seq, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
     vp_status st = VP_OK;
@@ -530,13 +530,14 @@ static uint32_t tp_unit(const vp_tf *t)
     return 0;
 }
 
-static void make_local(struct vp_model *dst, const vp_model *m, uint32_t t)
+/* The description of one tensor-parallel rank's share of two layers (a
+ * value: vp_tf owns nothing). */
+static void make_local(vp_tf *tf, const vp_model *m, uint32_t t)
 {
-    *dst = *m;
-    dst->tf.layers = 2;
+    *tf = m->tf;
+    tf->layers = 2;
     if (t <= 1)
         return;
-    vp_tf *tf = &dst->tf;
     tf->heads /= t;
     tf->kv_heads = tf->kv_heads >= t ? tf->kv_heads / t : 1;
     tf->ffn /= t;
@@ -563,7 +564,7 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     cm->m = m;
     cm->seq = seq ? seq : m->seq;
     if (cm->seq == 0)
-        cm->seq = 2048;
+        cm->seq = VP_DEFAULT_SEQ;
     const vp_tf *t = &m->tf;
     cm->L = t->layers;
     cm->hidden = t->hidden;
@@ -581,7 +582,8 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     gscan s[2];
     int nt = cm->t2 > 1 ? 2 : 1;
     for (int ti = 0; ti < nt; ti++) {
-        vp_graph *g = vp_graph_build(&cm->local[ti], 1, cm->seq, err);
+        vp_graph *g = vp__graph_build_tf(&cm->local[ti], cm->m, 1, cm->seq,
+                                         err);
         if (!g) {
             free(cm);
             return NULL;

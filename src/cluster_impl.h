@@ -62,7 +62,8 @@ typedef struct vp__act {
 
 struct vp_cluster_model {
     const vp_model *m;
-    struct vp_model local[2]; /* two layers, at t = 1 and t = t2          */
+    vp_tf local[2];   /* the model with two layers, at t = 1 and t = t2:
+                         plain values, built with vp__graph_build_tf     */
     uint64_t seq, L, hidden, heads, kv_heads, head_dim, ffn, vocab;
     uint64_t experts, top_k;
     vp_attn_impl attn;

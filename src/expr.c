@@ -2,10 +2,11 @@
  * A recursive-descent parser over + - * / % and parentheses, every step
  * checked for overflow. */
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "expr.h"
 
 typedef struct {
     const char *s;

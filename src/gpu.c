@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "yaml_doc.h"
 #include "vramplan/gpu.h"
 #include "vramplan/resource.h"
 #include "vramplan/timing.h"
@@ -374,8 +375,8 @@ static const char *const VENDORS[] = {"nvidia", "amd", NULL};
 static const char *const LINK_KINDS[] = {"nvlink", "infinity-fabric",
                                          "none", NULL};
 
-/* sm_count and, for a MIG slice, the mig: section (NVIDIA's MIG user
- * guide, "Supported MIG Profiles"; docs/SERVING.md §4). */
+/* For a MIG slice, the mig: section (NVIDIA's MIG user guide, "Supported
+ * MIG Profiles"; docs/SERVING.md §4); sm_count is read before it. */
 static vp_status parse_mig(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *root,
                            vp_error *err)
 {
@@ -391,10 +392,6 @@ static vp_status parse_mig(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *root,
     yaml_node_t *v, *mg;
     uint64_t u;
 
-    if ((v = vp__ymap_get(d, root, "sm_count", NULL))) {
-        TRY(vp__yget_u64(d, v, 1, 1u << 16, &u, err));
-        p->sm_count = (uint32_t)u;
-    }
     if (!(mg = vp__ymap_get(d, root, "mig", NULL)))
         return VP_OK;
     if (!p->sm_count)
@@ -444,6 +441,11 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
     TRY(need(d, root, "compute_capability", what, &v, err));
     TRY(get_string(p, d, v, &p->cc, err));
 
+    if ((v = vp__ymap_get(d, root, "sm_count", NULL))) {
+        uint64_t sms;
+        TRY(vp__yget_u64(d, v, 1, 65536, &sms, err));
+        p->sm_count = (uint32_t)sms;
+    }
     TRY(need(d, root, "memory_bytes", what, &v, err));
     TRY(vp__yget_u64(d, v, VP_GiB, (uint64_t)1 << 50, &p->memory_bytes,
                      err));
@@ -742,6 +744,8 @@ void vp_gpu_apply(const vp_gpu_profile *p, vp_setup *s)
     uint64_t total = vp_gpu_usable_bytes(p);
     s->context_bytes = ctx;
     s->cublas_workspace = vp_gpu_cublas_workspace_bytes(p);
+    if (p->sm_count)
+        s->sm_count = p->sm_count;
     /* what the caching allocator can get: the device minus the context */
     s->alloc.device_total = total > ctx ? total - ctx : 0;
 }
@@ -941,7 +945,10 @@ vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
     put_q(f, p->arch);
     fputs("\ncompute_capability: ", f);
     put_q(f, p->cc);
-    fprintf(f, "\nmemory_bytes: %llu\n", (unsigned long long)p->memory_bytes);
+    fputc('\n', f);
+    if (p->sm_count)
+        fprintf(f, "sm_count: %u\n", p->sm_count);
+    fprintf(f, "memory_bytes: %llu\n", (unsigned long long)p->memory_bytes);
     put_u64(f, 0, "usable_bytes", p->usable_bytes);
     fputs("memory_gbps: ", f);
     put_num(f, p->memory_gbps);
@@ -981,8 +988,6 @@ vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
         put_q(f, p->notes);
         fputc('\n', f);
     }
-    if (p->sm_count)
-        fprintf(f, "sm_count: %u\n", p->sm_count);
     if (p->is_mig) {
         fputs("mig:\n  of: ", f);
         put_q(f, p->mig.of);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph_internal.h"
 
 size_t vp_graph_op_count(const vp_graph *g) { return g->n_ops; }
 const vp_op *vp_graph_op(const vp_graph *g, size_t i)
@@ -199,8 +199,9 @@ vp_status vp__graph_add_segment(vp_graph *g, const char *name, uint32_t first,
     return VP_OK;
 }
 
-vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
-                         vp_error *err)
+/* tf: the transformer description to build, NULL for the model's form. */
+static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
+                       uint64_t seq, vp_error *err)
 {
     vp_error_clear(err);
     if (batch == 0) {
@@ -219,14 +220,26 @@ vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
         vp_error_set(err, VP_ENOMEM, "out of memory");
         goto fail;
     }
-    vp_status st = m->form == 0 ? vp__build_transformer(g, m, err)
-                                : vp__build_explicit(g, (vp_model *)m, err);
+    vp_status st = tf ? vp__build_transformer(g, tf, m->path, err)
+                      : vp__build_explicit(g, m->gform, m->path, err);
     if (st != VP_OK)
         goto fail;
     return g;
 fail:
     vp_graph_free(g);
     return NULL;
+}
+
+vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
+                         vp_error *err)
+{
+    return build(m, m->form == 0 ? &m->tf : NULL, batch, seq, err);
+}
+
+vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
+                             uint64_t batch, uint64_t seq, vp_error *err)
+{
+    return build(m, t, batch, seq, err);
 }
 
 vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,

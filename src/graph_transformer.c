@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph_internal.h"
 
 typedef struct {
     vp_graph *g;
@@ -402,18 +402,17 @@ static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
     return push(c, &o, "loss", out);
 }
 
-vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
+/* Every activation is B*S*max(width) elements, every score matrix
+ * B*heads*S*S: check they fit 64 bits (with room for 8-byte elements). */
+static vp_status check_sizes(const tb *c, uint64_t B, uint64_t S)
 {
-    const vp_tf *t = &m->tf;
-    tb c = {g, t, err, "", m->path};
-    uint64_t B = g->batch, S = g->seq;
+    const vp_tf *t = c->t;
     if (!t->rotary && S > t->max_positions)
-        return vp_error_at(err, VP_ERANGE, m->path, t->line, t->col, 1,
+        return vp_error_at(c->err, VP_ERANGE, c->path, t->line, t->col, 1,
                            "sequence length %llu is longer than the model's "
                            "%llu learned positions",
                            (unsigned long long)S,
                            (unsigned long long)t->max_positions);
-    /* Every activation is B*S*max(width) elements: check it fits. */
     uint64_t widest = t->hidden, tmp;
     uint64_t qkv = (t->heads + 2 * t->kv_heads) * t->head_dim;
     uint64_t cands[] = {t->ffn, t->vocab, qkv, t->expert_ffn};
@@ -425,48 +424,57 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         !vp_mul_u64(tmp, 8, &tmp) || !vp_mul_u64(B, S, &scores) ||
         !vp_mul_u64(scores, t->heads, &scores) ||
         !vp_mul_u64(scores, S, &scores) || !vp_mul_u64(scores, 8, &scores))
-        return vp_error_at(err, VP_EOVERFLOW, m->path, t->line, t->col, 1,
+        return vp_error_at(c->err, VP_EOVERFLOW, c->path, t->line, t->col, 1,
                            "batch %llu x sequence %llu makes tensors larger "
                            "than 2^64 bytes",
                            (unsigned long long)B, (unsigned long long)S);
+    return VP_OK;
+}
 
+/* The embeddings (HF GPT2Model / LlamaModel / BertEmbeddings): tokens,
+ * token types, learned positions or the rotary buffer, the embedding norm
+ * and dropout. *x the embeddings' output, *wte the token embedding's
+ * weight (for a tied head). */
+static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
+                            uint32_t *wte)
+{
+    vp_graph *g = c->g;
+    const vp_tf *t = c->t;
     vp_op o;
-    uint32_t ids, x, e;
+    uint32_t ids, e;
     op_init(&o, VP_OP_INPUT);
     o.value = VP_VAL_INDEX;
     set_shape(&o, 2, B, S, 0, 0);
-    TRY(push(&c, &o, "input_ids", &ids));
-    TRY(embedding(&c, ids, "embed_tokens", t->vocab, B, S, &x));
-    uint32_t wte_param = g->ops[x].params[0];
+    TRY(push(c, &o, "input_ids", &ids));
+    TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
+    *wte = g->ops[*x].params[0];
     if (t->type == VP_TF_DECODER)
-        g->ops[x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
+        g->ops[*x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
     if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
-        g->ops[x].flags |= VP_OPF_HOLD_MODULE;
+        g->ops[*x].flags |= VP_OPF_HOLD_MODULE;
     if (t->type_vocab) {
-        TRY(embedding(&c, ids, "token_type_embeddings", t->type_vocab, B, S,
+        TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B, S,
                       &e));
         if (t->type == VP_TF_ENCODER)
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
-        TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_types", &x));
+        TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_types", x));
     }
     if (!t->rotary) {
-        TRY(embedding(&c, ids, "embed_positions", t->max_positions, 1, S, &e));
+        TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, S, &e));
         if (t->type == VP_TF_DECODER)
             g->ops[e].flags |= VP_OPF_HOLD_FWD;
         else
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
-        TRY(binary(&c, VP_OP_ADD, x, e, "embed_add_positions", &x));
+        TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_positions", x));
     } else {
         uint32_t bidx;
-        op_init(&o, VP_OP_ROPE);
         /* the rotary inv_freq buffer lives in the model (fp32) */
-        o.name = "rotary_emb";
         TRY(vp__graph_add_param(g, "rotary_emb.inv_freq", t->head_dim / 2,
-                                (uint32_t)g->n_ops, false, &bidx, err));
+                                (uint32_t)g->n_ops, false, &bidx, c->err));
         g->params[bidx].fp32_buffer = true;
     }
     if (t->embedding_norm)
-        TRY(norm(&c, x, "embed_norm", &x));
+        TRY(norm(c, *x, "embed_norm", x));
     if (t->type == VP_TF_ENCODER && t->type_vocab) {
         /* BertEmbeddings' int64 buffers position_ids and token_type_ids
          * (max_positions each), registered after its LayerNorm */
@@ -475,15 +483,87 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         for (int k = 0; k < 2; k++) {
             uint32_t bidx;
             TRY(vp__graph_add_param(g, bufs[k], t->max_positions,
-                                    (uint32_t)g->n_ops, false, &bidx, err));
+                                    (uint32_t)g->n_ops, false, &bidx,
+                                    c->err));
             g->params[bidx].elem_bytes_override = 8;
         }
     }
-    TRY(dropout(&c, x, "embed_dropout", t->p_embd, &x));
-    g->ops[x].flags |= VP_OPF_MODULE_RET;
+    TRY(dropout(c, *x, "embed_dropout", t->p_embd, x));
+    g->ops[*x].flags |= VP_OPF_MODULE_RET;
     if (t->type == VP_TF_ENCODER)
-        g->ops[x].flags |= VP_OPF_HOLD_FWD; /* BertModel's embedding_output */
+        g->ops[*x].flags |= VP_OPF_HOLD_FWD; /* BertModel's embedding_output */
+    return VP_OK;
+}
 
+/* A sequence-classification head: BERT's pooler on the first token, or
+ * the score of the last token (HF ...ForSequenceClassification). */
+static vp_status classifier(tb *c, uint32_t x, uint64_t B, uint32_t *logits)
+{
+    const vp_tf *t = c->t;
+    vp_op o;
+    if (t->type == VP_TF_ENCODER) {
+        op_init(&o, VP_OP_SELECT);
+        o.n_inputs = 1;
+        o.inputs[0] = x;
+        set_shape(&o, 2, B, t->hidden, 0, 0);
+        TRY(push(c, &o, "pooler.select", &x));
+        TRY(linear(c, x, "pooler.dense", t->hidden, true, -1, &x));
+        TRY(unary(c, VP_OP_TANH, x, "pooler.act", &x));
+        TRY(dropout(c, x, "classifier_dropout", t->p_resid, &x));
+        return linear(c, x, "classifier", t->num_labels, true, -1, logits);
+    }
+    TRY(linear(c, x, "score", t->num_labels, false, -1, &x));
+    op_init(&o, VP_OP_SELECT);
+    o.n_inputs = 1;
+    o.inputs[0] = x;
+    set_shape(&o, 2, B, t->num_labels, 0, 0);
+    return push(c, &o, "pool_last", logits);
+}
+
+/* The head on the final hidden states x and its loss. */
+static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
+                      uint32_t wte)
+{
+    vp_graph *g = c->g;
+    const vp_tf *t = c->t;
+    uint32_t logits, l;
+    switch (t->head) {
+    case VP_HEAD_CAUSAL_LM:
+        TRY(linear(c, x, "lm_head", t->vocab, false,
+                   t->tied ? (int64_t)wte : -1, &logits));
+        if (t->tied)
+            g->ops[logits].flags |= VP_OPF_TIED_INIT;
+        return loss(c, logits, B * S, true, &l);
+    case VP_HEAD_MASKED_LM:
+        TRY(linear(c, x, "mlm.transform", t->hidden, true, -1, &x));
+        TRY(unary(c, t->act == VP_ACT_RELU ? VP_OP_RELU
+                     : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+                                                  : VP_OP_GELU,
+                  x, "mlm.act", &x));
+        TRY(norm(c, x, "mlm.norm", &x));
+        TRY(linear(c, x, "mlm.decoder", t->vocab, true,
+                   t->tied ? (int64_t)wte : -1, &logits));
+        if (t->tied)
+            g->ops[logits].flags |= VP_OPF_TIED_INIT;
+        /* BertForMaskedLM: CrossEntropyLoss on the logits as they are */
+        return loss(c, logits, B * S, false, &l);
+    case VP_HEAD_CLASSIFICATION:
+        TRY(classifier(c, x, B, &logits));
+        return loss(c, logits, B, false, &l);
+    case VP_HEAD_NONE:
+        break;
+    }
+    return VP_OK;
+}
+
+vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
+                                vp_error *err)
+{
+    tb c = {g, t, err, "", path};
+    uint64_t B = g->batch, S = g->seq;
+    TRY(check_sizes(&c, B, S));
+    uint32_t x, wte;
+    TRY(embeddings(&c, B, S, &x, &wte));
     for (uint64_t l = 0; l < t->layers; l++) {
         snprintf(c.scope, sizeof c.scope, "layers.%llu",
                  (unsigned long long)l);
@@ -495,7 +575,6 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
     c.scope[0] = '\0';
     if (t->final_norm)
         TRY(norm(&c, x, "final_norm", &x));
-    uint32_t logits, l;
     size_t head_first = g->n_ops;
     /* `hidden_states = outputs[0]` in the head model's forward */
     g->ops[x].flags |= VP_OPF_HOLD_OUT;
@@ -503,53 +582,7 @@ vp_status vp__build_transformer(vp_graph *g, const vp_model *m, vp_error *err)
         for (size_t i = 0; i < g->n_ops; i++)
             if (g->ops[i].kind == VP_OP_RMSNORM)
                 g->ops[i].flags |= VP_OPF_PY_RMSNORM;
-    switch (t->head) {
-    case VP_HEAD_CAUSAL_LM:
-        TRY(linear(&c, x, "lm_head", t->vocab, false,
-                   t->tied ? (int64_t)wte_param : -1, &logits));
-        if (t->tied)
-            g->ops[logits].flags |= VP_OPF_TIED_INIT;
-        TRY(loss(&c, logits, B * S, true, &l));
-        break;
-    case VP_HEAD_MASKED_LM:
-        TRY(linear(&c, x, "mlm.transform", t->hidden, true, -1, &x));
-        TRY(unary(&c, t->act == VP_ACT_RELU ? VP_OP_RELU
-                      : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
-                                                   : VP_OP_GELU,
-                  x, "mlm.act", &x));
-        TRY(norm(&c, x, "mlm.norm", &x));
-        TRY(linear(&c, x, "mlm.decoder", t->vocab, true,
-                   t->tied ? (int64_t)wte_param : -1, &logits));
-        if (t->tied)
-            g->ops[logits].flags |= VP_OPF_TIED_INIT;
-        /* BertForMaskedLM: CrossEntropyLoss on the logits as they are */
-        TRY(loss(&c, logits, B * S, false, &l));
-        break;
-    case VP_HEAD_CLASSIFICATION:
-        if (t->type == VP_TF_ENCODER) {
-            op_init(&o, VP_OP_SELECT);
-            o.n_inputs = 1;
-            o.inputs[0] = x;
-            set_shape(&o, 2, B, t->hidden, 0, 0);
-            TRY(push(&c, &o, "pooler.select", &x));
-            TRY(linear(&c, x, "pooler.dense", t->hidden, true, -1, &x));
-            TRY(unary(&c, VP_OP_TANH, x, "pooler.act", &x));
-            TRY(dropout(&c, x, "classifier_dropout", t->p_resid, &x));
-            TRY(linear(&c, x, "classifier", t->num_labels, true, -1,
-                       &logits));
-        } else {
-            TRY(linear(&c, x, "score", t->num_labels, false, -1, &x));
-            op_init(&o, VP_OP_SELECT);
-            o.n_inputs = 1;
-            o.inputs[0] = x;
-            set_shape(&o, 2, B, t->num_labels, 0, 0);
-            TRY(push(&c, &o, "pool_last", &logits));
-        }
-        TRY(loss(&c, logits, B, false, &l));
-        break;
-    case VP_HEAD_NONE:
-        break;
-    }
+    TRY(head(&c, x, B, S, wte));
     if (head_first < g->n_ops)
         g->ops[head_first].flags |= VP_OPF_MODEL_END;
     return VP_OK;

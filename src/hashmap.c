@@ -3,7 +3,8 @@
  * so no tombstones build up. Key 0 marks an empty slot. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "hashmap.h"
+#include "util.h"
 
 static uint64_t mix(uint64_t x)
 {

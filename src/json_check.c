@@ -4,7 +4,7 @@
  * first, with the line and column of the first fault. */
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 typedef struct {
     const char *s;

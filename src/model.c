@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model_internal.h"
+#include "yaml_doc.h"
 
 static const char *const TOP_KEYS[] = {"name", "description", "source", "seq",
                                        "transformer", "graph", NULL};
@@ -28,8 +29,6 @@ static const char *const ATTNS[] = {"sdpa", "flash", "efficient", "eager",
 static const char *const HEADS[] = {"causal-lm", "masked-lm",
                                     "classification", "none", NULL};
 
-/* Sizes above this are refused as absurd (2^40 = ~1.1e12). */
-#define DIM_MAX ((uint64_t)1 << 40)
 
 const char *vp_model_name(const vp_model *m) { return m->name; }
 uint64_t vp_model_default_seq(const vp_model *m) { return m->seq; }
@@ -42,7 +41,6 @@ void vp_model_free(vp_model *m)
 {
     if (!m)
         return;
-    vp__ydoc_destroy(&m->ydoc);
     vp__arena_destroy(&m->arena);
     free(m);
 }
@@ -60,7 +58,7 @@ static vp_status opt_u64(fields *f, const char *key, uint64_t min,
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n)
         return VP_OK;
-    return vp__yget_u64(f->d, n, min, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, min, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status req_u64(fields *f, const char *key, uint64_t *out,
@@ -70,7 +68,7 @@ static vp_status req_u64(fields *f, const char *key, uint64_t *out,
     if (!n)
         return vp__yerr(f->d, f->map, VP_ESCHEMA, f->err,
                         "missing required key '%s' in %s", key, what);
-    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status opt_bool(fields *f, const char *key, bool *out)
@@ -198,6 +196,15 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
     return VP_OK;
 }
 
+/* A transformer's default sequence length: its learned positions, at
+ * most VP_DEFAULT_SEQ. */
+static uint64_t default_seq(const vp_tf *t)
+{
+    return t->max_positions && t->max_positions < VP_DEFAULT_SEQ
+               ? t->max_positions
+               : VP_DEFAULT_SEQ;
+}
+
 static void tf_defaults(vp_tf *t)
 {
     memset(t, 0, sizeof *t);
@@ -207,10 +214,9 @@ static void tf_defaults(vp_tf *t)
     t->head = VP_HEAD_CAUSAL_LM;
 }
 
-static vp_status parse_transformer(vp_model *m, yaml_node_t *tn,
+static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
                                    vp_error *err)
 {
-    vp_ydoc *d = &m->ydoc;
     TRY(vp__ymap_check(d, tn, TF_KEYS, "transformer", err));
     vp_tf *t = &m->tf;
     tf_defaults(t);
@@ -296,7 +302,7 @@ static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
                             "missing required key \"%s\" in the config", key);
         return VP_OK;
     }
-    return vp__yget_u64(f->d, n, 1, DIM_MAX, out, f->err);
+    return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
 static vp_status hf_bool(fields *f, const char *key, bool *out)
@@ -342,9 +348,9 @@ static vp_status hf_act(fields *f, const char *key, vp_act_kind gated_default,
                     v);
 }
 
-static vp_status hf_head(vp_model *m, yaml_node_t *root, vp_error *err)
+static vp_status hf_head(vp_model *m, vp_ydoc *d, yaml_node_t *root,
+                         vp_error *err)
 {
-    vp_ydoc *d = &m->ydoc;
     yaml_node_t *an = vp__ymap_get(d, root, "architectures", NULL);
     if (!an || vp__yis_null(an))
         return VP_OK; /* keep the model type's default head */
@@ -377,112 +383,138 @@ static vp_status hf_head(vp_model *m, yaml_node_t *root, vp_error *err)
     return VP_OK;
 }
 
-static vp_status parse_hf(vp_model *m, vp_error *err)
+/* HF GPT2Config (modeling_gpt2.py: Conv1D projections, tied lm_head,
+ * gelu_new, dropout 0.1 by default). */
+static vp_status hf_gpt2(fields *f, vp_tf *t, vp_error *err)
 {
-    vp_ydoc *d = &m->ydoc;
-    yaml_node_t *root = vp__ydoc_root(d);
-    if (root->type != YAML_MAPPING_NODE)
-        return vp__yerr(d, root, VP_ESCHEMA, err,
-                        "a config.json must hold a JSON object");
+    t->type = VP_TF_DECODER;
+    t->fused_qkv = true;
+    t->tied = true;
+    t->final_norm = true;
+    t->act = VP_ACT_GELU_TANH;
+    t->p_embd = t->p_attn = t->p_resid = 0.1;
+    TRY(hf_u64(f, "n_embd", &t->hidden, true));
+    TRY(hf_u64(f, "n_layer", &t->layers, true));
+    TRY(hf_u64(f, "n_head", &t->heads, true));
+    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    TRY(hf_u64(f, "n_positions", &t->max_positions, true));
+    t->ffn = 0;
+    TRY(hf_u64(f, "n_inner", &t->ffn, false));
+    if (t->ffn == 0 && !vp_mul_u64(4, t->hidden, &t->ffn))
+        return vp_error_set(err, VP_EOVERFLOW, "n_inner overflows");
+    TRY(hf_act(f, "activation_function", VP_ACT_GELU, &t->act));
+    fields pf = *f;
+    TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
+    TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
+    TRY(opt_prob(&pf, "resid_pdrop", &t->p_resid));
+    return VP_OK;
+}
+
+/* HF BertConfig (BertForMaskedLM by default: tied decoder, token types,
+ * the embedding LayerNorm, no final norm). */
+static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
+{
+    t->type = VP_TF_ENCODER;
+    t->tied = true;
+    t->embedding_norm = true;
+    t->final_norm = false;
+    t->act = VP_ACT_GELU;
+    t->head = VP_HEAD_MASKED_LM;
+    t->type_vocab = 2;
+    t->max_positions = 512;
+    t->p_embd = t->p_attn = t->p_resid = 0.1;
+    TRY(hf_u64(f, "hidden_size", &t->hidden, true));
+    TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
+    TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
+    TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
+    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
+    yaml_node_t *tvn = vp__ymap_get(f->d, f->map, "type_vocab_size", NULL);
+    if (tvn && !vp__yis_null(tvn))
+        TRY(vp__yget_u64(f->d, tvn, 0, VP_MAX_DIM, &t->type_vocab, err));
+    TRY(hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
+    TRY(opt_prob(f, "hidden_dropout_prob", &t->p_resid));
+    t->p_embd = t->p_resid;
+    TRY(opt_prob(f, "attention_probs_dropout_prob", &t->p_attn));
+    return VP_OK;
+}
+
+/* HF LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): rotary,
+ * RMSNorm, SwiGLU, no biases (Qwen2: q, k, v biases). */
+static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
+{
+    t->type = VP_TF_DECODER;
+    t->rotary = true;
+    t->norm = VP_NORM_RMSNORM;
+    t->norm_bias = false;
+    t->act = VP_ACT_SWIGLU;
+    t->bias = false;
+    t->qkv_bias = !strcmp(type, "qwen2");
+    t->final_norm = true;
+    t->max_positions = 2048; /* LlamaConfig's max_position_embeddings */
+    TRY(hf_u64(f, "hidden_size", &t->hidden, true));
+    TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
+    TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
+    TRY(hf_u64(f, "num_key_value_heads", &t->kv_heads, false));
+    TRY(hf_u64(f, "head_dim", &t->head_dim, false));
+    TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
+    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
+    TRY(hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
+    bool ab = t->qkv_bias;
+    TRY(hf_bool(f, "attention_bias", &ab));
+    if (strcmp(type, "qwen2"))
+        t->qkv_bias = ab;
+    TRY(hf_bool(f, "mlp_bias", &t->bias));
+    TRY(opt_prob(f, "attention_dropout", &t->p_attn));
+    if (!strcmp(type, "mixtral")) {
+        TRY(hf_u64(f, "num_local_experts", &t->experts, true));
+        TRY(hf_u64(f, "num_experts_per_tok", &t->top_k, true));
+    }
+    return VP_OK;
+}
+
+/* The model_type of a config, one of HF_TYPES. */
+static vp_status hf_type(vp_ydoc *d, yaml_node_t *root, const char **out,
+                         vp_error *err)
+{
     yaml_node_t *tn = vp__ymap_get(d, root, "model_type", NULL);
     if (!tn)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "missing \"model_type\" (supported: gpt2, llama, "
                         "mistral, mixtral, qwen2, bert)");
-    int mt;
     const char *tv = vp__yscalar(tn);
-    bool known = false;
-    for (mt = 0; tv && HF_TYPES[mt]; mt++)
+    for (int mt = 0; tv && HF_TYPES[mt]; mt++)
         if (!strcmp(tv, HF_TYPES[mt])) {
-            known = true;
-            break;
+            *out = HF_TYPES[mt];
+            return VP_OK;
         }
-    if (!known)
-        return vp__yerr(d, tn, VP_EUNSUPPORTED, err,
-                        "unsupported model_type \"%.64s\" (supported: gpt2, "
-                        "llama, mistral, mixtral, qwen2, bert)",
-                        tv ? tv : "?");
+    return vp__yerr(d, tn, VP_EUNSUPPORTED, err,
+                    "unsupported model_type \"%.64s\" (supported: gpt2, "
+                    "llama, mistral, mixtral, qwen2, bert)",
+                    tv ? tv : "?");
+}
+
+static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
+{
+    yaml_node_t *root = vp__ydoc_root(d);
+    if (root->type != YAML_MAPPING_NODE)
+        return vp__yerr(d, root, VP_ESCHEMA, err,
+                        "a config.json must hold a JSON object");
+    const char *type = NULL;
+    TRY(hf_type(d, root, &type, err));
     vp_tf *t = &m->tf;
     tf_defaults(t);
     t->qkv_bias = true;
     fields f = {d, root, err};
-    const char *type = HF_TYPES[mt];
-    if (!strcmp(type, "gpt2")) {
-        t->type = VP_TF_DECODER;
-        t->fused_qkv = true;
-        t->tied = true;
-        t->final_norm = true;
-        t->act = VP_ACT_GELU_TANH;
-        t->p_embd = t->p_attn = t->p_resid = 0.1;
-        TRY(hf_u64(&f, "n_embd", &t->hidden, true));
-        TRY(hf_u64(&f, "n_layer", &t->layers, true));
-        TRY(hf_u64(&f, "n_head", &t->heads, true));
-        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
-        TRY(hf_u64(&f, "n_positions", &t->max_positions, true));
-        t->ffn = 0;
-        TRY(hf_u64(&f, "n_inner", &t->ffn, false));
-        if (t->ffn == 0 && !vp_mul_u64(4, t->hidden, &t->ffn))
-            return vp_error_set(err, VP_EOVERFLOW, "n_inner overflows");
-        TRY(hf_act(&f, "activation_function", VP_ACT_GELU, &t->act));
-        fields pf = f;
-        TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
-        TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
-        TRY(opt_prob(&pf, "resid_pdrop", &t->p_resid));
-    } else if (!strcmp(type, "bert")) {
-        t->type = VP_TF_ENCODER;
-        t->tied = true;
-        t->embedding_norm = true;
-        t->final_norm = false;
-        t->act = VP_ACT_GELU;
-        t->head = VP_HEAD_MASKED_LM;
-        t->type_vocab = 2;
-        t->max_positions = 512;
-        t->p_embd = t->p_attn = t->p_resid = 0.1;
-        TRY(hf_u64(&f, "hidden_size", &t->hidden, true));
-        TRY(hf_u64(&f, "num_hidden_layers", &t->layers, true));
-        TRY(hf_u64(&f, "num_attention_heads", &t->heads, true));
-        TRY(hf_u64(&f, "intermediate_size", &t->ffn, true));
-        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
-        TRY(hf_u64(&f, "max_position_embeddings", &t->max_positions, false));
-        yaml_node_t *tvn = vp__ymap_get(d, root, "type_vocab_size", NULL);
-        if (tvn && !vp__yis_null(tvn))
-            TRY(vp__yget_u64(d, tvn, 0, DIM_MAX, &t->type_vocab, err));
-        TRY(hf_act(&f, "hidden_act", VP_ACT_GELU, &t->act));
-        TRY(opt_prob(&f, "hidden_dropout_prob", &t->p_resid));
-        t->p_embd = t->p_resid;
-        TRY(opt_prob(&f, "attention_probs_dropout_prob", &t->p_attn));
-    } else { /* llama family */
-        t->type = VP_TF_DECODER;
-        t->rotary = true;
-        t->norm = VP_NORM_RMSNORM;
-        t->norm_bias = false;
-        t->act = VP_ACT_SWIGLU;
-        t->bias = false;
-        t->qkv_bias = !strcmp(type, "qwen2");
-        t->final_norm = true;
-        t->max_positions = 2048;
-        TRY(hf_u64(&f, "hidden_size", &t->hidden, true));
-        TRY(hf_u64(&f, "num_hidden_layers", &t->layers, true));
-        TRY(hf_u64(&f, "num_attention_heads", &t->heads, true));
-        TRY(hf_u64(&f, "num_key_value_heads", &t->kv_heads, false));
-        TRY(hf_u64(&f, "head_dim", &t->head_dim, false));
-        TRY(hf_u64(&f, "intermediate_size", &t->ffn, true));
-        TRY(hf_u64(&f, "vocab_size", &t->vocab, true));
-        TRY(hf_u64(&f, "max_position_embeddings", &t->max_positions, false));
-        TRY(hf_act(&f, "hidden_act", VP_ACT_SWIGLU, &t->act));
-        bool ab = t->qkv_bias;
-        TRY(hf_bool(&f, "attention_bias", &ab));
-        if (strcmp(type, "qwen2"))
-            t->qkv_bias = ab;
-        TRY(hf_bool(&f, "mlp_bias", &t->bias));
-        TRY(opt_prob(&f, "attention_dropout", &t->p_attn));
-        if (!strcmp(type, "mixtral")) {
-            TRY(hf_u64(&f, "num_local_experts", &t->experts, true));
-            TRY(hf_u64(&f, "num_experts_per_tok", &t->top_k, true));
-        }
-    }
+    if (!strcmp(type, "gpt2"))
+        TRY(hf_gpt2(&f, t, err));
+    else if (!strcmp(type, "bert"))
+        TRY(hf_bert(&f, t, err));
+    else
+        TRY(hf_llama(&f, t, type));
     TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
-    TRY(hf_head(m, root, err));
+    TRY(hf_head(m, d, root, err));
     if (t->head == VP_HEAD_CLASSIFICATION) {
         yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);
         if (ln && ln->type == YAML_MAPPING_NODE)
@@ -492,8 +524,7 @@ static vp_status parse_hf(vp_model *m, vp_error *err)
     }
     t->line = (uint32_t)root->start_mark.line + 1;
     t->col = (uint32_t)root->start_mark.column + 1;
-    m->seq = t->max_positions && t->max_positions < 2048 ? t->max_positions
-                                                         : 2048;
+    m->seq = default_seq(t);
     return tf_validate(d, root, t,
                        !strcmp(type, "gpt2") ? &GPT2_KEYS : &HF_KEYS, err);
 }
@@ -513,9 +544,8 @@ static const char *base_name(vp_arena *a, const char *path)
     return s;
 }
 
-static vp_status parse_yaml_model(vp_model *m, vp_error *err)
+static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
 {
-    vp_ydoc *d = &m->ydoc;
     yaml_node_t *root = vp__ydoc_root(d);
     if (root->type != YAML_MAPPING_NODE)
         return vp__yerr(d, root, VP_ESCHEMA, err,
@@ -523,8 +553,12 @@ static vp_status parse_yaml_model(vp_model *m, vp_error *err)
                         "or 'graph' section");
     TRY(vp__ymap_check(d, root, TOP_KEYS, "the model", err));
     yaml_node_t *nn = vp__ymap_get(d, root, "name", NULL);
-    if (nn)
-        TRY(vp__yget_str(d, nn, &m->name, err));
+    if (nn) {
+        const char *name;
+        TRY(vp__yget_str(d, nn, &name, err));
+        if (!(m->name = vp__arena_strdup(&m->arena, name)))
+            return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
     yaml_node_t *k;
     if ((k = vp__ymap_get(d, root, "description", NULL)))
         TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
@@ -532,7 +566,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_error *err)
         TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
     yaml_node_t *sn = vp__ymap_get(d, root, "seq", NULL);
     if (sn)
-        TRY(vp__yget_u64(d, sn, 1, DIM_MAX, &m->seq, err));
+        TRY(vp__yget_u64(d, sn, 1, VP_MAX_DIM, &m->seq, err));
     yaml_node_t *tk = NULL, *gk = NULL;
     yaml_node_t *tn = vp__ymap_get(d, root, "transformer", &tk);
     yaml_node_t *gn = vp__ymap_get(d, root, "graph", &gk);
@@ -545,7 +579,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_error *err)
                         "missing 'transformer' or 'graph' section");
     if (tn) {
         m->form = 0;
-        TRY(parse_transformer(m, tn, err));
+        TRY(parse_transformer(m, d, tn, err));
         if (sn && !m->tf.rotary && m->seq > m->tf.max_positions)
             return vp__yerr(d, sn, VP_ERANGE, err,
                             "seq %llu is longer than the model's %llu "
@@ -553,23 +587,72 @@ static vp_status parse_yaml_model(vp_model *m, vp_error *err)
                             (unsigned long long)m->seq,
                             (unsigned long long)m->tf.max_positions);
         if (!sn)
-            m->seq = m->tf.max_positions && m->tf.max_positions < 2048
-                         ? m->tf.max_positions
-                         : 2048;
+            m->seq = default_seq(&m->tf);
         return VP_OK;
     }
     m->form = 1;
-    m->graph_node = gn;
     if (!sn)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a graph model needs 'seq' (its default sequence "
                         "length, image side or width)");
-    /* Validate the whole graph now by building it once. */
-    vp_graph *g = vp_graph_build(m, 1, m->seq, err);
-    if (!g)
-        return err ? err->code : VP_ESCHEMA;
-    vp_graph_free(g);
+    /* compiled into plain values, checked as far as no size is known */
+    struct vp_gform *f;
+    TRY(vp__graph_compile(&m->arena, d, gn, &f, err));
+    m->gform = f;
     return VP_OK;
+}
+
+/* What any model file must be: at most VP_MAX_INPUT_BYTES, no NUL byte
+ * (its position is given). */
+static vp_status check_text(const char *buf, size_t len, const char *path,
+                            vp_error *err)
+{
+    if (len > VP_MAX_INPUT_BYTES)
+        return vp_error_at(err, VP_ELIMIT, path, 0, 0, 0,
+                           "file is larger than %u bytes", VP_MAX_INPUT_BYTES);
+    const char *z = memchr(buf, '\0', len);
+    if (!z)
+        return VP_OK;
+    uint32_t line = 1, col = 1;
+    for (const char *c = buf; c < z; c++) {
+        if (*c == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    return vp_error_at(err, VP_ESYNTAX, path, line, col, 1,
+                       "NUL byte in the file");
+}
+
+/* Parse the document into m; the document is freed once the model holds
+ * its plain values. */
+static vp_status parse_doc(vp_model *m, const char *buf, size_t len,
+                           int is_json, vp_error *err)
+{
+    char *copy = NULL;
+    if (is_json) {
+        TRY(vp__json_check(buf, len, m->path, err));
+        /* JSON allows tabs as whitespace; YAML's scanner does not, and
+         * tabs cannot occur inside JSON strings unescaped. */
+        copy = malloc(len + 1);
+        if (!copy)
+            return vp_error_set(err, VP_ENOMEM, "out of memory");
+        for (size_t i = 0; i < len; i++)
+            copy[i] = buf[i] == '\t' ? ' ' : buf[i];
+        copy[len] = '\0';
+        buf = copy;
+    }
+    vp_ydoc d;
+    memset(&d, 0, sizeof d);
+    d.path = m->path;
+    vp_status st = vp__ydoc_load(&d, buf, len, err);
+    if (st == VP_OK)
+        st = is_json ? parse_hf(m, &d, err) : parse_yaml_model(m, &d, err);
+    vp__ydoc_destroy(&d);
+    free(copy);
+    return st;
 }
 
 vp_model *vp_model_parse_buf(const char *buf, size_t len, const char *name,
@@ -581,59 +664,19 @@ vp_model *vp_model_parse_buf(const char *buf, size_t len, const char *name,
         vp_error_set(err, VP_ENOMEM, "out of memory");
         return NULL;
     }
-    char *copy = NULL;
     m->path = vp__arena_strdup(&m->arena, name ? name : "<input>");
     m->name = m->path ? base_name(&m->arena, m->path) : NULL;
     if (!m->path || !m->name) {
         vp_error_set(err, VP_ENOMEM, "out of memory");
-        goto fail;
+        vp_model_free(m);
+        return NULL;
     }
-    m->ydoc.path = m->path;
-    if (len > VP_MAX_INPUT_BYTES) {
-        vp_error_at(err, VP_ELIMIT, m->path, 0, 0, 0,
-                    "file is larger than %u bytes", VP_MAX_INPUT_BYTES);
-        goto fail;
+    if (check_text(buf, len, m->path, err) != VP_OK ||
+        parse_doc(m, buf, len, is_json, err) != VP_OK) {
+        vp_model_free(m);
+        return NULL;
     }
-    if (memchr(buf, '\0', len)) {
-        const char *z = memchr(buf, '\0', len);
-        uint32_t line = 1, col = 1;
-        for (const char *c = buf; c < z; c++) {
-            if (*c == '\n') {
-                line++;
-                col = 1;
-            } else {
-                col++;
-            }
-        }
-        vp_error_at(err, VP_ESYNTAX, m->path, line, col, 1,
-                    "NUL byte in the file");
-        goto fail;
-    }
-    if (is_json && vp__json_check(buf, len, m->path, err) != VP_OK)
-        goto fail;
-    if (is_json) {
-        /* JSON allows tabs as whitespace; YAML's scanner does not, and
-         * tabs cannot occur inside JSON strings unescaped. */
-        copy = malloc(len + 1);
-        if (!copy) {
-            vp_error_set(err, VP_ENOMEM, "out of memory");
-            goto fail;
-        }
-        for (size_t i = 0; i < len; i++)
-            copy[i] = buf[i] == '\t' ? ' ' : buf[i];
-        copy[len] = '\0';
-        buf = copy;
-    }
-    if (vp__ydoc_load(&m->ydoc, buf, len, err) != VP_OK)
-        goto fail;
-    if ((is_json ? parse_hf(m, err) : parse_yaml_model(m, err)) != VP_OK)
-        goto fail;
-    free(copy);
     return m;
-fail:
-    free(copy);
-    vp_model_free(m);
-    return NULL;
 }
 
 vp_model *vp_model_load(const char *path, vp_error *err)

@@ -154,5 +154,6 @@ void vp_setup_init(vp_setup *s)
     s->cublas_workspace = VP_CUBLAS_WORKSPACE_SM90;
     s->cublaslt_workspace = VP_CUBLASLT_WORKSPACE;
     s->context_bytes = VP_DEFAULT_CONTEXT_BYTES;
+    s->sm_count = VP_DEFAULT_SM_COUNT;
     vp_allocator_config_init(&s->alloc);
 }

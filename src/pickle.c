@@ -9,7 +9,8 @@
  * a whole long list could pass the engine's argument limit). */
 #include <string.h>
 
-#include "internal.h"
+#include "pickle.h"
+#include "util.h"
 
 enum {
     OP_PROTO = 0x80,

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hashmap.h"
 #include "internal.h"
+#include "pickle.h"
 
 enum {
     A_ALLOC,

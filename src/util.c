@@ -1,16 +1,30 @@
-/* Small shared helpers: the arena, array growth, glob matching, aborts. */
+/* Small shared helpers: the arena, array growth, name suggestions, glob
+ * matching, aborts. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 _Noreturn void vp__abort(const char *file, int line, const char *expr)
 {
     fprintf(stderr, "%s:%d: VP_ASSERT(%s) failed\n", file, line, expr);
     abort();
+}
+
+vp_status vp__error_at_pos(vp_error *err, vp_status code, const char *path,
+                           vp_srcpos at, const char *fmt, ...)
+{
+    char msg[sizeof(err->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vp_error_at(err, code, path, at.line, at.col, at.width, "%s",
+                       msg);
 }
 
 struct vp_arena_chunk {
@@ -167,4 +181,41 @@ bool vp__glob_match(const char *pat, const char *s)
         pat = pd + 1;
         s = sd + 1;
     }
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 99;
+    size_t prev[65], cur[65];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                                        tolower((unsigned char)b[j - 1]));
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
+    }
+    return prev[lb];
+}
+
+const char *vp__suggest(const char *word, const char *const *cands)
+{
+    const char *best = NULL;
+    size_t best_d = 99;
+    for (size_t i = 0; cands[i]; i++) {
+        size_t dist = edit_distance(word, cands[i]);
+        if (dist < best_d) {
+            best_d = dist;
+            best = cands[i];
+        }
+    }
+    size_t len = strlen(word);
+    size_t limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    return best_d <= limit ? best : NULL;
 }

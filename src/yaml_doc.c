@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "yaml_doc.h"
 
 static vp_status mark_error(vp_ydoc *d, yaml_mark_t m, uint32_t width,
                             vp_status code, vp_error *err, const char *fmt,
@@ -31,8 +31,7 @@ static vp_status at_mark(vp_ydoc *d, yaml_mark_t m, uint32_t width,
     return st;
 }
 
-vp_status vp__yerr(vp_ydoc *d, const yaml_node_t *n, vp_status code,
-                   vp_error *err, const char *fmt, ...)
+vp_srcpos vp__ypos(const yaml_node_t *n)
 {
     uint32_t width = 1;
     if (n && n->type == YAML_SCALAR_NODE) {
@@ -46,9 +45,17 @@ vp_status vp__yerr(vp_ydoc *d, const yaml_node_t *n, vp_status code,
             width = 200;
     }
     yaml_mark_t m = n ? n->start_mark : (yaml_mark_t){0, 0, 0};
+    return (vp_srcpos){(uint32_t)m.line + 1, (uint32_t)m.column + 1, width};
+}
+
+vp_status vp__yerr(vp_ydoc *d, const yaml_node_t *n, vp_status code,
+                   vp_error *err, const char *fmt, ...)
+{
+    vp_srcpos at = vp__ypos(n);
+    yaml_mark_t m = {0, at.line - 1, at.col - 1};
     va_list ap;
     va_start(ap, fmt);
-    vp_status st = mark_error(d, m, width, code, err, fmt, ap);
+    vp_status st = mark_error(d, m, at.width, code, err, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -273,43 +280,6 @@ yaml_node_t *vp__ymap_get(vp_ydoc *d, yaml_node_t *map, const char *key,
         }
     }
     return NULL;
-}
-
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return 99;
-    size_t prev[65], cur[65];
-    for (size_t j = 0; j <= lb; j++)
-        prev[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
-                                        tolower((unsigned char)b[j - 1]));
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
-    }
-    return prev[lb];
-}
-
-const char *vp__suggest(const char *word, const char *const *cands)
-{
-    const char *best = NULL;
-    size_t best_d = 99;
-    for (size_t i = 0; cands[i]; i++) {
-        size_t dist = edit_distance(word, cands[i]);
-        if (dist < best_d) {
-            best_d = dist;
-            best = cands[i];
-        }
-    }
-    size_t len = strlen(word);
-    size_t limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
-    return best_d <= limit ? best : NULL;
 }
 
 static void list_choices(const char *const *c, char *buf, size_t n)

@@ -480,7 +480,8 @@ Test(graph_segments, overlapping_units_are_an_error)
                                "  checkpoint: [\"net.*\", \"net.*.fc\"]\n";
     vp_error err;
     vp_model *m = vp_model_parse_buf(text, sizeof text - 1, "o.yaml", 0, &err);
-    cr_expect_null(m);
+    cr_assert_not_null(m, "%s", err.msg);
+    cr_expect_null(vp_graph_build(m, 1, 0, &err));
     vp_model_free(m);
     cr_expect_eq(err.code, VP_ESCHEMA);
     cr_expect_str_eq(err.msg, "checkpoint unit 'net.0' overlaps 'net.0.fc'");

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../src/internal.h"
+#include "../src/hashmap.h"
 
 Test(hashmap, put_get_overwrite_and_absent)
 {

@@ -59,12 +59,14 @@ Test(mig, h100_1g_figures)
     vp_gpu_free(p);
 }
 
+/* A whole GPU has no mig: section; its sm_count is the whole GPU's (the
+ * H200's 132, as its 7g slice). */
 Test(mig, whole_gpu_is_not_a_slice)
 {
     vp_error err;
     vp_gpu_profile *p = vp_gpu_load("h200", &err);
     cr_assert_null(vp_gpu_mig_get(p));
-    cr_assert_eq(vp_gpu_sm_count(p), 0);
+    cr_assert_eq(vp_gpu_sm_count(p), 132);
     vp_gpu_free(p);
 }
 

@@ -14,6 +14,12 @@
  * whose message is not pinned because its position or wording should
  * improve (each says why).
  *
+ * Loading compiles a graph-form file into plain values and checks all
+ * that does not depend on the sizes; what does (shapes, size expressions)
+ * is found when the model is instantiated. A bad file here fails either
+ * way: vp_model_load, or vp_graph_build at the model's defaults (batch
+ * 1, its own seq) as `vramplan estimate FILE` does (load_default).
+ *
  * Regression tests name the bugs found in src/ (see the
  * comment above each); they fail today. Run from the repository root. */
 #define _POSIX_C_SOURCE 200809L
@@ -75,8 +81,24 @@ static uint64_t params_of(const char *path)
     return n;
 }
 
-/* Load a bad file: it must fail with `code` at line:col (0:0 = do not
- * check the position) and a message containing `part`. */
+/* The model at its defaults: loaded and built at batch 1 and its own
+ * sequence length (the graph freed). NULL with *err when either fails. */
+static vp_model *load_default(vp_model *m, vp_error *err)
+{
+    if (!m)
+        return NULL;
+    vp_graph *g = vp_graph_build(m, 1, 0, err);
+    if (!g) {
+        vp_model_free(m);
+        return NULL;
+    }
+    vp_graph_free(g);
+    return m;
+}
+
+/* Load a bad file: it must fail (loading or at its defaults) with `code`
+ * at line:col (0:0 = do not check the position) and a message containing
+ * `part`. */
 static void expect_bad(const char *file, vp_status code, uint32_t line,
                        uint32_t col, const char *part)
 {
@@ -84,7 +106,7 @@ static void expect_bad(const char *file, vp_status code, uint32_t line,
     snprintf(path, sizeof path, BAD_DIR "%s", file);
     vp_error err;
     memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load(path, &err);
+    vp_model *m = load_default(vp_model_load(path, &err), &err);
     if (m)
         vp_model_free(m);
     cr_assert_null(m, "%s loaded, expected %s", path, vp_err_name(code));
@@ -109,7 +131,8 @@ static vp_error parse_bad(const char *text, size_t len, const char *name,
 {
     vp_error err;
     memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_parse_buf(text, len, name, is_json, &err);
+    vp_model *m = load_default(
+        vp_model_parse_buf(text, len, name, is_json, &err), &err);
     if (m)
         vp_model_free(m);
     cr_assert_null(m, "%s parsed, expected %s", name, vp_err_name(code));
@@ -200,7 +223,7 @@ static void compare_with_err_file(const char *path, const char *base,
         want[--wl] = '\0';
     vp_error err;
     memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load(path, &err);
+    vp_model *m = load_default(vp_model_load(path, &err), &err);
     char got[1024];
     if (m) {
         snprintf(got, sizeof got, "(loaded without error)");
@@ -255,7 +278,7 @@ static void fails_cleanly(const char *path, const char *base, void *ud)
     (void)ud;
     vp_error err;
     memset(&err, 0x5a, sizeof err); /* garbage: the loader must clear it */
-    vp_model *m = vp_model_load(path, &err);
+    vp_model *m = load_default(vp_model_load(path, &err), &err);
     cr_expect_null(m, "%s loaded", path);
     if (m) {
         vp_model_free(m);
@@ -802,6 +825,97 @@ Test(parse_type, hf_root_is_a_list)
 }
 
 /* ---- zero, negative and absurd sizes (VP_ERANGE) ---------------------- */
+
+/* ---- the graph form compiled at load ---------------------------------------- */
+
+/* Loading checks what does not depend on the sizes; a kernel larger than
+ * the default 8x8 image is found when the model is instantiated, at the
+ * kernel, and the model works on a larger image. */
+Test(parse_compile, size_errors_come_with_the_sizes)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(BAD_DIR "range-conv-kernel.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    cr_expect_null(vp_graph_build(m, 1, 0, &err));
+    cr_expect_eq(err.code, VP_ERANGE);
+    cr_expect_eq(err.line, 7);
+    cr_expect_eq(err.col, 7);
+    cr_expect_str_eq(err.msg,
+                     "conv: the kernel is larger than the padded image");
+    vp_graph *g = vp_graph_build(m, 1, 16, &err);
+    cr_expect_not_null(g, "%s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* A size error names the sizes of the instantiation asked for: seq*4 x 3
+ * = 480 elements from 3 x 40 x 8 = 960. */
+Test(parse_compile, size_errors_name_the_instantiated_sizes)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(BAD_DIR "range-reshape.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    cr_expect_null(vp_graph_build(m, 3, 40, &err));
+    cr_expect_eq(err.code, VP_ERANGE);
+    cr_expect_eq(err.line, 7);
+    cr_expect_eq(err.col, 37);
+    cr_expect_str_eq(err.msg, "reshape to 480 elements from 960");
+    vp_model_free(m);
+}
+
+/* A block that nothing invokes is compiled too: its unknown key is an
+ * error at load. */
+Test(parse_compile, unused_blocks_are_checked)
+{
+    static const char text[] = "seq: 8\n"
+                               "graph:\n"
+                               "  input: [batch, seq]\n"
+                               "  blocks:\n"
+                               "    unused: {ops: [{op: relu, inplce: true}]}\n"
+                               "  ops: [{op: linear, out: 8}, "
+                               "{op: cross_entropy}]\n";
+    vp_error e = parse_bad(text, sizeof text - 1, "u.yaml", 0, VP_ESCHEMA);
+    cr_expect_eq(e.line, 5);
+    cr_expect_eq(e.col, 31);
+    cr_expect(strstr(e.msg, "unknown key 'inplce'") != NULL, "%s", e.msg);
+}
+
+/* The model keeps plain values only: the text it was read from can go
+ * before the graph is built (under ASan a pointer into it would fail). */
+Test(parse_compile, the_model_outlives_its_text)
+{
+    static const char text[] = "name: kept\n"
+                               "seq: 8\n"
+                               "graph:\n"
+                               "  consts: {width: \"2*seq\"}\n"
+                               "  input: [batch, seq]\n"
+                               "  blocks:\n"
+                               "    mlp: {params: {w: null}, ops: "
+                               "[{name: up, op: linear, out: w}, "
+                               "{name: act, op: gelu}]}\n"
+                               "  ops:\n"
+                               "    - {name: body, block: mlp, repeat: 2, "
+                               "with: {w: width}}\n"
+                               "    - {name: head, op: linear, out: 4, "
+                               "tied_to: body}\n"
+                               "    - {op: cross_entropy}\n"
+                               "  checkpoint: [\"body.*\"]\n";
+    char *buf = malloc(sizeof text);
+    cr_assert_not_null(buf);
+    memcpy(buf, text, sizeof text);
+    vp_error err;
+    vp_model *m = vp_model_parse_buf(buf, sizeof text - 1, "k.yaml", 0, &err);
+    memset(buf, 'x', sizeof text - 1);
+    free(buf);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 0, &err);
+    cr_assert_null(g);
+    /* tied_to a block's output: its last op, the gelu, has no weight */
+    cr_expect_str_eq(err.msg, "'body.1.act' has no weight to share");
+    cr_expect_eq(err.line, 10);
+    cr_expect_str_eq(vp_model_name(m), "kept");
+    vp_model_free(m);
+}
 
 Test(parse_range, zero_layers)
 {

@@ -760,6 +760,121 @@ Test(sim_setup, training_needs_a_loss)
     vp_model_free(m);
 }
 
+/* An sm_count of 0 leaves cuDNN no CTAs to split over: refused. */
+Test(sim_setup, sm_count_zero)
+{
+    mg r = mlp();
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    mlp_setup(&s);
+    s.sm_count = 0;
+    cr_expect_eq(vp_simulate(r.g, &s, &e, NULL, NULL, &err), VP_EARG);
+    cr_expect(strstr(err.msg, "sm_count") != NULL, "%s", err.msg);
+    done(&r);
+}
+
+/* ---- GPU-specific constants ---------------------------------------------------- */
+
+/* The largest temporary requested in the backward (its bytes). */
+static void max_bwd_temp(const vp_sim_event *ev, void *ud)
+{
+    uint64_t *m = ud;
+    if (!ev->is_free && ev->phase == VP_PHASE_BACKWARD &&
+        ev->category == VP_CAT_TEMP && ev->bytes > *m)
+        *m = ev->bytes;
+}
+
+/* The largest temporary of one training step of the graph model `text`
+ * (batch 1, its default seq) on a GPU of sm_count SMs. */
+static uint64_t largest_bwd_temp(const char *text, uint32_t sm_count)
+{
+    vp_error err;
+    vp_model *m = vp_model_parse_buf(text, strlen(text), "t.yaml", 0, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 1, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.steps = 1;
+    s.sm_count = sm_count;
+    vp_estimate e;
+    uint64_t ws = 0;
+    cr_assert_eq(vp_simulate(g, &s, &e, max_bwd_temp, &ws, &err), VP_OK,
+                 "%s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return ws;
+}
+
+static uint64_t conv_filter_workspace(uint32_t sm_count)
+{
+    return largest_bwd_temp(
+        "seq: 28\ngraph:\n  input: [batch, 128, image, image]\n"
+        "  ops:\n"
+        "    - {name: conv, op: conv2d, out: 128, kernel: 3, padding: 1,"
+        " bias: false}\n"
+        "    - {op: flatten, start: 1}\n"
+        "    - {op: mse_loss}\n",
+        sm_count);
+}
+
+/* The fp32 filter gradient of a 3x3 128 -> 128 convolution on a 28 x 28
+ * image (batch 1; its input needs no gradient, so it is the only cuDNN
+ * call of the backward): the workspace holds NHWC copies of the input and
+ * the output (128 x 784 x 4 = 401408 B each), of the filter (128 x 128 x
+ * 9 x 4 = 589824 B), 147 B of slack and the split-K partial filters. The
+ * filter is 1 x 9 tiles of 128 x 128, so one wave of CTAs makes floor(SMs
+ * / 9) splits: 14 on the H200's 132 SMs, 12 on the A100's 108. */
+#define CONV_COPIES (2 * 401408ULL + 589824ULL + 147ULL)
+Test(sim_gpu, conv_filter_split_k_fills_the_sms)
+{
+    cr_expect_eq(conv_filter_workspace(VP_DEFAULT_SM_COUNT),
+                 CONV_COPIES + 14 * 589824ULL);
+    cr_expect_eq(conv_filter_workspace(108), CONV_COPIES + 12 * 589824ULL);
+    /* at most 16 splits, however many SMs */
+    cr_expect_eq(conv_filter_workspace(1000), CONV_COPIES + 16 * 589824ULL);
+    /* fewer SMs than tiles: no split-K at all */
+    cr_expect_eq(conv_filter_workspace(8), CONV_COPIES);
+}
+
+static uint64_t bias_staging(uint32_t sm_count)
+{
+    return largest_bwd_temp("seq: 8192\ngraph:\n  input: [batch, seq, 64]\n"
+                            "  ops:\n"
+                            "    - {op: linear, out: 3072}\n"
+                            "    - {op: mse_loss}\n",
+                            sm_count);
+}
+
+/* The bias gradient of a linear to 3072 features over 8192 rows: the
+ * global reduction stages out x R fp32 values, R = min(2 rows, cap / out)
+ * with a cap of 34,700,000 elements on the H200's 132 SMs (measured
+ * 138,412,032 B, R = 11264; SIMULATION_NOTES.md §8.1), scaled by the SM
+ * count: 34700000 / 3072 = 11295 rows on 132 SMs, 34700000 x 108 / 132 /
+ * 3072 = 9241 on 108. The largest temporary of the backward (grad_out is
+ * 8192 x 3072 x 4 = 100,663,296 B; the input needs no gradient). */
+Test(sim_gpu, bias_staging_scales_with_the_sms)
+{
+    cr_expect_eq(bias_staging(VP_DEFAULT_SM_COUNT), 4ULL * 3072 * 11295);
+    cr_expect_eq(bias_staging(108), 4ULL * 3072 * 9241);
+}
+
+/* A GPU profile's sm_count reaches the setup; the default is the H200's. */
+Test(sim_gpu, profile_sets_the_sm_count)
+{
+    vp_setup s;
+    vp_setup_init(&s);
+    cr_expect_eq(s.sm_count, 132u);
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load("a100-80g", &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    cr_expect_eq(vp_gpu_sm_count(p), 108u);
+    vp_gpu_apply(p, &s);
+    cr_expect_eq(s.sm_count, 108u);
+    vp_gpu_free(p);
+}
+
 /* ---- extremes ------------------------------------------------------------------- */
 
 /* tf-1t: H = 32768, L = 66, 256 heads of 128, 16 kv heads (k, v 32768 x

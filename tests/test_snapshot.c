@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "../src/pickle.h"
 #include "vramplan/vramplan.h"
 #include "vramplan/snapshot.h"
 

@@ -16,6 +16,12 @@
 #define VP__CONTEXT 718077952
 #define VP_DEFAULT_CONTEXT_BYTES ((uint64_t)VP__CONTEXT)
 
+/* The H200's streaming multiprocessors (NVIDIA H100/H200 SXM: 132 of the
+ * GH100's 144; NVIDIA H100 Tensor Core GPU Architecture whitepaper), the
+ * GPU the simulator's rules were measured on: the default when no GPU
+ * profile gives sm_count. */
+#define VP_DEFAULT_SM_COUNT 132u
+
 /* A number of these as a string literal, for help texts:
  * VP_TEXT(VP__CONTEXT) is "718077952". */
 #define VP__TEXT(x) #x

@@ -12,7 +12,7 @@
  *   vp_error err;
  *   vp_gpu_profile *p = vp_gpu_load("h100-80g", &err);  // gpus/h100-80g.yaml
  *   double bf16 = vp_gpu_peak_tflops(p, VP_GPU_BF16);   // 989.4
- *   vp_setup s; vp_setup_init(&s); vp_gpu_apply(p, &s); // context, workspace
+ *   vp_setup s; vp_setup_init(&s); vp_gpu_apply(p, &s); // context, workspace, SMs
  *   vp_gpu_free(p);
  *
  * Units are in the names: _bytes (bytes), _gbps (10^9 bytes/s), _tflops
@@ -188,7 +188,9 @@ const char *vp_gpu_arch(const vp_gpu_profile *p);    /* "hopper"         */
 /* "9.0" for NVIDIA, "gfx942" for AMD. */
 const char *vp_gpu_compute_capability(const vp_gpu_profile *p);
 
-/* Streaming multiprocessors (profile key sm_count); 0 when not given. */
+/* Streaming multiprocessors (AMD: compute units; profile key sm_count)
+ * from the datasheet, or the slice's for a MIG profile; 0 when the profile
+ * does not give them. */
 uint32_t vp_gpu_sm_count(const vp_gpu_profile *p);
 /* The MIG section, or NULL when the profile is a whole GPU. Strings valid
  * until vp_gpu_free. */
@@ -236,7 +238,8 @@ vp_status vp_gpu_measured_set(vp_gpu_profile *p, const vp_gpu_measured *m,
                               vp_error *err);
 
 /* Set the simulator's constants from the profile: context_bytes,
- * cublas_workspace and alloc.device_total (usable bytes). */
+ * cublas_workspace, sm_count (when the profile gives it) and
+ * alloc.device_total (usable bytes). */
 void vp_gpu_apply(const vp_gpu_profile *p, vp_setup *s);
 
 /* Fill the step-time model's hardware description (timing.h) from the

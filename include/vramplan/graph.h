@@ -21,15 +21,18 @@
 #define VP_OP_MAX_INPUTS 4
 #define VP_OP_MAX_PARAMS 4
 
+/* The op kinds. The graph form (docs/MODEL_FORMAT.md) offers those from
+ * linear to mse_loss, in this order; the others are made by the
+ * transformer form. */
 #define VP_OP_KIND_MAP(XX)                                                   \
     XX(INPUT, "input")                 /* data fed to the model            */ \
-    XX(EMBEDDING, "embedding")                                               \
     XX(LINEAR, "linear")                                                     \
     XX(CONV2D, "conv2d")                                                     \
     XX(BATCHNORM2D, "batchnorm2d")                                           \
     XX(LAYERNORM, "layernorm")                                               \
     XX(RMSNORM, "rmsnorm")                                                   \
     XX(GROUPNORM, "groupnorm")                                               \
+    XX(EMBEDDING, "embedding")                                               \
     XX(ATTENTION, "attention")         /* scaled-dot-product core          */ \
     XX(RELU, "relu")                                                         \
     XX(GELU, "gelu")                                                         \
@@ -37,24 +40,24 @@
     XX(SILU, "silu")                                                         \
     XX(TANH, "tanh")                                                         \
     XX(SIGMOID, "sigmoid")                                                   \
-    XX(MUL, "mul")                                                           \
-    XX(ADD, "add")                                                           \
     XX(DROPOUT, "dropout")                                                   \
     XX(MAXPOOL2D, "maxpool2d")                                               \
     XX(AVGPOOL2D, "avgpool2d")                                               \
     XX(ADAPTIVE_AVGPOOL2D, "adaptive_avgpool2d")                             \
+    XX(ADD, "add")                                                           \
+    XX(MUL, "mul")                                                           \
     XX(CONCAT, "concat")                                                     \
     XX(FLATTEN, "flatten")                                                   \
     XX(RESHAPE, "reshape")                                                   \
+    XX(PERMUTE, "permute")             /* a view                           */ \
+    XX(SELECT, "select")               /* a view: one index of a dim       */ \
     XX(SOFTMAX, "softmax")                                                   \
     XX(CROSS_ENTROPY, "cross_entropy")                                       \
     XX(MSE_LOSS, "mse_loss")                                                 \
     XX(ROUTER, "router")               /* MoE gate: top-k of a softmax     */ \
     XX(MOE_DISPATCH, "moe_dispatch")   /* gather tokens routed to experts  */ \
     XX(MOE_COMBINE, "moe_combine")     /* weighted scatter-add back        */ \
-    XX(ROPE, "rope")                   /* rotary position embedding        */ \
-    XX(PERMUTE, "permute")             /* a view                           */ \
-    XX(SELECT, "select")               /* a view: one index of a dim       */
+    XX(ROPE, "rope")                   /* rotary position embedding        */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,

@@ -21,6 +21,11 @@ typedef struct vp_model vp_model;
 #define VP_MAX_OPS 2000000u             /* ops in an instantiated graph     */
 #define VP_MAX_REPEAT 100000u           /* a single `repeat` count          */
 #define VP_MAX_YAML_NODES 200000u       /* nodes in one document            */
+#define VP_MAX_DIM ((uint64_t)1 << 40)  /* a size above is refused as absurd */
+
+/* The sequence length of a transformer whose description gives none
+ * (capped by its learned positions). */
+#define VP_DEFAULT_SEQ 2048u
 
 /* Load a model description from a file. ".json" files are read as Hugging
  * Face config.json; anything else as vramplan YAML. Returns a model owned

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "vramplan/allocator.h"
+#include "vramplan/defaults.h"
 #include "vramplan/error.h"
 #include "vramplan/graph.h"
 
@@ -97,6 +98,10 @@ typedef struct vp_setup {
     uint64_t cublas_workspace; /* bytes per handle; default 32 MiB (Hopper)   */
     uint64_t cublaslt_workspace; /* default 1 MiB                              */
     uint64_t context_bytes;    /* CUDA context outside the allocator          */
+    uint32_t sm_count;         /* streaming multiprocessors (the GPU profile's
+                                  sm_count; default VP_DEFAULT_SM_COUNT):
+                                  cuDNN's split-K filter gradients fill one
+                                  wave of them                              */
     bool fresh_process;        /* the backward-thread cuBLAS workspaces and
                                   the first Lt workspace are still to be made
                                   (true); false when an earlier run in the same
@@ -121,7 +126,8 @@ typedef struct vp_setup {
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
- * micro-batch, 4 steps, no checkpointing, H200 workspaces and context. */
+ * micro-batch, 4 steps, no checkpointing, H200 workspaces, context and SM
+ * count. */
 void vp_setup_init(vp_setup *s);
 
 typedef struct vp_phase_peaks {

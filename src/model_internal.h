@@ -1,0 +1,51 @@
+/* Model descriptions as plain values: the transformer form's
+ * hyperparameters, or the compiled graph form (graph_form.h). Nothing of
+ * the loaded document is kept. Not installed. */
+#ifndef VRAMPLAN_MODEL_INTERNAL_H
+#define VRAMPLAN_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util.h"
+#include "vramplan/graph.h"
+#include "vramplan/model.h"
+
+typedef enum { VP_TF_DECODER, VP_TF_ENCODER } vp_tf_type;
+typedef enum { VP_NORM_LAYERNORM, VP_NORM_RMSNORM } vp_norm_kind;
+typedef enum {
+    VP_ACT_GELU, VP_ACT_GELU_TANH, VP_ACT_RELU, VP_ACT_SILU, VP_ACT_SWIGLU,
+    VP_ACT_GEGLU
+} vp_act_kind;
+typedef enum {
+    VP_HEAD_CAUSAL_LM, VP_HEAD_MASKED_LM, VP_HEAD_CLASSIFICATION,
+    VP_HEAD_NONE
+} vp_head_kind;
+
+typedef struct vp_tf {
+    vp_tf_type type;
+    uint64_t hidden, layers, heads, kv_heads, head_dim, ffn, vocab;
+    uint64_t max_positions, type_vocab, num_labels;
+    bool rotary;
+    vp_norm_kind norm;
+    vp_act_kind act;
+    bool bias, qkv_bias, fused_qkv, tied, embedding_norm, final_norm;
+    bool norm_bias;
+    double p_embd, p_attn, p_resid;
+    vp_attn_impl attn;
+    vp_head_kind head;
+    uint64_t experts, top_k, expert_ffn, shared_experts;
+    uint32_t line, col; /* where the description starts */
+} vp_tf;
+
+struct vp_model {
+    vp_arena arena;
+    const char *name;
+    const char *path;
+    int form; /* 0 transformer, 1 graph */
+    uint64_t seq;
+    vp_tf tf;                     /* the transformer form               */
+    const struct vp_gform *gform; /* the graph form, compiled (in arena) */
+};
+
+#endif

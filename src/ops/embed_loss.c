@@ -1,0 +1,152 @@
+/* Op rules: the ends of the model. The embedding lookup, and the losses
+ * (cross-entropy, with HF's causal-LM label shift and upcast, and MSE),
+ * whose targets come with the batch. docs/SIMULATION_NOTES.md §3.1, §3.3,
+ * §3.4, §3.6, §5.3;
+ * PyTorch aten/src/ATen/native/cuda/Embedding.cu
+ * (embedding_dense_backward), LossNLL.cu, SoftMax.cu; transformers
+ * loss/loss_utils.py (ForCausalLMLoss). */
+#include "../sim_internal.h"
+
+/* What a loss saves: MSE its input; cross-entropy the log-probabilities
+ * (with an fp32 copy when log_softmax kept 16 bits under autocast), the
+ * shifted labels and nll_loss's total_weight. */
+enum { LOSS_INPUT, LOSS_LOGP, LOSS_LOGP32, LOSS_LABELS, LOSS_WEIGHT };
+
+/* embedding_dense_backward's sort of the indices: four int64 buffers of
+ * the token count, and a per-segment fp32 buffer of tokens / 10 +
+ * min(tokens, vocab) rows (NROWS_PER_THREAD = 10; SIMULATION_NOTES.md
+ * §3.6). */
+#define EMB_SORT_BUFFERS 4
+#define EMB_SEGMENT_DIV 10u
+
+uint64_t vp__loss_target_bytes(sim *S, const vp_op *o)
+{
+    return o->kind == VP_OP_CROSS_ENTROPY
+               ? vp__mulc(S, o->rows, 8)
+               : vp__mulc(S, S->g->ops[o->inputs[0]].numel, 4);
+}
+
+/* the rows of the weight, in the parameters' dtype */
+void vp__embedding_fwd(sim *S, vp__fwd_op *f)
+{
+    f->oeb = S->PE;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+}
+
+/* the index sort, the per-segment partial sums (fp32) and the dense
+ * weight gradient */
+void vp__embedding_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = b->o;
+    const vp_param *p = &g->params[o->params[0]];
+    uint64_t dim = o->shape[o->ndim - 1];
+    uint64_t tokens = g->ops[b->in0].numel;
+    if (o->shape[0] == 1 && g->batch > 1)
+        tokens = o->numel / dim;
+    for (int k = 0; k < EMB_SORT_BUFFERS; k++)
+        vp__transient(S, vp__mulc(S, tokens, 8));
+    uint64_t seg = tokens / EMB_SEGMENT_DIV +
+                   (tokens < o->classes ? tokens : o->classes);
+    uint32_t buf = vp__talloc(S, vp__mulc(S, vp__mulc(S, seg, dim), 4),
+                              VP_CAT_TEMP);
+    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, S->PE),
+                                VP_CAT_TEMP);
+    vp__tunref(S, buf);
+    vp__param_grad(S, o->params[0], dense);
+}
+
+/* The loss's outputs before its saves: the log-probabilities (CE) or the
+ * input's cast (MSE). */
+typedef struct {
+    uint32_t up, lp, lp32, x;
+} loss_parts;
+
+static void loss_terms(sim *S, vp__fwd_op *f, loss_parts *lt)
+{
+    const vp_op *o = f->o;
+    uint8_t eb0 = f->eb0;
+    uint64_t rc = vp__mulc(S, o->rows, o->classes);
+    if (o->kind == VP_OP_MSE_LOSS) {
+        lt->x = vp__cast_input(S, f->in0, S->amp ? 4 : eb0);
+    } else if (eb0 == 2 && !o->upcast_logits && S->amp) {
+        /* log_softmax keeps bf16; nll_loss (fp32 list) copies */
+        lt->lp = vp__talloc(S, vp__mulc(S, rc, 2), VP_CAT_ACT);
+        lt->lp32 = vp__talloc(S, vp__mulc(S, rc, 4), VP_CAT_ACT);
+    } else {
+        uint8_t le = o->upcast_logits ? 4 : eb0;
+        if (lt->up == NONE)
+            lt->up = vp__cast_input(S, f->in0, le);
+        lt->lp = vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_ACT);
+    }
+}
+
+void vp__loss_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = f->o;
+    uint32_t i = f->i;
+    uint32_t lbl = NONE, pad = NONE;
+    loss_parts lt = {NONE, NONE, NONE, NONE};
+    /* HF ForCausalLMLoss: logits.float(); labels padded with -100
+     * (B x (S+1) int64) and shifted (.contiguous()); both locals live
+     * until the loss function returns, after nll_loss */
+    if (o->kind == VP_OP_CROSS_ENTROPY && o->upcast_logits)
+        lt.up = vp__cast_input(S, f->in0, 4);
+    if (o->flags & VP_OPF_SHIFT_LABELS) {
+        uint64_t bsz = g->batch && o->rows % g->batch == 0 ? g->batch : 1;
+        pad = vp__talloc(S, vp__mulc(S, o->rows + bsz, 8), VP_CAT_TEMP);
+        lbl = vp__talloc(S, vp__mulc(S, o->rows, 8), VP_CAT_ACT);
+    }
+    loss_terms(S, f, &lt);
+    if (f->sv)
+        vp__save(S, i, LOSS_INPUT, lt.x);
+    vp__tunref(S, lt.x);
+    f->oeb = 4;
+    f->out = vp__talloc(S, 4, VP_CAT_ACT);
+    uint32_t tw = vp__talloc(S, 4, VP_CAT_ACT);
+    vp__tunref(S, lt.up);
+    vp__tunref(S, pad);
+    if (f->sv) {
+        vp__save(S, i, LOSS_LOGP, lt.lp);
+        vp__save(S, i, LOSS_LOGP32, lt.lp32);
+        vp__save(S, i, LOSS_LABELS, lbl);
+        vp__save(S, i, LOSS_WEIGHT, tw);
+    }
+    vp__tunref(S, lt.lp);
+    vp__tunref(S, lt.lp32);
+    vp__tunref(S, lbl);
+    vp__tunref(S, tw);
+    f->refs++; /* the loss is held by the training loop */
+}
+
+void vp__loss_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    uint8_t eb0 = b->eb0;
+    uint64_t rc = vp__mulc(S, o->rows, o->classes);
+    if (o->kind == VP_OP_MSE_LOSS) {
+        if (b->ig0)
+            b->gx = vp__grad_like(S, b->in0, eb0);
+        return;
+    }
+    if (eb0 == 2 && !o->upcast_logits && S->amp) {
+        uint32_t gn = vp__talloc(S, vp__mulc(S, rc, 4), VP_CAT_TEMP);
+        /* NllLossBackward drops the fp32 log-probs before
+         * ToCopyBackward runs */
+        vp__drop_saved(S, b->i, LOSS_LOGP32);
+        uint32_t c16 = vp__talloc(S, vp__mulc(S, rc, 2), VP_CAT_TEMP);
+        vp__tunref(S, gn);
+        b->gx = vp__talloc(S, vp__mulc(S, rc, 2), VP_CAT_TEMP);
+        vp__tunref(S, c16);
+        b->gxe = 2;
+    } else {
+        uint8_t le = o->upcast_logits ? 4 : eb0;
+        uint32_t gn = vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_TEMP);
+        uint32_t gl = vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_TEMP);
+        vp__tunref(S, gn);
+        vp__release_saved(S, b->i);
+        b->gx = gl;
+        b->gxe = le;
+    }
+}

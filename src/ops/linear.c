@@ -1,0 +1,406 @@
+/* Op rules: linear and conv2d, with the library workspaces they take
+ * (cuBLAS, cuBLASLt, cuDNN) and the bias-gradient reduction's staging.
+ * docs/SIMULATION_NOTES.md §0.1 and §3.2-3.5 (linear and the cuBLAS
+ * workspaces), §7.1 (convolutions), §11 (torch_mha); PyTorch
+ * aten/src/ATen/native/LinearAlgebra.cpp (addmm, matmul) and
+ * Convolution.cpp; torch/nn/modules/activation.py (MultiheadAttention). */
+#include "../sim_internal.h"
+
+/* What a linear or a convolution saves. MmBackward (the matmul path)
+ * frees mat2 (W) before self (x); addmm, linear and convolution keep x
+ * and then W. */
+enum { LIN_W_MM, LIN_X, LIN_W };
+
+/* cuBLASLt's workspace of the main thread: the first GEMM with a bias
+ * epilogue (addmm) makes it (SIMULATION_NOTES.md §0.1). */
+static void workspace_fwd(sim *S, bool bias)
+{
+    if (bias && !S->ws_fwd_lt) {
+        S->ws_fwd_lt = true;
+        vp__talloc(S, S->s->cublaslt_workspace, VP_CAT_WORKSPACE);
+    }
+}
+
+/* The autograd thread's own cuBLAS handle: its workspace at the first
+ * backward GEMM, and its cuBLASLt one at the first Lt GEMM there. */
+static void workspace_bwd(sim *S, bool lt)
+{
+    if (!S->ws_bwd) {
+        S->ws_bwd = true;
+        vp__talloc(S, S->s->cublas_workspace, VP_CAT_WORKSPACE);
+    }
+    if (lt && !S->ws_bwd_lt) {
+        S->ws_bwd_lt = true;
+        vp__talloc(S, S->s->cublaslt_workspace, VP_CAT_WORKSPACE);
+    }
+}
+
+/* Reduce.cuh global reduction for the bias gradient: a fp32 staging
+ * buffer of out x min(2 rows, cap) plus a semaphore (SIMULATION_NOTES.md
+ * §8.1, measured on the H200). setReduceConfig caps the grid at one wave
+ * of blocks over the SMs, so the cap on staged elements scales with the
+ * SM count: ~3.47e7 on the H200's 132 (the threads per SM, 2048 there,
+ * are taken to be the same elsewhere). */
+#define BIAS_STAGING_MIN_ROWS 256u
+#define BIAS_STAGING_ELEMS_H200 34700000u
+#define BIAS_STAGING_MIN_CAP 512u
+static void bias_staging(sim *S, uint64_t rows, uint64_t out)
+{
+    if (rows < BIAS_STAGING_MIN_ROWS)
+        return;
+    uint64_t r = 2 * rows;
+    uint64_t elems = vp__mulc(S, BIAS_STAGING_ELEMS_H200, S->s->sm_count) /
+                     VP_DEFAULT_SM_COUNT;
+    uint64_t cap = elems / (out ? out : 1);
+    if (cap < BIAS_STAGING_MIN_CAP)
+        cap = BIAS_STAGING_MIN_CAP;
+    if (r > cap)
+        r = cap;
+    uint32_t a = vp__talloc(S, vp__mulc(S, vp__mulc(S, out, r), 4),
+                            VP_CAT_TEMP);
+    uint32_t b = vp__talloc(S, 32, VP_CAT_TEMP);
+    vp__tunref(S, a);
+    vp__tunref(S, b);
+}
+
+/* ---- cuDNN convolution workspaces --------------------------------------- */
+
+typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
+
+/* Bytes of the cuDNN workspace that one convolution call takes from the
+ * caching allocator (freed at once). torch 2.11 asks cuDNN's heuristics
+ * (cudnn.benchmark off) for an algorithm; on the H200 they pick NHWC
+ * tensor-core kernels for NCHW tensors, whose workspace holds NHWC copies
+ * of the operands: the input, the output and, for k>1, the filter (a 1x1
+ * filter has the same layout in NCHW and NHWC). In half precision the
+ * copies pad the channels to a multiple of 8 (16-byte vectors), e.g. the
+ * 3-channel stem. A 1x1 stride-1 convolution is a plain GEMM over NCHW and
+ * needs no copies, except on small feature maps (fewer than 14x14 output
+ * positions), where cuDNN transforms as well. The filter gradient of a 1x1
+ * stride-1 convolution splits the batch into fp32 partial filters
+ * (batch x Cout x Cin x 4 B) when that is smaller than the copies; the
+ * other filter gradients add split-K partial sums, up to 16 fp32 copies of
+ * the filter. In fp32 the split count fills one wave of CTAs over the
+ * filter's 128x128 tiles: floor(SMs / tiles), at most 16 (measured on the
+ * H200's 132 SMs: exactly 14, 3, 16, 4 and 1 splits for ResNet-50's 3x3
+ * 128/256 and 1x1 downsample filters); the SM count is the setup's
+ * (vp_setup.sm_count, from the GPU profile). In bf16 it varies with the
+ * batch (0-13 splits), modelled as 16 splits capped at 8 MiB (measured
+ * 2-16 MB). That extra is what keeps the filter-gradient workspace from
+ * fitting in the block the data-gradient workspace just freed. The copies
+ * carry ~147 B of alignment slack (measured: +147 B in most calls, +16 in
+ * the rest). Evidence (docs/SIMULATION_NOTES.md §7.1): every distinct conv
+ * of ResNet-50, fp32 and bf16, batches 32-256, and the resnet50 traces;
+ * the rule gives 175 of the 184 measured forward workspaces within 1 %
+ * (the rest: other algorithms, up to 1.5x) and 109 of the 184
+ * filter-gradient ones. A few hundred bytes of per-call scratch (272/400
+ * B, small pool) are left out. */
+#define CUDNN_WS_SLACK 147u
+#define CUDNN_SPLITK_MAX 16u
+#define CUDNN_SPLITK_CAP (8u << 20)
+#define CUDNN_TILE 128u       /* a split-K CTA's output tile side        */
+#define CUDNN_SMALL_MAP 196u  /* 14 x 14 output positions                */
+
+/* Split-K partial filters of a filter gradient (not 1x1 stride 1). */
+static uint64_t conv_splitk(sim *S, const vp_op *o, uint8_t eb, uint64_t cip,
+                            uint64_t cop, uint64_t k2, uint64_t w4)
+{
+    uint64_t grp = o->groups ? o->groups : 1;
+    if (eb != 4) {
+        uint64_t sk = vp__mulc(S, w4, CUDNN_SPLITK_MAX);
+        return sk > CUDNN_SPLITK_CAP ? CUDNN_SPLITK_CAP : sk;
+    }
+    /* fp32: as many splits as fill one wave of CTAs over the filter's
+     * 128x128 output tiles */
+    uint64_t crs = vp__mulc(S, cip / grp, k2);
+    uint64_t tiles = ((cop + CUDNN_TILE - 1) / CUDNN_TILE) *
+                     ((crs + CUDNN_TILE - 1) / CUDNN_TILE);
+    uint64_t splits = S->s->sm_count / (tiles ? tiles : 1);
+    if (splits > CUDNN_SPLITK_MAX)
+        splits = CUDNN_SPLITK_MAX;
+    return splits > 1 ? vp__mulc(S, w4, splits) : 0;
+}
+
+static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
+{
+    const vp_op *x = &S->g->ops[o->inputs[0]];
+    if (x->ndim != 4 || o->ndim != 4 || !o->in_features)
+        return 0;
+    uint64_t B = x->shape[0], ci = o->in_features, co = o->out_features;
+    uint64_t cip = ci, cop = co;
+    if (eb == 2) {
+        cip = (ci + 7) / 8 * 8;
+        cop = (co + 7) / 8 * 8;
+    }
+    uint64_t grp = o->groups ? o->groups : 1;
+    uint64_t in = vp__mulc(S, vp__mulc(S, vp__mulc(S, B, cip),
+                                       vp__mulc(S, x->shape[2], x->shape[3])),
+                           eb);
+    uint64_t out = vp__mulc(S, vp__mulc(S, vp__mulc(S, B, cop),
+                                        vp__mulc(S, o->shape[2], o->shape[3])),
+                            eb);
+    uint64_t k2 = (uint64_t)o->kernel * o->kernel;
+    uint64_t w = vp__mulc(S, vp__mulc(S, vp__mulc(S, cop, cip / grp), k2), eb);
+    uint64_t w4 = vp__mulc(S, vp__mulc(S, vp__mulc(S, co, ci / grp), k2), 4);
+    bool pointwise = o->kernel == 1 && o->stride <= 1;
+    /* a non-overlapping patchify convolution (kernel = stride > 1, no
+     * padding: ViT's conv_proj) in fp32: the forward takes no workspace
+     * (traced: ViT-B/16 fp32 b32; in bf16 the general rule below holds to
+     * 16 B) */
+    if (pass == CONV_FWD && eb == 4 && o->kernel > 1 &&
+        o->kernel == o->stride && !o->padding)
+        return 0;
+    uint64_t positions = o->shape[2] * o->shape[3];
+    if (!pointwise) {
+        /* a strided 1x1 forward in fp32 writes large outputs (over 14x14
+         * positions) in NCHW directly: only the input is copied
+         * (measured: ResNet-50's 256->512 downsample, 28x28 out) */
+        if (o->kernel == 1 && pass == CONV_FWD && eb == 4 &&
+            positions > CUDNN_SMALL_MAP)
+            return in + CUDNN_WS_SLACK;
+        uint64_t ws = in + out + (o->kernel > 1 ? w : 0) + CUDNN_WS_SLACK;
+        if (pass == CONV_BWD_FILTER)
+            ws += conv_splitk(S, o, eb, cip, cop, k2, w4);
+        return ws;
+    }
+    if (pass == CONV_BWD_FILTER) {
+        uint64_t split = vp__mulc(S, B, w4);
+        uint64_t copies = in + out;
+        return split < copies ? split : copies;
+    }
+    return positions < CUDNN_SMALL_MAP ? in + out + CUDNN_WS_SLACK : 0;
+}
+
+/* ---- forward --------------------------------------------------------------- */
+
+/* The layout details of a linear (torch_mha: in_proj and out_proj of
+ * nn.MultiheadAttention(batch_first=True)). */
+typedef struct {
+    bool mha_out; /* out_proj: takes attn_output.permute(2, 0, 1, 3)
+                     .contiguous(), returns its result transposed        */
+    bool mha_in;  /* in_proj                                             */
+    bool mm;      /* F.linear of a strided 3-d input: through matmul     */
+} lin_path;
+
+static lin_path linear_path(const sim *S, const vp_op *o, uint32_t in0)
+{
+    const vp_op *xo = &S->g->ops[in0];
+    bool mha = o->flags & VP_OPF_TORCH_MHA;
+    lin_path p;
+    p.mha_out = mha && xo->kind == VP_OP_ATTENTION;
+    p.mha_in = mha && !p.mha_out;
+    /* F.linear of a 3-d input that is not contiguous (in_proj reads its
+     * input through a transpose) goes through matmul: the input is
+     * reshaped to 2-d by a copy, which the mm saves, and the bias is
+     * added in place */
+    p.mm = o->kind == VP_OP_LINEAR &&
+           (p.mha_in || (S->lay[in0] && xo->ndim >= 3));
+    return p;
+}
+
+void vp__linear_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = f->o;
+    uint32_t i = f->i, in0 = f->in0;
+    bool bias = o->n_params > 1;
+    uint8_t ce = S->amp ? 2 : f->eb0; /* compute dtype */
+    const vp_op *xo = &g->ops[in0];
+    lin_path p = linear_path(S, o, in0);
+    /* out_proj's copy, unless the kernel wrote its output sequence-first
+     * (flash: empty_like(q), and q is a view of the sequence-first
+     * projection) */
+    uint32_t xp = NONE;
+    if (p.mha_out &&
+        vp__attention_impl(S, xo, S->out_eb[in0]) != VP_ATTN_FLASH)
+        xp = vp__talloc(S, vp__mulc(S, xo->numel, S->out_eb[in0]),
+                        VP_CAT_ACT);
+    /* autocast's wrapper casts the arguments right to left:
+     * addmm(b, x, W) casts W, x, b; linear/conv(x, W, b) b, W, x */
+    uint32_t x, w;
+    if (o->flags & VP_OPF_ADDMM) {
+        w = vp__weight_cast(S, o->params[0]);
+        x = vp__cast_input(S, in0, ce);
+        if (bias)
+            vp__weight_cast(S, o->params[1]);
+    } else {
+        if (bias)
+            vp__weight_cast(S, o->params[1]);
+        w = vp__weight_cast(S, o->params[0]);
+        x = xp != NONE ? xp : vp__cast_input(S, in0, ce);
+    }
+    uint32_t xc = p.mm ? vp__talloc(S, vp__mulc(S, xo->numel, ce), VP_CAT_ACT)
+                       : NONE;
+    if (o->kind == VP_OP_LINEAR)
+        workspace_fwd(S, bias && !p.mm);
+    f->oeb = ce;
+    f->ol = p.mha_out;
+    /* INT8 weights: dequantized for the matmul, freed after it */
+    uint32_t deq = S->int8 && S->int8[o->params[0]]
+                       ? vp__talloc(S,
+                                    vp__mulc(S, g->params[o->params[0]].numel,
+                                             ce),
+                                    VP_CAT_TEMP)
+                       : NONE;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    vp__tunref(S, deq);
+    if (p.mm) {
+        vp__tunref(S, x); /* the (strided) cast; the mm keeps the copy */
+        x = xc;
+    }
+    if (p.mha_in) {
+        /* unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2)
+         * .squeeze(-2).contiguous(): q, k, v are views of this copy */
+        uint32_t c = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+        vp__tunref(S, f->out);
+        f->out = c;
+    }
+    if (o->kind == VP_OP_CONV2D)
+        vp__transient(S, conv_ws(S, o, ce, CONV_FWD));
+    if (f->sv) {
+        if (p.mm && xo->needs_grad)
+            vp__save(S, i, LIN_W_MM, w);
+        if (g->params[o->params[0]].trainable)
+            vp__save(S, i, LIN_X, x);
+        /* ConvolutionBackward keeps the weight (its cast under autocast)
+         * even when the input needs no gradient (traced on ResNet-50 and
+         * ViT's patchify conv); linear's mm saves it only for the input's
+         * gradient */
+        if (!p.mm && (xo->needs_grad || o->kind == VP_OP_CONV2D))
+            vp__save(S, i, LIN_W, w);
+    }
+    vp__tunref(S, x);
+}
+
+/* ---- backward -------------------------------------------------------------- */
+
+/* The gradients of x, W and b (compute dtype), before they are handed on. */
+typedef struct {
+    uint32_t gx, gw, gb;
+    uint8_t gxe;
+    bool gxs;
+} lin_grads;
+
+/* The matmul path: the bias's AddBackward (add_ ran last) and its
+ * reduction, then MmBackward: mat2 (W), then self (x); the grad of a
+ * transposed input comes back transposed. */
+static void linear_bwd_mm(sim *S, const vp__bwd_op *b, const lin_path *p,
+                          uint8_t ce, uint64_t rows, lin_grads *gr)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = b->o;
+    uint32_t pw = o->params[0];
+    bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
+    uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
+    if (tb) {
+        uint32_t pb = o->params[1];
+        uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
+        gr->gb = vp__talloc(S, vp__mulc(S, g->params[pb].numel, eb),
+                            VP_CAT_TEMP);
+        bias_staging(S, rows, o->out_features);
+    }
+    if (g->params[pw].trainable)
+        gr->gw = vp__talloc(S, vp__mulc(S, g->params[pw].numel, ew),
+                            VP_CAT_TEMP);
+    if (b->ig0) {
+        gr->gx = vp__grad_like(S, b->in0, ce);
+        gr->gxe = ce;
+        gr->gxs = p->mha_in;
+    }
+}
+
+/* addmm, linear and convolution: grad_x (with cuDNN's data-gradient
+ * workspace), grad_W (filter-gradient workspace), then grad_b and the sum
+ * over rows (conv: over N, H, W). gc: cuDNN's contiguous copy of grad_out,
+ * freed after the filter gradient. */
+static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
+                              uint64_t rows, uint32_t gc, lin_grads *gr)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = b->o;
+    bool conv = o->kind == VP_OP_CONV2D;
+    uint32_t pw = o->params[0];
+    bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
+    uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
+    if (b->ig0) {
+        gr->gx = vp__grad_like(S, b->in0, ce);
+        gr->gxe = ce;
+        if (conv)
+            vp__transient(S, conv_ws(S, o, ce, CONV_BWD_DATA));
+    }
+    if (g->params[pw].trainable) {
+        gr->gw = vp__talloc(S, vp__mulc(S, g->params[pw].numel, ew),
+                            VP_CAT_TEMP);
+        if (conv)
+            vp__transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
+    }
+    vp__tunref(S, gc);
+    if (tb) {
+        uint32_t pb = o->params[1];
+        uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
+        gr->gb = vp__talloc(S, vp__mulc(S, g->params[pb].numel, eb),
+                            VP_CAT_TEMP);
+        if (!conv)
+            bias_staging(S, rows, o->out_features);
+        else if (o->out_features)
+            bias_staging(S, b->n / o->out_features, o->out_features);
+    }
+}
+
+/* AddmmBackward / ConvolutionBackward: grad_x, grad_W, grad_b in the
+ * compute dtype (with cuDNN's workspaces, or the bias-sum staging); then
+ * the node drops grad_out and what it saved. Under autocast each grad
+ * then goes through the ToCopyBackward of its cast to fp32; the engine
+ * runs those in argument order (the autocast wrapper evaluates its casts
+ * right to left, so the first argument's node has the highest sequence
+ * number): b, x, W for HF Conv1D's addmm(b, x, W); x, W, b for linear and
+ * conv. */
+void vp__linear_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_graph *g = S->g;
+    const vp_op *o = b->o;
+    uint32_t i = b->i, in0 = b->in0;
+    bool conv = o->kind == VP_OP_CONV2D;
+    uint8_t ce = S->amp ? 2 : b->eb0;
+    uint64_t rows = o->in_features ? g->ops[in0].numel / o->in_features : 0;
+    /* the forward's matmul path, and torch_mha's in_proj, whose grad
+     * comes back as the [3, L, N, E] buffer that the core's backward
+     * assembles */
+    lin_path p = linear_path(S, o, in0);
+    /* ViewBackward: the grad must be in the output's memory order to be
+     * seen as 2-d; reshape copies it (torch_mha: out_proj's output was
+     * returned transposed; in_proj's unflatten/transpose chain) */
+    if (!conv && b->gy != NONE && (p.mha_in || S->lay[i] != b->gstr)) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, b->n, S->out_eb[i]),
+                                VP_CAT_TEMP);
+        vp__tunref(S, b->gy);
+        b->gy = c;
+    }
+    /* cuDNN takes a contiguous grad_out: a copy of one that came back
+     * through a permute (ViT's patch embedding), freed after the filter
+     * gradient */
+    uint32_t gc = conv && b->gstr && b->gy != NONE
+                      ? vp__talloc(S, vp__mulc(S, b->n, S->out_eb[i]),
+                                   VP_CAT_TEMP)
+                      : NONE;
+    if (!conv)
+        workspace_bwd(S, false);
+    lin_grads gr = {NONE, NONE, NONE, b->eb0, false};
+    if (p.mm)
+        linear_bwd_mm(S, b, &p, ce, rows, &gr);
+    else
+        linear_bwd_direct(S, b, ce, rows, gc, &gr);
+    vp__tunref(S, b->gy);
+    b->gy = NONE;
+    vp__release_saved(S, i);
+    uint32_t pw = o->params[0], pb = o->n_params > 1 ? o->params[1] : NONE;
+    if (o->flags & VP_OPF_ADDMM) { /* addmm(b, x, W) */
+        vp__param_grad_cast(S, pb, gr.gb);
+        vp__give_grad_l(S, in0, gr.gx, gr.gxe, gr.gxs);
+        vp__param_grad_cast(S, pw, gr.gw);
+    } else { /* linear / conv (x, W, b) */
+        vp__give_grad_l(S, in0, gr.gx, gr.gxe, gr.gxs);
+        vp__param_grad_cast(S, pw, gr.gw);
+        vp__param_grad_cast(S, pb, gr.gb);
+    }
+}

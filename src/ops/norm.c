@@ -1,0 +1,125 @@
+/* Op rules: normalisations. layer_norm and group_norm (ATen kernels,
+ * fp32 under autocast), HF LlamaRMSNorm written in Python, and
+ * batch_norm (cuDNN). docs/SIMULATION_NOTES.md §3.2, §7; PyTorch
+ * aten/src/ATen/native/cuda/layer_norm_kernel.cu,
+ * group_norm_kernel.cu, cudnn/BatchNorm.cpp; transformers
+ * modeling_llama.py (LlamaRMSNorm). */
+#include "../sim_internal.h"
+
+/* What layer_norm, group_norm and batch_norm save: the input, the mean
+ * and the reciprocal standard deviation (per row, fp32). */
+enum { NORM_X, NORM_MEAN, NORM_RSTD };
+/* What LlamaRMSNorm's autograd graph keeps: x.float(), the rsqrt per row,
+ * and the normalised h cast back (the weight multiply's operand). */
+enum { RMS_XF, RMS_RSTD, RMS_H };
+
+void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint32_t i = f->i, in0 = f->in0;
+    uint8_t ce = S->amp ? 4 : f->eb0;
+    uint32_t x = vp__cast_input(S, in0, ce);
+    /* layer_norm_cuda: X.expect_contiguous(), a copy of a strided input
+     * for the kernel; autograd saves the input itself */
+    uint32_t xc = o->kind == VP_OP_LAYERNORM && S->lay[in0]
+                      ? vp__talloc(S, vp__mulc(S, f->n, ce), VP_CAT_TEMP)
+                      : NONE;
+    f->oeb = ce;
+    f->ol = 0;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    uint32_t m = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, i, NORM_X, x);
+        vp__save(S, i, NORM_MEAN, m);
+        vp__save(S, i, NORM_RSTD, r);
+    }
+    vp__tunref(S, m);
+    vp__tunref(S, r);
+    vp__tunref(S, xc);
+    vp__tunref(S, x);
+}
+
+/* HF LlamaRMSNorm: x.float(), pow, mean, rsqrt, mul, .to(dtype),
+ * weight * h */
+void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint32_t i = f->i;
+    uint8_t eb0 = f->eb0;
+    uint64_t n = f->n;
+    uint32_t xf = vp__cast_input(S, f->in0, 4);
+    vp__transient(S, vp__mulc(S, n, 4)); /* pow(2) */
+    uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    uint32_t h = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_ACT);
+    uint32_t h2 = h;
+    if (eb0 != 4) {
+        h2 = vp__talloc(S, vp__mulc(S, n, eb0), VP_CAT_ACT);
+        vp__tunref(S, h);
+    }
+    f->oeb = vp__promote(S->PE, eb0);
+    f->out = vp__talloc(S, vp__mulc(S, n, f->oeb), VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, i, RMS_XF, xf);
+        vp__save(S, i, RMS_RSTD, r);
+        vp__save(S, i, RMS_H, h2);
+    }
+    vp__tunref(S, h2);
+    vp__tunref(S, r);
+    vp__tunref(S, xf);
+}
+
+/* layernorm, groupnorm and rmsnorm (whose Python graph first makes two
+ * fp32 temporaries of the input's size). */
+void vp__norm_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    uint64_t n = b->n;
+    uint8_t ce = S->amp ? 4 : b->eb0;
+    bool ln = o->kind == VP_OP_LAYERNORM;
+    if (o->kind == VP_OP_RMSNORM) {
+        vp__transient(S, vp__mulc(S, n, 4));
+        vp__transient(S, vp__mulc(S, n, 4));
+    }
+    /* layer_norm_backward_cuda: X.expect_contiguous() first, then dX,
+     * dgamma, dbeta; the kernel copies a strided dY */
+    uint32_t xc = ln && S->lay[b->in0]
+                      ? vp__talloc(S, vp__mulc(S, n, ce), VP_CAT_TEMP)
+                      : NONE;
+    if (b->ig0) {
+        b->gx = vp__grad_like(S, b->in0, ce);
+        b->gxe = ce;
+    }
+    for (uint32_t k = 0; k < o->n_params; k++)
+        vp__weight_grad(S, o->params[k], false);
+    if (ln && b->gstr && b->gy != NONE)
+        vp__transient(S, vp__mulc(S, n, b->oeb));
+    vp__tunref(S, xc);
+}
+
+/* cudnn_batch_norm: the output in the input's dtype; the per-channel
+ * mean and inverse variance are saved with the input. */
+void vp__batchnorm_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint32_t i = f->i;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->eb0), VP_CAT_ACT);
+    uint32_t m = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, i, NORM_X, S->out_t[f->in0]);
+        vp__save(S, i, NORM_MEAN, m);
+        vp__save(S, i, NORM_RSTD, r);
+    }
+    vp__tunref(S, m);
+    vp__tunref(S, r);
+}
+
+void vp__batchnorm_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    if (b->ig0)
+        b->gx = vp__grad_like(S, b->in0, b->eb0);
+    vp__weight_grad(S, o->params[0], false);
+    vp__weight_grad(S, o->params[1], false);
+}

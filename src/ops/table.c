@@ -1,0 +1,43 @@
+/* The op table: each op kind's forward and backward rules (src/ops/)
+ * and traits, indexed by vp_op_kind. A new op kind takes an entry here,
+ * its rules next to each other in its family's file, and a builder in
+ * src/graph_explicit.c (see docs/SIMULATION_NOTES.md, "Code map"). */
+#include "../sim_internal.h"
+
+#define PASS VP__TRAIT_PASSTHROUGH
+
+const vp__op_rules vp__op_table[VP_OP__COUNT] = {
+    [VP_OP_INPUT] = {NULL, NULL, 0},
+    [VP_OP_EMBEDDING] = {vp__embedding_fwd, vp__embedding_bwd, 0},
+    [VP_OP_LINEAR] = {vp__linear_fwd, vp__linear_bwd, 0},
+    [VP_OP_CONV2D] = {vp__linear_fwd, vp__linear_bwd, 0},
+    [VP_OP_BATCHNORM2D] = {vp__batchnorm_fwd, vp__batchnorm_bwd, 0},
+    [VP_OP_LAYERNORM] = {vp__layernorm_fwd, vp__norm_bwd, 0},
+    [VP_OP_RMSNORM] = {vp__rmsnorm_fwd, vp__norm_bwd, 0},
+    [VP_OP_GROUPNORM] = {vp__layernorm_fwd, vp__norm_bwd, 0},
+    [VP_OP_ATTENTION] = {vp__attention_fwd, vp__attention_bwd, 0},
+    [VP_OP_RELU] = {vp__activation_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_GELU] = {vp__activation_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_GELU_TANH] = {vp__gelu_tanh_fwd, vp__gelu_tanh_bwd, 0},
+    [VP_OP_SILU] = {vp__activation_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_TANH] = {vp__activation_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_SIGMOID] = {vp__activation_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_MUL] = {vp__binary_fwd, vp__binary_bwd, 0},
+    [VP_OP_ADD] = {vp__binary_fwd, vp__binary_bwd, PASS},
+    [VP_OP_DROPOUT] = {vp__dropout_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_MAXPOOL2D] = {vp__maxpool_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_AVGPOOL2D] = {vp__join_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_ADAPTIVE_AVGPOOL2D] = {vp__join_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_CONCAT] = {vp__join_fwd, vp__binary_bwd, PASS},
+    [VP_OP_FLATTEN] = {vp__reshape_fwd, vp__view_bwd, PASS},
+    [VP_OP_RESHAPE] = {vp__reshape_fwd, vp__view_bwd, PASS},
+    [VP_OP_SOFTMAX] = {vp__softmax_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_CROSS_ENTROPY] = {vp__loss_fwd, vp__loss_bwd, VP__TRAIT_LOSS},
+    [VP_OP_MSE_LOSS] = {vp__loss_fwd, vp__loss_bwd, VP__TRAIT_LOSS},
+    [VP_OP_ROUTER] = {vp__router_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_MOE_DISPATCH] = {vp__moe_dispatch_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_MOE_COMBINE] = {vp__moe_combine_fwd, vp__moe_combine_bwd, 0},
+    [VP_OP_ROPE] = {vp__rope_fwd, vp__rope_bwd, 0},
+    [VP_OP_PERMUTE] = {vp__view_fwd, vp__view_bwd, PASS},
+    [VP_OP_SELECT] = {vp__view_fwd, vp__elementwise_bwd, PASS},
+};

@@ -1,0 +1,185 @@
+/* optimizer.step(): the state each optimizer makes at its first step and
+ * the temporaries of every step, or, offloaded, what goes to the host.
+ * docs/SIMULATION_NOTES.md §3.7; PyTorch torch/optim/adamw.py
+ * (_multi_tensor_adamw, _single_tensor_adamw, fused), sgd.py,
+ * _adafactor.py; bitsandbytes optim/optimizer.py (Optimizer8bit, blockwise
+ * quantization of 256 values with one fp32 absmax). */
+#include <stdlib.h>
+
+#include "sim_internal.h"
+
+/* bitsandbytes blockwise 8-bit state: one byte per value and an fp32
+ * absmax per block of 256 */
+#define BNB_BLOCK 256u
+
+/* The step's temporaries. */
+typedef enum {
+    TEMPS_NONE,
+    TEMPS_FOREACH, /* torch._foreach_sqrt(exp_avg_sq): one per parameter,
+                      all alive at once, freed in reverse             */
+    TEMPS_FORLOOP  /* per parameter, two; the second lives until the next
+                      parameter's are made                            */
+} temps_kind;
+
+typedef struct {
+    void (*state)(sim *S, uint32_t p); /* first step; NULL: stateless    */
+    temps_kind temps;
+    uint8_t temp_eb;        /* bytes per temporary element; 0: the params' */
+    uint8_t host_state_eb;  /* offloaded: state bytes per element on host  */
+} optim_rules;
+
+static uint64_t param_bytes_total(sim *S, uint32_t p)
+{
+    return vp__mulc(S, S->g->params[p].numel, S->PE);
+}
+
+/* AdamW: exp_avg and exp_avg_sq in the parameter's dtype */
+static void adam_state(sim *S, uint32_t p)
+{
+    uint64_t b = param_bytes_total(S, p);
+    S->st1[p] = vp__talloc(S, b, VP_CAT_OPTIM);
+    S->st2[p] = vp__talloc(S, b, VP_CAT_OPTIM);
+}
+
+/* fused AdamW: the same, and a device-side step count (never freed) */
+static void adam_fused_state(sim *S, uint32_t p)
+{
+    adam_state(S, p);
+    vp__talloc(S, 4, VP_CAT_OPTIM);
+}
+
+/* bitsandbytes AdamW8bit: both moments blockwise in 8 bits */
+static void adam_8bit_state(sim *S, uint32_t p)
+{
+    uint64_t n = S->g->params[p].numel;
+    uint64_t sb = n + (n + BNB_BLOCK - 1) / BNB_BLOCK * 4;
+    S->st1[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
+    S->st2[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
+}
+
+/* SGD with momentum: the momentum buffer */
+static void sgd_state(sim *S, uint32_t p)
+{
+    S->st1[p] = vp__talloc(S, param_bytes_total(S, p), VP_CAT_OPTIM);
+}
+
+/* torch.optim.Adafactor: no first moment; the second moment of a matrix
+ * is factored into fp32 row and column statistics (rows + columns), a
+ * vector keeps a full fp32 variance; plus a 4-byte step */
+static void adafactor_state(sim *S, uint32_t p)
+{
+    const vp_param *pp = &S->g->params[p];
+    const vp_op *po = &S->g->ops[pp->op];
+    uint64_t elems = pp->numel;
+    if (po->kind == VP_OP_EMBEDDING && po->classes && po->params[0] == p) {
+        elems = po->classes + pp->numel / po->classes;
+    } else if ((po->kind == VP_OP_LINEAR || po->kind == VP_OP_CONV2D) &&
+               po->params[0] == p && po->out_features) {
+        elems = po->out_features + pp->numel / po->out_features;
+    }
+    S->st1[p] = vp__talloc(S, vp__mulc(S, elems, 4) + 4, VP_CAT_OPTIM);
+}
+
+static const optim_rules OPTIM[VP_OPT__COUNT] = {
+    [VP_OPT_ADAMW] = {adam_state, TEMPS_FOREACH, 0, 8},
+    [VP_OPT_ADAMW_FUSED] = {adam_fused_state, TEMPS_NONE, 0, 8},
+    [VP_OPT_ADAMW_FORLOOP] = {adam_state, TEMPS_FORLOOP, 0, 8},
+    [VP_OPT_SGD] = {sgd_state, TEMPS_NONE, 0, 4},
+    [VP_OPT_SGD_PLAIN] = {NULL, TEMPS_NONE, 0, 0},
+    [VP_OPT_ADAFACTOR] = {adafactor_state, TEMPS_FORLOOP, 0, 0},
+    [VP_OPT_ADAMW_8BIT] = {adam_8bit_state, TEMPS_FORLOOP, 4, 2},
+    [VP_OPT_NONE] = {NULL, TEMPS_NONE, 0, 0},
+};
+
+/* A parameter the optimizer updates this step. */
+static bool stepped(const sim *S, size_t p)
+{
+    return S->g->params[p].trainable && S->pgrad[p] != NONE;
+}
+
+/* CPU optimizer: each gradient goes down to the host, the updated weight
+ * comes back into the parameter in place; the state (and a fp32 master
+ * copy of half-precision weights) lives on the host */
+static void offloaded_step(sim *S, const optim_rules *r)
+{
+    const vp_graph *g = S->g;
+    uint64_t state = 0, moved = 0;
+    for (size_t p = 0; p < g->n_params; p++) {
+        if (!stepped(S, p))
+            continue;
+        uint64_t n = g->params[p].numel;
+        uint64_t per = r->host_state_eb;
+        per += 4;     /* the gradient's host copy */
+        if (S->PE == 2)
+            per += 4; /* fp32 master weights      */
+        state += vp__mulc(S, n, per);
+        moved += vp__mulc(S, n, 2 * (uint64_t)S->PE);
+    }
+    if (state > S->out->host_bytes)
+        S->out->host_bytes = state;
+    S->out->host_traffic += moved;
+}
+
+static void foreach_temps(sim *S)
+{
+    const vp_graph *g = S->g;
+    size_t np = g->n_params;
+    uint32_t *tmp = calloc(np ? np : 1, sizeof *tmp);
+    if (!tmp) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    for (size_t p = 0; p < np; p++) {
+        tmp[p] = NONE;
+        if (stepped(S, p))
+            tmp[p] = vp__talloc(S, vp__mulc(S, g->params[p].numel, S->PE),
+                                VP_CAT_TEMP);
+    }
+    for (size_t p = np; p-- > 0;)
+        vp__tunref(S, tmp[p]);
+    free(tmp);
+}
+
+static void forloop_temps(sim *S, uint8_t eb)
+{
+    const vp_graph *g = S->g;
+    uint32_t prev = NONE;
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        if (!stepped(S, p))
+            continue;
+        uint64_t b = vp__mulc(S, g->params[p].numel, eb ? eb : S->PE);
+        uint32_t t1 = vp__talloc(S, b, VP_CAT_TEMP);
+        uint32_t t2 = vp__talloc(S, b, VP_CAT_TEMP);
+        vp__tunref(S, t1);
+        vp__tunref(S, prev);
+        prev = t2;
+    }
+    vp__tunref(S, prev);
+}
+
+void vp__optimizer_step(sim *S)
+{
+    const vp_graph *g = S->g;
+    const optim_rules *r = &OPTIM[S->s->optimizer];
+    S->cur_op = "optimizer";
+    S->cur_op_idx = -1;
+    if (S->s->precision == VP_PREC_AMP_FP16) {
+        /* GradScaler: found_inf, scale */
+        vp__transient(S, 4);
+    }
+    if (S->s->offload_optimizer) {
+        offloaded_step(S, r);
+        S->cur_op = "";
+        return;
+    }
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        if (!stepped(S, p) || S->st1[p] != NONE || !r->state)
+            continue;
+        r->state(S, (uint32_t)p);
+    }
+    if (r->temps == TEMPS_FOREACH)
+        foreach_temps(S);
+    else if (r->temps == TEMPS_FORLOOP)
+        forloop_temps(S, r->temp_eb);
+    S->cur_op = "";
+}

@@ -1,0 +1,357 @@
+/* The simulator's engine: tensors with reference counts, fed to the
+ * caching-allocator model as PyTorch allocates and frees them; the events
+ * and peaks they make; what ops save for backward (and what activation
+ * offload, compression and selective recomputation keep instead);
+ * autocast's weight cache; and the hand-off of gradients. The rules that
+ * use them are in src/ops/ (sim_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (!vp_mul_u64(a, b, &r)) {
+        if (S->st == VP_OK)
+            S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                                 "a tensor of %s is larger than 2^64 bytes",
+                                 S->cur_op ? S->cur_op : "the model");
+        return 0;
+    }
+    return r;
+}
+
+static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
+                 uint64_t handle)
+{
+    S->events++;
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    if (!is_free) {
+        if (st.allocated > S->phase_peak)
+            S->phase_peak = st.allocated;
+        if (st.allocated > S->peak) {
+            S->peak = st.allocated;
+            S->out->peak_alloc = st.allocated;
+            S->out->peak_phase = S->phase;
+            S->out->peak_step = S->step;
+            snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s",
+                     S->cur_op ? S->cur_op : "");
+            memcpy(S->out->by_category, S->cat_live, sizeof S->cat_live);
+            S->out->peak_alloc = st.allocated;
+            /* remember the event for the layer breakdown pass */
+            S->out->events = S->events;
+        }
+    }
+    if (S->cb) {
+        vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
+                           S->step, S->cur_op ? S->cur_op : "",
+                           st.allocated, st.reserved, handle,
+                           vp_allocator_block_addr(S->a, handle)};
+        S->cb(&ev, S->ud);
+    }
+    if (S->stop_at && S->events == S->stop_at)
+        S->stopped = true;
+}
+
+uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
+{
+    if (!OK(S))
+        return NONE;
+    uint64_t h = 0;
+    vp_status st = vp_allocator_malloc(S->a, bytes, 0, &h, S->err);
+    if (st != VP_OK) {
+        S->st = st;
+        if (st == VP_EOOM) {
+            char b1[32];
+            vp_error_set(S->err, VP_EOOM,
+                         "out of memory allocating %s in %s (step %u, %s)",
+                         vp_size_format(bytes, b1, sizeof b1),
+                         S->cur_op && *S->cur_op ? S->cur_op : "setup",
+                         S->step, vp_phase_name(S->phase));
+        }
+        return NONE;
+    }
+    uint32_t id;
+    if (S->n_free) {
+        id = S->free_ids[--S->n_free];
+    } else {
+        if (!vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(vp__tensor))) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            return NONE;
+        }
+        id = (uint32_t)S->nt++;
+    }
+    uint64_t bs = vp_allocator_block_size(S->a, h);
+    S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
+    S->cat_live[cat] += bs;
+    emit(S, false, bytes, cat, h);
+    return id;
+}
+
+void vp__tref(sim *S, uint32_t id)
+{
+    if (id != NONE)
+        S->t[id].refs++;
+}
+
+void vp__tunref(sim *S, uint32_t id)
+{
+    if (id == NONE || S->st != VP_OK)
+        return;
+    vp__tensor *t = &S->t[id];
+    VP_ASSERT(t->refs > 0);
+    if (--t->refs)
+        return;
+    uint64_t bytes = t->bytes;
+    uint64_t handle = t->handle;
+    vp_category cat = (vp_category)t->cat;
+    S->cat_live[cat] -= bytes;
+    vp_status st = vp_allocator_release(S->a, handle, S->err);
+    VP_ASSERT(st == VP_OK);
+    if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    S->free_ids[S->n_free++] = id;
+    if (!S->stopped)
+        emit(S, true, bytes, cat, handle);
+}
+
+void vp__transient(sim *S, uint64_t bytes)
+{
+    if (!bytes)
+        return;
+    uint32_t id = vp__talloc(S, bytes, VP_CAT_TEMP);
+    vp__tunref(S, id);
+}
+
+void vp__hold(sim *S, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->held, &S->cap_held, S->n_held + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    vp__tref(S, id);
+    S->held[S->n_held++] = id;
+}
+
+void vp__release_held(sim *S)
+{
+    for (size_t i = 0; i < S->n_held; i++)
+        vp__tunref(S, S->held[i]);
+    S->n_held = 0;
+}
+
+/* ---- saved tensors --------------------------------------------------------- */
+
+/* Saved tensors of 1 MiB and more are what activation offload and
+ * compression move (masks, statistics and scalars stay). Returns the id
+ * to keep in the op's saved slot: the tensor itself, its compressed copy,
+ * or NONE when it went to the host (or, in the slots that selective
+ * recomputation re-makes, nowhere). */
+#define MOVABLE_MIN_BYTES VP_MiB /* smaller saved tensors stay           */
+#define ACTNN_GROUP 256u         /* values per quantization group         */
+#define ACTNN_GROUP_BYTES 8u     /* its fp32 scale and zero point         */
+static uint32_t stash(sim *S, uint32_t op, uint32_t slot, uint32_t id)
+{
+    const vp_setup *s = S->s;
+    if (S->recompute_slot >= 0 && slot >= (uint32_t)S->recompute_slot &&
+        S->saving_offloadable) {
+        /* selective recomputation: not kept; re-made for the backward */
+        S->reload[op] += S->t[id].bytes;
+        return NONE;
+    }
+    if (!S->saving_offloadable || (!s->offload_activations && !s->act_bits))
+        return id;
+    uint64_t b = S->t[id].bytes;
+    if (b < MOVABLE_MIN_BYTES || S->t[id].cat != VP_CAT_ACT)
+        return id;
+    S->reload[op] += b;
+    if (s->offload_activations) {
+        S->host_now += b;
+        S->out->host_traffic += 2 * b; /* down, and back for backward */
+        if (S->host_now > S->out->host_bytes)
+            S->out->host_bytes = S->host_now;
+        return NONE;
+    }
+    /* ActNN: bits per element of an element of S->A bytes, plus a
+     * per-group fp32 scale and zero point */
+    uint64_t elems = b / S->A;
+    uint64_t cb = (elems * s->act_bits + 7) / 8 +
+                  (elems / ACTNN_GROUP + 1) * ACTNN_GROUP_BYTES;
+    uint32_t c = vp__talloc(S, cb, VP_CAT_ACT);
+    return c;
+}
+
+void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id)
+{
+    VP_ASSERT(slot < MAX_SAVED && slot >= S->n_saved[op]);
+    uint32_t *sv = &S->saved[op * MAX_SAVED];
+    while (S->n_saved[op] < slot)
+        sv[S->n_saved[op]++] = NONE;
+    uint32_t k = id == NONE ? NONE : stash(S, op, slot, id);
+    /* a compressed copy comes with its own reference */
+    if (k == id)
+        vp__tref(S, id);
+    sv[S->n_saved[op]++] = k;
+}
+
+void vp__drop_saved(sim *S, uint32_t op, uint32_t slot)
+{
+    if (slot < S->n_saved[op]) {
+        vp__tunref(S, S->saved[op * MAX_SAVED + slot]);
+        S->saved[op * MAX_SAVED + slot] = NONE;
+    }
+}
+
+void vp__release_saved(sim *S, uint32_t op)
+{
+    for (uint8_t i = 0; i < S->n_saved[op]; i++)
+        vp__tunref(S, S->saved[op * MAX_SAVED + i]);
+    S->n_saved[op] = 0;
+}
+
+uint32_t vp__param_bytes(const sim *S, const vp_param *p)
+{
+    if (p->elem_bytes_override)
+        return p->elem_bytes_override;
+    if (p->fp32_buffer)
+        return 4;
+    return S->PE;
+}
+
+/* ---- autocast -------------------------------------------------------- */
+
+/* The low-precision copy of a parameter (autocast's weight cache); NONE
+ * when no cast happens (not amp). The cache keeps one reference. */
+uint32_t vp__weight_cast(sim *S, uint32_t p)
+{
+    if (!S->amp || (S->int8 && S->int8[p]))
+        return NONE;
+    if (S->cast[p] == NONE) {
+        const vp_param *pp = &S->g->params[p];
+        S->cast[p] = vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_CAST);
+    }
+    return S->cast[p];
+}
+
+void vp__clear_cast_cache(sim *S)
+{
+    size_t np = S->g->n_params;
+    for (size_t p = 0; p < np && OK(S); p++) {
+        if (S->cast[p] != NONE) {
+            uint32_t id = S->cast[p];
+            S->cast[p] = NONE;
+            vp__tunref(S, id);
+        }
+    }
+}
+
+/* Input x of op, cast to `eb` bytes if needed: returns an owned
+ * reference. */
+uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb)
+{
+    uint32_t x = S->out_t[in_op];
+    if (S->out_eb[in_op] == eb || S->g->ops[in_op].value != VP_VAL_FLOAT) {
+        vp__tref(S, x);
+        return x;
+    }
+    return vp__talloc(S, vp__mulc(S, S->g->ops[in_op].numel, eb), VP_CAT_ACT);
+}
+
+/* ---- gradients --------------------------------------------------------- */
+
+/* Hand a parameter gradient (an owned tensor in param dtype) to
+ * AccumulateGrad: steal it when .grad is unset, else add in place. */
+void vp__param_grad(sim *S, uint32_t p, uint32_t gid)
+{
+    if (gid == NONE)
+        return;
+    if (S->pgrad[p] == NONE) {
+        S->cat_live[S->t[gid].cat] -= S->t[gid].bytes;
+        S->t[gid].cat = VP_CAT_GRAD;
+        S->cat_live[VP_CAT_GRAD] += S->t[gid].bytes;
+        S->pgrad[p] = gid;
+    } else {
+        vp__tunref(S, gid);
+    }
+}
+
+/* A parameter's gradient as the backward op produces it: in the op's
+ * compute dtype, then (amp) ToCopyBackward to fp32. */
+void vp__weight_grad(sim *S, uint32_t p, bool via_cast)
+{
+    const vp_param *pp = &S->g->params[p];
+    if (!pp->trainable)
+        return;
+    uint64_t n = pp->numel;
+    if (via_cast && S->amp) {
+        uint32_t lo = vp__talloc(S, vp__mulc(S, n, 2), VP_CAT_TEMP);
+        uint32_t hi = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP);
+        vp__tunref(S, lo);
+        vp__param_grad(S, p, hi);
+    } else {
+        vp__param_grad(S, p, vp__talloc(S, vp__mulc(S, n, vp__param_bytes(S, pp)),
+                                VP_CAT_TEMP));
+    }
+}
+
+/* A parameter gradient made in the compute dtype (owned): under autocast
+ * ToCopyBackward makes the fp32 copy (then the low one is freed), which
+ * AccumulateGrad steals. */
+void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo)
+{
+    if (lo == NONE)
+        return;
+    if (S->amp) {
+        uint32_t hi = vp__talloc(S, vp__mulc(S, S->g->params[p].numel, 4),
+                             VP_CAT_TEMP);
+        vp__tunref(S, lo);
+        lo = hi;
+    }
+    vp__param_grad(S, p, lo);
+}
+
+/* Give grad tensor gid (owned) to producer op `in`: convert its dtype if
+ * the producer's output has another width (the copy keeps the strides),
+ * then accumulate. `strided`: the grad is not in the dims' memory order;
+ * a sum into an existing buffer keeps that buffer's layout. */
+void vp__give_grad_l(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb,
+                        bool strided)
+{
+    if (gid == NONE || !OK(S))
+        return;
+    const vp_op *po = &S->g->ops[in];
+    if (!po->needs_grad) {
+        vp__tunref(S, gid);
+        return;
+    }
+    if (S->out_eb[in] != g_eb) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, po->numel, S->out_eb[in]),
+                            VP_CAT_TEMP);
+        vp__tunref(S, gid);
+        gid = c;
+    }
+    if (S->grad_t[in] == NONE) {
+        S->grad_t[in] = gid;
+        S->glay[in] = strided;
+    } else {
+        vp__tunref(S, gid); /* summed in place into the existing buffer */
+    }
+}
+
+void vp__give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb)
+{
+    vp__give_grad_l(S, in, gid, g_eb, false);
+}
+
+uint32_t vp__grad_like(sim *S, uint32_t in, uint8_t eb)
+{
+    return vp__talloc(S, vp__mulc(S, S->g->ops[in].numel, eb), VP_CAT_TEMP);
+}

@@ -1,0 +1,288 @@
+/* The training-step simulator's private interface: the engine's state, the
+ * helpers with which op rules allocate, save and hand on gradients, and
+ * the op table.
+ *
+ * Code map (docs/SIMULATION_NOTES.md, "Code map"):
+ *   sim_engine.c        tensors, references, allocator events, saved
+ *                       tensors, autocast casts, gradient hand-off
+ *   sim.c               the step: forward/backward dispatch through
+ *                       vp__op_table, checkpoint segments, Python holds,
+ *                       model load, input batch, phases, entry point
+ *   ops/table.c         vp__op_table: the rules of each op kind
+ *   ops/linear.c        linear, conv2d (cuBLAS and cuDNN workspaces)
+ *   ops/attention.c     the attention core (eager, math, flash, efficient)
+ *   ops/norm.c          layernorm, groupnorm, rmsnorm, batchnorm2d
+ *   ops/pointwise.c     activations, add, mul, dropout, pooling, concat,
+ *                       softmax, rope, views
+ *   ops/embed_loss.c    embedding, cross-entropy, MSE loss
+ *   ops/moe.c           router, dispatch, combine
+ *   optim.c             optimizer states and step temporaries
+ *
+ * An op family defines, next to each other, the forward rule (what the op
+ * allocates, frees and saves for backward, in PyTorch's order) and the
+ * backward rule (what its autograd node allocates and frees). What the
+ * forward saves goes into named slots (an enum in the family's file) that
+ * the backward reads by name. */
+#ifndef VRAMPLAN_SIM_INTERNAL_H
+#define VRAMPLAN_SIM_INTERNAL_H
+
+#include "graph_internal.h"
+#include "util.h"
+#include "vramplan/vramplan.h"
+
+#define NONE UINT32_MAX /* no tensor                                     */
+#define MAX_SAVED 12    /* saved-tensor slots per op                      */
+
+typedef struct {
+    uint64_t handle, bytes;
+    uint32_t refs;
+    uint8_t cat;
+    int32_t op;
+} vp__tensor;
+
+/* How an op's forward runs: saving for backward, under no_grad or a
+ * checkpointed segment's first forward, or recomputed for the backward. */
+typedef enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE } vp__fwd_mode;
+
+/* A reference that a Python variable holds (graph.h, VP_OPF_HOLD_*). */
+struct vp__pyhold {
+    uint32_t id;
+    uint8_t kind;
+    int32_t seg; /* PH_LAYER: its layer; PH_SEG: the layer it feeds;
+                    PH_UNTIL: the op after which it is dropped (hold_until) */
+};
+
+typedef struct sim {
+    const vp_graph *g;
+    const vp_setup *s;
+    vp_allocator *a;
+    vp_error *err;
+    vp_status st;
+    vp__tensor *t;
+    size_t nt, capt;
+    uint32_t *free_ids;
+    size_t n_free, cap_free;
+    /* per op */
+    uint32_t *out_t;
+    uint8_t *out_eb;
+    uint8_t *lay;      /* output not in its dims' memory order (graph.h,
+                          VP_OPF_STRIDED): it follows a permute or the
+                          transposed output of nn.MultiheadAttention */
+    uint8_t *glay;     /* the same for the gradient held in grad_t      */
+    uint32_t *saved;   /* n_ops * MAX_SAVED */
+    uint8_t *n_saved;
+    uint32_t *grad_t;
+    uint32_t *consumers;
+    /* per param */
+    uint32_t *pgrad, *cast, *st1, *st2;
+    bool *ckpt;       /* per segment */
+    uint32_t *held;   /* tensors kept until the model output is dropped */
+    struct {
+        int32_t seg;
+        uint32_t id;
+    } *ckin;          /* inputs kept by checkpointed segments */
+    uint64_t *reload; /* per op: saved bytes offloaded or compressed, to
+                         bring back (decompress) for its backward      */
+    bool saving_offloadable; /* fwd in a mode whose saves may move    */
+    int32_t recompute_slot;  /* saved slots from this one on are
+                                recomputed in backward (-1: none)     */
+    bool *sel;               /* per segment: selective recomputation  */
+    uint64_t host_now;       /* host bytes held by offloads           */
+    bool *int8;              /* per param: an INT8 linear weight, or NULL */
+    size_t n_ckin, cap_ckin;
+    size_t n_held, cap_held;
+    struct vp__pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
+    size_t n_ph, cap_ph;
+    /* state */
+    vp_phase phase;
+    uint32_t step;
+    const char *cur_op;
+    int32_t cur_op_idx;
+    bool amp, half, training;
+    uint8_t A, PE; /* low-precision activation bytes, parameter bytes */
+    uint64_t cat_live[VP_CAT__COUNT];
+    uint64_t phase_peak;
+    uint64_t events;
+    bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
+    /* results */
+    vp_estimate *out;
+    uint64_t peak;
+    uint64_t stop_at;      /* pass 2: stop at this event (0 = run all) */
+    bool stopped;
+    vp_sim_event_fn cb;
+    void *ud;
+} sim;
+
+#define OK(S) ((S)->st == VP_OK && !(S)->stopped)
+
+/* ---- the engine (sim_engine.c) ----------------------------------------- */
+
+/* a * b, checked: on overflow S->st is set (VP_EOVERFLOW) and 0 returned. */
+uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b);
+/* Allocate a tensor with one reference; NONE on failure (S->st set). */
+uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat);
+void vp__tref(sim *S, uint32_t id);   /* NONE: no-op */
+void vp__tunref(sim *S, uint32_t id); /* frees at the last reference */
+/* A transient: allocated and freed at once (0 bytes: nothing). */
+void vp__transient(sim *S, uint64_t bytes);
+/* Keep a tensor until the model's output is dropped (end of forward). */
+void vp__hold(sim *S, uint32_t id);
+void vp__release_held(sim *S);
+
+/* Save tensor id (NONE allowed) for op's backward in slot `slot`; slots
+ * are saved in increasing order. Activation offload, compression and
+ * selective recomputation may keep something else (stash). */
+void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id);
+/* Free one saved tensor before the others (its slot becomes NONE). */
+void vp__drop_saved(sim *S, uint32_t op, uint32_t slot);
+void vp__release_saved(sim *S, uint32_t op); /* all, in slot order */
+
+/* Bytes per element of a parameter in this precision. */
+uint32_t vp__param_bytes(const sim *S, const vp_param *p);
+/* The autocast copy of parameter p (the cache keeps one reference); NONE
+ * when no cast happens. */
+uint32_t vp__weight_cast(sim *S, uint32_t p);
+void vp__clear_cast_cache(sim *S);
+/* Op in_op's output in `eb` bytes per element: an owned reference (a new
+ * tensor when a cast is needed). */
+uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb);
+
+/* Gradients. vp__param_grad hands parameter p's gradient gid (owned) to
+ * AccumulateGrad; vp__weight_grad makes and hands it (via_cast: the
+ * compute dtype, then ToCopyBackward to fp32 under autocast);
+ * vp__param_grad_cast hands one made in the compute dtype. */
+void vp__param_grad(sim *S, uint32_t p, uint32_t gid);
+void vp__weight_grad(sim *S, uint32_t p, bool via_cast);
+void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo);
+/* Give gradient gid (owned, g_eb bytes per element, `strided` when not
+ * in the dims' memory order) to op `in`: converted to its output's dtype,
+ * then kept or summed into the one it has. */
+void vp__give_grad_l(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb,
+                     bool strided);
+void vp__give_grad(sim *S, uint32_t in, uint32_t gid, uint8_t g_eb);
+/* A new gradient shaped like op in's output. */
+uint32_t vp__grad_like(sim *S, uint32_t in, uint8_t eb);
+
+static inline uint8_t vp__promote(uint8_t a, uint8_t b)
+{
+    return a > b ? a : b;
+}
+
+/* ---- op rules ------------------------------------------------------------ */
+
+/* An op's forward, as the rule sees it. The rule sets out (one creation
+ * reference; the engine adds the consumers' references), and oeb, ol,
+ * refs when they differ from the defaults. */
+typedef struct vp__fwd_op {
+    uint32_t i;         /* the op's index                                */
+    const vp_op *o;
+    vp__fwd_mode mode;
+    bool sv;            /* autograd keeps what the op saves              */
+    uint32_t in0;       /* the first input's op; NONE without inputs     */
+    uint8_t eb0;        /* its bytes per element                         */
+    uint64_t n;         /* output elements                               */
+    uint32_t out;       /* the output tensor; NONE: none                 */
+    uint8_t oeb;        /* output bytes per element; default eb0         */
+    uint8_t ol;         /* output strided; default: the first input's    */
+    uint32_t refs;      /* references its consumers hold                 */
+} vp__fwd_op;
+
+/* An op's backward, as the rule sees it. gy is owned by the rule (set to
+ * NONE when freed early); gx, the first input's gradient, is handed on
+ * by the engine after the rule. */
+typedef struct vp__bwd_op {
+    uint32_t i;
+    const vp_op *o;
+    uint32_t gy;        /* the output's gradient                          */
+    bool gstr;          /* gy is not in the output's memory order         */
+    uint32_t in0;       /* the first input's op; NONE without inputs     */
+    bool ig0;           /* the first input needs a gradient              */
+    uint8_t eb0, oeb;   /* bytes per element: first input, output         */
+    uint64_t n;         /* output elements                               */
+    uint32_t gx;        /* the first input's gradient; NONE: none        */
+    uint8_t gxe;        /* its bytes per element; default eb0            */
+    bool gxs;           /* strided                                        */
+} vp__bwd_op;
+
+typedef void vp__fwd_fn(sim *S, vp__fwd_op *f);
+typedef void vp__bwd_fn(sim *S, vp__bwd_op *b);
+
+/* Traits of an op kind (vp__op_rules.traits). */
+#define VP__TRAIT_PASSTHROUGH 0x1u /* its output is a view, a sum or a join
+                                      of its inputs, and it saves nothing:
+                                      a recomputation may stop before it  */
+#define VP__TRAIT_LOSS 0x2u        /* a loss: its targets come with the
+                                      batch, its output seeds backward    */
+
+typedef struct vp__op_rules {
+    vp__fwd_fn *fwd;    /* NULL: nothing in the forward (the input)       */
+    vp__bwd_fn *bwd;    /* NULL: nothing in the backward                  */
+    uint32_t traits;
+} vp__op_rules;
+
+/* Indexed by vp_op_kind (ops/table.c). */
+extern const vp__op_rules vp__op_table[VP_OP__COUNT];
+
+/* The rules, by family. */
+vp__fwd_fn vp__linear_fwd;     /* linear, conv2d (ops/linear.c)          */
+vp__bwd_fn vp__linear_bwd;
+vp__fwd_fn vp__attention_fwd;  /* ops/attention.c                        */
+vp__bwd_fn vp__attention_bwd;
+vp__fwd_fn vp__layernorm_fwd;  /* layernorm, groupnorm (ops/norm.c)      */
+vp__fwd_fn vp__rmsnorm_fwd;
+vp__bwd_fn vp__norm_bwd;       /* layernorm, groupnorm, rmsnorm          */
+vp__fwd_fn vp__batchnorm_fwd;
+vp__bwd_fn vp__batchnorm_bwd;
+vp__fwd_fn vp__activation_fwd; /* relu, tanh, sigmoid, gelu, silu
+                                  (ops/pointwise.c)                      */
+vp__fwd_fn vp__gelu_tanh_fwd;
+vp__bwd_fn vp__gelu_tanh_bwd;
+vp__fwd_fn vp__rope_fwd;
+vp__bwd_fn vp__rope_bwd;
+vp__fwd_fn vp__dropout_fwd;
+vp__fwd_fn vp__binary_fwd;     /* add, mul                               */
+vp__bwd_fn vp__binary_bwd;     /* add, mul, concat                       */
+vp__fwd_fn vp__maxpool_fwd;
+vp__fwd_fn vp__join_fwd;       /* avgpool, adaptive avgpool, concat      */
+vp__fwd_fn vp__softmax_fwd;
+vp__fwd_fn vp__reshape_fwd;    /* flatten, reshape                       */
+vp__fwd_fn vp__view_fwd;       /* permute, select                        */
+vp__bwd_fn vp__view_bwd;       /* flatten, reshape, permute              */
+vp__bwd_fn vp__elementwise_bwd; /* one gradient like the first input's   */
+vp__fwd_fn vp__embedding_fwd;  /* ops/embed_loss.c                       */
+vp__bwd_fn vp__embedding_bwd;
+vp__fwd_fn vp__loss_fwd;       /* cross-entropy, MSE                     */
+vp__bwd_fn vp__loss_bwd;
+vp__fwd_fn vp__router_fwd;     /* ops/moe.c                              */
+vp__fwd_fn vp__moe_dispatch_fwd;
+vp__fwd_fn vp__moe_combine_fwd;
+vp__bwd_fn vp__moe_combine_bwd;
+
+/* Helpers shared by rules. The output aliases the first input (in
+ * place, or a view). */
+static inline void vp__alias_input(sim *S, vp__fwd_op *f)
+{
+    f->out = S->out_t[f->in0];
+    vp__tref(S, f->out);
+}
+/* Type promotion of an op with several operands: the widest input, and a
+ * learned operand's parameter width (ops/pointwise.c). */
+uint8_t vp__promoted_eb(const sim *S, const vp__fwd_op *f);
+
+/* Model-level allocations that belong to a family. */
+/* HF masking_utils: the causal mask that eager attention reads, made
+ * before the first layer (ops/attention.c). */
+void vp__attention_model_mask(sim *S);
+/* The attention kernel that runs: the setup's or the model's choice, SDPA
+ * resolved by the compute element bytes ce. */
+vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
+/* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
+uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
+
+/* ---- the optimizer (optim.c) -------------------------------------------- */
+
+/* optimizer.step(): the state at the first step, the step's temporaries,
+ * or the host-side traffic of an offloaded optimizer. */
+void vp__optimizer_step(sim *S);
+
+#endif

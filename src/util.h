@@ -1,0 +1,77 @@
+/* Small shared helpers of the library's modules: invariants, the arena,
+ * file reading, array growth, name suggestions and glob matching, and the
+ * strict JSON syntax check. Not installed. */
+#ifndef VRAMPLAN_UTIL_H
+#define VRAMPLAN_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramplan/error.h"
+#include "vramplan/model.h" /* the input limits, VP_MAX_* */
+#include "vramplan/units.h" /* checked arithmetic */
+
+/* Broken invariants only; bad input always takes the vp_error path. */
+#define VP_ASSERT(x)                                                       \
+    do {                                                                   \
+        if (!(x))                                                          \
+            vp__abort(__FILE__, __LINE__, #x);                             \
+    } while (0)
+_Noreturn void vp__abort(const char *file, int line, const char *expr);
+
+/* ---- arena: strings and small objects freed in one call ---------------- */
+typedef struct vp_arena_chunk vp_arena_chunk;
+typedef struct vp_arena {
+    vp_arena_chunk *head;
+} vp_arena;
+void *vp__arena_alloc(vp_arena *a, size_t n);           /* zeroed, NULL on OOM */
+char *vp__arena_strdup(vp_arena *a, const char *s);
+char *vp__arena_printf(vp_arena *a, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void vp__arena_destroy(vp_arena *a);
+
+/* Read a whole file of at most max bytes (one more is read, so that the
+ * caller can refuse a larger file). *buf is malloc'ed (caller frees), NUL
+ * terminated. VP_EIO or VP_ENOMEM with *err set. */
+vp_status vp__read_file(const char *path, size_t max, char **buf,
+                        size_t *len, vp_error *err);
+
+/* Grow *p (an array of *cap elements of size elem) to hold at least need. */
+bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* v x ppm / 1e6, rounded down, without overflow (ppm <= 1e6). */
+static inline uint64_t vp__share_ppm(uint64_t v, uint32_t ppm)
+{
+    return v / 1000000 * ppm + v % 1000000 * ppm / 1000000;
+}
+
+/* A place in an input file, as errors give it (error.h): 1-based line and
+ * column, and the width of the token. */
+typedef struct vp_srcpos {
+    uint32_t line, col, width;
+} vp_srcpos;
+
+/* An error at a place in the file `path`. */
+vp_status vp__error_at_pos(vp_error *err, vp_status code, const char *path,
+                           vp_srcpos at, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Closest of candidates to word, or NULL if nothing is close. */
+const char *vp__suggest(const char *word, const char *const *candidates);
+
+/* Glob match: '*' matches any run of characters except '.'. */
+bool vp__glob_match(const char *pattern, const char *name);
+
+/* Strict JSON syntax check (VP_ESYNTAX with line:column, VP_ELIMIT for
+ * nesting deeper than VP_MAX_NEST). */
+vp_status vp__json_check(const char *buf, size_t len, const char *path,
+                         vp_error *err);
+
+#endif
