@@ -203,17 +203,15 @@ static int schedules(const sctx *s, uint32_t pp, uint64_t m, vp_engine e,
         sched[n] = VP_SCHED_GPIPE;
         vpp[n++] = 1;
     }
-    if (e != VP_ENGINE_MEGATRON || m % pp)
+    if (e == VP_ENGINE_DEEPSPEED || m % pp)
         return n;
+    /* every stage holds at least v layers (the last the fewest) */
     uint64_t L = s->cm->L;
-    if (L % pp)
-        return n;
     uint64_t per = L / pp;
-    for (uint64_t v = 2; v <= per && n < cap; v++)
-        if (per % v == 0) {
-            sched[n] = VP_SCHED_INTERLEAVED;
-            vpp[n++] = (uint32_t)v;
-        }
+    for (uint64_t v = 2; v <= per && n < cap; v++) {
+        sched[n] = VP_SCHED_INTERLEAVED;
+        vpp[n++] = (uint32_t)v;
+    }
     return n;
 }
 
@@ -238,7 +236,7 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
         int nsp = p->tp > 1 ? 2 : 1;
         int nrc = 0;
         for (int rc = rc_lo; rc <= rc_hi; rc++)
-            nrc += !(rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON);
+            nrc += !(rc == VP_RC_SELECTIVE && e == VP_ENGINE_DEEPSPEED);
         if (prune) {
             s->out->pruned += (uint64_t)ns * nsp * nrc;
             continue;
@@ -249,7 +247,7 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
             for (int spi = 0; spi < nsp; spi++) {
                 p->sp = spi == 1;
                 for (int rc = rc_lo; rc <= rc_hi; rc++) {
-                    if (rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON)
+                    if (rc == VP_RC_SELECTIVE && e == VP_ENGINE_DEEPSPEED)
                         continue;
                     p->recompute = (vp_recompute)rc;
                     vp_cluster_mem mem;
@@ -286,19 +284,23 @@ static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
     vp_engine e = vp_sharding_engine(sh);
     if (!engine_ok(s, e))
         return false;
-    if (p->dtype == VP_DT_FP8 && e != VP_ENGINE_MEGATRON)
+    if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
         return false;
     uint32_t D = p->dp * p->cp;
     switch (e) {
     case VP_ENGINE_TORCH:
-        if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+        /* DDP alone; FSDP composes with TP, PP, CP and EP (torchtitan) */
+        if (sh == VP_SHARD_DDP &&
+            (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
             return false;
         if (sh == VP_SHARD_FSDP_HYBRID)
             return p->dp > s->c->gpus_per_node &&
                    p->dp % s->c->gpus_per_node == 0;
         return true;
     case VP_ENGINE_DEEPSPEED:
-        if (p->tp > 1 || p->cp > 1 || p->ep > 1)
+        /* Megatron-DeepSpeed: ZeRO with tensor parallelism, its pipeline
+         * engine with ZeRO-1 */
+        if (p->cp > 1 || p->ep > 1)
             return false;
         return p->pp == 1 || sh == VP_SHARD_ZERO1;
     default:

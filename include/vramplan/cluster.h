@@ -152,6 +152,9 @@ typedef enum {
     VP_OFFLOAD__COUNT
 } vp_offload;
 
+/* A switch with a default: VP_AUTO takes it. */
+typedef enum { VP_AUTO = 0, VP_ON, VP_OFF } vp_switch;
+
 /* One configuration. gpus = dp x tp x pp x cp; the global batch is
  * dp x micro_batch x accum sequences. */
 typedef struct vp_par {
@@ -166,6 +169,21 @@ typedef struct vp_par {
     vp_sharding sharding;
     vp_offload offload;
     bool bucket_view;         /* DDP gradient_as_bucket_view=True            */
+    /* Layers of the first and the last pipeline stage (Megatron's
+     * --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-
+     * layers); 0 = an even split, the remainder on the first stages. The
+     * middle stages share the rest evenly. */
+    uint32_t first_layers, last_layers;
+    /* Overlap switches of the engines (docs/STEP_TIME.md "Overlap"):
+     * overlap_dp = Megatron --overlap-grad-reduce and --overlap-param-
+     * gather, DeepSpeed overlap_comm and ZeRO-3's prefetch (PyTorch DDP
+     * and FSDP always overlap; default on); overlap_tp = Megatron
+     * --tp-comm-overlap (userbuffers), PyTorch async TP (default off);
+     * overlap_ep = expert all-to-alls behind another micro-batch's compute
+     * (Megatron --overlap-moe-expert-parallel-comm, DualPipe; default
+     * off). VP_AUTO (0) takes the default. */
+    vp_switch overlap_dp, overlap_tp, overlap_ep;
+    bool compile;             /* torch.compile: fused memory-bound kernels  */
 } vp_par;
 
 /* Bytes on the most loaded GPU. */
@@ -203,6 +221,13 @@ typedef struct vp_cluster_time {
     double model_flops; /* per step, whole model, without recomputation      */
     double mfu;         /* model_flops / (step x gpus x dtype peak)          */
     double hfu;         /* the same with the recomputed forward              */
+    /* where compute + recompute go (per step, the slowest stage) */
+    double gemm;        /* matmuls of the linear layers and the head         */
+    double attention;   /* the attention core                                */
+    double memory;      /* memory-bound kernels (norms, activations, ...)    */
+    double mfu_bound;   /* the MFU the GPU's GEMM curve allows at most for
+                           this plan's largest GEMM (sanity bound: mfu <=
+                           mfu_bound)                                        */
 } vp_cluster_time;
 
 /* ---- the per-model precomputation ------------------------------------- */
@@ -264,6 +289,25 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
 vp_status vp_cluster_eval(vp_cluster_model *cm, const vp_cluster *c,
                           const vp_par *p, vp_cluster_mem *mem,
                           vp_cluster_time *time, vp_error *err);
+
+/* ---- collectives -------------------------------------------------------- */
+
+typedef enum {
+    VP_COLL_ALL_REDUCE,
+    VP_COLL_ALL_GATHER,
+    VP_COLL_REDUCE_SCATTER,
+    VP_COLL_ALL_TO_ALL,
+    VP_COLL_SEND
+} vp_coll;
+
+/* Seconds for one NCCL call moving `bytes` as nccl-tests count them (an
+ * all-reduce's buffer, an all-gather's gathered output, a reduce-scatter's
+ * input, a rank's whole all-to-all send buffer, one message) in a group of
+ * n ranks `stride` ranks apart on cluster c: NCCL's tuning model (latency
+ * by algorithm, protocol and hops; bus bandwidth of NVLink within a node,
+ * of the rank's NIC across nodes), docs/STEP_TIME.md. 0 for n <= 1. */
+double vp_coll_time(const vp_cluster *c, vp_coll k, double bytes, uint32_t n,
+                    uint32_t stride);
 
 /* Whether mem fits the cluster's GPU memory and host RAM. */
 bool vp_cluster_fits(const vp_cluster *c, const vp_cluster_mem *mem);
