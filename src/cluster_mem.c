@@ -506,8 +506,18 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
     /* the gradients the backward has made by its peak, where they are
      * not resident states */
     double gs = sim_grad_share(p);
-    at.trans += gs * at.gx;
-    double hp = at.head_peak + gs * at.gh;
+    double gx = gs * at.gx, gh = gs * at.gh;
+    if (p->sharding == VP_SHARD_ZERO2 || p->sharding == VP_SHARD_ZERO3) {
+        /* DeepSpeed copies each gradient into its reduce bucket (counted
+         * in the buffers) as it is made and drops the tensor
+         * (stage_1_and_2.py / stage3.py reduce_partition_and_remove_grads):
+         * beyond the bucket, one parameter's gradient at a time */
+        double each = largest_tensor(cm, t) * a->resid_bytes;
+        gx = gx < each ? gx : each;
+        gh = gh < each ? gh : each;
+    }
+    at.trans += gx;
+    double hp = at.head_peak + gh;
     if (hp < at.head_saved)
         hp = at.head_saved;
     double head_tr = hp - at.head_saved;

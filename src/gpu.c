@@ -900,8 +900,8 @@ void vp_gpu_hw(const vp_gpu_profile *p, vp_gpu_dtype curve, vp_hw *hw)
         for (int d = 0; d < 2; d++) {
             const vp_gpu_optim_fit *o = &m->optimizer[i][d];
             if (o->points)
-                hw->optim[i][d] = (vp_optim_cost){o->bytes_per_param,
-                                                  o->us_per_tensor, 0};
+                hw->optim[i][d] = (vp_optim_cost){o->bytes_per_param, 0,
+                                                  o->us_per_tensor};
         }
     if (m->dispatch_us.n)
         hw->dispatch = m->dispatch_us.median * 1e-6;

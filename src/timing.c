@@ -80,11 +80,10 @@ double vp_hw_mem_share(int kind)
 /* The H200 sweep's optimizer costs (docs/STEP_TIME.md): bytes per
  * parameter, GPU and host microseconds per tensor, fp32 and 16-bit. */
 static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
-    [VP_HW_OPTIM_ADAMW] = {{91.7, 7.90, 3.57}, {51.5, 9.03, 3.83}},
-    [VP_HW_OPTIM_ADAMW_FUSED] = {{36.8, 2.76, 2.73}, {23.2, 3.19, 4.28}},
-    [VP_HW_OPTIM_ADAMW_FORLOOP] = {{70.7, 60.61, 28.40},
-                                   {26.4, 65.69, 10.85}},
-    [VP_HW_OPTIM_SGD] = {{39.8, 2.06, 2.48}, {21.9, 2.35, 3.53}}};
+    [VP_HW_OPTIM_ADAMW] = {{98.19, 0, 7.90}, {55.13, 0, 9.03}},
+    [VP_HW_OPTIM_ADAMW_FUSED] = {{39.35, 0, 2.76}, {23.82, 0, 3.84}},
+    [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
+    [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
 
 static void fill_gemm(vp_hw *hw)
 {
@@ -162,6 +161,8 @@ void vp_hw_fill_defaults(vp_hw *hw)
                 hw->optim[o][d] = optim_h200[o][d];
     if (hw->dispatch <= 0.0)
         hw->dispatch = VP_EAGER_OP_OVERHEAD;
+    if (hw->py_op <= 0.0)
+        hw->py_op = VP_PY_OP_OVERHEAD;
     if (hw->sustained <= 0.0 || hw->sustained > 1.0)
         hw->sustained = VP_HW_DEFAULT_SUSTAINED;
     if (hw->optim_bw <= 0.0)
@@ -253,12 +254,18 @@ static int mem_class(const vp_op *o, double *moved)
 }
 
 /* GPU seconds of one memory-bound kernel of class k moving `bytes`: the
- * class's bandwidth, and the gap between kernels launched back to back
- * (the sweep's fixed cost per call is the host's, docs/STEP_TIME.md). */
+ * class's bandwidth plus its fixed time. A call timed alone (the sweep)
+ * took fixed + bytes / peak, the fixed part being the host's dispatch of
+ * the call (the launch sweep) and the kernel's own start and tail: the
+ * GPU's share is fixed - dispatch, at least the gap between kernels
+ * launched back to back (docs/STEP_TIME.md). */
 static double kernel_time(const tctx *c, int k, double bytes)
 {
     const vp_curve *m = &c->hw->mem_kind[k];
-    return (m->peak > 0 ? bytes / m->peak : 0) + c->gap;
+    if (m->peak <= 0)
+        return c->gap;
+    double own = m->half / m->peak - c->hw->dispatch;
+    return bytes / m->peak + (own > c->gap ? own : c->gap);
 }
 
 static void on_event(const vp_sim_event *ev, void *ud)
@@ -286,6 +293,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
     int ph = ev->phase == VP_PHASE_FORWARD ? 0 : 1;
     const vp_op *o = &c->g->ops[c->index[lo]];
     op_traffic *t = &c->t[c->index[lo]];
+    if (ev->category == VP_CAT_WORKSPACE)
+        return; /* a library's scratch: no kernel of its own */
     t->kernels[ph] += 1.0;
     double moved, b = (double)ev->bytes;
     if (ev->category == VP_CAT_CAST) {
@@ -356,9 +365,11 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
         *f = r > 0 ? o->flops_fwd / r : 0;
         *b = r > 0 ? o->flops_bwd / r : 0;
     } else if (o->kind == VP_OP_ATTENTION) {
-        bool eager = o->attn_impl == VP_ATTN_EAGER ||
-                     o->attn_impl == VP_ATTN_MATH;
-        if (eager) {
+        /* the kernel the simulator runs (sim.c attn_impl_of): the user's
+         * choice or the model's; SDPA dispatches flash for 16-bit inputs
+         * and the memory-efficient kernel otherwise */
+        vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+        if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
             /* two batched matmuls over the whole (masked) score matrix */
             double bh = (double)o->shape[0] * (double)o->heads;
             double q = (double)o->q_len, kv = (double)o->kv_len;
@@ -367,16 +378,10 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
             *b = 2.0 * *f;
             return;
         }
-        /* SDPA: flash for 16-bit without a mask, the memory-efficient
-         * kernel for fp32 or a padding mask */
-        bool masked = !o->causal && !(o->flags & VP_OPF_TORCH_MHA);
-        int impl = s->precision == VP_PREC_FP32 || masked
-                       ? VP_HW_ATTN_EFFICIENT
-                       : VP_HW_ATTN_FLASH;
-        if (o->attn_impl == VP_ATTN_FLASH)
-            impl = VP_HW_ATTN_FLASH;
-        else if (o->attn_impl == VP_ATTN_EFFICIENT)
-            impl = VP_HW_ATTN_EFFICIENT;
+        int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
+                   : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
+                   : s->precision == VP_PREC_FP32 ? VP_HW_ATTN_EFFICIENT
+                                                  : VP_HW_ATTN_FLASH;
         *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
         *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
@@ -401,10 +406,14 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
     }
 }
 
-/* The optimizer step: the longer of its GPU streaming and the host's
- * launches. */
-static double optimizer_time(const vp_graph *g, const vp_setup *s,
-                             const vp_hw *hw)
+/* The optimizer step's GPU seconds (its state streamed through memory,
+ * the sweep's bytes per parameter) and host seconds (the sweep's cost per
+ * tensor: Python's per-tensor work and launches); *unscale gets GradScaler's
+ * unscale-and-check pass (amp fp16), after which the host waits for the GPU
+ * (found_inf read with .item(), torch/amp/grad_scaler.py _maybe_opt_step). */
+static void optimizer_cost(const vp_graph *g, const vp_setup *s,
+                           const vp_hw *hw, double *gpu, double *cpu,
+                           double *unscale)
 {
     double params = 0, tensors = 0;
     for (size_t p = 0; p < g->n_params; p++)
@@ -432,19 +441,15 @@ static double optimizer_time(const vp_graph *g, const vp_setup *s,
     }
     int half = s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16;
     const vp_optim_cost *oc = &hw->optim[v][half];
-    double gpu = params * oc->bytes_per_param / hw->optim_bw +
-                 tensors * oc->gpu_us * 1e-6;
-    double cpu = tensors * oc->cpu_us * 1e-6;
+    *gpu = params * oc->bytes_per_param / hw->optim_bw +
+           tensors * oc->gpu_us * 1e-6;
+    *cpu = tensors * oc->cpu_us * 1e-6;
+    *unscale = 0;
     if (s->precision == VP_PREC_AMP_FP16) {
-        /* GradScaler.step: the fp32 gradients unscaled and checked (one
-         * read and write each), then found_inf read on the host (.item(),
-         * torch/amp/grad_scaler.py _maybe_opt_step): the GPU drains
-         * before the optimizer is launched */
+        /* the fp32 gradients read and written once */
         const vp_curve *a = &hw->mem_kind[VP_HW_MEM_ADD];
-        double unscale = a->peak > 0 ? params * 8.0 / a->peak : 0;
-        return unscale + gpu + cpu;
+        *unscale = a->peak > 0 ? params * 8.0 / a->peak : 0;
     }
-    return gpu > cpu ? gpu : cpu;
 }
 
 static bool checkpointed(const vp_setup *s, const vp_op *o)
@@ -471,56 +476,139 @@ static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
     return false;
 }
 
-/* The launch queue of one micro-batch: the host submits each op's kernels
- * in turn (an op from Python at the sweep's per-call cost, a backward
- * kernel at the dispatch cost); the GPU runs them as they arrive. Phases
- * end when the GPU does; *rec gets the recomputed forward's GPU time. */
-static double queue(const vp_graph *g, const vp_setup *s, const vp_hw *hw,
-                    const tctx *c, double mb, vp_step_time *out,
-                    double ph_t[2])
+/* The step's launch queue (docs/STEP_TIME.md): one host thread submits
+ * each op's kernels in turn, a forward op through Python (its call's cost
+ * py_op and the sweep's per-call cost for each kernel), a backward kernel
+ * from autograd's engine at the dispatch cost; the GPU runs them as they
+ * arrive. Where the GPU is the slower, the host runs ahead and its later
+ * work (the next micro-batch, the optimizer's Python) hides behind the
+ * GPU's; where the host is the slower, the GPU idles. */
+typedef struct {
+    const vp_graph *g;
+    const vp_setup *s;
+    const vp_hw *hw;
+    const tctx *c;
+    double mb;      /* micro-batches per step (the simulation's totals / mb) */
+    double cpu_fwd; /* host seconds per forward kernel                       */
+    double py_op;   /* host seconds of a forward op's Python call            */
+} qctx;
+
+typedef struct {
+    double host, dev; /* when each is next free, seconds into the step */
+} clocks;
+
+/* GPU seconds of op i in phase ph of one micro-batch, its host seconds
+ * before its first kernel (*pre) and in all (*host); *rec gets the
+ * recomputed forward's share. */
+static double op_cost(const qctx *q, int ph, size_t i, double *pre,
+                      double *host, double *rec)
 {
-    const vp_curve *cc = &hw->mem_kind[VP_HW_MEM_COPY];
-    double cpu_fwd = cc->peak > 0 ? cc->half / cc->peak : 0;
-    if (cpu_fwd < hw->dispatch)
-        cpu_fwd = hw->dispatch;
-    double rec = 0, flops = 0;
-    for (int ph = 0; ph < 2; ph++) {
-        double host = 0, dev = 0;
-        for (size_t n = 0; n < g->n_ops; n++) {
-            size_t i = ph == 0 ? n : g->n_ops - 1 - n;
-            const vp_op *o = &g->ops[i];
-            const op_traffic *t = &c->t[i];
-            double mf, mbk;
-            matmul_time(hw, s, o, c->gap, &mf, &mbk);
-            double gpu = ph == 0 ? mf : s->inference ? 0 : mbk;
-            if (ph == 1 && recomputed(g, s, i))
-                gpu += mf, rec += mf;
-            gpu += t->mem[ph] / mb;
-            double k = t->kernels[ph] / mb;
-            double per = ph == 0 ? cpu_fwd : hw->dispatch;
-            double start = host + per;
-            host += k * per;
-            dev = (dev > start ? dev : start) + gpu;
-            if (ph == 0 || !s->inference) {
-                double mm = ph == 0 ? mf : mbk;
-                if (o->kind == VP_OP_ATTENTION)
-                    out->attention += mm * mb;
-                else
-                    out->gemm += mm * mb;
-                flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
-            }
-            out->memory += t->mem[ph];
-            out->cpu += k * per * mb;
-        }
-        ph_t[ph] = dev > host ? dev : host;
-        if (s->inference)
-            break;
+    const vp_op *o = &q->g->ops[i];
+    const op_traffic *t = &q->c->t[i];
+    double mf, mbk;
+    matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+    double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
+    *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
+    gpu += *rec + t->mem[ph] / q->mb;
+    double k = t->kernels[ph] / q->mb;
+    double per = ph == 0 ? q->cpu_fwd : q->hw->dispatch;
+    double py = ph == 0 && k > 0 ? q->py_op : 0;
+    *pre = py + per;
+    *host = py + k * per;
+    return gpu;
+}
+
+/* One phase of one micro-batch on the clocks; returns the GPU seconds of
+ * its recomputed forward. */
+static double run_phase(const qctx *q, int ph, clocks *k)
+{
+    double rec = 0;
+    for (size_t n = 0; n < q->g->n_ops; n++) {
+        size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
+        double pre, host, r;
+        double gpu = op_cost(q, ph, i, &pre, &host, &r);
+        double start = k->host + pre;
+        k->host += host;
+        k->dev = (k->dev > start ? k->dev : start) + gpu;
+        rec += r;
     }
-    if (s->inference)
-        ph_t[1] = 0;
-    out->flops = flops * mb;
-    out->gemm += rec * mb;
     return rec;
+}
+
+/* The GPU's kernel time by kind, the host's time and the FLOPs of all
+ * micro-batches. */
+static void account(const qctx *q, vp_step_time *out)
+{
+    double flops = 0;
+    for (int ph = 0; ph < (q->s->inference ? 1 : 2); ph++)
+        for (size_t i = 0; i < q->g->n_ops; i++) {
+            const vp_op *o = &q->g->ops[i];
+            double mf, mbk, pre, host, rec;
+            matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+            op_cost(q, ph, i, &pre, &host, &rec);
+            double mm = (ph == 0 ? mf : mbk) + rec;
+            if (o->kind == VP_OP_ATTENTION)
+                out->attention += mm * q->mb;
+            else
+                out->gemm += mm * q->mb;
+            flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
+            out->memory += q->c->t[i].mem[ph];
+            out->cpu += host * q->mb;
+        }
+    out->flops = flops * q->mb;
+}
+
+typedef struct {
+    double gpu, cpu, unscale; /* optimizer_cost's terms */
+    bool run;
+} opt_terms;
+
+/* The optimizer after the last backward: its kernels start once the GPU
+ * is free and the host has launched them; GradScaler's check makes the
+ * host wait for the GPU first. Returns when the step ends. */
+static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
+{
+    if (!ot->run)
+        return k.dev > k.host ? k.dev : k.host;
+    double per = q->hw->dispatch;
+    if (ot->unscale > 0) {
+        k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
+        k.host = k.dev;
+    }
+    double dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->gpu;
+    double host = k.host + ot->cpu;
+    return dev > host ? dev : host;
+}
+
+/* The step on the clocks: the first micro-batch, the second (which
+ * starts while the GPU still runs the first's backward) repeated for the
+ * rest, the optimizer; the phases split for the report. */
+static void timeline(const qctx *q, const opt_terms *ot, vp_step_time *out)
+{
+    clocks k = {0, 0};
+    double fwd0 = 0, end[2] = {0, 0}, host[2] = {0, 0}, rec = 0;
+    int runs = q->mb > 1 ? 2 : 1;
+    for (int r = 0; r < runs; r++) {
+        run_phase(q, 0, &k);
+        if (r == 0)
+            fwd0 = k.dev;
+        if (!q->s->inference)
+            rec = run_phase(q, 1, &k);
+        end[r] = k.dev;
+        host[r] = k.host;
+    }
+    if (runs == 2) {
+        k.dev += (q->mb - 2) * (end[1] - end[0]);
+        k.host += (q->mb - 2) * (host[1] - host[0]);
+    }
+    double passes = k.dev > k.host ? k.dev : k.host;
+    double step = run_optimizer(q, ot, k);
+    out->recompute = rec * q->mb;
+    out->forward = end[0] > 0 ? passes * fwd0 / end[0] : passes;
+    out->backward = passes - out->forward - out->recompute;
+    if (out->backward < 0)
+        out->backward = 0;
+    out->optimizer = step - passes;
 }
 
 static vp_status prepare(const vp_graph *g, tctx *c, vp_error *err)
@@ -580,19 +668,17 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     st = vp_simulate(g, &s2, &e, on_event, &c, err);
     if (st != VP_OK)
         goto done;
-    double mb = s->inference ? 1 : s->accum;
-    double ph_t[2];
-    double rec = queue(g, s, &hw, &c, mb, out, ph_t);
-    out->forward = ph_t[0] * mb;
-    /* the recomputed forward runs inside the backward's queue: reported
-     * apart, so that the phases add up to the total */
-    out->backward = (ph_t[1] - rec) * mb;
-    if (out->backward < 0)
-        out->backward = 0;
-    out->recompute = rec * mb;
-    if (!s->inference && s->optimizer != VP_OPT_NONE &&
-        !s->offload_optimizer)
-        out->optimizer = optimizer_time(g, s, &hw);
+    const vp_curve *cc = &hw.mem_kind[VP_HW_MEM_COPY];
+    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum,
+              cc->peak > 0 ? cc->half / cc->peak : 0, hw.py_op};
+    if (q.cpu_fwd < hw.dispatch)
+        q.cpu_fwd = hw.dispatch;
+    account(&q, out);
+    opt_terms ot = {0, 0, 0, !s->inference && s->optimizer != VP_OPT_NONE &&
+                                 !s->offload_optimizer};
+    if (ot.run)
+        optimizer_cost(g, s, &hw, &ot.gpu, &ot.cpu, &ot.unscale);
+    timeline(&q, &ot, out);
     /* offloads: what crosses the host link, not overlapped with compute
      * (conservative), and the CPU optimizer's own pass */
     if (e.host_traffic && hw.host > 0)

@@ -108,6 +108,10 @@ typedef struct vp_hw {
     vp_optim_cost optim[VP_HW_OPTIM__N][2]; /* [variant][fp32, 16-bit]    */
     double dispatch;       /* host seconds per eager PyTorch kernel (0 =
                               VP_EAGER_OP_OVERHEAD)                          */
+    double py_op;          /* host seconds of a model op's Python call in
+                              the forward (module call, framework code),
+                              beyond its kernels' dispatch (0 =
+                              VP_PY_OP_OVERHEAD)                             */
     double sustained;      /* share of the burst GEMM rate kept when GEMMs
                               run back to back for seconds (power limit);
                               0 = 1                                          */
@@ -145,6 +149,13 @@ typedef struct vp_step_time {
  * where the profile measured none: the H200 sweep's x.add_(1) loop,
  * 9.26 us (docs/STEP_TIME.md). */
 #define VP_EAGER_OP_OVERHEAD 9.26e-6
+/* Host seconds of one model op's Python in the forward beyond its kernels'
+ * dispatch (nn.Module call, the model's own Python): the value with which
+ * the launch queue best reproduces the idle GPU time (measured step time
+ * less kernel time) of the H200 step profiles, median |error| 0.96 ms over
+ * ten cases (docs/STEP_TIME.md). A property of the host and the model
+ * code, not of the GPU. */
+#define VP_PY_OP_OVERHEAD 70e-6
 
 /* The size dependence of a GEMM curve given only its peak (a cited
  * best-shape rate): that of the H200 calibration's bf16 fit
