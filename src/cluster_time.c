@@ -473,22 +473,22 @@ static double p2p(tctx *k)
     return 2 * vp__coll(&g, VP_COLL_SEND, bytes);
 }
 
-/* Bytes per parameter the optimizer step streams through memory. */
-static double optim_bytes(const vp_par *p)
+/* Bytes per parameter the optimizer step streams through memory, from the
+ * profile's measured AdamW (the H200 sweep's where none was measured). */
+static double optim_bytes(const vp_hw *hw, const vp_par *p)
 {
     vp_engine e = vp_sharding_engine(p->sharding);
-    double f32 = p->dtype == VP_DT_FP32;
     if (e == VP_ENGINE_TORCH)
-        /* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw): lerp,
-         * mul, addcmul on the moments, sqrt into a temporary, its div and
-         * add, addcdiv into the parameter, the weight-decay mul: 17 fp32
-         * reads and writes */
-        return 68;
-    /* fused Adam in place: fp32 parameter, gradient and moments read,
-     * parameter and moments written, the 16-bit copy written; the
-     * gradient norm reads the gradients again, fp16's unscale reads and
-     * writes them */
-    double b = f32 ? 28 : 30;
+        /* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) on the
+         * fp32 parameters */
+        return hw->optim[VP_HW_OPTIM_ADAMW][0].bytes_per_param;
+    /* fused Adam in place on the fp32 master copy (as torch's fused
+     * AdamW: parameter, gradient and moments read, parameter and moments
+     * written); then the 16-bit copy written, the gradient norm's read of
+     * the gradients, fp16's unscale reading and writing them */
+    double b = hw->optim[VP_HW_OPTIM_ADAMW_FUSED][0].bytes_per_param;
+    if (p->dtype != VP_DT_FP32)
+        b += 2;
     b += 4;
     if (p->dtype == VP_DT_FP16)
         b += 8;
@@ -567,7 +567,7 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     double opt = 0, off = 0;
     vp_engine eng = k.eng;
     if (p->offload == VP_OFFLOAD_NONE) {
-        opt = popt * optim_bytes(p) / x->hw.optim_bw;
+        opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
     } else {
         double ranks = c->gpus < c->gpus_per_node ? c->gpus
                                                   : c->gpus_per_node;
