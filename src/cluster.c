@@ -92,6 +92,15 @@ static bool is_expert_op(const vp_op *o)
     return o->name && strstr(o->name, ".experts.") != NULL;
 }
 
+/* Whether op o belongs to an expert other than the first: a grouped MoE
+ * (Megatron's TEGroupedMLP, GroupedGEMM) runs one kernel for all of a
+ * rank's experts, so only the first expert's ops count kernels. */
+static bool later_expert(const vp_op *o)
+{
+    const char *e = o->name ? strstr(o->name, ".experts.") : NULL;
+    return e && strtoul(e + 9, NULL, 10) > 0;
+}
+
 static void scan_graph(const vp_graph *g, gscan *s)
 {
     memset(s, 0, sizeof *s);
@@ -204,6 +213,18 @@ static bool feeds(const vp_graph *g, size_t i, vp_op_kind k)
     return i + 1 < g->n_ops && nx->n_inputs == 0;
 }
 
+/* Elements of the expert output a combine adds: its smallest input (the
+ * others are the running sum over the token tensor). */
+static double expert_out(const vp_graph *g, const vp_op *o)
+{
+    double in = (double)o->numel;
+    for (uint32_t j = 0; j < o->n_inputs; j++) {
+        double x = (double)g->ops[o->inputs[j]].numel;
+        in = x < in ? x : in;
+    }
+    return in;
+}
+
 /* Traffic of op i under the fusions of Megatron-LM and Transformer Engine
  * (fused_bias_dropout_add, bias_gelu / bias_swiglu, fused layer norm,
  * fused rotary; docs/STEP_TIME.md): elements read + written, fixed
@@ -249,8 +270,7 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
     case VP_OP_MOE_COMBINE: {
         /* scatter-add of the expert's rows only (its input), not of the
          * whole token tensor */
-        double in = o->n_inputs ? (double)g->ops[o->inputs[0]].numel : n;
-        f[0] += 2 * (in < n ? in : n), f[2] += 1;
+        f[0] += 2 * expert_out(g, o), f[2] += 1;
         break;
     }
     case VP_OP_CROSS_ENTROPY:
@@ -303,8 +323,7 @@ static void saved_op(const vp_graph *g, size_t i, double keep[2])
             keep[1] += n;
         break;
     case VP_OP_MOE_COMBINE:
-        if (o->n_inputs)
-            keep[0] += (double)g->ops[o->inputs[0]].numel;
+        keep[0] += expert_out(g, o);
         break;
     default:
         break;
@@ -324,7 +343,12 @@ static void scan_shapes(const vp_graph *g1, const vp_graph *g2, double t2,
         if (r == REG_L0)
             continue;
         int fr = r == REG_EMB ? 0 : r == REG_L1 ? 1 : 2;
-        fused_op(g1, i, sh->fz[fr]);
+        double f[3] = {0, 0, 0};
+        fused_op(g1, i, f);
+        if (later_expert(o))
+            f[2] = 0;
+        for (int q = 0; q < 3; q++)
+            sh->fz[fr][q] += f[q];
         if (r == REG_L1)
             saved_op(g1, i, sh->keep);
         if (primary && r == REG_L1 && o->n_params) {
@@ -445,12 +469,22 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
 {
     if (o->kind == VP_OP_LINEAR)
         return; /* written by the GEMM: in its time */
+    /* an expert's gather and scatter-add (and their backwards) move the
+     * expert's rows, not the token tensor the simulated loop allocates */
+    if (o->kind == VP_OP_MOE_COMBINE && o->numel)
+        bytes *= expert_out(k->g, o) / (double)o->numel;
+    if (o->kind == VP_OP_MOE_DISPATCH && bwd && o->n_inputs) {
+        double in = (double)k->g->ops[o->inputs[0]].numel;
+        if (in > (double)o->numel)
+            bytes *= (double)o->numel / in;
+    }
     if (reg == REG_L1) {
         if (o->kind == VP_OP_ATTENTION) {
             k->q[bwd ? VP__Q_ATTN_MEM_B : VP__Q_ATTN_MEM_F] += bytes;
         } else {
             k->q[bwd ? VP__Q_MEM_B : VP__Q_MEM_F] += bytes;
-            k->q[bwd ? VP__Q_KER_B : VP__Q_KER_F] += 1;
+            if (!later_expert(o)) /* grouped experts (torchtitan) */
+                k->q[bwd ? VP__Q_KER_B : VP__Q_KER_F] += 1;
         }
     } else if (reg == REG_HEAD) {
         k->q[VP__Q_HEAD_MEM] += bytes;

@@ -61,7 +61,9 @@ static double gemms(tctx *k, const vp__gemm *g, size_t n, double *best)
             r *= kk / (kk + k->lin->kh);
         if (r > *best)
             *best = r;
-        if (g[i].expert && k->fused && cnt > 1) /* one grouped GEMM */
+        /* a rank's experts in one grouped GEMM (Megatron's TEGroupedMLP,
+         * torchtitan's torch._grouped_mm) */
+        if (g[i].expert && cnt > 1)
             sum += vp_gemm_time(k->lin, rows * cnt, nn, kk);
         else
             sum += cnt * vp_gemm_time(k->lin, rows, nn, kk);

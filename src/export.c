@@ -124,9 +124,12 @@ static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
         put(s, "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, "
                "\"initial_scale_power\": 16},\n");
     put(s, "  \"gradient_clipping\": 1.0,\n");
+    if (p->tp > 1) /* AutoTP training (deepspeed.ai/tutorials/autotp-training) */
+        put(s, "  \"tensor_parallel\": {\"autotp_size\": %u},\n", p->tp);
     put(s, "  \"zero_optimization\": {\n");
     put(s, "    \"stage\": %d,\n", stage);
-    put(s, "    \"overlap_comm\": %s,\n", stage >= 2 ? "true" : "false");
+    put(s, "    \"overlap_comm\": %s,\n",
+        stage >= 2 && p->overlap_dp != VP_OFF ? "true" : "false");
     put(s, "    \"contiguous_gradients\": true,\n");
     put(s, "    \"reduce_scatter\": true,\n");
     put(s, "    \"reduce_bucket_size\": 50000000");
@@ -162,6 +165,13 @@ static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
 }
 
 /* ---- Megatron-LM ----------------------------------------------------- */
+
+/* One flag of an argument line: the line's indent first. */
+static bool flag(sbuf *s, bool line, const char *f)
+{
+    put(s, "%s%s", line ? " " : "    ", f);
+    return true;
+}
 
 static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
                           const vp_cluster *c, const vp_par *p,
@@ -205,10 +215,21 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
     put(s, "    --tensor-model-parallel-size %u%s \\\n", p->tp,
         p->sp ? " --sequence-parallel" : "");
     put(s, "    --pipeline-model-parallel-size %u", p->pp);
-    if (p->schedule == VP_SCHED_INTERLEAVED)
-        put(s, " --num-layers-per-virtual-pipeline-stage %" PRIu64,
-            in->layers / ((uint64_t)p->pp * p->vpp));
+    bool uneven = p->first_layers || p->last_layers;
+    if (p->schedule == VP_SCHED_INTERLEAVED) {
+        if (uneven || in->layers % ((uint64_t)p->pp * p->vpp))
+            put(s, " --num-virtual-stages-per-pipeline-rank %u", p->vpp);
+        else
+            put(s, " --num-layers-per-virtual-pipeline-stage %" PRIu64,
+                in->layers / ((uint64_t)p->pp * p->vpp));
+    }
     put(s, " \\\n");
+    if (p->first_layers)
+        put(s, "    --decoder-first-pipeline-num-layers %u \\\n",
+            p->first_layers);
+    if (p->last_layers)
+        put(s, "    --decoder-last-pipeline-num-layers %u \\\n",
+            p->last_layers);
     if (p->cp > 1)
         put(s, "    --context-parallel-size %u \\\n", p->cp);
     if (p->dtype == VP_DT_BF16)
@@ -218,10 +239,26 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
     else if (p->dtype == VP_DT_FP8)
         put(s, "    --bf16 --fp8-format hybrid --transformer-impl "
                "transformer_engine \\\n");
-    put(s, "    --accumulate-allreduce-grads-in-fp32 --overlap-grad-reduce");
-    if (p->sharding == VP_SHARD_DISTOPT)
-        put(s, " \\\n    --use-distributed-optimizer --overlap-param-gather");
-    put(s, " \\\n");
+    /* fp16 reduces its gradients in fp16 unless asked (Megatron's
+     * arguments.py forces fp32 accumulation for bf16 only) */
+    bool ov = p->overlap_dp != VP_OFF, line = false;
+    if (p->dtype != VP_DT_FP16)
+        line = flag(s, line, "--accumulate-allreduce-grads-in-fp32");
+    if (ov)
+        line = flag(s, line, "--overlap-grad-reduce");
+    if (p->sharding == VP_SHARD_DISTOPT) {
+        if (line)
+            put(s, " \\\n");
+        line = flag(s, false, "--use-distributed-optimizer");
+        if (ov)
+            line = flag(s, line, "--overlap-param-gather");
+    }
+    if (p->overlap_tp == VP_ON)
+        line = flag(s, line, "--tp-comm-overlap");
+    if (p->overlap_ep == VP_ON)
+        line = flag(s, line, "--overlap-moe-expert-parallel-comm");
+    if (line)
+        put(s, " \\\n");
     if (p->recompute == VP_RC_SELECTIVE)
         put(s, "    --recompute-activations \\\n");
     else if (p->recompute == VP_RC_FULL)
@@ -290,6 +327,8 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
         put(s, "    --bf16 \\\n");
     else if (p->dtype == VP_DT_FP16)
         put(s, "    --fp16 \\\n");
+    if (p->compile)
+        put(s, "    --torch_compile \\\n");
     if (p->sharding == VP_SHARD_DDP) {
         put(s, "    --ddp_bucket_cap_mb 25 \\\n");
         if (p->recompute == VP_RC_FULL)
@@ -329,6 +368,22 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
         p->pp > 1)
         return unsupported(err, "Megatron-LM has no GPipe schedule (it "
                                 "runs 1F1B, which needs less memory)");
+    if (f == VP_EXPORT_DEEPSPEED && p->tp > 1 &&
+        p->sharding == VP_SHARD_ZERO3)
+        return unsupported(err, "DeepSpeed's AutoTP trains with ZeRO stages "
+                                "0-2; ZeRO-3 with tensor parallelism runs "
+                                "through Megatron-DeepSpeed "
+                                "(--tensor-model-parallel-size %u)",
+                           p->tp);
+    if (f == VP_EXPORT_TORCHRUN &&
+        (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
+        return unsupported(err, "the Trainer export runs data parallelism "
+                                "only; FSDP with tp %u, pp %u, cp %u runs in "
+                                "torchtitan (--parallelism.tensor_parallel_"
+                                "degree, --parallelism.pipeline_parallel_"
+                                "degree, --parallelism.context_parallel_"
+                                "degree)",
+                           p->tp, p->pp, p->cp);
     vp_cluster_model_info in;
     vp_cluster_model_info_get(cm, &in);
     vp_status st;

@@ -348,6 +348,16 @@ typedef struct vp_search_opts {
     uint64_t micro_batch;
     int recompute;                    /* -1 = searched, else vp_recompute */
     int sharding;                     /* -1 = searched, else vp_sharding  */
+    int schedule;                     /* -1 = searched, else vp_schedule  */
+    uint32_t vpp;                     /* 0 = searched, else model chunks
+                                         per stage (1 = no interleaving)  */
+    int sp;                           /* -1 = searched, 0 off, 1 on       */
+    /* set on every configuration (vp_par's fields; 0 / VP_AUTO = the
+     * even split and the engines' defaults); configurations they do not
+     * apply to are left out */
+    uint32_t first_layers, last_layers;
+    vp_switch overlap_dp, overlap_tp, overlap_ep;
+    bool compile;
     uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
 } vp_search_opts;
 
@@ -369,7 +379,8 @@ typedef struct vp_cluster_plan {
     vp_plan_entry alt[VP_CLUSTER_TOP];/* best of other layouts, fastest
                                          first                             */
     size_t n_alt;
-    vp_plan_entry closest;            /* least memory (when none fits)    */
+    vp_plan_entry closest;            /* least memory (when none fits),
+                                         with its step time               */
     uint64_t evaluated;               /* configurations evaluated         */
     uint64_t pruned;                  /* skipped by the model-state bound */
     uint64_t fitting;                 /* evaluated ones that fit          */
@@ -432,6 +443,7 @@ const char *vp_export_format_name(vp_export_format f);
 /* Parse the names above; VP_EARG if unknown. */
 vp_status vp_dtype_parse(const char *s, vp_dtype *out);
 vp_status vp_recompute_parse(const char *s, vp_recompute *out);
+vp_status vp_schedule_parse(const char *s, vp_schedule *out);
 vp_status vp_sharding_parse(const char *s, vp_sharding *out);
 vp_status vp_engine_parse(const char *s, vp_engine *out);
 vp_status vp_export_format_parse(const char *s, vp_export_format *out);

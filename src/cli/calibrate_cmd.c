@@ -97,6 +97,10 @@ static void calibrate_help(FILE *f)
         "  --no-torch          skip the PyTorch probe\n"
         "  --device N          the GPU to measure (default 0)\n"
         "  --quick             fewer shapes and smaller buffers (smoke test)\n"
+        "  --sweep FILE        also fit a PyTorch kernel sweep (the JSON lines\n"
+        "                      of calibrate/vp-sweep.py): GEMM curves through\n"
+        "                      torch, attention, memory-bound kernels, the\n"
+        "                      optimizer step and the eager dispatch cost\n"
         "  -h, --help          show this help\n"
         "\n"
         "Exit status: 0 done, 2 usage, I/O or measuring error, 3 invalid\n"
@@ -403,6 +407,34 @@ static void summary(FILE *f, const vp_gpu_profile *p, const vp_calib *c,
         fprintf(f, "skipped %s\n", skips[i]);
 }
 
+/* The kernel sweep's fits into m (calibrate/vp-sweep.py), or, without
+ * one, those of the profile's earlier sweep. */
+static int fit_sweep(const char *path, const vp_gpu_measured *old,
+                     vp_gpu_measured *m)
+{
+    if (!path) {
+        if (old) {
+            memcpy(m->attention, old->attention, sizeof m->attention);
+            memcpy(m->membound, old->membound, sizeof m->membound);
+            memcpy(m->optimizer, old->optimizer, sizeof m->optimizer);
+            m->dispatch_us = old->dispatch_us;
+        }
+        return 0;
+    }
+    size_t len;
+    char *data = read_all(path, &len);
+    if (!data)
+        return 2;
+    vp_error err;
+    vp_sweep *w = vp_sweep_parse(data, len, path, &err);
+    free(data);
+    if (!w)
+        return cli_gpu_error(&err);
+    vp_status st = vp_sweep_fit(w, m, &err);
+    vp_sweep_free(w);
+    return st == VP_OK ? 0 : cli_gpu_error(&err);
+}
+
 static bool parse_int(const char *s, long min, long max, long *out)
 {
     char *end;
@@ -418,6 +450,7 @@ int cli_calibrate(int argc, char **argv)
 {
     const char *out = NULL, *gpu = NULL, *raw = NULL, *from_raw = NULL,
                *bin = NULL, *python = "python3";
+    const char *sweep = NULL;
     bool torch = true, quick = false;
     long device = 0;
     for (int i = 1; i < argc; i++) {
@@ -450,6 +483,9 @@ int cli_calibrate(int argc, char **argv)
         } else if (!strcmp(a, "--python")) {
             NEEDV();
             python = v;
+        } else if (!strcmp(a, "--sweep")) {
+            NEEDV();
+            sweep = v;
         } else if (!strcmp(a, "--no-torch")) {
             torch = false;
         } else if (!strcmp(a, "--quick")) {
@@ -573,6 +609,9 @@ int cli_calibrate(int argc, char **argv)
     }
     if (old && !m.cublas_workspace_bytes)
         m.cublas_workspace_bytes = old->cublas_workspace_bytes;
+    rc = fit_sweep(sweep, old, &m);
+    if (rc != 0)
+        goto done;
     if (vp_gpu_measured_set(p, &m, &err) != VP_OK) {
         rc = cli_gpu_error(&err);
         goto done;

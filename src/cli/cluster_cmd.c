@@ -85,6 +85,28 @@ static const opt opts[] = {
     {"sharding", "NAME", C_ALL,
      "pin the sharding: ddp, megatron-ddp, distributed-optimizer, zero1, "
      "zero2, zero3, fsdp-full-shard, fsdp-shard-grad-op, fsdp-hybrid-shard"},
+    /* pins of the step-time model (issue 13); a block of their own so
+     * that they move onto a new option parser as one */
+    {"vpp", "N", C_ALL,
+     "pin the model chunks per pipeline stage (> 1: interleaved)"},
+    {"schedule", "NAME", C_ALL, "pin the pipeline schedule: 1f1b, gpipe, "
+                                "interleaved"},
+    {"sp", NULL, C_ALL, "pin sequence parallelism on (needs --tp > 1)"},
+    {"no-sp", NULL, C_ALL, "pin sequence parallelism off"},
+    {"first-stage-layers", "N", C_ALL,
+     "layers of the first pipeline stage (Megatron's --decoder-first-"
+     "pipeline-num-layers)"},
+    {"last-stage-layers", "N", C_ALL,
+     "layers of the last pipeline stage (--decoder-last-pipeline-num-"
+     "layers)"},
+    {"overlap-dp", "on|off", C_ALL,
+     "data-parallel communication behind compute (default on)"},
+    {"overlap-tp", "on|off", C_ALL,
+     "tensor-parallel communication overlap, Megatron --tp-comm-overlap "
+     "(default off)"},
+    {"overlap-ep", "on|off", C_ALL,
+     "expert all-to-alls behind compute (default off)"},
+    {"compile", NULL, C_ALL, "torch.compile (PyTorch engine)"},
     {"memory", "SIZE", C_ALL, "usable bytes per GPU (default: the profile)"},
     {"host-mem", "SIZE", C_ALL, "host RAM per node (default 128 GiB per GPU)"},
     {"network", "SIZE", C_ALL,
@@ -231,6 +253,59 @@ static bool split_list(const char *s, char items[][64], size_t cap,
     }
 }
 
+/* The step-time pins (--vpp ... --compile); -1 when n is not one. */
+static int parse_pin(const char *n, const char *val, cargs *a)
+{
+    uint64_t v;
+    vp_search_opts *o = &a->o;
+    if (strcmp(n, "vpp") == 0) {
+        if (!parse_u64(val, 1, 1024, &v))
+            return bad_value(n, val, "an integer from 1 to 1024");
+        o->vpp = (uint32_t)v;
+    } else if (strcmp(n, "schedule") == 0) {
+        vp_schedule sc;
+        if (vp_schedule_parse(val, &sc) != VP_OK)
+            return bad_value(n, val, "1f1b, gpipe or interleaved");
+        o->schedule = (int)sc;
+    } else if (strcmp(n, "sp") == 0 || strcmp(n, "no-sp") == 0) {
+        o->sp = n[0] == 's';
+    } else if (strcmp(n, "first-stage-layers") == 0 ||
+               strcmp(n, "last-stage-layers") == 0) {
+        if (!parse_u64(val, 1, 1u << 20, &v))
+            return bad_value(n, val, "an integer from 1 to 1048576");
+        *(n[0] == 'f' ? &o->first_layers : &o->last_layers) = (uint32_t)v;
+    } else if (strncmp(n, "overlap-", 8) == 0) {
+        vp_switch sw;
+        if (strcmp(val, "on") == 0)
+            sw = VP_ON;
+        else if (strcmp(val, "off") == 0)
+            sw = VP_OFF;
+        else
+            return bad_value(n, val, "on or off");
+        *(n[8] == 'd' ? &o->overlap_dp
+          : n[8] == 't' ? &o->overlap_tp
+                        : &o->overlap_ep) = sw;
+    } else if (strcmp(n, "compile") == 0) {
+        o->compile = true;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* Pins that contradict each other. */
+static int check_pins(const vp_search_opts *o)
+{
+    if (o->vpp > 1 && o->schedule >= 0 && o->schedule != VP_SCHED_INTERLEAVED)
+        return cli_usage_error("--vpp %u needs --schedule interleaved",
+                               o->vpp);
+    if (o->vpp == 1 && o->schedule == VP_SCHED_INTERLEAVED)
+        return cli_usage_error("--schedule interleaved needs --vpp >= 2");
+    if (o->sp == 1 && o->tp == 1)
+        return cli_usage_error("--sp needs --tp > 1");
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
 {
     memset(a, 0, sizeof *a);
@@ -282,6 +357,12 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
         }
         uint64_t v;
         const char *n = o->name;
+        int pr = parse_pin(n, val, a);
+        if (pr >= 0) {
+            if (pr != 0)
+                return pr;
+            continue;
+        }
         if (strcmp(n, "help") == 0) {
             help(stdout, cmd);
             return EXIT_OK;
@@ -420,6 +501,9 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
                                      : "table or json");
         }
     }
+    int pc = check_pins(&a->o);
+    if (pc >= 0)
+        return pc;
     if (!a->model)
         return cli_usage_error("%s needs a MODEL file",
                                cmd == C_PLAN      ? "plan"
@@ -443,6 +527,14 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
                                    vp_engine_name(want));
         memset(a->o.engines, 0, sizeof a->o.engines);
         a->o.engines[want] = true;
+        if (a->export_fmt == VP_EXPORT_TORCHRUN) {
+            /* the Trainer runs data parallelism only */
+            if ((a->o.tp > 1) | (a->o.pp > 1) | (a->o.cp > 1))
+                return cli_usage_error("the torchrun export runs data "
+                                       "parallelism only (tp = pp = cp = "
+                                       "1)");
+            a->o.tp = a->o.pp = a->o.cp = 1;
+        }
     }
     return -1;
 }
@@ -544,9 +636,32 @@ static void par_line(char *buf, size_t n, const vp_par *p)
             snprintf(sched, sizeof sched, " (%s)",
                      vp_schedule_name(p->schedule));
     }
-    snprintf(buf, n, "dp %u x tp %u%s x pp %u%s x cp %u, ep %u", p->dp,
+    char stages[48] = "";
+    if (p->first_layers || p->last_layers)
+        snprintf(stages, sizeof stages, " (layers: first %u, last %u)",
+                 p->first_layers, p->last_layers);
+    snprintf(buf, n, "dp %u x tp %u%s x pp %u%s%s x cp %u, ep %u", p->dp,
              p->tp, p->sp ? " (sequence parallel)" : "", p->pp, sched,
-             p->cp, p->ep);
+             stages, p->cp, p->ep);
+}
+
+/* The switches of a plan that differ from the engines' defaults. */
+static void switches(char *buf, size_t n, const vp_par *p)
+{
+    static const char *const sw[] = {"", "on", "off"};
+    size_t k = 0;
+    buf[0] = '\0';
+    if (p->overlap_dp)
+        k += (size_t)snprintf(buf + k, n - k, ", DP overlap %s",
+                              sw[p->overlap_dp]);
+    if (p->overlap_tp && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", TP overlap %s",
+                              sw[p->overlap_tp]);
+    if (p->overlap_ep && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", EP overlap %s",
+                              sw[p->overlap_ep]);
+    if (p->compile && k < n)
+        snprintf(buf + k, n - k, ", torch.compile");
 }
 
 /* ------------------------------------------------------------------ */
@@ -610,10 +725,16 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
     fprintf(f, "  precision    %s%s, recompute %s\n", vp_dtype_name(p->dtype),
             p->dtype == VP_DT_FP32 ? "" : " (fp32 master weights)",
             vp_recompute_name(p->recompute));
-    fprintf(f, "  sharding     %s (%s), offload %s\n",
+    char sw[96];
+    switches(sw, sizeof sw, p);
+    fprintf(f, "  sharding     %s (%s), offload %s%s\n",
             vp_sharding_name(p->sharding),
             vp_engine_name(vp_sharding_engine(p->sharding)),
-            vp_offload_name(p->offload));
+            vp_offload_name(p->offload), sw);
+    if (!e->fits)
+        fprintf(f, "  fits         no: %.2f GiB over the %.2f GiB per GPU\n",
+                gib(m->total > c->memory ? m->total - c->memory : 0),
+                gib(c->memory));
     fprintf(f, "  memory/GPU   %.2f GiB of %.2f GiB on stage %u (%.1f "
                "micro-batches in flight)\n",
             gib(m->total), gib(c->memory), m->stage, m->in_flight);
@@ -632,17 +753,26 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
         fprintf(f, "  step time    %.3f s: compute %.3f, recompute %.3f, "
                    "bubble %.3f, exposed\n",
                 t->step, t->compute, t->recompute, t->bubble);
+        fprintf(f, "               (compute and recompute: GEMM %.3f, "
+                   "attention %.3f, memory-bound %.3f)\n",
+                t->gemm, t->attention, t->memory);
         fprintf(f, "               communication TP %.3f, CP %.3f, EP %.3f, "
                    "PP %.3f, DP %.3f,\n",
                 t->tp_comm, t->cp_comm, t->ep_comm, t->pp_comm, t->dp_comm);
         fprintf(f, "               optimizer %.3f, offload %.3f\n",
                 t->optimizer, t->offload);
-        fprintf(f, "  throughput   %s tokens/s, %.2f samples/s, MFU %.1f%%, "
-                   "HFU %.1f%%\n",
+        fprintf(f, "  throughput   %s tokens/s, %.2f samples/s, MFU %.1f%% "
+                   "(at most %.1f%% on this GPU), HFU %.1f%%\n",
                 commas((uint64_t)llround(t->tokens_per_s), b1, sizeof b1),
-                t->samples_per_s, 100 * t->mfu, 100 * t->hfu);
+                t->samples_per_s, 100 * t->mfu, 100 * t->mfu_bound,
+                100 * t->hfu);
         (void)b2;
     }
+}
+
+static const char *switch_name(vp_switch w)
+{
+    return w == VP_ON ? "on" : w == VP_OFF ? "off" : "default";
 }
 
 static void json_entry(FILE *f, const vp_plan_entry *e)
@@ -655,13 +785,19 @@ static void json_entry(FILE *f, const vp_plan_entry *e)
                "\"micro_batch\": %" PRIu64 ", \"accum\": %" PRIu64
                ", \"precision\": \"%s\", \"recompute\": \"%s\", "
                "\"sharding\": \"%s\", \"engine\": \"%s\", \"offload\": \"%s\", "
-               "\"fits\": %s,\n",
+               "\"fits\": %s,\n   \"first_stage_layers\": %u, "
+               "\"last_stage_layers\": %u, \"overlap_dp\": \"%s\", "
+               "\"overlap_tp\": \"%s\", \"overlap_ep\": \"%s\", "
+               "\"compile\": %s,\n",
             p->dp, p->tp, p->pp, p->cp, p->ep, p->sp ? "true" : "false",
             vp_schedule_name(p->schedule), p->vpp, p->micro_batch, p->accum,
             vp_dtype_name(p->dtype), vp_recompute_name(p->recompute),
             vp_sharding_name(p->sharding),
             vp_engine_name(vp_sharding_engine(p->sharding)),
-            vp_offload_name(p->offload), e->fits ? "true" : "false");
+            vp_offload_name(p->offload), e->fits ? "true" : "false",
+            p->first_layers, p->last_layers, switch_name(p->overlap_dp),
+            switch_name(p->overlap_tp), switch_name(p->overlap_ep),
+            p->compile ? "true" : "false");
     fprintf(f, "   \"memory\": {\"total\": %" PRIu64 ", \"weights\": %" PRIu64
                ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64
                ", \"buffers\": %" PRIu64 ", \"activations\": %" PRIu64
@@ -677,10 +813,13 @@ static void json_entry(FILE *f, const vp_plan_entry *e)
                "\"ep_comm\": %.6g, \"pp_comm\": %.6g, \"bubble\": %.6g, "
                "\"dp_comm\": %.6g, \"optimizer\": %.6g, \"offload\": %.6g, "
                "\"tokens_per_s\": %.6g, \"samples_per_s\": %.6g, "
-               "\"mfu\": %.4f, \"hfu\": %.4f},\n   \"reason\": ",
+               "\"mfu\": %.4f, \"hfu\": %.4f, \"mfu_bound\": %.4f, "
+               "\"gemm\": %.6g, \"attention\": %.6g, \"memory_bound\": "
+               "%.6g},\n   \"reason\": ",
             t->step, t->compute, t->recompute, t->tp_comm, t->cp_comm,
             t->ep_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer,
-            t->offload, t->tokens_per_s, t->samples_per_s, t->mfu, t->hfu);
+            t->offload, t->tokens_per_s, t->samples_per_s, t->mfu, t->hfu,
+            t->mfu_bound, t->gemm, t->attention, t->memory);
     json_str(f, e->reason);
     fputc('}', f);
 }
@@ -716,6 +855,10 @@ static void print_plan_json(FILE *f, const cargs *a, const vp_cluster *c,
     } else {
         fprintf(f, ",\n \"closest\": ");
         json_entry(f, &pl->closest);
+        fprintf(f, ",\n \"excess_per_gpu\": %" PRIu64,
+                pl->closest.mem.total > c->memory
+                    ? pl->closest.mem.total - c->memory
+                    : 0);
         fprintf(f, ",\n \"min_gpus\": %u", min_gpus);
         if (min_gpus && minpl->found) {
             fprintf(f, ",\n \"best_at_min_gpus\": ");
@@ -875,6 +1018,7 @@ static int run_plan(const cargs *a, unsigned cmd)
                 fprintf(o, " and %.1f GiB host RAM per node of %.1f",
                         gib(e->mem.host), gib(c.host_mem));
             fprintf(o, ".\n");
+            print_entry_table(o, &c, e);
             if (min_gpus) {
                 fprintf(o, "\nThe smallest cluster that fits (powers of two "
                            "up to %u): %u x %s\n",
