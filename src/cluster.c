@@ -32,8 +32,6 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
     c->net_eff = 0.85;
-    c->nvlink_latency = 5e-6;
-    c->net_latency = 1e-5;
     c->nccl_comm_bytes = (uint64_t)320 * VP_MiB;
     c->nccl_peer_bytes = (uint64_t)48 * VP_MiB;
     c->alloc_overhead = 0.05;

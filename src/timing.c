@@ -189,6 +189,7 @@ typedef struct {
     double opt_kernels;
     uint32_t step;
     double gap;         /* GPU seconds between kernels                     */
+    double own;         /* a memory-bound kernel's own fixed GPU seconds   */
 } tctx;
 
 static int ptr_cmp(const void *a, const void *b)
@@ -254,18 +255,19 @@ static int mem_class(const vp_op *o, double *moved)
 }
 
 /* GPU seconds of one memory-bound kernel of class k moving `bytes`: the
- * class's bandwidth plus its fixed time. A call timed alone (the sweep)
- * took fixed + bytes / peak, the fixed part being the host's dispatch of
- * the call (the launch sweep) and the kernel's own start and tail: the
- * GPU's share is fixed - dispatch, at least the gap between kernels
- * launched back to back (docs/STEP_TIME.md). */
+ * class's bandwidth plus a kernel's own start and tail. A copy timed alone
+ * (the sweep) took fixed + bytes / peak, the fixed part being the host's
+ * dispatch of the call (the launch sweep) and the kernel's start and
+ * tail: the GPU's share is copy's fixed - dispatch (8.25 us on the H200),
+ * at least the gap between kernels launched back to back. The other
+ * classes' larger fixed costs are their calls' Python (argument handling),
+ * the host's (docs/STEP_TIME.md). */
 static double kernel_time(const tctx *c, int k, double bytes)
 {
     const vp_curve *m = &c->hw->mem_kind[k];
     if (m->peak <= 0)
         return c->gap;
-    double own = m->half / m->peak - c->hw->dispatch;
-    return bytes / m->peak + (own > c->gap ? own : c->gap);
+    return bytes / m->peak + c->own;
 }
 
 static void on_event(const vp_sim_event *ev, void *ud)
@@ -656,6 +658,10 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     c.hw = &hw;
     c.step = 2;
     c.gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
+    c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch : 0;
+    if (c.own < c.gap)
+        c.own = c.gap;
     vp_status st = prepare(g, &c, err);
     if (st != VP_OK)
         goto done;

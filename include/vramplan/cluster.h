@@ -52,8 +52,6 @@ typedef struct vp_cluster {
     double nvlink_eff;        /* fraction of hw.nvlink collectives reach
                                  (default 0.8)                                */
     double net_eff;           /* fraction of hw.network (default 0.85)        */
-    double nvlink_latency;    /* seconds per collective within a node (5e-6) */
-    double net_latency;       /* seconds per collective across nodes (1e-5)  */
     uint64_t nccl_comm_bytes; /* device bytes per NCCL communicator for ring
                                  and tree collectives (default 320 MiB: 16
                                  channels x 2 connections x 10 MiB)           */
