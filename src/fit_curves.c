@@ -365,9 +365,10 @@ static vp_status fit_gemm(const srow **r, size_t n, vp_gpu_gemm_fit *g,
     return VP_OK;
 }
 
-/* time = t0 + x / rate over rows' x[0] and ms[ph]. */
-static vp_status fit_rate(const srow **r, size_t n, int ph, double unit,
-                          vp_gpu_rate_fit *out, vp_error *err)
+/* Least squares of the rows' ms[ph] (in seconds) on two columns: x[ca]
+ * (the intercept when ca < 0) and x[cb]. */
+static vp_status lsq_rows(const srow **r, size_t n, int ca, int cb, int ph,
+                          double c[2], double *rms, vp_error *err)
 {
     double *X = malloc(2 * n * sizeof *X), *y = malloc(n * sizeof *y);
     if (!X || !y) {
@@ -376,14 +377,22 @@ static vp_status fit_rate(const srow **r, size_t n, int ph, double unit,
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < n; i++) {
-        X[2 * i] = 1.0;
-        X[2 * i + 1] = r[i]->x[0];
+        X[2 * i] = ca < 0 ? 1.0 : r[i]->x[ca];
+        X[2 * i + 1] = r[i]->x[cb];
         y[i] = r[i]->ms[ph] * 1e-3;
     }
-    double c[2], rms;
-    vp_status st = lsq(X, y, n, 2, c, &rms, err);
+    vp_status st = lsq(X, y, n, 2, c, rms, err);
     free(X);
     free(y);
+    return st;
+}
+
+/* time = t0 + x / rate over rows' x[0] and ms[ph]. */
+static vp_status fit_rate(const srow **r, size_t n, int ph, double unit,
+                          vp_gpu_rate_fit *out, vp_error *err)
+{
+    double c[2], rms;
+    vp_status st = lsq_rows(r, n, -1, 0, ph, c, &rms, err);
     if (st != VP_OK)
         return st;
     if (c[1] <= 0)
@@ -425,21 +434,8 @@ static vp_status fit_attention(const srow **r, size_t n, int ph,
 static vp_status fit_optim(const srow **r, size_t n, double copy,
                            vp_gpu_optim_fit *o, vp_error *err)
 {
-    double *X = malloc(2 * n * sizeof *X), *y = malloc(n * sizeof *y);
-    if (!X || !y) {
-        free(X);
-        free(y);
-        return vp_error_set(err, VP_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        X[2 * i] = r[i]->x[1];
-        X[2 * i + 1] = r[i]->x[0];
-        y[i] = r[i]->ms[0] * 1e-3;
-    }
     double c[2], rms;
-    vp_status st = lsq(X, y, n, 2, c, &rms, err);
-    free(X);
-    free(y);
+    vp_status st = lsq_rows(r, n, 1, 0, 0, c, &rms, err);
     if (st != VP_OK)
         return st;
     o->points = (uint32_t)n;

@@ -11,21 +11,7 @@
 #include "vramplan/gpu.h"
 #include "vramplan/vramplan.h"
 
-static vp_model *load(const char *path)
-{
-    vp_error err;
-    vp_model *m = vp_model_load(path, &err);
-    cr_assert_not_null(m, "%s: %s", path, err.msg);
-    return m;
-}
-
-static vp_cluster_model *cmodel(vp_model *m)
-{
-    vp_error err;
-    vp_cluster_model *cm = vp_cluster_model_new(m, 0, &err);
-    cr_assert_not_null(cm, "%s", err.msg);
-    return cm;
-}
+#include "cluster_util.h"
 
 /* The shipped H100 profile (cited curves and links). */
 static void h100(vp_hw *hw)
@@ -46,26 +32,6 @@ static vp_cluster cluster(uint32_t gpus)
     vp_cluster c;
     vp_cluster_init(&c, &hw, gpus, 8);
     return c;
-}
-
-static vp_par par(uint32_t dp, uint32_t tp, uint32_t pp, vp_sharding sh)
-{
-    vp_par p;
-    memset(&p, 0, sizeof p);
-    p.dp = dp;
-    p.tp = tp;
-    p.pp = pp;
-    p.cp = 1;
-    p.ep = 1;
-    p.vpp = 1;
-    p.schedule = VP_SCHED_1F1B;
-    p.micro_batch = 1;
-    p.accum = 8;
-    p.dtype = VP_DT_BF16;
-    p.recompute = VP_RC_FULL;
-    p.sharding = sh;
-    p.bucket_view = true;
-    return p;
 }
 
 static void eval_ok(vp_cluster_model *cm, const vp_cluster *c,

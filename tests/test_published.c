@@ -1,8 +1,8 @@
 /* Published figures the cluster planner must reproduce: the ZeRO paper's
  * model-state bytes, Megatron-LM's bytes per parameter, Korthikanti et
  * al.'s activation bytes per layer (Table 2), the pipeline bubble and
- * 1F1B's micro-batches in flight, and Calculon's validation set
- * (Korthikanti et al.'s measured step times, Table 5). */
+ * 1F1B's micro-batches in flight, and published step times with their
+ * exact layouts (docs/STEP_TIME.md "Published runs"). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,23 +11,9 @@
 #include "vramplan/cluster.h"
 #include "vramplan/vramplan.h"
 
+#include "cluster_util.h"
+
 #define GB 1e9
-
-static vp_model *load(const char *path)
-{
-    vp_error err;
-    vp_model *m = vp_model_load(path, &err);
-    cr_assert_not_null(m, "%s: %s", path, err.msg);
-    return m;
-}
-
-static vp_cluster_model *cmodel(vp_model *m)
-{
-    vp_error err;
-    vp_cluster_model *cm = vp_cluster_model_new(m, 0, &err);
-    cr_assert_not_null(cm, "%s", err.msg);
-    return cm;
-}
 
 /* A100 SXM4 80GB datasheet (gpus/a100-80g.yaml) with vramplan's default
  * efficiency terms; Selene's network: 8 x 200 Gb/s HDR per node. */
@@ -48,25 +34,6 @@ static void a100(vp_hw *h)
     h->eff_max = 1.0;
     h->mem_eff = 1.0;
     vp_hw_fill_defaults(h);
-}
-
-static vp_par par(uint32_t dp, uint32_t tp, uint32_t pp, vp_sharding sh)
-{
-    vp_par p;
-    memset(&p, 0, sizeof p);
-    p.dp = dp;
-    p.tp = tp;
-    p.pp = pp;
-    p.cp = 1;
-    p.ep = 1;
-    p.vpp = 1;
-    p.schedule = VP_SCHED_1F1B;
-    p.micro_batch = 1;
-    p.accum = 1;
-    p.dtype = VP_DT_BF16;
-    p.recompute = VP_RC_FULL;
-    p.sharding = sh;
-    return p;
 }
 
 /* ---- ZeRO (Rajbhandari et al. 2020, Fig. 1): 7.5B, Nd = 64 ---------- */
