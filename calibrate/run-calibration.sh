@@ -5,8 +5,12 @@
 #   calibrate/run-calibration.sh GPU OUTDIR [VRAMPLAN]
 #
 # GPU is the datasheet profile to start from (gpus/GPU.yaml), OUTDIR gets
-# GPU.yaml (the profile), GPU.log (everything printed) and GPU.raw.jsonl
-# (vp-calibrate's raw measurements and the PyTorch probe's line).
+# GPU.yaml (the profile), GPU.log (everything printed), GPU.raw.jsonl
+# (vp-calibrate's raw measurements and the PyTorch probe's line) and,
+# where PyTorch is installed, GPU.sweep.jsonl (the kernel sweep of
+# scripts/h200_sweeps.py: GEMMs through torch, SDPA, memory-bound
+# kernels, optimizers, eager dispatch; SWEEP_BUDGET seconds, default
+# 1800), fitted into the profile by `vramplan calibrate --sweep`.
 # VRAMPLAN is the vramplan binary (default ./vramplan).
 set -uo pipefail
 gpu=${1:?usage: run-calibration.sh GPU OUTDIR [VRAMPLAN]}
@@ -38,9 +42,23 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.13'; then
     fi
 fi
 
-say "== $vramplan calibrate --gpu $gpu --raw $out/$gpu.raw.jsonl --out $out/$gpu.yaml"
+sweep=()
+python=${PYTHON:-python3}
+if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    say "== $python scripts/h200_sweeps.py $out/$gpu.sweep.jsonl (budget ${SWEEP_BUDGET:-1800} s)"
+    if "$python" scripts/h200_sweeps.py "$out/$gpu.sweep.jsonl" \
+        gemm,sdpa,membound,optim,launch "${SWEEP_BUDGET:-1800}" 2>&1 | tee -a "$log"; then
+        sweep=(--sweep "$out/$gpu.sweep.jsonl")
+    else
+        say "the kernel sweep failed: the profile keeps the default curves"
+    fi
+else
+    say "== no PyTorch with CUDA ($python): no kernel sweep"
+fi
+
+say "== $vramplan calibrate --gpu $gpu --raw $out/$gpu.raw.jsonl ${sweep[*]} --out $out/$gpu.yaml"
 start=$(date +%s.%N)
-"$vramplan" calibrate --gpu "$gpu" --raw "$out/$gpu.raw.jsonl" \
+"$vramplan" calibrate --gpu "$gpu" --raw "$out/$gpu.raw.jsonl" "${sweep[@]}" \
     --out "$out/$gpu.yaml" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 end=$(date +%s.%N)

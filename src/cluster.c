@@ -32,8 +32,6 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
     c->net_eff = 0.85;
-    c->nvlink_latency = 5e-6;
-    c->net_latency = 1e-5;
     c->nccl_comm_bytes = (uint64_t)320 * VP_MiB;
     c->nccl_peer_bytes = (uint64_t)48 * VP_MiB;
     c->alloc_overhead = 0.05;
@@ -90,6 +88,15 @@ static int region_of(const vp_graph *g, uint32_t op)
 static bool is_expert_op(const vp_op *o)
 {
     return o->name && strstr(o->name, ".experts.") != NULL;
+}
+
+/* Whether op o belongs to an expert other than the first: a grouped MoE
+ * (Megatron's TEGroupedMLP, GroupedGEMM) runs one kernel for all of a
+ * rank's experts, so only the first expert's ops count kernels. */
+static bool later_expert(const vp_op *o)
+{
+    const char *e = o->name ? strstr(o->name, ".experts.") : NULL;
+    return e && strtoul(e + 9, NULL, 10) > 0;
 }
 
 static void scan_graph(const vp_graph *g, gscan *s)
@@ -159,6 +166,241 @@ static void scan_graph(const vp_graph *g, gscan *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* Graph scan: matmul shapes, fused traffic, the attention core          */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    vp__gemm gemm[VP__GEMMS], hgemm[4];
+    size_t n_gemm, n_hgemm;
+    double fz[3][3]; /* [emb, layer, head][elems, bytes, kernels] */
+    double lin_in;   /* elements of the (distinct) inputs of a layer's
+                        linears: what fp8 training saves in one byte    */
+    double gated;    /* outputs of the activations of gated MLPs, which
+                        the fused SwiGLU does not keep                  */
+    double mm_out;   /* outputs of a layer's linears and attention core:
+                        what op-level selective checkpointing saves     */
+    double keep[2];  /* what a fused engine saves for the backward, besides
+                        the linears' inputs: activation elements, one-byte
+                        mask elements                                   */
+} shapes;
+
+static void add_gemm(vp__gemm *arr, size_t *n, size_t cap, vp__gemm g)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (arr[i].rows == g.rows && arr[i].n == g.n && arr[i].k == g.k &&
+            arr[i].split == g.split && arr[i].expert == g.expert) {
+            arr[i].count += g.count;
+            return;
+        }
+    if (*n < cap)
+        arr[(*n)++] = g;
+    else /* more distinct shapes than kept: fold into the last */
+        arr[cap - 1].count += g.count * (g.rows * g.n * g.k) /
+                              (arr[cap - 1].rows * arr[cap - 1].n *
+                               arr[cap - 1].k);
+}
+
+static bool feeds(const vp_graph *g, size_t i, vp_op_kind k)
+{
+    if (i + 1 >= g->n_ops || g->ops[i + 1].kind != k)
+        return false;
+    const vp_op *nx = &g->ops[i + 1];
+    for (uint32_t j = 0; j < nx->n_inputs; j++)
+        if (nx->inputs[j] == i)
+            return true;
+    return i + 1 < g->n_ops && nx->n_inputs == 0;
+}
+
+/* Elements of the expert output a combine adds: its smallest input (the
+ * others are the running sum over the token tensor). */
+static double expert_out(const vp_graph *g, const vp_op *o)
+{
+    double in = (double)o->numel;
+    for (uint32_t j = 0; j < o->n_inputs; j++) {
+        double x = (double)g->ops[o->inputs[j]].numel;
+        in = x < in ? x : in;
+    }
+    return in;
+}
+
+/* Traffic of op i under the fusions of Megatron-LM and Transformer Engine
+ * (fused_bias_dropout_add, bias_gelu / bias_swiglu, fused layer norm,
+ * fused rotary; docs/STEP_TIME.md): elements read + written, fixed
+ * bytes, kernels. */
+static void fused_op(const vp_graph *g, size_t i, double f[3])
+{
+    const vp_op *o = &g->ops[i];
+    double n = (double)o->numel;
+    switch (o->kind) {
+    case VP_OP_LAYERNORM:
+    case VP_OP_RMSNORM:
+    case VP_OP_GROUPNORM:
+    case VP_OP_ROPE:
+    case VP_OP_SOFTMAX:
+    case VP_OP_CONCAT:
+    case VP_OP_ROUTER:
+    case VP_OP_MOE_DISPATCH:
+    case VP_OP_EMBEDDING:
+        f[0] += 2 * n, f[2] += 1;
+        break;
+    case VP_OP_GELU:
+    case VP_OP_GELU_TANH:
+    case VP_OP_RELU:
+    case VP_OP_SILU:
+    case VP_OP_TANH:
+    case VP_OP_SIGMOID:
+        if (!feeds(g, i, VP_OP_MUL)) /* else fused into the gated mul */
+            f[0] += 2 * n, f[2] += 1;
+        break;
+    case VP_OP_MUL:
+        f[0] += 3 * n, f[2] += 1;
+        break;
+    case VP_OP_DROPOUT:
+        if (feeds(g, i, VP_OP_ADD)) { /* bias-dropout-add: one kernel */
+            f[1] += n;
+        } else {
+            f[0] += 2 * n, f[1] += n, f[2] += 1;
+        }
+        break;
+    case VP_OP_ADD:
+        f[0] += 3 * n, f[2] += 1;
+        break;
+    case VP_OP_MOE_COMBINE: {
+        /* scatter-add of the expert's rows only (its input), not of the
+         * whole token tensor */
+        f[0] += 2 * expert_out(g, o), f[2] += 1;
+        break;
+    }
+    case VP_OP_CROSS_ENTROPY:
+        /* vocab-parallel cross entropy: the logits read once and their
+         * fp32 exponentials written and read */
+        n = (double)o->rows * (double)o->classes;
+        f[0] += n, f[1] += 8 * n, f[2] += 3;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Elements op i saves for the backward in an engine with fused kernels
+ * (Megatron-LM, Transformer Engine), besides the linears' inputs (lin_in):
+ * a norm its input; attention its q, k, v (its output is the next
+ * linear's input); a lone activation its input; a gated product the two
+ * inputs of the fused SwiGLU; dropout its mask (one byte); an expert
+ * combine the expert's output. The tensors of Korthikanti et al. 2022,
+ * section 4.1, op by op. */
+static void saved_op(const vp_graph *g, size_t i, double keep[2])
+{
+    const vp_op *o = &g->ops[i];
+    double n = (double)o->numel;
+    switch (o->kind) {
+    case VP_OP_LAYERNORM:
+    case VP_OP_RMSNORM:
+    case VP_OP_GROUPNORM:
+        if (o->n_inputs)
+            keep[0] += (double)g->ops[o->inputs[0]].numel;
+        break;
+    case VP_OP_ATTENTION:
+        for (uint32_t j = 0; j < o->n_inputs; j++)
+            keep[0] += (double)g->ops[o->inputs[j]].numel;
+        break;
+    case VP_OP_GELU:
+    case VP_OP_GELU_TANH:
+    case VP_OP_RELU:
+    case VP_OP_SILU:
+    case VP_OP_TANH:
+    case VP_OP_SIGMOID:
+        if (!feeds(g, i, VP_OP_MUL))
+            keep[0] += n;
+        break;
+    case VP_OP_MUL:
+        keep[0] += 2 * n;
+        break;
+    case VP_OP_DROPOUT:
+        if (o->dropout > 0)
+            keep[1] += n;
+        break;
+    case VP_OP_MOE_COMBINE:
+        keep[0] += expert_out(g, o);
+        break;
+    default:
+        break;
+    }
+}
+
+/* primary: record the attention core and the parameter tensors in cm
+ * (the graph at t = 1); g2 is the graph at t = t2, for the splits. */
+static void scan_shapes(const vp_graph *g1, const vp_graph *g2, double t2,
+                        bool primary, vp_cluster_model *cm, shapes *sh)
+{
+    memset(sh, 0, sizeof *sh);
+    for (size_t i = 0; i < g1->n_ops; i++) {
+        const vp_op *o = &g1->ops[i];
+        const vp_op *o2 = i < g2->n_ops ? &g2->ops[i] : o;
+        int r = region_of(g1, (uint32_t)i);
+        if (r == REG_L0)
+            continue;
+        int fr = r == REG_EMB ? 0 : r == REG_L1 ? 1 : 2;
+        double f[3] = {0, 0, 0};
+        fused_op(g1, i, f);
+        if (later_expert(o))
+            f[2] = 0;
+        for (int q = 0; q < 3; q++)
+            sh->fz[fr][q] += f[q];
+        if (r == REG_L1)
+            saved_op(g1, i, sh->keep);
+        if (primary && r == REG_L1 && o->n_params) {
+            cm->layer_modules += 1;
+            cm->layer_tensors += o->n_params;
+        }
+        if (primary && o->kind == VP_OP_ATTENTION && r == REG_L1) {
+            cm->at_heads = (double)o->heads;
+            cm->at_q = (double)o->q_len;
+            cm->at_kv = (double)o->kv_len;
+            cm->at_dim = (double)o->head_dim;
+            cm->at_causal = o->causal;
+            cm->at_dropout = o->dropout;
+            cm->at_eager = o->attn_impl == VP_ATTN_EAGER ||
+                           o->attn_impl == VP_ATTN_MATH;
+        }
+        if (r == REG_L1 && o->kind == VP_OP_ATTENTION)
+            sh->mm_out += 2.0 * (double)o->numel; /* output, kept whole */
+        if (r == REG_L1 && o->kind == VP_OP_LINEAR)
+            sh->mm_out += 0.5 * (double)o->numel; /* every other one */
+        if (r == REG_L1 && feeds(g1, i, VP_OP_MUL) &&
+            (o->kind == VP_OP_SILU || o->kind == VP_OP_GELU ||
+             o->kind == VP_OP_GELU_TANH || o->kind == VP_OP_RELU ||
+             o->kind == VP_OP_SIGMOID))
+            sh->gated += (double)o->numel;
+        if (o->kind != VP_OP_LINEAR || (r != REG_L1 && r != REG_HEAD) ||
+            !o->out_features)
+            continue;
+        if (r == REG_L1 && o->n_inputs) {
+            uint32_t src = o->inputs[0];
+            bool seen = false;
+            for (size_t j = g1->segs[1].first_op; j < i && !seen; j++)
+                seen = g1->ops[j].kind == VP_OP_LINEAR &&
+                       g1->ops[j].n_inputs && g1->ops[j].inputs[0] == src;
+            if (!seen && src < g1->n_ops)
+                sh->lin_in += (double)g1->ops[src].numel;
+        }
+        vp__gemm g = {(double)o->numel / (double)o->out_features,
+                      (double)o->out_features, (double)o->in_features, 1.0,
+                      VP__SPLIT_NONE, is_expert_op(o)};
+        if (t2 > 1 && o2->kind == VP_OP_LINEAR &&
+            (double)o2->out_features * t2 == g.n)
+            g.split = VP__SPLIT_COL;
+        else if (t2 > 1 && o2->kind == VP_OP_LINEAR &&
+                 (double)o2->in_features * t2 == g.k)
+            g.split = VP__SPLIT_ROW;
+        if (r == REG_L1)
+            add_gemm(sh->gemm, &sh->n_gemm, VP__GEMMS, g);
+        else
+            add_gemm(sh->hgemm, &sh->n_hgemm, 4, g);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Simulation: per-layer activation bytes and memory traffic            */
 /* ------------------------------------------------------------------ */
 
@@ -225,12 +467,22 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
 {
     if (o->kind == VP_OP_LINEAR)
         return; /* written by the GEMM: in its time */
+    /* an expert's gather and scatter-add (and their backwards) move the
+     * expert's rows, not the token tensor the simulated loop allocates */
+    if (o->kind == VP_OP_MOE_COMBINE && o->numel)
+        bytes *= expert_out(k->g, o) / (double)o->numel;
+    if (o->kind == VP_OP_MOE_DISPATCH && bwd && o->n_inputs) {
+        double in = (double)k->g->ops[o->inputs[0]].numel;
+        if (in > (double)o->numel)
+            bytes *= (double)o->numel / in;
+    }
     if (reg == REG_L1) {
         if (o->kind == VP_OP_ATTENTION) {
             k->q[bwd ? VP__Q_ATTN_MEM_B : VP__Q_ATTN_MEM_F] += bytes;
         } else {
             k->q[bwd ? VP__Q_MEM_B : VP__Q_MEM_F] += bytes;
-            k->q[bwd ? VP__Q_KER_B : VP__Q_KER_F] += 1;
+            if (!later_expert(o)) /* grouped experts (torchtitan) */
+                k->q[bwd ? VP__Q_KER_B : VP__Q_KER_F] += 1;
         }
     } else if (reg == REG_HEAD) {
         k->q[VP__Q_HEAD_MEM] += bytes;
@@ -580,27 +832,69 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     make_local(&cm->local[0], m, 1);
     make_local(&cm->local[1], m, cm->t2 > 1 ? cm->t2 : 1);
     gscan s[2];
+    shapes shp[2];
     int nt = cm->t2 > 1 ? 2 : 1;
+    double t2 = cm->t2 > 1 ? (double)cm->t2 : 1.0;
+    vp_graph *gr[2] = {NULL, NULL};
     for (int ti = 0; ti < nt; ti++) {
         vp_graph *g = vp__graph_build_tf(&cm->local[ti], cm->m, 1, cm->seq,
                                          err);
         if (!g) {
+            vp_graph_free(gr[0]);
             free(cm);
             return NULL;
         }
+        gr[ti] = g;
         if (g->n_segs != 2) {
-            vp_graph_free(g);
+            vp_graph_free(gr[0]);
+            vp_graph_free(gr[1]);
             free(cm);
             vp_error_set(err, VP_EUNSUPPORTED,
                          "cluster plans need a model of repeated layers");
             return NULL;
         }
         scan_graph(g, &s[ti]);
-        vp_graph_free(g);
     }
     if (nt == 1)
         s[1] = s[0];
-    double t2 = cm->t2 > 1 ? (double)cm->t2 : 1.0;
+    scan_shapes(gr[0], nt == 2 ? gr[1] : gr[0], t2, true, cm, &shp[0]);
+    if (nt == 2)
+        scan_shapes(gr[1], gr[1], 1.0, false, cm, &shp[1]);
+    else
+        shp[1] = shp[0];
+    vp_graph_free(gr[0]);
+    vp_graph_free(gr[1]);
+    memcpy(cm->gemm, shp[0].gemm, sizeof cm->gemm);
+    memcpy(cm->hgemm, shp[0].hgemm, sizeof cm->hgemm);
+    cm->n_gemm = shp[0].n_gemm;
+    cm->n_hgemm = shp[0].n_hgemm;
+    vp__fused *fz[3] = {&cm->fz_emb, &cm->fz_layer, &cm->fz_head};
+    for (int r = 0; r < 3; r++) {
+        for (int q = 0; q < 2; q++) {
+            double x1 = shp[0].fz[r][q], x2 = shp[1].fz[r][q];
+            double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
+            sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
+            vp__split v = {x1 - sh, sh};
+            if (q == 0)
+                fz[r]->elems = v;
+            else
+                fz[r]->masks = v;
+        }
+        fz[r]->kernels = shp[0].fz[r][2];
+    }
+    double pairs[5][2] = {{shp[0].lin_in, shp[1].lin_in},
+                          {shp[0].gated, shp[1].gated},
+                          {shp[0].mm_out, shp[1].mm_out},
+                          {shp[0].keep[0], shp[1].keep[0]},
+                          {shp[0].keep[1], shp[1].keep[1]}};
+    vp__split *dst[5] = {&cm->lin_in, &cm->gated, &cm->sac, &cm->keep,
+                         &cm->keep_mask};
+    for (int q = 0; q < 5; q++) {
+        double x1 = pairs[q][0], x2 = pairs[q][1];
+        double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
+        sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
+        *dst[q] = (vp__split){x1 - sh, sh};
+    }
 #define SPLIT(dst, field)                                                  \
     do {                                                                   \
         double x1 = s[0].field, x2 = s[1].field;                           \
@@ -805,6 +1099,24 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     if (p->pp > cm->L)
         BAD("pipeline degree %u exceeds the %llu layers", p->pp,
             (unsigned long long)cm->L);
+    if (p->first_layers || p->last_layers) {
+        uint64_t f = p->first_layers, la = p->last_layers;
+        uint64_t ends = (f ? 1 : 0) + (la ? 1 : 0);
+        if (p->pp < 2)
+            BAD("first/last stage layers need pp > 1");
+        if (f + la > cm->L)
+            BAD("the first and last stages hold %llu layers of %llu",
+                (unsigned long long)(f + la), (unsigned long long)cm->L);
+        uint64_t rest = cm->L - f - la, nmid = p->pp - ends;
+        if (nmid == 0 && rest)
+            BAD("the first and last stages must hold all %llu layers when "
+                "pp = 2",
+                (unsigned long long)cm->L);
+        if (nmid && (rest < nmid || rest % nmid))
+            BAD("the %llu layers left for the other %llu stages do not "
+                "split evenly",
+                (unsigned long long)rest, (unsigned long long)nmid);
+    }
     if (p->ep > 1 && (!cm->experts || cm->experts % p->ep || p->dp % p->ep))
         BAD("expert-parallel degree %u must divide the experts (%llu) and "
             "dp (%u)",
@@ -814,31 +1126,49 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     if (p->schedule == VP_SCHED_INTERLEAVED) {
         if (p->vpp < 2)
             BAD("the interleaved schedule needs vpp >= 2");
-        if (cm->L % ((uint64_t)p->pp * p->vpp))
-            BAD("interleaving needs the %llu layers divisible by pp x vpp",
-                (unsigned long long)cm->L);
+        double l0, l1, lm;
+        vp__stage_layers(cm, p, &l0, &l1, &lm);
+        double lmin = l0 < l1 ? l0 : l1;
+        if (lm > 0 && lm < lmin)
+            lmin = lm;
+        if (lmin < p->vpp)
+            BAD("interleaving needs every stage to hold at least vpp = %u "
+                "layers",
+                p->vpp);
         if (p->accum % p->pp)
             BAD("interleaving needs the micro-batches divisible by pp");
     } else if (p->vpp != 1) {
         BAD("vpp > 1 needs the interleaved schedule");
     }
     vp_engine e = shard_engine[p->sharding];
-    if (p->dtype == VP_DT_FP8 && e != VP_ENGINE_MEGATRON)
-        BAD("fp8 training needs Megatron (Transformer Engine)");
-    if (e != VP_ENGINE_MEGATRON && p->recompute == VP_RC_SELECTIVE)
-        BAD("selective recomputation needs Megatron");
-    if (e == VP_ENGINE_TORCH && (p->tp > 1 || p->pp > 1 || p->cp > 1 ||
-                                 p->ep > 1))
-        BAD("%s runs data parallelism only (tp = pp = cp = ep = 1)",
-            vp_sharding_name(p->sharding));
+    if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
+        BAD("fp8 training needs Megatron (Transformer Engine) or PyTorch "
+            "(float8 linears)");
+    if (e == VP_ENGINE_DEEPSPEED && p->recompute == VP_RC_SELECTIVE)
+        BAD("selective recomputation needs Megatron (the core attention) "
+            "or PyTorch (op-level policy)");
+    if (e == VP_ENGINE_TORCH && p->sharding == VP_SHARD_DDP &&
+        (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
+        BAD("ddp runs data parallelism only (tp = pp = cp = ep = 1); "
+            "FSDP composes with them");
     if (e == VP_ENGINE_DEEPSPEED) {
-        if (p->tp > 1 || p->cp > 1 || p->ep > 1)
-            BAD("DeepSpeed plans here use tp = cp = ep = 1");
+        if (p->cp > 1 || p->ep > 1)
+            BAD("DeepSpeed plans here use cp = ep = 1");
         if (p->pp > 1 && (p->sharding != VP_SHARD_ZERO1 ||
                           p->schedule != VP_SCHED_1F1B))
             BAD("DeepSpeed's pipeline engine runs 1F1B with ZeRO stage 1 "
                 "only");
     }
+    if (p->compile && e != VP_ENGINE_TORCH)
+        BAD("torch.compile applies to the PyTorch engine");
+    if ((unsigned)p->overlap_dp > VP_OFF || (unsigned)p->overlap_tp > VP_OFF ||
+        (unsigned)p->overlap_ep > VP_OFF)
+        BAD("invalid overlap switch in the configuration");
+    if (p->overlap_tp == VP_ON && (p->tp < 2 || !p->sp))
+        BAD("tensor-parallel communication overlap needs tp > 1 with "
+            "sequence parallelism");
+    if (p->overlap_ep == VP_ON && p->ep < 2)
+        BAD("expert all-to-all overlap needs ep > 1");
     if (p->sharding == VP_SHARD_FSDP_HYBRID &&
         (p->dp <= c->gpus_per_node || p->dp % c->gpus_per_node))
         BAD("hybrid sharding needs dp a multiple of the %u GPUs per node "
@@ -849,777 +1179,4 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
             vp_offload_name(p->offload), vp_sharding_name(p->sharding));
     return VP_OK;
 #undef BAD
-}
-
-/* ------------------------------------------------------------------ */
-/* Evaluation                                                          */
-/* ------------------------------------------------------------------ */
-
-void vp__evctx_init(vp__evctx *x, const vp_cluster_model *cm,
-                    const vp_cluster *c)
-{
-    memset(x, 0, sizeof *x);
-    x->cm = cm;
-    x->c = c;
-    x->gpn = (double)c->gpus_per_node;
-    x->nv_bw = c->hw.nvlink * c->nvlink_eff;
-    x->net_bw = c->hw.network * c->net_eff;
-    if (x->nv_bw <= 0)
-        x->nv_bw = x->net_bw > 0 ? x->net_bw : 1e9;
-    if (x->net_bw <= 0)
-        x->net_bw = x->nv_bw;
-    double bw = c->hw.hbm * (c->hw.mem_eff > 0 ? c->hw.mem_eff : 1.0);
-    x->inv_mem = bw > 0 ? 1.0 / bw : 0;
-    x->launch = c->hw.launch;
-    x->fh = c->hw.f_half;
-    double em = c->hw.eff_max > 0 ? c->hw.eff_max : 1.0;
-    for (int d = 0; d < VP_DT__COUNT; d++) {
-        double rl = vp__dtype_rate(&c->hw, (vp_dtype)d, true);
-        double ra = vp__dtype_rate(&c->hw, (vp_dtype)d, false);
-        x->k_lin[d] = rl > 0 ? 1.0 / (rl * em) : 0;
-        x->k_attn[d] = ra > 0 ? 1.0 / (ra * em) : 0;
-        x->peak[d] = rl;
-    }
-    x->host_bw = c->hw.host > 0 ? c->hw.host : 25e9;
-}
-
-/* Bandwidth (B/s per rank) and latency of a group of n ranks whose
- * members are `stride` ranks apart. */
-static inline void group_link(const vp__evctx *x, double n, double stride,
-                              double *bw, double *lat)
-{
-    if (n * stride <= x->gpn) {
-        *bw = x->nv_bw;
-        *lat = x->c->nvlink_latency;
-        return;
-    }
-    double k = stride >= x->gpn ? 1.0 : x->gpn / stride;
-    if (k > n)
-        k = n;
-    double net = x->net_bw * k;
-    *bw = net < x->nv_bw ? net : x->nv_bw;
-    *lat = x->c->net_latency;
-}
-
-static inline double lg2(double n) { return n > 1 ? log2(n) : 0; }
-
-/* Collective times; S = bytes of the whole (unsharded) buffer. */
-static inline double t_allreduce(const vp__evctx *x, double S, double n,
-                                 double stride)
-{
-    if (n <= 1 || S <= 0)
-        return 0;
-    double bw, lat;
-    group_link(x, n, stride, &bw, &lat);
-    return 2.0 * (n - 1) / n * S / bw + 2.0 * lat * lg2(n);
-}
-
-static inline double t_gather(const vp__evctx *x, double S, double n,
-                              double stride) /* all-gather, reduce-scatter */
-{
-    if (n <= 1 || S <= 0)
-        return 0;
-    double bw, lat;
-    group_link(x, n, stride, &bw, &lat);
-    return (n - 1) / n * S / bw + lat * lg2(n);
-}
-
-static inline double t_alltoall(const vp__evctx *x, double S, double n,
-                                double stride)
-{
-    if (n <= 1 || S <= 0)
-        return 0;
-    double bw, lat;
-    group_link(x, n, stride, &bw, &lat);
-    return (n - 1) / n * S / bw + lat * (n - 1);
-}
-
-static inline double t_p2p(const vp__evctx *x, double S, double stride)
-{
-    double bw, lat;
-    group_link(x, 2, stride, &bw, &lat);
-    return S / bw + lat;
-}
-
-static inline double pos(double v) { return v > 0 ? v : 0; }
-
-static inline double fitv(const vp__fit *f, double b, double t, bool sp)
-{
-    double r = f->r0 + f->r1 * b, s = f->s0 + f->s1 * b;
-    r = r > 0 ? r : 0;
-    s = s > 0 ? s : 0;
-    return sp ? (r + s) / t : r + s / t;
-}
-
-double vp_pipeline_in_flight(vp_schedule s, uint32_t p, uint64_t m,
-                             uint32_t v, uint32_t stage)
-{
-    if (p <= 1)
-        return 1.0;
-    double md = (double)m;
-    if (s == VP_SCHED_GPIPE)
-        return md;
-    if (s == VP_SCHED_INTERLEAVED && v > 1) {
-        /* Megatron: (p - k - 1) * 2 + (v - 1) * p warm-up chunks + 1 */
-        double w = (double)(p - stage - 1) * 2.0 + (double)(v - 1) * p + 1;
-        double all = md * v;
-        return (w < all ? w : all) / (double)v;
-    }
-    double f = (double)(p - stage);
-    return f < md ? f : md;
-}
-
-double vp_pipeline_bubble(uint32_t p, uint64_t m, uint32_t v)
-{
-    if (p <= 1 || m == 0)
-        return 0;
-    return (double)(p - 1) / ((double)m * (v ? v : 1));
-}
-
-/* States of one stage: dense params pd (group D), expert params pe
- * (group De), the largest gathered unit pu, root unit (FSDP: embedding +
- * head) pr. Two moments of a step are peaks: the forward/backward one,
- * w + gfb + o + buf + activations + transient, and the optimizer step,
- * w + g + o + bopt + temp (docs/CLUSTER.md "Two peaks"). */
-typedef struct {
-    double w, g, o, buf, host; /* bytes on the GPU, host per rank; g: every
-                                  gradient, as the optimizer step has them */
-    double gfb;   /* gradients resident at the forward/backward peak     */
-    double bopt;  /* buffers during the optimizer step                    */
-    double temp;  /* the optimizer step's temporaries                     */
-    double popt;  /* params whose optimizer step runs here                */
-} stbytes;
-
-/* DeepSpeed's sub_group_size: ZeRO-3 steps its partition in sub-groups
- * of at most this many elements. */
-#define DS_SUB_GROUP 1e9
-
-/* PyTorch DDP without gradient_as_bucket_view, one micro-batch per step:
- * the .grad tensors (apart from the buckets) appear as the backward makes
- * them, so at its peak only those made so far exist. With accumulation
- * they exist from the second micro-batch on; bucket views are the
- * buckets, allocated when DDP is built. */
-static inline bool grads_progressive(const vp_par *p)
-{
-    return p->sharding == VP_SHARD_DDP && !p->bucket_view && p->accum == 1;
-}
-
-/* The share of the simulated gradients (those the backward has made by
- * its peak, VP__Q_*_GRAD) that is memory beyond the resident states: 0
- * for DDP's bucket views and for accumulated gradients (copied into the
- * buckets or added in place), 1 otherwise (DDP's progressive .grad,
- * FSDP's unsharded gradients, the other engines as before). */
-static inline double sim_grad_share(const vp_par *p)
-{
-    if (p->sharding == VP_SHARD_DDP && !grads_progressive(p))
-        return 0.0;
-    return 1.0;
-}
-
-static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
-                         double pe, double pu, double pr, stbytes *o)
-{
-    double D = (double)p->dp * p->cp;
-    double De = D / p->ep;
-    double P = pd + pe;
-    vp_engine e = shard_engine[p->sharding];
-    bool f32 = p->dtype == VP_DT_FP32;
-    double w, g, opt;
-    if (f32) {
-        w = 4, g = 4, opt = 8;
-    } else if (e == VP_ENGINE_MEGATRON) {
-        w = p->dtype == VP_DT_FP8 ? 4 : 2; /* + fp8 weight and transpose */
-        g = 4, opt = 12;
-    } else if (e == VP_ENGINE_DEEPSPEED) {
-        w = 2, g = 2, opt = 12;
-    } else {
-        w = 4, g = 4, opt = 8; /* fp32 parameters, autocast / FSDP MP */
-    }
-    double ab = f32 ? 4 : 2; /* gathered / autocast copies */
-    double Ps;               /* sharded parameter count per rank */
-    if (p->sharding == VP_SHARD_FSDP_HYBRID) {
-        double Dh = x->gpn < D ? x->gpn : D;
-        Ps = pd / Dh + pe / Dh;
-    } else {
-        Ps = pd / D + pe / De;
-    }
-    /* DeepSpeed's step (stage_1_and_2.py step(), stage3.py
-     * _prepare_fp32_grad_for_sub_group): the gradient partition is
-     * flattened (a copy in the gradient dtype) and converted to fp32 to
-     * become the fp32 partition's .grad; FusedAdam then runs in place */
-    double ds_flat = g + (g < 4 ? 4.0 : 0.0);
-    memset(o, 0, sizeof *o);
-    switch (p->sharding) {
-    case VP_SHARD_DDP:
-        o->w = w * P, o->g = g * P, o->o = opt * P;
-        /* buckets (1x grads, from construction) unless the grads are
-         * views of them; autocast's bf16 weight copies, saved for the
-         * backward, until their layer's backward */
-        o->bopt = p->bucket_view ? 0 : g * P;
-        o->buf = o->bopt + (f32 ? 0 : 2.0 * P);
-        o->gfb = grads_progressive(p) ? 0 : o->g;
-        /* foreach AdamW: _foreach_sqrt(exp_avg_sq), one fp32 copy */
-        o->temp = 4.0 * P;
-        o->popt = P;
-        break;
-    case VP_SHARD_MEGATRON:
-        /* fused Adam in place; main grads are the fp32 grad buffer */
-        o->w = w * P, o->g = g * P, o->o = opt * P;
-        o->popt = P;
-        break;
-    case VP_SHARD_DISTOPT:
-        o->w = w * P, o->g = g * P, o->o = opt * Ps;
-        o->popt = Ps;
-        break;
-    case VP_SHARD_ZERO1:
-        o->w = w * P, o->g = g * P, o->o = opt * Ps;
-        o->temp = ds_flat * Ps;
-        o->popt = Ps;
-        break;
-    case VP_SHARD_ZERO2: {
-        double bucket = P < 5e7 ? P : 5e7;
-        o->w = w * P, o->g = g * Ps, o->o = opt * Ps;
-        o->buf = 4.5 * bucket * g; /* DeepSpeed: overlap_comm = 4.5x */
-        o->bopt = o->buf;
-        o->temp = ds_flat * Ps;
-        o->popt = Ps;
-        break;
-    }
-    case VP_SHARD_ZERO3:
-        o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
-        o->buf = (2.0 * w + g) * pu; /* two gathered units + their grads */
-        o->temp = ds_flat * (Ps < DS_SUB_GROUP ? Ps : DS_SUB_GROUP);
-        o->popt = Ps;
-        break;
-    case VP_SHARD_FSDP_FULL:
-    case VP_SHARD_FSDP_HYBRID:
-        o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
-        /* limit_all_gathers: 2 units in flight, unsharded grads of one,
-         * the root unit (embedding, head) gathered all step */
-        o->buf = 2.0 * ab * pu + ab * pu + ab * pr;
-        o->temp = 4.0 * Ps; /* foreach AdamW on the fp32 shards */
-        o->popt = Ps;
-        break;
-    case VP_SHARD_FSDP_GRAD_OP:
-        o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
-        o->buf = ab * P + ab * pu; /* gathered from forward to backward */
-        o->temp = 4.0 * Ps;
-        o->popt = Ps;
-        break;
-    default:
-        break;
-    }
-    if (p->sharding != VP_SHARD_DDP)
-        o->gfb = o->g;
-    if (p->offload == VP_OFFLOAD_OPTIMIZER) {
-        o->host = (opt + 4.0) * Ps; /* state + the fp32 grad partition */
-        o->o = 0;
-        o->temp = 0; /* the step runs on the host */
-        if (e == VP_ENGINE_DEEPSPEED) {
-            /* grads leave for the host as they are reduced */
-            if (p->sharding != VP_SHARD_ZERO3) {
-                double bucket = P < 5e7 ? P : 5e7;
-                o->g = o->gfb = 0;
-                o->buf = o->bopt = 4.5 * bucket * g;
-            } else {
-                o->g = o->gfb = 0;
-            }
-        }
-    } else if (p->offload == VP_OFFLOAD_ALL) {
-        o->host = (w + g + opt) * Ps;
-        o->w = o->g = o->gfb = o->o = 0;
-        o->temp = 0; /* the step runs on the host */
-    }
-}
-
-/* Parameters on the first and last stage. */
-typedef struct {
-    double pd0, pd1; /* dense parameters of the first and last stage  */
-    double pe;       /* expert parameters of a stage (local experts)  */
-    double pu;       /* the largest unit gathered at once (a layer)   */
-    double pr;       /* FSDP's root unit: embedding and head          */
-} stparams;
-
-static void stage_params(const vp__evctx *x, const vp_par *p, stparams *o)
-{
-    const vp_cluster_model *cm = x->cm;
-    double t = p->tp, ep = p->ep;
-    double l = ceil((double)cm->L / p->pp);
-    bool first_last = p->pp == 1;
-    double Pl = cm->p_layer.r + cm->p_layer.s / t;
-    double Pe = (cm->p_exp.r + cm->p_exp.s / t) / ep;
-    double Pemb = cm->p_emb_other.r + cm->p_emb_other.s / t +
-                  cm->p_word.r + cm->p_word.s / t;
-    double Phead = cm->p_head_word.r + cm->p_head_word.s / t +
-                   cm->p_head_other.r + cm->p_head_other.s / t;
-    if (cm->tied && !first_last)
-        Phead += cm->p_word.r + cm->p_word.s / t; /* copy on the last */
-    o->pd0 = l * Pl + Pemb + (first_last ? Phead : 0);
-    o->pd1 = l * Pl + Phead + (first_last ? Pemb : 0);
-    o->pe = l * Pe;
-    o->pu = Pl + Pe;
-    o->pr = Pemb + Phead;
-    if (p->sharding == VP_SHARD_ZERO3) {
-        if (Pemb > o->pu)
-            o->pu = Pemb;
-        if (Phead > o->pu)
-            o->pu = Phead;
-    }
-}
-
-/* NCCL buffers of the communicators a rank uses. */
-static double nccl_bytes(const vp__evctx *x, const vp_par *p)
-{
-    const vp_cluster *c = x->c;
-    double t = p->tp, cp = p->cp, d = p->dp, ep = p->ep, pp = p->pp;
-    double ncoll = 0;
-    if (t > 1)
-        ncoll++;
-    if (cp > 1)
-        ncoll++;
-    if (d * cp > 1)
-        ncoll += p->sharding == VP_SHARD_FSDP_HYBRID ? 2 : 1;
-    if (ep > 1 && d * cp / ep > 1)
-        ncoll++;
-    return ncoll * (double)c->nccl_comm_bytes +
-           (pp > 1 ? 0.5 * (double)c->nccl_comm_bytes : 0) +
-           (ep > 1 ? (ep - 1) * (double)c->nccl_peer_bytes : 0);
-}
-
-/* The activation terms of one micro-batch. */
-typedef struct {
-    double saved, trans, emb, head_saved, head_peak, extra;
-    double gh, gx; /* gradient bytes made by the head's and a layer's
-                      backward peak (simulated dtype)                   */
-} actterms;
-
-static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
-                      actterms *o)
-{
-    double b = (double)p->micro_batch, t = (double)p->tp;
-    bool sp = p->sp;
-    double layer = fitv(&a->q[VP__Q_LAYER], b, t, sp);
-    double att = fitv(&a->q[VP__Q_ATTN_INT], b, t, sp);
-    double extra = fitv(&a->q[VP__Q_EXTRA], b, t, sp);
-    double in = b * (double)(x->cm->seq / p->cp) * (double)x->cm->hidden *
-                a->resid_bytes / (sp ? t : 1.0);
-    if (in > layer)
-        in = layer;
-    switch (p->recompute) {
-    case VP_RC_SELECTIVE:
-        o->saved = layer - att > in ? layer - att : in;
-        o->trans = extra + (layer - o->saved);
-        break;
-    case VP_RC_FULL:
-        o->saved = in;
-        o->trans = layer - in + extra;
-        break;
-    default:
-        o->saved = layer;
-        o->trans = extra;
-        break;
-    }
-    o->emb = fitv(&a->q[VP__Q_EMB], b, t, sp);
-    o->head_saved = fitv(&a->q[VP__Q_HEAD_SAVED], b, t, sp);
-    o->head_peak = fitv(&a->q[VP__Q_HEAD_PEAK], b, t, sp);
-    o->gh = fitv(&a->q[VP__Q_HEAD_GRAD], b, t, sp);
-    o->gx = fitv(&a->q[VP__Q_LAYER_GRAD], b, t, sp);
-}
-
-static uint64_t to_u64(double v)
-{
-    if (!(v > 0))
-        return 0;
-    if (v >= 1.8e19)
-        return UINT64_MAX;
-    return (uint64_t)llround(v);
-}
-
-void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
-                  vp_cluster_mem *mem, vp_cluster_time *tm)
-{
-    const vp_cluster_model *cm = x->cm;
-    const vp_cluster *c = x->c;
-    double t = p->tp, pp = p->pp, d = p->dp, cp = p->cp, ep = p->ep;
-    double v = p->vpp, b = (double)p->micro_batch, m = (double)p->accum;
-    bool sp = p->sp;
-    double L = (double)cm->L;
-    double l = ceil(L / pp);
-    double h = (double)cm->hidden;
-    double sl = (double)(cm->seq / p->cp);
-    bool first_last = p->pp == 1;
-    vp_engine eng = shard_engine[p->sharding];
-    double ab = p->dtype == VP_DT_FP32 ? 4.0 : 2.0;
-
-    stparams P;
-    stage_params(x, p, &P);
-    double pd0 = P.pd0, pd1 = P.pd1, pe_st = P.pe, pu = P.pu, pr = P.pr;
-    stbytes s0, s1;
-    stage_states(x, p, pd0, pe_st, pu, pr, &s0);
-    if (first_last)
-        s1 = s0;
-    else
-        stage_states(x, p, pd1, pe_st, pu, pr, &s1);
-
-    /* ---- activations ---- */
-    actterms at;
-    act_terms(x, a, p, &at);
-    double f0 = vp_pipeline_in_flight(p->schedule, p->pp, p->accum, p->vpp,
-                                      0);
-    double f1 = vp_pipeline_in_flight(p->schedule, p->pp, p->accum, p->vpp,
-                                      p->pp - 1);
-    double kvl = (double)cm->kv_heads / t;
-    if (kvl < 1)
-        kvl = 1;
-    double kv_bytes = b * sl * 2.0 * kvl * (double)cm->head_dim * ab;
-    double extra_bufs = (cp > 1 ? 2.0 * kv_bytes : 0) +
-                        (pp > 1 ? 2.0 * b * sl * h * ab / t : 0);
-    double act0, act1, tr0, tr1;
-    /* the gradients the backward has made by its peak, where they are
-     * not resident states */
-    double gs = sim_grad_share(p);
-    at.trans += gs * at.gx;
-    double hp = at.head_peak + gs * at.gh;
-    if (hp < at.head_saved)
-        hp = at.head_saved;
-    double head_tr = hp - at.head_saved;
-    if (first_last) {
-        act0 = act1 = l * at.saved + at.emb + at.head_saved;
-        tr0 = tr1 = (at.trans > head_tr ? at.trans : head_tr) + extra_bufs;
-    } else {
-        act0 = f0 * (l * at.saved + at.emb);
-        act1 = f1 * (l * at.saved + at.head_saved);
-        tr0 = at.trans + extra_bufs;
-        tr1 = (at.trans > head_tr ? at.trans : head_tr) + extra_bufs;
-    }
-    /* the forward/backward peak and the optimizer step's of each stage */
-    double fb0 = s0.w + s0.gfb + s0.o + s0.buf + act0 + tr0;
-    double fb1 = s1.w + s1.gfb + s1.o + s1.buf + act1 + tr1;
-    double op0 = s0.w + s0.g + s0.o + s0.bopt + s0.temp;
-    double op1 = s1.w + s1.g + s1.o + s1.bopt + s1.temp;
-    double alloc0 = fb0 > op0 ? fb0 : op0;
-    double alloc1 = fb1 > op1 ? fb1 : op1;
-
-    double nccl = nccl_bytes(x, p);
-
-    if (mem) {
-        bool last = alloc1 > alloc0;
-        const stbytes *s = last ? &s1 : &s0;
-        double alloc = last ? alloc1 : alloc0;
-        bool step = (last ? op1 > fb1 : op0 > fb0);
-        memset(mem, 0, sizeof *mem);
-        mem->weights = to_u64(s->w);
-        mem->optimizer = to_u64(s->o);
-        if (step) {
-            /* the optimizer step: every gradient, no activations */
-            mem->grads = to_u64(s->g);
-            mem->buffers = to_u64(s->bopt);
-            mem->transient = to_u64(s->temp);
-        } else {
-            mem->grads = to_u64(s->gfb);
-            mem->buffers = to_u64(s->buf);
-            mem->activations = to_u64(last ? act1 : act0);
-            mem->transient = to_u64(last ? tr1 : tr0);
-        }
-        mem->overhead = to_u64(alloc * c->alloc_overhead);
-        mem->nccl = to_u64(nccl);
-        mem->context = c->context;
-        mem->total = mem->weights + mem->grads + mem->optimizer +
-                     mem->buffers + mem->activations + mem->transient +
-                     mem->overhead + mem->nccl + mem->context;
-        double hpr = s0.host > s1.host ? s0.host : s1.host;
-        double ranks = c->gpus < c->gpus_per_node ? c->gpus
-                                                  : c->gpus_per_node;
-        mem->host = to_u64(1.5 * hpr * ranks); /* DeepSpeed buffer factor */
-        mem->stage = last ? p->pp - 1 : 0;
-        mem->in_flight = last ? f1 : f0;
-    }
-    if (!tm)
-        return;
-
-    /* ---- time of one micro-batch per layer ---- */
-    int dt = p->dtype;
-    double kl = x->k_lin[dt], ka = x->k_attn[dt], fh = x->fh;
-    double bcp = b / cp;
-    double flin_f = bcp * (cm->flin_f.r + cm->flin_f.s / t);
-    double flin_b = bcp * (cm->flin_b.r + cm->flin_b.s / t);
-    double fexp_f = bcp * (cm->fexp_f.r + cm->fexp_f.s / t);
-    double fexp_b = bcp * (cm->fexp_b.r + cm->fexp_b.s / t);
-    double fatt_f = bcp * (cm->fattn_f.r + cm->fattn_f.s / t);
-    double fatt_b = bcp * (cm->fattn_b.r + cm->fattn_b.s / t);
-    double nexp = cm->n_exp / ep;
-    double mm_f = (flin_f + cm->n_lin * fh) * kl + (fexp_f + nexp * fh) * kl;
-    double mm_b = (flin_b + 2 * cm->n_lin * fh) * kl +
-                  (fexp_b + 2 * nexp * fh) * kl;
-    /* ring attention runs one attention kernel per chunk it meets */
-    double att_fm = (fatt_f + cm->n_attn * cp * fh) * ka;
-    double att_bm = (fatt_b + cm->n_attn * cp * fh) * ka;
-    double att_f_mem = 2.0 * fitv(&a->q[VP__Q_ATTN_MEM_F], b, t, sp) *
-                       x->inv_mem;
-    double att_b_mem = 2.0 * fitv(&a->q[VP__Q_ATTN_MEM_B], b, t, sp) *
-                       x->inv_mem;
-    double att_f = att_fm > att_f_mem ? att_fm : att_f_mem;
-    double att_b = att_bm > att_b_mem ? att_bm : att_b_mem;
-    double nk = cm->n_lin + cm->n_attn + nexp;
-    double mem_f = 2.0 * fitv(&a->q[VP__Q_MEM_F], b, t, sp) * x->inv_mem +
-                   (fitv(&a->q[VP__Q_KER_F], b, t, sp) + nk) * x->launch;
-    double mem_b = 2.0 * fitv(&a->q[VP__Q_MEM_B], b, t, sp) * x->inv_mem +
-                   (fitv(&a->q[VP__Q_KER_B], b, t, sp) + 2 * nk) * x->launch;
-    /* tensor parallel: 2 all-reduces (or all-gather + reduce-scatter
-     * pairs with sp) in forward, 2 in backward */
-    double xtp = b * sl * h * ab;
-    double tp1 = t > 1 ? 2.0 * t_allreduce(x, xtp, t, 1) : 0;
-    /* with sp, backward gathers the inputs of the column-parallel
-     * linears again (only their shards are saved) */
-    double tp_redo = t > 1 && sp ? 2.0 * t_gather(x, xtp, t, 1) : 0;
-    /* experts: dispatch and combine all-to-alls */
-    double ep1 = 0;
-    if (cm->experts && ep > 1)
-        ep1 = 2.0 * t_alltoall(x, b * sl * (double)cm->top_k * h * ab /
-                                      (sp ? t : 1.0),
-                               ep, t * cp);
-    /* context parallel: ring of K, V chunks, hidden behind attention */
-    double cpr_f = 0, cpr_b = 0;
-    if (cp > 1) {
-        double ring = (cp - 1) * t_p2p(x, kv_bytes, t);
-        cpr_f = pos(ring - att_f);
-        cpr_b = pos(2.0 * ring - att_b);
-    }
-    double lay_f = mm_f + att_f + mem_f;
-    double lay_b = mm_b + att_b + mem_b;
-    double rec = 0, rec_comm = 0;
-    if (p->recompute == VP_RC_FULL) {
-        rec = lay_f;
-        rec_comm = tp1 + ep1 + cpr_f;
-    } else if (p->recompute == VP_RC_SELECTIVE) {
-        rec = att_f;
-    }
-    /* embedding and head */
-    double emb_t = 2.0 * fitv(&a->q[VP__Q_EMB_MEM], b, t, sp) * x->inv_mem +
-                   fitv(&a->q[VP__Q_EMB_KER], b, t, sp) * x->launch;
-    double emb_comm = t > 1 ? t_allreduce(x, xtp, t, 1) : 0;
-    double fh_f = bcp * (cm->fhead_f.r + cm->fhead_f.s / t);
-    double fh_b = bcp * (cm->fhead_b.r + cm->fhead_b.s / t);
-    double head_t = (fh_f + cm->n_head * fh) * kl +
-                    (fh_b + 2 * cm->n_head * fh) * kl +
-                    2.0 * fitv(&a->q[VP__Q_HEAD_MEM], b, t, sp) * x->inv_mem +
-                    fitv(&a->q[VP__Q_HEAD_KER], b, t, sp) * x->launch;
-    /* per micro-batch on the first and last stage */
-    double comp_l = l * (lay_f + lay_b);
-    double comm_l = l * (2 * tp1 + tp_redo + 2 * ep1 + cpr_f + cpr_b);
-    double rec_l = l * rec, recc_l = l * rec_comm;
-    double st0 = comp_l + rec_l + comm_l + recc_l + emb_t + emb_comm +
-                 (first_last ? head_t : 0);
-    double st1 = comp_l + rec_l + comm_l + recc_l + head_t +
-                 (first_last ? emb_t + emb_comm : 0);
-    double p2p = pp > 1 ? t_p2p(x, b * sl * h * ab / t, t * cp * d) : 0;
-    double tmb = (st0 > st1 ? st0 : st1) + 2.0 * v * p2p;
-    double pipe;
-    if (pp <= 1)
-        pipe = m * tmb;
-    else if (p->schedule == VP_SCHED_INTERLEAVED)
-        pipe = (m + (pp - 1) / v) * tmb;
-    else
-        pipe = (m + pp - 1) * tmb;
-    /* forward and backward of one micro-batch, the overlap windows */
-    double Tf = l * (lay_f + tp1 + ep1 + cpr_f);
-    double Tb = l * (lay_b + tp1 + tp_redo + ep1 + cpr_b + rec + rec_comm);
-
-    /* ---- data parallel and sharding ---- */
-    double D = d * cp, De = D / ep;
-    double Pd = pd0 > pd1 ? pd0 : pd1, Pex = pe_st;
-    double gb, pb = ab;
-    if (p->dtype == VP_DT_FP32 || eng == VP_ENGINE_MEGATRON ||
-        p->sharding == VP_SHARD_DDP)
-        gb = 4;
-    else
-        gb = 2;
-    double sd = t, se = t * cp * ep; /* strides of the DP groups */
-    double dpx = 0, ar, rs, ag;
-    switch (p->sharding) {
-    case VP_SHARD_DDP:
-    case VP_SHARD_MEGATRON:
-        ar = t_allreduce(x, gb * Pd, D, sd) + t_allreduce(x, gb * Pex, De, se);
-        dpx = pos(ar - Tb);
-        break;
-    case VP_SHARD_DISTOPT:
-        rs = t_gather(x, gb * Pd, D, sd) + t_gather(x, gb * Pex, De, se);
-        ag = t_gather(x, pb * Pd, D, sd) + t_gather(x, pb * Pex, De, se);
-        dpx = pos(rs - Tb) + pos(ag - Tf);
-        break;
-    case VP_SHARD_ZERO1:
-        rs = t_gather(x, gb * Pd, D, sd);
-        ag = t_gather(x, pb * Pd, D, sd);
-        dpx = rs + ag;
-        break;
-    case VP_SHARD_ZERO2:
-        rs = t_gather(x, gb * Pd, D, sd);
-        ag = t_gather(x, pb * Pd, D, sd);
-        dpx = m * pos(rs - Tb) + ag;
-        break;
-    case VP_SHARD_ZERO3:
-    case VP_SHARD_FSDP_FULL:
-        ag = t_gather(x, pb * Pd, D, sd);
-        rs = t_gather(x, gb * Pd, D, sd);
-        dpx = m * (pos(ag - Tf) + pos(ag + rs - Tb));
-        break;
-    case VP_SHARD_FSDP_GRAD_OP:
-        ag = t_gather(x, pb * Pd, D, sd);
-        rs = t_gather(x, gb * Pd, D, sd);
-        dpx = m * (pos(ag - Tf) + pos(rs - Tb));
-        break;
-    case VP_SHARD_FSDP_HYBRID: {
-        double Dh = x->gpn < D ? x->gpn : D;
-        ag = t_gather(x, pb * Pd, Dh, 1);
-        rs = t_gather(x, gb * Pd, Dh, 1);
-        ar = t_allreduce(x, gb * Pd / Dh, D / Dh, Dh);
-        dpx = m * (pos(ag - Tf) + pos(ag + rs + ar - Tb));
-        break;
-    }
-    default:
-        break;
-    }
-
-    /* tied embeddings on more than one stage: the first and last stage
-     * all-reduce the word embedding's gradient */
-    if (cm->tied && pp > 1)
-        dpx += t_allreduce(x, gb * (cm->p_word.r + cm->p_word.s / t), 2,
-                           t * cp * d * (pp - 1));
-
-    /* ---- optimizer and offload ---- */
-    const stbytes *sw = pd1 > pd0 ? &s1 : &s0;
-    double popt = sw->popt;
-    double opt = 0, off = 0;
-    double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
-    if (p->offload == VP_OFFLOAD_NONE) {
-        opt = popt * obytes * x->inv_mem;
-    } else {
-        double ranks = c->gpus < c->gpus_per_node ? c->gpus
-                                                  : c->gpus_per_node;
-        opt = popt * obytes / (c->host_mem_bw / ranks);
-        double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
-        double up = pb * popt / x->host_bw;    /* new weights back    */
-        off = pos(down - Tb) + up;
-        if (p->offload == VP_OFFLOAD_ALL) {
-            /* the shard crosses the host link at each gather */
-            double fetch = (eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
-                           x->host_bw;
-            off += m * (pos(fetch - Tf) + pos(fetch - Tb));
-        }
-    }
-
-    double step = pipe + dpx + opt + off;
-    double gbatch = d * b * m;
-    memset(tm, 0, sizeof *tm);
-    double comp_mb = (st0 > st1 ? st0 : st1) - rec_l - comm_l - recc_l;
-    tm->compute = m * comp_mb;
-    tm->recompute = m * rec_l;
-    tm->tp_comm = m * l * ((2 + (p->recompute == VP_RC_FULL)) * tp1 +
-                           tp_redo) +
-                  m * emb_comm;
-    tm->ep_comm = m * l * (2 + (p->recompute == VP_RC_FULL)) * ep1;
-    tm->cp_comm = m * l * (cpr_f + cpr_b +
-                           (p->recompute == VP_RC_FULL ? cpr_f : 0));
-    tm->pp_comm = m * 2.0 * v * p2p;
-    tm->bubble = pipe - m * tmb;
-    tm->dp_comm = dpx;
-    tm->optimizer = opt;
-    tm->offload = off;
-    tm->step = step;
-    tm->samples_per_s = gbatch / step;
-    tm->tokens_per_s = gbatch * (double)cm->seq / step;
-    tm->model_flops = gbatch * cm->flops_per_sample;
-    double peak = x->peak[dt] * (double)c->gpus;
-    double recf = p->recompute == VP_RC_FULL ? cm->rec_full_per_sample
-                  : p->recompute == VP_RC_SELECTIVE ? cm->rec_sel_per_sample
-                                                    : 0;
-    tm->mfu = tm->model_flops / (step * peak);
-    tm->hfu = (tm->model_flops + gbatch * recf) / (step * peak);
-}
-
-double vp__states_bound(const vp__evctx *x, const vp_par *p, double *host)
-{
-    stparams P;
-    stbytes s0, s1;
-    stage_params(x, p, &P);
-    stage_states(x, p, P.pd0, P.pe, P.pu, P.pr, &s0);
-    stage_states(x, p, P.pd1, P.pe, P.pu, P.pr, &s1);
-    /* at the forward/backward peak at least the resident states and
-     * buffers: DDP's .grad beside the buckets may be all still to come
-     * (one micro-batch; the layout's accumulation is not chosen yet);
-     * the optimizer step's peak is whole */
-    bool prog = p->sharding == VP_SHARD_DDP && !p->bucket_view;
-    double g0 = prog ? 0 : s0.gfb;
-    double g1 = prog ? 0 : s1.gfb;
-    double f0 = s0.w + g0 + s0.o + s0.buf;
-    double f1 = s1.w + g1 + s1.o + s1.buf;
-    double o0 = s0.w + s0.g + s0.o + s0.bopt + s0.temp;
-    double o1 = s1.w + s1.g + s1.o + s1.bopt + s1.temp;
-    double a0 = f0 > o0 ? f0 : o0;
-    double a1 = f1 > o1 ? f1 : o1;
-    double a = a0 > a1 ? a0 : a1;
-    double ranks = x->c->gpus < x->c->gpus_per_node ? x->c->gpus
-                                                    : x->c->gpus_per_node;
-    double hpr = s0.host > s1.host ? s0.host : s1.host;
-    *host = 1.5 * hpr * ranks;
-    return a * (1.0 + x->c->alloc_overhead) + nccl_bytes(x, p) +
-           (double)x->c->context;
-}
-
-int vp__cls_of(const vp_par *p)
-{
-    if (p->dtype == VP_DT_FP32)
-        return VP__CLS_FP32;
-    return p->sharding == VP_SHARD_DDP ? VP__CLS_AMP : VP__CLS_HALF;
-}
-
-vp_status vp_cluster_eval(vp_cluster_model *cm, const vp_cluster *c,
-                          const vp_par *p, vp_cluster_mem *mem,
-                          vp_cluster_time *time, vp_error *err)
-{
-    vp_status st = vp_par_check(cm, c, p, err);
-    if (st != VP_OK)
-        return st;
-    const vp__act *a;
-    st = vp__act_get(cm, vp__cls_of(p), p->cp, &a, err);
-    if (st != VP_OK)
-        return st;
-    vp__evctx x;
-    vp__evctx_init(&x, cm, c);
-    vp__evaluate(&x, a, p, mem, time);
-    return VP_OK;
-}
-
-bool vp_cluster_fits(const vp_cluster *c, const vp_cluster_mem *mem)
-{
-    return mem->total <= c->memory && mem->host <= c->host_mem;
-}
-
-vp_status vp_cluster_layer_act(vp_cluster_model *cm, vp_dtype dtype,
-                               bool torch_ddp, uint64_t b, uint32_t t,
-                               bool sp, uint32_t cp, vp_recompute rc,
-                               uint64_t *bytes, vp_error *err)
-{
-    vp_par p;
-    memset(&p, 0, sizeof p);
-    p.dtype = dtype;
-    p.sharding = torch_ddp ? VP_SHARD_DDP : VP_SHARD_MEGATRON;
-    p.micro_batch = b;
-    p.tp = t ? t : 1;
-    p.cp = cp ? cp : 1;
-    p.sp = sp;
-    p.recompute = rc;
-    const vp__act *a;
-    vp_status st = vp__act_get(cm, vp__cls_of(&p), p.cp, &a, err);
-    if (st != VP_OK)
-        return st;
-    vp__evctx x;
-    vp_cluster c;
-    memset(&c, 0, sizeof c);
-    c.gpus_per_node = 8;
-    vp__evctx_init(&x, cm, &c);
-    actterms at;
-    act_terms(&x, a, &p, &at);
-    *bytes = to_u64(at.saved);
-    return VP_OK;
 }

@@ -50,6 +50,8 @@ static vp_status parse_in(const char *s, const char *const *names, int n,
 PARSE_FN(vp_dtype_parse, vp_dtype, vp_dtype_name_names, VP_DT__COUNT)
 PARSE_FN(vp_recompute_parse, vp_recompute, vp_recompute_name_names,
          VP_RC__COUNT)
+PARSE_FN(vp_schedule_parse, vp_schedule, vp_schedule_name_names,
+         VP_SCHED__COUNT)
 PARSE_FN(vp_sharding_parse, vp_sharding, vp_sharding_name_names,
          VP_SHARD__COUNT)
 PARSE_FN(vp_engine_parse, vp_engine, vp_engine_name_names, VP_ENGINE__COUNT)

@@ -18,6 +18,38 @@ typedef struct vp__split {
     double r, s;
 } vp__split;
 
+/* A matmul shape of a layer (or of the head), per sequence at t = 1. */
+enum { VP__SPLIT_NONE, VP__SPLIT_COL, VP__SPLIT_ROW };
+typedef struct vp__gemm {
+    double rows;   /* rows per sequence (an expert's share of the tokens for
+                      expert GEMMs)                                       */
+    double n, k;   /* output and input features                           */
+    double count;  /* GEMMs of this shape (experts: one per expert)       */
+    int split;     /* the side tensor parallelism divides                 */
+    bool expert;
+} vp__gemm;
+#define VP__GEMMS 16
+
+/* Memory-bound traffic of an engine that fuses its elementwise kernels
+ * (Megatron, Transformer Engine, torch.compile), per sequence:
+ * activation elements read and written (x the activation's bytes),
+ * one-byte mask elements, kernels. docs/STEP_TIME.md "Memory-bound". */
+typedef struct vp__fused {
+    vp__split elems, masks;
+    double kernels;
+} vp__fused;
+
+/* A communicator's shape on the cluster: ranks, nodes, ranks per node,
+ * the bus bandwidth per rank, NVLink's and the network's. */
+typedef struct vp__group {
+    double n, nodes, ppn, bw, intra_bw, net_bw;
+    bool pci;
+} vp__group;
+
+void vp__group_shape(const vp_cluster *c, double n, double stride,
+                     vp__group *g);
+double vp__coll(const vp__group *g, vp_coll k, double bytes);
+
 /* Simulated quantities of one micro-batch (bytes, kernels). */
 enum {
     VP__Q_EMB,        /* saved by the embedding                         */
@@ -76,6 +108,29 @@ struct vp_cluster_model {
     vp__split fhead_f, fhead_b;
     double n_lin, n_attn, n_exp, n_head; /* GEMM kernels per layer, head */
     double flops_per_sample, rec_full_per_sample, rec_sel_per_sample;
+    /* matmul shapes of a layer and of the head */
+    vp__gemm gemm[VP__GEMMS], hgemm[4];
+    size_t n_gemm, n_hgemm;
+    /* fused memory-bound traffic of a layer, the head (with the loss) and
+     * the embedding */
+    vp__fused fz_layer, fz_head, fz_emb;
+    /* elements per sequence of a layer's linear inputs and of the
+     * activation outputs of gated MLPs (fp8 and fused-SwiGLU savings) */
+    vp__split lin_in, gated;
+    /* elements a layer keeps under op-level selective checkpointing
+     * (torchtitan's policy: every other linear's output, the attention
+     * core's output and statistics) */
+    vp__split sac;
+    /* what a layer saves in an engine with fused kernels, besides the
+     * linears' inputs: activation elements and one-byte mask elements per
+     * sequence (the materialised scores are added at evaluation) */
+    vp__split keep, keep_mask;
+    /* the attention core of a layer */
+    double at_heads, at_q, at_kv, at_dim, at_dropout;
+    bool at_causal, at_eager;
+    /* parameter tensors and sub-modules with parameters of a layer (what
+     * DeepSpeed ZeRO-3 gathers call by call) */
+    double layer_tensors, layer_modules;
     uint64_t params, layer_params, embed_params, head_params;
     /* simulated activation entries */
     vp__act **act;            /* each entry allocated alone: stable */
@@ -87,9 +142,37 @@ struct vp_cluster_model {
 typedef struct vp__evctx {
     const vp_cluster_model *cm;
     const vp_cluster *c;
-    double gpn, nv_bw, net_bw, inv_mem, launch, fh, host_bw;
-    double k_lin[VP_DT__COUNT], k_attn[VP_DT__COUNT], peak[VP_DT__COUNT];
+    vp_hw hw;              /* the cluster's GPU, curves filled           */
+    double host_bw;
+    double peak[VP_DT__COUNT];        /* datasheet rate of the linear layers */
+    const vp_curve *lin[VP_DT__COUNT];  /* GEMM curve of the linear layers */
+    const vp_curve *mm[VP_DT__COUNT];   /* of other matmuls (eager attention) */
 } vp__evctx;
+
+/* The stages of a configuration: layers and parameters of the first,
+ * the last and the fullest middle stage (docs/CLUSTER.md "Stages"). */
+typedef struct vp__stages {
+    double l0, l1, lm;    /* layers; lm = 0 when there is no middle stage */
+    double pd0, pd1, pdm; /* dense parameters                             */
+    double pe0, pe1, pem; /* expert parameters (local experts)            */
+    double pu;            /* the largest unit gathered at once (a layer)  */
+    double pr;            /* FSDP's root unit: embedding and head         */
+    double popt;          /* parameters the slowest stage's optimizer
+                             steps                                        */
+} vp__stages;
+
+void vp__stage_layers(const vp_cluster_model *cm, const vp_par *p,
+                      double *l0, double *l1, double *lm);
+/* The time of a configuration (cluster_time.c). */
+void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
+              const vp__stages *st, vp_cluster_time *tm);
+double vp__fitv(const vp__fit *f, double b, double t, bool sp);
+
+/* A switch's value, `dflt` for VP_AUTO. */
+static inline bool vp__on(vp_switch s, bool dflt)
+{
+    return s == VP_AUTO ? dflt : s == VP_ON;
+}
 
 vp_status vp__act_get(vp_cluster_model *cm, int cls, uint32_t cp,
                       const vp__act **out, vp_error *err);

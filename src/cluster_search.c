@@ -11,6 +11,8 @@ void vp_search_opts_init(vp_search_opts *o)
     memset(o, 0, sizeof *o);
     o->recompute = -1;
     o->sharding = -1;
+    o->schedule = -1;
+    o->sp = -1;
     o->top = 5;
 }
 
@@ -159,6 +161,8 @@ typedef struct {
     vp_cluster_plan *out;
     uint64_t G;
     double closest_over;
+    bool check;       /* pins that need vp_par_check on each configuration */
+    vp_error perr;    /* its message (unused)                              */
     vp_error *err;
 } sctx;
 
@@ -184,10 +188,38 @@ static void note_closest(sctx *s, const vp_par *p, const vp_cluster_mem *m)
     s->out->closest.fits = false;
 }
 
-/* The schedules (with interleaving) a layout allows at m micro-batches:
- * fills sched[] and vpp[]; returns the count. */
+static int all_schedules(const sctx *s, uint32_t pp, uint64_t m,
+                         vp_engine e, vp_schedule *sched, uint32_t *vpp,
+                         int cap);
+
+static bool sched_pinned_out(const vp_search_opts *o, vp_schedule sc,
+                             uint32_t v)
+{
+    return (o->schedule >= 0 && (int)sc != o->schedule) ||
+           (o->vpp && v != o->vpp);
+}
+
+/* The schedules (with interleaving) a layout allows at m micro-batches,
+ * less those the pins rule out: fills sched[] and vpp[]; returns the
+ * count. */
 static int schedules(const sctx *s, uint32_t pp, uint64_t m, vp_engine e,
                      vp_schedule *sched, uint32_t *vpp, int cap)
+{
+    vp_schedule all[64];
+    uint32_t av[64];
+    int n = all_schedules(s, pp, m, e, all, av, cap < 64 ? cap : 64), k = 0;
+    for (int i = 0; i < n; i++)
+        if (!sched_pinned_out(s->o, all[i], av[i])) {
+            sched[k] = all[i];
+            vpp[k++] = av[i];
+        }
+    return k;
+}
+
+/* Every schedule (with interleaving) a layout allows at m micro-batches. */
+static int all_schedules(const sctx *s, uint32_t pp, uint64_t m,
+                         vp_engine e, vp_schedule *sched, uint32_t *vpp,
+                         int cap)
 {
     int n = 0;
     if (pp == 1) {
@@ -203,17 +235,15 @@ static int schedules(const sctx *s, uint32_t pp, uint64_t m, vp_engine e,
         sched[n] = VP_SCHED_GPIPE;
         vpp[n++] = 1;
     }
-    if (e != VP_ENGINE_MEGATRON || m % pp)
+    if (e == VP_ENGINE_DEEPSPEED || m % pp)
         return n;
+    /* every stage holds at least v layers (the last the fewest) */
     uint64_t L = s->cm->L;
-    if (L % pp)
-        return n;
     uint64_t per = L / pp;
-    for (uint64_t v = 2; v <= per && n < cap; v++)
-        if (per % v == 0) {
-            sched[n] = VP_SCHED_INTERLEAVED;
-            vpp[n++] = (uint32_t)v;
-        }
+    for (uint64_t v = 2; v <= per && n < cap; v++) {
+        sched[n] = VP_SCHED_INTERLEAVED;
+        vpp[n++] = (uint32_t)v;
+    }
     return n;
 }
 
@@ -235,10 +265,13 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
         vp_schedule sch[64];
         uint32_t vpp[64];
         int ns = schedules(s, p->pp, p->accum, e, sch, vpp, 64);
-        int nsp = p->tp > 1 ? 2 : 1;
+        int sp_lo = 0, sp_hi = p->tp > 1 ? 1 : 0;
+        if (s->o->sp >= 0)
+            sp_lo = sp_hi = s->o->sp;
+        int nsp = sp_hi - sp_lo + 1;
         int nrc = 0;
         for (int rc = rc_lo; rc <= rc_hi; rc++)
-            nrc += !(rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON);
+            nrc += !(rc == VP_RC_SELECTIVE && e == VP_ENGINE_DEEPSPEED);
         if (prune) {
             s->out->pruned += (uint64_t)ns * nsp * nrc;
             continue;
@@ -246,12 +279,16 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
         for (int si = 0; si < ns; si++) {
             p->schedule = sch[si];
             p->vpp = vpp[si];
-            for (int spi = 0; spi < nsp; spi++) {
+            for (int spi = sp_lo; spi <= sp_hi; spi++) {
                 p->sp = spi == 1;
                 for (int rc = rc_lo; rc <= rc_hi; rc++) {
-                    if (rc == VP_RC_SELECTIVE && e != VP_ENGINE_MEGATRON)
+                    if (rc == VP_RC_SELECTIVE && e == VP_ENGINE_DEEPSPEED)
                         continue;
                     p->recompute = (vp_recompute)rc;
+                    if (s->check && vp_par_check(s->cm, s->c, p, &s->perr)) {
+                        s->out->evaluated++;
+                        continue; /* a pin that does not apply */
+                    }
                     vp_cluster_mem mem;
                     vp__evaluate(&s->x, a, p, &mem, NULL);
                     s->out->evaluated++;
@@ -286,19 +323,23 @@ static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
     vp_engine e = vp_sharding_engine(sh);
     if (!engine_ok(s, e))
         return false;
-    if (p->dtype == VP_DT_FP8 && e != VP_ENGINE_MEGATRON)
+    if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
         return false;
     uint32_t D = p->dp * p->cp;
     switch (e) {
     case VP_ENGINE_TORCH:
-        if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+        /* DDP alone; FSDP composes with TP, PP, CP and EP (torchtitan) */
+        if (sh == VP_SHARD_DDP &&
+            (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
             return false;
         if (sh == VP_SHARD_FSDP_HYBRID)
             return p->dp > s->c->gpus_per_node &&
                    p->dp % s->c->gpus_per_node == 0;
         return true;
     case VP_ENGINE_DEEPSPEED:
-        if (p->tp > 1 || p->cp > 1 || p->ep > 1)
+        /* Megatron-DeepSpeed: ZeRO with tensor parallelism, its pipeline
+         * engine with ZeRO-1 */
+        if (p->cp > 1 || p->ep > 1)
             return false;
         return p->pp == 1 || sh == VP_SHARD_ZERO1;
     default:
@@ -315,6 +356,12 @@ static vp_status layout(sctx *s, vp_par *p)
             continue;
         p->sharding = (vp_sharding)sh;
         p->bucket_view = true; /* False only adds memory (dominated) */
+        p->first_layers = s->o->first_layers;
+        p->last_layers = s->o->last_layers;
+        p->overlap_dp = s->o->overlap_dp;
+        p->overlap_tp = s->o->overlap_tp;
+        p->overlap_ep = s->o->overlap_ep;
+        p->compile = s->o->compile;
         int cls = vp__cls_of(p);
         if (!act[cls]) {
             vp_status st = vp__act_get(s->cm, cls, p->cp, &act[cls], s->err);
@@ -337,12 +384,21 @@ static vp_status layout(sctx *s, vp_par *p)
                 /* remember the configuration nearest to fitting, even
                  * when pruned: the least activation memory of the layout */
                 vp_cluster_mem mem;
-                p->micro_batch = 1;
-                p->accum = s->G / p->dp;
+                const vp_search_opts *o = s->o;
+                uint64_t local = s->G / p->dp;
+                p->micro_batch = o->micro_batch && local % o->micro_batch == 0
+                                     ? o->micro_batch
+                                     : 1;
+                p->accum = local / p->micro_batch;
                 p->schedule = VP_SCHED_1F1B;
                 p->vpp = 1;
-                p->sp = p->tp > 1;
-                p->recompute = VP_RC_FULL;
+                if (p->pp > 1 && o->schedule >= 0) {
+                    p->schedule = (vp_schedule)o->schedule;
+                    p->vpp = o->vpp ? o->vpp : 1;
+                }
+                p->sp = o->sp >= 0 ? o->sp == 1 && p->tp > 1 : p->tp > 1;
+                p->recompute = o->recompute >= 0 ? (vp_recompute)o->recompute
+                                                 : VP_RC_FULL;
                 vp__evaluate(&s->x, act[cls], p, &mem, NULL);
                 note_closest(s, p, &mem);
             }
@@ -372,6 +428,8 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.out = out;
     s.err = err;
     uint32_t sims0 = cm->sims;
+    s.check = o->first_layers || o->last_layers || o->overlap_dp ||
+              o->overlap_tp || o->overlap_ep || o->compile;
     s.G = o->global_batch;
     if (s.G == 0) {
         s.G = ((uint64_t)1 << 22) / cm->seq;
@@ -452,6 +510,15 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
                 }
             }
         }
+    }
+    if (s.r.n == 0 && s.r.have_closest) {
+        /* the figures of the nearest configuration, step time included */
+        const vp__act *a;
+        vp_status st = vp__act_get(cm, vp__cls_of(&out->closest.par),
+                                   out->closest.par.cp, &a, err);
+        if (st != VP_OK)
+            return st;
+        vp__evaluate(&s.x, a, &out->closest.par, NULL, &out->closest.time);
     }
     out->sims = cm->sims - sims0;
     if (s.r.n > 0) {

@@ -112,9 +112,10 @@ static json_t *zero_section(const vp_cluster_model_info *in, const vp_par *p,
                             int stage)
 {
     uint64_t unit = in->layer_params / (p->tp ? p->tp : 1);
+    int overlap = stage >= 2 && p->overlap_dp != VP_OFF;
     json_t *z = json_pack("{s:i, s:b, s:b, s:b, s:I}", "stage", stage,
-                          "overlap_comm", stage >= 2, "contiguous_gradients",
-                          1, "reduce_scatter", 1, "reduce_bucket_size",
+                          "overlap_comm", overlap, "contiguous_gradients", 1,
+                          "reduce_scatter", 1, "reduce_bucket_size",
                           (json_int_t)50000000);
     int bad = z == NULL;
 
@@ -170,8 +171,14 @@ static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
                                              "loss_scale", 0,
                                              "initial_scale_power", 16));
     if (!bad)
-        bad |= json_object_set_new(o, "gradient_clipping", json_real(1.0)) |
-               json_object_set_new(o, "zero_optimization",
+        bad |= json_object_set_new(o, "gradient_clipping", json_real(1.0));
+    /* AutoTP training (deepspeed.ai/tutorials/autotp-training) */
+    if (!bad && p->tp > 1)
+        bad |= json_object_set_new(o, "tensor_parallel",
+                                   json_pack("{s:i}", "autotp_size",
+                                             (int)p->tp));
+    if (!bad)
+        bad |= json_object_set_new(o, "zero_optimization",
                                    zero_section(in, p, stage));
     if (!bad && p->pp > 1)
         bad |= json_object_set_new(
@@ -199,6 +206,13 @@ static vp_status deepspeed(sbuf *s, const vp_cluster_model_info *in,
 }
 
 /* ---- Megatron-LM ----------------------------------------------------- */
+
+/* One flag of an argument line: the line's indent first. */
+static bool flag(sbuf *s, bool line, const char *f)
+{
+    put(s, "%s%s", line ? " " : "    ", f);
+    return true;
+}
 
 static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
                           const vp_cluster *c, const vp_par *p,
@@ -242,10 +256,21 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
     put(s, "    --tensor-model-parallel-size %u%s \\\n", p->tp,
         p->sp ? " --sequence-parallel" : "");
     put(s, "    --pipeline-model-parallel-size %u", p->pp);
-    if (p->schedule == VP_SCHED_INTERLEAVED)
-        put(s, " --num-layers-per-virtual-pipeline-stage %" PRIu64,
-            in->layers / ((uint64_t)p->pp * p->vpp));
+    bool uneven = p->first_layers || p->last_layers;
+    if (p->schedule == VP_SCHED_INTERLEAVED) {
+        if (uneven || in->layers % ((uint64_t)p->pp * p->vpp))
+            put(s, " --num-virtual-stages-per-pipeline-rank %u", p->vpp);
+        else
+            put(s, " --num-layers-per-virtual-pipeline-stage %" PRIu64,
+                in->layers / ((uint64_t)p->pp * p->vpp));
+    }
     put(s, " \\\n");
+    if (p->first_layers)
+        put(s, "    --decoder-first-pipeline-num-layers %u \\\n",
+            p->first_layers);
+    if (p->last_layers)
+        put(s, "    --decoder-last-pipeline-num-layers %u \\\n",
+            p->last_layers);
     if (p->cp > 1)
         put(s, "    --context-parallel-size %u \\\n", p->cp);
     if (p->dtype == VP_DT_BF16)
@@ -255,10 +280,26 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
     else if (p->dtype == VP_DT_FP8)
         put(s, "    --bf16 --fp8-format hybrid --transformer-impl "
                "transformer_engine \\\n");
-    put(s, "    --accumulate-allreduce-grads-in-fp32 --overlap-grad-reduce");
-    if (p->sharding == VP_SHARD_DISTOPT)
-        put(s, " \\\n    --use-distributed-optimizer --overlap-param-gather");
-    put(s, " \\\n");
+    /* fp16 reduces its gradients in fp16 unless asked (Megatron's
+     * arguments.py forces fp32 accumulation for bf16 only) */
+    bool ov = p->overlap_dp != VP_OFF, line = false;
+    if (p->dtype != VP_DT_FP16)
+        line = flag(s, line, "--accumulate-allreduce-grads-in-fp32");
+    if (ov)
+        line = flag(s, line, "--overlap-grad-reduce");
+    if (p->sharding == VP_SHARD_DISTOPT) {
+        if (line)
+            put(s, " \\\n");
+        line = flag(s, false, "--use-distributed-optimizer");
+        if (ov)
+            line = flag(s, line, "--overlap-param-gather");
+    }
+    if (p->overlap_tp == VP_ON)
+        line = flag(s, line, "--tp-comm-overlap");
+    if (p->overlap_ep == VP_ON)
+        line = flag(s, line, "--overlap-moe-expert-parallel-comm");
+    if (line)
+        put(s, " \\\n");
     if (p->recompute == VP_RC_SELECTIVE)
         put(s, "    --recompute-activations \\\n");
     else if (p->recompute == VP_RC_FULL)
@@ -331,6 +372,8 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
         put(s, "    --bf16 \\\n");
     else if (p->dtype == VP_DT_FP16)
         put(s, "    --fp16 \\\n");
+    if (p->compile)
+        put(s, "    --torch_compile \\\n");
     if (p->sharding == VP_SHARD_DDP) {
         put(s, "    --ddp_bucket_cap_mb 25 \\\n");
         if (p->recompute == VP_RC_FULL)
@@ -370,6 +413,22 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
         p->pp > 1)
         return unsupported(err, "Megatron-LM has no GPipe schedule (it "
                                 "runs 1F1B, which needs less memory)");
+    if (f == VP_EXPORT_DEEPSPEED && p->tp > 1 &&
+        p->sharding == VP_SHARD_ZERO3)
+        return unsupported(err, "DeepSpeed's AutoTP trains with ZeRO stages "
+                                "0-2; ZeRO-3 with tensor parallelism runs "
+                                "through Megatron-DeepSpeed "
+                                "(--tensor-model-parallel-size %u)",
+                           p->tp);
+    if (f == VP_EXPORT_TORCHRUN &&
+        (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
+        return unsupported(err, "the Trainer export runs data parallelism "
+                                "only; FSDP with tp %u, pp %u, cp %u runs in "
+                                "torchtitan (--parallelism.tensor_parallel_"
+                                "degree, --parallelism.pipeline_parallel_"
+                                "degree, --parallelism.context_parallel_"
+                                "degree)",
+                           p->tp, p->pp, p->cp);
     vp_cluster_model_info in;
     vp_cluster_model_info_get(cm, &in);
     vp_status st;

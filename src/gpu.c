@@ -30,6 +30,7 @@ struct vp_gpu_profile {
     uint64_t memory_bytes, usable_bytes;
     double memory_gbps;
     double peak_tflops[VP_GPU__DTYPES];
+    double gemm_max_tflops[VP_GPU__DTYPES]; /* best-shape matmul, cited */
     uint32_t pcie_gen, pcie_lanes;
     double pcie_gbps;
     const char *link_kind;
@@ -61,6 +62,15 @@ const char *const vp_gpu_builtin_names[] = {
     "h200-mig-1g.18gb",     "h200-mig-1g.35gb",     "h200-mig-2g.35gb",
     "h200-mig-3g.71gb",     "h200-mig-4g.71gb",     "h200-mig-7g.141gb",
     NULL};
+
+static const char *const ATTN_NAMES[] = {
+#define VP__S2(name, str) str,
+    VP_HW_ATTN_MAP(VP__S2) NULL};
+static const char *const MEM_NAMES[] = {VP_HW_MEM_MAP(VP__S2) NULL};
+static const char *const OPTIM_NAMES[] = {VP_HW_OPTIM_MAP(VP__S2) NULL};
+#undef VP__S2
+static const char *const PHASE_NAMES[] = {"fwd", "bwd", NULL};
+static const char *const STATE_NAMES[] = {"fp32", "bf16", NULL};
 
 static const char *const DTYPE_NAMES[] = {
 #define VP__S(name, str) str,
@@ -236,7 +246,7 @@ static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
     static const char *const keys[] = {"peak_tflops", "half_gflop",
                                        "exponent",    "rms_rel_err",
                                        "best_tflops", "points",
-                                       NULL};
+                                       "k_half",      NULL};
     TRY(vp__ymap_check(d, n, keys, "a GEMM curve", err));
     yaml_node_t *v;
     TRY(need(d, n, "peak_tflops", "a GEMM curve", &v, err));
@@ -250,6 +260,8 @@ static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
         TRY(get_double(d, v, 0.0, &g->rms_rel_err, err));
     if ((v = vp__ymap_get(d, n, "best_tflops", NULL)))
         TRY(get_double(d, v, 0.0, &g->best_tflops, err));
+    if ((v = vp__ymap_get(d, n, "k_half", NULL)))
+        TRY(get_double(d, v, 0.0, &g->k_half, err));
     uint64_t u = 1;
     if ((v = vp__ymap_get(d, n, "points", NULL)))
         TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
@@ -282,6 +294,76 @@ static vp_status parse_coll(vp_ydoc *d, yaml_node_t *n, vp_gpu_coll_fit *c,
     return VP_OK;
 }
 
+static vp_status parse_rate(vp_ydoc *d, yaml_node_t *n, vp_gpu_rate_fit *r,
+                           const char *unit, vp_error *err)
+{
+    const char *const keys[] = {unit, "fixed_us", "rms_rel_err", "points",
+                                NULL};
+    TRY(vp__ymap_check(d, n, keys, "a rate fit", err));
+    yaml_node_t *v;
+    TRY(need(d, n, unit, "a rate fit", &v, err));
+    TRY(get_double(d, v, 1e-6, &r->peak, err));
+    TRY(need(d, n, "fixed_us", "a rate fit", &v, err));
+    TRY(get_double(d, v, 0.0, &r->fixed_us, err));
+    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
+        TRY(get_double(d, v, 0.0, &r->rms_rel_err, err));
+    uint64_t u = 1;
+    if ((v = vp__ymap_get(d, n, "points", NULL)))
+        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+    r->points = (uint32_t)u;
+    return VP_OK;
+}
+
+static vp_status parse_mem_rate(vp_ydoc *d, yaml_node_t *n,
+                                vp_gpu_rate_fit *r, vp_error *err)
+{
+    return parse_rate(d, n, r, "peak_gbps", err);
+}
+
+static vp_status parse_attention(vp_ydoc *d, yaml_node_t *n,
+                                 vp_gpu_gemm_fit (*r)[2], vp_error *err)
+{
+    TRY(vp__ymap_check(d, n, PHASE_NAMES, "an attention fit", err));
+    for (int ph = 0; ph < 2; ph++) {
+        yaml_node_t *v = vp__ymap_get(d, n, PHASE_NAMES[ph], NULL);
+        if (v)
+            TRY(parse_gemm(d, v, &(*r)[ph], err));
+    }
+    return VP_OK;
+}
+
+static vp_status parse_optim_one(vp_ydoc *d, yaml_node_t *n,
+                                 vp_gpu_optim_fit *o, vp_error *err)
+{
+    static const char *const keys[] = {"bytes_per_param", "us_per_tensor",
+                                       "rms_rel_err", "points", NULL};
+    TRY(vp__ymap_check(d, n, keys, "an optimizer fit", err));
+    yaml_node_t *v;
+    TRY(need(d, n, "bytes_per_param", "an optimizer fit", &v, err));
+    TRY(get_double(d, v, 1e-6, &o->bytes_per_param, err));
+    TRY(need(d, n, "us_per_tensor", "an optimizer fit", &v, err));
+    TRY(get_double(d, v, 0.0, &o->us_per_tensor, err));
+    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
+        TRY(get_double(d, v, 0.0, &o->rms_rel_err, err));
+    uint64_t u = 1;
+    if ((v = vp__ymap_get(d, n, "points", NULL)))
+        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+    o->points = (uint32_t)u;
+    return VP_OK;
+}
+
+static vp_status parse_optim(vp_ydoc *d, yaml_node_t *n,
+                             vp_gpu_optim_fit (*o)[2], vp_error *err)
+{
+    TRY(vp__ymap_check(d, n, STATE_NAMES, "an optimizer", err));
+    for (int i = 0; i < 2; i++) {
+        yaml_node_t *v = vp__ymap_get(d, n, STATE_NAMES[i], NULL);
+        if (v)
+            TRY(parse_optim_one(d, v, &(*o)[i], err));
+    }
+    return VP_OK;
+}
+
 /* A mapping from names (of `names`) to sub-items parsed by fn. */
 #define PARSE_NAMED(d, n, names, what, parse, arr)                         \
     do {                                                                   \
@@ -306,6 +388,8 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         "bandwidth_gbps",  "gemm",
         "nccl",            "framework",
         "torch",           "bf16_sustained_tflops",
+        "attention",       "membound",
+        "optimizer",       "dispatch_us",
         NULL};
     TRY(vp__ymap_check(d, n, keys, "measured", err));
     yaml_node_t *v;
@@ -333,6 +417,16 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         PARSE_NAMED(d, v, DTYPE_NAMES, "gemm", parse_gemm, m->gemm);
     if ((v = vp__ymap_get(d, n, "nccl", NULL)))
         PARSE_NAMED(d, v, COLL_NAMES, "nccl", parse_coll, m->nccl);
+    if ((v = vp__ymap_get(d, n, "attention", NULL)))
+        PARSE_NAMED(d, v, ATTN_NAMES, "attention", parse_attention,
+                    m->attention);
+    if ((v = vp__ymap_get(d, n, "membound", NULL)))
+        PARSE_NAMED(d, v, MEM_NAMES, "membound", parse_mem_rate,
+                    m->membound);
+    if ((v = vp__ymap_get(d, n, "optimizer", NULL)))
+        PARSE_NAMED(d, v, OPTIM_NAMES, "optimizer", parse_optim,
+                    m->optimizer);
+    TRY(opt_stat(d, n, "dispatch_us", &m->dispatch_us, err));
     if ((v = vp__ymap_get(d, n, "framework", NULL))) {
         static const char *const fk[] = {"context_bytes",
                                          "cublas_workspace_bytes", "source",
@@ -365,7 +459,7 @@ static const char *const TOP_KEYS[] = {
     "name",           "product",         "device_names",
     "vendor",         "arch",            "compute_capability",
     "memory_bytes",   "usable_bytes",    "memory_gbps",
-    "peak_tflops",    "host_link",       "gpu_link",
+    "peak_tflops",    "gemm_max_tflops", "host_link",       "gpu_link",
     "context_bytes",  "context_estimated", "context_note",
     "cublas_workspace_bytes", "sources", "notes",
     "measured",       "sm_count",        "mig",
@@ -466,6 +560,24 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
     }
     if (p->peak_tflops[VP_GPU_FP32] == 0.0)
         return vp__yerr(d, pk, VP_ESCHEMA, err, "peak_tflops needs 'fp32'");
+    if ((pk = vp__ymap_get(d, root, "gemm_max_tflops", NULL))) {
+        TRY(vp__ymap_check(d, pk, DTYPE_NAMES, "gemm_max_tflops", err));
+        for (int t = 0; t < VP_GPU__DTYPES; t++) {
+            v = vp__ymap_get(d, pk, DTYPE_NAMES[t], NULL);
+            if (!v)
+                continue;
+            if (p->peak_tflops[t] == 0.0)
+                return vp__yerr(d, v, VP_ESCHEMA, err,
+                                "gemm_max_tflops has '%s' but peak_tflops "
+                                "has none",
+                                DTYPE_NAMES[t]);
+            TRY(get_double(d, v, 0.01, &p->gemm_max_tflops[t], err));
+            if (p->gemm_max_tflops[t] > p->peak_tflops[t])
+                return vp__yerr(d, v, VP_ERANGE, err,
+                                "gemm_max_tflops.%s exceeds the peak (%g)",
+                                DTYPE_NAMES[t], p->peak_tflops[t]);
+        }
+    }
 
     yaml_node_t *hl;
     TRY(need(d, root, "host_link", what, &hl, err));
@@ -767,9 +879,70 @@ void vp_gpu_hw(const vp_gpu_profile *p, vp_gpu_dtype curve, vp_hw *hw)
     hw->eff_max = 1.0;
     hw->f_half = 0.0;
     hw->mem_eff = 1.0;
+    /* the GEMM curves: measured where calibrated, else the cited rate of
+     * the best shape (its size dependence comes from vp_hw_fill_defaults) */
+    for (int t = 0; t < VP_GPU__DTYPES && t < VP_HW__DTYPES; t++) {
+        if (p->peak_tflops[t] <= 0.0)
+            continue;
+        const vp_gpu_gemm_fit *g = &p->measured.gemm[t];
+        if (p->has_measured && g->points)
+            hw->gemm[t] = (vp_curve){g->peak_tflops * 1e12,
+                                     g->half_gflop * 1e9,
+                                     g->exponent > 0 ? g->exponent : 1.0,
+                                     g->k_half};
+        else if (p->gemm_max_tflops[t] > 0.0)
+            hw->gemm[t].peak = p->gemm_max_tflops[t] * 1e12;
+    }
+    /* Hopper and later: fused attention at the H200's measured shares of
+     * the best-shape bf16 GEMM rate (flash 344.6 / 332.3, efficient 262.0
+     * / 179.0, cuDNN 646.5 / 632.5 TFLOP/s forward / backward over 794.5),
+     * docs/STEP_TIME.md */
+    if (p->gemm_max_tflops[VP_GPU_BF16] > 0.0 &&
+        (!strcmp(p->arch, "hopper") || !strcmp(p->arch, "blackwell"))) {
+        static const double sh[VP_HW_ATTN__N][2] = {
+            {0.434, 0.418}, {0.330, 0.225}, {0.814, 0.796}};
+        for (int i = 0; i < VP_HW_ATTN__N; i++)
+            for (int ph = 0; ph < 2; ph++)
+                hw->attn[i][ph].peak =
+                    p->gemm_max_tflops[VP_GPU_BF16] * 1e12 * sh[i][ph];
+    }
     if (!p->has_measured)
         return;
     const vp_gpu_measured *m = &p->measured;
+    /* GEMMs back to back for seconds run at the power-limited clock */
+    const vp_gpu_gemm_fit *gb = &m->gemm[VP_GPU_BF16];
+    if (m->bf16_sustained_tflops.n && gb->points && gb->peak_tflops > 0)
+        hw->sustained = m->bf16_sustained_tflops.median / gb->peak_tflops;
+    if (hw->sustained > 1.0)
+        hw->sustained = 1.0;
+    for (int i = 0; i < VP_GPU__ATTN && i < VP_HW_ATTN__N; i++)
+        for (int ph = 0; ph < 2; ph++) {
+            const vp_gpu_gemm_fit *r = &m->attention[i][ph];
+            if (r->points)
+                hw->attn[i][ph] = (vp_curve){r->peak_tflops * 1e12,
+                                             r->half_gflop * 1e9,
+                                             r->exponent > 0 ? r->exponent
+                                                             : 1.0,
+                                             0};
+        }
+    for (int i = 0; i < VP_GPU__MEM && i < VP_HW_MEM__N; i++) {
+        const vp_gpu_rate_fit *r = &m->membound[i];
+        if (r->points)
+            hw->mem_kind[i] = (vp_curve){r->peak * 1e9,
+                                         r->peak * 1e9 * r->fixed_us * 1e-6,
+                                         1.0, 0};
+    }
+    if (m->membound[VP_HW_MEM_COPY].points)
+        hw->mem = hw->mem_kind[VP_HW_MEM_COPY];
+    for (int i = 0; i < VP_GPU__OPTIM && i < VP_HW_OPTIM__N; i++)
+        for (int d = 0; d < 2; d++) {
+            const vp_gpu_optim_fit *o = &m->optimizer[i][d];
+            if (o->points)
+                hw->optim[i][d] = (vp_optim_cost){o->bytes_per_param, 0,
+                                                  o->us_per_tensor};
+        }
+    if (m->dispatch_us.n)
+        hw->dispatch = m->dispatch_us.median * 1e-6;
     if ((unsigned)curve < VP_GPU__DTYPES && m->gemm[curve].points &&
         p->peak_tflops[curve] > 0.0) {
         hw->eff_max = m->gemm[curve].peak_tflops / p->peak_tflops[curve];
@@ -833,6 +1006,101 @@ static void put_u64(FILE *f, int indent, const char *key, uint64_t v)
         fprintf(f, "%*s%s: %llu\n", indent, "", key, (unsigned long long)v);
 }
 
+static void put_gemm(FILE *f, const vp_gpu_gemm_fit *g)
+{
+    fputs("{peak_tflops: ", f);
+    put_num(f, g->peak_tflops);
+    fputs(", half_gflop: ", f);
+    put_num(f, g->half_gflop);
+    fputs(", exponent: ", f);
+    put_num(f, g->exponent > 0.0 ? g->exponent : 1.0);
+    fputs(", rms_rel_err: ", f);
+    put_num(f, g->rms_rel_err);
+    fputs(", best_tflops: ", f);
+    put_num(f, g->best_tflops);
+    if (g->k_half > 0.0) {
+        fputs(", k_half: ", f);
+        put_num(f, g->k_half);
+    }
+    fprintf(f, ", points: %u}\n", g->points);
+}
+
+static void put_rate(FILE *f, const char *unit, const vp_gpu_rate_fit *r)
+{
+    fprintf(f, "{%s: ", unit);
+    put_num(f, r->peak);
+    fputs(", fixed_us: ", f);
+    put_num(f, r->fixed_us);
+    fputs(", rms_rel_err: ", f);
+    put_num(f, r->rms_rel_err);
+    fprintf(f, ", points: %u}", r->points);
+}
+
+/* The PyTorch sweep's sections (attention, membound, optimizer). */
+static void write_sweep(FILE *f, const vp_gpu_measured *m)
+{
+    bool any = false;
+    for (int i = 0; i < VP_GPU__ATTN; i++)
+        any |= m->attention[i][0].points || m->attention[i][1].points;
+    if (any) {
+        fputs("  # rate as for gemm, W = the call's GFLOP: 4bhs^2d (/2 "
+              "causal), x2.5 bwd\n  attention:\n",
+              f);
+        for (int i = 0; i < VP_GPU__ATTN; i++) {
+            if (!m->attention[i][0].points && !m->attention[i][1].points)
+                continue;
+            fprintf(f, "    %s:\n", ATTN_NAMES[i]);
+            for (int ph = 0; ph < 2; ph++) {
+                if (!m->attention[i][ph].points)
+                    continue;
+                fprintf(f, "      %s: ", PHASE_NAMES[ph]);
+                put_gemm(f, &m->attention[i][ph]);
+            }
+        }
+    }
+    any = false;
+    for (int i = 0; i < VP_GPU__MEM; i++)
+        any |= m->membound[i].points != 0;
+    if (any) {
+        fputs("  # time_us = fixed_us + bytes / (peak_gbps 1e3), bytes read "
+              "+ written\n  membound:\n",
+              f);
+        for (int i = 0; i < VP_GPU__MEM; i++) {
+            if (!m->membound[i].points)
+                continue;
+            fprintf(f, "    %s: ", MEM_NAMES[i]);
+            put_rate(f, "peak_gbps", &m->membound[i]);
+            fputc('\n', f);
+        }
+    }
+    any = false;
+    for (int i = 0; i < VP_GPU__OPTIM; i++)
+        any |= m->optimizer[i][0].points || m->optimizer[i][1].points;
+    if (any) {
+        fputs("  # time_us = numel bytes_per_param / copy bandwidth + "
+              "tensors us_per_tensor\n  optimizer:\n",
+              f);
+        for (int i = 0; i < VP_GPU__OPTIM; i++) {
+            if (!m->optimizer[i][0].points && !m->optimizer[i][1].points)
+                continue;
+            fprintf(f, "    %s:\n", OPTIM_NAMES[i]);
+            for (int d = 0; d < 2; d++) {
+                const vp_gpu_optim_fit *o = &m->optimizer[i][d];
+                if (!o->points)
+                    continue;
+                fprintf(f, "      %s: {bytes_per_param: ", STATE_NAMES[d]);
+                put_num(f, o->bytes_per_param);
+                fputs(", us_per_tensor: ", f);
+                put_num(f, o->us_per_tensor);
+                fputs(", rms_rel_err: ", f);
+                put_num(f, o->rms_rel_err);
+                fprintf(f, ", points: %u}\n", o->points);
+            }
+        }
+    }
+    put_stat(f, 2, "dispatch_us", &m->dispatch_us);
+}
+
 static void write_measured(FILE *f, const vp_gpu_measured *m)
 {
     fputs("measured:\n", f);
@@ -872,23 +1140,14 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
               "exponent, W = 2mnk / 1e9\n  gemm:\n",
               f);
         for (int t = 0; t < VP_GPU__DTYPES; t++) {
-            const vp_gpu_gemm_fit *g = &m->gemm[t];
-            if (!g->points)
+            if (!m->gemm[t].points)
                 continue;
-            fprintf(f, "    %s: {peak_tflops: ", DTYPE_NAMES[t]);
-            put_num(f, g->peak_tflops);
-            fputs(", half_gflop: ", f);
-            put_num(f, g->half_gflop);
-            fputs(", exponent: ", f);
-            put_num(f, g->exponent > 0.0 ? g->exponent : 1.0);
-            fputs(", rms_rel_err: ", f);
-            put_num(f, g->rms_rel_err);
-            fputs(", best_tflops: ", f);
-            put_num(f, g->best_tflops);
-            fprintf(f, ", points: %u}\n", g->points);
+            fprintf(f, "    %s: ", DTYPE_NAMES[t]);
+            put_gemm(f, &m->gemm[t]);
         }
     }
     put_stat(f, 2, "bf16_sustained_tflops", &m->bf16_sustained_tflops);
+    write_sweep(f, m);
     any = false;
     for (int c = 0; c < VP_GPU__COLLS; c++)
         any |= m->nccl[c].points != 0;
@@ -959,6 +1218,19 @@ vp_status vp_gpu_write(const vp_gpu_profile *p, FILE *f, vp_error *err)
         fprintf(f, "  %s: ", DTYPE_NAMES[t]);
         put_num(f, p->peak_tflops[t]);
         fputc('\n', f);
+    }
+    bool any_max = false;
+    for (int t = 0; t < VP_GPU__DTYPES; t++)
+        any_max |= p->gemm_max_tflops[t] > 0.0;
+    if (any_max) {
+        fputs("gemm_max_tflops:\n", f);
+        for (int t = 0; t < VP_GPU__DTYPES; t++) {
+            if (p->gemm_max_tflops[t] == 0.0)
+                continue;
+            fprintf(f, "  %s: ", DTYPE_NAMES[t]);
+            put_num(f, p->gemm_max_tflops[t]);
+            fputc('\n', f);
+        }
     }
     fprintf(f, "host_link: {kind: pcie, gen: %u, lanes: %u, gbps: ",
             p->pcie_gen, p->pcie_lanes);

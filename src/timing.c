@@ -1,6 +1,13 @@
-/* The step-time model: a roofline per op, with each op's memory traffic
- * taken from the simulator (the bytes it allocates are the bytes it
- * writes; it reads about as much) and one kernel launch per allocation. */
+/* The step-time model of one GPU running eager PyTorch
+ * (docs/STEP_TIME.md "One GPU"). The simulator replays the step; every
+ * allocation it makes is a kernel writing that many bytes. A matmul
+ * (linear, convolution, attention) takes its time from the GPU's curves
+ * by shape; every other kernel moves about twice (binary ops three
+ * times) what it writes at the measured bandwidth of its class. The host
+ * dispatches every kernel; a phase takes the longer of the GPU's and the
+ * host's time. The optimizer step follows its measured cost per parameter
+ * and per tensor. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +29,105 @@ double vp_hw_matmul_rate(const vp_hw *hw, vp_precision p)
     }
 }
 
+double vp_curve_rate(const vp_curve *c, double w)
+{
+    if (w <= 0.0 || c->peak <= 0.0)
+        return 0.0;
+    if (c->half <= 0.0)
+        return c->peak;
+    if (c->h == 1.0 || c->h <= 0.0)
+        return c->peak * w / (w + c->half);
+    double wh = pow(w / c->half, c->h);
+    return c->peak * wh / (wh + 1.0);
+}
+
+double vp_curve_time(const vp_curve *c, double w)
+{
+    if (w <= 0.0 || c->peak <= 0.0)
+        return 0.0;
+    if (c->half <= 0.0)
+        return w / c->peak;
+    if (c->h == 1.0 || c->h <= 0.0)
+        return (w + c->half) / c->peak;
+    /* w (w^h + half^h) / (peak w^h) */
+    return (w + c->half * pow(c->half / w, c->h - 1.0)) / c->peak;
+}
+
+double vp_gemm_time(const vp_curve *c, double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return 0.0;
+    double t = vp_curve_time(c, 2.0 * m * n * k);
+    if (c->kh > 0.0)
+        t *= (k + c->kh) / k;
+    return t;
+}
+
+/* The H200 sweep's bandwidth of each class over copy's (4279 GB/s):
+ * add 4298, gelu 3083, silu 3949, layernorm 2674, softmax 1270,
+ * to_fp32 2111, cross_entropy 333, rmsnorm_py 264. */
+double vp_hw_mem_share(int kind)
+{
+    static const double share[VP_HW_MEM__N] = {
+        [VP_HW_MEM_COPY] = 1.0,       [VP_HW_MEM_ADD] = 1.0044,
+        [VP_HW_MEM_GELU] = 0.7205,    [VP_HW_MEM_SILU] = 0.9229,
+        [VP_HW_MEM_LAYERNORM] = 0.6249, [VP_HW_MEM_SOFTMAX] = 0.2968,
+        [VP_HW_MEM_CAST] = 0.4933,    [VP_HW_MEM_CROSS_ENTROPY] = 0.0778,
+        [VP_HW_MEM_RMSNORM_PY] = 0.0617};
+    return kind >= 0 && kind < VP_HW_MEM__N ? share[kind] : 1.0;
+}
+
+/* The H200 sweep's optimizer costs (docs/STEP_TIME.md): bytes per
+ * parameter, GPU and host microseconds per tensor, fp32 and 16-bit. */
+static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
+    [VP_HW_OPTIM_ADAMW] = {{98.19, 0, 7.90}, {55.13, 0, 9.03}},
+    [VP_HW_OPTIM_ADAMW_FUSED] = {{39.35, 0, 2.76}, {23.82, 0, 3.84}},
+    [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
+    [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
+
+static void fill_gemm(vp_hw *hw)
+{
+    const double rate[VP_HW__DTYPES] = {hw->fp32, hw->tf32, hw->fp16,
+                                        hw->bf16, hw->fp8};
+    for (int t = 0; t < VP_HW__DTYPES; t++) {
+        vp_curve *c = &hw->gemm[t];
+        if (rate[t] <= 0.0) {
+            *c = (vp_curve){0, 0, 0, 0};
+        } else if (c->peak <= 0.0) {
+            *c = (vp_curve){rate[t] * hw->eff_max, hw->f_half, 1.0, 0};
+        } else if (c->half <= 0.0) {
+            c->half = c->peak * VP_HW_GEMM_HALF_S;
+            c->h = VP_HW_GEMM_EXPONENT;
+            if (t != VP_HW_FP32 && c->kh <= 0.0)
+                c->kh = VP_HW_GEMM_KH;
+        }
+        if (c->h <= 0.0)
+            c->h = 1.0;
+    }
+}
+
+static void fill_attention(vp_hw *hw)
+{
+    const vp_curve *g16 = hw->gemm[VP_HW_BF16].peak > 0 ? &hw->gemm[VP_HW_BF16]
+                          : hw->gemm[VP_HW_FP16].peak > 0
+                              ? &hw->gemm[VP_HW_FP16]
+                              : &hw->gemm[VP_HW_FP32];
+    const double share[VP_HW_ATTN__N][2] = {
+        [VP_HW_ATTN_FLASH] = {VP_HW_ATTN_FWD_SHARE, VP_HW_ATTN_BWD_SHARE},
+        [VP_HW_ATTN_EFFICIENT] = {VP_HW_ATTN_FWD_SHARE * 0.76,
+                                  VP_HW_ATTN_BWD_SHARE * 0.54},
+        [VP_HW_ATTN_CUDNN] = {VP_HW_ATTN_FWD_SHARE, VP_HW_ATTN_BWD_SHARE}};
+    for (int i = 0; i < VP_HW_ATTN__N; i++)
+        for (int d = 0; d < 2; d++) {
+            vp_curve *c = &hw->attn[i][d];
+            if (c->peak <= 0.0)
+                *c = (vp_curve){g16->peak * share[i][d], g16->half, g16->h,
+                                0};
+            if (c->h <= 0.0)
+                c->h = 1.0;
+        }
+}
+
 void vp_hw_fill_defaults(vp_hw *hw)
 {
     if (hw->f_half <= 0.0) {
@@ -31,36 +137,59 @@ void vp_hw_fill_defaults(vp_hw *hw)
     }
     if (hw->mem_eff <= 0.0 || hw->mem_eff >= 1.0)
         hw->mem_eff = VP_HW_DEFAULT_MEM_EFF;
+    fill_gemm(hw);
+    fill_attention(hw);
+    if (hw->mem.peak <= 0.0) {
+        double bw = hw->hbm * hw->mem_eff;
+        hw->mem = (vp_curve){bw, bw * VP_HW_MEM_HALF_S, 1.0, 0};
+    }
+    if (hw->mem.h <= 0.0)
+        hw->mem.h = 1.0;
+    for (int k = 0; k < VP_HW_MEM__N; k++) {
+        vp_curve *c = &hw->mem_kind[k];
+        if (c->peak <= 0.0) {
+            double share = vp_hw_mem_share(k);
+            *c = (vp_curve){hw->mem.peak * share, hw->mem.half * share,
+                            hw->mem.h, 0};
+        }
+        if (c->h <= 0.0)
+            c->h = 1.0;
+    }
+    for (int o = 0; o < VP_HW_OPTIM__N; o++)
+        for (int d = 0; d < 2; d++)
+            if (hw->optim[o][d].bytes_per_param <= 0.0)
+                hw->optim[o][d] = optim_h200[o][d];
+    if (hw->dispatch <= 0.0)
+        hw->dispatch = VP_EAGER_OP_OVERHEAD;
+    if (hw->py_op <= 0.0)
+        hw->py_op = VP_PY_OP_OVERHEAD;
+    if (hw->sustained <= 0.0 || hw->sustained > 1.0)
+        hw->sustained = VP_HW_DEFAULT_SUSTAINED;
+    if (hw->optim_bw <= 0.0)
+        hw->optim_bw = hw->mem_kind[VP_HW_MEM_COPY].peak;
 }
 
-static bool is_matmul(vp_op_kind k)
-{
-    return k == VP_OP_LINEAR || k == VP_OP_CONV2D || k == VP_OP_ATTENTION;
-}
+/* ------------------------------------------------------------------ */
+/* The step                                                            */
+/* ------------------------------------------------------------------ */
 
-/* Seconds for `flops` of matrix work at `rate`. */
-static double gemm_time(const vp_hw *hw, double flops, double rate)
-{
-    if (flops <= 0.0)
-        return 0.0;
-    double eff = hw->eff_max * flops / (flops + hw->f_half);
-    if (eff <= 1e-3)
-        eff = 1e-3;
-    return flops / (rate * eff);
-}
-
+/* What the simulator made an op do in one phase (forward, backward). */
 typedef struct {
-    double bytes[2];   /* written in forward, backward (step 2)            */
-    double kernels[2];
+    double mem[2];      /* seconds of its memory-bound kernels            */
+    double kernels[2];  /* kernels launched (allocations)                 */
+    double outs[2];     /* allocations a matmul kernel wrote so far       */
 } op_traffic;
 
 typedef struct {
     const vp_graph *g;
+    const vp_hw *hw;
     const char **names; /* sorted op name pointers                        */
     uint32_t *index;
     op_traffic *t;
-    double opt_bytes, opt_kernels;
+    double opt_kernels;
     uint32_t step;
+    double gap;         /* GPU seconds between kernels                     */
+    double own;         /* a memory-bound kernel's own fixed GPU seconds   */
 } tctx;
 
 static int ptr_cmp(const void *a, const void *b)
@@ -70,13 +199,83 @@ static int ptr_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Kernels of a matmul op whose outputs the matmul itself writes: the
+ * forward's output; the backward's input and weight gradients. */
+static double matmul_outputs(const vp_op *o, int ph)
+{
+    switch (o->kind) {
+    case VP_OP_LINEAR:
+    case VP_OP_CONV2D:
+        return ph == 0 ? 1 : 2;
+    case VP_OP_ATTENTION:
+        if (o->attn_impl == VP_ATTN_EAGER || o->attn_impl == VP_ATTN_MATH)
+            return 2;  /* the two batched matmuls */
+        return 1e9;    /* one fused kernel writes everything */
+    default:
+        return 0;
+    }
+}
+
+/* The class of an op's memory-bound kernels and the bytes they move per
+ * byte written. */
+static int mem_class(const vp_op *o, double *moved)
+{
+    *moved = 2.0;
+    switch (o->kind) {
+    case VP_OP_LAYERNORM:
+    case VP_OP_GROUPNORM:
+    case VP_OP_BATCHNORM2D:
+        return VP_HW_MEM_LAYERNORM;
+    case VP_OP_RMSNORM:
+        return o->flags & VP_OPF_PY_RMSNORM ? VP_HW_MEM_RMSNORM_PY
+                                            : VP_HW_MEM_LAYERNORM;
+    case VP_OP_GELU:
+        return VP_HW_MEM_GELU;
+    case VP_OP_RELU:
+    case VP_OP_SILU:
+    case VP_OP_TANH:
+    case VP_OP_SIGMOID:
+        return VP_HW_MEM_SILU;
+    case VP_OP_GELU_TANH: /* composed of elementwise ops in Python */
+    case VP_OP_ADD:
+    case VP_OP_MUL:
+    case VP_OP_DROPOUT:
+    case VP_OP_ROPE:
+        *moved = 3.0;
+        return VP_HW_MEM_ADD;
+    case VP_OP_SOFTMAX:
+    case VP_OP_ATTENTION: /* the scores' softmax, scale, mask, dropout */
+        return VP_HW_MEM_SOFTMAX;
+    case VP_OP_CROSS_ENTROPY:
+        *moved = 1.0;
+        return VP_HW_MEM_CROSS_ENTROPY;
+    default:
+        return VP_HW_MEM_COPY;
+    }
+}
+
+/* GPU seconds of one memory-bound kernel of class k moving `bytes`: the
+ * class's bandwidth plus a kernel's own start and tail. A copy timed alone
+ * (the sweep) took fixed + bytes / peak, the fixed part being the host's
+ * dispatch of the call (the launch sweep) and the kernel's start and
+ * tail: the GPU's share is copy's fixed - dispatch (8.25 us on the H200),
+ * at least the gap between kernels launched back to back. The other
+ * classes' larger fixed costs are their calls' Python (argument handling),
+ * the host's (docs/STEP_TIME.md). */
+static double kernel_time(const tctx *c, int k, double bytes)
+{
+    const vp_curve *m = &c->hw->mem_kind[k];
+    if (m->peak <= 0)
+        return c->gap;
+    return bytes / m->peak + c->own;
+}
+
 static void on_event(const vp_sim_event *ev, void *ud)
 {
     tctx *c = ud;
     if (ev->is_free || ev->step != c->step)
         return;
     if (ev->phase == VP_PHASE_OPTIMIZER) {
-        c->opt_bytes += (double)ev->bytes;
         c->opt_kernels += 1.0;
         return;
     }
@@ -94,136 +293,408 @@ static void on_event(const vp_sim_event *ev, void *ud)
     if (lo >= c->g->n_ops || c->names[lo] != ev->op)
         return; /* batch, loss seed: not an op */
     int ph = ev->phase == VP_PHASE_FORWARD ? 0 : 1;
-    c->t[c->index[lo]].bytes[ph] += (double)ev->bytes;
-    c->t[c->index[lo]].kernels[ph] += 1.0;
+    const vp_op *o = &c->g->ops[c->index[lo]];
+    op_traffic *t = &c->t[c->index[lo]];
+    if (ev->category == VP_CAT_WORKSPACE)
+        return; /* a library's scratch: no kernel of its own */
+    t->kernels[ph] += 1.0;
+    double moved, b = (double)ev->bytes;
+    if (ev->category == VP_CAT_CAST) {
+        /* an autocast copy: fp32 read, 16-bit written */
+        t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
+        return;
+    }
+    if (t->outs[ph] < matmul_outputs(o, ph)) {
+        t->outs[ph] += 1.0; /* written by the matmul: in its time */
+        return;
+    }
+    int k = mem_class(o, &moved);
+    if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY)
+        return; /* timed as a whole op (matmul_time) */
+    t->mem[ph] += kernel_time(c, k, moved * b);
 }
 
-vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
-                                const vp_hw *hw, vp_step_time *out,
-                                vp_error *err)
+static int gemm_dtype(vp_precision p)
 {
-    memset(out, 0, sizeof *out);
-    double rate = vp_hw_matmul_rate(hw, s->precision);
-    if (rate <= 0.0 || hw->hbm <= 0.0)
-        return vp_error_set(err, VP_EARG,
-                            "the GPU profile '%s' has no %s rate or no "
-                            "memory bandwidth",
-                            hw->name, vp_precision_name(s->precision));
-    /* cuDNN convolutions (NCHW) run far from the GEMM rates, at a flat
-     * share of the fp32 peak */
-    double conv_rate = VP_CONV_FP32_SHARE * hw->fp32;
-    if (conv_rate <= 0.0 || conv_rate > rate)
-        conv_rate = rate;
-    size_t n = g->n_ops ? g->n_ops : 1;
-    tctx c = {g, malloc(n * sizeof(char *)), malloc(n * sizeof(uint32_t)),
-              calloc(n, sizeof(op_traffic)), 0, 0, 2};
-    if (!c.names || !c.index || !c.t) {
-        free(c.names);
-        free(c.index);
-        free(c.t);
-        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    switch (p) {
+    case VP_PREC_AMP_BF16:
+    case VP_PREC_BF16:
+        return VP_HW_BF16;
+    case VP_PREC_AMP_FP16:
+    case VP_PREC_FP16:
+        return VP_HW_FP16;
+    default:
+        return VP_HW_FP32;
     }
-    /* sort the name pointers with their indices */
+}
+
+/* GPU seconds of a GEMM launched among others: its work at the curve's
+ * peak, slowed by the inner dimension (k + kh) / k, and the gap between
+ * kernels. The curve's fixed cost is not the GPU's: a call measured
+ * alone (the sweep) pays the host's dispatch, counted apart here. */
+static double gemm_gpu(const vp_curve *c, double gap, double m, double n,
+                       double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
+        return 0;
+    double t = 2.0 * m * n * k / c->peak;
+    if (c->kh > 0)
+        t *= (k + c->kh) / k;
+    return t + gap;
+}
+
+/* Forward and backward matmul seconds of one op. */
+static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
+                        double gap, double *f, double *b)
+{
+    const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
+    *f = *b = 0;
+    if (o->kind == VP_OP_LINEAR && o->out_features && o->in_features) {
+        double m = (double)o->numel / (double)o->out_features;
+        double n = (double)o->out_features, k = (double)o->in_features;
+        *f = gemm_gpu(c, gap, m, n, k);
+        /* weight gradient (k over m) and, when the input needs one (the
+         * graph's backward FLOPs say), input gradient (m x n @ n x k) */
+        *b = gemm_gpu(c, gap, n, k, m);
+        if (o->flops_bwd > 1.5 * o->flops_fwd)
+            *b += gemm_gpu(c, gap, m, k, n);
+    } else if (o->kind == VP_OP_CONV2D) {
+        /* cuDNN in NCHW: a flat share of the fp32 peak (VP_CONV_FP32_SHARE) */
+        double r = VP_CONV_FP32_SHARE * hw->fp32;
+        double top = vp_hw_matmul_rate(hw, s->precision);
+        if (r <= 0 || r > top)
+            r = top;
+        *f = r > 0 ? o->flops_fwd / r : 0;
+        *b = r > 0 ? o->flops_bwd / r : 0;
+    } else if (o->kind == VP_OP_ATTENTION) {
+        /* the kernel the simulator runs (sim.c attn_impl_of): the user's
+         * choice or the model's; SDPA dispatches flash for 16-bit inputs
+         * and the memory-efficient kernel otherwise */
+        vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+        if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
+            /* two batched matmuls over the whole (masked) score matrix */
+            double bh = (double)o->shape[0] * (double)o->heads;
+            double q = (double)o->q_len, kv = (double)o->kv_len;
+            double d = (double)o->head_dim;
+            *f = gemm_gpu(c, gap, bh * q, kv, d) + gemm_gpu(c, gap, bh * q, d, kv);
+            *b = 2.0 * *f;
+            return;
+        }
+        int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
+                   : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
+                   : s->precision == VP_PREC_FP32 ? VP_HW_ATTN_EFFICIENT
+                                                  : VP_HW_ATTN_FLASH;
+        *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
+        *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+    } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
+        /* HF's RMSNorm in Python: the sweep's rate per byte of its input
+         * and output (fp32 inside); the backward retraces it twice */
+        double e = s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16
+                       ? 2.0
+                       : 4.0;
+        const vp_curve *r = &hw->mem_kind[VP_HW_MEM_RMSNORM_PY];
+        double t = (r->peak > 0 ? 2.0 * (double)o->numel * e / r->peak : 0) +
+                   gap;
+        *f = t;
+        *b = 2.0 * t;
+    } else if (o->kind == VP_OP_CROSS_ENTROPY) {
+        /* by the bytes of its logits (the sweep's convention): the forward
+         * and the backward each about one such pass */
+        double e = o->upcast_logits ? 4.0 : s->precision == VP_PREC_FP32 ? 4.0
+                                                                         : 2.0;
+        double bytes = (double)o->rows * (double)o->classes * e;
+        const vp_curve *ce = &hw->mem_kind[VP_HW_MEM_CROSS_ENTROPY];
+        *f = *b = (ce->peak > 0 ? bytes / ce->peak : 0) + gap;
+    }
+}
+
+/* The optimizer step's GPU seconds (its state streamed through memory,
+ * the sweep's bytes per parameter) and host seconds (the sweep's cost per
+ * tensor: Python's per-tensor work and launches); *unscale gets GradScaler's
+ * unscale-and-check pass (amp fp16), after which the host waits for the GPU
+ * (found_inf read with .item(), torch/amp/grad_scaler.py _maybe_opt_step). */
+static void optimizer_cost(const vp_graph *g, const vp_setup *s,
+                           const vp_hw *hw, double *gpu, double *cpu,
+                           double *unscale)
+{
+    double params = 0, tensors = 0;
+    for (size_t p = 0; p < g->n_params; p++)
+        if (g->params[p].trainable) {
+            params += (double)g->params[p].numel;
+            tensors += 1;
+        }
+    int v;
+    switch (s->optimizer) {
+    case VP_OPT_ADAMW_FUSED:
+        v = VP_HW_OPTIM_ADAMW_FUSED;
+        break;
+    case VP_OPT_ADAMW_FORLOOP:
+    case VP_OPT_ADAFACTOR:
+    case VP_OPT_ADAMW_8BIT:
+        v = VP_HW_OPTIM_ADAMW_FORLOOP;
+        break;
+    case VP_OPT_SGD:
+    case VP_OPT_SGD_PLAIN:
+        v = VP_HW_OPTIM_SGD;
+        break;
+    default:
+        v = VP_HW_OPTIM_ADAMW;
+        break;
+    }
+    int half = s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16;
+    const vp_optim_cost *oc = &hw->optim[v][half];
+    *gpu = params * oc->bytes_per_param / hw->optim_bw +
+           tensors * oc->gpu_us * 1e-6;
+    *cpu = tensors * oc->cpu_us * 1e-6;
+    *unscale = 0;
+    if (s->precision == VP_PREC_AMP_FP16) {
+        /* the fp32 gradients read and written once */
+        const vp_curve *a = &hw->mem_kind[VP_HW_MEM_ADD];
+        *unscale = a->peak > 0 ? params * 8.0 / a->peak : 0;
+    }
+}
+
+static bool checkpointed(const vp_setup *s, const vp_op *o)
+{
+    return !s->inference && o->segment >= 0 && s->checkpoint &&
+           (size_t)o->segment < s->n_checkpoint && s->checkpoint[o->segment];
+}
+
+/* The recomputed forward of op i: PyTorch's non-reentrant checkpoint stops
+ * once the tensors the backward needs exist again (early stop, torch/
+ * utils/checkpoint.py), so a segment's trailing matmuls, whose backward
+ * needs only their inputs, and its last add are not run again. */
+static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
+{
+    const vp_op *o = &g->ops[i];
+    if (!checkpointed(s, o))
+        return false;
+    for (size_t j = i; j < g->n_ops && g->ops[j].segment == o->segment;
+         j++) {
+        vp_op_kind k = g->ops[j].kind;
+        if (k != VP_OP_LINEAR && k != VP_OP_CONV2D && k != VP_OP_ADD)
+            return true; /* something after it is still to be saved */
+    }
+    return false;
+}
+
+/* The step's launch queue (docs/STEP_TIME.md): one host thread submits
+ * each op's kernels in turn, a forward op through Python (its call's cost
+ * py_op and the sweep's per-call cost for each kernel), a backward kernel
+ * from autograd's engine at the dispatch cost; the GPU runs them as they
+ * arrive. Where the GPU is the slower, the host runs ahead and its later
+ * work (the next micro-batch, the optimizer's Python) hides behind the
+ * GPU's; where the host is the slower, the GPU idles. */
+typedef struct {
+    const vp_graph *g;
+    const vp_setup *s;
+    const vp_hw *hw;
+    const tctx *c;
+    double mb;      /* micro-batches per step (the simulation's totals / mb) */
+    double cpu_fwd; /* host seconds per forward kernel                       */
+    double py_op;   /* host seconds of a forward op's Python call            */
+} qctx;
+
+typedef struct {
+    double host, dev; /* when each is next free, seconds into the step */
+} clocks;
+
+/* GPU seconds of op i in phase ph of one micro-batch, its host seconds
+ * before its first kernel (*pre) and in all (*host); *rec gets the
+ * recomputed forward's share. */
+static double op_cost(const qctx *q, int ph, size_t i, double *pre,
+                      double *host, double *rec)
+{
+    const vp_op *o = &q->g->ops[i];
+    const op_traffic *t = &q->c->t[i];
+    double mf, mbk;
+    matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+    double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
+    *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
+    gpu += *rec + t->mem[ph] / q->mb;
+    double k = t->kernels[ph] / q->mb;
+    double per = ph == 0 ? q->cpu_fwd : q->hw->dispatch;
+    double py = ph == 0 && k > 0 ? q->py_op : 0;
+    *pre = py + per;
+    *host = py + k * per;
+    return gpu;
+}
+
+/* One phase of one micro-batch on the clocks; returns the GPU seconds of
+ * its recomputed forward. */
+static double run_phase(const qctx *q, int ph, clocks *k)
+{
+    double rec = 0;
+    for (size_t n = 0; n < q->g->n_ops; n++) {
+        size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
+        double pre, host, r;
+        double gpu = op_cost(q, ph, i, &pre, &host, &r);
+        double start = k->host + pre;
+        k->host += host;
+        k->dev = (k->dev > start ? k->dev : start) + gpu;
+        rec += r;
+    }
+    return rec;
+}
+
+/* The GPU's kernel time by kind, the host's time and the FLOPs of all
+ * micro-batches. */
+static void account(const qctx *q, vp_step_time *out)
+{
+    double flops = 0;
+    for (int ph = 0; ph < (q->s->inference ? 1 : 2); ph++)
+        for (size_t i = 0; i < q->g->n_ops; i++) {
+            const vp_op *o = &q->g->ops[i];
+            double mf, mbk, pre, host, rec;
+            matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+            op_cost(q, ph, i, &pre, &host, &rec);
+            double mm = (ph == 0 ? mf : mbk) + rec;
+            if (o->kind == VP_OP_ATTENTION)
+                out->attention += mm * q->mb;
+            else
+                out->gemm += mm * q->mb;
+            flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
+            out->memory += q->c->t[i].mem[ph];
+            out->cpu += host * q->mb;
+        }
+    out->flops = flops * q->mb;
+}
+
+typedef struct {
+    double gpu, cpu, unscale; /* optimizer_cost's terms */
+    bool run;
+} opt_terms;
+
+/* The optimizer after the last backward: its kernels start once the GPU
+ * is free and the host has launched them; GradScaler's check makes the
+ * host wait for the GPU first. Returns when the step ends. */
+static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
+{
+    if (!ot->run)
+        return k.dev > k.host ? k.dev : k.host;
+    double per = q->hw->dispatch;
+    if (ot->unscale > 0) {
+        k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
+        k.host = k.dev;
+    }
+    double dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->gpu;
+    double host = k.host + ot->cpu;
+    return dev > host ? dev : host;
+}
+
+/* The step on the clocks: the first micro-batch, the second (which
+ * starts while the GPU still runs the first's backward) repeated for the
+ * rest, the optimizer; the phases split for the report. */
+static void timeline(const qctx *q, const opt_terms *ot, vp_step_time *out)
+{
+    clocks k = {0, 0};
+    double fwd0 = 0, end[2] = {0, 0}, host[2] = {0, 0}, rec = 0;
+    int runs = q->mb > 1 ? 2 : 1;
+    for (int r = 0; r < runs; r++) {
+        run_phase(q, 0, &k);
+        if (r == 0)
+            fwd0 = k.dev;
+        if (!q->s->inference)
+            rec = run_phase(q, 1, &k);
+        end[r] = k.dev;
+        host[r] = k.host;
+    }
+    if (runs == 2) {
+        k.dev += (q->mb - 2) * (end[1] - end[0]);
+        k.host += (q->mb - 2) * (host[1] - host[0]);
+    }
+    double passes = k.dev > k.host ? k.dev : k.host;
+    double step = run_optimizer(q, ot, k);
+    out->recompute = rec * q->mb;
+    out->forward = end[0] > 0 ? passes * fwd0 / end[0] : passes;
+    out->backward = passes - out->forward - out->recompute;
+    if (out->backward < 0)
+        out->backward = 0;
+    out->optimizer = step - passes;
+}
+
+static vp_status prepare(const vp_graph *g, tctx *c, vp_error *err)
+{
+    size_t n = g->n_ops ? g->n_ops : 1;
+    c->names = malloc(n * sizeof(char *));
+    c->index = malloc(n * sizeof(uint32_t));
+    c->t = calloc(n, sizeof(op_traffic));
     typedef struct {
         const char *p;
         uint32_t i;
     } pi;
     pi *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) {
-        free(c.names);
-        free(c.index);
-        free(c.t);
+    if (!c->names || !c->index || !c->t || !tmp) {
+        free(tmp);
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < g->n_ops; i++)
         tmp[i] = (pi){g->ops[i].name, (uint32_t)i};
     qsort(tmp, g->n_ops, sizeof *tmp, ptr_cmp);
     for (size_t i = 0; i < g->n_ops; i++) {
-        c.names[i] = tmp[i].p;
-        c.index[i] = tmp[i].i;
+        c->names[i] = tmp[i].p;
+        c->index[i] = tmp[i].i;
     }
     free(tmp);
+    return VP_OK;
+}
+
+vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
+                                const vp_hw *hw0, vp_step_time *out,
+                                vp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    double rate = vp_hw_matmul_rate(hw0, s->precision);
+    if (rate <= 0.0 || hw0->hbm <= 0.0)
+        return vp_error_set(err, VP_EARG,
+                            "the GPU profile '%s' has no %s rate or no "
+                            "memory bandwidth",
+                            hw0->name, vp_precision_name(s->precision));
+    vp_hw hw = *hw0;
+    vp_hw_fill_defaults(&hw);
+    tctx c;
+    memset(&c, 0, sizeof c);
+    c.g = g;
+    c.hw = &hw;
+    c.step = 2;
+    c.gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
+    c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch : 0;
+    if (c.own < c.gap)
+        c.own = c.gap;
+    vp_status st = prepare(g, &c, err);
+    if (st != VP_OK)
+        goto done;
     vp_setup s2 = *s;
     s2.steps = 2;
     s2.skip_breakdown = true;
     s2.alloc.limit = 0;
     s2.alloc.device_total = 0;
     vp_estimate e;
-    vp_status st = vp_simulate(g, &s2, &e, on_event, &c, err);
+    st = vp_simulate(g, &s2, &e, on_event, &c, err);
     if (st != VP_OK)
         goto done;
-    double bw = hw->hbm * hw->mem_eff;
-    /* a kernel costs at least PyTorch's eager dispatch */
-    double launch = hw->launch > VP_EAGER_OP_OVERHEAD ? hw->launch
-                                                      : VP_EAGER_OP_OVERHEAD;
-    double fwd = 0, bwd = 0, rec = 0, flops = 0;
-    uint32_t mb = s->inference ? 1 : s->accum;
-    for (size_t i = 0; i < g->n_ops; i++) {
-        const vp_op *o = &g->ops[i];
-        const op_traffic *t = &c.t[i];
-        double r = o->kind == VP_OP_CONV2D ? conv_rate : rate;
-        double gf, gb;
-        if (o->kind == VP_OP_CONV2D) {
-            gf = o->flops_fwd / r;
-            gb = s->inference ? 0 : o->flops_bwd / r;
-        } else {
-            gf = is_matmul(o->kind) ? gemm_time(hw, o->flops_fwd, r) : 0;
-            gb = is_matmul(o->kind) && !s->inference
-                     ? gemm_time(hw, o->flops_bwd, r)
-                     : 0;
-        }
-        /* per micro-batch: traffic was recorded for all of them */
-        double mf = 2.0 * t->bytes[0] / mb / bw;
-        double mbk = 2.0 * t->bytes[1] / mb / bw;
-        double f = (gf > mf ? gf : mf) + t->kernels[0] / mb * launch;
-        double b = (gb > mbk ? gb : mbk) + t->kernels[1] / mb * launch;
-        fwd += f;
-        flops += o->flops_fwd;
-        if (!s->inference) {
-            bwd += b;
-            flops += o->flops_bwd;
-            if (o->segment >= 0 && s->checkpoint &&
-                (size_t)o->segment < s->n_checkpoint &&
-                s->checkpoint[o->segment])
-                rec += gf; /* recompute's traffic is in the backward's */
-        }
-    }
-    out->forward = fwd * mb;
-    out->backward = bwd * mb;
-    out->recompute = rec * mb;
-    out->flops = flops * mb;
-    if (!s->inference && s->optimizer != VP_OPT_NONE) {
-        /* the state is read and written whatever is allocated */
-        uint64_t params = 0;
-        for (size_t p = 0; p < g->n_params; p++)
-            if (g->params[p].trainable)
-                params += g->params[p].numel;
-        double per = 4.0 * 7.0; /* AdamW: read p g m v, write p m v */
-        if (s->optimizer == VP_OPT_SGD)
-            per = 4.0 * 4.0;
-        else if (s->optimizer == VP_OPT_SGD_PLAIN)
-            per = 4.0 * 3.0;
-        else if (s->optimizer == VP_OPT_ADAMW_8BIT)
-            per = 4.0 * 3.0 + 4.0;
-        if (s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16)
-            per /= 2.0;
-        out->optimizer = ((double)params * per + c.opt_bytes) / bw +
-                         c.opt_kernels * launch;
-        if (s->optimizer == VP_OPT_ADAMW_FORLOOP ||
-            s->optimizer == VP_OPT_ADAMW_8BIT)
-            out->optimizer += (double)g->n_params * 4.0 * launch;
-    }
+    const vp_curve *cc = &hw.mem_kind[VP_HW_MEM_COPY];
+    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum,
+              cc->peak > 0 ? cc->half / cc->peak : 0, hw.py_op};
+    if (q.cpu_fwd < hw.dispatch)
+        q.cpu_fwd = hw.dispatch;
+    account(&q, out);
+    opt_terms ot = {0, 0, 0, !s->inference && s->optimizer != VP_OPT_NONE &&
+                                 !s->offload_optimizer};
+    if (ot.run)
+        optimizer_cost(g, s, &hw, &ot.gpu, &ot.cpu, &ot.unscale);
+    timeline(&q, &ot, out);
     /* offloads: what crosses the host link, not overlapped with compute
      * (conservative), and the CPU optimizer's own pass */
-    if (e.host_traffic && hw->host > 0)
-        out->offload = (double)e.host_traffic / hw->host;
+    if (e.host_traffic && hw.host > 0)
+        out->offload = (double)e.host_traffic / hw.host;
     if (s->offload_optimizer && !s->inference) {
         uint64_t params = 0;
         for (size_t p = 0; p < g->n_params; p++)
             if (g->params[p].trainable)
                 params += g->params[p].numel;
         out->offload += (double)params * 16.0 / VP_HOST_ADAM_BW;
-        out->optimizer = 0.0;
     }
     out->total = out->forward + out->backward + out->recompute +
                  out->optimizer + out->offload;

@@ -129,7 +129,7 @@ Test(cluster_check, rejects_invalid_configurations)
     p = par(8, 1, 1, VP_SHARD_MEGATRON);
     p.sp = true; /* sp without tp */
     cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
-    p = par(2, 2, 2, VP_SHARD_FSDP_FULL); /* torch with tp */
+    p = par(2, 2, 2, VP_SHARD_DDP); /* torch DDP with tp */
     cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
     p = par(8, 1, 1, VP_SHARD_ZERO3);
     p.dtype = VP_DT_FP8;
@@ -139,7 +139,7 @@ Test(cluster_check, rejects_invalid_configurations)
     cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
     p = par(4, 1, 2, VP_SHARD_MEGATRON);
     p.schedule = VP_SCHED_INTERLEAVED;
-    p.vpp = 5; /* 12 layers not divisible by 2 x 5 */
+    p.vpp = 7; /* 6 layers per stage, fewer than vpp */
     cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
     p.vpp = 3; /* 12 = 2 x 3 x 2 and 4 micro-batches, a multiple of 2 */
     cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_OK, "%s", err.msg);

@@ -52,8 +52,6 @@ typedef struct vp_cluster {
     double nvlink_eff;        /* fraction of hw.nvlink collectives reach
                                  (default 0.8)                                */
     double net_eff;           /* fraction of hw.network (default 0.85)        */
-    double nvlink_latency;    /* seconds per collective within a node (5e-6) */
-    double net_latency;       /* seconds per collective across nodes (1e-5)  */
     uint64_t nccl_comm_bytes; /* device bytes per NCCL communicator for ring
                                  and tree collectives (default 320 MiB: 16
                                  channels x 2 connections x 10 MiB)           */
@@ -152,6 +150,9 @@ typedef enum {
     VP_OFFLOAD__COUNT
 } vp_offload;
 
+/* A switch with a default: VP_AUTO takes it. */
+typedef enum { VP_AUTO = 0, VP_ON, VP_OFF } vp_switch;
+
 /* One configuration. gpus = dp x tp x pp x cp; the global batch is
  * dp x micro_batch x accum sequences. */
 typedef struct vp_par {
@@ -166,6 +167,21 @@ typedef struct vp_par {
     vp_sharding sharding;
     vp_offload offload;
     bool bucket_view;         /* DDP gradient_as_bucket_view=True            */
+    /* Layers of the first and the last pipeline stage (Megatron's
+     * --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-
+     * layers); 0 = an even split, the remainder on the first stages. The
+     * middle stages share the rest evenly. */
+    uint32_t first_layers, last_layers;
+    /* Overlap switches of the engines (docs/STEP_TIME.md "Overlap"):
+     * overlap_dp = Megatron --overlap-grad-reduce and --overlap-param-
+     * gather, DeepSpeed overlap_comm and ZeRO-3's prefetch (PyTorch DDP
+     * and FSDP always overlap; default on); overlap_tp = Megatron
+     * --tp-comm-overlap (userbuffers), PyTorch async TP (default off);
+     * overlap_ep = expert all-to-alls behind another micro-batch's compute
+     * (Megatron --overlap-moe-expert-parallel-comm, DualPipe; default
+     * off). VP_AUTO (0) takes the default. */
+    vp_switch overlap_dp, overlap_tp, overlap_ep;
+    bool compile;             /* torch.compile: fused memory-bound kernels  */
 } vp_par;
 
 /* Bytes on the most loaded GPU. */
@@ -203,6 +219,13 @@ typedef struct vp_cluster_time {
     double model_flops; /* per step, whole model, without recomputation      */
     double mfu;         /* model_flops / (step x gpus x dtype peak)          */
     double hfu;         /* the same with the recomputed forward              */
+    /* where compute + recompute go (per step, the slowest stage) */
+    double gemm;        /* matmuls of the linear layers and the head         */
+    double attention;   /* the attention core                                */
+    double memory;      /* memory-bound kernels (norms, activations, ...)    */
+    double mfu_bound;   /* the MFU the GPU's GEMM curve allows at most for
+                           this plan's largest GEMM (sanity bound: mfu <=
+                           mfu_bound)                                        */
 } vp_cluster_time;
 
 /* ---- the per-model precomputation ------------------------------------- */
@@ -265,6 +288,25 @@ vp_status vp_cluster_eval(vp_cluster_model *cm, const vp_cluster *c,
                           const vp_par *p, vp_cluster_mem *mem,
                           vp_cluster_time *time, vp_error *err);
 
+/* ---- collectives -------------------------------------------------------- */
+
+typedef enum {
+    VP_COLL_ALL_REDUCE,
+    VP_COLL_ALL_GATHER,
+    VP_COLL_REDUCE_SCATTER,
+    VP_COLL_ALL_TO_ALL,
+    VP_COLL_SEND
+} vp_coll;
+
+/* Seconds for one NCCL call moving `bytes` as nccl-tests count them (an
+ * all-reduce's buffer, an all-gather's gathered output, a reduce-scatter's
+ * input, a rank's whole all-to-all send buffer, one message) in a group of
+ * n ranks `stride` ranks apart on cluster c: NCCL's tuning model (latency
+ * by algorithm, protocol and hops; bus bandwidth of NVLink within a node,
+ * of the rank's NIC across nodes), docs/STEP_TIME.md. 0 for n <= 1. */
+double vp_coll_time(const vp_cluster *c, vp_coll k, double bytes, uint32_t n,
+                    uint32_t stride);
+
 /* Whether mem fits the cluster's GPU memory and host RAM. */
 bool vp_cluster_fits(const vp_cluster *c, const vp_cluster_mem *mem);
 
@@ -304,6 +346,16 @@ typedef struct vp_search_opts {
     uint64_t micro_batch;
     int recompute;                    /* -1 = searched, else vp_recompute */
     int sharding;                     /* -1 = searched, else vp_sharding  */
+    int schedule;                     /* -1 = searched, else vp_schedule  */
+    uint32_t vpp;                     /* 0 = searched, else model chunks
+                                         per stage (1 = no interleaving)  */
+    int sp;                           /* -1 = searched, 0 off, 1 on       */
+    /* set on every configuration (vp_par's fields; 0 / VP_AUTO = the
+     * even split and the engines' defaults); configurations they do not
+     * apply to are left out */
+    uint32_t first_layers, last_layers;
+    vp_switch overlap_dp, overlap_tp, overlap_ep;
+    bool compile;
     uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
 } vp_search_opts;
 
@@ -325,7 +377,8 @@ typedef struct vp_cluster_plan {
     vp_plan_entry alt[VP_CLUSTER_TOP];/* best of other layouts, fastest
                                          first                             */
     size_t n_alt;
-    vp_plan_entry closest;            /* least memory (when none fits)    */
+    vp_plan_entry closest;            /* least memory (when none fits),
+                                         with its step time               */
     uint64_t evaluated;               /* configurations evaluated         */
     uint64_t pruned;                  /* skipped by the model-state bound */
     uint64_t fitting;                 /* evaluated ones that fit          */
@@ -400,6 +453,7 @@ const char *vp_export_format_name(vp_export_format f);
 /* Parse the names above; VP_EARG if unknown. */
 vp_status vp_dtype_parse(const char *s, vp_dtype *out);
 vp_status vp_recompute_parse(const char *s, vp_recompute *out);
+vp_status vp_schedule_parse(const char *s, vp_schedule *out);
 vp_status vp_sharding_parse(const char *s, vp_sharding *out);
 vp_status vp_engine_parse(const char *s, vp_engine *out);
 vp_status vp_export_format_parse(const char *s, vp_export_format *out);

@@ -100,7 +100,35 @@ typedef struct vp_gpu_gemm_fit {
     double exponent;     /* h; 1 when the profile gives none              */
     double rms_rel_err;  /* root mean square of (fit - median) / median   */
     double best_tflops;  /* highest median measured                       */
+    double k_half;       /* the inner dimension at which the rate is halved
+                            again, rate x k / (k + k_half); 0 = none      */
 } vp_gpu_gemm_fit;
+
+/* A kernel family's time against its size (FLOP for attention, bytes
+ * read + written for memory-bound kernels):
+ *   time_us(w) = fixed_us + w / rate
+ * rate = peak (TFLOP/s or GB/s). points == 0 means absent. */
+typedef struct vp_gpu_rate_fit {
+    uint32_t points;
+    double peak;         /* TFLOP/s (attention) or GB/s (memory-bound)    */
+    double fixed_us;
+    double rms_rel_err;
+} vp_gpu_rate_fit;
+
+/* An optimizer step's time against its parameters and tensors:
+ *   time_us = numel x bytes_per_param / copy bandwidth + tensors x us_per_
+ *   tensor. points == 0 means absent. */
+typedef struct vp_gpu_optim_fit {
+    uint32_t points;
+    double bytes_per_param, us_per_tensor, rms_rel_err;
+} vp_gpu_optim_fit;
+
+/* Sweep families (calibrate/vp-sweep.py): SDPA backends (their rate by
+ * the call's GFLOP is a Hill curve like a GEMM's), memory-bound
+ * kernel classes, optimizers; the names are timing.h's. */
+#define VP_GPU__ATTN 3
+#define VP_GPU__MEM 9
+#define VP_GPU__OPTIM 4
 
 /* A collective's time against its message size:
  *   time_us(bytes) = latency_us + bytes / (bandwidth_gbps * 1e3)
@@ -130,6 +158,14 @@ typedef struct vp_gpu_measured {
     vp_gpu_stat bw_gbps[VP_GPU__BWS];
     vp_gpu_gemm_fit gemm[VP_GPU__DTYPES];
     vp_gpu_coll_fit nccl[VP_GPU__COLLS];
+    /* PyTorch sweep (vramplan calibrate --sweep): SDPA by backend, forward
+     * and backward (bf16; FLOPs 4bhs^2d, halved when causal, x2.5
+     * backward); memory-bound kernels by class; optimizers by variant and
+     * state dtype (fp32, bf16); the host cost of one eager kernel */
+    vp_gpu_gemm_fit attention[VP_GPU__ATTN][2]; /* rate by GFLOP       */
+    vp_gpu_rate_fit membound[VP_GPU__MEM];
+    vp_gpu_optim_fit optimizer[VP_GPU__OPTIM][2];
+    vp_gpu_stat dispatch_us;
     /* framework constants (the simulator's vp_setup fields) */
     uint64_t context_bytes;          /* CUDA context outside the allocator */
     uint64_t cublas_workspace_bytes; /* cuBLAS workspace per handle         */
@@ -306,6 +342,25 @@ vp_status vp_fit_gemm_curve(const double *gflop, const double *tflops,
  * relative residuals. n >= 2. out->ranks is kept; the rest is set. */
 vp_status vp_fit_latency_bw(const double *bytes, const double *us, size_t n,
                             vp_gpu_coll_fit *out, vp_error *err);
+
+/* ---- a PyTorch sweep (calibrate/vp-sweep.py, src/fit_curves.c) ------ */
+
+/* The sweep's JSON lines (kinds gemm, sdpa, membound, optim, launch; env
+ * and step_profile lines are read and ignored), parsed. Opaque. */
+typedef struct vp_sweep vp_sweep;
+
+/* Parse a sweep. Unknown kinds, classes or malformed lines are errors with
+ * path:line. Returns a vp_sweep owned by the caller (vp_sweep_free) or NULL
+ * with *err set (VP_ESYNTAX, VP_ESCHEMA, VP_ELIMIT, VP_ENOMEM). */
+vp_sweep *vp_sweep_parse(const char *buf, size_t len, const char *path,
+                         vp_error *err);
+void vp_sweep_free(vp_sweep *w);
+
+/* Fit the sweep's families into m: GEMM curves per dtype (with k_half),
+ * attention per backend and direction, memory-bound classes, optimizers,
+ * dispatch_us. Families the sweep lacks are left as they are. VP_ERANGE
+ * when a fit fails. */
+vp_status vp_sweep_fit(const vp_sweep *w, vp_gpu_measured *m, vp_error *err);
 
 /* ---- framework constants from measured runs (src/fit.c) ------------- */
 

@@ -97,6 +97,10 @@ static void calibrate_help(FILE *f)
         "  --no-torch          skip the PyTorch probe\n"
         "  --device N          the GPU to measure (default 0)\n"
         "  --quick             fewer shapes and smaller buffers (smoke test)\n"
+        "  --sweep FILE        also fit a PyTorch kernel sweep (the JSON lines\n"
+        "                      of calibrate/vp-sweep.py): GEMM curves through\n"
+        "                      torch, attention, memory-bound kernels, the\n"
+        "                      optimizer step and the eager dispatch cost\n"
         "  -h, --help          show this help\n"
         "\n"
         "\n",
@@ -377,8 +381,8 @@ static void summary(FILE *f, const vp_gpu_profile *p, const vp_calib *c,
         fprintf(f, "skipped %s\n", skips[i]);
 }
 
-enum { O_OUT, O_GPU, O_RAW, O_FROM_RAW, O_BIN, O_PYTHON, O_NO_TORCH,
-       O_DEVICE, O_QUICK };
+enum { O_OUT, O_GPU, O_RAW, O_FROM_RAW, O_BIN, O_PYTHON, O_SWEEP,
+       O_NO_TORCH, O_DEVICE, O_QUICK };
 
 #define STR(i, s, n, m) {.id = i, .short_name = s, .name = n, .metavar = m, \
                          .type = CLI_ARG_STRING}
@@ -386,6 +390,7 @@ static const cli_opt OPTS[] = {
     STR(O_OUT, 'o', "out", "FILE"), STR(O_GPU, 'g', "gpu", "PROFILE"),
     STR(O_RAW, 0, "raw", "FILE"), STR(O_FROM_RAW, 0, "from-raw", "FILE"),
     STR(O_BIN, 0, "bin", "PATH"), STR(O_PYTHON, 0, "python", "PYTHON"),
+    STR(O_SWEEP, 0, "sweep", "FILE"),
     {.id = O_NO_TORCH, .name = "no-torch", .type = CLI_ARG_FLAG},
     {.id = O_DEVICE, .name = "device", .metavar = "N", .type = CLI_ARG_U64,
      .max = 63},
@@ -394,6 +399,34 @@ static const cli_opt OPTS[] = {
 };
 
 #define TEXT(o) (v[o].given ? v[o].text : NULL)
+
+/* The kernel sweep's fits into m (calibrate/vp-sweep.py), or, without
+ * one, those of the profile's earlier sweep. Returns -1, or the exit
+ * status. */
+static int fit_sweep(const char *path, const vp_gpu_measured *old,
+                     vp_gpu_measured *m)
+{
+    vp_error err;
+    size_t len;
+    char *data;
+
+    if (path == NULL) {
+        if (old != NULL) {
+            memcpy(m->attention, old->attention, sizeof m->attention);
+            memcpy(m->membound, old->membound, sizeof m->membound);
+            memcpy(m->optimizer, old->optimizer, sizeof m->optimizer);
+            m->dispatch_us = old->dispatch_us;
+        }
+        return -1;
+    }
+    if ((data = read_all(path, &len)) == NULL)
+        return CLI_USAGE;
+    vp_sweep *w = vp_sweep_parse(data, len, path, &err);
+    free(data);
+    vp_status st = w != NULL ? vp_sweep_fit(w, m, &err) : err.code;
+    vp_sweep_free(w);
+    return st == VP_OK ? -1 : cli_report(&err, NULL);
+}
 
 /* Run vp-calibrate (and the PyTorch probe) into *b; *when the date.
  * Returns -1, or the exit status. */
@@ -447,7 +480,6 @@ static int write_measured(const cli_val *v, const vp_calib *c,
                           const char *when)
 {
     const char *out = TEXT(O_OUT), *gpu = TEXT(O_GPU);
-    const vp_gpu_measured *old;
     vp_gpu_profile *p;
     vp_gpu_measured m;
     char source[256];
@@ -464,8 +496,9 @@ static int write_measured(const cli_val *v, const vp_calib *c,
     snprintf(source, sizeof source, "vramplan %s calibrate%s%s",
              VRAMPLAN_VERSION, when[0] ? ", " : "", when);
     vp_status st = vp_calib_reduce(c, source, &m, &err);
+    const vp_gpu_measured *old = vp_gpu_measured_get(p);
     /* framework constants fitted earlier stay unless re-measured */
-    if (st == VP_OK && (old = vp_gpu_measured_get(p)) != NULL) {
+    if (st == VP_OK && old != NULL) {
         if (!m.context_bytes && old->context_bytes) {
             m.context_bytes = old->context_bytes;
             memcpy(m.framework_source, old->framework_source,
@@ -473,6 +506,10 @@ static int write_measured(const cli_val *v, const vp_calib *c,
         }
         if (!m.cublas_workspace_bytes)
             m.cublas_workspace_bytes = old->cublas_workspace_bytes;
+    }
+    if (st == VP_OK && (rc = fit_sweep(TEXT(O_SWEEP), old, &m)) >= 0) {
+        vp_gpu_free(p);
+        return rc;
     }
     if (st == VP_OK)
         st = vp_gpu_measured_set(p, &m, &err);

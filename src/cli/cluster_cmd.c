@@ -57,8 +57,10 @@ enum { C_PLAN = 1, C_COMPARE = 2, C_EXPORT = 4 };
 enum {
     O_GPUS, O_GPU, O_NODES_OF, O_GLOBAL_BATCH, O_SEQ, O_TOKENS, O_PRECISION,
     O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
-    O_RECOMPUTE, O_SHARDING, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP,
-    O_MAX_GPUS, O_EXPORT, O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS
+    O_RECOMPUTE, O_SHARDING, O_VPP, O_SCHEDULE, O_SP, O_NO_SP,
+    O_FIRST_LAYERS, O_LAST_LAYERS, O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP,
+    O_COMPILE, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
+    O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS
 };
 
 static const char *const PLAN_FORMATS[] = {"table", "json", NULL};
@@ -74,6 +76,7 @@ static const char *const COMPARE_FORMATS[] = {"table", "json", "csv", "md",
 #define SIZE(i, n, h)                                                       \
     {.id = i, .name = n, .metavar = "SIZE", .type = CLI_ARG_SIZE, .help = h}
 #define DEGREE(i, n, what) U64(i, n, "N", 1, MAX_DEGREE, "pin the " what)
+#define FLAG(i, n, h) {.id = i, .name = n, .type = CLI_ARG_FLAG, .help = h}
 
 static const cli_opt OPTS[] = {
     STR(O_GPUS, "gpus", "N", C_PLAN | C_EXPORT,
@@ -113,6 +116,27 @@ static const cli_opt OPTS[] = {
         "pin the sharding: ddp, megatron-ddp, distributed-optimizer, zero1, "
         "zero2, zero3, fsdp-full-shard, fsdp-shard-grad-op, "
         "fsdp-hybrid-shard"),
+    /* the step-time model's pins */
+    U64(O_VPP, "vpp", "N", 1, 1024,
+        "pin the model chunks per pipeline stage (> 1: interleaved)"),
+    STR(O_SCHEDULE, "schedule", "NAME", 0,
+        "pin the pipeline schedule: 1f1b, gpipe, interleaved"),
+    FLAG(O_SP, "sp", "pin sequence parallelism on (needs --tp > 1)"),
+    FLAG(O_NO_SP, "no-sp", "pin sequence parallelism off"),
+    U64(O_FIRST_LAYERS, "first-stage-layers", "N", 1, 1u << 20,
+        "layers of the first pipeline stage (Megatron's "
+        "--decoder-first-pipeline-num-layers)"),
+    U64(O_LAST_LAYERS, "last-stage-layers", "N", 1, 1u << 20,
+        "layers of the last pipeline stage "
+        "(--decoder-last-pipeline-num-layers)"),
+    STR(O_OVERLAP_DP, "overlap-dp", "on|off", 0,
+        "data-parallel communication behind compute (default on)"),
+    STR(O_OVERLAP_TP, "overlap-tp", "on|off", 0,
+        "tensor-parallel communication overlap, Megatron --tp-comm-overlap "
+        "(default off)"),
+    STR(O_OVERLAP_EP, "overlap-ep", "on|off", 0,
+        "expert all-to-alls behind compute (default off)"),
+    FLAG(O_COMPILE, "compile", "torch.compile (PyTorch engine)"),
     SIZE(O_MEMORY, "memory", "usable bytes per GPU (default: the profile)"),
     SIZE(O_HOST_MEM, "host-mem",
          "host RAM per node (default 128 GiB per GPU)"),
@@ -359,6 +383,61 @@ static int parse_pins(const cli_val *v, cargs *a)
     return -1;
 }
 
+/* Pins that contradict each other. */
+static int check_pins(const vp_search_opts *o)
+{
+    if (o->vpp > 1 && o->schedule >= 0 && o->schedule != VP_SCHED_INTERLEAVED)
+        return cli_usage_error("--vpp %u needs --schedule interleaved",
+                               o->vpp);
+    if (o->vpp == 1 && o->schedule == VP_SCHED_INTERLEAVED)
+        return cli_usage_error("--schedule interleaved needs --vpp >= 2");
+    if (o->sp == 1 && o->tp == 1)
+        return cli_usage_error("--sp needs --tp > 1");
+    return -1;
+}
+
+/* The step-time model's pins: --vpp, --schedule, --sp and --no-sp (the
+ * later one wins), the stage layers, the overlap switches, --compile. */
+static int parse_step_pins(const cli_val *v, cargs *a)
+{
+    static const int ids[] = {O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP};
+    static const char *const names[] = {"overlap-dp", "overlap-tp",
+                                        "overlap-ep"};
+    vp_search_opts *o = &a->o;
+    vp_switch *const sw[] = {&o->overlap_dp, &o->overlap_tp,
+                             &o->overlap_ep};
+
+    if (v[O_VPP].given)
+        o->vpp = (uint32_t)v[O_VPP].u;
+    if (v[O_SCHEDULE].given) {
+        vp_schedule sc;
+        if (vp_schedule_parse(v[O_SCHEDULE].text, &sc) != VP_OK)
+            return bad_value("schedule", v[O_SCHEDULE].text,
+                             "1f1b, gpipe or interleaved");
+        o->schedule = (int)sc;
+    }
+    if (v[O_SP].given || v[O_NO_SP].given)
+        o->sp = v[O_SP].given &&
+                (!v[O_NO_SP].given || v[O_SP].at > v[O_NO_SP].at);
+    if (v[O_FIRST_LAYERS].given)
+        o->first_layers = (uint32_t)v[O_FIRST_LAYERS].u;
+    if (v[O_LAST_LAYERS].given)
+        o->last_layers = (uint32_t)v[O_LAST_LAYERS].u;
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        const cli_val *x = &v[ids[k]];
+        if (!x->given)
+            continue;
+        if (strcmp(x->text, "on") == 0)
+            *sw[k] = VP_ON;
+        else if (strcmp(x->text, "off") == 0)
+            *sw[k] = VP_OFF;
+        else
+            return bad_value(names[k], x->text, "on or off");
+    }
+    o->compile = v[O_COMPILE].given;
+    return check_pins(o);
+}
+
 /* A decimal number in the range that `ok` checks; false otherwise. */
 static bool parse_real(const char *s, bool (*ok)(double), double *out)
 {
@@ -452,6 +531,13 @@ static int check_args(unsigned cmd, cargs *a)
         memset(a->o.engines, 0, sizeof a->o.engines);
         a->o.engines[want] = true;
     }
+    if (a->export_set && a->export_fmt == VP_EXPORT_TORCHRUN) {
+        /* the Trainer runs data parallelism only */
+        if ((a->o.tp > 1) | (a->o.pp > 1) | (a->o.cp > 1))
+            return cli_usage_error("the torchrun export runs data "
+                                   "parallelism only (tp = pp = cp = 1)");
+        a->o.tp = a->o.pp = a->o.cp = 1;
+    }
     return -1;
 }
 
@@ -474,7 +560,8 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
     if ((rc = cli_args_parse(&s, argc, argv, &a->args)) >= 0 ||
         (rc = parse_cluster_lists(v, cmd, a)) >= 0 ||
         (rc = parse_search_lists(v, a)) >= 0 ||
-        (rc = parse_pins(v, a)) >= 0 || (rc = parse_rest(v, cmd, a)) >= 0)
+        (rc = parse_pins(v, a)) >= 0 || (rc = parse_step_pins(v, a)) >= 0 ||
+        (rc = parse_rest(v, cmd, a)) >= 0)
         return rc;
     a->model = a->args.n_operands ? a->args.operands[0] : NULL;
     return check_args(cmd, a);
@@ -526,9 +613,34 @@ static void par_line(char *buf, size_t n, const vp_par *p)
             snprintf(sched, sizeof sched, " (%s)",
                      vp_schedule_name(p->schedule));
     }
-    snprintf(buf, n, "dp %u x tp %u%s x pp %u%s x cp %u, ep %u", p->dp,
+    char stages[48] = "";
+    if (p->first_layers || p->last_layers)
+        snprintf(stages, sizeof stages, " (layers: first %u, last %u)",
+                 p->first_layers, p->last_layers);
+    snprintf(buf, n, "dp %u x tp %u%s x pp %u%s%s x cp %u, ep %u", p->dp,
              p->tp, p->sp ? " (sequence parallel)" : "", p->pp, sched,
-             p->cp, p->ep);
+             stages, p->cp, p->ep);
+}
+
+static const char *switch_name(vp_switch w)
+{
+    return w == VP_ON ? "on" : w == VP_OFF ? "off" : "default";
+}
+
+/* The switches of a plan that differ from the engines' defaults. */
+static void switches(char *buf, size_t n, const vp_par *p)
+{
+    const vp_switch sw[] = {p->overlap_dp, p->overlap_tp, p->overlap_ep};
+    static const char *const what[] = {"DP", "TP", "EP"};
+    size_t k = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0] && k < n; i++)
+        if (sw[i] != VP_AUTO)
+            k += (size_t)snprintf(buf + k, n - k, ", %s overlap %s", what[i],
+                                  switch_name(sw[i]));
+    if (p->compile && k < n)
+        snprintf(buf + k, n - k, ", torch.compile");
 }
 
 /* ------------------------------------------------------------------ */
@@ -596,10 +708,16 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
     fprintf(f, "  precision    %s%s, recompute %s\n", vp_dtype_name(p->dtype),
             p->dtype == VP_DT_FP32 ? "" : " (fp32 master weights)",
             vp_recompute_name(p->recompute));
-    fprintf(f, "  sharding     %s (%s), offload %s\n",
+    char sw[96];
+    switches(sw, sizeof sw, p);
+    fprintf(f, "  sharding     %s (%s), offload %s%s\n",
             vp_sharding_name(p->sharding),
             vp_engine_name(vp_sharding_engine(p->sharding)),
-            vp_offload_name(p->offload));
+            vp_offload_name(p->offload), sw);
+    if (!e->fits)
+        fprintf(f, "  fits         no: %.2f GiB over the %.2f GiB per GPU\n",
+                gib(m->total > c->memory ? m->total - c->memory : 0),
+                gib(c->memory));
     fprintf(f, "  memory/GPU   %.2f GiB of %.2f GiB on stage %u (%.1f "
                "micro-batches in flight)\n",
             gib(m->total), gib(c->memory), m->stage, m->in_flight);
@@ -618,15 +736,19 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
         fprintf(f, "  step time    %.3f s: compute %.3f, recompute %.3f, "
                    "bubble %.3f, exposed\n",
                 t->step, t->compute, t->recompute, t->bubble);
+        fprintf(f, "               (compute and recompute: GEMM %.3f, "
+                   "attention %.3f, memory-bound %.3f)\n",
+                t->gemm, t->attention, t->memory);
         fprintf(f, "               communication TP %.3f, CP %.3f, EP %.3f, "
                    "PP %.3f, DP %.3f,\n",
                 t->tp_comm, t->cp_comm, t->ep_comm, t->pp_comm, t->dp_comm);
         fprintf(f, "               optimizer %.3f, offload %.3f\n",
                 t->optimizer, t->offload);
-        fprintf(f, "  throughput   %s tokens/s, %.2f samples/s, MFU %.1f%%, "
-                   "HFU %.1f%%\n",
+        fprintf(f, "  throughput   %s tokens/s, %.2f samples/s, MFU %.1f%% "
+                   "(at most %.1f%% on this GPU), HFU %.1f%%\n",
                 cli_commas((uint64_t)llround(t->tokens_per_s), b1, sizeof b1),
-                t->samples_per_s, 100 * t->mfu, 100 * t->hfu);
+                t->samples_per_s, 100 * t->mfu, 100 * t->mfu_bound,
+                100 * t->hfu);
     }
 }
 
@@ -651,6 +773,12 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
              json_string(vp_engine_name(vp_sharding_engine(p->sharding))));
     cli_jset(o, "offload", json_string(vp_offload_name(p->offload)));
     cli_jset(o, "fits", json_boolean(e->fits));
+    cli_jset(o, "first_stage_layers", cli_ju64(p->first_layers));
+    cli_jset(o, "last_stage_layers", cli_ju64(p->last_layers));
+    cli_jset(o, "overlap_dp", json_string(switch_name(p->overlap_dp)));
+    cli_jset(o, "overlap_tp", json_string(switch_name(p->overlap_tp)));
+    cli_jset(o, "overlap_ep", json_string(switch_name(p->overlap_ep)));
+    cli_jset(o, "compile", json_boolean(p->compile));
     return o;
 }
 
@@ -696,10 +824,16 @@ static json_t *json_time(const vp_cluster_time *t)
         {"dp_comm", t->dp_comm},     {"optimizer", t->optimizer},
         {"offload", t->offload},     {"tokens_per_s", t->tokens_per_s},
         {"samples_per_s", t->samples_per_s}};
+    const figure split[] = {{"gemm", t->gemm},
+                            {"attention", t->attention},
+                            {"memory_bound", t->memory}};
     json_t *o = json_figures(s, sizeof s / sizeof s[0], "%.6g");
 
     cli_jset(o, "mfu", cli_jreal(t->mfu, "%.4f"));
     cli_jset(o, "hfu", cli_jreal(t->hfu, "%.4f"));
+    cli_jset(o, "mfu_bound", cli_jreal(t->mfu_bound, "%.4f"));
+    for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+        cli_jset(o, split[i].key, cli_jreal(split[i].v, "%.6g"));
     return o;
 }
 
@@ -743,6 +877,10 @@ static int print_plan_json(const cargs *a, const vp_cluster *c,
     } else {
         json_decref(alts);
         cli_jset(o, "closest", json_entry(&pl->closest));
+        cli_jset(o, "excess_per_gpu",
+                 cli_ju64(pl->closest.mem.total > c->memory
+                              ? pl->closest.mem.total - c->memory
+                              : 0));
         cli_jset(o, "min_gpus", cli_ju64(min_gpus));
         if (min_gpus && minpl->found)
             cli_jset(o, "best_at_min_gpus", json_entry(&minpl->best));
@@ -830,6 +968,7 @@ static void print_nothing_fits(FILE *o, const cargs *a, const vp_cluster *c,
         fprintf(o, " and %.1f GiB host RAM per node of %.1f",
                 gib(e->mem.host), gib(c->host_mem));
     fprintf(o, ".\n");
+    print_entry_table(o, c, e);
     if (min_gpus) {
         fprintf(o, "\nThe smallest cluster that fits (powers of two up to "
                    "%u): %u x %s\n",

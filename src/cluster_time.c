@@ -1,0 +1,630 @@
+/* Plans for clusters: the step time of one configuration on its slowest
+ * pipeline stage. Compute comes from the GPU's curves (matmuls by shape,
+ * the attention core, memory-bound kernels by bytes), collectives from
+ * NCCL's tuning model (cluster_coll.c), overlap as each engine schedules
+ * it. Every rule and constant: docs/STEP_TIME.md. */
+#include <math.h>
+#include <string.h>
+
+#include "cluster_impl.h"
+
+static inline double pos(double v) { return v > 0 ? v : 0; }
+static inline double maxd(double a, double b) { return a > b ? a : b; }
+
+/* A fitted split quantity (r + s / t, r / t too with sp). */
+static inline double vsplit(const vp__split *q, double t, bool sp)
+{
+    return sp ? (q->r + q->s) / t : q->r + q->s / t;
+}
+
+/* One layer (or the head) of one micro-batch. */
+typedef struct {
+    double gemm_f, attn_f, mem_f;  /* forward compute                  */
+    double gemm_b, attn_b, mem_b;  /* backward compute                 */
+    double tp_f, tp_b;             /* exposed tensor-parallel comm      */
+    double ep_f, ep_b;             /* exposed expert all-to-alls        */
+    double cp_f, cp_b;             /* exposed context-parallel ring     */
+    double rec;                    /* recomputed forward (with comm)    */
+    double rec_gemm, rec_attn, rec_mem;
+    double best_rate;              /* fastest GEMM rate of the shapes   */
+} ltime;
+
+typedef struct {
+    const vp__evctx *x;
+    const vp__act *a;
+    const vp_par *p;
+    double t, cp, ep, b, sl, h, e, sus;
+    bool sp, fused;
+    vp_engine eng;
+    const vp_curve *lin, *mm;
+} tctx;
+
+/* GEMMs of a shape list: the forward's seconds (the backward's dgrad and
+ * wgrad do the same work each). */
+static double gemms(tctx *k, const vp__gemm *g, size_t n, double *best)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        double rows = k->b * g[i].rows / k->cp;
+        double nn = g[i].n, kk = g[i].k, cnt = g[i].count;
+        if (g[i].split == VP__SPLIT_COL)
+            nn /= k->t;
+        else if (g[i].split == VP__SPLIT_ROW)
+            kk /= k->t;
+        if (g[i].expert && k->ep > 1) {
+            rows *= k->ep; /* an expert gets the tokens of ep ranks */
+            cnt /= k->ep;
+        }
+        double w = 2.0 * rows * nn * kk;
+        double r = vp_curve_rate(k->lin, w);
+        if (k->lin->kh > 0)
+            r *= kk / (kk + k->lin->kh);
+        if (r > *best)
+            *best = r;
+        /* a rank's experts in one grouped GEMM (Megatron's TEGroupedMLP,
+         * torchtitan's torch._grouped_mm) */
+        if (g[i].expert && cnt > 1)
+            sum += vp_gemm_time(k->lin, rows * cnt, nn, kk);
+        else
+            sum += cnt * vp_gemm_time(k->lin, rows, nn, kk);
+    }
+    return sum / k->sus;
+}
+
+/* Memory-bound seconds of `bytes` in `kernels` kernels. */
+static double memtime(const vp__evctx *x, double bytes, double kernels)
+{
+    if (bytes <= 0)
+        return 0;
+    if (kernels < 1)
+        kernels = 1;
+    return kernels *
+           vp_curve_time(&x->hw.mem_kind[VP_HW_MEM_COPY], bytes / kernels);
+}
+
+/* The attention core, forward and backward. */
+static void attention(tctx *k, ltime *o)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    const vp__evctx *x = k->x;
+    double bcp = k->b / k->cp;
+    double ff = bcp * (cm->fattn_f.r + cm->fattn_f.s / k->t);
+    double fb = bcp * (cm->fattn_b.r + cm->fattn_b.s / k->t);
+    if (!cm->at_eager) {
+        /* a fused kernel per context-parallel chunk: Transformer
+         * Engine's cuDNN attention, PyTorch SDPA's flash */
+        int impl = k->eng == VP_ENGINE_TORCH ? VP_HW_ATTN_FLASH
+                                              : VP_HW_ATTN_CUDNN;
+        const vp_curve *cf = &x->hw.attn[impl][0], *cb = &x->hw.attn[impl][1];
+        if (k->p->dtype == VP_DT_FP32)
+            cf = cb = k->mm;
+        o->attn_f = k->cp * vp_curve_time(cf, ff / k->cp) / k->sus;
+        o->attn_b = k->cp * vp_curve_time(cb, fb / k->cp) / k->sus;
+        return;
+    }
+    /* materialised scores: batched matmuls (the whole s x s, masked or
+     * not) against the traffic of the scores and probabilities */
+    if (cm->at_causal)
+        ff *= 2, fb *= 2;
+    double mf = vp_curve_time(k->mm, ff) / k->sus;
+    double mb = vp_curve_time(k->mm, fb) / k->sus;
+    /* the scores' traffic: Megatron's fused scale-mask-softmax streams
+     * at the copy bandwidth, PyTorch's softmax at its own (measured) */
+    const vp_curve *sm = &x->hw.mem_kind[k->fused ? VP_HW_MEM_COPY
+                                                   : VP_HW_MEM_SOFTMAX];
+    double bytes;
+    if (k->fused) {
+        double heads = cm->at_heads / k->t;
+        if (heads < 1)
+            heads = 1;
+        double s2 = k->b * heads * (cm->at_q / k->cp) * cm->at_kv;
+        /* scores written; fused scale-mask-softmax reads them and writes
+         * the probabilities; dropout reads those, writes its output and
+         * mask; the second matmul reads it (Megatron's
+         * FusedScaleMaskSoftmax, Korthikanti et al. 2022 section 4.1) */
+        bytes = cm->at_dropout > 0 ? s2 * (6 * k->e + 1) : s2 * 4 * k->e;
+    } else {
+        bytes = 2.0 * vp__fitv(&k->a->q[VP__Q_ATTN_MEM_F], k->b, k->t,
+                               k->sp);
+    }
+    o->attn_f = maxd(mf, 3 * vp_curve_time(sm, bytes / 3));
+    o->attn_b = maxd(mb, 5 * vp_curve_time(sm, 2 * bytes / 5));
+}
+
+/* Memory-bound kernels of a layer, forward and backward. */
+static void memory(tctx *k, ltime *o)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    if (k->fused) {
+        const vp__fused *f = &cm->fz_layer;
+        double bcp = k->b / k->cp;
+        double bytes = bcp * (k->e * vsplit(&f->elems, k->t, k->sp) +
+                              vsplit(&f->masks, k->t, k->sp));
+        /* a backward kernel reads the gradient and the saved input and
+         * writes the input's gradient: twice the forward's traffic */
+        o->mem_f = memtime(k->x, bytes, f->kernels);
+        o->mem_b = memtime(k->x, 2 * bytes, 2 * f->kernels);
+        return;
+    }
+    const vp__act *a = k->a;
+    double bf = 2.0 * vp__fitv(&a->q[VP__Q_MEM_F], k->b, k->t, k->sp);
+    double bb = 2.0 * vp__fitv(&a->q[VP__Q_MEM_B], k->b, k->t, k->sp);
+    o->mem_f = memtime(k->x, bf, vp__fitv(&a->q[VP__Q_KER_F], k->b, k->t,
+                                          k->sp));
+    o->mem_b = memtime(k->x, bb, vp__fitv(&a->q[VP__Q_KER_B], k->b, k->t,
+                                          k->sp));
+}
+
+/* Exposed part of a collective overlapped chunk by chunk with `work`
+ * (Transformer Engine's userbuffers split a GEMM into t chunks: the
+ * first chunk's exchange is exposed). */
+static double chunked(double comm, double work, double chunks)
+{
+    if (comm <= 0)
+        return 0;
+    return comm / chunks + pos(comm * (1 - 1 / chunks) - work);
+}
+
+static void comms(tctx *k, ltime *o)
+{
+    const vp__evctx *x = k->x;
+    const vp_cluster_model *cm = x->cm;
+    const vp_par *p = k->p;
+    double h = k->h;
+    if (k->t > 1) {
+        vp__group g;
+        vp__group_shape(x->c, k->t, 1, &g);
+        double xtp = k->b * k->sl * h * k->e;
+        double f, bw;
+        if (k->sp) {
+            double ag = vp__coll(&g, VP_COLL_ALL_GATHER, xtp);
+            double rs = vp__coll(&g, VP_COLL_REDUCE_SCATTER, xtp);
+            f = 2 * (ag + rs);
+            bw = 2 * (ag + rs) + 2 * ag; /* inputs gathered again */
+        } else {
+            f = bw = 2 * vp__coll(&g, VP_COLL_ALL_REDUCE, xtp);
+        }
+        if (vp__on(p->overlap_tp, false)) {
+            o->tp_f = chunked(f, o->gemm_f, k->t);
+            o->tp_b = chunked(bw, o->gemm_b, k->t);
+        } else {
+            o->tp_f = f, o->tp_b = bw;
+        }
+    }
+    if (cm->experts && k->ep > 1) {
+        vp__group g;
+        vp__group_shape(x->c, k->ep, k->t * k->cp, &g);
+        double xe = k->b * k->sl * (double)cm->top_k * h * k->e /
+                    (k->sp ? k->t : 1.0);
+        double a2a = 2 * vp__coll(&g, VP_COLL_ALL_TO_ALL, xe);
+        if (vp__on(p->overlap_ep, false)) {
+            o->ep_f = pos(a2a - (o->gemm_f + o->attn_f + o->mem_f));
+            o->ep_b = pos(a2a - (o->gemm_b + o->attn_b + o->mem_b));
+        } else {
+            o->ep_f = o->ep_b = a2a;
+        }
+    }
+    if (k->cp > 1) {
+        vp__group g;
+        vp__group_shape(x->c, 2, k->t, &g);
+        double kvl = (double)cm->kv_heads / k->t;
+        if (kvl < 1)
+            kvl = 1;
+        double kv = k->b * k->sl * 2 * kvl * (double)cm->head_dim * k->e;
+        double ring = (k->cp - 1) * vp__coll(&g, VP_COLL_SEND, kv);
+        o->cp_f = pos(ring - o->attn_f);
+        o->cp_b = pos(2 * ring - o->attn_b);
+    }
+}
+
+static void layer(tctx *k, ltime *o)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    memset(o, 0, sizeof *o);
+    o->gemm_f = gemms(k, cm->gemm, cm->n_gemm, &o->best_rate);
+    o->gemm_b = 2 * o->gemm_f;
+    attention(k, o);
+    memory(k, o);
+    comms(k, o);
+    vp_engine e = k->eng;
+    switch (k->p->recompute) {
+    case VP_RC_FULL:
+        o->rec_gemm = o->gemm_f, o->rec_attn = o->attn_f;
+        o->rec_mem = o->mem_f;
+        o->rec = o->gemm_f + o->attn_f + o->mem_f + o->tp_f + o->ep_f +
+                 o->cp_f;
+        break;
+    case VP_RC_SELECTIVE:
+        if (e == VP_ENGINE_TORCH) {
+            /* torchtitan's op-level policy: matmul and attention outputs
+             * saved, every other matmul recomputed, the elementwise ops
+             * recomputed */
+            o->rec_gemm = 0.5 * o->gemm_f, o->rec_mem = o->mem_f;
+        } else {
+            o->rec_attn = o->attn_f; /* the core attention (Megatron) */
+        }
+        o->rec = o->rec_gemm + o->rec_attn + o->rec_mem;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Embedding and head of one micro-batch: compute and exposed TP comm. */
+typedef struct {
+    double emb, head, emb_comm, gemm, me, mh;
+} ends;
+
+static void ends_time(tctx *k, ends *o, double *best)
+{
+    const vp__evctx *x = k->x;
+    const vp_cluster_model *cm = x->cm;
+    const vp__act *a = k->a;
+    memset(o, 0, sizeof *o);
+    double hg = gemms(k, cm->hgemm, cm->n_hgemm, best);
+    o->gemm = 3 * hg;
+    double me, mh;
+    if (k->fused) {
+        double bcp = k->b / k->cp;
+        const vp__fused *fe = &cm->fz_emb, *fh = &cm->fz_head;
+        double be = bcp * (k->e * vsplit(&fe->elems, k->t, k->sp) +
+                           vsplit(&fe->masks, k->t, k->sp));
+        double bh = bcp * (k->e * vsplit(&fh->elems, k->t, k->sp) +
+                           vsplit(&fh->masks, k->t, k->sp));
+        me = 3 * memtime(x, be, fe->kernels);
+        mh = 3 * memtime(x, bh, fh->kernels);
+    } else {
+        me = memtime(x, 2 * vp__fitv(&a->q[VP__Q_EMB_MEM], k->b, k->t, k->sp),
+                     vp__fitv(&a->q[VP__Q_EMB_KER], k->b, k->t, k->sp));
+        mh = memtime(x, 2 * vp__fitv(&a->q[VP__Q_HEAD_MEM], k->b, k->t,
+                                     k->sp),
+                     vp__fitv(&a->q[VP__Q_HEAD_KER], k->b, k->t, k->sp));
+    }
+    o->me = me, o->mh = mh;
+    o->emb = me;
+    o->head = o->gemm + mh;
+    if (k->t > 1) {
+        /* the vocabulary-parallel embedding's all-reduce (reduce-scatter
+         * with sp) */
+        vp__group g;
+        vp__group_shape(x->c, k->t, 1, &g);
+        double xtp = k->b * k->sl * k->h * k->e;
+        o->emb_comm = vp__coll(&g, k->sp ? VP_COLL_REDUCE_SCATTER
+                                         : VP_COLL_ALL_REDUCE,
+                               xtp);
+    }
+}
+
+/* Bytes per parameter of the gradient reduction and the parameter
+ * gather. */
+static void dp_bytes(const vp_par *p, double *gb, double *pb)
+{
+    vp_engine e = vp_sharding_engine(p->sharding);
+    *pb = p->dtype == VP_DT_FP32 ? 4 : 2;
+    if (p->dtype == VP_DT_FP32)
+        *gb = 4;
+    else if (e == VP_ENGINE_MEGATRON)
+        /* fp32 main-grad accumulation and reduction is forced by bf16
+         * only (arguments.py: --bf16 sets accumulate_allreduce_grads_in_
+         * fp32); fp16 reduces its fp16 gradients */
+        *gb = p->dtype == VP_DT_FP16 ? 2 : 4;
+    else if (p->sharding == VP_SHARD_DDP)
+        *gb = 4; /* fp32 parameters under autocast */
+    else
+        *gb = 2;
+}
+
+/* n_calls collectives that move `bytes` in all. */
+static double calls(const vp__group *g, vp_coll k, double bytes, double n)
+{
+    if (bytes <= 0 || g->n <= 1)
+        return 0;
+    if (n < 1)
+        n = 1;
+    return n * vp__coll(g, k, bytes / n);
+}
+
+/* Bucketed collective of `bytes` in buckets of `bucket` bytes: total
+ * time and the time of one bucket (the last, never overlapped). */
+static double bucketed(const vp__group *g, vp_coll k, double bytes,
+                       double bucket, double *last)
+{
+    if (bytes <= 0 || g->n <= 1) {
+        *last = 0;
+        return 0;
+    }
+    double n = ceil(bytes / bucket);
+    *last = vp__coll(g, k, bytes / n);
+    return n * *last;
+}
+
+typedef struct {
+    double Tf, Tb;       /* one micro-batch's forward, backward (+rec) on
+                            the slowest stage: the overlap windows      */
+    double P, Pe;        /* dense and expert parameters of the stage   */
+    double layers;       /* layers of the slowest stage                */
+    double pu;           /* parameters of one layer (a gathered unit)  */
+} window;
+
+/* Exposed data-parallel time of the non-sharded engines (after the last
+ * micro-batch's backward) and of ZeRO-2's per-micro-batch reduction. */
+static double dp_flat(tctx *k, const window *w)
+{
+    const vp__evctx *x = k->x;
+    const vp_par *p = k->p;
+    double D = (double)p->dp * p->cp, De = D / k->ep;
+    vp__group gd, ge;
+    vp__group_shape(x->c, D, k->t, &gd);
+    vp__group_shape(x->c, De, k->t * k->cp * k->ep, &ge);
+    double gb, pb;
+    dp_bytes(p, &gb, &pb);
+    double m = (double)p->accum, l1, l2, l3, l4;
+    bool ov = vp__on(p->overlap_dp, true);
+    switch (p->sharding) {
+    case VP_SHARD_DDP: { /* 25 MiB buckets, overlapped with the backward */
+        double ar = bucketed(&gd, VP_COLL_ALL_REDUCE, gb * w->P, 25 * 1048576.0,
+                             &l1) +
+                    bucketed(&ge, VP_COLL_ALL_REDUCE, gb * w->Pe,
+                             25 * 1048576.0, &l2);
+        return maxd(ar - w->Tb, l1 + l2);
+    }
+    case VP_SHARD_MEGATRON: {
+        /* buckets of max(40M, 1M x dp) elements (DistributedDataParallel
+         * Config bucket_size) */
+        double bk = gb * maxd(4e7, 1e6 * D);
+        double ar = bucketed(&gd, VP_COLL_ALL_REDUCE, gb * w->P, bk, &l1) +
+                    bucketed(&ge, VP_COLL_ALL_REDUCE, gb * w->Pe, bk, &l2);
+        return ov ? maxd(ar - w->Tb, l1 + l2) : ar;
+    }
+    case VP_SHARD_DISTOPT: {
+        double bk = gb * maxd(4e7, 1e6 * D);
+        double rs = bucketed(&gd, VP_COLL_REDUCE_SCATTER, gb * w->P, bk, &l1) +
+                    bucketed(&ge, VP_COLL_REDUCE_SCATTER, gb * w->Pe, bk, &l2);
+        double ag = bucketed(&gd, VP_COLL_ALL_GATHER, pb * w->P, bk, &l3) +
+                    bucketed(&ge, VP_COLL_ALL_GATHER, pb * w->Pe, bk, &l4);
+        return ov ? maxd(rs - w->Tb, l1 + l2) + maxd(ag - w->Tf, l3 + l4)
+                  : rs + ag;
+    }
+    case VP_SHARD_ZERO1:
+    case VP_SHARD_ZERO2: {
+        /* reduce_bucket_size and allgather_bucket_size 5e8 elements */
+        double rs = bucketed(&gd, VP_COLL_REDUCE_SCATTER, gb * w->P, gb * 5e8,
+                             &l1) +
+                    bucketed(&ge, VP_COLL_REDUCE_SCATTER, gb * w->Pe,
+                             gb * 5e8, &l2);
+        double ag = bucketed(&gd, VP_COLL_ALL_GATHER, pb * w->P, pb * 5e8,
+                             &l3) +
+                    bucketed(&ge, VP_COLL_ALL_GATHER, pb * w->Pe, pb * 5e8,
+                             &l4);
+        if (p->sharding == VP_SHARD_ZERO2) /* every micro-batch */
+            return m * (ov ? maxd(rs - w->Tb, l1 + l2) : rs) + ag;
+        return (ov ? maxd(rs - w->Tb, l1 + l2) : rs) + ag;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Sharded engines (ZeRO-3, FSDP): the per-layer gathers and reductions of
+ * one micro-batch, prefetched one layer ahead. On return *lf and *lb are
+ * a layer's forward and backward with the exposed communication, *first
+ * the gather and reduction no compute hides. */
+static void dp_sharded(tctx *k, const window *w, double *lf, double *lb,
+                       double *first)
+{
+    const vp__evctx *x = k->x;
+    const vp_cluster_model *cm = x->cm;
+    const vp_par *p = k->p;
+    double D = (double)p->dp * p->cp;
+    double gb, pb;
+    dp_bytes(p, &gb, &pb);
+    double Pl = w->pu;
+    double Dg = D, ar = 0;
+    vp__group g;
+    if (p->sharding == VP_SHARD_FSDP_HYBRID) {
+        Dg = (double)x->c->gpus_per_node < D ? (double)x->c->gpus_per_node
+                                             : D;
+        vp__group gx;
+        vp__group_shape(x->c, D / Dg, k->t * Dg, &gx);
+        ar = vp__coll(&gx, VP_COLL_ALL_REDUCE, gb * Pl / Dg);
+    }
+    vp__group_shape(x->c, Dg, k->t, &g);
+    /* DeepSpeed gathers parameter by parameter (partition_parameters.py
+     * all-gather per tensor of the fetched sub-modules), FSDP a unit's
+     * flat parameter in one call */
+    double nag = p->sharding == VP_SHARD_ZERO3 ? cm->layer_tensors : 1;
+    double ag = calls(&g, VP_COLL_ALL_GATHER, pb * Pl, nag);
+    double rs = vp__coll(&g, VP_COLL_REDUCE_SCATTER, gb * Pl) + ar;
+    /* gathered again for the backward, or for the recomputed forward
+     * (whose parameters the backward then reuses: DeepSpeed's
+     * stage3_max_reuse_distance, FSDP's unit backward) */
+    double agb = ag;
+    if (p->sharding == VP_SHARD_FSDP_GRAD_OP)
+        agb = 0; /* kept from the forward */
+    double cf = *lf, cb = *lb;
+    if (p->sharding == VP_SHARD_ZERO3 && !vp__on(p->overlap_dp, true)) {
+        /* no prefetch: each sub-module waits for its gather
+         * (fetch_sub_module); the reduce-scatter still overlaps the next
+         * layer's backward (overlap_comm) */
+        *lf = cf + ag;
+        *lb = agb + maxd(cb, rs);
+    } else {
+        *lf = maxd(cf, ag);
+        *lb = maxd(cb, agb + rs);
+    }
+    *first = ag + rs;
+}
+
+/* Pipeline sends of one micro-batch (both directions), exposed:
+ * Megatron's scatter-gather sends 1/t of the activation; interleaved
+ * schedules overlap them with compute (--overlap-p2p-communication). */
+static double p2p(tctx *k)
+{
+    const vp_par *p = k->p;
+    if (p->pp <= 1)
+        return 0;
+    vp_engine e = k->eng;
+    if (e == VP_ENGINE_MEGATRON && p->schedule == VP_SCHED_INTERLEAVED)
+        return 0;
+    vp__group g;
+    vp__group_shape(k->x->c, 2,
+                    (double)p->tp * p->cp * p->dp, &g);
+    double bytes = k->b * k->sl * k->h * k->e;
+    if (e == VP_ENGINE_MEGATRON)
+        bytes /= k->t;
+    return 2 * vp__coll(&g, VP_COLL_SEND, bytes);
+}
+
+/* Bytes per parameter the optimizer step streams through memory, from the
+ * profile's measured AdamW (the H200 sweep's where none was measured). */
+static double optim_bytes(const vp_hw *hw, const vp_par *p)
+{
+    vp_engine e = vp_sharding_engine(p->sharding);
+    if (e == VP_ENGINE_TORCH)
+        /* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) on the
+         * fp32 parameters */
+        return hw->optim[VP_HW_OPTIM_ADAMW][0].bytes_per_param;
+    /* fused Adam in place on the fp32 master copy (as torch's fused
+     * AdamW: parameter, gradient and moments read, parameter and moments
+     * written); then the 16-bit copy written, the gradient norm's read of
+     * the gradients, fp16's unscale reading and writing them */
+    double b = hw->optim[VP_HW_OPTIM_ADAMW_FUSED][0].bytes_per_param;
+    if (p->dtype != VP_DT_FP32)
+        b += 2;
+    b += 4;
+    if (p->dtype == VP_DT_FP16)
+        b += 8;
+    return b;
+}
+
+void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
+              const vp__stages *st, vp_cluster_time *tm)
+{
+    const vp_cluster_model *cm = x->cm;
+    const vp_cluster *c = x->c;
+    tctx k;
+    memset(&k, 0, sizeof k);
+    k.x = x, k.a = a, k.p = p;
+    k.t = p->tp, k.cp = p->cp, k.ep = p->ep;
+    k.b = (double)p->micro_batch;
+    k.sl = (double)(cm->seq / p->cp);
+    k.h = (double)cm->hidden;
+    k.e = p->dtype == VP_DT_FP32 ? 4 : 2;
+    k.sus = x->hw.sustained;
+    k.sp = p->sp;
+    k.eng = vp_sharding_engine(p->sharding);
+    k.fused = k.eng != VP_ENGINE_TORCH || p->compile;
+    k.lin = x->lin[p->dtype];
+    k.mm = x->mm[p->dtype];
+    double m = (double)p->accum, pp = p->pp, v = p->vpp;
+
+    ltime L;
+    layer(&k, &L);
+    ends E;
+    double best = L.best_rate;
+    ends_time(&k, &E, &best);
+    double lf = L.gemm_f + L.attn_f + L.mem_f + L.tp_f + L.ep_f + L.cp_f;
+    double lb = L.gemm_b + L.attn_b + L.mem_b + L.tp_b + L.ep_b + L.cp_b +
+                L.rec;
+    /* the slowest stage's layers and parameters */
+    double l0 = st->l0, l1 = st->l1, lm = st->lm;
+    double lmax = maxd(maxd(l0, l1), lm);
+    window w;
+    w.layers = lmax;
+    w.P = maxd(maxd(st->pd0, st->pd1), st->pdm);
+    w.Pe = maxd(maxd(st->pe0, st->pe1), st->pem);
+    w.Tf = lmax * lf;
+    w.Tb = lmax * lb;
+    w.pu = st->pu;
+    double slf = lf, slb = lb, first = 0;
+    bool sharded = p->sharding == VP_SHARD_ZERO3 ||
+                   p->sharding == VP_SHARD_FSDP_FULL ||
+                   p->sharding == VP_SHARD_FSDP_GRAD_OP ||
+                   p->sharding == VP_SHARD_FSDP_HYBRID;
+    if (sharded)
+        dp_sharded(&k, &w, &slf, &slb, &first);
+    double per = slf + slb;
+    bool one = p->pp == 1;
+    double s0 = l0 * per + E.emb + E.emb_comm + (one ? E.head : 0) + first;
+    double s1 = l1 * per + E.head + (one ? E.emb + E.emb_comm : 0) + first;
+    double sm = lm > 0 ? lm * per + first : 0;
+    double tst = maxd(maxd(s0, s1), sm);
+    double pp2 = p2p(&k);
+    double tmb = tst + pp2;
+    double pipe = one ? m * tmb : (m + (pp - 1) / v) * tmb;
+    double dpx = dp_flat(&k, &w);
+    /* tied embeddings on two stages: their gradients all-reduced */
+    if (cm->tied && p->pp > 1) {
+        double gb, pb;
+        dp_bytes(p, &gb, &pb);
+        vp__group g;
+        vp__group_shape(c, 2, (double)p->tp * p->cp * p->dp * (p->pp - 1),
+                        &g);
+        dpx += vp__coll(&g, VP_COLL_ALL_REDUCE,
+                        gb * (cm->p_word.r + cm->p_word.s / k.t));
+    }
+
+    /* ---- optimizer and offload ---- */
+    double popt = st->popt;
+    double opt = 0, off = 0;
+    vp_engine eng = k.eng;
+    if (p->offload == VP_OFFLOAD_NONE) {
+        opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
+    } else {
+        double ranks = c->gpus < c->gpus_per_node ? c->gpus
+                                                  : c->gpus_per_node;
+        double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
+        opt = popt * obytes / (c->host_mem_bw / ranks);
+        double pb = p->dtype == VP_DT_FP32 ? 4 : 2;
+        double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
+        double up = pb * popt / x->host_bw;    /* new weights back    */
+        off = pos(down - w.Tb) + up;
+        if (p->offload == VP_OFFLOAD_ALL) {
+            double fetch = (eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
+                           x->host_bw;
+            off += m * (pos(fetch - w.Tf) + pos(fetch - w.Tb));
+        }
+    }
+
+    double step = pipe + dpx + opt + off;
+    double gbatch = (double)p->dp * k.b * m;
+    memset(tm, 0, sizeof *tm);
+    int which = s0 >= s1 && s0 >= sm ? 0 : s1 >= sm ? 1 : 2;
+    double ls = which == 0 ? l0 : which == 1 ? l1 : lm;
+    bool has_emb = one || which == 0, has_head = one || which == 1;
+    double full = p->recompute == VP_RC_FULL;
+    tm->tp_comm = m * (ls * (L.tp_f + L.tp_b + full * L.tp_f) +
+                       (has_emb ? E.emb_comm : 0));
+    tm->ep_comm = m * ls * (L.ep_f + L.ep_b + full * L.ep_f);
+    tm->cp_comm = m * ls * (L.cp_f + L.cp_b + full * L.cp_f);
+    tm->recompute = m * ls * (L.rec_gemm + L.rec_attn + L.rec_mem);
+    tm->gemm = m * (ls * (L.gemm_f + L.gemm_b + L.rec_gemm) +
+                    (has_head ? E.gemm : 0));
+    tm->attention = m * ls * (L.attn_f + L.attn_b + L.rec_attn);
+    tm->memory = m * (ls * (L.mem_f + L.mem_b + L.rec_mem) +
+                      (has_emb ? E.me : 0) + (has_head ? E.mh : 0));
+    tm->compute = tm->gemm + tm->attention + tm->memory - tm->recompute;
+    tm->dp_comm = dpx;
+    if (sharded)
+        tm->dp_comm += m * (ls * ((slf - lf) + (slb - lb)) + first);
+    tm->pp_comm = m * pp2;
+    tm->bubble = pipe - m * tmb;
+    tm->optimizer = opt;
+    tm->offload = off;
+    tm->model_flops = gbatch * cm->flops_per_sample;
+    double peak = x->peak[p->dtype] * (double)c->gpus;
+    /* sanity bound: no plan beats its own best GEMM */
+    tm->mfu_bound = x->peak[p->dtype] > 0
+                        ? best * k.sus / x->peak[p->dtype]
+                        : 0;
+    if (tm->mfu_bound > 0 && tm->model_flops / (step * peak) > tm->mfu_bound)
+        step = tm->model_flops / (peak * tm->mfu_bound);
+    tm->step = step;
+    tm->samples_per_s = gbatch / step;
+    tm->tokens_per_s = gbatch * (double)cm->seq / step;
+    double recf = p->recompute == VP_RC_FULL ? cm->rec_full_per_sample
+                  : p->recompute == VP_RC_SELECTIVE ? cm->rec_sel_per_sample
+                                                    : 0;
+    tm->mfu = tm->model_flops / (step * peak);
+    tm->hfu = (tm->model_flops + gbatch * recf) / (step * peak);
+}

@@ -1,0 +1,53 @@
+/* The cluster planner's step-time pins on the command line (--vpp,
+ * --schedule, --sp/--no-sp, --first/--last-stage-layers, --overlap-*,
+ * --compile): pinned plans, a pinned layout that does not fit, the
+ * exports and the errors (golden files). */
+#include <criterion/criterion.h>
+
+#include "cli_golden.h"
+
+Test(cli_pins, pinned_interleaved_uneven_plan)
+{
+    GOLDEN("pins_plan_uneven", 0, "plan", "tests/data/cluster/gpt3-175b.yaml",
+           "--gpus", "1024", "--gpu", "a100-80g", "--tp", "8", "--pp", "8",
+           "--vpp", "3", "--no-sp", "--first-stage-layers", "10",
+           "--last-stage-layers", "8", "--global-batch", "1024",
+           "--precision", "bf16", "--sharding", "distributed-optimizer",
+           "--top", "2");
+}
+
+Test(cli_pins, pinned_layout_that_does_not_fit_keeps_its_figures)
+{
+    GOLDEN("pins_plan_nofit", 1, "plan", "tests/data/cluster/gpt3-175b.yaml",
+           "--gpus", "64", "--gpu", "a100-80g", "--tp", "8", "--pp", "8",
+           "--recompute", "none", "--sharding", "megatron-ddp",
+           "--no-offload", "--global-batch", "64", "--max-gpus", "64");
+}
+
+Test(cli_pins, pinned_layout_that_does_not_fit_json)
+{
+    GOLDEN("pins_plan_nofit_json", 1, "plan",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "64", "--gpu",
+           "a100-80g", "--tp", "8", "--pp", "8", "--recompute", "none",
+           "--sharding", "megatron-ddp", "--no-offload", "--global-batch",
+           "64", "--max-gpus", "64", "--format", "json");
+}
+
+Test(cli_pins, megatron_export_with_overlap)
+{
+    GOLDEN("pins_export_megatron", 0, "export",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "512", "--gpu",
+           "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8", "--sp",
+           "--vpp", "2", "--overlap-tp", "on", "--first-stage-layers", "10",
+           "--last-stage-layers", "8", "--global-batch", "512");
+}
+
+Test(cli_pins, contradictory_pins)
+{
+    GOLDEN("pins_vpp_gpipe", 2, "plan", "models/gpt2-small.yaml", "--gpus",
+           "8", "--gpu", "h100-80g", "--vpp", "3", "--schedule", "gpipe");
+    GOLDEN("pins_bad_switch", 2, "plan", "models/gpt2-small.yaml", "--gpus",
+           "8", "--gpu", "h100-80g", "--overlap-dp", "maybe");
+    GOLDEN("pins_sp_tp1", 2, "plan", "models/gpt2-small.yaml", "--gpus", "8",
+           "--gpu", "h100-80g", "--tp", "1", "--sp");
+}

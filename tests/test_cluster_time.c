@@ -1,0 +1,455 @@
+/* The cluster step-time model (docs/STEP_TIME.md): collectives after
+ * NCCL's tuning model, layouts that cross nodes, MoE compute, overlap
+ * switches, uneven stages, the MFU bound, the pins of the search and
+ * the exports of the new layouts. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vramplan/cluster.h"
+#include "vramplan/gpu.h"
+#include "vramplan/vramplan.h"
+
+#include "cluster_util.h"
+
+/* The shipped H100 profile (cited curves and links). */
+static void h100(vp_hw *hw)
+{
+    vp_error err;
+    vp_gpu_profile *gp = vp_gpu_load("h100-80g", &err);
+    cr_assert_not_null(gp, "%s", err.msg);
+    memset(hw, 0, sizeof *hw);
+    vp_gpu_hw(gp, VP_GPU_BF16, hw);
+    vp_hw_fill_defaults(hw);
+    vp_gpu_free(gp);
+}
+
+static vp_cluster cluster(uint32_t gpus)
+{
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, gpus, 8);
+    return c;
+}
+
+static void eval_ok(vp_cluster_model *cm, const vp_cluster *c,
+                    const vp_par *p, vp_cluster_mem *mem, vp_cluster_time *t)
+{
+    vp_error err;
+    vp_status st = vp_cluster_eval(cm, c, p, mem, t, &err);
+    cr_assert_eq(st, VP_OK, "%s", err.msg);
+}
+
+static vp_status eval_err(vp_cluster_model *cm, const vp_cluster *c,
+                          const vp_par *p, vp_error *err)
+{
+    vp_cluster_mem mem;
+    vp_cluster_time t;
+    return vp_cluster_eval(cm, c, p, &mem, &t, err);
+}
+
+/* ---- collectives (NCCL's tuning model) ------------------------------- */
+
+/* A small all-reduce is latency: more nodes, more hops */
+Test(collectives, latency_grows_with_the_nodes)
+{
+    vp_cluster c = cluster(1024);
+    double t16 = vp_coll_time(&c, VP_COLL_ALL_REDUCE, 4096, 16, 1);
+    double t128 = vp_coll_time(&c, VP_COLL_ALL_REDUCE, 4096, 128, 1);
+    double t1024 = vp_coll_time(&c, VP_COLL_ALL_REDUCE, 4096, 1024, 1);
+    cr_assert_lt(t16, t128);
+    cr_assert_lt(t128, t1024);
+    /* microseconds, not milliseconds */
+    cr_assert_lt(t1024, 1e-3);
+}
+
+/* A large all-reduce across nodes moves 2 (n-1)/n of the bytes through
+ * each rank's own NIC, not through eight NICs */
+Test(collectives, one_nic_per_rank)
+{
+    vp_cluster c = cluster(64);
+    double bytes = 4e9;
+    double t = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 64, 1);
+    double wire = 2.0 * 63.0 / 64.0 * bytes / c.hw.network;
+    cr_assert_geq(t, wire, "%g s below the NIC's %g s", t, wire);
+    cr_assert_lt(t, 1.5 * wire);
+}
+
+/* Inside a node the same all-reduce runs at NVLink speed */
+Test(collectives, nvlink_inside_a_node)
+{
+    vp_cluster c = cluster(64);
+    double bytes = 1e9;
+    double in = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 8, 1);
+    double across = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 8, 8);
+    cr_assert_lt(in * 4, across, "NVLink %g s vs network %g s", in, across);
+}
+
+/* tp = 6 on 8-GPU nodes: the groups do not tile the nodes, so half of
+ * them cross a node boundary and run at the network's speed */
+Test(collectives, a_group_that_does_not_tile_the_node_crosses_it)
+{
+    vp_cluster c = cluster(48);
+    double bytes = 256e6;
+    double t6 = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 6, 1);
+    double t8 = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 8, 1);
+    cr_assert_gt(t6, 4 * t8, "tp 6 %g s, tp 8 %g s", t6, t8);
+}
+
+/* ---- MoE ------------------------------------------------------------- */
+
+/* At equal active FLOPs (top-8 of 64, 128 or 256 equal experts) and
+ * EP 64, compute does not grow with the number of experts, in Megatron
+ * and in the PyTorch engine (grouped experts both) */
+Test(moe, compute_does_not_grow_with_the_experts)
+{
+    const char *paths[] = {"tests/data/cluster/moe-e64.yaml",
+                           "tests/data/cluster/moe-e128.yaml",
+                           "tests/data/cluster/moe-e256.yaml"};
+    const vp_sharding sh[] = {VP_SHARD_DISTOPT, VP_SHARD_FSDP_FULL};
+    vp_cluster c = cluster(64);
+    for (int s = 0; s < 2; s++) {
+        double comp[3];
+        for (int i = 0; i < 3; i++) {
+            vp_model *m = load(paths[i]);
+            vp_cluster_model *cm = cmodel(m);
+            vp_par p = par(64, 1, 1, sh[s]);
+            p.ep = 64;
+            p.accum = 4;
+            vp_cluster_mem mem;
+            vp_cluster_time t;
+            eval_ok(cm, &c, &p, &mem, &t);
+            comp[i] = t.compute + t.recompute;
+            vp_cluster_model_free(cm);
+            vp_model_free(m);
+        }
+        /* within 2 %: the router's logits grow with the experts */
+        for (int i = 1; i < 3; i++)
+            cr_assert(fabs(comp[i] / comp[0] - 1) < 0.02,
+                      "%s, experts x%d: compute %g s vs %g s",
+                      vp_sharding_name(sh[s]), 1 << i, comp[i], comp[0]);
+    }
+}
+
+/* ---- precision ------------------------------------------------------- */
+
+/* Megatron keeps fp16 gradients in fp16 (bf16 forces fp32 main-grad
+ * accumulation, megatron/training/arguments.py) */
+Test(precision, megatron_fp16_gradients_take_two_bytes)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c = cluster(8);
+    vp_par p = par(1, 8, 1, VP_SHARD_MEGATRON);
+    vp_cluster_mem mem;
+    vp_cluster_time t;
+    /* the gradients of one rank's share (layers split over tp 8, the
+     * embedding and head over its vocabulary) per parameter of the model */
+    p.dtype = VP_DT_FP16;
+    eval_ok(cm, &c, &p, &mem, &t);
+    double per = 8.0 * (double)mem.grads / (double)in.params;
+    cr_assert(fabs(per / 2.0 - 1) < 0.01, "fp16: %g B per parameter", per);
+    p.dtype = VP_DT_BF16;
+    eval_ok(cm, &c, &p, &mem, &t);
+    per = 8.0 * (double)mem.grads / (double)in.params;
+    cr_assert(fabs(per / 4.0 - 1) < 0.01, "bf16: %g B per parameter", per);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- layouts --------------------------------------------------------- */
+
+/* Uneven stages (Megatron's --decoder-first/last-pipeline-num-layers):
+ * the middle stages share what the first and last leave, evenly */
+Test(layouts, uneven_stages_split_the_rest_evenly)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(1, 8, 8, VP_SHARD_MEGATRON);
+    p.accum = 16;
+    vp_cluster_mem even, uneven;
+    vp_cluster_time t;
+    eval_ok(cm, &c, &p, &even, &t);
+    cr_assert_eq(even.stage, 0u);
+    p.first_layers = 5; /* 96 - 5 - 6 = 85 over 6 middle stages */
+    p.last_layers = 6;
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    p.first_layers = 6; /* 96 = 6 + 6 x 14 + 6 */
+    eval_ok(cm, &c, &p, &uneven, &t);
+    /* the fullest stage is now a middle one, with 14 layers against 12
+     * and the embedding */
+    cr_assert(uneven.stage > 0 && uneven.stage < 7, "stage %u",
+              uneven.stage);
+    cr_assert_gt(uneven.weights, even.weights);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* FSDP with tensor parallelism (torchtitan's 2-D) and DeepSpeed ZeRO
+ * with it (Megatron-DeepSpeed) are planned and timed */
+Test(layouts, fsdp_and_zero_compose_with_tp)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    const vp_sharding sh[] = {VP_SHARD_FSDP_FULL, VP_SHARD_ZERO1,
+                              VP_SHARD_ZERO3};
+    for (int i = 0; i < 3; i++) {
+        vp_par p = par(8, 8, 1, sh[i]);
+        vp_cluster_mem mem;
+        vp_cluster_time t;
+        eval_ok(cm, &c, &p, &mem, &t);
+        cr_assert_gt(t.tp_comm, 0.0, "%s", vp_sharding_name(sh[i]));
+        cr_assert_gt(t.step, t.compute);
+    }
+    vp_par ddp = par(8, 8, 1, VP_SHARD_DDP);
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &ddp, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Interleaving only needs each stage to hold vpp layers: 96 layers on
+ * pp 8 with 5 chunks (96 is no multiple of 40) */
+Test(layouts, interleaving_without_divisibility)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(1, 8, 8, VP_SHARD_MEGATRON);
+    p.accum = 16;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.vpp = 5;
+    vp_cluster_mem mem;
+    vp_cluster_time t, t1;
+    eval_ok(cm, &c, &p, &mem, &t);
+    p.schedule = VP_SCHED_1F1B;
+    p.vpp = 1;
+    eval_ok(cm, &c, &p, &mem, &t1);
+    cr_assert_lt(t.bubble, t1.bubble);
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.vpp = 13; /* more chunks than a stage's 12 layers */
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- overlap --------------------------------------------------------- */
+
+/* ZeRO-3 without prefetch waits for every gather; with it, a layer's
+ * gathers hide behind the layer before */
+Test(overlap, zero3_prefetch_hides_the_gathers)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(64, 1, 1, VP_SHARD_ZERO3);
+    p.accum = 2;
+    vp_cluster_mem mem;
+    vp_cluster_time on, off;
+    eval_ok(cm, &c, &p, &mem, &on);
+    p.overlap_dp = VP_OFF;
+    eval_ok(cm, &c, &p, &mem, &off);
+    cr_assert_gt(off.dp_comm, on.dp_comm);
+    cr_assert_gt(off.step, on.step);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Megatron's --tp-comm-overlap hides part of the TP collectives and
+ * needs sequence parallelism */
+Test(overlap, tp_comm_overlap)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(8, 8, 1, VP_SHARD_DISTOPT);
+    p.sp = true;
+    vp_cluster_mem mem;
+    vp_cluster_time off, on;
+    eval_ok(cm, &c, &p, &mem, &off);
+    p.overlap_tp = VP_ON;
+    eval_ok(cm, &c, &p, &mem, &on);
+    cr_assert_lt(on.tp_comm, off.tp_comm);
+    p.sp = false;
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- the MFU bound --------------------------------------------------- */
+
+/* No plan the search picks claims more MFU than the GPU's GEMM curve
+ * allows, and the time breakdown adds up to compute + recompute */
+Test(mfu, search_stays_under_the_bound)
+{
+    const char *paths[] = {"tests/data/cluster/megatron-22b.yaml",
+                           "tests/data/cluster/gpt3-175b.yaml",
+                           "tests/data/cluster/moe-e64.yaml"};
+    const uint32_t gpus[] = {64, 1024, 64};
+    for (int i = 0; i < 3; i++) {
+        vp_model *m = load(paths[i]);
+        vp_cluster_model *cm = cmodel(m);
+        vp_cluster c = cluster(gpus[i]);
+        vp_search_opts o;
+        vp_search_opts_init(&o);
+        o.top = 3;
+        vp_cluster_plan *pl = calloc(1, sizeof *pl);
+        vp_error err;
+        cr_assert_eq(vp_cluster_search(cm, &c, &o, pl, &err), VP_OK, "%s",
+                     err.msg);
+        cr_assert(pl->found, "%s", paths[i]);
+        const vp_cluster_time *t = &pl->best.time;
+        cr_assert_gt(t->mfu, 0.0);
+        cr_assert_leq(t->mfu, t->mfu_bound, "%s: MFU %g over %g", paths[i],
+                      t->mfu, t->mfu_bound);
+        cr_assert_lt(t->mfu_bound, 1.0);
+        double parts = t->gemm + t->attention + t->memory;
+        cr_assert(fabs(parts / (t->compute + t->recompute) - 1) < 1e-6,
+                  "%s: %g vs %g", paths[i], parts,
+                  t->compute + t->recompute);
+        free(pl);
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+}
+
+/* ---- the search's pins ----------------------------------------------- */
+
+static vp_cluster_plan *search(vp_cluster_model *cm, const vp_cluster *c,
+                               const vp_search_opts *o)
+{
+    vp_cluster_plan *pl = calloc(1, sizeof *pl);
+    vp_error err;
+    cr_assert_eq(vp_cluster_search(cm, c, o, pl, &err), VP_OK, "%s",
+                 err.msg);
+    return pl;
+}
+
+Test(pins, vpp_schedule_sp_and_stages_are_kept)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(1024);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.tp = 8;
+    o.pp = 8;
+    o.vpp = 3;
+    o.sp = 0;
+    o.first_layers = 10;
+    o.last_layers = 8;
+    o.global_batch = 1024;
+    vp_cluster_plan *pl = search(cm, &c, &o);
+    cr_assert(pl->found);
+    const vp_par *p = &pl->best.par;
+    cr_assert_eq(p->schedule, VP_SCHED_INTERLEAVED);
+    cr_assert_eq(p->vpp, 3u);
+    cr_assert(!p->sp);
+    cr_assert_eq(p->first_layers, 10u);
+    cr_assert_eq(p->last_layers, 8u);
+    for (size_t i = 0; i < pl->n_alt; i++) {
+        cr_assert_eq(pl->alt[i].par.vpp, 3u);
+        cr_assert(!pl->alt[i].par.sp);
+    }
+    free(pl);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* A pinned layout that does not fit still gets its step time */
+Test(pins, nearest_configuration_is_timed)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.tp = 8;
+    o.pp = 8;
+    o.recompute = VP_RC_NONE;
+    o.sharding = VP_SHARD_MEGATRON;
+    o.no_offload = true;
+    o.global_batch = 64;
+    vp_cluster_plan *pl = search(cm, &c, &o);
+    cr_assert(!pl->found);
+    cr_assert_gt(pl->closest.mem.total, c.memory);
+    cr_assert_gt(pl->closest.time.step, 0.0);
+    cr_assert_eq(pl->closest.par.recompute, VP_RC_NONE);
+    free(pl);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- exports --------------------------------------------------------- */
+
+static char *export_of(vp_cluster_model *cm, const vp_cluster *c,
+                       const vp_par *p, vp_export_format f, vp_status *st)
+{
+    static char buf[8192];
+    size_t len;
+    vp_error err;
+    *st = vp_export_plan(cm, c, p, f, buf, sizeof buf, &len, &err);
+    if (*st != VP_OK)
+        snprintf(buf, sizeof buf, "%s", err.msg);
+    return buf;
+}
+
+Test(exports, megatron_flags_of_the_new_layouts)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(512);
+    vp_par p = par(8, 8, 8, VP_SHARD_DISTOPT);
+    p.sp = true;
+    p.first_layers = 10;
+    p.last_layers = 8;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.vpp = 2;
+    p.overlap_tp = VP_ON;
+    vp_status st;
+    const char *s = export_of(cm, &c, &p, VP_EXPORT_MEGATRON, &st);
+    cr_assert_eq(st, VP_OK, "%s", s);
+    cr_assert_not_null(strstr(s, "--decoder-first-pipeline-num-layers 10"));
+    cr_assert_not_null(strstr(s, "--decoder-last-pipeline-num-layers 8"));
+    cr_assert_not_null(strstr(s, "--num-virtual-stages-per-pipeline-rank 2"));
+    cr_assert_not_null(strstr(s, "--tp-comm-overlap"));
+    cr_assert_not_null(strstr(s, "--overlap-param-gather"));
+    p.dtype = VP_DT_FP16;
+    p.overlap_dp = VP_OFF;
+    s = export_of(cm, &c, &p, VP_EXPORT_MEGATRON, &st);
+    cr_assert_null(strstr(s, "--accumulate-allreduce-grads-in-fp32"));
+    cr_assert_null(strstr(s, "--overlap-grad-reduce"));
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+Test(exports, deepspeed_and_torchrun_with_tp)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(8, 8, 1, VP_SHARD_ZERO1);
+    vp_status st;
+    const char *s = export_of(cm, &c, &p, VP_EXPORT_DEEPSPEED, &st);
+    cr_assert_eq(st, VP_OK, "%s", s);
+    cr_assert_not_null(strstr(s, "\"autotp_size\": 8"));
+    p.sharding = VP_SHARD_ZERO3;
+    s = export_of(cm, &c, &p, VP_EXPORT_DEEPSPEED, &st);
+    cr_assert_eq(st, VP_EUNSUPPORTED);
+    cr_assert_not_null(strstr(s, "Megatron-DeepSpeed"));
+    p.sharding = VP_SHARD_FSDP_FULL;
+    s = export_of(cm, &c, &p, VP_EXPORT_TORCHRUN, &st);
+    cr_assert_eq(st, VP_EUNSUPPORTED);
+    cr_assert_not_null(strstr(s, "torchtitan"));
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
