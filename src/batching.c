@@ -11,13 +11,6 @@
 #include "vramplan/batching.h"
 #include "vramplan/search.h"
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 /* ------------------------------------------------------------------ */
 /* The lengths file                                                     */
 /* ------------------------------------------------------------------ */
@@ -126,10 +119,10 @@ static vp_status data_line(lparse *p, hist *h, int *form, uint64_t *total)
     uint64_t len, count = 1;
     int fields = 1;
 
-    TRY(field(p, VP_LENGTHS_MAX_LEN, "a length", &len));
+    VP_TRY(field(p, VP_LENGTHS_MAX_LEN, "a length", &len));
     skip_blanks(p);
     if (!at_eol(p)) {
-        TRY(field(p, VP_LENGTHS_MAX_COUNT, "a count", &count));
+        VP_TRY(field(p, VP_LENGTHS_MAX_COUNT, "a count", &count));
         fields = 2;
         skip_blanks(p);
         if (!at_eol(p))
@@ -234,7 +227,7 @@ vp_status vp_lengths_load(const char *path, vp_lengths *out, vp_error *err)
     vp_status st;
 
     memset(out, 0, sizeof *out);
-    TRY(vp__read_file(path, VP_LENGTHS_MAX_BYTES, &buf, &len, err));
+    VP_TRY(vp__read_file(path, VP_LENGTHS_MAX_BYTES, &buf, &len, err));
     st = vp_lengths_parse(buf, len, path, out, err);
     free(buf);
     return st;
@@ -310,7 +303,7 @@ static vp_status max_batch(const vp_model *m, const vp_setup *s, uint64_t seq,
     vp_maxbatch_result mb;
 
     t.seq = seq;
-    TRY(vp_maxbatch(m, &t, NULL, 0, &mb, err));
+    VP_TRY(vp_maxbatch(m, &t, NULL, 0, &mb, err));
     r->simulations += mb.trials;
     *out = mb.max_batch;
     return VP_OK;
@@ -339,7 +332,7 @@ static vp_status step_time(const vp_model *m, const vp_setup *s,
             attn += o->flops_fwd + (s->inference ? 0.0 : o->flops_bwd);
     }
     vp_graph_free(g);
-    TRY(rc);
+    VP_TRY(rc);
     *time = st.total;
     *attn_share = st.flops > 0.0 ? attn / st.flops : 0.0;
     if (*attn_share > 1.0)
@@ -356,7 +349,7 @@ static vp_status padded(const vp_model *m, const vp_setup *s,
     r->token_budget = UINT64_MAX;
     for (size_t k = 0; k < r->n_buckets; k++) {
         vp_bucket *b = &r->bucket[k];
-        TRY(max_batch(m, s, b->padded_len, &b->max_batch, r, err));
+        VP_TRY(max_batch(m, s, b->padded_len, &b->max_batch, r, err));
         if (b->max_batch == 0)
             return vp_error_set(err, VP_EOOM,
                                 "one sequence of %llu tokens does not fit "
@@ -375,8 +368,8 @@ static vp_status padded(const vp_model *m, const vp_setup *s,
         b->batches = cdiv(b->sequences, b->batch);
         padded_tokens += (double)b->sequences * (double)b->padded_len;
         if (hw) {
-            TRY(step_time(m, s, hw, b->batch, b->padded_len, &b->step_s,
-                          &share, err));
+            VP_TRY(step_time(m, s, hw, b->batch, b->padded_len, &b->step_s,
+                             &share, err));
             r->padded_time_s += (double)b->batches * b->step_s;
         }
     }
@@ -400,14 +393,14 @@ static vp_status packed(const vp_model *m, const vp_setup *s,
 
     f.attn = VP_ATTN_FLASH;
     f.attn_set = true;
-    TRY(max_batch(m, &f, l->max_len, &rows, r, err));
+    VP_TRY(max_batch(m, &f, l->max_len, &rows, r, err));
     r->packed_tokens = rows * l->max_len;
     if (rows == 0)
         return VP_OK;
     r->packed_batches = cdiv(l->tokens, r->packed_tokens);
     if (!hw)
         return VP_OK;
-    TRY(step_time(m, &f, hw, rows, l->max_len, &t_full, &share, err));
+    VP_TRY(step_time(m, &f, hw, rows, l->max_len, &t_full, &share, err));
     for (size_t i = 0; i < l->n; i++)
         sq += (double)l->count[i] * (double)l->len[i] * (double)l->len[i];
     double ratio = (double)r->packed_tokens * sq / (double)l->tokens /
@@ -430,7 +423,7 @@ vp_status vp_batching_plan(const vp_model *m, const vp_setup *setup,
         return vp_error_set(err, VP_EARG, "batching needs a memory budget");
     if (!l || l->n == 0)
         return vp_error_set(err, VP_EARG, "no lengths");
-    TRY(make_buckets(l, bounds, n_bounds, out, err));
-    TRY(padded(m, setup, hw, l, out, err));
+    VP_TRY(make_buckets(l, bounds, n_bounds, out, err));
+    VP_TRY(padded(m, setup, hw, l, out, err));
     return packed(m, setup, hw, l, out, err);
 }

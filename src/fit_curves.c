@@ -104,13 +104,6 @@ static vp_status enum_of(sline *l, const char *key,
     return VP_OK;
 }
 
-#define TRYS(x)                                                            \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 static const char *const GEMM_DT[] = {"fp32", "tf32", "fp16", "bf16", "fp8",
                                       NULL};
 static const char *const SDPA_IMPL[] = {
@@ -128,58 +121,58 @@ static vp_status parse_sweep_line(sline *l, srow *r, bool *keep)
     int k;
     memset(r, 0, sizeof *r);
     *keep = true;
-    TRYS(enum_of(l, "kind", SWEEP_KINDS, &k));
+    VP_TRY(enum_of(l, "kind", SWEEP_KINDS, &k));
     r->kind = k;
     switch (k) {
     case 0:
-        TRYS(enum_of(l, "dtype", GEMM_DT, &r->cls));
-        TRYS(snum(l, "m", &r->x[0]));
-        TRYS(snum(l, "n", &r->x[1]));
-        TRYS(snum(l, "k", &r->x[2]));
-        TRYS(snum(l, "ms", &r->ms[0]));
+        VP_TRY(enum_of(l, "dtype", GEMM_DT, &r->cls));
+        VP_TRY(snum(l, "m", &r->x[0]));
+        VP_TRY(snum(l, "n", &r->x[1]));
+        VP_TRY(snum(l, "k", &r->x[2]));
+        VP_TRY(snum(l, "ms", &r->ms[0]));
         return VP_OK;
     case 1: {
-        TRYS(enum_of(l, "impl", SDPA_IMPL, &r->cls));
+        VP_TRY(enum_of(l, "impl", SDPA_IMPL, &r->cls));
         if (r->cls >= VP_HW_ATTN__N ||
             vp__ymap_get(l->d, l->root, "error", NULL)) {
             *keep = false; /* math is not fitted; a backend may fail */
             return VP_OK;
         }
         double b, h, s, dd, causal = 0;
-        TRYS(snum(l, "b", &b));
-        TRYS(snum(l, "h", &h));
-        TRYS(snum(l, "s", &s));
-        TRYS(snum(l, "d", &dd));
+        VP_TRY(snum(l, "b", &b));
+        VP_TRY(snum(l, "h", &h));
+        VP_TRY(snum(l, "s", &s));
+        VP_TRY(snum(l, "d", &dd));
         yaml_node_t *c = vp__ymap_get(l->d, l->root, "causal", NULL);
         bool cz = false;
         if (c)
-            TRYS(vp__yget_bool(l->d, c, &cz, l->err));
+            VP_TRY(vp__yget_bool(l->d, c, &cz, l->err));
         causal = cz;
         r->x[0] = 4.0 * b * h * s * s * dd * (causal ? 0.5 : 1.0);
-        TRYS(snum(l, "fwd_ms", &r->ms[0]));
-        TRYS(snum(l, "bwd_ms", &r->ms[1]));
+        VP_TRY(snum(l, "fwd_ms", &r->ms[0]));
+        VP_TRY(snum(l, "bwd_ms", &r->ms[1]));
         return VP_OK;
     }
     case 2: {
         const char *op;
-        TRYS(sstr(l, "op", &op));
+        VP_TRY(sstr(l, "op", &op));
         r->cls = name_at(op, MEM_CLASS);
         if (r->cls < 0)
             return vp__yerr(l->d, vp__ymap_get(l->d, l->root, "op", NULL),
                             VP_ESCHEMA, l->err, "unknown op '%.32s'", op);
-        TRYS(snum(l, "bytes", &r->x[0]));
-        TRYS(snum(l, "ms", &r->ms[0]));
+        VP_TRY(snum(l, "bytes", &r->x[0]));
+        VP_TRY(snum(l, "ms", &r->ms[0]));
         return VP_OK;
     }
     case 3:
-        TRYS(enum_of(l, "opt", OPTIMS, &r->cls));
-        TRYS(enum_of(l, "dtype", STATE_DT, &r->sub));
-        TRYS(snum(l, "numel", &r->x[0]));
-        TRYS(snum(l, "tensors", &r->x[1]));
-        TRYS(snum(l, "ms", &r->ms[0]));
+        VP_TRY(enum_of(l, "opt", OPTIMS, &r->cls));
+        VP_TRY(enum_of(l, "dtype", STATE_DT, &r->sub));
+        VP_TRY(snum(l, "numel", &r->x[0]));
+        VP_TRY(snum(l, "tensors", &r->x[1]));
+        VP_TRY(snum(l, "ms", &r->ms[0]));
         return VP_OK;
     case 4:
-        TRYS(snum(l, "us_per_kernel", &r->x[0]));
+        VP_TRY(snum(l, "us_per_kernel", &r->x[0]));
         return VP_OK;
     default:
         *keep = false;

@@ -98,13 +98,6 @@ const char *vp_gpu_bw_name(vp_gpu_bw b)
 /* Typed getters                                                        */
 /* ------------------------------------------------------------------ */
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 /* A finite number >= min (integers and decimals, exponents allowed). */
 static vp_status get_double(vp_ydoc *d, yaml_node_t *n, double min,
                             double *out, vp_error *err)
@@ -137,7 +130,7 @@ static vp_status get_string(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *n,
                             const char **out, vp_error *err)
 {
     const char *v;
-    TRY(vp__yget_str(d, n, &v, err));
+    VP_TRY(vp__yget_str(d, n, &v, err));
     if (!*v)
         return vp__yerr(d, n, VP_ESCHEMA, err, "expected a non-empty "
                                                "string");
@@ -152,7 +145,7 @@ static vp_status get_buf(vp_ydoc *d, yaml_node_t *n, char *buf, size_t size,
                          vp_error *err)
 {
     const char *v;
-    TRY(vp__yget_str(d, n, &v, err));
+    VP_TRY(vp__yget_str(d, n, &v, err));
     snprintf(buf, size, "%s", v);
     return VP_OK;
 }
@@ -173,7 +166,7 @@ static vp_status get_list(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *n,
             return vp__yerr(d, e, VP_ELIMIT, err, "%s has more than %d "
                                                   "entries",
                             what, MAX_LIST);
-        TRY(get_string(p, d, e, &items[(*count)++], err));
+        VP_TRY(get_string(p, d, e, &items[(*count)++], err));
     }
     if (*count == 0)
         return vp__yerr(d, n, VP_ESCHEMA, err, "%s must not be empty",
@@ -197,19 +190,19 @@ static vp_status get_stat(vp_ydoc *d, yaml_node_t *n, vp_gpu_stat *out,
                           vp_error *err)
 {
     static const char *const keys[] = {"median", "min", "max", "n", NULL};
-    TRY(vp__ymap_check(d, n, keys, "a measurement", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "a measurement", err));
     yaml_node_t *v;
-    TRY(need(d, n, "median", "a measurement", &v, err));
-    TRY(get_double(d, v, 0.0, &out->median, err));
+    VP_TRY(need(d, n, "median", "a measurement", &v, err));
+    VP_TRY(get_double(d, v, 0.0, &out->median, err));
     out->min = out->max = out->median;
     out->n = 1;
     if ((v = vp__ymap_get(d, n, "min", NULL)))
-        TRY(get_double(d, v, 0.0, &out->min, err));
+        VP_TRY(get_double(d, v, 0.0, &out->min, err));
     if ((v = vp__ymap_get(d, n, "max", NULL)))
-        TRY(get_double(d, v, 0.0, &out->max, err));
+        VP_TRY(get_double(d, v, 0.0, &out->max, err));
     if ((v = vp__ymap_get(d, n, "n", NULL))) {
         uint64_t u;
-        TRY(vp__yget_u64(d, v, 1, 1000000, &u, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 1000000, &u, err));
         out->n = (uint32_t)u;
     }
     if (out->min > out->median || out->max < out->median)
@@ -223,7 +216,7 @@ static vp_status opt_u64(vp_ydoc *d, yaml_node_t *map, const char *key,
 {
     yaml_node_t *v = vp__ymap_get(d, map, key, NULL);
     if (v)
-        TRY(vp__yget_u64(d, v, 0, UINT64_MAX, out, err));
+        VP_TRY(vp__yget_u64(d, v, 0, UINT64_MAX, out, err));
     return VP_OK;
 }
 
@@ -232,7 +225,7 @@ static vp_status opt_stat(vp_ydoc *d, yaml_node_t *map, const char *key,
 {
     yaml_node_t *v = vp__ymap_get(d, map, key, NULL);
     if (v)
-        TRY(get_stat(d, v, out, err));
+        VP_TRY(get_stat(d, v, out, err));
     return VP_OK;
 }
 
@@ -247,24 +240,24 @@ static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
                                        "exponent",    "rms_rel_err",
                                        "best_tflops", "points",
                                        "k_half",      NULL};
-    TRY(vp__ymap_check(d, n, keys, "a GEMM curve", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "a GEMM curve", err));
     yaml_node_t *v;
-    TRY(need(d, n, "peak_tflops", "a GEMM curve", &v, err));
-    TRY(get_double(d, v, 1e-6, &g->peak_tflops, err));
-    TRY(need(d, n, "half_gflop", "a GEMM curve", &v, err));
-    TRY(get_double(d, v, 0.0, &g->half_gflop, err));
+    VP_TRY(need(d, n, "peak_tflops", "a GEMM curve", &v, err));
+    VP_TRY(get_double(d, v, 1e-6, &g->peak_tflops, err));
+    VP_TRY(need(d, n, "half_gflop", "a GEMM curve", &v, err));
+    VP_TRY(get_double(d, v, 0.0, &g->half_gflop, err));
     g->exponent = 1.0;
     if ((v = vp__ymap_get(d, n, "exponent", NULL)))
-        TRY(get_double(d, v, 0.01, &g->exponent, err));
+        VP_TRY(get_double(d, v, 0.01, &g->exponent, err));
     if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        TRY(get_double(d, v, 0.0, &g->rms_rel_err, err));
+        VP_TRY(get_double(d, v, 0.0, &g->rms_rel_err, err));
     if ((v = vp__ymap_get(d, n, "best_tflops", NULL)))
-        TRY(get_double(d, v, 0.0, &g->best_tflops, err));
+        VP_TRY(get_double(d, v, 0.0, &g->best_tflops, err));
     if ((v = vp__ymap_get(d, n, "k_half", NULL)))
-        TRY(get_double(d, v, 0.0, &g->k_half, err));
+        VP_TRY(get_double(d, v, 0.0, &g->k_half, err));
     uint64_t u = 1;
     if ((v = vp__ymap_get(d, n, "points", NULL)))
-        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
     g->points = (uint32_t)u;
     return VP_OK;
 }
@@ -275,21 +268,21 @@ static vp_status parse_coll(vp_ydoc *d, yaml_node_t *n, vp_gpu_coll_fit *c,
     static const char *const keys[] = {"ranks",       "latency_us",
                                        "bandwidth_gbps", "rms_rel_err",
                                        "points",      NULL};
-    TRY(vp__ymap_check(d, n, keys, "a collective fit", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "a collective fit", err));
     yaml_node_t *v;
     uint64_t u;
-    TRY(need(d, n, "ranks", "a collective fit", &v, err));
-    TRY(vp__yget_u64(d, v, 2, 1u << 20, &u, err));
+    VP_TRY(need(d, n, "ranks", "a collective fit", &v, err));
+    VP_TRY(vp__yget_u64(d, v, 2, 1u << 20, &u, err));
     c->ranks = (uint32_t)u;
-    TRY(need(d, n, "latency_us", "a collective fit", &v, err));
-    TRY(get_double(d, v, 0.0, &c->latency_us, err));
-    TRY(need(d, n, "bandwidth_gbps", "a collective fit", &v, err));
-    TRY(get_double(d, v, 1e-9, &c->bandwidth_gbps, err));
+    VP_TRY(need(d, n, "latency_us", "a collective fit", &v, err));
+    VP_TRY(get_double(d, v, 0.0, &c->latency_us, err));
+    VP_TRY(need(d, n, "bandwidth_gbps", "a collective fit", &v, err));
+    VP_TRY(get_double(d, v, 1e-9, &c->bandwidth_gbps, err));
     if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        TRY(get_double(d, v, 0.0, &c->rms_rel_err, err));
+        VP_TRY(get_double(d, v, 0.0, &c->rms_rel_err, err));
     u = 1;
     if ((v = vp__ymap_get(d, n, "points", NULL)))
-        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
     c->points = (uint32_t)u;
     return VP_OK;
 }
@@ -299,17 +292,17 @@ static vp_status parse_rate(vp_ydoc *d, yaml_node_t *n, vp_gpu_rate_fit *r,
 {
     const char *const keys[] = {unit, "fixed_us", "rms_rel_err", "points",
                                 NULL};
-    TRY(vp__ymap_check(d, n, keys, "a rate fit", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "a rate fit", err));
     yaml_node_t *v;
-    TRY(need(d, n, unit, "a rate fit", &v, err));
-    TRY(get_double(d, v, 1e-6, &r->peak, err));
-    TRY(need(d, n, "fixed_us", "a rate fit", &v, err));
-    TRY(get_double(d, v, 0.0, &r->fixed_us, err));
+    VP_TRY(need(d, n, unit, "a rate fit", &v, err));
+    VP_TRY(get_double(d, v, 1e-6, &r->peak, err));
+    VP_TRY(need(d, n, "fixed_us", "a rate fit", &v, err));
+    VP_TRY(get_double(d, v, 0.0, &r->fixed_us, err));
     if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        TRY(get_double(d, v, 0.0, &r->rms_rel_err, err));
+        VP_TRY(get_double(d, v, 0.0, &r->rms_rel_err, err));
     uint64_t u = 1;
     if ((v = vp__ymap_get(d, n, "points", NULL)))
-        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
     r->points = (uint32_t)u;
     return VP_OK;
 }
@@ -323,11 +316,11 @@ static vp_status parse_mem_rate(vp_ydoc *d, yaml_node_t *n,
 static vp_status parse_attention(vp_ydoc *d, yaml_node_t *n,
                                  vp_gpu_gemm_fit (*r)[2], vp_error *err)
 {
-    TRY(vp__ymap_check(d, n, PHASE_NAMES, "an attention fit", err));
+    VP_TRY(vp__ymap_check(d, n, PHASE_NAMES, "an attention fit", err));
     for (int ph = 0; ph < 2; ph++) {
         yaml_node_t *v = vp__ymap_get(d, n, PHASE_NAMES[ph], NULL);
         if (v)
-            TRY(parse_gemm(d, v, &(*r)[ph], err));
+            VP_TRY(parse_gemm(d, v, &(*r)[ph], err));
     }
     return VP_OK;
 }
@@ -337,17 +330,17 @@ static vp_status parse_optim_one(vp_ydoc *d, yaml_node_t *n,
 {
     static const char *const keys[] = {"bytes_per_param", "us_per_tensor",
                                        "rms_rel_err", "points", NULL};
-    TRY(vp__ymap_check(d, n, keys, "an optimizer fit", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "an optimizer fit", err));
     yaml_node_t *v;
-    TRY(need(d, n, "bytes_per_param", "an optimizer fit", &v, err));
-    TRY(get_double(d, v, 1e-6, &o->bytes_per_param, err));
-    TRY(need(d, n, "us_per_tensor", "an optimizer fit", &v, err));
-    TRY(get_double(d, v, 0.0, &o->us_per_tensor, err));
+    VP_TRY(need(d, n, "bytes_per_param", "an optimizer fit", &v, err));
+    VP_TRY(get_double(d, v, 1e-6, &o->bytes_per_param, err));
+    VP_TRY(need(d, n, "us_per_tensor", "an optimizer fit", &v, err));
+    VP_TRY(get_double(d, v, 0.0, &o->us_per_tensor, err));
     if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        TRY(get_double(d, v, 0.0, &o->rms_rel_err, err));
+        VP_TRY(get_double(d, v, 0.0, &o->rms_rel_err, err));
     uint64_t u = 1;
     if ((v = vp__ymap_get(d, n, "points", NULL)))
-        TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
     o->points = (uint32_t)u;
     return VP_OK;
 }
@@ -355,11 +348,11 @@ static vp_status parse_optim_one(vp_ydoc *d, yaml_node_t *n,
 static vp_status parse_optim(vp_ydoc *d, yaml_node_t *n,
                              vp_gpu_optim_fit (*o)[2], vp_error *err)
 {
-    TRY(vp__ymap_check(d, n, STATE_NAMES, "an optimizer", err));
+    VP_TRY(vp__ymap_check(d, n, STATE_NAMES, "an optimizer", err));
     for (int i = 0; i < 2; i++) {
         yaml_node_t *v = vp__ymap_get(d, n, STATE_NAMES[i], NULL);
         if (v)
-            TRY(parse_optim_one(d, v, &(*o)[i], err));
+            VP_TRY(parse_optim_one(d, v, &(*o)[i], err));
     }
     return VP_OK;
 }
@@ -367,11 +360,11 @@ static vp_status parse_optim(vp_ydoc *d, yaml_node_t *n,
 /* A mapping from names (of `names`) to sub-items parsed by fn. */
 #define PARSE_NAMED(d, n, names, what, parse, arr)                         \
     do {                                                                   \
-        TRY(vp__ymap_check(d, n, names, what, err));                       \
+        VP_TRY(vp__ymap_check(d, n, names, what, err));                       \
         for (size_t i_ = 0; names[i_]; i_++) {                             \
             yaml_node_t *v_ = vp__ymap_get(d, n, names[i_], NULL);         \
             if (v_)                                                        \
-                TRY(parse(d, v_, &(arr)[i_], err));                        \
+                VP_TRY(parse(d, v_, &(arr)[i_], err));                        \
         }                                                                  \
     } while (0)
 
@@ -391,26 +384,26 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         "attention",       "membound",
         "optimizer",       "dispatch_us",
         NULL};
-    TRY(vp__ymap_check(d, n, keys, "measured", err));
+    VP_TRY(vp__ymap_check(d, n, keys, "measured", err));
     yaml_node_t *v;
     if ((v = vp__ymap_get(d, n, "source", NULL)))
-        TRY(get_buf(d, v, m->source, sizeof m->source, err));
+        VP_TRY(get_buf(d, v, m->source, sizeof m->source, err));
     if ((v = vp__ymap_get(d, n, "device_name", NULL)))
-        TRY(get_buf(d, v, m->device_name, sizeof m->device_name, err));
-    TRY(opt_u64(d, n, "total_bytes", &m->total_bytes, err));
-    TRY(opt_u64(d, n, "free_bytes", &m->free_bytes, err));
-    TRY(opt_u64(d, n, "max_alloc_bytes", &m->max_alloc_bytes, err));
-    TRY(opt_u64(d, n, "malloc_alignment_bytes", &m->malloc_alignment_bytes,
-                err));
-    TRY(opt_u64(d, n, "malloc_granularity_bytes",
-                &m->malloc_granularity_bytes, err));
-    TRY(opt_u64(d, n, "context_lazy_bytes", &m->context_lazy_bytes, err));
-    TRY(opt_u64(d, n, "context_eager_bytes", &m->context_eager_bytes, err));
-    TRY(opt_stat(d, n, "launch_us", &m->launch_us, err));
-    TRY(opt_stat(d, n, "launch_gpu_us", &m->launch_gpu_us, err));
-    TRY(opt_stat(d, n, "launch_sync_us", &m->launch_sync_us, err));
-    TRY(opt_stat(d, n, "bf16_sustained_tflops", &m->bf16_sustained_tflops,
-                 err));
+        VP_TRY(get_buf(d, v, m->device_name, sizeof m->device_name, err));
+    VP_TRY(opt_u64(d, n, "total_bytes", &m->total_bytes, err));
+    VP_TRY(opt_u64(d, n, "free_bytes", &m->free_bytes, err));
+    VP_TRY(opt_u64(d, n, "max_alloc_bytes", &m->max_alloc_bytes, err));
+    VP_TRY(opt_u64(d, n, "malloc_alignment_bytes", &m->malloc_alignment_bytes,
+                   err));
+    VP_TRY(opt_u64(d, n, "malloc_granularity_bytes",
+                   &m->malloc_granularity_bytes, err));
+    VP_TRY(opt_u64(d, n, "context_lazy_bytes", &m->context_lazy_bytes, err));
+    VP_TRY(opt_u64(d, n, "context_eager_bytes", &m->context_eager_bytes, err));
+    VP_TRY(opt_stat(d, n, "launch_us", &m->launch_us, err));
+    VP_TRY(opt_stat(d, n, "launch_gpu_us", &m->launch_gpu_us, err));
+    VP_TRY(opt_stat(d, n, "launch_sync_us", &m->launch_sync_us, err));
+    VP_TRY(opt_stat(d, n, "bf16_sustained_tflops", &m->bf16_sustained_tflops,
+                    err));
     if ((v = vp__ymap_get(d, n, "bandwidth_gbps", NULL)))
         PARSE_NAMED(d, v, BW_NAMES, "bandwidth_gbps", get_stat, m->bw_gbps);
     if ((v = vp__ymap_get(d, n, "gemm", NULL)))
@@ -426,27 +419,27 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
     if ((v = vp__ymap_get(d, n, "optimizer", NULL)))
         PARSE_NAMED(d, v, OPTIM_NAMES, "optimizer", parse_optim,
                     m->optimizer);
-    TRY(opt_stat(d, n, "dispatch_us", &m->dispatch_us, err));
+    VP_TRY(opt_stat(d, n, "dispatch_us", &m->dispatch_us, err));
     if ((v = vp__ymap_get(d, n, "framework", NULL))) {
         static const char *const fk[] = {"context_bytes",
                                          "cublas_workspace_bytes", "source",
                                          NULL};
-        TRY(vp__ymap_check(d, v, fk, "framework", err));
-        TRY(opt_u64(d, v, "context_bytes", &m->context_bytes, err));
-        TRY(opt_u64(d, v, "cublas_workspace_bytes",
-                    &m->cublas_workspace_bytes, err));
+        VP_TRY(vp__ymap_check(d, v, fk, "framework", err));
+        VP_TRY(opt_u64(d, v, "context_bytes", &m->context_bytes, err));
+        VP_TRY(opt_u64(d, v, "cublas_workspace_bytes",
+                       &m->cublas_workspace_bytes, err));
         yaml_node_t *s = vp__ymap_get(d, v, "source", NULL);
         if (s)
-            TRY(get_buf(d, s, m->framework_source,
-                        sizeof m->framework_source, err));
+            VP_TRY(get_buf(d, s, m->framework_source,
+                           sizeof m->framework_source, err));
     }
     if ((v = vp__ymap_get(d, n, "torch", NULL))) {
         static const char *const tk[] = {"bf16_matmul_tflops", "copy_gbps",
                                          NULL};
-        TRY(vp__ymap_check(d, v, tk, "torch", err));
-        TRY(opt_stat(d, v, "bf16_matmul_tflops", &m->torch_bf16_tflops,
-                     err));
-        TRY(opt_stat(d, v, "copy_gbps", &m->torch_copy_gbps, err));
+        VP_TRY(vp__ymap_check(d, v, tk, "torch", err));
+        VP_TRY(opt_stat(d, v, "bf16_matmul_tflops", &m->torch_bf16_tflops,
+                        err));
+        VP_TRY(opt_stat(d, v, "copy_gbps", &m->torch_copy_gbps, err));
     }
     return VP_OK;
 }
@@ -491,14 +484,14 @@ static vp_status parse_mig(vp_gpu_profile *p, vp_ydoc *d, yaml_node_t *root,
     if (!p->sm_count)
         return vp__yerr(d, mg, VP_ESCHEMA, err,
                         "a MIG slice needs 'sm_count'");
-    TRY(vp__ymap_check(d, mg, mk, "mig", err));
-    TRY(need(d, mg, "of", "mig", &v, err));
-    TRY(get_string(p, d, v, &p->mig.of, err));
-    TRY(need(d, mg, "profile", "mig", &v, err));
-    TRY(get_string(p, d, v, &p->mig.profile, err));
+    VP_TRY(vp__ymap_check(d, mg, mk, "mig", err));
+    VP_TRY(need(d, mg, "of", "mig", &v, err));
+    VP_TRY(get_string(p, d, v, &p->mig.of, err));
+    VP_TRY(need(d, mg, "profile", "mig", &v, err));
+    VP_TRY(get_string(p, d, v, &p->mig.profile, err));
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-        TRY(need(d, mg, mk[i + 2], "mig", &v, err));
-        TRY(vp__yget_u64(d, v, lo[i], 64, &u, err));
+        VP_TRY(need(d, mg, mk[i + 2], "mig", &v, err));
+        VP_TRY(vp__yget_u64(d, v, lo[i], 64, &u, err));
         *counts[i] = (uint32_t)u;
     }
     p->is_mig = true;
@@ -511,57 +504,57 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
     if (root->type != YAML_MAPPING_NODE)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a GPU profile must be a mapping");
-    TRY(vp__ymap_check(d, root, TOP_KEYS, "the GPU profile", err));
+    VP_TRY(vp__ymap_check(d, root, TOP_KEYS, "the GPU profile", err));
     const char *what = "the GPU profile";
-    TRY(need(d, root, "name", what, &v, err));
-    TRY(get_string(p, d, v, &p->name, err));
+    VP_TRY(need(d, root, "name", what, &v, err));
+    VP_TRY(get_string(p, d, v, &p->name, err));
     for (const char *c = p->name; *c; c++)
         if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) &&
             *c != '-' && *c != '_' && *c != '.')
             return vp__yerr(d, v, VP_ESCHEMA, err,
                             "a profile name holds lower-case letters, "
                             "digits, '-', '_' and '.' only");
-    TRY(need(d, root, "product", what, &v, err));
-    TRY(get_string(p, d, v, &p->product, err));
-    TRY(need(d, root, "device_names", what, &v, err));
-    TRY(get_list(p, d, v, p->device_names, &p->n_device_names,
-                 "device_names", err));
+    VP_TRY(need(d, root, "product", what, &v, err));
+    VP_TRY(get_string(p, d, v, &p->product, err));
+    VP_TRY(need(d, root, "device_names", what, &v, err));
+    VP_TRY(get_list(p, d, v, p->device_names, &p->n_device_names,
+                    "device_names", err));
     int k;
-    TRY(need(d, root, "vendor", what, &v, err));
-    TRY(vp__yget_enum(d, v, VENDORS, &k, err));
+    VP_TRY(need(d, root, "vendor", what, &v, err));
+    VP_TRY(vp__yget_enum(d, v, VENDORS, &k, err));
     p->vendor = VENDORS[k];
-    TRY(need(d, root, "arch", what, &v, err));
-    TRY(get_string(p, d, v, &p->arch, err));
-    TRY(need(d, root, "compute_capability", what, &v, err));
-    TRY(get_string(p, d, v, &p->cc, err));
+    VP_TRY(need(d, root, "arch", what, &v, err));
+    VP_TRY(get_string(p, d, v, &p->arch, err));
+    VP_TRY(need(d, root, "compute_capability", what, &v, err));
+    VP_TRY(get_string(p, d, v, &p->cc, err));
 
     if ((v = vp__ymap_get(d, root, "sm_count", NULL))) {
         uint64_t sms;
-        TRY(vp__yget_u64(d, v, 1, 65536, &sms, err));
+        VP_TRY(vp__yget_u64(d, v, 1, 65536, &sms, err));
         p->sm_count = (uint32_t)sms;
     }
-    TRY(need(d, root, "memory_bytes", what, &v, err));
-    TRY(vp__yget_u64(d, v, VP_GiB, (uint64_t)1 << 50, &p->memory_bytes,
-                     err));
+    VP_TRY(need(d, root, "memory_bytes", what, &v, err));
+    VP_TRY(vp__yget_u64(d, v, VP_GiB, (uint64_t)1 << 50, &p->memory_bytes,
+                        err));
     if ((v = vp__ymap_get(d, root, "usable_bytes", NULL))) {
-        TRY(vp__yget_u64(d, v, VP_GiB, p->memory_bytes, &p->usable_bytes,
-                         err));
+        VP_TRY(vp__yget_u64(d, v, VP_GiB, p->memory_bytes, &p->usable_bytes,
+                            err));
     }
-    TRY(need(d, root, "memory_gbps", what, &v, err));
-    TRY(get_double(d, v, 1.0, &p->memory_gbps, err));
+    VP_TRY(need(d, root, "memory_gbps", what, &v, err));
+    VP_TRY(get_double(d, v, 1.0, &p->memory_gbps, err));
 
     yaml_node_t *pk;
-    TRY(need(d, root, "peak_tflops", what, &pk, err));
-    TRY(vp__ymap_check(d, pk, DTYPE_NAMES, "peak_tflops", err));
+    VP_TRY(need(d, root, "peak_tflops", what, &pk, err));
+    VP_TRY(vp__ymap_check(d, pk, DTYPE_NAMES, "peak_tflops", err));
     for (int t = 0; t < VP_GPU__DTYPES; t++) {
         v = vp__ymap_get(d, pk, DTYPE_NAMES[t], NULL);
         if (v)
-            TRY(get_double(d, v, 0.01, &p->peak_tflops[t], err));
+            VP_TRY(get_double(d, v, 0.01, &p->peak_tflops[t], err));
     }
     if (p->peak_tflops[VP_GPU_FP32] == 0.0)
         return vp__yerr(d, pk, VP_ESCHEMA, err, "peak_tflops needs 'fp32'");
     if ((pk = vp__ymap_get(d, root, "gemm_max_tflops", NULL))) {
-        TRY(vp__ymap_check(d, pk, DTYPE_NAMES, "gemm_max_tflops", err));
+        VP_TRY(vp__ymap_check(d, pk, DTYPE_NAMES, "gemm_max_tflops", err));
         for (int t = 0; t < VP_GPU__DTYPES; t++) {
             v = vp__ymap_get(d, pk, DTYPE_NAMES[t], NULL);
             if (!v)
@@ -571,7 +564,7 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
                                 "gemm_max_tflops has '%s' but peak_tflops "
                                 "has none",
                                 DTYPE_NAMES[t]);
-            TRY(get_double(d, v, 0.01, &p->gemm_max_tflops[t], err));
+            VP_TRY(get_double(d, v, 0.01, &p->gemm_max_tflops[t], err));
             if (p->gemm_max_tflops[t] > p->peak_tflops[t])
                 return vp__yerr(d, v, VP_ERANGE, err,
                                 "gemm_max_tflops.%s exceeds the peak (%g)",
@@ -580,55 +573,55 @@ static vp_status parse_profile(vp_gpu_profile *p, vp_ydoc *d, vp_error *err)
     }
 
     yaml_node_t *hl;
-    TRY(need(d, root, "host_link", what, &hl, err));
+    VP_TRY(need(d, root, "host_link", what, &hl, err));
     static const char *const hk[] = {"kind", "gen", "lanes", "gbps", NULL};
-    TRY(vp__ymap_check(d, hl, hk, "host_link", err));
+    VP_TRY(vp__ymap_check(d, hl, hk, "host_link", err));
     static const char *const hkinds[] = {"pcie", NULL};
-    TRY(need(d, hl, "kind", "host_link", &v, err));
-    TRY(vp__yget_enum(d, v, hkinds, &k, err));
+    VP_TRY(need(d, hl, "kind", "host_link", &v, err));
+    VP_TRY(vp__yget_enum(d, v, hkinds, &k, err));
     uint64_t u;
-    TRY(need(d, hl, "gen", "host_link", &v, err));
-    TRY(vp__yget_u64(d, v, 1, 7, &u, err));
+    VP_TRY(need(d, hl, "gen", "host_link", &v, err));
+    VP_TRY(vp__yget_u64(d, v, 1, 7, &u, err));
     p->pcie_gen = (uint32_t)u;
-    TRY(need(d, hl, "lanes", "host_link", &v, err));
-    TRY(vp__yget_u64(d, v, 1, 32, &u, err));
+    VP_TRY(need(d, hl, "lanes", "host_link", &v, err));
+    VP_TRY(vp__yget_u64(d, v, 1, 32, &u, err));
     p->pcie_lanes = (uint32_t)u;
-    TRY(need(d, hl, "gbps", "host_link", &v, err));
-    TRY(get_double(d, v, 0.1, &p->pcie_gbps, err));
+    VP_TRY(need(d, hl, "gbps", "host_link", &v, err));
+    VP_TRY(get_double(d, v, 0.1, &p->pcie_gbps, err));
 
     p->link_kind = "none";
     if ((v = vp__ymap_get(d, root, "gpu_link", NULL))) {
         static const char *const gk[] = {"kind", "gbps", NULL};
         yaml_node_t *gl = v;
-        TRY(vp__ymap_check(d, gl, gk, "gpu_link", err));
-        TRY(need(d, gl, "kind", "gpu_link", &v, err));
-        TRY(vp__yget_enum(d, v, LINK_KINDS, &k, err));
+        VP_TRY(vp__ymap_check(d, gl, gk, "gpu_link", err));
+        VP_TRY(need(d, gl, "kind", "gpu_link", &v, err));
+        VP_TRY(vp__yget_enum(d, v, LINK_KINDS, &k, err));
         p->link_kind = LINK_KINDS[k];
         if (strcmp(p->link_kind, "none") != 0) {
-            TRY(need(d, gl, "gbps", "gpu_link", &v, err));
-            TRY(get_double(d, v, 0.1, &p->link_gbps, err));
+            VP_TRY(need(d, gl, "gbps", "gpu_link", &v, err));
+            VP_TRY(get_double(d, v, 0.1, &p->link_gbps, err));
         } else if ((v = vp__ymap_get(d, gl, "gbps", NULL))) {
             return vp__yerr(d, v, VP_ESCHEMA, err,
                             "a gpu_link of kind none has no gbps");
         }
     }
 
-    TRY(parse_mig(p, d, root, err));
-    TRY(need(d, root, "context_bytes", what, &v, err));
-    TRY(vp__yget_u64(d, v, 0, 64 * VP_GiB, &p->context_bytes, err));
-    TRY(need(d, root, "context_estimated", what, &v, err));
-    TRY(vp__yget_bool(d, v, &p->context_estimated, err));
+    VP_TRY(parse_mig(p, d, root, err));
+    VP_TRY(need(d, root, "context_bytes", what, &v, err));
+    VP_TRY(vp__yget_u64(d, v, 0, 64 * VP_GiB, &p->context_bytes, err));
+    VP_TRY(need(d, root, "context_estimated", what, &v, err));
+    VP_TRY(vp__yget_bool(d, v, &p->context_estimated, err));
     if ((v = vp__ymap_get(d, root, "context_note", NULL)))
-        TRY(get_string(p, d, v, &p->context_note, err));
-    TRY(need(d, root, "cublas_workspace_bytes", what, &v, err));
-    TRY(vp__yget_u64(d, v, 0, 64 * VP_GiB, &p->cublas_workspace_bytes,
-                     err));
-    TRY(need(d, root, "sources", what, &v, err));
-    TRY(get_list(p, d, v, p->sources, &p->n_sources, "sources", err));
+        VP_TRY(get_string(p, d, v, &p->context_note, err));
+    VP_TRY(need(d, root, "cublas_workspace_bytes", what, &v, err));
+    VP_TRY(vp__yget_u64(d, v, 0, 64 * VP_GiB, &p->cublas_workspace_bytes,
+                        err));
+    VP_TRY(need(d, root, "sources", what, &v, err));
+    VP_TRY(get_list(p, d, v, p->sources, &p->n_sources, "sources", err));
     if ((v = vp__ymap_get(d, root, "notes", NULL)))
-        TRY(get_string(p, d, v, &p->notes, err));
+        VP_TRY(get_string(p, d, v, &p->notes, err));
     if ((v = vp__ymap_get(d, root, "measured", NULL))) {
-        TRY(parse_measured(d, v, &p->measured, err));
+        VP_TRY(parse_measured(d, v, &p->measured, err));
         p->has_measured = true;
     }
     return VP_OK;

@@ -14,13 +14,6 @@
 #define MAX_PATTERNS 64
 #define MAX_LOCALS_SUGGESTED 64
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 static const char *const GRAPH_KEYS[] = {"consts", "input", "input_kind",
                                          "blocks", "ops", "checkpoint", NULL};
 static const char *const BLOCK_KEYS[] = {"params", "ops", NULL};
@@ -83,7 +76,7 @@ static vp_status expr(gc *c, yaml_node_t *n, vp_gexpr *out)
 static vp_status str(gc *c, yaml_node_t *n, const char **out)
 {
     const char *v;
-    TRY(vp__yget_str(c->d, n, &v, c->err));
+    VP_TRY(vp__yget_str(c->d, n, &v, c->err));
     *out = vp__arena_strdup(c->a, v);
     return *out ? VP_OK : nomem(c);
 }
@@ -136,7 +129,7 @@ static vp_status list_attr(gc *c, yaml_node_t *v, vp_gkey key, vp_gattr *at)
     uint32_t k = 0;
     for (yaml_node_item_t *it = v->data.sequence.items.start;
          it < v->data.sequence.items.top; it++, k++)
-        TRY(expr(c, vp__ynode(c->d, *it), &at->items[k]));
+        VP_TRY(expr(c, vp__ynode(c->d, *it), &at->items[k]));
     return VP_OK;
 }
 
@@ -195,7 +188,7 @@ static vp_status inputs(gc *c, const locals *l, yaml_node_t *n, vp_gentry *e,
         return vp__yerr(d, inl, VP_ESCHEMA, c->err,
                         "give either 'input' or 'inputs', not both");
     if (in1) {
-        TRY(resolve(c, l, in1, &e->in[0]));
+        VP_TRY(resolve(c, l, in1, &e->in[0]));
         e->n_in = 1;
         return VP_OK;
     }
@@ -209,7 +202,7 @@ static vp_status inputs(gc *c, const locals *l, yaml_node_t *n, vp_gentry *e,
         if (e->n_in == VP_OP_MAX_INPUTS)
             return vp__yerr(d, inl, VP_ESCHEMA, c->err, "at most %d inputs",
                             VP_OP_MAX_INPUTS);
-        TRY(resolve(c, l, vp__ynode(d, *it), &e->in[e->n_in]));
+        VP_TRY(resolve(c, l, vp__ynode(d, *it), &e->in[e->n_in]));
         e->n_in++;
     }
     if (e->n_in == 0)
@@ -232,7 +225,7 @@ static vp_status op_kind(gc *c, yaml_node_t *kn, vp_op_kind *out)
     }
     names[n] = NULL;
     int ki;
-    TRY(vp__yget_enum(c->d, kn, names, &ki, c->err));
+    VP_TRY(vp__yget_enum(c->d, kn, names, &ki, c->err));
     *out = kinds[ki];
     return VP_OK;
 }
@@ -268,7 +261,7 @@ static vp_status attrs(gc *c, const locals *l, yaml_node_t *n, vp_gentry *e)
             if (strcmp(k, vp__gkey_name(gk->keys[i])) != 0)
                 continue;
             vp_gattr *at = &e->attrs[e->n_attrs++];
-            TRY(attr(c, l, vp__ynode(c->d, pr->value), gk->keys[i], at));
+            VP_TRY(attr(c, l, vp__ynode(c->d, pr->value), gk->keys[i], at));
         }
     }
     return VP_OK;
@@ -278,12 +271,12 @@ static vp_status op_entry(gc *c, const locals *l, yaml_node_t *n,
                           uint32_t index, vp_gentry *e)
 {
     vp_ydoc *d = c->d;
-    TRY(op_kind(c, vp__ymap_get(d, n, "op", NULL), &e->kind));
-    TRY(check_keys(c, n, e));
+    VP_TRY(op_kind(c, vp__ymap_get(d, n, "op", NULL), &e->kind));
+    VP_TRY(check_keys(c, n, e));
     const char *kind = vp_op_kind_name(e->kind);
     yaml_node_t *nn = vp__ymap_get(d, n, "name", NULL);
     if (nn) {
-        TRY(str(c, nn, &e->leaf));
+        VP_TRY(str(c, nn, &e->leaf));
         e->name_at = vp__ypos(nn);
     } else {
         e->leaf = vp__arena_printf(c->a, "%s%u", kind, index);
@@ -291,12 +284,12 @@ static vp_status op_entry(gc *c, const locals *l, yaml_node_t *n,
             return nomem(c);
     }
     yaml_node_t *inl;
-    TRY(inputs(c, l, n, e, &inl));
+    VP_TRY(inputs(c, l, n, e, &inl));
     bool learned = e->kind == VP_OP_ADD && vp__ymap_get(d, n, "learned", NULL);
     if (e->n_in > 1 && (!vp__gkinds[e->kind].multi_input || learned))
         return vp__yerr(d, inl, VP_ESCHEMA, c->err, "%s takes one input",
                         kind);
-    TRY(attrs(c, l, n, e));
+    VP_TRY(attrs(c, l, n, e));
     return required(c, n, e);
 }
 
@@ -360,7 +353,7 @@ static vp_status call_with(gc *c, yaml_node_t *n, const char *bname,
                 return vp__yerr(d, kn, VP_ESCHEMA, c->err,
                                 "block '%.64s' has no parameter '%.64s'",
                                 bname, k ? k : "?");
-            TRY(expr(c, vp__ynode(d, pr->value), &e->with[i]));
+            VP_TRY(expr(c, vp__ynode(d, pr->value), &e->with[i]));
         }
     }
     for (uint32_t i = 0; i < blk->n_params; i++)
@@ -377,22 +370,22 @@ static vp_status call_entry(gc *c, const locals *l, yaml_node_t *n,
 {
     vp_ydoc *d = c->d;
     e->call = true;
-    TRY(vp__ymap_check(d, n, CALL_KEYS, "a block invocation", c->err));
+    VP_TRY(vp__ymap_check(d, n, CALL_KEYS, "a block invocation", c->err));
     yaml_node_t *bn = vp__ymap_get(d, n, "block", NULL);
     const char *bname;
-    TRY(vp__yget_str(d, bn, &bname, c->err));
-    TRY(find_block(c, bn, bname, &e->block));
+    VP_TRY(vp__yget_str(d, bn, &bname, c->err));
+    VP_TRY(find_block(c, bn, bname, &e->block));
     e->repeat = 1;
     yaml_node_t *rn = vp__ymap_get(d, n, "repeat", NULL);
     if (rn)
-        TRY(vp__yget_u64(d, rn, 1, VP_MAX_REPEAT, &e->repeat, c->err));
+        VP_TRY(vp__yget_u64(d, rn, 1, VP_MAX_REPEAT, &e->repeat, c->err));
     e->repeated = rn != NULL;
     yaml_node_t *hn = vp__ymap_get(d, n, "hold_input", NULL);
     if (hn)
-        TRY(vp__yget_bool(d, hn, &e->hold, c->err));
+        VP_TRY(vp__yget_bool(d, hn, &e->hold, c->err));
     yaml_node_t *nn = vp__ymap_get(d, n, "name", NULL);
     if (nn) {
-        TRY(str(c, nn, &e->leaf));
+        VP_TRY(str(c, nn, &e->leaf));
         e->name_at = vp__ypos(nn);
     } else {
         e->leaf = vp__arena_printf(c->a, "%s%u", bname, index);
@@ -401,10 +394,10 @@ static vp_status call_entry(gc *c, const locals *l, yaml_node_t *n,
     }
     yaml_node_t *in1 = vp__ymap_get(d, n, "input", NULL);
     if (in1) {
-        TRY(resolve(c, l, in1, &e->in[0]));
+        VP_TRY(resolve(c, l, in1, &e->in[0]));
         e->n_in = 1;
     }
-    TRY(call_with(c, n, bname, e));
+    VP_TRY(call_with(c, n, bname, e));
     /* the block's ops, where it is first used (its errors come in the
      * order the model runs) */
     return compile_block_ops(c, e->block);
@@ -433,12 +426,12 @@ static vp_status list(gc *c, yaml_node_t *ln, vp_glist *out)
         e->at = vp__ypos(en);
         e->name_at = e->at;
         if (vp__ymap_get(d, en, "block", NULL)) {
-            TRY(call_entry(c, &l, en, index, e));
+            VP_TRY(call_entry(c, &l, en, index, e));
         } else {
             if (!vp__ymap_get(d, en, "op", NULL))
                 return vp__yerr(d, en, VP_ESCHEMA, c->err,
                                 "an entry of 'ops' needs 'op' or 'block'");
-            TRY(op_entry(c, &l, en, index, e));
+            VP_TRY(op_entry(c, &l, en, index, e));
         }
         /* a name used twice: at the invocation's name, or at the op */
         for (uint32_t i = 0; i < l.n; i++)
@@ -471,7 +464,7 @@ static vp_status compile_block_ops(gc *c, uint32_t k)
                          itself fails when it is instantiated */
     c->state[k] = 1;
     yaml_node_t *ops = vp__ymap_get(c->d, block_def(c, k), "ops", NULL);
-    TRY(list(c, ops, &c->f->blocks[k].ops));
+    VP_TRY(list(c, ops, &c->f->blocks[k].ops));
     c->state[k] = 2;
     return VP_OK;
 }
@@ -486,7 +479,7 @@ static vp_status block_header(gc *c, uint32_t k)
     const char *name = vp__yscalar(vp__ynode(d, pr->key));
     if (name && !(blk->name = vp__arena_strdup(c->a, name)))
         return nomem(c);
-    TRY(vp__ymap_check(d, bd, BLOCK_KEYS, "a block", c->err));
+    VP_TRY(vp__ymap_check(d, bd, BLOCK_KEYS, "a block", c->err));
     if (!vp__ymap_get(d, bd, "ops", NULL))
         return vp__yerr(d, bd, VP_ESCHEMA, c->err, "a block needs 'ops'");
     yaml_node_t *pn = vp__ymap_get(d, bd, "params", NULL);
@@ -505,10 +498,10 @@ static vp_status block_header(gc *c, uint32_t k)
          pr++) {
         yaml_node_t *kn = vp__ynode(d, pr->key), *dv = vp__ynode(d, pr->value);
         uint32_t i = blk->n_params++;
-        TRY(str(c, kn, &blk->params[i]));
+        VP_TRY(str(c, kn, &blk->params[i]));
         blk->param_at[i] = vp__ypos(kn);
         if (!vp__yis_null(dv))
-            TRY(expr(c, dv, &blk->defaults[i]));
+            VP_TRY(expr(c, dv, &blk->defaults[i]));
     }
     return VP_OK;
 }
@@ -528,7 +521,7 @@ static vp_status blocks(gc *c, yaml_node_t *gn)
         return nomem(c);
     c->f->n_blocks = (uint32_t)n;
     for (uint32_t k = 0; k < n; k++)
-        TRY(block_header(c, k));
+        VP_TRY(block_header(c, k));
     return VP_OK;
 }
 
@@ -552,11 +545,11 @@ static vp_status consts(gc *c, yaml_node_t *gn)
     for (yaml_node_pair_t *pr = cn->data.mapping.pairs.start;
          pr < cn->data.mapping.pairs.top; pr++) {
         yaml_node_t *kn = vp__ynode(d, pr->key);
-        TRY(expr(c, vp__ynode(d, pr->value), &f->consts[f->n_consts]));
+        VP_TRY(expr(c, vp__ynode(d, pr->value), &f->consts[f->n_consts]));
         if (f->n_consts == VP_GFORM_MAX_VARS - 3)
             return vp__yerr(d, kn, VP_ELIMIT, c->err,
                             "too many constants (at most %d)", VP_GFORM_MAX_VARS - 3);
-        TRY(str(c, kn, &f->const_names[f->n_consts]));
+        VP_TRY(str(c, kn, &f->const_names[f->n_consts]));
         f->n_consts++;
     }
     return VP_OK;
@@ -581,7 +574,7 @@ static vp_status patterns(gc *c, yaml_node_t *gn)
         if (f->n_patterns == MAX_PATTERNS)
             return vp__yerr(d, ck, VP_ELIMIT, c->err,
                             "at most %d checkpoint patterns", MAX_PATTERNS);
-        TRY(str(c, vp__ynode(d, *it), &f->patterns[f->n_patterns]));
+        VP_TRY(str(c, vp__ynode(d, *it), &f->patterns[f->n_patterns]));
         f->n_patterns++;
     }
     return VP_OK;
@@ -605,7 +598,7 @@ static vp_status input(gc *c, yaml_node_t *gn)
         if (f->input_ndim == VP_MAX_DIMS)
             return vp__yerr(d, in, VP_ESCHEMA, c->err, "at most %d dims",
                             VP_MAX_DIMS);
-        TRY(expr(c, vp__ynode(d, *it), &f->input[f->input_ndim]));
+        VP_TRY(expr(c, vp__ynode(d, *it), &f->input[f->input_ndim]));
         f->input_ndim++;
     }
     if (f->input_ndim == 0)
@@ -615,7 +608,7 @@ static vp_status input(gc *c, yaml_node_t *gn)
     if (ik) {
         static const char *const kinds[] = {"float", "index", NULL};
         int k;
-        TRY(vp__yget_enum(d, ik, kinds, &k, c->err));
+        VP_TRY(vp__yget_enum(d, ik, kinds, &k, c->err));
         f->input_kind = k ? VP_VAL_INDEX : VP_VAL_FLOAT;
     }
     return VP_OK;
@@ -623,18 +616,18 @@ static vp_status input(gc *c, yaml_node_t *gn)
 
 static vp_status compile(gc *c, yaml_node_t *gn)
 {
-    TRY(vp__ymap_check(c->d, gn, GRAPH_KEYS, "graph", c->err));
-    TRY(consts(c, gn));
-    TRY(blocks(c, gn));
-    TRY(patterns(c, gn));
-    TRY(input(c, gn));
+    VP_TRY(vp__ymap_check(c->d, gn, GRAPH_KEYS, "graph", c->err));
+    VP_TRY(consts(c, gn));
+    VP_TRY(blocks(c, gn));
+    VP_TRY(patterns(c, gn));
+    VP_TRY(input(c, gn));
     yaml_node_t *ops = vp__ymap_get(c->d, gn, "ops", NULL);
     if (!ops)
         return vp__yerr(c->d, gn, VP_ESCHEMA, c->err, "graph needs 'ops'");
-    TRY(list(c, ops, &c->f->ops));
+    VP_TRY(list(c, ops, &c->f->ops));
     /* the blocks no invocation reached */
     for (uint32_t k = 0; k < c->f->n_blocks; k++)
-        TRY(compile_block_ops(c, k));
+        VP_TRY(compile_block_ops(c, k));
     return VP_OK;
 }
 

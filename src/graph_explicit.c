@@ -47,13 +47,6 @@ struct vp_gop {
 };
 typedef struct vp_gop opb;
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 /* An error at the entry's mapping. */
 #define AT_ENTRY(c, code, ...)                                             \
     vp__error_at_pos((c)->b->err, (code), (c)->b->path, (c)->e->at,        \
@@ -78,7 +71,7 @@ static vp_status size_of(gb *b, scope *s, const vp_gexpr *x, int64_t min,
                          uint64_t *out)
 {
     int64_t v;
-    TRY(eval(b, s, x, &v));
+    VP_TRY(eval(b, s, x, &v));
     if (v < min)
         return vp__error_at_pos(b->err, VP_ERANGE, b->path, x->at,
                                 "'%.64s' is %lld here; it must be at least "
@@ -144,8 +137,8 @@ static vp_status param(gb *b, vp_op *o, const char *leaf, uint64_t numel,
     char name[256];
     snprintf(name, sizeof name, "%s.%s", o->name, leaf);
     uint32_t i;
-    TRY(vp__graph_add_param(b->g, name, numel, (uint32_t)b->g->n_ops,
-                            trainable, &i, b->err));
+    VP_TRY(vp__graph_add_param(b->g, name, numel, (uint32_t)b->g->n_ops,
+                               trainable, &i, b->err));
     o->params[o->n_params++] = i;
     if (idx)
         *idx = i;
@@ -201,14 +194,14 @@ static vp_status build_linear(opb *c)
 {
     vp_op *o = &c->o;
     uint64_t v, w = 0;
-    TRY(attr_size(c, VP_GK_OUT, 0, 1, &v));
+    VP_TRY(attr_size(c, VP_GK_OUT, 0, 1, &v));
     o->in_features = c->last;
     o->out_features = v;
     o->shape[o->ndim - 1] = v;
-    TRY(mul2(c, c->last, v, &w));
-    TRY(weight(c, w));
+    VP_TRY(mul2(c, c->last, v, &w));
+    VP_TRY(weight(c, w));
     if (attr_bool(c, VP_GK_BIAS, true))
-        TRY(param(c->b, o, "bias", v, true, NULL));
+        VP_TRY(param(c->b, o, "bias", v, true, NULL));
     return VP_OK;
 }
 
@@ -236,17 +229,18 @@ static vp_status build_conv2d(opb *c)
                         "%u dims",
                         x->name, x->ndim);
     uint64_t v, k, st, pad, grp, w = 0, kk = 0;
-    TRY(attr_size(c, VP_GK_OUT, 0, 1, &v));
-    TRY(attr_size(c, VP_GK_KERNEL, 0, 1, &k));
-    TRY(attr_size(c, VP_GK_STRIDE, 1, 1, &st));
-    TRY(attr_size(c, VP_GK_PADDING, 0, 0, &pad));
-    TRY(attr_size(c, VP_GK_GROUPS, 1, 1, &grp));
+    VP_TRY(attr_size(c, VP_GK_OUT, 0, 1, &v));
+    VP_TRY(attr_size(c, VP_GK_KERNEL, 0, 1, &k));
+    VP_TRY(attr_size(c, VP_GK_STRIDE, 1, 1, &st));
+    VP_TRY(attr_size(c, VP_GK_PADDING, 0, 0, &pad));
+    VP_TRY(attr_size(c, VP_GK_GROUPS, 1, 1, &grp));
     uint64_t ch = x->shape[1];
     if (ch % grp || v % grp)
         return out_of_range(c, c->e->at,
                             "channels are not a multiple of groups");
-    TRY(window(c, k, st, pad, "the kernel is larger than the padded image"));
-    TRY(mul2(c, k, k, &kk));
+    VP_TRY(window(c, k, st, pad,
+                  "the kernel is larger than the padded image"));
+    VP_TRY(mul2(c, k, k, &kk));
     if (k > UINT32_MAX || st > UINT32_MAX || pad > UINT32_MAX ||
         grp > UINT32_MAX)
         return out_of_range(c, c->e->at,
@@ -259,11 +253,11 @@ static vp_status build_conv2d(opb *c)
     o->stride = (uint32_t)st;
     o->padding = (uint32_t)pad;
     o->groups = (uint32_t)grp;
-    TRY(mul2(c, v, ch / grp, &w));
-    TRY(mul2(c, w, kk, &w));
-    TRY(param(c->b, o, "weight", w, true, NULL));
+    VP_TRY(mul2(c, v, ch / grp, &w));
+    VP_TRY(mul2(c, w, kk, &w));
+    VP_TRY(param(c->b, o, "weight", w, true, NULL));
     if (attr_bool(c, VP_GK_BIAS, true))
-        TRY(param(c->b, o, "bias", v, true, NULL));
+        VP_TRY(param(c->b, o, "bias", v, true, NULL));
     return VP_OK;
 }
 
@@ -274,16 +268,16 @@ static vp_status build_batchnorm2d(opb *c)
         return AT_ENTRY(c, VP_ESCHEMA, "batchnorm2d needs [N, C, ...]");
     uint64_t ch = c->x->shape[1];
     uint32_t nb;
-    TRY(param(c->b, o, "weight", ch, true, NULL));
-    TRY(param(c->b, o, "bias", ch, true, NULL));
-    TRY(param(c->b, o, "running_mean", ch, false, NULL));
-    TRY(param(c->b, o, "running_var", ch, false, NULL));
+    VP_TRY(param(c->b, o, "weight", ch, true, NULL));
+    VP_TRY(param(c->b, o, "bias", ch, true, NULL));
+    VP_TRY(param(c->b, o, "running_mean", ch, false, NULL));
+    VP_TRY(param(c->b, o, "running_var", ch, false, NULL));
     /* num_batches_tracked: an int64 buffer of one element */
     char pname[256];
     snprintf(pname, sizeof pname, "%s.num_batches_tracked", o->name);
     vp_graph *g = c->b->g;
-    TRY(vp__graph_add_param(g, pname, 1, (uint32_t)g->n_ops, false, &nb,
-                            c->b->err));
+    VP_TRY(vp__graph_add_param(g, pname, 1, (uint32_t)g->n_ops, false, &nb,
+                               c->b->err));
     g->params[nb].elem_bytes_override = 8;
     o->rows = ch;
     return VP_OK;
@@ -294,9 +288,9 @@ static vp_status build_norm(opb *c)
 {
     vp_op *o = &c->o;
     bool bias = o->kind == VP_OP_LAYERNORM && attr_bool(c, VP_GK_BIAS, true);
-    TRY(param(c->b, o, "weight", c->last, true, NULL));
+    VP_TRY(param(c->b, o, "weight", c->last, true, NULL));
     if (bias)
-        TRY(param(c->b, o, "bias", c->last, true, NULL));
+        VP_TRY(param(c->b, o, "bias", c->last, true, NULL));
     o->rows = c->x->numel / c->last;
     return VP_OK;
 }
@@ -306,13 +300,13 @@ static vp_status build_groupnorm(opb *c)
     vp_op *o = &c->o;
     const vp_op *x = c->x;
     uint64_t grp;
-    TRY(attr_size(c, VP_GK_GROUPS, 0, 1, &grp));
+    VP_TRY(attr_size(c, VP_GK_GROUPS, 0, 1, &grp));
     if (x->ndim < 2 || x->shape[1] % grp)
         return out_of_range(c, c->e->at,
                             "channels are not a multiple of groups");
     o->groups = (uint32_t)grp;
-    TRY(param(c->b, o, "weight", x->shape[1], true, NULL));
-    TRY(param(c->b, o, "bias", x->shape[1], true, NULL));
+    VP_TRY(param(c->b, o, "weight", x->shape[1], true, NULL));
+    VP_TRY(param(c->b, o, "bias", x->shape[1], true, NULL));
     o->rows = x->shape[0] * grp;
     return VP_OK;
 }
@@ -325,13 +319,13 @@ static vp_status build_embedding(opb *c)
                         "embedding needs token indices as input "
                         "(input_kind: index)");
     uint64_t voc, dim, w = 0;
-    TRY(attr_size(c, VP_GK_VOCAB, 0, 1, &voc));
-    TRY(attr_size(c, VP_GK_DIM, 0, 1, &dim));
+    VP_TRY(attr_size(c, VP_GK_VOCAB, 0, 1, &voc));
+    VP_TRY(attr_size(c, VP_GK_DIM, 0, 1, &dim));
     if (o->ndim >= VP_MAX_DIMS)
         return AT_ENTRY(c, VP_ESCHEMA, "too many dims");
     o->shape[o->ndim++] = dim;
     o->classes = voc;
-    TRY(mul2(c, voc, dim, &w));
+    VP_TRY(mul2(c, voc, dim, &w));
     return weight(c, w);
 }
 
@@ -344,11 +338,11 @@ typedef struct {
 static vp_status attention_sizes(opb *c, att_sizes *a)
 {
     uint64_t last = c->last;
-    TRY(attr_size(c, VP_GK_HEADS, 0, 1, &a->heads));
-    TRY(attr_size(c, VP_GK_KV_HEADS, a->heads, 1, &a->kvh));
+    VP_TRY(attr_size(c, VP_GK_HEADS, 0, 1, &a->heads));
+    VP_TRY(attr_size(c, VP_GK_KV_HEADS, a->heads, 1, &a->kvh));
     if (last % a->heads && !vp__gattr(c->e, VP_GK_HEAD_DIM))
         return out_of_range(c, c->e->at, "dim is not a multiple of heads");
-    TRY(attr_size(c, VP_GK_HEAD_DIM, last / a->heads, 1, &a->hd));
+    VP_TRY(attr_size(c, VP_GK_HEAD_DIM, last / a->heads, 1, &a->hd));
     if (a->heads % a->kvh)
         return out_of_range(c, c->e->at,
                             "heads is not a multiple of kv_heads");
@@ -407,29 +401,29 @@ static vp_status build_attention(opb *c)
                         "dims",
                         x->name, x->ndim);
     att_sizes a;
-    TRY(attention_sizes(c, &a));
+    VP_TRY(attention_sizes(c, &a));
     bool bias = attr_bool(c, VP_GK_BIAS, true);
     uint64_t last = c->last, qd = 0, kvd = 0, qkv = 0, w = 0;
     vp_op q = c->o;
     q.kind = VP_OP_LINEAR;
     q.name = vp__arena_printf(&g->arena, "%s.in_proj", c->o.name);
-    TRY(mul2(c, a.heads, a.hd, &qd));
-    TRY(mul2(c, a.kvh, a.hd, &kvd));
-    TRY(mul2(c, kvd, 2, &kvd));
+    VP_TRY(mul2(c, a.heads, a.hd, &qd));
+    VP_TRY(mul2(c, a.kvh, a.hd, &kvd));
+    VP_TRY(mul2(c, kvd, 2, &kvd));
     if (!vp_add_u64(qd, kvd, &qkv))
         return AT_ENTRY(c, VP_EOVERFLOW, "heads x head_dim overflows 64 bits");
     q.in_features = last;
     q.out_features = qkv;
     q.shape[2] = qkv;
     q.flags |= a.mha;
-    TRY(mul2(c, last, qkv, &w));
-    TRY(param(b, &q, "weight", w, true, NULL));
+    VP_TRY(mul2(c, last, qkv, &w));
+    VP_TRY(param(b, &q, "weight", w, true, NULL));
     if (bias)
-        TRY(param(b, &q, "bias", qkv, true, NULL));
+        VP_TRY(param(b, &q, "bias", qkv, true, NULL));
     uint32_t qi, ci;
-    TRY(push(b, &q, c->e->at, &qi));
+    VP_TRY(push(b, &q, c->e->at, &qi));
     vp_op core = attention_core(c, &a, qi, qd);
-    TRY(push(b, &core, c->e->at, &ci));
+    VP_TRY(push(b, &core, c->e->at, &ci));
     vp_op po = c->o;
     po.kind = VP_OP_LINEAR;
     po.n_params = 0;
@@ -438,11 +432,11 @@ static vp_status build_attention(opb *c)
     po.in_features = qd;
     po.out_features = last;
     po.flags |= a.mha;
-    TRY(mul2(c, qd, last, &w));
-    TRY(param(b, &po, "weight", w, true, NULL));
+    VP_TRY(mul2(c, qd, last, &w));
+    VP_TRY(param(b, &po, "weight", w, true, NULL));
     if (bias)
-        TRY(param(b, &po, "bias", last, true, NULL));
-    TRY(push(b, &po, c->e->at, &c->out));
+        VP_TRY(param(b, &po, "bias", last, true, NULL));
+    VP_TRY(push(b, &po, c->e->at, &c->out));
     if (attr_bool(c, VP_GK_HOLD_INPUT, false))
         hold_input(b, c->ins[0], c->out);
     c->pushed = true;
@@ -470,10 +464,10 @@ static vp_status build_pool(opb *c)
         return AT_ENTRY(c, VP_ESCHEMA, "%s needs a 4-d input [N, C, H, W]",
                         vp_op_kind_name(o->kind));
     uint64_t k, st, pad;
-    TRY(attr_size(c, VP_GK_KERNEL, 0, 1, &k));
-    TRY(attr_size(c, VP_GK_STRIDE, k, 1, &st));
-    TRY(attr_size(c, VP_GK_PADDING, 0, 0, &pad));
-    TRY(window(c, k, st, pad, "the window is larger than the image"));
+    VP_TRY(attr_size(c, VP_GK_KERNEL, 0, 1, &k));
+    VP_TRY(attr_size(c, VP_GK_STRIDE, k, 1, &st));
+    VP_TRY(attr_size(c, VP_GK_PADDING, 0, 0, &pad));
+    VP_TRY(window(c, k, st, pad, "the window is larger than the image"));
     if (k > UINT32_MAX || st > UINT32_MAX || pad > UINT32_MAX)
         return out_of_range(c, c->e->at,
                             "kernel, stride and padding must be below 2^32");
@@ -489,7 +483,7 @@ static vp_status build_adaptive_pool(opb *c)
         return AT_ENTRY(c, VP_ESCHEMA,
                         "adaptive_avgpool2d needs [N, C, H, W]");
     uint64_t v;
-    TRY(attr_size(c, VP_GK_OUT, 1, 1, &v));
+    VP_TRY(attr_size(c, VP_GK_OUT, 1, 1, &v));
     c->o.shape[2] = c->o.shape[3] = v;
     return VP_OK;
 }
@@ -529,16 +523,16 @@ static vp_status build_concat(opb *c)
     vp_op *o = &c->o;
     const vp_op *x = c->x;
     uint64_t dim, tok, w = 0;
-    TRY(attr_size(c, VP_GK_DIM, 1, 0, &dim));
-    TRY(attr_size(c, VP_GK_LEARNED_TOKENS, 0, 0, &tok));
+    VP_TRY(attr_size(c, VP_GK_DIM, 1, 0, &dim));
+    VP_TRY(attr_size(c, VP_GK_LEARNED_TOKENS, 0, 0, &tok));
     if (dim >= x->ndim)
         return out_of_range(c, c->e->at, "dim is past the input's dims");
     if (tok) {
         if (c->n_in != 1)
             return AT_ENTRY(c, VP_ESCHEMA,
                             "concat with learned_tokens takes one input");
-        TRY(mul2(c, x->numel / x->shape[0] / x->shape[dim], tok, &w));
-        TRY(param(c->b, o, "tokens", w, true, NULL));
+        VP_TRY(mul2(c, x->numel / x->shape[0] / x->shape[dim], tok, &w));
+        VP_TRY(param(c->b, o, "tokens", w, true, NULL));
         o->shape[dim] += tok;
         return VP_OK;
     }
@@ -561,7 +555,7 @@ static vp_status build_flatten(opb *c)
     vp_op *o = &c->o;
     const vp_op *x = c->x;
     uint64_t st;
-    TRY(attr_size(c, VP_GK_START, 1, 0, &st));
+    VP_TRY(attr_size(c, VP_GK_START, 1, 0, &st));
     if (st >= x->ndim)
         return out_of_range(c, c->e->at, "start is past the input's dims");
     uint64_t r = 1;
@@ -582,11 +576,11 @@ static vp_status build_reshape(opb *c)
         if (o->ndim == VP_MAX_DIMS)
             return vp__error_at_pos(b->err, VP_ESCHEMA, b->path, sh->at,
                                     "at most %d dims", VP_MAX_DIMS);
-        TRY(size_of(b, c->s, &sh->items[i], 1, &o->shape[o->ndim]));
+        VP_TRY(size_of(b, c->s, &sh->items[i], 1, &o->shape[o->ndim]));
         o->ndim++;
     }
     uint64_t ne;
-    TRY(vp__shape_numel(o->shape, o->ndim, &ne, b->err));
+    VP_TRY(vp__shape_numel(o->shape, o->ndim, &ne, b->err));
     if (ne != c->x->numel)
         return vp__error_at_pos(b->err, VP_ERANGE, b->path, sh->at,
                                 "reshape to %llu elements from %llu",
@@ -608,7 +602,7 @@ static vp_status build_permute(opb *c)
         if (k >= x->ndim)
             return vp__error_at_pos(b->err, VP_ESCHEMA, b->path, dn->at,
                                     "more dims than the input has");
-        TRY(size_of(b, c->s, &dn->items[k], 0, &p));
+        VP_TRY(size_of(b, c->s, &dn->items[k], 0, &p));
         if (p >= x->ndim || seen[p])
             return vp__error_at_pos(b->err, VP_ERANGE, b->path,
                                     dn->items[k].at,
@@ -629,8 +623,8 @@ static vp_status build_select(opb *c)
     vp_op *o = &c->o;
     const vp_op *x = c->x;
     uint64_t dim, idx;
-    TRY(attr_size(c, VP_GK_DIM, 1, 0, &dim));
-    TRY(attr_size(c, VP_GK_INDEX, 0, 0, &idx));
+    VP_TRY(attr_size(c, VP_GK_DIM, 1, 0, &dim));
+    VP_TRY(attr_size(c, VP_GK_INDEX, 0, 0, &idx));
     if (dim >= x->ndim || idx >= x->shape[dim])
         return out_of_range(c, c->e->at, "dim or index out of range");
     for (uint32_t i = (uint32_t)dim; i + 1 < x->ndim; i++)
@@ -783,9 +777,9 @@ static vp_status build_op(gb *b, scope *s, const vp_gentry *e, uint32_t prev,
         return AT_ENTRY(&c, VP_ESCHEMA,
                         "%s cannot take the scalar output of '%.64s'", kind,
                         c.x->name);
-    TRY(vp__gkinds[e->kind].build(&c));
+    VP_TRY(vp__gkinds[e->kind].build(&c));
     if (!c.pushed)
-        TRY(push(b, o, e->at, &c.out));
+        VP_TRY(push(b, o, e->at, &c.out));
     *out = c.out;
     return VP_OK;
 }
@@ -827,9 +821,9 @@ static vp_status bind_params(gb *b, scope *s, const vp_gentry *e,
     for (uint32_t i = 0; i < blk->n_params; i++) {
         int64_t v;
         if (e->with[i].text)
-            TRY(eval(b, s, &e->with[i], &v));
+            VP_TRY(eval(b, s, &e->with[i], &v));
         else
-            TRY(eval(b, inner, &blk->defaults[i], &v));
+            VP_TRY(eval(b, inner, &blk->defaults[i], &v));
         if (inner->n_vars == VP_GFORM_MAX_VARS)
             return vp__error_at_pos(b->err, VP_ELIMIT, b->path,
                                     blk->param_at[i],
@@ -871,7 +865,7 @@ static vp_status call_block(gb *b, scope *s, const vp_gentry *e,
     inner.depth = s->depth + 1;
     memcpy(inner.vars, s->vars, s->n_vars * sizeof s->vars[0]);
     inner.n_vars = s->n_vars;
-    TRY(bind_params(b, s, e, &inner));
+    VP_TRY(bind_params(b, s, e, &inner));
     inner.made = malloc((blk->ops.n ? blk->ops.n : 1) * sizeof *inner.made);
     if (!inner.made)
         return vp_error_set(b->err, VP_ENOMEM, "out of memory");
@@ -912,15 +906,15 @@ static vp_status build_list(gb *b, scope *s, const vp_glist *l, uint32_t *out)
         const vp_gentry *e = &l->entries[k];
         uint32_t o;
         if (e->call) {
-            TRY(call_block(b, s, e, prev, &o));
+            VP_TRY(call_block(b, s, e, prev, &o));
         } else {
             uint32_t first = (uint32_t)b->g->n_ops;
-            TRY(build_op(b, s, e, prev, &o));
+            VP_TRY(build_op(b, s, e, prev, &o));
             if (b->f->has_patterns) {
                 const char *full = full_name(b, s, e->leaf);
                 if (!full)
                     return vp_error_set(b->err, VP_ENOMEM, "out of memory");
-                TRY(maybe_segment(b, full, first, o, false, s->top, e->at));
+                VP_TRY(maybe_segment(b, full, first, o, false, s->top, e->at));
             }
         }
         s->made[k] = o;
@@ -942,7 +936,7 @@ static vp_status input_op(gb *b, scope *top, uint32_t *out)
     o.value = f->input_kind;
     o.name = "input";
     for (uint32_t i = 0; i < f->input_ndim; i++) {
-        TRY(size_of(b, top, &f->input[i], 1, &o.shape[o.ndim]));
+        VP_TRY(size_of(b, top, &f->input[i], 1, &o.shape[o.ndim]));
         o.ndim++;
     }
     return push(b, &o, f->input_at, out);
@@ -964,11 +958,11 @@ vp_status vp__build_explicit(vp_graph *g, const vp_gform *f, const char *path,
     top.vars[top.n_vars++] = (vp_expr_var){"image", (int64_t)g->seq};
     for (uint32_t i = 0; i < f->n_consts; i++) {
         int64_t v;
-        TRY(eval(&b, &top, &f->consts[i], &v));
+        VP_TRY(eval(&b, &top, &f->consts[i], &v));
         top.vars[top.n_vars++] = (vp_expr_var){f->const_names[i], v};
     }
     uint32_t x;
-    TRY(input_op(&b, &top, &x));
+    VP_TRY(input_op(&b, &top, &x));
     top.input = x;
     top.made = malloc((f->ops.n ? f->ops.n : 1) * sizeof *top.made);
     if (!top.made)

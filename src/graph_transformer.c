@@ -14,13 +14,6 @@ typedef struct {
     const char *path; /* the model file, for errors found while building */
 } tb;
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 static void op_init(vp_op *o, vp_op_kind k)
 {
     memset(o, 0, sizeof *o);
@@ -51,8 +44,8 @@ static vp_status add_param(tb *c, vp_op *o, const char *leaf, uint64_t numel,
     char name[192];
     snprintf(name, sizeof name, "%s.%s", o->name, leaf);
     uint32_t idx;
-    TRY(vp__graph_add_param(c->g, name, numel, (uint32_t)c->g->n_ops,
-                            trainable, &idx, c->err));
+    VP_TRY(vp__graph_add_param(c->g, name, numel, (uint32_t)c->g->n_ops,
+                               trainable, &idx, c->err));
     o->params[o->n_params++] = idx;
     return VP_OK;
 }
@@ -95,7 +88,7 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.in_features = o.shape[o.ndim - 1];
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
-    TRY(named(c, &o, leaf));
+    VP_TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(o.in_features, out_f, &wn))
         return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1,
@@ -103,9 +96,9 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     if (tied_weight >= 0)
         o.params[o.n_params++] = (uint32_t)tied_weight;
     else
-        TRY(add_param(c, &o, "weight", wn, true));
+        VP_TRY(add_param(c, &o, "weight", wn, true));
     if (bias)
-        TRY(add_param(c, &o, "bias", out_f, true));
+        VP_TRY(add_param(c, &o, "bias", out_f, true));
     return push(c, &o, leaf, idx);
 }
 
@@ -121,10 +114,10 @@ static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
     o.rows = 1;
     for (uint32_t i = 0; i + 1 < o.ndim; i++)
         o.rows *= o.shape[i]; /* bounded: numel already checked */
-    TRY(named(c, &o, leaf));
-    TRY(add_param(c, &o, "weight", d, true));
+    VP_TRY(named(c, &o, leaf));
+    VP_TRY(add_param(c, &o, "weight", d, true));
     if (c->t->norm_bias)
-        TRY(add_param(c, &o, "bias", d, true));
+        VP_TRY(add_param(c, &o, "bias", d, true));
     return push(c, &o, leaf, idx);
 }
 
@@ -178,12 +171,12 @@ static vp_status embedding(tb *c, uint32_t in, const char *leaf,
     o.inputs[0] = in;
     set_shape(&o, 3, rows_b, rows_s, c->t->hidden, 0);
     o.classes = vocab;
-    TRY(named(c, &o, leaf));
+    VP_TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(vocab, c->t->hidden, &wn))
         return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1,
                             "embedding %s overflows 64 bits", o.name);
-    TRY(add_param(c, &o, "weight", wn, true));
+    VP_TRY(add_param(c, &o, "weight", wn, true));
     return push(c, &o, leaf, idx);
 }
 
@@ -200,19 +193,19 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     snprintf(n5, sizeof n5, "%sdown_proj", pre);
     uint32_t a, b, h;
     if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU) {
-        TRY(linear(c, x, n1, f, t->bias, -1, &a));
-        TRY(unary(c, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU, a, n3,
-                  &a));
-        TRY(linear(c, x, n2, f, t->bias, -1, &b));
-        TRY(binary(c, VP_OP_MUL, a, b, n4, &h));
+        VP_TRY(linear(c, x, n1, f, t->bias, -1, &a));
+        VP_TRY(unary(c, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU, a,
+                     n3, &a));
+        VP_TRY(linear(c, x, n2, f, t->bias, -1, &b));
+        VP_TRY(binary(c, VP_OP_MUL, a, b, n4, &h));
     } else {
         snprintf(n1, sizeof n1, "%sfc", pre);
-        TRY(linear(c, x, n1, f, t->bias, -1, &a));
+        VP_TRY(linear(c, x, n1, f, t->bias, -1, &a));
         vp_op_kind k = t->act == VP_ACT_RELU        ? VP_OP_RELU
                        : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
                        : t->act == VP_ACT_SILU      ? VP_OP_SILU
                                                     : VP_OP_GELU;
-        TRY(unary(c, k, a, n3, &h));
+        VP_TRY(unary(c, k, a, n3, &h));
         snprintf(n5, sizeof n5, "%sproj", pre);
     }
     return linear(c, h, n5, t->hidden, t->bias, -1, out);
@@ -224,7 +217,7 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
     const vp_op *xo = &c->g->ops[x];
     uint64_t tokens = xo->shape[0] * xo->shape[1];
     uint32_t logits, route;
-    TRY(linear(c, x, "router", t->experts, false, -1, &logits));
+    VP_TRY(linear(c, x, "router", t->experts, false, -1, &logits));
     vp_op o;
     op_init(&o, VP_OP_ROUTER);
     o.n_inputs = 1;
@@ -232,7 +225,7 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
     set_shape(&o, 2, tokens, t->top_k, 0, 0);
     o.classes = t->experts;
     o.top_k = (uint32_t)t->top_k;
-    TRY(push(c, &o, "route", &route));
+    VP_TRY(push(c, &o, "route", &route));
     /* tokens per expert, on average (balanced routing) */
     uint64_t tk;
     if (!vp_mul_u64(tokens, t->top_k, &tk))
@@ -250,8 +243,8 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
         set_shape(&o, 2, per, t->hidden, 0, 0);
         snprintf(nm, sizeof nm, "%sdispatch", pre);
         uint32_t d, y;
-        TRY(push(c, &o, nm, &d));
-        TRY(mlp(c, d, t->expert_ffn, pre, &y));
+        VP_TRY(push(c, &o, nm, &d));
+        VP_TRY(mlp(c, d, t->expert_ffn, pre, &y));
         op_init(&o, VP_OP_MOE_COMBINE);
         o.n_inputs = 3;
         o.inputs[0] = e ? acc : y;
@@ -260,15 +253,15 @@ static vp_status moe(tb *c, uint32_t x, uint32_t *out)
         o.inplace = e > 0;
         same_shape(c, &o, x);
         snprintf(nm, sizeof nm, "%scombine", pre);
-        TRY(push(c, &o, nm, &acc));
+        VP_TRY(push(c, &o, nm, &acc));
     }
     if (t->shared_experts) {
         uint64_t f;
         if (!vp_mul_u64(t->shared_experts, t->expert_ffn, &f))
             return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1, "MoE size overflows");
         uint32_t s;
-        TRY(mlp(c, x, f, "shared_expert.", &s));
-        TRY(binary(c, VP_OP_ADD, acc, s, "shared_add", &acc));
+        VP_TRY(mlp(c, x, f, "shared_expert.", &s));
+        VP_TRY(binary(c, VP_OP_ADD, acc, s, "shared_add", &acc));
     }
     *out = acc;
     return VP_OK;
@@ -282,7 +275,7 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     op_init(&o, VP_OP_ATTENTION);
     if (t->fused_qkv) {
         uint32_t qkv;
-        TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1, &qkv));
+        VP_TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1, &qkv));
         /* HF GPT-2: Conv1D = addmm(b, x, W); q, k, v are views of its
          * output, locals of the attention forward until it returns */
         c->g->ops[qkv].flags |= VP_OPF_ADDMM | VP_OPF_HOLD_MODULE;
@@ -290,12 +283,12 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
         o.inputs[0] = qkv;
     } else {
         uint32_t q, k, v;
-        TRY(linear(c, x, "attn.q_proj", qd, t->qkv_bias, -1, &q));
-        TRY(linear(c, x, "attn.k_proj", kvd, t->qkv_bias, -1, &k));
-        TRY(linear(c, x, "attn.v_proj", kvd, t->qkv_bias, -1, &v));
+        VP_TRY(linear(c, x, "attn.q_proj", qd, t->qkv_bias, -1, &q));
+        VP_TRY(linear(c, x, "attn.k_proj", kvd, t->qkv_bias, -1, &k));
+        VP_TRY(linear(c, x, "attn.v_proj", kvd, t->qkv_bias, -1, &v));
         if (t->rotary) {
-            TRY(unary(c, VP_OP_ROPE, q, "attn.rope_q", &q));
-            TRY(unary(c, VP_OP_ROPE, k, "attn.rope_k", &k));
+            VP_TRY(unary(c, VP_OP_ROPE, q, "attn.rope_q", &q));
+            VP_TRY(unary(c, VP_OP_ROPE, k, "attn.rope_k", &k));
         }
         o.n_inputs = 3;
         o.inputs[0] = q;
@@ -314,8 +307,8 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     if (t->fused_qkv && t->type == VP_TF_DECODER)
         o.flags |= VP_OPF_KV_COPY;
     uint32_t a;
-    TRY(push(c, &o, "attn.core", &a));
-    TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));
+    VP_TRY(push(c, &o, "attn.core", &a));
+    VP_TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));
     if (t->fused_qkv)
         c->g->ops[*out].flags |= VP_OPF_ADDMM;
     return VP_OK;
@@ -347,22 +340,22 @@ static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
         bool gpt2 = t->fused_qkv;
         uint32_t hold = gpt2 ? VP_OPF_HOLD_ADD : VP_OPF_HOLD_MODULE;
         uint32_t branch = gpt2 ? VP_OPF_HOLD_LAYER : 0;
-        TRY(norm(c, x, "input_norm", &h));
+        VP_TRY(norm(c, x, "input_norm", &h));
         c->g->ops[h].flags |= hold;
-        TRY(attention(c, h, S, &a));
-        TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+        VP_TRY(attention(c, h, S, &a));
+        VP_TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
         c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
-        TRY(binary(c, VP_OP_ADD, x, a, "attn.residual", &r));
-        TRY(norm(c, r, "post_attention_norm", &h));
+        VP_TRY(binary(c, VP_OP_ADD, x, a, "attn.residual", &r));
+        VP_TRY(norm(c, r, "post_attention_norm", &h));
         c->g->ops[h].flags |= hold;
         uint32_t first = (uint32_t)c->g->n_ops;
         if (t->experts)
-            TRY(moe(c, h, &a));
+            VP_TRY(moe(c, h, &a));
         else
-            TRY(mlp(c, h, t->ffn, "mlp.", &a));
+            VP_TRY(mlp(c, h, t->ffn, "mlp.", &a));
         if (gpt2)
             mark_addmm(c, first);
-        TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+        VP_TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
         c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
         return binary(c, VP_OP_ADD, r, a, "mlp.residual", out);
     }
@@ -370,17 +363,17 @@ static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
      * `LayerNorm(dropout(dense(h)) + input_tensor)`: the dropout output
      * lives until the LayerNorm returns; the attention output is the
      * argument of the intermediate and output modules. */
-    TRY(attention(c, x, S, &a));
-    TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
+    VP_TRY(attention(c, x, S, &a));
+    VP_TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
     c->g->ops[a].flags |= VP_OPF_HOLD_MODULE;
-    TRY(binary(c, VP_OP_ADD, a, x, "attn.residual", &r));
-    TRY(norm(c, r, "attn.norm", &h));
+    VP_TRY(binary(c, VP_OP_ADD, a, x, "attn.residual", &r));
+    VP_TRY(norm(c, r, "attn.norm", &h));
     c->g->ops[h].flags |= VP_OPF_MODULE_RET | VP_OPF_HOLD_MODULE;
-    TRY(mlp(c, h, t->ffn, "mlp.", &a));
-    TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
+    VP_TRY(mlp(c, h, t->ffn, "mlp.", &a));
+    VP_TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
     c->g->ops[a].flags |= VP_OPF_HOLD_MODULE;
-    TRY(binary(c, VP_OP_ADD, a, h, "mlp.residual", &r));
-    TRY(norm(c, r, "mlp.norm", out));
+    VP_TRY(binary(c, VP_OP_ADD, a, h, "mlp.residual", &r));
+    VP_TRY(norm(c, r, "mlp.norm", out));
     c->g->ops[*out].flags |= VP_OPF_MODULE_RET;
     return VP_OK;
 }
@@ -445,36 +438,37 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     op_init(&o, VP_OP_INPUT);
     o.value = VP_VAL_INDEX;
     set_shape(&o, 2, B, S, 0, 0);
-    TRY(push(c, &o, "input_ids", &ids));
-    TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
+    VP_TRY(push(c, &o, "input_ids", &ids));
+    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
     *wte = g->ops[*x].params[0];
     if (t->type == VP_TF_DECODER)
         g->ops[*x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
     if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
         g->ops[*x].flags |= VP_OPF_HOLD_MODULE;
     if (t->type_vocab) {
-        TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B, S,
-                      &e));
+        VP_TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B, S,
+                         &e));
         if (t->type == VP_TF_ENCODER)
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
-        TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_types", x));
+        VP_TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_types", x));
     }
     if (!t->rotary) {
-        TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, S, &e));
+        VP_TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, S,
+                         &e));
         if (t->type == VP_TF_DECODER)
             g->ops[e].flags |= VP_OPF_HOLD_FWD;
         else
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
-        TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_positions", x));
+        VP_TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_positions", x));
     } else {
         uint32_t bidx;
         /* the rotary inv_freq buffer lives in the model (fp32) */
-        TRY(vp__graph_add_param(g, "rotary_emb.inv_freq", t->head_dim / 2,
-                                (uint32_t)g->n_ops, false, &bidx, c->err));
+        VP_TRY(vp__graph_add_param(g, "rotary_emb.inv_freq", t->head_dim / 2,
+                                   (uint32_t)g->n_ops, false, &bidx, c->err));
         g->params[bidx].fp32_buffer = true;
     }
     if (t->embedding_norm)
-        TRY(norm(c, *x, "embed_norm", x));
+        VP_TRY(norm(c, *x, "embed_norm", x));
     if (t->type == VP_TF_ENCODER && t->type_vocab) {
         /* BertEmbeddings' int64 buffers position_ids and token_type_ids
          * (max_positions each), registered after its LayerNorm */
@@ -482,13 +476,13 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
                                            "embed.token_type_ids"};
         for (int k = 0; k < 2; k++) {
             uint32_t bidx;
-            TRY(vp__graph_add_param(g, bufs[k], t->max_positions,
-                                    (uint32_t)g->n_ops, false, &bidx,
-                                    c->err));
+            VP_TRY(vp__graph_add_param(g, bufs[k], t->max_positions,
+                                       (uint32_t)g->n_ops, false, &bidx,
+                                       c->err));
             g->params[bidx].elem_bytes_override = 8;
         }
     }
-    TRY(dropout(c, *x, "embed_dropout", t->p_embd, x));
+    VP_TRY(dropout(c, *x, "embed_dropout", t->p_embd, x));
     g->ops[*x].flags |= VP_OPF_MODULE_RET;
     if (t->type == VP_TF_ENCODER)
         g->ops[*x].flags |= VP_OPF_HOLD_FWD; /* BertModel's embedding_output */
@@ -506,13 +500,13 @@ static vp_status classifier(tb *c, uint32_t x, uint64_t B, uint32_t *logits)
         o.n_inputs = 1;
         o.inputs[0] = x;
         set_shape(&o, 2, B, t->hidden, 0, 0);
-        TRY(push(c, &o, "pooler.select", &x));
-        TRY(linear(c, x, "pooler.dense", t->hidden, true, -1, &x));
-        TRY(unary(c, VP_OP_TANH, x, "pooler.act", &x));
-        TRY(dropout(c, x, "classifier_dropout", t->p_resid, &x));
+        VP_TRY(push(c, &o, "pooler.select", &x));
+        VP_TRY(linear(c, x, "pooler.dense", t->hidden, true, -1, &x));
+        VP_TRY(unary(c, VP_OP_TANH, x, "pooler.act", &x));
+        VP_TRY(dropout(c, x, "classifier_dropout", t->p_resid, &x));
         return linear(c, x, "classifier", t->num_labels, true, -1, logits);
     }
-    TRY(linear(c, x, "score", t->num_labels, false, -1, &x));
+    VP_TRY(linear(c, x, "score", t->num_labels, false, -1, &x));
     op_init(&o, VP_OP_SELECT);
     o.n_inputs = 1;
     o.inputs[0] = x;
@@ -529,26 +523,26 @@ static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
     uint32_t logits, l;
     switch (t->head) {
     case VP_HEAD_CAUSAL_LM:
-        TRY(linear(c, x, "lm_head", t->vocab, false,
-                   t->tied ? (int64_t)wte : -1, &logits));
+        VP_TRY(linear(c, x, "lm_head", t->vocab, false,
+                      t->tied ? (int64_t)wte : -1, &logits));
         if (t->tied)
             g->ops[logits].flags |= VP_OPF_TIED_INIT;
         return loss(c, logits, B * S, true, &l);
     case VP_HEAD_MASKED_LM:
-        TRY(linear(c, x, "mlm.transform", t->hidden, true, -1, &x));
-        TRY(unary(c, t->act == VP_ACT_RELU ? VP_OP_RELU
-                     : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
-                                                  : VP_OP_GELU,
-                  x, "mlm.act", &x));
-        TRY(norm(c, x, "mlm.norm", &x));
-        TRY(linear(c, x, "mlm.decoder", t->vocab, true,
-                   t->tied ? (int64_t)wte : -1, &logits));
+        VP_TRY(linear(c, x, "mlm.transform", t->hidden, true, -1, &x));
+        VP_TRY(unary(c, t->act == VP_ACT_RELU ? VP_OP_RELU
+                        : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+                                                     : VP_OP_GELU,
+                     x, "mlm.act", &x));
+        VP_TRY(norm(c, x, "mlm.norm", &x));
+        VP_TRY(linear(c, x, "mlm.decoder", t->vocab, true,
+                      t->tied ? (int64_t)wte : -1, &logits));
         if (t->tied)
             g->ops[logits].flags |= VP_OPF_TIED_INIT;
         /* BertForMaskedLM: CrossEntropyLoss on the logits as they are */
         return loss(c, logits, B * S, false, &l);
     case VP_HEAD_CLASSIFICATION:
-        TRY(classifier(c, x, B, &logits));
+        VP_TRY(classifier(c, x, B, &logits));
         return loss(c, logits, B, false, &l);
     case VP_HEAD_NONE:
         break;
@@ -561,20 +555,20 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
 {
     tb c = {g, t, err, "", path};
     uint64_t B = g->batch, S = g->seq;
-    TRY(check_sizes(&c, B, S));
+    VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte;
-    TRY(embeddings(&c, B, S, &x, &wte));
+    VP_TRY(embeddings(&c, B, S, &x, &wte));
     for (uint64_t l = 0; l < t->layers; l++) {
         snprintf(c.scope, sizeof c.scope, "layers.%llu",
                  (unsigned long long)l);
         uint32_t first = (uint32_t)g->n_ops;
-        TRY(layer(&c, x, S, &x));
-        TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
-                                  true, err));
+        VP_TRY(layer(&c, x, S, &x));
+        VP_TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
+                                     true, err));
     }
     c.scope[0] = '\0';
     if (t->final_norm)
-        TRY(norm(&c, x, "final_norm", &x));
+        VP_TRY(norm(&c, x, "final_norm", &x));
     size_t head_first = g->n_ops;
     /* `hidden_states = outputs[0]` in the head model's forward */
     g->ops[x].flags |= VP_OPF_HOLD_OUT;
@@ -582,7 +576,7 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
         for (size_t i = 0; i < g->n_ops; i++)
             if (g->ops[i].kind == VP_OP_RMSNORM)
                 g->ops[i].flags |= VP_OPF_PY_RMSNORM;
-    TRY(head(&c, x, B, S, wte));
+    VP_TRY(head(&c, x, B, S, wte));
     if (head_first < g->n_ops)
         g->ops[head_first].flags |= VP_OPF_MODEL_END;
     return VP_OK;

@@ -21,13 +21,6 @@
 
 #define MAX_CONFIG_BYTES (4u << 20)
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 const char *vp_kv_kind_name(vp_kv_kind k)
 {
     switch (k) {
@@ -196,7 +189,7 @@ static vp_status need_uint(const hf_ctx *c, const char *const *names,
     bool found;
 
     for (size_t i = 0; names[i]; i++) {
-        TRY(get_uint(c, names[i], max, out, &found));
+        VP_TRY(get_uint(c, names[i], max, out, &found));
         if (found)
             return VP_OK;
     }
@@ -244,8 +237,8 @@ static vp_status sliding_layers(const hf_ctx *c, vp_kv_layout *l,
     if (json_object_get(c->root, "use_sliding_window")) {
         if (!get_true(c, "use_sliding_window"))
             return VP_OK;
-        TRY(get_uint(c, "max_window_layers", VP_KV_MAX_LAYERS, &from,
-                     &found));
+        VP_TRY(get_uint(c, "max_window_layers", VP_KV_MAX_LAYERS, &from,
+                        &found));
     }
     for (uint32_t i = (uint32_t)from; i < l->n_layers; i++) {
         l->layer[i].kind = VP_KV_SLIDING;
@@ -265,20 +258,20 @@ static vp_status parse_hf(const hf_ctx *c, vp_kv_layout *l)
     uint64_t lora = 0, rope = 0;
     bool found, mla;
 
-    TRY(need_uint(c, layers_k, VP_KV_MAX_LAYERS, &n_layers));
-    TRY(need_uint(c, heads_k, VP_KV_MAX_HEADS, &heads));
+    VP_TRY(need_uint(c, layers_k, VP_KV_MAX_LAYERS, &n_layers));
+    VP_TRY(need_uint(c, heads_k, VP_KV_MAX_HEADS, &heads));
     kv_heads = heads;
-    TRY(get_uint(c, "num_key_value_heads", VP_KV_MAX_HEADS, &kv_heads,
-                 &found));
+    VP_TRY(get_uint(c, "num_key_value_heads", VP_KV_MAX_HEADS, &kv_heads,
+                    &found));
     if (!found && get_true(c, "multi_query"))
         kv_heads = 1;
     if (kv_heads > heads)
         return key_err(c, "num_key_value_heads", VP_ERANGE,
                        "exceeds num_attention_heads");
-    TRY(get_uint(c, "head_dim", VP_KV_MAX_DIM, &head_dim, &found));
+    VP_TRY(get_uint(c, "head_dim", VP_KV_MAX_DIM, &head_dim, &found));
     if (!found) {
-        TRY(need_uint(c, hidden_k, (uint64_t)VP_KV_MAX_DIM * VP_KV_MAX_HEADS,
-                      &hidden));
+        VP_TRY(need_uint(c, hidden_k,
+                         (uint64_t)VP_KV_MAX_DIM * VP_KV_MAX_HEADS, &hidden));
         if (hidden % heads != 0)
             return key_err(c, hidden_k[0], VP_ERANGE,
                            "is not a multiple of the attention heads");
@@ -286,9 +279,9 @@ static vp_status parse_hf(const hf_ctx *c, vp_kv_layout *l)
         if (head_dim > VP_KV_MAX_DIM)
             return key_err(c, hidden_k[0], VP_ERANGE, "is out of range");
     }
-    TRY(get_uint(c, "kv_lora_rank", VP_KV_MAX_DIM, &lora, &mla));
+    VP_TRY(get_uint(c, "kv_lora_rank", VP_KV_MAX_DIM, &lora, &mla));
     if (mla) {
-        TRY(get_uint(c, "qk_rope_head_dim", VP_KV_MAX_DIM, &rope, &found));
+        VP_TRY(get_uint(c, "qk_rope_head_dim", VP_KV_MAX_DIM, &rope, &found));
         if (!found)
             return key_err(c, "kv_lora_rank", VP_ESCHEMA,
                            "needs qk_rope_head_dim (multi-head latent "
@@ -296,13 +289,14 @@ static vp_status parse_hf(const hf_ctx *c, vp_kv_layout *l)
     }
     json_t *sw = json_object_get(c->root, "sliding_window");
     if (!json_is_integer(sw) || json_integer_value(sw) != 0) /* 0: none */
-        TRY(get_uint(c, "sliding_window", UINT64_MAX >> 1, &window, &found));
+        VP_TRY(get_uint(c, "sliding_window", UINT64_MAX >> 1, &window,
+                        &found));
 
     static const char *const pos_k[] = {"max_position_embeddings",
                                         "n_positions", NULL};
     uint64_t max_pos = 0;
     for (size_t i = 0; pos_k[i] && !max_pos; i++)
-        TRY(get_uint(c, pos_k[i], UINT64_MAX >> 1, &max_pos, &found));
+        VP_TRY(get_uint(c, pos_k[i], UINT64_MAX >> 1, &max_pos, &found));
 
     memset(l, 0, sizeof *l);
     if (layout_alloc(l, (uint32_t)n_layers, c->err) != VP_OK)
@@ -316,7 +310,7 @@ static vp_status parse_hf(const hf_ctx *c, vp_kv_layout *l)
                                           (uint32_t)head_dim,
                                           (uint32_t)head_dim, 0};
     if (!mla)
-        TRY(sliding_layers(c, l, window));
+        VP_TRY(sliding_layers(c, l, window));
     return VP_OK;
 }
 
@@ -408,7 +402,7 @@ vp_status vp_kv_layer_token_bytes(const vp_kv_layer *l, uint32_t elem_bytes,
     if (elem_bytes == 0)
         return vp_error_set(err, VP_EARG, "zero-byte cache elements");
     if (l->kind != VP_KV_MLA)
-        TRY(vp_kv_heads_per_rank(l->kv_heads, tp, &heads, err));
+        VP_TRY(vp_kv_heads_per_rank(l->kv_heads, tp, &heads, err));
     else if (tp == 0)
         return vp_error_set(err, VP_EARG, "no ranks");
     if (!vp_mul_u64(width, heads, out) || !vp_mul_u64(*out, elem_bytes, out))
@@ -425,7 +419,7 @@ vp_status vp_kv_seq_bytes(const vp_kv_layout *l, uint32_t elem_bytes,
 
     for (uint32_t i = 0; i < l->n_layers; i++) {
         const vp_kv_layer *y = &l->layer[i];
-        TRY(vp_kv_layer_token_bytes(y, elem_bytes, tp, &per, err));
+        VP_TRY(vp_kv_layer_token_bytes(y, elem_bytes, tp, &per, err));
         held = y->kind == VP_KV_SLIDING && y->window < tokens ? y->window
                                                               : tokens;
         if (!vp_mul_u64(per, held, &bytes) ||
@@ -444,8 +438,8 @@ vp_status vp_kv_token_bytes(const vp_kv_layout *l, uint32_t elem_bytes,
     uint64_t total = 0, per;
 
     for (uint32_t i = 0; i < l->n_layers; i++) {
-        TRY(vp_kv_layer_token_bytes(&l->layer[i], elem_bytes, tp, &per,
-                                    err));
+        VP_TRY(vp_kv_layer_token_bytes(&l->layer[i], elem_bytes, tp, &per,
+                                       err));
         if (!vp_add_u64(total, per, &total))
             return vp_error_set(err, VP_EOVERFLOW,
                                 "cache bytes per token overflow 64 bits");

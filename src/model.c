@@ -96,13 +96,6 @@ static vp_status opt_prob(fields *f, const char *key, double *out)
     return vp__yget_prob(f->d, n, out, f->err);
 }
 
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
-
 /* Where each hyperparameter is written, for errors that point at it. */
 typedef struct {
     const char *hidden, *heads, *kv_heads, *head_dim, *layers, *top_k,
@@ -217,7 +210,7 @@ static void tf_defaults(vp_tf *t)
 static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
                                    vp_error *err)
 {
-    TRY(vp__ymap_check(d, tn, TF_KEYS, "transformer", err));
+    VP_TRY(vp__ymap_check(d, tn, TF_KEYS, "transformer", err));
     vp_tf *t = &m->tf;
     tf_defaults(t);
     fields f = {d, tn, err};
@@ -227,61 +220,61 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
         return vp__yerr(d, tn, VP_ESCHEMA, err,
                         "missing required key 'type' in transformer "
                         "(decoder or encoder)");
-    TRY(vp__yget_enum(d, tyn, TF_TYPES, &v, err));
+    VP_TRY(vp__yget_enum(d, tyn, TF_TYPES, &v, err));
     t->type = (vp_tf_type)v;
     t->final_norm = t->type == VP_TF_DECODER;
     if (t->type == VP_TF_ENCODER)
         t->head = VP_HEAD_MASKED_LM;
-    TRY(req_u64(&f, "hidden", &t->hidden, "transformer"));
-    TRY(req_u64(&f, "layers", &t->layers, "transformer"));
-    TRY(req_u64(&f, "heads", &t->heads, "transformer"));
-    TRY(opt_u64(&f, "kv_heads", 1, &t->kv_heads));
-    TRY(opt_u64(&f, "head_dim", 1, &t->head_dim));
-    TRY(req_u64(&f, "ffn", &t->ffn, "transformer"));
-    TRY(req_u64(&f, "vocab", &t->vocab, "transformer"));
+    VP_TRY(req_u64(&f, "hidden", &t->hidden, "transformer"));
+    VP_TRY(req_u64(&f, "layers", &t->layers, "transformer"));
+    VP_TRY(req_u64(&f, "heads", &t->heads, "transformer"));
+    VP_TRY(opt_u64(&f, "kv_heads", 1, &t->kv_heads));
+    VP_TRY(opt_u64(&f, "head_dim", 1, &t->head_dim));
+    VP_TRY(req_u64(&f, "ffn", &t->ffn, "transformer"));
+    VP_TRY(req_u64(&f, "vocab", &t->vocab, "transformer"));
     v = 0;
-    TRY(opt_enum(&f, "positions", POSITIONS, &v));
+    VP_TRY(opt_enum(&f, "positions", POSITIONS, &v));
     t->rotary = v == 1;
-    TRY(opt_u64(&f, "max_positions", 1, &t->max_positions));
+    VP_TRY(opt_u64(&f, "max_positions", 1, &t->max_positions));
     v = 0;
-    TRY(opt_enum(&f, "norm", NORMS, &v));
+    VP_TRY(opt_enum(&f, "norm", NORMS, &v));
     t->norm = (vp_norm_kind)v;
     t->norm_bias = t->norm == VP_NORM_LAYERNORM;
-    TRY(opt_bool(&f, "norm_bias", &t->norm_bias));
+    VP_TRY(opt_bool(&f, "norm_bias", &t->norm_bias));
     v = 0;
-    TRY(opt_enum(&f, "activation", ACTS, &v));
+    VP_TRY(opt_enum(&f, "activation", ACTS, &v));
     t->act = (vp_act_kind)v;
-    TRY(opt_bool(&f, "bias", &t->bias));
+    VP_TRY(opt_bool(&f, "bias", &t->bias));
     t->qkv_bias = t->bias;
-    TRY(opt_bool(&f, "qkv_bias", &t->qkv_bias));
-    TRY(opt_bool(&f, "fused_qkv", &t->fused_qkv));
-    TRY(opt_bool(&f, "tied_embeddings", &t->tied));
-    TRY(opt_u64(&f, "type_vocab", 0, &t->type_vocab));
-    TRY(opt_bool(&f, "embedding_norm", &t->embedding_norm));
-    TRY(opt_bool(&f, "final_norm", &t->final_norm));
+    VP_TRY(opt_bool(&f, "qkv_bias", &t->qkv_bias));
+    VP_TRY(opt_bool(&f, "fused_qkv", &t->fused_qkv));
+    VP_TRY(opt_bool(&f, "tied_embeddings", &t->tied));
+    VP_TRY(opt_u64(&f, "type_vocab", 0, &t->type_vocab));
+    VP_TRY(opt_bool(&f, "embedding_norm", &t->embedding_norm));
+    VP_TRY(opt_bool(&f, "final_norm", &t->final_norm));
     yaml_node_t *dn = vp__ymap_get(d, tn, "dropout", NULL);
     if (dn) {
-        TRY(vp__ymap_check(d, dn, DROPOUT_KEYS, "dropout", err));
+        VP_TRY(vp__ymap_check(d, dn, DROPOUT_KEYS, "dropout", err));
         fields df = {d, dn, err};
-        TRY(opt_prob(&df, "embedding", &t->p_embd));
-        TRY(opt_prob(&df, "attention", &t->p_attn));
-        TRY(opt_prob(&df, "residual", &t->p_resid));
+        VP_TRY(opt_prob(&df, "embedding", &t->p_embd));
+        VP_TRY(opt_prob(&df, "attention", &t->p_attn));
+        VP_TRY(opt_prob(&df, "residual", &t->p_resid));
     }
     v = 0;
-    TRY(opt_enum(&f, "attention", ATTNS, &v));
+    VP_TRY(opt_enum(&f, "attention", ATTNS, &v));
     t->attn = (vp_attn_impl)v;
     v = (int)t->head;
-    TRY(opt_enum(&f, "head", HEADS, &v));
+    VP_TRY(opt_enum(&f, "head", HEADS, &v));
     t->head = (vp_head_kind)v;
-    TRY(opt_u64(&f, "num_labels", 1, &t->num_labels));
+    VP_TRY(opt_u64(&f, "num_labels", 1, &t->num_labels));
     yaml_node_t *mn = vp__ymap_get(d, tn, "moe", NULL);
     if (mn) {
-        TRY(vp__ymap_check(d, mn, MOE_KEYS, "moe", err));
+        VP_TRY(vp__ymap_check(d, mn, MOE_KEYS, "moe", err));
         fields mf = {d, mn, err};
-        TRY(req_u64(&mf, "experts", &t->experts, "moe"));
-        TRY(req_u64(&mf, "top_k", &t->top_k, "moe"));
-        TRY(opt_u64(&mf, "expert_ffn", 1, &t->expert_ffn));
-        TRY(opt_u64(&mf, "shared_experts", 0, &t->shared_experts));
+        VP_TRY(req_u64(&mf, "experts", &t->experts, "moe"));
+        VP_TRY(req_u64(&mf, "top_k", &t->top_k, "moe"));
+        VP_TRY(opt_u64(&mf, "expert_ffn", 1, &t->expert_ffn));
+        VP_TRY(opt_u64(&mf, "shared_experts", 0, &t->shared_experts));
     }
     t->line = (uint32_t)tn->start_mark.line + 1;
     t->col = (uint32_t)tn->start_mark.column + 1;
@@ -393,20 +386,20 @@ static vp_status hf_gpt2(fields *f, vp_tf *t, vp_error *err)
     t->final_norm = true;
     t->act = VP_ACT_GELU_TANH;
     t->p_embd = t->p_attn = t->p_resid = 0.1;
-    TRY(hf_u64(f, "n_embd", &t->hidden, true));
-    TRY(hf_u64(f, "n_layer", &t->layers, true));
-    TRY(hf_u64(f, "n_head", &t->heads, true));
-    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    TRY(hf_u64(f, "n_positions", &t->max_positions, true));
+    VP_TRY(hf_u64(f, "n_embd", &t->hidden, true));
+    VP_TRY(hf_u64(f, "n_layer", &t->layers, true));
+    VP_TRY(hf_u64(f, "n_head", &t->heads, true));
+    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    VP_TRY(hf_u64(f, "n_positions", &t->max_positions, true));
     t->ffn = 0;
-    TRY(hf_u64(f, "n_inner", &t->ffn, false));
+    VP_TRY(hf_u64(f, "n_inner", &t->ffn, false));
     if (t->ffn == 0 && !vp_mul_u64(4, t->hidden, &t->ffn))
         return vp_error_set(err, VP_EOVERFLOW, "n_inner overflows");
-    TRY(hf_act(f, "activation_function", VP_ACT_GELU, &t->act));
+    VP_TRY(hf_act(f, "activation_function", VP_ACT_GELU, &t->act));
     fields pf = *f;
-    TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
-    TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
-    TRY(opt_prob(&pf, "resid_pdrop", &t->p_resid));
+    VP_TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
+    VP_TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
+    VP_TRY(opt_prob(&pf, "resid_pdrop", &t->p_resid));
     return VP_OK;
 }
 
@@ -423,19 +416,19 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
     t->type_vocab = 2;
     t->max_positions = 512;
     t->p_embd = t->p_attn = t->p_resid = 0.1;
-    TRY(hf_u64(f, "hidden_size", &t->hidden, true));
-    TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
-    TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
-    TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
-    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
+    VP_TRY(hf_u64(f, "hidden_size", &t->hidden, true));
+    VP_TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
+    VP_TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
+    VP_TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
+    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    VP_TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
     yaml_node_t *tvn = vp__ymap_get(f->d, f->map, "type_vocab_size", NULL);
     if (tvn && !vp__yis_null(tvn))
-        TRY(vp__yget_u64(f->d, tvn, 0, VP_MAX_DIM, &t->type_vocab, err));
-    TRY(hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
-    TRY(opt_prob(f, "hidden_dropout_prob", &t->p_resid));
+        VP_TRY(vp__yget_u64(f->d, tvn, 0, VP_MAX_DIM, &t->type_vocab, err));
+    VP_TRY(hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
+    VP_TRY(opt_prob(f, "hidden_dropout_prob", &t->p_resid));
     t->p_embd = t->p_resid;
-    TRY(opt_prob(f, "attention_probs_dropout_prob", &t->p_attn));
+    VP_TRY(opt_prob(f, "attention_probs_dropout_prob", &t->p_attn));
     return VP_OK;
 }
 
@@ -452,24 +445,24 @@ static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
     t->qkv_bias = !strcmp(type, "qwen2");
     t->final_norm = true;
     t->max_positions = 2048; /* LlamaConfig's max_position_embeddings */
-    TRY(hf_u64(f, "hidden_size", &t->hidden, true));
-    TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
-    TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
-    TRY(hf_u64(f, "num_key_value_heads", &t->kv_heads, false));
-    TRY(hf_u64(f, "head_dim", &t->head_dim, false));
-    TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
-    TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
-    TRY(hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
+    VP_TRY(hf_u64(f, "hidden_size", &t->hidden, true));
+    VP_TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
+    VP_TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
+    VP_TRY(hf_u64(f, "num_key_value_heads", &t->kv_heads, false));
+    VP_TRY(hf_u64(f, "head_dim", &t->head_dim, false));
+    VP_TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
+    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
+    VP_TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
+    VP_TRY(hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
     bool ab = t->qkv_bias;
-    TRY(hf_bool(f, "attention_bias", &ab));
+    VP_TRY(hf_bool(f, "attention_bias", &ab));
     if (strcmp(type, "qwen2"))
         t->qkv_bias = ab;
-    TRY(hf_bool(f, "mlp_bias", &t->bias));
-    TRY(opt_prob(f, "attention_dropout", &t->p_attn));
+    VP_TRY(hf_bool(f, "mlp_bias", &t->bias));
+    VP_TRY(opt_prob(f, "attention_dropout", &t->p_attn));
     if (!strcmp(type, "mixtral")) {
-        TRY(hf_u64(f, "num_local_experts", &t->experts, true));
-        TRY(hf_u64(f, "num_experts_per_tok", &t->top_k, true));
+        VP_TRY(hf_u64(f, "num_local_experts", &t->experts, true));
+        VP_TRY(hf_u64(f, "num_experts_per_tok", &t->top_k, true));
     }
     return VP_OK;
 }
@@ -502,25 +495,25 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a config.json must hold a JSON object");
     const char *type = NULL;
-    TRY(hf_type(d, root, &type, err));
+    VP_TRY(hf_type(d, root, &type, err));
     vp_tf *t = &m->tf;
     tf_defaults(t);
     t->qkv_bias = true;
     fields f = {d, root, err};
     if (!strcmp(type, "gpt2"))
-        TRY(hf_gpt2(&f, t, err));
+        VP_TRY(hf_gpt2(&f, t, err));
     else if (!strcmp(type, "bert"))
-        TRY(hf_bert(&f, t, err));
+        VP_TRY(hf_bert(&f, t, err));
     else
-        TRY(hf_llama(&f, t, type));
-    TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
-    TRY(hf_head(m, d, root, err));
+        VP_TRY(hf_llama(&f, t, type));
+    VP_TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
+    VP_TRY(hf_head(m, d, root, err));
     if (t->head == VP_HEAD_CLASSIFICATION) {
         yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);
         if (ln && ln->type == YAML_MAPPING_NODE)
             t->num_labels = (uint64_t)(ln->data.mapping.pairs.top -
                                        ln->data.mapping.pairs.start);
-        TRY(hf_u64(&f, "num_labels", &t->num_labels, false));
+        VP_TRY(hf_u64(&f, "num_labels", &t->num_labels, false));
     }
     t->line = (uint32_t)root->start_mark.line + 1;
     t->col = (uint32_t)root->start_mark.column + 1;
@@ -551,22 +544,22 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a model file must be a mapping with a 'transformer' "
                         "or 'graph' section");
-    TRY(vp__ymap_check(d, root, TOP_KEYS, "the model", err));
+    VP_TRY(vp__ymap_check(d, root, TOP_KEYS, "the model", err));
     yaml_node_t *nn = vp__ymap_get(d, root, "name", NULL);
     if (nn) {
         const char *name;
-        TRY(vp__yget_str(d, nn, &name, err));
+        VP_TRY(vp__yget_str(d, nn, &name, err));
         if (!(m->name = vp__arena_strdup(&m->arena, name)))
             return vp_error_set(err, VP_ENOMEM, "out of memory");
     }
     yaml_node_t *k;
     if ((k = vp__ymap_get(d, root, "description", NULL)))
-        TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
+        VP_TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
     if ((k = vp__ymap_get(d, root, "source", NULL)))
-        TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
+        VP_TRY(vp__yget_str(d, k, &(const char *){NULL}, err));
     yaml_node_t *sn = vp__ymap_get(d, root, "seq", NULL);
     if (sn)
-        TRY(vp__yget_u64(d, sn, 1, VP_MAX_DIM, &m->seq, err));
+        VP_TRY(vp__yget_u64(d, sn, 1, VP_MAX_DIM, &m->seq, err));
     yaml_node_t *tk = NULL, *gk = NULL;
     yaml_node_t *tn = vp__ymap_get(d, root, "transformer", &tk);
     yaml_node_t *gn = vp__ymap_get(d, root, "graph", &gk);
@@ -579,7 +572,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
                         "missing 'transformer' or 'graph' section");
     if (tn) {
         m->form = 0;
-        TRY(parse_transformer(m, d, tn, err));
+        VP_TRY(parse_transformer(m, d, tn, err));
         if (sn && !m->tf.rotary && m->seq > m->tf.max_positions)
             return vp__yerr(d, sn, VP_ERANGE, err,
                             "seq %llu is longer than the model's %llu "
@@ -597,7 +590,7 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
                         "length, image side or width)");
     /* compiled into plain values, checked as far as no size is known */
     struct vp_gform *f;
-    TRY(vp__graph_compile(&m->arena, d, gn, &f, err));
+    VP_TRY(vp__graph_compile(&m->arena, d, gn, &f, err));
     m->gform = f;
     return VP_OK;
 }
@@ -633,7 +626,7 @@ static vp_status parse_doc(vp_model *m, const char *buf, size_t len,
 {
     char *copy = NULL;
     if (is_json) {
-        TRY(vp__json_check(buf, len, m->path, err));
+        VP_TRY(vp__json_check(buf, len, m->path, err));
         /* JSON allows tabs as whitespace; YAML's scanner does not, and
          * tabs cannot occur inside JSON strings unescaped. */
         copy = malloc(len + 1);

@@ -20,15 +20,9 @@
 #include <strings.h>
 
 #include "serve_impl.h"
+#include "util.h"
 #include "vramplan/serve.h"
 #include "vramplan/units.h"
-
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
 
 /* vllm/engine/arg_utils.py EngineArgs._set_default_args, for `vllm serve`
  * (UsageContext.OPENAI_API_SERVER): larger batches on GPUs of at least 70
@@ -194,8 +188,8 @@ static vp_status kv_blocks(const vp_kv_layout *kv, vp_serve_result *r,
                             MAX_TYPES);
 
     for (uint32_t i = 0; i < kv->n_layers; i++) {
-        TRY(vp_kv_layer_token_bytes(&kv->layer[i], r->kv_dtype_bytes,
-                                    r->tensor_parallel, &p, err));
+        VP_TRY(vp_kv_layer_token_bytes(&kv->layer[i], r->kv_dtype_bytes,
+                                       r->tensor_parallel, &p, err));
         if (!vp_mul_u64(p, r->block_size, &p))
             return vp_error_set(err, VP_EOVERFLOW, "page size overflows");
         if (page && p != page)
@@ -205,8 +199,8 @@ static vp_status kv_blocks(const vp_kv_layout *kv, vp_serve_result *r,
                                 "apply)");
         page = p;
     }
-    TRY(vp_kv_token_bytes(kv, r->kv_dtype_bytes, r->tensor_parallel,
-                          &r->kv_bytes_per_token, err));
+    VP_TRY(vp_kv_token_bytes(kv, r->kv_dtype_bytes, r->tensor_parallel,
+                             &r->kv_bytes_per_token, err));
     r->page_bytes = page;
     r->n_layers = kv->n_layers;
     /* one type: every layer its own tensor; several: groups of the
@@ -326,16 +320,16 @@ static vp_status profile(const vp_model *m, const vp_kv_layout *kv,
         st = vp__serve_weights(g, &d, c->dtype_bytes, c->tensor_parallel,
                                max_pos, &r->weight_bytes, err);
     vp_graph_free(g);
-    TRY(st);
-    TRY(vp__serve_profile(&d, &p, &r->forward_peak, &r->sampler_peak,
-                          &r->activation_peak, err));
+    VP_TRY(st);
+    VP_TRY(vp__serve_profile(&d, &p, &r->forward_peak, &r->sampler_peak,
+                             &r->activation_peak, err));
     if (!c->enforce_eager) {
         r->cudagraph_sizes = capture_sizes(
             r->max_num_seqs, r->max_num_batched_tokens,
             &r->cudagraph_max_size);
         p = (sv_profile){r->cudagraph_max_size, 1, c->dtype_bytes,
                          c->tensor_parallel, false, true};
-        TRY(vp__serve_profile(&d, &p, &r->cudagraph_bytes, &s, &pk, err));
+        VP_TRY(vp__serve_profile(&d, &p, &r->cudagraph_bytes, &s, &pk, err));
     }
     return VP_OK;
 }
@@ -349,16 +343,16 @@ vp_status vp_serve_plan(const vp_model *m, const vp_kv_layout *kv,
 
     vp_error_clear(err);
     memset(out, 0, sizeof *out);
-    TRY(resolve(m, kv, gpu, c, out, err));
-    TRY(profile(m, kv, c, out, err));
-    TRY(budget(gpu, c, out, err));
+    VP_TRY(resolve(m, kv, gpu, c, out, err));
+    VP_TRY(profile(m, kv, c, out, err));
+    VP_TRY(budget(gpu, c, out, err));
     if (!kv) {
         vp_graph *g = vp_graph_build(m, 1, 1, err);
         if (!g)
             return err->code;
         st = vp_kv_layout_from_graph(g, &own, err);
         vp_graph_free(g);
-        TRY(st);
+        VP_TRY(st);
         kv = &own;
     }
     st = kv_blocks(kv, out, err);

@@ -6,16 +6,10 @@
 #include <string.h>
 
 #include "serve_impl.h"
+#include "util.h"
 #include "vramplan/allocator.h"
 #include "vramplan/kvcache.h"
 #include "vramplan/units.h"
-
-#define TRY(x)                                                             \
-    do {                                                                   \
-        vp_status st_ = (x);                                               \
-        if (st_ != VP_OK)                                                  \
-            return st_;                                                    \
-    } while (0)
 
 /* vLLM pads the vocabulary of its embedding and LM head to a multiple of
  * 64 (vllm/model_executor/layers/vocab_parallel_embedding.py,
@@ -94,7 +88,7 @@ vp_status vp__serve_dims(const vp_graph *g, sv_dims *d, vp_error *err)
         return vp_error_set(err, VP_EUNSUPPORTED,
                             "model '%s' is not a token decoder with layers",
                             vp_graph_model_name(g));
-    TRY(dims_segment(g, vp_graph_segment(g, 0), d, err));
+    VP_TRY(dims_segment(g, vp_graph_segment(g, 0), d, err));
     if (d->heads == 0 || d->kv_heads == 0 || d->head_dim == 0 || !d->ffn)
         return vp_error_set(err, VP_EUNSUPPORTED,
                             "model '%s': attention or MLP shapes not found",
@@ -165,7 +159,7 @@ vp_status vp__serve_weights(const vp_graph *g, const sv_dims *d,
     uint32_t kv_r;
 
     vp_allocator_config_init(&ac);
-    TRY(vp_kv_heads_per_rank(d->kv_heads, tp, &kv_r, err));
+    VP_TRY(vp_kv_heads_per_rank(d->kv_heads, tp, &kv_r, err));
     if (d->heads % tp != 0 || d->ffn % tp != 0 ||
         pad_vocab(d->vocab) % tp != 0)
         return vp_error_set(err, VP_EARG,

@@ -20,6 +20,15 @@
     } while (0)
 _Noreturn void vp__abort(const char *file, int line, const char *expr);
 
+/* Evaluate x, a vp_status; return it from the calling function unless it
+ * is VP_OK. */
+#define VP_TRY(x)                                                          \
+    do {                                                                   \
+        vp_status st_ = (x);                                               \
+        if (st_ != VP_OK)                                                  \
+            return st_;                                                    \
+    } while (0)
+
 /* ---- arena: strings and small objects freed in one call ---------------- */
 typedef struct vp_arena_chunk vp_arena_chunk;
 typedef struct vp_arena {
