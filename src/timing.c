@@ -656,7 +656,7 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     memset(&c, 0, sizeof c);
     c.g = g;
     c.hw = &hw;
-    c.step = 2;
+    c.step = VP_STEADY_STEPS; /* the steady step is timed */
     c.gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
     const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
     c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch : 0;
@@ -666,7 +666,7 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     if (st != VP_OK)
         goto done;
     vp_setup s2 = *s;
-    s2.steps = 2;
+    s2.steps = VP_STEADY_STEPS;
     s2.skip_breakdown = true;
     s2.alloc.limit = 0;
     s2.alloc.device_total = 0;

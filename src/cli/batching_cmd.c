@@ -85,7 +85,7 @@ static int batching_parse(int argc, char **argv, batching_args *a)
 
     memset(a, 0, sizeof *a);
     vp_setup_init(s);
-    s->steps = 2;
+    s->steps = VP_STEADY_STEPS;
     if ((rc = cli_args_parse(&SPEC, argc, argv, &a->s.args)) >= 0 ||
         (rc = cli_setup_common(v, false, s)) >= 0)
         return rc;

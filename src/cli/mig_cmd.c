@@ -150,7 +150,7 @@ static int mig_parse(int argc, char **argv, mig_args *a)
         a->batch = 1;
     if (!a->global_batch)
         a->global_batch = 32;
-    a->setup.steps = 2; /* two steps reach the steady state */
+    a->setup.steps = VP_STEADY_STEPS;
     return -1;
 }
 
