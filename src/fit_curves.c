@@ -1,4 +1,4 @@
-/* The curves of a PyTorch sweep (calibrate/vp-sweep.py): GEMMs by shape,
+/* The curves of a PyTorch sweep (scripts/h200_sweeps.py): GEMMs by shape,
  * SDPA by backend, memory-bound kernels by class, optimizers, the eager
  * dispatch cost, fitted into a profile's measured section. Every fit is a
  * weighted linear least-squares fit (GSL gsl_multifit_wlinear) on relative
@@ -11,7 +11,6 @@
  *
  * The formats and the models: calibrate/README.md, docs/STEP_TIME.md. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +20,7 @@
 #include <gsl/gsl_multifit.h>
 
 #include "internal.h"
-#include "yaml_doc.h"
+#include "json.h"
 #include "vramplan/gpu.h"
 #include "vramplan/timing.h"
 
@@ -41,68 +40,23 @@ struct vp_sweep {
     size_t n, cap;
 };
 
-static const char *const SWEEP_KINDS[] = {"gemm", "sdpa", "membound",
-                                          "optim", "launch", "env",
-                                          "step_profile", NULL};
+/* ---- one line, through its kind's schema ------------------------------
+ * The lines of scripts/h200_sweeps.py; a line with "error" (a shape that
+ * failed on the GPU) carries no measurement and is skipped. */
 
-static int name_at(const char *s, const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(s, names[i]))
-            return i;
-    return -1;
-}
+typedef enum {
+    S_GEMM, S_SDPA, S_MEMBOUND, S_OPTIM, S_LAUNCH, S_ENV, S_PROFILE,
+    S__KINDS
+} skind;
 
+/* A line's fields as its schema read them. */
 typedef struct {
-    vp_ydoc *d;
-    yaml_node_t *root;
-    vp_error *err;
-} sline;
-
-static vp_status snum(sline *l, const char *key, double *out)
-{
-    yaml_node_t *n = vp__ymap_get(l->d, l->root, key, NULL);
-    if (!n)
-        return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                        "the line has no \"%s\"", key);
-    const char *v = vp__yscalar(n);
-    char *end;
-    if (!v || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || !*v)
-        return vp__yerr(l->d, n, VP_ESCHEMA, l->err,
-                        "\"%s\" must be a number", key);
-    errno = 0;
-    double x = strtod(v, &end);
-    if (*end || errno == ERANGE || !isfinite(x) || x < 0.0)
-        return vp__yerr(l->d, n, VP_ESCHEMA, l->err,
-                        "\"%s\" must be a non-negative number, got "
-                        "'%.64s'",
-                        key, v);
-    *out = x;
-    return VP_OK;
-}
-
-static vp_status sstr(sline *l, const char *key, const char **out)
-{
-    yaml_node_t *n = vp__ymap_get(l->d, l->root, key, NULL);
-    if (!n)
-        return vp__yerr(l->d, l->root, VP_ESCHEMA, l->err,
-                        "the line has no \"%s\"", key);
-    return vp__yget_str(l->d, n, out, l->err);
-}
-
-static vp_status enum_of(sline *l, const char *key,
-                         const char *const *names, int *out)
-{
-    const char *v;
-    vp_status st = sstr(l, key, &v);
-    if (st != VP_OK)
-        return st;
-    *out = name_at(v, names);
-    if (*out < 0)
-        return vp__yerr(l->d, vp__ymap_get(l->d, l->root, key, NULL),
-                        VP_ESCHEMA, l->err, "unknown %s '%.32s'", key, v);
-    return VP_OK;
-}
+    int cls, sub;
+    double m, n, k, ms, b, h, s, d, fwd_ms, bwd_ms, bytes, numel, tensors,
+        us;
+    bool causal;
+    const char *error;
+} sfields;
 
 static const char *const GEMM_DT[] = {"fp32", "tf32", "fp16", "bf16", "fp8",
                                       NULL};
@@ -114,70 +68,155 @@ static const char *const OPTIMS[] = {VP_HW_OPTIM_MAP(VP__S3) NULL};
 #undef VP__S3
 static const char *const STATE_DT[] = {"float32", "bfloat16", NULL};
 
-/* One line into r; *keep false for lines that carry no fit (env, step
- * profiles, SDPA backends that failed or are not fitted). */
-static vp_status parse_sweep_line(sline *l, srow *r, bool *keep)
+#define S_NUM(n, m) VP_JROW_NUM(n, false, 0, false, 1e300, sfields, m)
+#define S_ENUM(n, ch, m) VP_JROW_ENUM(n, true, ch, sfields, m)
+#define S_INFO VP_JROW_INFO
+#define S_ERROR VP_JROW_STR("error", false, sfields, error)
+/* a difference of two runs: may be below 0 */
+#define S_DIFF(n) {.name = n, .type = VP_JT_NUMBER, .lo = -1e300, .hi = 1e300}
+
+static const vp_jfield K_GEMM[] = {
+    S_ENUM("dtype", GEMM_DT, cls), S_NUM("m", m), S_NUM("n", n),
+    S_NUM("k", k), S_NUM("ms", ms), S_INFO("tflops", VP_JT_NUMBER),
+    S_ERROR};
+static const vp_jfield K_SDPA[] = {
+    S_ENUM("impl", SDPA_IMPL, cls), S_INFO("dtype", VP_JT_STRING),
+    S_NUM("b", b), S_NUM("h", h), S_INFO("hkv", VP_JT_U64), S_NUM("s", s),
+    S_NUM("d", d), VP_JROW_BOOL("causal", false, sfields, causal),
+    S_NUM("fwd_ms", fwd_ms), S_NUM("bwd_ms", bwd_ms), S_ERROR};
+static const vp_jfield K_MEMBOUND[] = {
+    VP_JROW_ENUM("op", true, MEM_CLASS, sfields, cls), S_NUM("bytes", bytes),
+    S_NUM("ms", ms), S_INFO("rows", VP_JT_U64), S_INFO("vocab", VP_JT_U64),
+    S_ERROR};
+static const vp_jfield K_OPTIM[] = {
+    S_ENUM("opt", OPTIMS, cls), VP_JROW_ENUM("dtype", false, STATE_DT,
+                                             sfields, sub),
+    S_NUM("numel", numel), S_NUM("tensors", tensors), S_NUM("ms", ms),
+    S_ERROR};
+static const vp_jfield K_LAUNCH[] = {S_NUM("us_per_kernel", us),
+                                     S_INFO("what", VP_JT_STRING), S_ERROR};
+static const vp_jfield K_ENV[] = {
+    S_INFO("torch", VP_JT_STRING), S_INFO("gpu", VP_JT_STRING),
+    S_INFO("cuda", VP_JT_STRING), S_INFO("sm_count", VP_JT_U64),
+    S_INFO("total", VP_JT_U64)};
+static const vp_jfield K_PROFILE[] = {
+    S_INFO("case", VP_JT_STRING), S_INFO("step_ms_profiled", VP_JT_NUMBER),
+    S_DIFF("gpu_busy_ms"), S_INFO("by_cat", VP_JT_OBJECT),
+    S_INFO("note", VP_JT_STRING), S_ERROR};
+
+/* Each kind's schema and the fields a line without "error" must give. */
+#define SKIND(name, rows, ...)                                             \
+    {name, rows, sizeof rows / sizeof rows[0], {__VA_ARGS__}}
+static const struct {
+    const char *name;
+    const vp_jfield *rows;
+    size_t n;
+    const char *need[7];
+} SKINDS[S__KINDS] = {
+    [S_GEMM] = SKIND("gemm", K_GEMM, "m", "n", "k", "ms", NULL),
+    [S_SDPA] = SKIND("sdpa", K_SDPA, "b", "h", "s", "d", "fwd_ms",
+                     "bwd_ms", NULL),
+    [S_MEMBOUND] = SKIND("membound", K_MEMBOUND, "bytes", "ms", NULL),
+    [S_OPTIM] = SKIND("optim", K_OPTIM, "dtype", "numel", "tensors", "ms",
+                      NULL),
+    [S_LAUNCH] = SKIND("launch", K_LAUNCH, "us_per_kernel", NULL),
+    [S_ENV] = SKIND("env", K_ENV, NULL),
+    [S_PROFILE] = SKIND("step_profile", K_PROFILE, NULL),
+};
+
+/* The line's kind: its "kind" string, which every line has. */
+static vp_status sweep_kind(const vp_jdoc *d, skind *out, vp_error *err)
 {
-    int k;
-    memset(r, 0, sizeof *r);
-    *keep = true;
-    VP_TRY(enum_of(l, "kind", SWEEP_KINDS, &k));
-    r->kind = k;
-    switch (k) {
-    case 0:
-        VP_TRY(enum_of(l, "dtype", GEMM_DT, &r->cls));
-        VP_TRY(snum(l, "m", &r->x[0]));
-        VP_TRY(snum(l, "n", &r->x[1]));
-        VP_TRY(snum(l, "k", &r->x[2]));
-        VP_TRY(snum(l, "ms", &r->ms[0]));
-        return VP_OK;
-    case 1: {
-        VP_TRY(enum_of(l, "impl", SDPA_IMPL, &r->cls));
-        if (r->cls >= VP_HW_ATTN__N ||
-            vp__ymap_get(l->d, l->root, "error", NULL)) {
-            *keep = false; /* math is not fitted; a backend may fail */
+    int node = vp__jdoc_member(d, 0, "kind");
+    json_t *v = node >= 0 ? d->nodes[node].value : NULL;
+
+    if (!json_is_object(d->root))
+        return vp__jerr(d, 0, false, VP_ESCHEMA, err,
+                        "a sweep line is a JSON object");
+    if (node < 0 || !json_is_string(v))
+        return vp__jerr(d, node, false, VP_ESCHEMA, err,
+                        "a sweep line needs a \"kind\" string");
+    for (int k = 0; k < S__KINDS; k++)
+        if (strcmp(json_string_value(v), SKINDS[k].name) == 0) {
+            *out = (skind)k;
             return VP_OK;
         }
-        double b, h, s, dd, causal = 0;
-        VP_TRY(snum(l, "b", &b));
-        VP_TRY(snum(l, "h", &h));
-        VP_TRY(snum(l, "s", &s));
-        VP_TRY(snum(l, "d", &dd));
-        yaml_node_t *c = vp__ymap_get(l->d, l->root, "causal", NULL);
-        bool cz = false;
-        if (c)
-            VP_TRY(vp__yget_bool(l->d, c, &cz, l->err));
-        causal = cz;
-        r->x[0] = 4.0 * b * h * s * s * dd * (causal ? 0.5 : 1.0);
-        VP_TRY(snum(l, "fwd_ms", &r->ms[0]));
-        VP_TRY(snum(l, "bwd_ms", &r->ms[1]));
-        return VP_OK;
-    }
-    case 2: {
-        const char *op;
-        VP_TRY(sstr(l, "op", &op));
-        r->cls = name_at(op, MEM_CLASS);
-        if (r->cls < 0)
-            return vp__yerr(l->d, vp__ymap_get(l->d, l->root, "op", NULL),
-                            VP_ESCHEMA, l->err, "unknown op '%.32s'", op);
-        VP_TRY(snum(l, "bytes", &r->x[0]));
-        VP_TRY(snum(l, "ms", &r->ms[0]));
-        return VP_OK;
-    }
-    case 3:
-        VP_TRY(enum_of(l, "opt", OPTIMS, &r->cls));
-        VP_TRY(enum_of(l, "dtype", STATE_DT, &r->sub));
-        VP_TRY(snum(l, "numel", &r->x[0]));
-        VP_TRY(snum(l, "tensors", &r->x[1]));
-        VP_TRY(snum(l, "ms", &r->ms[0]));
-        return VP_OK;
-    case 4:
-        VP_TRY(snum(l, "us_per_kernel", &r->x[0]));
-        return VP_OK;
+    return vp__jerr(d, node, false, VP_ESCHEMA, err, "unknown kind '%.32s'",
+                    json_string_value(v));
+}
+
+/* The row a measured line makes; *keep false for lines that carry no fit
+ * (env, step profiles, failed shapes, SDPA's math backend). */
+static void sweep_row(skind k, const sfields *f, srow *r, bool *keep)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = (int)k;
+    r->cls = f->cls;
+    r->sub = f->sub;
+    *keep = f->error == NULL && k <= S_LAUNCH;
+    switch (k) {
+    case S_GEMM:
+        r->x[0] = f->m;
+        r->x[1] = f->n;
+        r->x[2] = f->k;
+        r->ms[0] = f->ms;
+        break;
+    case S_SDPA:
+        *keep = *keep && f->cls < VP_HW_ATTN__N; /* math is not fitted */
+        r->x[0] = 4.0 * f->b * f->h * f->s * f->s * f->d *
+                  (f->causal ? 0.5 : 1.0);
+        r->ms[0] = f->fwd_ms;
+        r->ms[1] = f->bwd_ms;
+        break;
+    case S_MEMBOUND:
+        r->x[0] = f->bytes;
+        r->ms[0] = f->ms;
+        break;
+    case S_OPTIM:
+        r->x[0] = f->numel;
+        r->x[1] = f->tensors;
+        r->ms[0] = f->ms;
+        break;
+    case S_LAUNCH:
+        r->x[0] = f->us;
+        break;
     default:
-        *keep = false;
-        return VP_OK;
+        break;
     }
+}
+
+/* Check one line (the text of line ln) and make its row. */
+static vp_status parse_sweep_line(const char *line, size_t n,
+                                  const char *path, uint32_t ln, srow *r,
+                                  bool *keep, vp_error *err)
+{
+    static const vp_jfield kind_row = S_INFO("kind", VP_JT_STRING);
+    vp_jfield rows[16];
+    skind k = S_GEMM;
+    sfields f = {0};
+    vp_jdoc d;
+
+    vp_status st = vp__jdoc_parse(&d, line, n, path, ln, err);
+    if (st != VP_OK)
+        return st;
+    st = sweep_kind(&d, &k, err);
+    if (st == VP_OK) {
+        VP_ASSERT(SKINDS[k].n < sizeof rows / sizeof rows[0]);
+        rows[0] = kind_row;
+        memcpy(rows + 1, SKINDS[k].rows, SKINDS[k].n * sizeof *rows);
+        st = vp__jschema_check(&d, 0, rows, SKINDS[k].n + 1, "a sweep line",
+                               &f, err);
+    }
+    for (size_t i = 0; st == VP_OK && f.error == NULL && SKINDS[k].need[i];
+         i++)
+        if (vp__jdoc_member(&d, 0, SKINDS[k].need[i]) < 0)
+            st = vp__jerr(&d, 0, false, VP_ESCHEMA, err,
+                          "a %s line has no \"%s\"", SKINDS[k].name,
+                          SKINDS[k].need[i]);
+    if (st == VP_OK)
+        sweep_row(k, &f, r, keep);
+    vp__jdoc_destroy(&d);
+    return st;
 }
 
 vp_sweep *vp_sweep_parse(const char *buf, size_t len, const char *path,
@@ -189,46 +228,26 @@ vp_sweep *vp_sweep_parse(const char *buf, size_t len, const char *path,
         vp_error_set(err, VP_ENOMEM, "out of memory");
         return NULL;
     }
-    size_t pos = 0;
-    uint32_t line = 0;
-    while (pos < len) {
-        size_t end = pos;
-        while (end < len && buf[end] != '\n')
-            end++;
-        line++;
-        size_t a = pos;
-        while (a < end && (buf[a] == ' ' || buf[a] == '\t' || buf[a] == '\r'))
-            a++;
-        pos = end + 1;
-        if (a == end)
-            continue;
-        vp_ydoc d;
-        memset(&d, 0, sizeof d);
-        d.path = path;
-        vp_status st = vp__ydoc_load(&d, buf + a, end - a, err);
-        if (st != VP_OK) {
-            err->line = line;
-            vp_sweep_free(w);
-            return NULL;
-        }
-        sline l = {&d, vp__ydoc_root(&d), err};
+    uint32_t ln = 0;
+    for (const char *p = buf, *end = buf + len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const char *line = p;
         srow r;
         bool keep = false;
-        if (!l.root || l.root->type != YAML_MAPPING_NODE)
-            st = vp__yerr(&d, l.root, VP_ESCHEMA, err,
-                          "a sweep line is a JSON object");
-        else
-            st = parse_sweep_line(&l, &r, &keep);
-        vp__ydoc_destroy(&d);
+
+        ln++;
+        p = nl ? nl + 1 : end;
+        if (strspn(line, " \t\r") >= n)
+            continue;
+        vp_status st = parse_sweep_line(line, n, path, ln, &r, &keep, err);
         if (st == VP_OK && keep && w->n >= MAX_SWEEP_ROWS)
-            st = vp_error_set(err, VP_ELIMIT, "more than %d sweep lines",
-                              MAX_SWEEP_ROWS);
+            st = vp_error_at(err, VP_ELIMIT, path, ln, 0, 0,
+                             "more than %d sweep lines", MAX_SWEEP_ROWS);
         if (st == VP_OK && keep && w->n == w->cap &&
             !vp__grow((void **)&w->rows, &w->cap, w->n + 1, sizeof *w->rows))
             st = vp_error_set(err, VP_ENOMEM, "out of memory");
         if (st != VP_OK) {
-            err->line = line;
-            snprintf(err->path, sizeof err->path, "%s", path);
             vp_sweep_free(w);
             return NULL;
         }

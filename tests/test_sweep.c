@@ -1,4 +1,4 @@
-/* The PyTorch kernel sweep (calibrate/vp-sweep.py): its parser, its fits
+/* The PyTorch kernel sweep (scripts/h200_sweeps.py): its parser, its fits
  * (src/fit_curves.c) and the profile keys they fill. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -128,10 +128,36 @@ Test(sweep, bad_lines_name_their_line)
     snprintf(two, sizeof two, "%s%s{\"kind\": \"membound\", \"op\": "
                               "\"copy\", \"bytes\": 1024, \"ms\": -1}\n",
              ok, ok);
-    bad(two, 3, "non-negative");
+    bad(two, 3, "at least 0");
     snprintf(two, sizeof two, "%s{\"kind\": \"sdpa\", \"impl\": \"magic\"}\n",
              ok);
     bad(two, 2, "magic");
+}
+
+/* A field the sweep's kind does not have is an error that names it */
+Test(sweep, unknown_field_is_named)
+{
+    bad("{\"kind\": \"launch\", \"us_per_kernel\": 9.2, \"us\": 1}\n", 1,
+        "'us'");
+}
+
+/* A shape that failed on the GPU ("error") carries no measurement: it is
+ * skipped, and the line after it still counts */
+Test(sweep, failed_shape_is_skipped)
+{
+    const char *text =
+        "{\"kind\": \"gemm\", \"dtype\": \"fp8\", \"m\": 64, \"n\": 64, "
+        "\"k\": 64, \"error\": \"RuntimeError('no fp8')\"}\n"
+        "{\"kind\": \"launch\", \"us_per_kernel\": 9.5}\n";
+    vp_error err;
+    vp_sweep *w = vp_sweep_parse(text, strlen(text), "s.jsonl", &err);
+    cr_assert_not_null(w, "%s", err.msg);
+    vp_gpu_measured m;
+    memset(&m, 0, sizeof m);
+    cr_assert_eq(vp_sweep_fit(w, &m, &err), VP_OK, "%s", err.msg);
+    cr_assert_eq(m.gemm[VP_GPU_FP8].points, 0);
+    cr_assert_float_eq(m.dispatch_us.median, 9.5, 1e-12);
+    vp_sweep_free(w);
 }
 
 /* The new keys survive a write and a read */

@@ -123,7 +123,7 @@ typedef struct vp_gpu_optim_fit {
     double bytes_per_param, us_per_tensor, rms_rel_err;
 } vp_gpu_optim_fit;
 
-/* Sweep families (calibrate/vp-sweep.py): SDPA backends (their rate by
+/* Sweep families (scripts/h200_sweeps.py): SDPA backends (their rate by
  * the call's GFLOP is a Hill curve like a GEMM's), memory-bound
  * kernel classes, optimizers; the names are timing.h's. */
 #define VP_GPU__ATTN 3
@@ -343,15 +343,18 @@ vp_status vp_fit_gemm_curve(const double *gflop, const double *tflops,
 vp_status vp_fit_latency_bw(const double *bytes, const double *us, size_t n,
                             vp_gpu_coll_fit *out, vp_error *err);
 
-/* ---- a PyTorch sweep (calibrate/vp-sweep.py, src/fit_curves.c) ------ */
+/* ---- a PyTorch sweep (scripts/h200_sweeps.py, src/fit_curves.c) ----- */
 
 /* The sweep's JSON lines (kinds gemm, sdpa, membound, optim, launch; env
  * and step_profile lines are read and ignored), parsed. Opaque. */
 typedef struct vp_sweep vp_sweep;
 
-/* Parse a sweep. Unknown kinds, classes or malformed lines are errors with
- * path:line. Returns a vp_sweep owned by the caller (vp_sweep_free) or NULL
- * with *err set (VP_ESYNTAX, VP_ESCHEMA, VP_ELIMIT, VP_ENOMEM). */
+/* Parse a sweep: strict JSON, one object a line, each kind's fields
+ * checked (an unknown kind, field or class, a missing or negative figure is
+ * an error at path:line:column); a line with "error" (a shape that failed
+ * on the GPU) is skipped. Returns a vp_sweep owned by the caller
+ * (vp_sweep_free) or NULL with *err set (VP_ESYNTAX, VP_ESCHEMA,
+ * VP_ERANGE, VP_ELIMIT, VP_ENOMEM). */
 vp_sweep *vp_sweep_parse(const char *buf, size_t len, const char *path,
                          vp_error *err);
 void vp_sweep_free(vp_sweep *w);

@@ -98,7 +98,7 @@ static void calibrate_help(FILE *f)
         "  --device N          the GPU to measure (default 0)\n"
         "  --quick             fewer shapes and smaller buffers (smoke test)\n"
         "  --sweep FILE        also fit a PyTorch kernel sweep (the JSON lines\n"
-        "                      of calibrate/vp-sweep.py): GEMM curves through\n"
+        "                      of scripts/h200_sweeps.py): GEMM curves through\n"
         "                      torch, attention, memory-bound kernels, the\n"
         "                      optimizer step and the eager dispatch cost\n"
         "  -h, --help          show this help\n"
@@ -400,7 +400,7 @@ static const cli_opt OPTS[] = {
 
 #define TEXT(o) (v[o].given ? v[o].text : NULL)
 
-/* The kernel sweep's fits into m (calibrate/vp-sweep.py), or, without
+/* The kernel sweep's fits into m (scripts/h200_sweeps.py), or, without
  * one, those of the profile's earlier sweep. Returns -1, or the exit
  * status. */
 static int fit_sweep(const char *path, const vp_gpu_measured *old,
