@@ -448,11 +448,7 @@ typedef enum {
 } raw_kind;
 
 #define KIND(name, rows) {name, rows, sizeof rows / sizeof rows[0]}
-static const struct {
-    const char *name;
-    const vp_jfield *rows;
-    size_t n;
-} KINDS[K__COUNT] = {
+static const vp_jkind KINDS[K__COUNT] = {
     KIND("start", K_START),         KIND("context", K_CONTEXT),
     KIND("device", K_DEVICE),       KIND("malloc", K_MALLOC),
     KIND("max_alloc", K_MAX_ALLOC), KIND("launch", K_LAUNCH),
@@ -461,27 +457,6 @@ static const struct {
     KIND("skip", K_SKIP),           KIND("torch", K_TORCH),
     KIND("done", K_DONE),           KIND("gemm_sustained", K_SUSTAINED),
 };
-
-/* The line's kind: its "kind" field, which every line has. */
-static vp_status kind_of(const vp_jdoc *d, raw_kind *out, vp_error *err)
-{
-    int node = vp__jdoc_member(d, 0, "kind");
-    json_t *v = node >= 0 ? d->nodes[node].value : NULL;
-
-    if (!json_is_object(d->root))
-        return vp__jerr(d, 0, false, VP_ESYNTAX, err,
-                        "expected a JSON object");
-    if (node < 0 || !json_is_string(v))
-        return vp__jerr(d, node, false, VP_ESCHEMA, err,
-                        "a line needs a \"kind\" string");
-    for (int k = 0; k < K__COUNT; k++)
-        if (strcmp(json_string_value(v), KINDS[k].name) == 0) {
-            *out = (raw_kind)k;
-            return VP_OK;
-        }
-    return vp__jerr(d, node, false, VP_ESCHEMA, err, "unknown kind '%.32s'",
-                    json_string_value(v));
-}
 
 static vp_status add_gemm(vp_calib *c, const raw_line *r, const vp_jdoc *d,
                           vp_error *err)
@@ -605,26 +580,18 @@ static vp_status apply_line(vp_calib *c, raw_kind k, const raw_line *r,
 static vp_status parse_line(vp_calib *c, const char *line, size_t n,
                             const char *path, uint32_t ln, vp_error *err)
 {
-    static const vp_jfield kind_row = R_INFO("kind", VP_JT_STRING);
-    vp_jfield rows[24];
-    raw_kind k = K_START_;
+    int k = K_START_;
     raw_line r;
     vp_jdoc d;
 
+    memset(&r, 0, sizeof r);
     vp_status st = vp__jdoc_parse(&d, line, n, path, ln, err);
     if (st != VP_OK)
         return st;
-    st = kind_of(&d, &k, err);
-    if (st == VP_OK) {
-        VP_ASSERT(KINDS[k].n < sizeof rows / sizeof rows[0]);
-        rows[0] = kind_row;
-        memcpy(rows + 1, KINDS[k].rows, KINDS[k].n * sizeof *rows);
-        memset(&r, 0, sizeof r);
-        st = vp__jschema_check(&d, 0, rows, KINDS[k].n + 1,
-                               "a calibration line", &r, err);
-    }
+    st = vp__jdoc_check_kind(&d, KINDS, K__COUNT, "a calibration line", &r,
+                             &k, err);
     if (st == VP_OK)
-        st = apply_line(c, k, &r, &d, err);
+        st = apply_line(c, (raw_kind)k, &r, &d, err);
     vp__jdoc_destroy(&d);
     return st;
 }

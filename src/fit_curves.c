@@ -104,46 +104,24 @@ static const vp_jfield K_PROFILE[] = {
     S_DIFF("gpu_busy_ms"), S_INFO("by_cat", VP_JT_OBJECT),
     S_INFO("note", VP_JT_STRING), S_ERROR};
 
-/* Each kind's schema and the fields a line without "error" must give. */
-#define SKIND(name, rows, ...)                                             \
-    {name, rows, sizeof rows / sizeof rows[0], {__VA_ARGS__}}
-static const struct {
-    const char *name;
-    const vp_jfield *rows;
-    size_t n;
-    const char *need[7];
-} SKINDS[S__KINDS] = {
-    [S_GEMM] = SKIND("gemm", K_GEMM, "m", "n", "k", "ms", NULL),
-    [S_SDPA] = SKIND("sdpa", K_SDPA, "b", "h", "s", "d", "fwd_ms",
-                     "bwd_ms", NULL),
-    [S_MEMBOUND] = SKIND("membound", K_MEMBOUND, "bytes", "ms", NULL),
-    [S_OPTIM] = SKIND("optim", K_OPTIM, "dtype", "numel", "tensors", "ms",
-                      NULL),
-    [S_LAUNCH] = SKIND("launch", K_LAUNCH, "us_per_kernel", NULL),
-    [S_ENV] = SKIND("env", K_ENV, NULL),
-    [S_PROFILE] = SKIND("step_profile", K_PROFILE, NULL),
+/* Each kind's schema, and the fields a line without "error" must give. */
+#define SKIND(name, rows) {name, rows, sizeof rows / sizeof rows[0]}
+static const vp_jkind SKINDS[S__KINDS] = {
+    [S_GEMM] = SKIND("gemm", K_GEMM),
+    [S_SDPA] = SKIND("sdpa", K_SDPA),
+    [S_MEMBOUND] = SKIND("membound", K_MEMBOUND),
+    [S_OPTIM] = SKIND("optim", K_OPTIM),
+    [S_LAUNCH] = SKIND("launch", K_LAUNCH),
+    [S_ENV] = SKIND("env", K_ENV),
+    [S_PROFILE] = SKIND("step_profile", K_PROFILE),
 };
-
-/* The line's kind: its "kind" string, which every line has. */
-static vp_status sweep_kind(const vp_jdoc *d, skind *out, vp_error *err)
-{
-    int node = vp__jdoc_member(d, 0, "kind");
-    json_t *v = node >= 0 ? d->nodes[node].value : NULL;
-
-    if (!json_is_object(d->root))
-        return vp__jerr(d, 0, false, VP_ESCHEMA, err,
-                        "a sweep line is a JSON object");
-    if (node < 0 || !json_is_string(v))
-        return vp__jerr(d, node, false, VP_ESCHEMA, err,
-                        "a sweep line needs a \"kind\" string");
-    for (int k = 0; k < S__KINDS; k++)
-        if (strcmp(json_string_value(v), SKINDS[k].name) == 0) {
-            *out = (skind)k;
-            return VP_OK;
-        }
-    return vp__jerr(d, node, false, VP_ESCHEMA, err, "unknown kind '%.32s'",
-                    json_string_value(v));
-}
+static const char *const NEED[S__KINDS][7] = {
+    [S_GEMM] = {"m", "n", "k", "ms", NULL},
+    [S_SDPA] = {"b", "h", "s", "d", "fwd_ms", "bwd_ms", NULL},
+    [S_MEMBOUND] = {"bytes", "ms", NULL},
+    [S_OPTIM] = {"dtype", "numel", "tensors", "ms", NULL},
+    [S_LAUNCH] = {"us_per_kernel", NULL},
+};
 
 /* The row a measured line makes; *keep false for lines that carry no fit
  * (env, step profiles, failed shapes, SDPA's math backend). */
@@ -190,31 +168,22 @@ static vp_status parse_sweep_line(const char *line, size_t n,
                                   const char *path, uint32_t ln, srow *r,
                                   bool *keep, vp_error *err)
 {
-    static const vp_jfield kind_row = S_INFO("kind", VP_JT_STRING);
-    vp_jfield rows[16];
-    skind k = S_GEMM;
+    int k = S_ENV;
     sfields f = {0};
     vp_jdoc d;
 
     vp_status st = vp__jdoc_parse(&d, line, n, path, ln, err);
     if (st != VP_OK)
         return st;
-    st = sweep_kind(&d, &k, err);
-    if (st == VP_OK) {
-        VP_ASSERT(SKINDS[k].n < sizeof rows / sizeof rows[0]);
-        rows[0] = kind_row;
-        memcpy(rows + 1, SKINDS[k].rows, SKINDS[k].n * sizeof *rows);
-        st = vp__jschema_check(&d, 0, rows, SKINDS[k].n + 1, "a sweep line",
-                               &f, err);
-    }
-    for (size_t i = 0; st == VP_OK && f.error == NULL && SKINDS[k].need[i];
-         i++)
-        if (vp__jdoc_member(&d, 0, SKINDS[k].need[i]) < 0)
+    st = vp__jdoc_check_kind(&d, SKINDS, S__KINDS, "a sweep line", &f, &k,
+                             err);
+    for (size_t i = 0; st == VP_OK && f.error == NULL && NEED[k][i]; i++)
+        if (vp__jdoc_member(&d, 0, NEED[k][i]) < 0)
             st = vp__jerr(&d, 0, false, VP_ESCHEMA, err,
                           "a %s line has no \"%s\"", SKINDS[k].name,
-                          SKINDS[k].need[i]);
+                          NEED[k][i]);
     if (st == VP_OK)
-        sweep_row(k, &f, r, keep);
+        sweep_row((skind)k, &f, r, keep);
     vp__jdoc_destroy(&d);
     return st;
 }

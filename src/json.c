@@ -436,6 +436,35 @@ vp_status vp__jschema_check(const vp_jdoc *d, int obj,
     return VP_OK;
 }
 
+vp_status vp__jdoc_check_kind(const vp_jdoc *d, const vp_jkind *kinds,
+                              size_t n_kinds, const char *what, void *ctx,
+                              int *kind, vp_error *err)
+{
+    static const vp_jfield kind_row = VP_JROW_INFO("kind", VP_JT_STRING);
+    int node = vp__jdoc_member(d, 0, "kind");
+    json_t *v = node >= 0 ? d->nodes[node].value : NULL;
+    vp_jfield rows[MAX_FIELDS];
+    size_t k = 0;
+
+    if (!json_is_object(d->root))
+        return vp__jerr(d, 0, false, VP_ESCHEMA, err,
+                        "%s must be a JSON object, not %s", what,
+                        json_kind(d->root));
+    if (node < 0 || !json_is_string(v))
+        return vp__jerr(d, node, false, VP_ESCHEMA, err,
+                        "%s needs a \"kind\" string", what);
+    while (k < n_kinds && strcmp(json_string_value(v), kinds[k].name) != 0)
+        k++;
+    if (k == n_kinds)
+        return vp__jerr(d, node, false, VP_ESCHEMA, err,
+                        "unknown kind '%.32s'", json_string_value(v));
+    VP_ASSERT(kinds[k].n < MAX_FIELDS);
+    rows[0] = kind_row;
+    memcpy(rows + 1, kinds[k].rows, kinds[k].n * sizeof *rows);
+    *kind = (int)k;
+    return vp__jschema_check(d, 0, rows, kinds[k].n + 1, what, ctx, err);
+}
+
 #define SET(type, member)                                                  \
     do {                                                                   \
         (void)err;                                                         \

@@ -158,6 +158,22 @@ vp_status vp__jschema_check(const vp_jdoc *d, int obj,
                             const vp_jfield *fields, size_t n,
                             const char *what, void *ctx, vp_error *err);
 
+/* A kind of line in a JSON-lines file: its "kind" value and the rows of
+ * its other fields. */
+typedef struct vp_jkind {
+    const char *name;
+    const vp_jfield *rows;
+    size_t n;
+} vp_jkind;
+
+/* Check a line (node 0 of d) whose string member "kind" names one of
+ * kinds[0..n_kinds): *kind gets its index, and the line is checked against
+ * that kind's rows (and "kind") with vp__jschema_check. VP_ESCHEMA for a
+ * line that is not an object, has no "kind" string or an unknown one. */
+vp_status vp__jdoc_check_kind(const vp_jdoc *d, const vp_jkind *kinds,
+                              size_t n_kinds, const char *what, void *ctx,
+                              int *kind, vp_error *err);
+
 /* The lines of a JSON-lines file, one at a time, with a cap on a line's
  * length so that /dev/zero or a binary file stops at once. */
 typedef struct vp_jlines {
