@@ -208,3 +208,40 @@ Test(calibrate_cli, from_raw_writes_a_measured_profile)
              bin());
     cr_expect_eq(sh(cmd), 3);
 }
+
+/* --sweep fits the kernel sweep into the measured section: the H200's
+ * sweep gives gpus/h200.yaml's fits; a bad sweep line is an input error */
+Test(calibrate_cli, from_raw_with_a_sweep)
+{
+    need_command("calibrate");
+    char out[] = "/tmp/vp-cal-out-XXXXXX";
+    int fd = mkstemp(out);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s calibrate --from-raw tests/data/gpu/h200-raw.jsonl --sweep "
+             "groundtruth/h200-torch2.11-sweeps.jsonl --out %s >/dev/null "
+             "2>&1",
+             bin(), out);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load(out, &err);
+    vp_gpu_profile *ship = vp_gpu_load("h200", &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    cr_assert_not_null(ship, "%s", err.msg);
+    const vp_gpu_measured *m = vp_gpu_measured_get(p);
+    const vp_gpu_measured *s = vp_gpu_measured_get(ship);
+    cr_expect_float_eq(m->dispatch_us.median, s->dispatch_us.median, 1e-9);
+    cr_expect_float_eq(m->membound[VP_HW_MEM_COPY].peak,
+                       s->membound[VP_HW_MEM_COPY].peak,
+                       1e-4 * s->membound[VP_HW_MEM_COPY].peak);
+    vp_gpu_free(ship);
+    vp_gpu_free(p);
+    unlink(out);
+    snprintf(cmd, sizeof cmd,
+             "%s calibrate --from-raw tests/data/gpu/h200-raw.jsonl --sweep "
+             "tests/data/gpu/h200-raw.jsonl >/dev/null 2>&1",
+             bin());
+    cr_expect_eq(sh(cmd), 3);
+}
