@@ -30,7 +30,8 @@ typedef struct {
 
 static uint64_t param_bytes_total(sim *S, uint32_t p)
 {
-    return vp__mulc(S, S->g->params[p].numel, S->PE);
+    const vp_param *pp = &S->g->params[p];
+    return vp__mulc(S, pp->numel, vp__param_bytes(S, pp));
 }
 
 /* AdamW: exp_avg and exp_avg_sq in the parameter's dtype */
@@ -108,12 +109,13 @@ static void offloaded_step(sim *S, const optim_rules *r)
         if (!stepped(S, p))
             continue;
         uint64_t n = g->params[p].numel;
+        uint64_t pe = vp__param_bytes(S, &g->params[p]);
         uint64_t per = r->host_state_eb;
         per += 4;     /* the gradient's host copy */
-        if (S->PE == 2)
+        if (pe == 2)
             per += 4; /* fp32 master weights      */
         state += vp__mulc(S, n, per);
-        moved += vp__mulc(S, n, 2 * (uint64_t)S->PE);
+        moved += vp__mulc(S, n, 2 * pe);
     }
     if (state > S->out->host_bytes)
         S->out->host_bytes = state;
@@ -132,7 +134,7 @@ static void foreach_temps(sim *S)
     for (size_t p = 0; p < np; p++) {
         tmp[p] = NONE;
         if (stepped(S, p))
-            tmp[p] = vp__talloc(S, vp__mulc(S, g->params[p].numel, S->PE),
+            tmp[p] = vp__talloc(S, param_bytes_total(S, (uint32_t)p),
                                 VP_CAT_TEMP);
     }
     for (size_t p = np; p-- > 0;)
@@ -147,7 +149,8 @@ static void forloop_temps(sim *S, uint8_t eb)
     for (size_t p = 0; p < g->n_params && OK(S); p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t b = vp__mulc(S, g->params[p].numel, eb ? eb : S->PE);
+        uint64_t b = eb ? vp__mulc(S, g->params[p].numel, eb)
+                        : param_bytes_total(S, (uint32_t)p);
         uint32_t t1 = vp__talloc(S, b, VP_CAT_TEMP);
         uint32_t t2 = vp__talloc(S, b, VP_CAT_TEMP);
         vp__tunref(S, t1);

@@ -19,7 +19,9 @@ enum {
     OPT_SET_TO_NONE = CLI_O__SETUP, OPT_INFERENCE, OPT_CONTEXT,
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
-    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML
+    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
+    OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
+    OPT_BASE_DTYPE
 };
 
 #define NAME_OF(name, str) str,
@@ -31,6 +33,10 @@ const char *const cli_attns[] = {"sdpa", "flash", "efficient", "eager",
                                  "math", NULL};
 static const char *const FORMATS[] = {"table", "json", "csv", NULL};
 static const char *const BITS[] = {"2", "4", "8", NULL};
+/* vp_quant, vp_load and vp_base_dtype order, past their "none"/"auto" */
+static const char *const QUANTS[] = {"nf4", "fp4", "int8", NULL};
+static const char *const LOADS[] = {"dtype", "fp32-then-cast", "meta", NULL};
+static const char *const BASE_DTYPES[] = {"fp32", "bf16", "fp16", NULL};
 
 #define FLAG(i, n, h) {.id = i, .name = n, .type = CLI_ARG_FLAG, .help = h}
 #define U64(i, s, n, lo, hi, h)                                             \
@@ -94,6 +100,24 @@ static const cli_opt SETUP_OPTS[] = {
          "ActNN-style compression of saved activations: 2, 4 or 8 bits"),
     FLAG(OPT_INT8, "int8-weights",
          "INT8 linear weights (bitsandbytes), with --inference"),
+    STR(OPT_LORA, 0, "lora", "SPEC",
+        "LoRA adapters as peft adds them: r=N,alpha=A,targets=NAMES"
+        "[,dropout=P][,dora][,rslora][,adapter_dtype=fp32|base]; targets: "
+        "module names (q_proj,v_proj) or all-linear; the base is frozen"),
+    STR(OPT_FREEZE, 0, "freeze", "PATTERNS",
+        "frozen parameters: comma-separated names or patterns (embed, "
+        "layers.0-15, lm_head, layers.*.attn)"),
+    ENUM(OPT_QUANT, 0, "quant", "KIND", QUANTS, "quantization",
+         "a quantized, frozen base (bitsandbytes): nf4, fp4 (4-bit, QLoRA) "
+         "or int8 (LLM.int8)"),
+    FLAG(OPT_DOUBLE_QUANT, "double-quant",
+         "4-bit: quantize the absmax too (bnb_4bit_use_double_quant)"),
+    ENUM(OPT_LOAD, 0, "load", "MODE", LOADS, "load mode",
+         "how the weights are loaded: dtype (from_pretrained(torch_dtype=), "
+         "the default), fp32-then-cast, meta"),
+    ENUM(OPT_BASE_DTYPE, 0, "base-dtype", "DTYPE", BASE_DTYPES, "dtype",
+         "the base weights' dtype (default: the precision's; bf16 with "
+         "amp-bf16 is a bf16 model under autocast)"),
     ENUM(OPT_FORMAT, 'f', "format", "FMT", FORMATS, "format",
          "table, json or csv (default table)"),
     STR(OPT_TIMELINE, 0, "timeline", "FILE",
@@ -175,6 +199,27 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->act_bits = (uint32_t)strtoul(v[OPT_COMPRESS].text, NULL, 10);
     if (v[OPT_INT8].given)
         s->weight_bits = 8;
+    if (v[OPT_QUANT].given)
+        s->ft.quant = (vp_quant)(v[OPT_QUANT].choice + 1);
+    s->ft.double_quant = v[OPT_DOUBLE_QUANT].given;
+    if (v[OPT_LOAD].given)
+        s->ft.load = (vp_load)v[OPT_LOAD].choice;
+    if (v[OPT_BASE_DTYPE].given)
+        s->ft.base_dtype = (vp_base_dtype)(v[OPT_BASE_DTYPE].choice + 1);
+}
+
+/* --lora and --freeze: -1, or CLI_USAGE after the error. */
+static int apply_finetune(const cli_val *v, vp_setup *s)
+{
+    vp_error err;
+
+    if (v[OPT_LORA].given &&
+        vp_lora_parse(v[OPT_LORA].text, &s->ft.lora, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    if (v[OPT_FREEZE].given &&
+        vp_freeze_parse(v[OPT_FREEZE].text, &s->ft, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    return -1;
 }
 
 int cli_setup_budget(cli_setup_args *a, const char *b)
@@ -207,6 +252,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     if ((rc = cli_setup_common(v, false, &a->setup)) >= 0)
         return rc;
     apply_setup(v, &a->setup);
+    if ((rc = apply_finetune(v, &a->setup)) >= 0)
+        return rc;
     if (v[CLI_O_BUDGET].given &&
         (rc = cli_setup_budget(a, v[CLI_O_BUDGET].text)) >= 0)
         return rc;

@@ -29,7 +29,7 @@ uint64_t vp__loss_target_bytes(sim *S, const vp_op *o)
 /* the rows of the weight, in the parameters' dtype */
 void vp__embedding_fwd(sim *S, vp__fwd_op *f)
 {
-    f->oeb = S->PE;
+    f->oeb = (uint8_t)vp__param_bytes(S, &S->g->params[f->o->params[0]]);
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
 }
 
@@ -40,6 +40,8 @@ void vp__embedding_bwd(sim *S, vp__bwd_op *b)
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
     const vp_param *p = &g->params[o->params[0]];
+    if (!p->trainable)
+        return; /* frozen: no EmbeddingBackward */
     uint64_t dim = o->shape[o->ndim - 1];
     uint64_t tokens = g->ops[b->in0].numel;
     if (o->shape[0] == 1 && g->batch > 1)
@@ -50,7 +52,7 @@ void vp__embedding_bwd(sim *S, vp__bwd_op *b)
                    (tokens < o->classes ? tokens : o->classes);
     uint32_t buf = vp__talloc(S, vp__mulc(S, vp__mulc(S, seg, dim), 4),
                               VP_CAT_TEMP);
-    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, S->PE),
+    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, vp__param_bytes(S, p)),
                                 VP_CAT_TEMP);
     vp__tunref(S, buf);
     vp__param_grad(S, o->params[0], dense);
