@@ -152,6 +152,23 @@ static void math_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     vp__tunref(S, dropped);
 }
 
+/* Whether a consumer of the attention's output (out_proj) saves it for its
+ * weight's gradient: then the packed layout needs no save of its own for
+ * it; a frozen out_proj keeps only its weight, and the fused kernel's own
+ * save of its output shows. */
+static bool output_kept(const sim *S, uint32_t i)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t k = i + 1; k < g->n_ops; k++) {
+        const vp_op *c = &g->ops[k];
+        for (uint32_t j = 0; j < c->n_inputs; j++)
+            if (c->inputs[j] == i && c->kind == VP_OP_LINEAR &&
+                c->n_params && g->params[c->params[0]].trainable)
+                return true;
+    }
+    return false;
+}
+
 /* The fused kernels (flash, memory-efficient): the philox seed and
  * offset when dropout may run, the output, the logsumexp. */
 static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
@@ -186,8 +203,8 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         vp__save(S, i, ATT_V, a->v);
         vp__save(S, i, ATT_LSE, lse);
         /* the packed layout hands the output to out_proj, which saves
-         * it; torch_mha's out_proj may save a copy */
-        if (mha)
+         * it (unless frozen); torch_mha's out_proj may save a copy */
+        if (mha || !output_kept(S, i))
             vp__save(S, i, ATT_OUT, f->out);
         vp__save(S, i, ATT_RNG_SEED, rng1);
         vp__save(S, i, ATT_RNG_OFFSET, rng2);

@@ -63,7 +63,10 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
     if (f->sv) {
         vp__save(S, i, RMS_XF, xf);
         vp__save(S, i, RMS_RSTD, r);
-        vp__save(S, i, RMS_H, h2);
+        /* weight * h keeps h for the weight's gradient only: a frozen
+         * weight leaves it (tools/autograd/derivatives.yaml, mul) */
+        if (S->g->params[o->params[0]].trainable)
+            vp__save(S, i, RMS_H, h2);
     }
     vp__tunref(S, h2);
     vp__tunref(S, r);
