@@ -475,8 +475,24 @@ static void add_adapters(sim *S)
             continue;
         uint32_t pb = vp__param_bytes(S, pp);
         const vp_op *lo = &g->ops[pp->op];
-        bool quant_base = g->params[g->ops[lo->inputs[1]].params[0]].quant;
-        uint32_t made = pb == 4 && S->PE == 2 && !quant_base ? 2 : pb;
+        const vp_param *w = &g->params[g->ops[lo->inputs[1]].params[0]];
+        uint32_t made = pb == 4 && S->PE == 2 && !w->quant ? 2 : pb;
+        if (lo->n_params > 2 && p == lo->params[2]) {
+            /* DoRA's magnitude (dora.py update_layer): the row norms of
+             * W + scaling * (lora_B @ lora_A), in the adapters' dtype */
+            uint64_t nw = vp__mulc(S, w->numel, made);
+            uint32_t lw = vp__talloc(S, nw, VP_CAT_TEMP);
+            uint32_t sc = vp__talloc(S, nw, VP_CAT_TEMP);
+            uint32_t sum = vp__talloc(S, nw, VP_CAT_TEMP);
+            vp__tunref(S, sc);
+            uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, made),
+                                    VP_CAT_PARAM);
+            vp__tunref(S, lw);
+            vp__tunref(S, sum);
+            if (made != pb)
+                half[p] = t;
+            continue;
+        }
         uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, made), VP_CAT_PARAM);
         if (made != pb)
             half[p] = t;
@@ -517,6 +533,7 @@ static void load_model(sim *S)
     construct(S, built);
     convert(S, built);
     free(built);
+    S->out->load_peak = S->peak - S->out->baseline;
     add_adapters(S);
     S->cur_op = "";
     S->out->after_model = allocated(S) - S->out->baseline;

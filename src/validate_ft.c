@@ -2,7 +2,8 @@
  * the fields of a case line that describe LoRA (peft), frozen parameters,
  * a quantized base, the base dtype and how it was loaded; the setup they
  * make; and the figures checked besides the peaks (trainable_params and
- * total_params exactly, setup_peak). */
+ * total_params exactly, setup_peak: the peak while the base model was
+ * built, before peft added its adapters, as collect_more.py measures). */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -184,5 +185,5 @@ void vp__case_ft_metrics(const vp_case_in *in, const vp_estimate *e,
     if (c->total)
         vp__case_metric(out, "total_params", e->total_params, c->total);
     if (c->setup_peak)
-        vp__case_metric(out, "setup_peak", e->setup_peak, c->setup_peak);
+        vp__case_metric(out, "setup_peak", e->load_peak, c->setup_peak);
 }

@@ -182,6 +182,8 @@ typedef struct vp_estimate {
                                      loaded (and quantized, and its adapters
                                      added), before step 1; peak_alloc is
                                      the larger of it and the steps' peaks */
+    uint64_t load_peak;           /* the part of it before the adapters
+                                     were added (the base model's load) */
     uint64_t paged_bytes;         /* paged optimizer state (unified memory,
                                      outside the caching allocator: not in
                                      the allocated and reserved figures,
