@@ -602,6 +602,7 @@ static vp_status run(sim *S)
                 pk->start = allocated(S) - out->baseline;
             } else {
                 vp__tunref(S, loss_t); /* del loss */
+                vp__release_graph(S);
                 for (size_t k = 0; k < nb; k++)
                     vp__tunref(S, batch[k]);
                 alloc_batch(S, batch, &nb);
@@ -650,6 +651,7 @@ static vp_status run(sim *S)
             pk->peak[VP_PHASE_OPTIMIZER] = S->phase_peak - out->baseline;
             zero_grad(S);
             vp__tunref(S, loss_t);
+            vp__release_graph(S);
         }
         for (size_t k = 0; k < nb; k++)
             vp__tunref(S, batch[k]);
@@ -682,6 +684,7 @@ static void sim_destroy(sim *S)
     free(S->sel);
     free(S->int8);
     free(S->opc);
+    free(S->leaf);
     free(S->pgrad);
     free(S->cast);
     free(S->st1);

@@ -141,6 +141,26 @@ void vp__hold(sim *S, uint32_t id)
     S->held[S->n_held++] = id;
 }
 
+void vp__hold_graph(sim *S, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->leaf, &S->cap_leaf, S->n_leaf + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    vp__tref(S, id);
+    S->leaf[S->n_leaf++] = id;
+}
+
+void vp__release_graph(sim *S)
+{
+    for (size_t i = 0; i < S->n_leaf; i++)
+        vp__tunref(S, S->leaf[i]);
+    S->n_leaf = 0;
+}
+
 void vp__release_held(sim *S)
 {
     for (size_t i = 0; i < S->n_held; i++)

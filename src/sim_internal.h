@@ -96,6 +96,9 @@ typedef struct sim {
                                 parameters to fp32)                     */
     size_t n_ckin, cap_ckin;
     size_t n_held, cap_held;
+    uint32_t *leaf;          /* kept by the autograd graph until the
+                                loss is deleted                         */
+    size_t n_leaf, cap_leaf;
     uint32_t *opc;           /* the running op's casts of frozen weights
                                 (not in autocast's cache)             */
     size_t n_opc, cap_opc;
@@ -136,6 +139,10 @@ void vp__transient(sim *S, uint64_t bytes);
 /* Keep a tensor until the model's output is dropped (end of forward). */
 void vp__hold(sim *S, uint32_t id);
 void vp__release_held(sim *S);
+/* Keep a tensor until the loss (and with it the autograd graph) is
+ * deleted: a leaf that requires grad and its .grad. */
+void vp__hold_graph(sim *S, uint32_t id);
+void vp__release_graph(sim *S);
 
 /* Save tensor id (NONE allowed) for op's backward in slot `slot`; slots
  * are saved in increasing order. Activation offload, compression and
