@@ -290,3 +290,37 @@ vp_status vp_freeze_parse(const char *spec, vp_finetune *f, vp_error *err)
     memcpy(f->freeze, spec, n + 1);
     return VP_OK;
 }
+
+/* One line: "LoRA r16 alpha 32 on all-linear (dropout 0.05, fp32
+ * adapters), base nf4 (double quant), frozen embed, load dtype". */
+void vp_finetune_describe(const vp_finetune *f, char *buf, size_t cap)
+{
+    const vp_lora *l = &f->lora;
+    size_t n = 0;
+    int k;
+
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+#define PUT(...)                                                           \
+    do {                                                                   \
+        k = snprintf(buf + n, cap - n, __VA_ARGS__);                       \
+        if (k < 0 || (size_t)k >= cap - n)                                 \
+            return;                                                        \
+        n += (size_t)k;                                                    \
+    } while (0)
+    if (l->r > 0)
+        PUT("%s r%u alpha %g on %s (dropout %g, %s adapters)%s, ",
+            l->dora ? "DoRA" : "LoRA", l->r, l->alpha, l->targets,
+            l->dropout, l->adapters_in_base_dtype ? "base-dtype" : "fp32",
+            l->rslora ? ", rsLoRA" : "");
+    if (f->quant != VP_QUANT_NONE)
+        PUT("base %s%s, ", vp_quant_name(f->quant),
+            f->double_quant ? " (double quant)" : "");
+    else if (f->base_dtype != VP_BASE_AUTO)
+        PUT("base %s, ", vp_base_dtype_name(f->base_dtype));
+    if (f->freeze[0] != '\0')
+        PUT("frozen %s, ", f->freeze);
+    PUT("load %s", vp_load_name(f->load));
+#undef PUT
+}

@@ -505,16 +505,20 @@ uint8_t vp__base_bytes(const vp_setup *s)
 /* The base dtype must agree with the precision: pure half precision keeps
  * its weights in that dtype, fp32 training keeps fp32 weights, and a half
  * base under autocast is in autocast's dtype. */
+bool vp__base_dtype_fits(int b, int p)
+{
+    return b == VP_BASE_AUTO ||
+           (b == VP_BASE_FP32 && p != VP_PREC_BF16 && p != VP_PREC_FP16) ||
+           (b == VP_BASE_BF16 &&
+            (p == VP_PREC_BF16 || p == VP_PREC_AMP_BF16)) ||
+           (b == VP_BASE_FP16 && (p == VP_PREC_FP16 || p == VP_PREC_AMP_FP16));
+}
+
 static vp_status check_dtypes(const vp_setup *s, vp_error *err)
 {
     vp_base_dtype b = s->ft.base_dtype;
     vp_precision p = s->precision;
-    bool ok = b == VP_BASE_AUTO ||
-              (b == VP_BASE_FP32 && p != VP_PREC_BF16 && p != VP_PREC_FP16) ||
-              (b == VP_BASE_BF16 &&
-               (p == VP_PREC_BF16 || p == VP_PREC_AMP_BF16)) ||
-              (b == VP_BASE_FP16 &&
-               (p == VP_PREC_FP16 || p == VP_PREC_AMP_FP16));
+    bool ok = vp__base_dtype_fits((int)b, (int)p);
 
     if ((unsigned)b >= VP_BASE__COUNT || (unsigned)s->ft.load >= VP_LOAD__COUNT ||
         (unsigned)s->ft.quant >= VP_QUANT__COUNT)

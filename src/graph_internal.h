@@ -70,6 +70,10 @@ vp_graph *vp__graph_finetune(const vp_graph *g, const struct vp_finetune *ft,
 struct vp_setup;
 vp_status vp__finetune_prepare(const vp_graph *g, const struct vp_setup *s,
                                vp_graph **out, vp_error *err);
+/* Whether a base dtype goes with a precision (vp_base_dtype and
+ * vp_precision values): pure half precision keeps its weights in that
+ * dtype, fp32 training in fp32, autocast in fp32 or autocast's dtype. */
+bool vp__base_dtype_fits(int base_dtype, int precision);
 /* Bytes per element of a setup's base weights (2 or 4). */
 uint8_t vp__base_bytes(const struct vp_setup *s);
 

@@ -10,6 +10,7 @@
 #define VRAMPLAN_FINETUNE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vramplan/error.h"
@@ -104,6 +105,10 @@ vp_status vp_lora_parse(const char *spec, vp_lora *out, vp_error *err);
  * only (they are matched against the model's parameters when it is
  * simulated). */
 vp_status vp_freeze_parse(const char *spec, vp_finetune *f, vp_error *err);
+
+/* A one-line summary of a fine-tuning setup for reports (truncated to
+ * cap - 1 bytes). */
+void vp_finetune_describe(const vp_finetune *f, char *buf, size_t cap);
 
 const char *vp_load_name(vp_load l);
 const char *vp_quant_name(vp_quant q);

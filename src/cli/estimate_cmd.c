@@ -208,6 +208,16 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->ft.base_dtype = (vp_base_dtype)(v[OPT_BASE_DTYPE].choice + 1);
 }
 
+void cli_finetune_line(FILE *f, const vp_setup *s)
+{
+    char d[VP_LORA_TARGETS_MAX + VP_FREEZE_MAX + 128];
+
+    if (!vp_finetune_active(&s->ft))
+        return;
+    vp_finetune_describe(&s->ft, d, sizeof d);
+    fprintf(f, "fine-tuning  %s\n", d);
+}
+
 /* --lora and --freeze: -1, or CLI_USAGE after the error. */
 static int apply_finetune(const cli_val *v, vp_setup *s)
 {
@@ -470,8 +480,17 @@ static void table_setup(FILE *f, const report *r)
                            : "none",
             s->alloc.expandable_segments ? "on" : "off",
             vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
-            cli_si((double)e->params, "", b, sizeof b));
+    cli_finetune_line(f, s);
+    if (vp_finetune_active(&s->ft)) {
+        fprintf(f, "parameters   %s (%s) trainable", cli_commas(e->params, a,
+                sizeof a), cli_si((double)e->params, "", b, sizeof b));
+        fprintf(f, " of %s (%s)\n", cli_commas(e->total_params, a, sizeof a),
+                cli_si((double)e->total_params, "", b, sizeof b));
+    } else {
+        fprintf(f, "parameters   %s (%s)\n",
+                cli_commas(e->params, a, sizeof a),
+                cli_si((double)e->params, "", b, sizeof b));
+    }
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -505,6 +524,11 @@ static void table_peaks(FILE *f, const report *r)
             e->peak_step, vp_phase_name(e->peak_phase));
     fprintf(f, "steady peak     %11s  max_memory_allocated() in the last "
             "step\n", vp_size_format(e->peak_alloc_steady, a, sizeof a));
+    if (vp_finetune_active(&s->ft) || e->setup_peak >= e->peak_alloc)
+        fprintf(f, "setup peak      %11s  while the model is loaded (load "
+                "%s), before step 1\n",
+                vp_size_format(e->setup_peak, a, sizeof a),
+                vp_load_name(s->ft.load));
     fprintf(f, "peak reserved   %11s  max_memory_reserved()\n",
             vp_size_format(e->peak_reserved, a, sizeof a));
     fprintf(f, "device used     %11s  nvidia-smi: reserved + %s CUDA "
@@ -570,6 +594,31 @@ static int print_table(FILE *f, const report *r)
 
 /* --- json ----------------------------------------------------------- */
 
+/* The fine-tuning fields, named as in a ground-truth case line. */
+static json_t *json_finetune(const vp_finetune *ft)
+{
+    json_t *o = json_object();
+
+    if (ft->lora.r > 0) {
+        json_t *l = json_object();
+        cli_jset(l, "r", cli_ju64(ft->lora.r));
+        cli_jset(l, "alpha", cli_jreal(ft->lora.alpha, "%.15g"));
+        cli_jset(l, "targets", cli_jstr(ft->lora.targets, SIZE_MAX));
+        cli_jset(l, "dropout", cli_jreal(ft->lora.dropout, "%.15g"));
+        cli_jset(l, "use_dora", json_boolean(ft->lora.dora));
+        cli_jset(l, "use_rslora", json_boolean(ft->lora.rslora));
+        cli_jset(l, "adapter_dtype", json_string(
+                     ft->lora.adapters_in_base_dtype ? "base" : "fp32"));
+        cli_jset(o, "lora", l);
+    }
+    cli_jset(o, "base_dtype", json_string(vp_base_dtype_name(ft->base_dtype)));
+    cli_jset(o, "freeze", cli_jstr(ft->freeze, SIZE_MAX));
+    cli_jset(o, "quant", json_string(vp_quant_name(ft->quant)));
+    cli_jset(o, "double_quant", json_boolean(ft->double_quant));
+    cli_jset(o, "load", json_string(vp_load_name(ft->load)));
+    return o;
+}
+
 static json_t *json_setup(const report *r)
 {
     const vp_setup *s = r->setup;
@@ -600,6 +649,8 @@ static json_t *json_setup(const report *r)
     cli_jset(o, "cublaslt_workspace", cli_ju64(s->cublaslt_workspace));
     cli_jset(o, "context_bytes", cli_ju64(s->context_bytes));
     cli_jset(o, "fresh_process", json_boolean(s->fresh_process));
+    if (vp_finetune_active(&s->ft))
+        cli_jset(o, "finetune", json_finetune(&s->ft));
     return o;
 }
 
@@ -637,6 +688,11 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
     cli_jset(o, "params", cli_ju64(e->params));
+    if (vp_finetune_active(&r->setup->ft)) {
+        cli_jset(o, "total_params", cli_ju64(e->total_params));
+        cli_jset(o, "setup_peak", cli_ju64(e->setup_peak));
+        cli_jset(o, "paged_bytes", cli_ju64(e->paged_bytes));
+    }
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
         cli_jset(o, totals[i].key, cli_ju64(totals[i].bytes));
