@@ -898,6 +898,8 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
             out->peak_alloc_steady = m;
     }
     out->device_used = out->peak_reserved + s->context_bytes;
+    if (!vp_add_u64(out->device_used, out->paged_bytes, &out->device_used))
+        return vp_error_set(err, VP_EOVERFLOW, "device memory overflows");
     if (out->steps)
         out->host_traffic /= out->steps; /* per step */
     double f = 0;

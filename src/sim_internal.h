@@ -96,6 +96,8 @@ typedef struct sim {
                                 parameters to fp32)                     */
     size_t n_ckin, cap_ckin;
     size_t n_held, cap_held;
+    bool qmaps;              /* bitsandbytes' quantization maps are on
+                                the GPU (paged 8-bit AdamW)             */
     uint32_t *leaf;          /* kept by the autograd graph until the
                                 loss is deleted                         */
     size_t n_leaf, cap_leaf;

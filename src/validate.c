@@ -579,6 +579,7 @@ static vp_status env_fields(void *ctx, const vp_jval *v, vp_error *err)
         json_object_get(j, "context_used_after_init"));
     c->env->world_size = (uint64_t)json_integer_value(
         json_object_get(j, "world_size"));
+    c->env->warmed_up = json_object_get(j, "peft") != NULL;
     return VP_OK;
 }
 

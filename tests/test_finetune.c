@@ -346,3 +346,38 @@ Test(load, base_dtype_must_fit_the_precision)
                  VP_EARG);
     cr_expect(strstr(err.msg, "bf16") != NULL, "%s", err.msg);
 }
+
+/* ---- paged 8-bit AdamW --------------------------------------------------- */
+
+/* r 32 on both fc layers: four adapters of 32 x 4096 = 131072 values, over
+ * bitsandbytes' 1e5 paging threshold: their uint8 moments (2 x 131072 B
+ * each) are paged, outside the allocator, and counted in device_used; the
+ * fp32 absmax per 2048 values (64 x 4 B, two per adapter) and the two
+ * 1 KiB quantization maps stay in the allocator (blocks of 512 B) */
+Test(paged_adamw, moments_outside_the_allocator)
+{
+    vp_setup s;
+    mlp_setup(&s);
+    lora(&s, "r=32,targets=fc");
+    s.optimizer = VP_OPT_PAGED_ADAMW_8BIT;
+    vp_estimate e = mlp(&s);
+    cr_expect_eq(e.paged_bytes, 4 * 2 * 131072ULL);
+    cr_expect_eq(e.device_used,
+                 e.peak_reserved + s.context_bytes + e.paged_bytes);
+    /* the allocator rounds each 256 B absmax to a 512 B block */
+    cr_expect_eq(e.optim_bytes, 4 * 2 * 512 + 2 * 1024ULL, "%llu",
+                 (unsigned long long)e.optim_bytes);
+}
+
+/* below 1e5 values the state is torch.zeros_like, in the allocator */
+Test(paged_adamw, small_states_are_not_paged)
+{
+    vp_setup s;
+    mlp_setup(&s);
+    lora(&s, "r=16,targets=fc");
+    s.optimizer = VP_OPT_PAGED_ADAMW_8BIT;
+    vp_estimate e = mlp(&s);
+    cr_expect_eq(e.paged_bytes, 0);
+    /* 2 x 65536 B of moments, 2 absmax of 32 x 4 B (512 B blocks) */
+    cr_expect_eq(e.optim_bytes, 4 * (2 * 65536 + 2 * 512) + 2 * 1024ULL);
+}

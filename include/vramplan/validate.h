@@ -63,6 +63,10 @@ typedef struct vp_gt_env {
     uint64_t total_bytes;    /* mem_get_info total                       */
     uint64_t context_bytes;  /* context_used_after_init                  */
     uint64_t world_size;     /* multi-GPU files                          */
+    bool warmed_up;          /* the env names peft: collect_more.py, which
+                                runs a warm-up (backward, autocast,
+                                checkpointing) before its first case, so
+                                no case pays the library workspaces     */
 } vp_gt_env;
 
 /* How to run a case line. */
