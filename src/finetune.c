@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_internal.h"
 #include "util.h"
 #include "vramplan/finetune.h"
 
@@ -222,6 +223,7 @@ vp_status vp_lora_parse(const char *spec, vp_lora *out, vp_error *err)
 {
     char item[VP_LORA_TARGETS_MAX];
     bool in_targets = false;
+    unsigned seen = 0;
     vp_lora l;
 
     memset(&l, 0, sizeof l);
@@ -246,6 +248,12 @@ vp_status vp_lora_parse(const char *spec, vp_lora *out, vp_error *err)
         if (eq != NULL)
             *eq = '\0';
         in_targets = strcmp(item, "targets") == 0;
+        int k = index_of(LORA_KEYS, COUNT(LORA_KEYS) - 1, item);
+        if (k >= 0 && (seen >> k & 1u))
+            return vp_error_set(err, VP_EARG, "--lora: '%s' is given twice",
+                                item);
+        if (k >= 0)
+            seen |= 1u << k;
         VP_TRY(lora_item(&l, item, eq ? eq + 1 : NULL, err));
     }
     if (l.r == 0)
@@ -259,6 +267,61 @@ vp_status vp_lora_parse(const char *spec, vp_lora *out, vp_error *err)
 }
 
 /* ---- freeze patterns ---------------------------------------------------- */
+
+/* Digits, at most 10 of them, as a number up to 2^32 - 1. */
+static bool range_number(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (n == 0 || n > 10)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return v <= UINT32_MAX;
+}
+
+bool vp__freeze_range(const char *part, size_t n, uint64_t *a, uint64_t *b,
+                      bool *bad)
+{
+    const char *dash = memchr(part, '-', n);
+    size_t k = dash ? (size_t)(dash - part) : 0;
+
+    *bad = false;
+    if (!dash || k == 0 || k + 1 == n ||
+        strspn(part, "0123456789") != k ||
+        strspn(dash + 1, "0123456789") < n - k - 1)
+        return false; /* not of the shape A-B */
+    if (!range_number(part, k, a) || !range_number(dash + 1, n - k - 1, b) ||
+        *a > *b) {
+        *bad = true;
+        return false;
+    }
+    return true;
+}
+
+/* Every dot-separated part of one pattern that looks like a range is one. */
+static vp_status check_ranges(const char *p, size_t k, vp_error *err)
+{
+    for (size_t i = 0; i < k;) {
+        size_t m = i;
+        uint64_t a, b;
+        bool bad;
+        while (m < k && p[m] != '.')
+            m++;
+        (void)vp__freeze_range(p + i, m - i, &a, &b, &bad);
+        if (bad)
+            return vp_error_set(err, VP_EARG,
+                                "--freeze: bad range '%.*s' (A-B with A <= B "
+                                "<= %u)", (int)(m - i > 64 ? 64 : m - i),
+                                p + i, (unsigned)UINT32_MAX);
+        i = m + 1;
+    }
+    return VP_OK;
+}
 
 vp_status vp_freeze_parse(const char *spec, vp_finetune *f, vp_error *err)
 {
@@ -285,6 +348,7 @@ vp_status vp_freeze_parse(const char *spec, vp_finetune *f, vp_error *err)
                                     "--freeze: bad character '%c' in pattern "
                                     "'%.*s'", c, (int)(k > 64 ? 64 : k), p);
         }
+        VP_TRY(check_ranges(p, k, err));
         p += k + (p[k] == ',');
     }
     memcpy(f->freeze, spec, n + 1);

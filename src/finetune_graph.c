@@ -158,8 +158,8 @@ static bool part_matches(const char *pat, size_t pn, const char *s,
                          size_t sn)
 {
     char p[64], v[64];
-    unsigned long a, b, x;
-    char tail;
+    uint64_t a, b, x = 0;
+    bool bad;
 
     if (pn >= sizeof p || sn >= sizeof v)
         return false;
@@ -167,9 +167,11 @@ static bool part_matches(const char *pat, size_t pn, const char *s,
     p[pn] = '\0';
     memcpy(v, s, sn);
     v[sn] = '\0';
-    if (sscanf(p, "%lu-%lu%c", &a, &b, &tail) == 2 &&
-        strspn(v, "0123456789") == sn && sn > 0) {
-        x = strtoul(v, NULL, 10);
+    if (vp__freeze_range(pat, pn, &a, &b, &bad)) {
+        if (sn == 0 || sn > 10 || strspn(v, "0123456789") != sn)
+            return false;
+        for (size_t i = 0; i < sn; i++)
+            x = x * 10 + (uint64_t)(v[i] - '0');
         return x >= a && x <= b;
     }
     return vp__glob_match(p, v);

@@ -70,6 +70,13 @@ vp_graph *vp__graph_finetune(const vp_graph *g, const struct vp_finetune *ft,
 struct vp_setup;
 vp_status vp__finetune_prepare(const vp_graph *g, const struct vp_setup *s,
                                vp_graph **out, vp_error *err);
+/* A freeze pattern's numeric range part "A-B" (n bytes at part): true
+ * with *a <= *b when it is one (each number at most 2^32 - 1); false for
+ * any other part. *bad is set when it has the shape of a range but not
+ * its rules (too large, A > B). */
+bool vp__freeze_range(const char *part, size_t n, uint64_t *a, uint64_t *b,
+                      bool *bad);
+
 /* Whether a base dtype goes with a precision (vp_base_dtype and
  * vp_precision values): pure half precision keeps its weights in that
  * dtype, fp32 training in fp32, autocast in fp32 or autocast's dtype. */

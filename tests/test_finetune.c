@@ -381,3 +381,36 @@ Test(paged_adamw, small_states_are_not_paged)
     /* 2 x 65536 B of moments, 2 absmax of 32 x 4 B (512 B blocks) */
     cr_expect_eq(e.optim_bytes, 4 * (2 * 65536 + 2 * 512) + 2 * 1024ULL);
 }
+
+Test(lora_spec, a_key_given_twice_is_an_error)
+{
+    vp_lora l;
+    vp_error err;
+    cr_assert_eq(vp_lora_parse("r=16,r=8,targets=q_proj", &l, &err), VP_EARG);
+    cr_expect(strstr(err.msg, "'r' is given twice") != NULL, "%s", err.msg);
+}
+
+Test(freeze, a_bad_range_is_an_error)
+{
+    vp_finetune f;
+    vp_error err;
+    vp_finetune_init(&f);
+    cr_expect_eq(vp_freeze_parse("layers.5-2", &f, &err), VP_EARG);
+    cr_expect(strstr(err.msg, "'5-2'") != NULL, "%s", err.msg);
+    cr_expect_eq(vp_freeze_parse("layers.0-99999999999999999999", &f, &err),
+                 VP_EARG);
+    cr_expect_eq(vp_freeze_parse("embed,layers.0-15", &f, &err), VP_OK);
+}
+
+/* layers.0-0 is layer 0 only: the same as layers.0 */
+Test(freeze, a_range_of_one_layer)
+{
+    vp_setup s, t;
+    vp_error err;
+    mlp_setup(&s);
+    mlp_setup(&t);
+    cr_assert_eq(vp_freeze_parse("layers.0-0", &s.ft, &err), VP_OK);
+    cr_assert_eq(vp_freeze_parse("layers.0", &t.ft, &err), VP_OK);
+    cr_expect_eq(mlp(&s).params, mlp(&t).params);
+    cr_expect_eq(mlp(&s).params, W * W + W * CLASSES);
+}
