@@ -29,7 +29,8 @@ static const char *const KEYS[] = {
     "inference", "expandable_segments", "offload_optimizer",
     "offload_activations", "compress_activations", "int8_weights",
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
-    "global_batch", NULL};
+    "global_batch", "lora", "freeze", "quant", "double_quant", "load",
+    "base_dtype", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
 {
@@ -109,6 +110,32 @@ static vp_status get_name(json_t *v, const char *key, request *r,
     return VP_OK;
 }
 
+/* The fine-tuning keys, named and spelled as the CLI's options. */
+static vp_status ft_field(vp_setup *s, const char *key, json_t *v,
+                          vp_error *err)
+{
+    const char *t = NULL;
+    vp_status st;
+
+    if (strcmp(key, "double_quant") == 0)
+        return get_flag(v, key, &s->ft.double_quant, err);
+    if ((st = get_str(v, key, &t, err)) != VP_OK)
+        return st;
+    if (strcmp(key, "lora") == 0)
+        return vp_lora_parse(t, &s->ft.lora, err);
+    if (strcmp(key, "freeze") == 0)
+        return vp_freeze_parse(t, &s->ft, err);
+    if (strcmp(key, "quant") == 0)
+        st = vp_quant_parse(t, &s->ft.quant);
+    else if (strcmp(key, "load") == 0)
+        st = vp_load_parse(t, &s->ft.load);
+    else
+        st = vp_base_dtype_parse(t, &s->ft.base_dtype);
+    if (st != VP_OK)
+        return vp_error_set(err, VP_EARG, "unknown %s '%s'", key, t);
+    return VP_OK;
+}
+
 /* One key of the request into r. */
 static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
 {
@@ -171,6 +198,8 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
                  ? vp_error_set(err, VP_EARG,
                                 "'global_batch' is for the plan command")
                  : get_count(v, key, 1, UINT32_MAX, &r->global_batch, err);
+    } else {
+        st = ft_field(s, key, v, err);
     }
     return st;
 }
@@ -307,6 +336,8 @@ static json_t *estimate_json(const vp_estimate *e)
     json_t *o = json_object(), *cat = json_object(), *top = json_array(),
            *steps = json_array();
     put(o, "params", num(e->params));
+    put(o, "total_params", num(e->total_params));
+    put(o, "setup_peak", num(e->setup_peak));
     put(o, "peak_alloc", num(e->peak_alloc));
     put(o, "peak_reserved", num(e->peak_reserved));
     put(o, "device_used", num(e->device_used));

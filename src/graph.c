@@ -113,6 +113,19 @@ static void op_flops(const vp_graph *g, vp_op *op)
         f = 8.0 * out;
         b = 12.0 * out;
         break;
+    case VP_OP_LORA: {
+        /* lora_A and lora_B, plus the scaling and the sum */
+        double r = op->in_features && op->n_params
+                       ? (double)g->params[op->params[0]].numel /
+                             (double)op->in_features
+                       : 0.0;
+        double rows = op->out_features ? out / (double)op->out_features : 0;
+        f = 2.0 * rows * r *
+                ((double)op->in_features + (double)op->out_features) +
+            2.0 * out;
+        b = 2.0 * f;
+        break;
+    }
     case VP_OP_INPUT:
     case VP_OP_FLATTEN:
     case VP_OP_RESHAPE:
@@ -126,6 +139,11 @@ static void op_flops(const vp_graph *g, vp_op *op)
     }
     op->flops_fwd = f;
     op->flops_bwd = op->needs_grad ? b : 0.0;
+}
+
+void vp__graph_op_flops(const vp_graph *g, vp_op *op)
+{
+    op_flops(g, op);
 }
 
 vp_status vp__graph_add_op(vp_graph *g, const vp_op *op, uint32_t *idx,

@@ -156,4 +156,5 @@ void vp_setup_init(vp_setup *s)
     s->context_bytes = VP_DEFAULT_CONTEXT_BYTES;
     s->sm_count = VP_DEFAULT_SM_COUNT;
     vp_allocator_config_init(&s->alloc);
+    vp_finetune_init(&s->ft);
 }

@@ -141,6 +141,26 @@ void vp__hold(sim *S, uint32_t id)
     S->held[S->n_held++] = id;
 }
 
+void vp__hold_graph(sim *S, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->leaf, &S->cap_leaf, S->n_leaf + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    vp__tref(S, id);
+    S->leaf[S->n_leaf++] = id;
+}
+
+void vp__release_graph(sim *S)
+{
+    for (size_t i = 0; i < S->n_leaf; i++)
+        vp__tunref(S, S->leaf[i]);
+    S->n_leaf = 0;
+}
+
 void vp__release_held(sim *S)
 {
     for (size_t i = 0; i < S->n_held; i++)
@@ -228,17 +248,51 @@ uint32_t vp__param_bytes(const sim *S, const vp_param *p)
 
 /* ---- autocast -------------------------------------------------------- */
 
+/* Whether autocast casts parameter p for its op: a fp32 weight under
+ * autocast (a half-precision weight is already in the compute dtype; a
+ * quantized one is dequantized by its op). */
+bool vp__param_is_cast(const sim *S, uint32_t p)
+{
+    const vp_param *pp = &S->g->params[p];
+    return S->amp && !(S->int8 && S->int8[p]) && !pp->quant &&
+           vp__param_bytes(S, pp) == 4;
+}
+
 /* The low-precision copy of a parameter (autocast's weight cache); NONE
- * when no cast happens (not amp). The cache keeps one reference. */
+ * when no cast happens (not amp). The cache keeps one reference. The
+ * cache holds only casts of leaves that require grad
+ * (aten/src/ATen/autocast_mode.cpp, cached_cast): a frozen weight is cast
+ * afresh by every op, and the cast dies when the op returns unless the op
+ * saved it. */
 uint32_t vp__weight_cast(sim *S, uint32_t p)
 {
-    if (!S->amp || (S->int8 && S->int8[p]))
+    if (!vp__param_is_cast(S, p))
         return NONE;
+    if (!S->g->params[p].trainable) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, S->g->params[p].numel, 2),
+                                VP_CAT_CAST);
+        if (c != NONE && !vp__grow((void **)&S->opc, &S->cap_opc,
+                                   S->n_opc + 1, sizeof *S->opc)) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            vp__tunref(S, c);
+            return NONE;
+        }
+        if (c != NONE)
+            S->opc[S->n_opc++] = c;
+        return c;
+    }
     if (S->cast[p] == NONE) {
         const vp_param *pp = &S->g->params[p];
         S->cast[p] = vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_CAST);
     }
     return S->cast[p];
+}
+
+void vp__release_op_casts(sim *S)
+{
+    for (size_t k = 0; k < S->n_opc; k++)
+        vp__tunref(S, S->opc[k]);
+    S->n_opc = 0;
 }
 
 void vp__clear_cast_cache(sim *S)
@@ -291,7 +345,7 @@ void vp__weight_grad(sim *S, uint32_t p, bool via_cast)
     if (!pp->trainable)
         return;
     uint64_t n = pp->numel;
-    if (via_cast && S->amp) {
+    if (via_cast && vp__param_is_cast(S, p)) {
         uint32_t lo = vp__talloc(S, vp__mulc(S, n, 2), VP_CAT_TEMP);
         uint32_t hi = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP);
         vp__tunref(S, lo);
@@ -309,7 +363,7 @@ void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo)
 {
     if (lo == NONE)
         return;
-    if (S->amp) {
+    if (vp__param_is_cast(S, p)) {
         uint32_t hi = vp__talloc(S, vp__mulc(S, S->g->params[p].numel, 4),
                              VP_CAT_TEMP);
         vp__tunref(S, lo);

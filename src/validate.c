@@ -82,16 +82,21 @@ static const vp_jfield ROWS_IDENT[] = {
 
 /* Fields later versions will read: refused by name, never ignored. */
 static const vp_jfield ROWS_LATER[] = {
-    ROW_LATER("lora"),       ROW_LATER("base_dtype"),
-    ROW_LATER("freeze"),     ROW_LATER("quant"),
-    ROW_LATER("load"),       ROW_LATER("trainable_params"),
     ROW_LATER("generate"),   ROW_LATER("cache"),
     ROW_LATER("hf_config"),  ROW_LATER("target"),
     /* and those of groundtruth/README.md's newer sets */
-    ROW_LATER("setup_peak"), ROW_LATER("total_params"),
-    ROW_LATER("peft"),       ROW_LATER("runs"),
+    ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
     ROW_LATER("pg"),         ROW_LATER("mesh"),
+};
+
+/* Fine-tuning on several GPUs (the one-GPU rows: validate_ft.c). */
+static const vp_jfield ROWS_RANK_LATER[] = {
+    ROW_LATER("lora"),       ROW_LATER("base_dtype"),
+    ROW_LATER("freeze"),     ROW_LATER("quant"),
+    ROW_LATER("load"),       ROW_LATER("trainable_params"),
+    ROW_LATER("setup_peak"), ROW_LATER("total_params"),
+    ROW_LATER("peft"),
 };
 
 /* One-GPU setups (training cases and max-batch cases). */
@@ -183,9 +188,12 @@ static size_t schema_of(vp_gt_kind kind, vp_jfield *rows)
 {
     size_t n = join(rows, 0, ROWS_IDENT, N(ROWS_IDENT));
     n = join(rows, n, ROWS_LATER, N(ROWS_LATER));
-    if (kind == VP_GT_RANK)
+    if (kind == VP_GT_RANK) {
+        n = join(rows, n, ROWS_RANK_LATER, N(ROWS_RANK_LATER));
         return join(rows, join(rows, n, ROWS_MEASURED, N(ROWS_MEASURED)),
                     ROWS_RANK, N(ROWS_RANK));
+    }
+    n = join(rows, n, vp__case_ft_rows, vp__case_ft_n);
     n = join(rows, n, ROWS_SETUP, N(ROWS_SETUP));
     if (kind == VP_GT_MAXBATCH)
         return join(rows, n, ROWS_MAXBATCH, N(ROWS_MAXBATCH));
@@ -300,6 +308,7 @@ static vp_status read_case(const char *json, size_t len,
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
     in->retries_node = -1;
     in->set_to_none = true;
+    vp__case_ft_init(in);
     if (!json_is_object(d->root))
         return vp__jerr(d, 0, false, VP_ESCHEMA, err,
                         "a case must be a JSON object");
@@ -335,6 +344,14 @@ vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
             if (access(path, R_OK) == 0)
                 return vp_model_load(path, err);
         }
+    /* then the config.json that collect_more.py saved beside the file
+     * (hf_configs/NAME.json) */
+    const char *gt = in->doc->path ? in->doc->path : "";
+    const char *slash = strrchr(gt, '/');
+    int dl = slash ? (int)(slash - gt + 1) : 0;
+    snprintf(path, sizeof path, "%.*shf_configs/%s.json", dl, gt, name);
+    if (strchr(name, '/') == NULL && access(path, R_OK) == 0)
+        return vp_model_load(path, err);
     vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "model"), false, VP_EIO,
              err, "model '%s' not found (looked for %s.yaml and %s.json in "
              "%zu directories)", name, name, name, n_dirs);
@@ -377,6 +394,7 @@ static vp_setup case_setup(const vp_case_in *in, const vp_validate_opts *o)
     s.seq = in->seq;
     if (in->n_steps > 0)
         s.steps = in->n_steps;
+    vp__case_ft_setup(in, &s);
     return s;
 }
 
@@ -479,6 +497,7 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     if (st != VP_OK)
         goto done;
     case_metrics(in, &e, out);
+    vp__case_ft_metrics(in, &e, out);
     st = step_time_metric(in, g, &s, o, out, err);
     if (st == VP_OK)
         step_metrics(in, &e, out);
@@ -560,6 +579,7 @@ static vp_status env_fields(void *ctx, const vp_jval *v, vp_error *err)
         json_object_get(j, "context_used_after_init"));
     c->env->world_size = (uint64_t)json_integer_value(
         json_object_get(j, "world_size"));
+    c->env->warmed_up = json_object_get(j, "peft") != NULL;
     return VP_OK;
 }
 

@@ -15,6 +15,14 @@ typedef struct vp_step_in {
     uint64_t reserved;
 } vp_step_in;
 
+/* A case's fine-tuning fields (validate_ft.c): the enums' choice indices
+ * (-1 absent) and the figures measured besides the peaks (0 absent). */
+typedef struct vp_case_ft {
+    vp_finetune f;          /* lora, freeze                               */
+    int base_dtype, quant, load;
+    uint64_t trainable, total, setup_peak;
+} vp_case_ft;
+
 /* A case line's fields as the schema read them. Enum fields hold the
  * index of their value in the row's choices, -1 when absent; numbers are 0
  * when absent (every counted field is at least 1). */
@@ -32,6 +40,7 @@ typedef struct vp_case_in {
     double budget_gib, step_ms;
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
+    vp_case_ft ft;
 } vp_case_in;
 
 /* Values of the enum fields, in the order of their choices. */
@@ -55,6 +64,15 @@ vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
 /* Append a metric (predicted against measured > 0) to r. */
 void vp__case_metric(vp_case_result *r, const char *name, uint64_t pred,
                      uint64_t meas);
+
+/* The fine-tuning fields of one-GPU cases (validate_ft.c): their rows,
+ * their defaults, the setup they make, and the figures they check. */
+extern const vp_jfield vp__case_ft_rows[];
+extern const size_t vp__case_ft_n;
+void vp__case_ft_init(vp_case_in *in);
+void vp__case_ft_setup(const vp_case_in *in, vp_setup *s);
+void vp__case_ft_metrics(const vp_case_in *in, const vp_estimate *e,
+                         vp_case_result *out);
 
 /* Run a multi-GPU rank that vp_validate_line has read (validate_dist.c). */
 vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,

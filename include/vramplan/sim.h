@@ -16,6 +16,7 @@
 #include "vramplan/allocator.h"
 #include "vramplan/defaults.h"
 #include "vramplan/error.h"
+#include "vramplan/finetune.h"
 #include "vramplan/graph.h"
 
 #define VP_PRECISION_MAP(XX)                                        \
@@ -40,6 +41,7 @@ typedef enum {
     XX(SGD_PLAIN, "sgd-nomomentum")                                 \
     XX(ADAFACTOR, "adafactor")                                      \
     XX(ADAMW_8BIT, "adamw-8bit")       /* bitsandbytes AdamW8bit  */  \
+    XX(PAGED_ADAMW_8BIT, "paged-adamw-8bit") /* PagedAdamW8bit      */  \
     XX(NONE, "none")
 
 typedef enum {
@@ -123,6 +125,10 @@ typedef struct vp_setup {
                                   LLM.int8), for inference: 1 byte per weight
                                   plus a fp32 scale per row, dequantized per
                                   layer; 0 = off                             */
+    vp_finetune ft;            /* frozen parameters, LoRA, a quantized base,
+                                  the base dtype and how it is loaded
+                                  (finetune.h; default: full fine-tuning,
+                                  loaded in the training dtype)           */
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
@@ -146,6 +152,7 @@ typedef struct vp_layer_bytes {
 
 typedef struct vp_estimate {
     uint64_t params;              /* trainable parameter elements           */
+    uint64_t total_params;        /* all parameter elements (adapters too)  */
     uint64_t param_bytes;         /* parameters + buffers on the device     */
     uint64_t grad_bytes;          /* all gradients, when they all exist     */
     uint64_t optim_bytes;         /* optimizer state after step 1           */
@@ -171,6 +178,16 @@ typedef struct vp_estimate {
     double flops_per_step;        /* forward + backward + recompute         */
     uint64_t host_bytes;          /* host RAM the offloads need at most     */
     uint64_t host_traffic;        /* bytes over the host link per step      */
+    uint64_t setup_peak;          /* peak allocated while the model was
+                                     loaded (and quantized, and its adapters
+                                     added), before step 1; peak_alloc is
+                                     the larger of it and the steps' peaks */
+    uint64_t load_peak;           /* the part of it before the adapters
+                                     were added (the base model's load) */
+    uint64_t paged_bytes;         /* paged optimizer state (unified memory,
+                                     outside the caching allocator: not in
+                                     the allocated and reserved figures,
+                                     counted in device_used)               */
 } vp_estimate;
 
 /* Called for every allocation event when set (for --timeline). `bytes` is

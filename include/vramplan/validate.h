@@ -63,6 +63,10 @@ typedef struct vp_gt_env {
     uint64_t total_bytes;    /* mem_get_info total                       */
     uint64_t context_bytes;  /* context_used_after_init                  */
     uint64_t world_size;     /* multi-GPU files                          */
+    bool warmed_up;          /* the env names peft: collect_more.py, which
+                                runs a warm-up (backward, autocast,
+                                checkpointing) before its first case, so
+                                no case pays the library workspaces     */
 } vp_gt_env;
 
 /* How to run a case line. */
@@ -137,7 +141,9 @@ void vp_gt_close(vp_gt_file *f);
     XX(AFTER_MODEL, "after_model")                                         \
     XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak */ \
     XX(MAX_BATCH, "max_batch")                                             \
-    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */
+    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
+    XX(PARAMS, "params")           /* trainable_params, total_params    */ \
+    XX(SETUP, "setup")             /* setup_peak                        */
 
 typedef enum {
 #define VP__MG(name, str) VP_MG_##name,

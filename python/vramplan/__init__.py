@@ -18,7 +18,9 @@ batch, seq, precision, optimizer, checkpoint, selective, accum, steps,
 attention, keep_grads, inference, expandable_segments, offload_optimizer,
 offload_activations, compress_activations, int8_weights, context,
 cublas_workspace, budget (bytes, "24GiB", or a fraction with gpu), gpu,
-gpu_dir, and global_batch for plan. An unknown argument raises TypeError.
+gpu_dir, the fine-tuning setup (lora="r=16,alpha=32,targets=all-linear",
+freeze, quant, double_quant, load, base_dtype), and global_batch for plan.
+An unknown argument raises TypeError.
 
 Errors raise vramplan.Error, whose str() is "file:line:col: message" for
 an error in a model or profile file; .code, .path, .line and .column carry
@@ -139,7 +141,8 @@ _SETUP = {"batch", "seq", "precision", "optimizer", "checkpoint",
           "selective", "accum", "steps", "attention", "keep_grads",
           "inference", "expandable_segments", "offload_optimizer",
           "offload_activations", "compress_activations", "int8_weights",
-          "context", "cublas_workspace", "budget", "gpu", "gpu_dir"}
+          "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
+          "lora", "freeze", "quant", "double_quant", "load", "base_dtype"}
 
 
 def _request(command, model, kwargs, extra=()):

@@ -19,7 +19,9 @@ enum {
     OPT_SET_TO_NONE = CLI_O__SETUP, OPT_INFERENCE, OPT_CONTEXT,
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
-    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML
+    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
+    OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
+    OPT_BASE_DTYPE
 };
 
 #define NAME_OF(name, str) str,
@@ -31,6 +33,10 @@ const char *const cli_attns[] = {"sdpa", "flash", "efficient", "eager",
                                  "math", NULL};
 static const char *const FORMATS[] = {"table", "json", "csv", NULL};
 static const char *const BITS[] = {"2", "4", "8", NULL};
+/* vp_quant, vp_load and vp_base_dtype order, past their "none"/"auto" */
+static const char *const QUANTS[] = {"nf4", "fp4", "int8", NULL};
+static const char *const LOADS[] = {"dtype", "fp32-then-cast", "meta", NULL};
+static const char *const BASE_DTYPES[] = {"fp32", "bf16", "fp16", NULL};
 
 #define FLAG(i, n, h) {.id = i, .name = n, .type = CLI_ARG_FLAG, .help = h}
 #define U64(i, s, n, lo, hi, h)                                             \
@@ -94,6 +100,24 @@ static const cli_opt SETUP_OPTS[] = {
          "ActNN-style compression of saved activations: 2, 4 or 8 bits"),
     FLAG(OPT_INT8, "int8-weights",
          "INT8 linear weights (bitsandbytes), with --inference"),
+    STR(OPT_LORA, 0, "lora", "SPEC",
+        "LoRA adapters as peft adds them: r=N,alpha=A,targets=NAMES"
+        "[,dropout=P][,dora][,rslora][,adapter_dtype=fp32|base]; targets: "
+        "module names (q_proj,v_proj) or all-linear; the base is frozen"),
+    STR(OPT_FREEZE, 0, "freeze", "PATTERNS",
+        "frozen parameters: comma-separated names or patterns (embed, "
+        "layers.0-15, lm_head, layers.*.attn)"),
+    ENUM(OPT_QUANT, 0, "quant", "KIND", QUANTS, "quantization",
+         "a quantized, frozen base (bitsandbytes): nf4, fp4 (4-bit, QLoRA) "
+         "or int8 (LLM.int8)"),
+    FLAG(OPT_DOUBLE_QUANT, "double-quant",
+         "4-bit: quantize the absmax too (bnb_4bit_use_double_quant)"),
+    ENUM(OPT_LOAD, 0, "load", "MODE", LOADS, "load mode",
+         "how the weights are loaded: dtype (from_pretrained(torch_dtype=), "
+         "the default), fp32-then-cast, meta"),
+    ENUM(OPT_BASE_DTYPE, 0, "base-dtype", "DTYPE", BASE_DTYPES, "dtype",
+         "the base weights' dtype (default: the precision's; bf16 with "
+         "amp-bf16 is a bf16 model under autocast)"),
     ENUM(OPT_FORMAT, 'f', "format", "FMT", FORMATS, "format",
          "table, json or csv (default table)"),
     STR(OPT_TIMELINE, 0, "timeline", "FILE",
@@ -175,6 +199,37 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->act_bits = (uint32_t)strtoul(v[OPT_COMPRESS].text, NULL, 10);
     if (v[OPT_INT8].given)
         s->weight_bits = 8;
+    if (v[OPT_QUANT].given)
+        s->ft.quant = (vp_quant)(v[OPT_QUANT].choice + 1);
+    s->ft.double_quant = v[OPT_DOUBLE_QUANT].given;
+    if (v[OPT_LOAD].given)
+        s->ft.load = (vp_load)v[OPT_LOAD].choice;
+    if (v[OPT_BASE_DTYPE].given)
+        s->ft.base_dtype = (vp_base_dtype)(v[OPT_BASE_DTYPE].choice + 1);
+}
+
+void cli_finetune_line(FILE *f, const vp_setup *s)
+{
+    char d[VP_LORA_TARGETS_MAX + VP_FREEZE_MAX + 128];
+
+    if (!vp_finetune_active(&s->ft))
+        return;
+    vp_finetune_describe(&s->ft, d, sizeof d);
+    fprintf(f, "fine-tuning  %s\n", d);
+}
+
+/* --lora and --freeze: -1, or CLI_USAGE after the error. */
+static int apply_finetune(const cli_val *v, vp_setup *s)
+{
+    vp_error err;
+
+    if (v[OPT_LORA].given &&
+        vp_lora_parse(v[OPT_LORA].text, &s->ft.lora, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    if (v[OPT_FREEZE].given &&
+        vp_freeze_parse(v[OPT_FREEZE].text, &s->ft, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    return -1;
 }
 
 int cli_setup_budget(cli_setup_args *a, const char *b)
@@ -207,6 +262,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     if ((rc = cli_setup_common(v, false, &a->setup)) >= 0)
         return rc;
     apply_setup(v, &a->setup);
+    if ((rc = apply_finetune(v, &a->setup)) >= 0)
+        return rc;
     if (v[CLI_O_BUDGET].given &&
         (rc = cli_setup_budget(a, v[CLI_O_BUDGET].text)) >= 0)
         return rc;
@@ -423,8 +480,17 @@ static void table_setup(FILE *f, const report *r)
                            : "none",
             s->alloc.expandable_segments ? "on" : "off",
             vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
-            cli_si((double)e->params, "", b, sizeof b));
+    cli_finetune_line(f, s);
+    if (vp_finetune_active(&s->ft)) {
+        fprintf(f, "parameters   %s (%s) trainable", cli_commas(e->params, a,
+                sizeof a), cli_si((double)e->params, "", b, sizeof b));
+        fprintf(f, " of %s (%s)\n", cli_commas(e->total_params, a, sizeof a),
+                cli_si((double)e->total_params, "", b, sizeof b));
+    } else {
+        fprintf(f, "parameters   %s (%s)\n",
+                cli_commas(e->params, a, sizeof a),
+                cli_si((double)e->params, "", b, sizeof b));
+    }
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -458,6 +524,11 @@ static void table_peaks(FILE *f, const report *r)
             e->peak_step, vp_phase_name(e->peak_phase));
     fprintf(f, "steady peak     %11s  max_memory_allocated() in the last "
             "step\n", vp_size_format(e->peak_alloc_steady, a, sizeof a));
+    if (vp_finetune_active(&s->ft) || e->setup_peak >= e->peak_alloc)
+        fprintf(f, "setup peak      %11s  while the model is loaded (load "
+                "%s), before step 1\n",
+                vp_size_format(e->setup_peak, a, sizeof a),
+                vp_load_name(s->ft.load));
     fprintf(f, "peak reserved   %11s  max_memory_reserved()\n",
             vp_size_format(e->peak_reserved, a, sizeof a));
     fprintf(f, "device used     %11s  nvidia-smi: reserved + %s CUDA "
@@ -523,6 +594,31 @@ static int print_table(FILE *f, const report *r)
 
 /* --- json ----------------------------------------------------------- */
 
+/* The fine-tuning fields, named as in a ground-truth case line. */
+static json_t *json_finetune(const vp_finetune *ft)
+{
+    json_t *o = json_object();
+
+    if (ft->lora.r > 0) {
+        json_t *l = json_object();
+        cli_jset(l, "r", cli_ju64(ft->lora.r));
+        cli_jset(l, "alpha", cli_jreal(ft->lora.alpha, "%.15g"));
+        cli_jset(l, "targets", cli_jstr(ft->lora.targets, SIZE_MAX));
+        cli_jset(l, "dropout", cli_jreal(ft->lora.dropout, "%.15g"));
+        cli_jset(l, "use_dora", json_boolean(ft->lora.dora));
+        cli_jset(l, "use_rslora", json_boolean(ft->lora.rslora));
+        cli_jset(l, "adapter_dtype", json_string(
+                     ft->lora.adapters_in_base_dtype ? "base" : "fp32"));
+        cli_jset(o, "lora", l);
+    }
+    cli_jset(o, "base_dtype", json_string(vp_base_dtype_name(ft->base_dtype)));
+    cli_jset(o, "freeze", cli_jstr(ft->freeze, SIZE_MAX));
+    cli_jset(o, "quant", json_string(vp_quant_name(ft->quant)));
+    cli_jset(o, "double_quant", json_boolean(ft->double_quant));
+    cli_jset(o, "load", json_string(vp_load_name(ft->load)));
+    return o;
+}
+
 static json_t *json_setup(const report *r)
 {
     const vp_setup *s = r->setup;
@@ -553,6 +649,8 @@ static json_t *json_setup(const report *r)
     cli_jset(o, "cublaslt_workspace", cli_ju64(s->cublaslt_workspace));
     cli_jset(o, "context_bytes", cli_ju64(s->context_bytes));
     cli_jset(o, "fresh_process", json_boolean(s->fresh_process));
+    if (vp_finetune_active(&s->ft))
+        cli_jset(o, "finetune", json_finetune(&s->ft));
     return o;
 }
 
@@ -590,6 +688,11 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
     cli_jset(o, "params", cli_ju64(e->params));
+    if (vp_finetune_active(&r->setup->ft)) {
+        cli_jset(o, "total_params", cli_ju64(e->total_params));
+        cli_jset(o, "setup_peak", cli_ju64(e->setup_peak));
+        cli_jset(o, "paged_bytes", cli_ju64(e->paged_bytes));
+    }
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
         cli_jset(o, totals[i].key, cli_ju64(totals[i].bytes));

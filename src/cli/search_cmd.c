@@ -172,6 +172,7 @@ static int maxbatch_print(const cli_setup_args *a, const vp_model *model,
            vp_precision_name(a->setup.precision),
            vp_optimizer_name(a->setup.optimizer),
            a->checkpoint ? a->checkpoint : "none", a->setup.steps);
+    cli_finetune_line(stdout, &a->setup);
     if (mb->max_batch == 0) {
         printf("max batch    none: batch 1 does not fit (%u simulations)\n",
                mb->trials);
@@ -321,6 +322,7 @@ static void plan_table(const cli_setup_args *a, const vp_model *model,
     printf("target       global batch %" PRIu64 ", seq %" PRIu64 "\n",
            req->global_batch,
            a->setup.seq ? a->setup.seq : vp_model_default_seq(model));
+    cli_finetune_line(stdout, &req->base);
     printf("searched     %zu setups, %" PRIu32 " simulations\n\n", res->n,
            res->simulations);
     printf("%4s  %-9s %-16s %-5s %12s %14s %11s %10s %6s\n", "rank",
@@ -464,11 +466,13 @@ static void techniques_table(const cli_setup_args *a, const vp_model *model,
 
     printf("model        %s (%s)\n", vp_model_name(model), a->model_path);
     printf("setup        batch %" PRIu64 ", %s, %s, %" PRIu32 " steps, "
-           "budget %s%s%s\n\n",
+           "budget %s%s%s\n",
            a->setup.batch, vp_precision_name(a->setup.precision),
            vp_optimizer_name(a->setup.optimizer), a->setup.steps,
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            hw ? ", gpu " : "", hw ? hw->name : "");
+    cli_finetune_line(stdout, &a->setup);
+    putchar('\n');
     printf("%-26s %12s %12s %5s %9s %11s  %s\n", "technique", "peak alloc",
            "reserved", "fits", "max batch", "step time", "notes");
     for (size_t i = 0; i < n; i++) {

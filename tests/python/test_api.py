@@ -34,6 +34,27 @@ class Estimate(unittest.TestCase):
         self.assertEqual(len(e["steps"]), 4)
         self.assertTrue(e["fits"])
 
+    def test_lora_matches_the_command_line(self):
+        e = vramplan.estimate("gpt2-small", batch=2, seq=256,
+                              precision="amp-bf16", base_dtype="bf16",
+                              lora="r=8,alpha=16,targets=c_attn",
+                              checkpoint="all")
+        c, rc = cli_json("estimate", "models/gpt2-small.yaml", "--batch",
+                         "2", "--seq", "256", "--precision", "amp-bf16",
+                         "--base-dtype", "bf16", "--lora",
+                         "r=8,alpha=16,targets=c_attn", "-c", "all")
+        self.assertEqual(rc, 0)
+        for key in ("params", "total_params", "setup_peak", "peak_alloc",
+                    "peak_reserved"):
+            self.assertEqual(e[key], c[key], key)
+        # c_attn (768 -> 2304) in 12 layers: r * (768 + 2304) each
+        self.assertEqual(e["params"], 12 * 8 * (768 + 2304))
+
+    def test_bad_lora_spec_names_the_key(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("gpt2-small", lora="r=8,rank=3,targets=c_attn")
+        self.assertIn("'rank'", str(cm.exception))
+
     def test_model_name_resolves_through_the_search_path(self):
         e = vramplan.estimate("mlp10")
         self.assertEqual(e["model"], "mlp10")
