@@ -743,6 +743,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     }
     uint64_t peak_event = out->events;
     out->events = S.events;
+    if (S.peak_op)
+        snprintf(out->peak_op, sizeof out->peak_op, "%s", S.peak_op);
     sim_destroy(&S);
     /* figures relative to the allocations before the model */
     out->peak_alloc = out->peak_alloc >= out->baseline
