@@ -271,12 +271,9 @@ static uint32_t rng_next(vp_allocator *a)
     return x;
 }
 
-/* Make sure n more blocks can be created without allocating. */
-static bool reserve_slots(vp_allocator *a, uint64_t n)
+/* reserve_slots when the slots at hand are too few: grow the array. */
+static bool grow_slots(vp_allocator *a, uint64_t n)
 {
-    uint64_t avail = (uint64_t)a->n_dead + (a->cap_slots - a->n_slots);
-    if (avail >= n)
-        return true;
     uint64_t need = (uint64_t)a->n_slots + (n - a->n_dead);
     if (need >= NIL - 1) /* index + 1 must fit in 32 bits, below NIL */
         return false;
@@ -293,6 +290,13 @@ static bool reserve_slots(vp_allocator *a, uint64_t n)
     a->b = nb;
     a->cap_slots = (uint32_t)cap;
     return true;
+}
+
+/* Make sure n more blocks can be created without allocating. */
+static inline bool reserve_slots(vp_allocator *a, uint64_t n)
+{
+    uint64_t avail = (uint64_t)a->n_dead + (a->cap_slots - a->n_slots);
+    return avail >= n || grow_slots(a, n);
 }
 
 /* A new block; reserve_slots must have been called. */

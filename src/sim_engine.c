@@ -108,7 +108,8 @@ void vp__tunref(sim *S, uint32_t id)
     S->cat_live[cat] -= bytes;
     vp_status st = vp_allocator_release(S->a, handle, S->err);
     VP_ASSERT(st == VP_OK);
-    if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+    if (S->n_free == S->cap_free &&
+        !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
                   sizeof(uint32_t))) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return;
