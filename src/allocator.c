@@ -535,50 +535,66 @@ static int prev_class(const sdir *d, unsigned c)
     return w * 64 + (int)log2_floor(bits);
 }
 
+/* Where block b goes in t: its stream's directory, its class and its key
+ * size (0 in an address-keyed tree). */
+typedef struct {
+    sdir *d;
+    unsigned c;
+    uint64_t z;
+} slot;
+
+static inline slot slot_of(const tree *t, const blk *b)
+{
+    uint64_t z = t->by_size ? b->size : 0;
+    return (slot){dir_of(t, b->stream), size_class(z), z};
+}
+
+/* The link to follow from node n towards key (size, addr). */
+static inline uint32_t *child(vp_allocator *a, uint32_t n, uint64_t size,
+                              uint64_t addr, bool by_size)
+{
+    return n_below(a, n, size, addr, by_size, false) ? &a->b[n].right
+                                                     : &a->b[n].left;
+}
+
 static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
     blk *b = &a->b[x];
-    sdir *d = dir_of(t, b->stream);
     bool bs = t->by_size;
-    uint64_t z = bs ? b->size : 0;
-    unsigned c = size_class(z);
-    uint32_t *link = &d->root[c];
+    slot sl = slot_of(t, b);
+    uint32_t *link = &sl.d->root[sl.c];
     while (*link != NIL && a->b[*link].prio >= b->prio)
-        link = n_below(a, *link, z, b->addr, bs, false) ? &a->b[*link].right
-                                                       : &a->b[*link].left;
-    c_split(a, *link, z, b->addr, bs, &b->left, &b->right);
+        link = child(a, *link, sl.z, b->addr, bs);
+    c_split(a, *link, sl.z, b->addr, bs, &b->left, &b->right);
     *link = x;
-    if (d->first[c] == NIL) {
-        d->first[c] = x;
-        d->used[c / 64] |= (uint64_t)1 << (c % 64);
-    } else if (n_below(a, x, a->b[d->first[c]].size,
-                       a->b[d->first[c]].addr, bs, false)) {
-        d->first[c] = x;
+    if (sl.d->first[sl.c] == NIL) {
+        sl.d->first[sl.c] = x;
+        sl.d->used[sl.c / 64] |= (uint64_t)1 << (sl.c % 64);
+    } else if (n_below(a, x, a->b[sl.d->first[sl.c]].size,
+                       a->b[sl.d->first[sl.c]].addr, bs, false)) {
+        sl.d->first[sl.c] = x;
     }
-    d->count++;
+    sl.d->count++;
     t->count++;
 }
 
 static void t_erase(vp_allocator *a, tree *t, uint32_t x)
 {
     blk *b = &a->b[x];
-    sdir *d = dir_of(t, b->stream);
     bool bs = t->by_size;
-    uint64_t z = bs ? b->size : 0;
-    unsigned c = size_class(z);
-    uint32_t *link = &d->root[c];
+    slot sl = slot_of(t, b);
+    uint32_t *link = &sl.d->root[sl.c];
     while (*link != x) /* x is on this path: keys are unique */
-        link = n_below(a, *link, z, b->addr, bs, false) ? &a->b[*link].right
-                                                       : &a->b[*link].left;
+        link = child(a, *link, sl.z, b->addr, bs);
     *link = c_merge(a, b->left, b->right);
     b->left = b->right = NIL;
-    if (d->root[c] == NIL) {
-        d->first[c] = NIL;
-        d->used[c / 64] &= ~((uint64_t)1 << (c % 64));
-    } else if (d->first[c] == x) {
-        d->first[c] = c_first(a, d->root[c]);
+    if (sl.d->root[sl.c] == NIL) {
+        sl.d->first[sl.c] = NIL;
+        sl.d->used[sl.c / 64] &= ~((uint64_t)1 << (sl.c % 64));
+    } else if (sl.d->first[sl.c] == x) {
+        sl.d->first[sl.c] = c_first(a, sl.d->root[sl.c]);
     }
-    d->count--;
+    sl.d->count--;
     t->count--;
 }
 
