@@ -878,6 +878,8 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
     }
     uint64_t peak_event = out->events;
     out->events = S.events;
+    if (S.peak_op)
+        snprintf(out->peak_op, sizeof out->peak_op, "%s", S.peak_op);
     sim_destroy(&S);
     /* figures relative to the allocations before the model */
     out->peak_alloc = out->peak_alloc >= out->baseline

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator_internal.h"
 #include "sim_internal.h"
 
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
@@ -26,20 +27,18 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
                  uint64_t handle)
 {
     S->events++;
-    vp_allocator_stats st;
-    vp_allocator_stats_get(S->a, &st);
+    const vp_allocator_stats *st = vp__allocator_stats(S->a);
+    uint64_t al = st->allocated;
     if (!is_free) {
-        if (st.allocated > S->phase_peak)
-            S->phase_peak = st.allocated;
-        if (st.allocated > S->peak) {
-            S->peak = st.allocated;
-            S->out->peak_alloc = st.allocated;
+        if (al > S->phase_peak)
+            S->phase_peak = al;
+        if (al > S->peak) {
+            S->peak = al;
+            S->out->peak_alloc = al;
             S->out->peak_phase = S->phase;
             S->out->peak_step = S->step;
-            snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s",
-                     S->cur_op ? S->cur_op : "");
+            S->peak_op = S->cur_op; /* named in the estimate at the end */
             memcpy(S->out->by_category, S->cat_live, sizeof S->cat_live);
-            S->out->peak_alloc = st.allocated;
             /* remember the event for the layer breakdown pass */
             S->out->events = S->events;
         }
@@ -47,7 +46,7 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
     if (S->cb) {
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           st.allocated, st.reserved, handle,
+                           al, st->reserved, handle,
                            vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
@@ -59,8 +58,8 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
 {
     if (!OK(S))
         return NONE;
-    uint64_t h = 0;
-    vp_status st = vp_allocator_malloc(S->a, bytes, 0, &h, S->err);
+    uint64_t h = 0, bs = 0;
+    vp_status st = vp__allocator_alloc(S->a, bytes, 0, &h, &bs, S->err);
     if (st != VP_OK) {
         S->st = st;
         if (st == VP_EOOM) {
@@ -83,7 +82,6 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
         }
         id = (uint32_t)S->nt++;
     }
-    uint64_t bs = vp_allocator_block_size(S->a, h);
     S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
     emit(S, false, bytes, cat, h);
@@ -110,7 +108,8 @@ void vp__tunref(sim *S, uint32_t id)
     S->cat_live[cat] -= bytes;
     vp_status st = vp_allocator_release(S->a, handle, S->err);
     VP_ASSERT(st == VP_OK);
-    if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+    if (S->n_free == S->cap_free &&
+        !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
                   sizeof(uint32_t))) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return;

@@ -120,6 +120,7 @@ typedef struct sim {
     /* results */
     vp_estimate *out;
     uint64_t peak;
+    const char *peak_op;   /* the op of the peak (cur_op then)           */
     uint64_t stop_at;      /* pass 2: stop at this event (0 = run all) */
     bool stopped;
     vp_sim_event_fn cb;
