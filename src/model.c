@@ -507,6 +507,10 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     else
         VP_TRY(hf_llama(&f, t, type));
     VP_TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
+    /* PretrainedConfig's eos_token_id (None by default): what
+     * GenerationConfig takes when the model has no generation_config */
+    yaml_node_t *eos = vp__ymap_get(d, root, "eos_token_id", NULL);
+    t->no_eos = !eos || vp__yis_null(eos);
     VP_TRY(hf_head(m, d, root, err));
     if (t->head == VP_HEAD_CLASSIFICATION) {
         yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);

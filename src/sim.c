@@ -49,6 +49,11 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
     }
 }
 
+void vp__release_pyholds(sim *S)
+{
+    pyhold_release(S, -1, -1);
+}
+
 /* A checkpointed segment keeps each tensor it takes from outside once
  * (the arguments of the checkpointed function), until its backward. */
 static void ckpt_save_input(sim *S, int32_t seg, uint32_t id)
@@ -149,7 +154,7 @@ static void fwd_done(sim *S, const vp__fwd_op *f, const uint32_t *refs_of)
 
 /* Forward of op i. refs_of: the consumers' references during a
  * recomputation (NULL: all its consumers). */
-static void fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
+void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
 {
     const vp_graph *g = S->g;
     const vp_op *o = &g->ops[i];
@@ -253,7 +258,7 @@ static void phase_begin(sim *S, vp_phase ph)
     S->phase_peak = st.allocated;
 }
 
-static uint64_t allocated(sim *S)
+uint64_t vp__allocated(sim *S)
 {
     vp_allocator_stats st;
     vp_allocator_stats_get(S->a, &st);
@@ -281,7 +286,7 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
         }
     /* inputs from outside the segment are passed with refs_of == 0 */
     for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
-        fwd(S, i, MODE_RECOMPUTE, refs_of);
+        vp__fwd(S, i, MODE_RECOMPUTE, refs_of);
     pyhold_release(S, -1, -1); /* early stop unwinds the Python frames */
     vp__clear_cast_cache(S);
 }
@@ -304,7 +309,7 @@ static void forward_pass(sim *S)
         }
         if (g->n_segs && i == g->segs[0].first_op)
             vp__attention_model_mask(S);
-        fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+        vp__fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
     }
     pyhold_release(S, -1, -1);
     S->cur_op = "";
@@ -358,7 +363,7 @@ static void zero_grad(sim *S)
     }
 }
 
-static void load_model(sim *S)
+void vp__load_model(sim *S, bool direct)
 {
     const vp_graph *g = S->g;
     S->phase = VP_PHASE_SETUP;
@@ -379,7 +384,10 @@ static void load_model(sim *S)
      * in x out x 4 B that leaves a free segment behind (GPT-2's lm_head:
      * 154 MB; BERT's decoder, built between its bias and the head's own
      * bias). Then model.to(half) converts each parameter in the same
-     * order: the half copy is made before the fp32 original is freed. */
+     * order: the half copy is made before the fp32 original is freed.
+     * Built in its dtype (direct: from_pretrained(dtype=...), as the
+     * generate traces of groundtruth/traces/ show), each parameter is
+     * made once in its bytes, the tied head's own weight too. */
     uint32_t *fp32 = calloc(g->n_params ? g->n_params : 1, sizeof *fp32);
     if (!fp32) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
@@ -395,8 +403,11 @@ static void load_model(sim *S)
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
         if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
             const vp_op *to = &g->ops[tied_op];
+            uint32_t tb = direct && to->n_params
+                              ? vp__param_bytes(S, &g->params[to->params[0]])
+                              : 4;
             tied = vp__talloc(S, vp__mulc(S, vp__mulc(S, to->in_features,
-                                          to->out_features), 4),
+                                          to->out_features), tb),
                           VP_CAT_TEMP);
             tied_done = true;
             if (p == g->n_params || g->params[p].op != tied_op) {
@@ -408,7 +419,9 @@ static void load_model(sim *S)
             break;
         const vp_param *pp = &g->params[p];
         uint32_t pb = vp__param_bytes(S, pp);
-        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel, S->half && pb == 2 ? 4 : pb),
+        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel,
+                                         S->half && pb == 2 && !direct ? 4
+                                                                       : pb),
                          VP_CAT_PARAM);
         if (tied != NONE) {
             vp__tunref(S, tied);
@@ -424,13 +437,13 @@ static void load_model(sim *S)
             vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
                    VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
-        } else if (S->half && vp__param_bytes(S, pp) == 2) {
+        } else if (S->half && vp__param_bytes(S, pp) == 2 && !direct) {
             vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
         }
     }
     free(fp32);
-    S->out->after_model = allocated(S) - S->out->baseline;
+    S->out->after_model = vp__allocated(S) - S->out->baseline;
 }
 
 static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
@@ -468,7 +481,7 @@ static vp_status run(sim *S)
     uint32_t *refs_of = calloc(g->n_ops ? g->n_ops : 1, sizeof *refs_of);
     if (!refs_of)
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
-    load_model(S);
+    vp__load_model(S, false);
     uint32_t loss = NONE;
     for (uint32_t i = 0; i < g->n_ops; i++)
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS)
@@ -492,7 +505,7 @@ static vp_status run(sim *S)
             if (mb == 0) {
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
-                pk->start = allocated(S) - out->baseline;
+                pk->start = vp__allocated(S) - out->baseline;
             } else {
                 vp__tunref(S, loss_t); /* del loss */
                 for (size_t k = 0; k < nb; k++)
@@ -522,7 +535,7 @@ static vp_status run(sim *S)
             }
             if (S->phase_peak > fwd_peak)
                 fwd_peak = S->phase_peak;
-            pk->after_fwd = allocated(S) - out->baseline;
+            pk->after_fwd = vp__allocated(S) - out->baseline;
             if (!S->training)
                 break;
             phase_begin(S, VP_PHASE_BACKWARD);
@@ -535,7 +548,7 @@ static vp_status run(sim *S)
         pk->peak[VP_PHASE_FORWARD] = fwd_peak - out->baseline;
         if (S->training) {
             pk->peak[VP_PHASE_BACKWARD] = bwd_peak - out->baseline;
-            pk->after_bwd = allocated(S) - out->baseline;
+            pk->after_bwd = vp__allocated(S) - out->baseline;
             phase_begin(S, VP_PHASE_OPTIMIZER);
             vp__optimizer_step(S);
             if (S->cat_live[VP_CAT_OPTIM] > out->optim_bytes)
@@ -546,7 +559,7 @@ static vp_status run(sim *S)
         }
         for (size_t k = 0; k < nb; k++)
             vp__tunref(S, batch[k]);
-        pk->end = allocated(S) - out->baseline;
+        pk->end = vp__allocated(S) - out->baseline;
         vp_allocator_stats st;
         vp_allocator_stats_get(S->a, &st);
         pk->reserved = st.reserved;
@@ -635,7 +648,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->half = p == VP_PREC_BF16 || p == VP_PREC_FP16;
     S->A = p == VP_PREC_FP32 ? 4 : 2;
     S->PE = S->half ? 2 : 4;
-    S->training = !s->inference;
+    S->training = !s->inference && !s->generate.prompt;
     if (s->weight_bits == 8) {
         /* INT8 weights: the weights of linear layers that own them (a
          * weight tied to an embedding stays as it is) */
@@ -677,7 +690,10 @@ static void layer_breakdown(const vp_graph *g, const vp_setup *s,
         return;
     }
     S.stop_at = at;
-    run(&S);
+    if (s->generate.prompt)
+        vp__generate_run(&S);
+    else
+        run(&S);
     size_t nb = g->n_segs + 1;
     uint64_t *bytes = calloc(nb, sizeof *bytes);
     if (bytes) {
@@ -733,7 +749,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     if (st == VP_OK) {
         S.cb = on_event;
         S.ud = ud;
-        st = run(&S);
+        st = s->generate.prompt ? vp__generate_run(&S) : run(&S);
     }
     vp_allocator_stats as;
     if (S.a) {
@@ -779,7 +795,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     if (out->steps)
         out->host_traffic /= out->steps; /* per step */
     double f = 0;
-    for (size_t i = 0; i < g->n_ops; i++) {
+    for (size_t i = 0; i < g->n_ops && !s->generate.prompt; i++) {
         f += g->ops[i].flops_fwd;
         if (!s->inference)
             f += g->ops[i].flops_bwd;
@@ -788,7 +804,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             s->checkpoint[g->ops[i].segment])
             f += g->ops[i].flops_fwd;
     }
-    out->flops_per_step = f * (s->inference ? 1 : s->accum);
+    if (!s->generate.prompt) /* generate.c counts its forwards */
+        out->flops_per_step = f * (s->inference ? 1 : s->accum);
     if (st == VP_OK && peak_event && !s->skip_breakdown)
         layer_breakdown(g, s, out, peak_event);
     return st;
