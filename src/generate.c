@@ -95,33 +95,81 @@ static bool eager(const vp__gen *G)
     return vp__attention_impl(G->S, o, G->ce) == VP_ATTN_EAGER;
 }
 
-/* masking_utils.create_causal_mask, once per forward before the layers:
- * the causal grid and its AND with the padding mask (q x kv each), then
- * the 4-D boolean mask [B, 1, q, kv]; eager attention takes it as a float
- * mask in the model's dtype (vp__attention_model_mask, kept until the
- * forward returns). SDPA skips it (is_causal) unless prompts are padded
- * or a static cache is read in a decode step
- * (_ignore_causal_mask_sdpa; traced). */
+/* Whether the mask of layer L's kind is materialized in a forward of q
+ * tokens: always for eager attention; for SDPA unless
+ * masking_utils._ignore_causal_mask_sdpa lets it pass is_causal instead,
+ * which it does when no prompt is padded, q is 1 or the key length, and
+ * the key length is below the layer's sliding window (a static cache's
+ * decode steps read max_cache_len keys for one query: traced). */
+static bool mask_needed(const vp__gen *G, const vp__gen_layer *L, uint64_t q,
+                        bool prefill)
+{
+    if (eager(G) || G->cfg->padded ||
+        (G->cfg->cache == VP_CACHE_STATIC && !prefill))
+        return true;
+    return L->window && kv_len_of(G, L, q) >= L->window;
+}
+
+/* masking_utils.create_causal_mask (and create_sliding_window_causal_mask
+ * for sliding layers: Qwen2 makes both when it has both kinds, Mistral
+ * the sliding one), once per forward before the layers: the causal grid
+ * and its AND with the padding mask (q x kv each), then the 4-D boolean
+ * mask [B, 1, q, kv]; eager attention takes it as a float mask in the
+ * model's dtype (vp__attention_model_mask, kept until the forward
+ * returns). */
 static void model_mask(vp__gen *G, uint64_t q, bool prefill)
 {
     sim *S = G->S;
     bool eg = eager(G);
-    G->fmask = NONE;
-    if (!eg && !G->cfg->padded &&
-        !(G->cfg->cache == VP_CACHE_STATIC && !prefill))
-        return;
-    uint64_t kv = kv_len_of(G, &G->layers[0], q);
-    uint64_t grid = vp__mulc(S, q, kv);
-    uint32_t t1 = vp__talloc(S, grid, VP_CAT_TEMP);
-    uint32_t t2 = vp__talloc(S, grid, VP_CAT_TEMP);
-    vp__tunref(S, t1);
-    G->fmask = vp__talloc(S, vp__mulc(S, grid, G->B), VP_CAT_ACT);
-    vp__tunref(S, t2);
-    if (eg) {
-        vp__attention_model_mask(S);
-        vp__tunref(S, G->fmask);
-        G->fmask = NONE;
+    G->fmask[0] = G->fmask[1] = NONE;
+    for (int k = 0; k < 2; k++) {
+        const vp__gen_layer *L = NULL;
+        for (uint32_t l = 0; l < G->n_layers && !L; l++)
+            if ((G->layers[l].window != 0) == k)
+                L = &G->layers[l];
+        if (!L || !mask_needed(G, L, q, prefill))
+            continue;
+        uint64_t grid = vp__mulc(S, q, kv_len_of(G, L, q));
+        uint32_t t1 = vp__talloc(S, grid, VP_CAT_TEMP);
+        uint32_t t2 = vp__talloc(S, grid, VP_CAT_TEMP);
+        vp__tunref(S, t1);
+        G->fmask[k] = vp__talloc(S, vp__mulc(S, grid, G->B), VP_CAT_ACT);
+        vp__tunref(S, t2);
+        if (eg) { /* one float mask of the model's (ops/attention.c) */
+            vp__attention_model_mask(S);
+            vp__tunref(S, G->fmask[k]);
+            G->fmask[k] = NONE;
+            return;
+        }
     }
+}
+
+/* The rotary embedding's cos and sin (LlamaRotaryEmbedding.forward, once
+ * per forward after the mask; traced): the positions in fp32, freqs
+ * (B x q x d/2), emb = cat(freqs, freqs), cos and sin in fp32 and times
+ * the attention scaling, then both cast to the compute dtype, which the
+ * model keeps until its layers are done (*cs). */
+static void rotary(vp__gen *G, uint64_t q, uint32_t cs[2])
+{
+    sim *S = G->S;
+    uint64_t d = G->gd->ops[G->layers[0].op].head_dim;
+    uint64_t n = vp__mulc(S, G->B, q), nd = vp__mulc(S, n, d);
+    uint32_t pos = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP);
+    uint32_t fr = vp__talloc(S, vp__mulc(S, nd / 2 + nd % 2, 4), VP_CAT_TEMP);
+    uint32_t emb = vp__talloc(S, vp__mulc(S, nd, 4), VP_CAT_TEMP);
+    uint32_t f32[2];
+    for (int k = 0; k < 2; k++) {
+        uint32_t t = vp__talloc(S, vp__mulc(S, nd, 4), VP_CAT_TEMP);
+        f32[k] = vp__talloc(S, vp__mulc(S, nd, 4), VP_CAT_TEMP);
+        vp__tunref(S, t);
+    }
+    for (int k = 0; k < 2; k++)
+        cs[k] = vp__talloc(S, vp__mulc(S, nd, G->ce), VP_CAT_ACT);
+    vp__tunref(S, pos);
+    vp__tunref(S, fr);
+    vp__tunref(S, emb);
+    vp__tunref(S, f32[0]);
+    vp__tunref(S, f32[1]);
 }
 
 /* One attention layer: the cache update, HF's repeat_kv and SDPA's mask
@@ -137,9 +185,9 @@ static void attention(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
         rebind(S, o->inputs[1], L->k);
         rebind(S, o->inputs[2], L->v);
     }
-    bool eg = eager(G);
+    bool eg = eager(G), masked = G->fmask[L->window != 0] != NONE;
     uint32_t rk = NONE, rv = NONE, conv = NONE;
-    if ((eg || G->fmask != NONE) && o->kv_heads < o->heads) {
+    if ((eg || masked) && o->kv_heads < o->heads) {
         /* repeat_kv: [B, kv_heads, kv, d] expanded to every head */
         uint64_t rep = o->heads / o->kv_heads;
         rk = vp__talloc(S, vp__mulc(S, vp__mulc(S, kv, L->kb), rep),
@@ -147,7 +195,7 @@ static void attention(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
         rv = vp__talloc(S, vp__mulc(S, vp__mulc(S, kv, L->vb), rep),
                         VP_CAT_TEMP);
     }
-    if (!eg && G->fmask != NONE) /* torch.where(mask, 0, -inf) */
+    if (!eg && masked) /* torch.where(mask, 0, -inf) */
         conv = vp__talloc(S, vp__mulc(S, vp__mulc(S, G->B, q),
                                       vp__mulc(S, kv, G->ce)),
                           VP_CAT_TEMP);
@@ -182,13 +230,22 @@ static void forward(vp__gen *G, bool prefill)
     for (uint32_t l = 0; l < G->n_layers; l++)
         g->ops[G->layers[l].op].kv_len = kv_len_of(G, &G->layers[l], q);
     S->g = g;
+    uint32_t cs[2] = {NONE, NONE};
     for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
         if (i == G->loss_op)
             continue;
-        if (i == G->logits_op && prefill)
-            S->g = g = G->gd;
-        if (g->n_segs && i == g->segs[0].first_op)
+        if (i == G->logits_op) { /* the base model has returned */
+            vp__tunref(S, cs[0]);
+            vp__tunref(S, cs[1]);
+            cs[0] = cs[1] = NONE;
+            if (prefill)
+                S->g = g = G->gd;
+        }
+        if (g->n_segs && i == g->segs[0].first_op) {
             model_mask(G, q, prefill);
+            if (g->tf.rotary)
+                rotary(G, q, cs);
+        }
         if (G->layer_of[i] != NONE)
             attention(G, g, i, q);
         else
@@ -197,8 +254,12 @@ static void forward(vp__gen *G, bool prefill)
     }
     vp__release_pyholds(S);
     vp__release_held(S);
-    vp__tunref(S, G->fmask);
-    G->fmask = NONE;
+    vp__tunref(S, cs[0]);
+    vp__tunref(S, cs[1]);
+    for (int k = 0; k < 2; k++) {
+        vp__tunref(S, G->fmask[k]);
+        G->fmask[k] = NONE;
+    }
     G->logits = OK(S) ? S->out_t[G->logits_op] : NONE;
     S->cur_op = "";
     S->cur_op_idx = -1;
@@ -401,7 +462,7 @@ vp_status vp__generate_run(sim *S)
     G.lmax = G.P + G.N - 1;
     G.ce = S->amp ? 2 : S->A;
     G.logits = G.l32 = G.scores = G.probs = NONE;
-    G.ids = G.mask = G.pos = G.fmask = NONE;
+    G.ids = G.mask = G.pos = G.fmask[0] = G.fmask[1] = NONE;
     vp_status st = check_setup(G.cfg, S->err);
     if (st == VP_OK)
         st = graphs_init(&G, g);
@@ -414,6 +475,9 @@ vp_status vp__generate_run(sim *S)
         S->g = G.gp;
         vp__load_model(S, true);
         S->out->gen.weights = S->out->after_model;
+        /* torch.cuda.reset_peak_memory_stats(): the calls' peaks */
+        S->peak = 0;
+        S->out->peak_alloc = 0;
         for (uint32_t c = 1; c <= S->s->steps && OK(S); c++)
             one_call(&G, c);
         S->out->flops_per_step = G.flops / S->s->steps;
@@ -425,4 +489,124 @@ vp_status vp__generate_run(sim *S)
     vp_graph_free(G.gp);
     vp_graph_free(G.gd);
     return st;
+}
+
+/* ---- the --generate spec -------------------------------------------------------- */
+
+static const char *const SPEC_KEYS[] = {"prompt", "new",   "min-new", "sample",
+                                        "top-k",  "top-p", "padded",  NULL};
+
+/* A whole decimal number in [lo, hi] filling [s, e). */
+static bool spec_u64(const char *s, const char *e, uint64_t lo, uint64_t hi,
+                     uint64_t *out)
+{
+    uint64_t v = 0;
+    if (s == e || e - s > 20)
+        return false;
+    for (const char *p = s; p < e; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return v >= lo && v <= hi;
+}
+
+/* top-p=F: a decimal in (0, 1]; *on when below 1. */
+static bool spec_top_p(const char *s, const char *e, bool *on)
+{
+    char buf[32], *end;
+    if (s == e || (size_t)(e - s) >= sizeof buf ||
+        strspn(s, "0123456789.") < (size_t)(e - s))
+        return false;
+    memcpy(buf, s, (size_t)(e - s));
+    buf[e - s] = '\0';
+    double p = strtod(buf, &end);
+    *on = p < 1.0;
+    return *end == '\0' && p > 0.0 && p <= 1.0;
+}
+
+/* One KEY or KEY=VALUE item of length n into *g. */
+static vp_status spec_item(const char *s, size_t n, vp_generate *g,
+                           bool *min_set, vp_error *err)
+{
+    const char *e = s + n, *eq = memchr(s, '=', n), *v = eq ? eq + 1 : e;
+    char key[16];
+    size_t kn = (size_t)((eq ? eq : e) - s);
+    int k = -1;
+    if (kn > 0 && kn < sizeof key) {
+        memcpy(key, s, kn);
+        key[kn] = '\0';
+        for (k = 0; SPEC_KEYS[k] && strcmp(SPEC_KEYS[k], key); k++)
+            ;
+    }
+    if (k < 0 || !SPEC_KEYS[k]) {
+        const char *hint = kn > 0 && kn < sizeof key
+                               ? vp__suggest(key, SPEC_KEYS) : NULL;
+        return vp_error_set(err, VP_EARG, "unknown item '%.*s' in the "
+                            "generate spec%s%s%s (items: prompt=N, new=N, "
+                            "min-new=N, sample, top-k=N, top-p=P, padded)",
+                            (int)n, s, hint ? " (did you mean '" : "",
+                            hint ? hint : "", hint ? "'?)" : "");
+    }
+    bool flag = k == 3 || k == 6, ok;
+    if (flag != (eq == NULL))
+        return vp_error_set(err, VP_EARG, "'%s' in the generate spec %s",
+                            SPEC_KEYS[k], flag ? "takes no value"
+                                               : "needs a value (KEY=VALUE)");
+    switch (k) {
+    case 0: ok = spec_u64(v, e, 1, VP_MAX_DIM, &g->prompt); break;
+    case 1: ok = spec_u64(v, e, 1, VP_MAX_DIM, &g->new_tokens); break;
+    case 2: ok = spec_u64(v, e, 0, VP_MAX_DIM, &g->min_new);
+            *min_set = true; break;
+    case 4: {
+        uint64_t t = 0;
+        ok = spec_u64(v, e, 0, UINT32_MAX, &t);
+        g->top_k = (uint32_t)t;
+        break;
+    }
+    case 5: ok = spec_top_p(v, e, &g->top_p); break;
+    default: ok = true; *(k == 3 ? &g->sample : &g->padded) = true; break;
+    }
+    if (!ok)
+        return vp_error_set(err, VP_EARG, "invalid value '%.*s' for '%s' in "
+                            "the generate spec (%s)", (int)(e - v), v,
+                            SPEC_KEYS[k],
+                            k == 5 ? "a number above 0, at most 1"
+                                   : "a whole number of tokens");
+    return VP_OK;
+}
+
+vp_status vp_generate_parse(const char *spec, vp_generate *out, vp_error *err)
+{
+    vp_generate g;
+    bool min_set = false, top_k_set = false;
+    memset(&g, 0, sizeof g);
+    vp_error_clear(err);
+    for (const char *p = spec ? spec : "";;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0)
+            return vp_error_set(err, VP_EARG, "an empty item in the generate "
+                                "spec '%s'", spec ? spec : "");
+        top_k_set |= strncmp(p, "top-k=", 6) == 0;
+        VP_TRY(spec_item(p, n, &g, &min_set, err));
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
+    }
+    if (g.prompt == 0 || g.new_tokens == 0)
+        return vp_error_set(err, VP_EARG, "the generate spec needs prompt=N "
+                            "and new=N");
+    if (!min_set) /* every sequence makes all its tokens (EOS masked) */
+        g.min_new = g.new_tokens;
+    if (g.sample && !top_k_set) /* GenerationConfig's default top_k */
+        g.top_k = VP_GENERATE_TOP_K;
+    out->prompt = g.prompt;
+    out->new_tokens = g.new_tokens;
+    out->min_new = g.min_new;
+    out->sample = g.sample;
+    out->top_k = g.top_k;
+    out->top_p = g.top_p;
+    out->padded = g.padded;
+    return check_setup(&g, err);
 }

@@ -41,7 +41,8 @@ typedef struct vp__gen {
     uint32_t probs;           /* sampling: the softmax of the scores    */
     uint32_t ids, mask, pos;  /* input_ids, attention_mask and the
                                  positions, grown by one token a step  */
-    uint32_t fmask;           /* the forward's materialized 4-D mask    */
+    uint32_t fmask[2];        /* the forward's materialized 4-D masks:
+                                 full attention's and sliding layers'  */
     double flops;             /* of the call's forwards                 */
 } vp__gen;
 

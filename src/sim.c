@@ -778,7 +778,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
         uint64_t b;
         if (!vp_mul_u64(pp->numel, eb, &b) ||
             !vp_add_u64(out->param_bytes, b, &out->param_bytes) ||
-            (pp->trainable && !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
+            (pp->trainable && !s->generate.prompt &&
+             !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
             return vp_error_set(err, VP_EOVERFLOW,
                                 "parameter bytes overflow 64 bits");
     }

@@ -576,7 +576,7 @@ Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
         "lora", "base_dtype", "freeze", "quant", "load", "trainable_params",
-        "generate", "cache", "hf_config", "target", "autocast",
+        "cache", "hf_config", "target", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 

@@ -111,6 +111,20 @@ typedef struct vp_generate {
                               GQA repeats K and V for SDPA                */
 } vp_generate;
 
+/* transformers GenerationConfig's default top_k (used when sampling). */
+#define VP_GENERATE_TOP_K 50u
+
+/* Parse a generate spec, comma-separated items:
+ *   prompt=N, new=N     prompt and new tokens per sequence (both needed)
+ *   min-new=N           min_new_tokens (default: new, every token made)
+ *   sample              do_sample (top-k 50 unless top-k=N says)
+ *   top-k=N, top-p=P    the sampling filters (top-p below 1 sorts)
+ *   padded              prompts of different lengths, left-padded
+ * into out's fields (its cache is left as it is). VP_EARG naming the item
+ * for an unknown item or a bad value. */
+vp_status vp_generate_parse(const char *spec, vp_generate *out,
+                            vp_error *err);
+
 /* A training setup. Initialise with vp_setup_init, then change fields. */
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
