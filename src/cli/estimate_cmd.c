@@ -443,6 +443,20 @@ static double share(uint64_t part, uint64_t whole)
 
 /* --- table ---------------------------------------------------------- */
 
+/* The allocator's settings and the parameter count. */
+static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
+{
+    char a[32], b[32];
+    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
+            "workspace %s\n",
+            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
+                           : "none",
+            s->alloc.expandable_segments ? "on" : "off",
+            vp_size_format(s->cublas_workspace, b, sizeof b));
+    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
+            cli_si((double)e->params, "", b, sizeof b));
+}
+
 /* The setup and model state of a generate() estimate. */
 static void table_generate_setup(FILE *f, const report *r)
 {
@@ -465,14 +479,7 @@ static void table_generate_setup(FILE *f, const report *r)
                 g->padded ? ", padded prompts" : "");
     fprintf(f, "             attention %s\n",
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
-    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
-            "workspace %s\n",
-            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
-                           : "none",
-            s->alloc.expandable_segments ? "on" : "off",
-            vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
-            cli_si((double)e->params, "", b, sizeof b));
+    table_allocator(f, s, e);
     fprintf(f, "model state  weights %s, KV cache %s when generate() "
             "returns, %s at the peak\n",
             vp_size_format(e->gen.weights, a, sizeof a),
@@ -511,14 +518,7 @@ static void table_setup(FILE *f, const report *r)
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
     fprintf(f, "             checkpoint %s (%zu of %zu segments)\n",
             r->checkpoint, n_ckpt, vp_graph_segment_count(r->graph));
-    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
-            "workspace %s\n",
-            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
-                           : "none",
-            s->alloc.expandable_segments ? "on" : "off",
-            vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
-            cli_si((double)e->params, "", b, sizeof b));
+    table_allocator(f, s, e);
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
