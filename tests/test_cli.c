@@ -266,6 +266,11 @@ Test(cli, generate_refuses_seq)
     GOLDEN("generate_refuses_seq", 2, "estimate", GEN_LLAMA, "--generate",
            "prompt=100,new=10", "--seq", "128");
 }
+Test(cli, generate_refuses_an_optimizer)
+{
+    GOLDEN("generate_refuses_an_optimizer", 2, "estimate", GEN_LLAMA,
+           "--generate", "prompt=100,new=10", "--optimizer", "sgd");
+}
 Test(cli, cache_needs_generate)
 {
     GOLDEN("cache_needs_generate", 2, "estimate", GEN_LLAMA, "--cache",

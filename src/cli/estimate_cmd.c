@@ -213,9 +213,12 @@ static int apply_generate(const cli_val *v, vp_setup *s)
         return cli_usage_error("--generate: %s", err.msg);
     for (size_t i = 0; i < sizeof training / sizeof training[0]; i++)
         if (v[training[i].id].given)
-            return cli_usage_error("--%s does not apply to --generate (the "
-                                   "prompt's length is its prompt=N)",
-                                   training[i].name);
+            return cli_usage_error("--%s does not apply to --generate (%s)",
+                                   training[i].name,
+                                   training[i].id == CLI_O_SEQ
+                                       ? "the prompt's length is its prompt=N"
+                                       : "generate() runs under no_grad: "
+                                         "no training step");
     if (v[OPT_CACHE].given)
         s->generate.cache = (vp_cache_impl)v[OPT_CACHE].choice;
     s->seq = s->generate.prompt;
