@@ -27,6 +27,11 @@
 #include "generate_impl.h"
 #include "vramplan/kvcache.h"
 
+/* The most op forwards a simulation runs (decode steps x calls x ops): a
+ * few minutes of simulation; more is refused rather than left to run for
+ * hours. */
+#define MAX_OP_FORWARDS ((uint64_t)1 << 28)
+
 /* ---- the cache -------------------------------------------------------------- */
 
 static uint32_t kv_alloc(sim *S, uint64_t tokens, uint64_t per_token)
@@ -468,6 +473,14 @@ vp_status vp__generate_run(sim *S)
         st = graphs_init(&G, g);
     if (st == VP_OK)
         st = layers_init(&G);
+    if (st == VP_OK &&
+        G.N > MAX_OP_FORWARDS / S->s->steps / G.gd->n_ops)
+        st = vp_error_set(S->err, VP_ELIMIT,
+                          "generate: %llu new tokens x %u calls x %zu ops "
+                          "is over the simulation's bound of %llu op "
+                          "forwards; simulate fewer new tokens or calls",
+                          (unsigned long long)G.N, (unsigned)S->s->steps,
+                          G.gd->n_ops, (unsigned long long)MAX_OP_FORWARDS);
     if (st == VP_OK && G.vocab > UINT64_MAX / 16 / G.B)
         st = vp_error_set(S->err, VP_EOVERFLOW,
                           "batch x vocabulary overflows 64 bits");

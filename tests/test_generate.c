@@ -437,3 +437,15 @@ Test(generate_cache, a_prompt_over_the_window_materializes_the_mask)
                  err.msg);
     cr_expect_eq(d.n, 0);
 }
+
+/* Every decode step is simulated: a length whose steps would take hours
+ * is refused at once (VP_ELIMIT), not run. */
+Test(generate_errors, an_endless_generation_is_refused, .timeout = 10)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    gen_setup(&s, 1, "prompt=16,new=1099511627776");
+    cr_expect_eq(run(LLAMA, &s, &e, NULL, NULL, &err), VP_ELIMIT);
+    cr_expect(strstr(err.msg, "op forwards") != NULL, "%s", err.msg);
+}
