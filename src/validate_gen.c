@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "validate_impl.h"
 #include "vramplan/defaults.h"
@@ -149,9 +150,16 @@ static vp_model *case_model(const vp_case_in *in, const vp_validate_opts *o,
     int w = snprintf(path, sizeof path, "%.*s%s%s",
                      slash ? (int)(slash - file) : 0, file, slash ? "/" : "",
                      in->gen.hf_config);
+    int at = vp__jdoc_member(in->doc, 0, "hf_config");
     if (w < 0 || (size_t)w >= sizeof path) {
-        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
-                 VP_ELIMIT, err, "the config's path is too long");
+        vp__jerr(in->doc, at, false, VP_ELIMIT, err,
+                 "the config's path is too long");
+        return NULL;
+    }
+    if (access(path, R_OK) != 0) { /* named at the case's field */
+        vp__jerr(in->doc, at, false, VP_EIO, err, "hf_config '%s' not "
+                 "found (looked for %s, beside the case file)",
+                 in->gen.hf_config, path);
         return NULL;
     }
     return vp_model_load(path, err);

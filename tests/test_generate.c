@@ -449,3 +449,16 @@ Test(generate_errors, an_endless_generation_is_refused, .timeout = 10)
     cr_expect_eq(run(LLAMA, &s, &e, NULL, NULL, &err), VP_ELIMIT);
     cr_expect(strstr(err.msg, "op forwards") != NULL, "%s", err.msg);
 }
+
+Test(generate_case, a_missing_hf_config_is_named_at_its_field)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"id\": \"g\", \"model\": \"tiny\", \"batch\": 4, "
+                       "\"generate\": {\"prompt\": 100, \"new_tokens\": 10},"
+                       " \"hf_config\": \"no-such-config.json\"}";
+    cr_assert_eq(gen_line(json, &r, &err), VP_EIO);
+    cr_expect(strstr(err.msg, "'no-such-config.json' not found") != NULL,
+              "%s", err.msg);
+    cr_expect_eq(err.col, (int)(strstr(json, "\"no-such") - json) + 1);
+}
