@@ -462,3 +462,28 @@ Test(generate_case, a_missing_hf_config_is_named_at_its_field)
               "%s", err.msg);
     cr_expect_eq(err.col, (int)(strstr(json, "\"no-such") - json) + 1);
 }
+
+/* Qwen2's use_sliding_window with max_window_layers 1: layer 0 attends to
+ * every token, layers 1 and 2 slide over 64 (Qwen2Config's layer_types
+ * rule), in the graph's cache layout as in the config's. */
+Test(generate_cache, qwen2s_max_window_layers_picks_the_sliding_layers)
+{
+    const char *path = "tests/data/good/hf-qwen2-sliding.json";
+    mg r = open_model(path, 1, 16);
+    vp_kv_layout g, h;
+    vp_error err;
+    cr_assert_eq(vp_kv_layout_from_graph(r.g, &g, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(vp_kv_layout_from_hf(path, &h, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(g.n_layers, 3);
+    cr_expect_eq(g.layer[0].kind, VP_KV_FULL);
+    for (uint32_t l = 0; l < 3; l++) {
+        cr_expect_eq(g.layer[l].kind, h.layer[l].kind, "layer %u", l);
+        cr_expect_eq(g.layer[l].window, h.layer[l].window, "layer %u", l);
+        cr_expect_eq(g.layer[l].window, l ? 64 : 0, "layer %u", l);
+    }
+    vp_kv_layout_destroy(&g);
+    vp_kv_layout_destroy(&h);
+    close_model(&r);
+}
