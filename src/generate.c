@@ -54,7 +54,9 @@ static uint64_t cache_update(vp__gen *G, vp__gen_layer *L, uint64_t q)
             L->v = kv_alloc(S, n, L->vb);
             L->stored = L->view = n;
         }
-        return n;
+        /* a prefill longer than the window attends over all its keys
+         * (StaticSlidingWindowLayer.update returns them; measured) */
+        return q > n ? q : n;
     }
     /* torch.cat([self.keys, key_states]), then the old tensor freed by
      * the assignment; a sliding layer keeps a view of the last
@@ -76,8 +78,10 @@ static uint64_t cache_update(vp__gen *G, vp__gen_layer *L, uint64_t q)
 static uint64_t kv_len_of(const vp__gen *G, const vp__gen_layer *L,
                           uint64_t q)
 {
-    if (G->cfg->cache == VP_CACHE_STATIC)
-        return L->window && L->window < G->lmax ? L->window : G->lmax;
+    if (G->cfg->cache == VP_CACHE_STATIC) {
+        uint64_t n = L->window && L->window < G->lmax ? L->window : G->lmax;
+        return q > n ? q : n;
+    }
     return L->view + q;
 }
 

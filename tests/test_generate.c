@@ -487,3 +487,22 @@ Test(generate_cache, qwen2s_max_window_layers_picks_the_sliding_layers)
     vp_kv_layout_destroy(&h);
     close_model(&r);
 }
+
+/* StaticSlidingWindowLayer: a prefill longer than the window attends
+ * over all its keys, so its mask is [B, 1, P, P] as the dynamic cache's
+ * (measured: mistral-2b b2 p6144 static, groundtruth/
+ * h200-torch2.11-generate-window.jsonl), while the cache keeps W. */
+Test(generate_cache, a_static_sliding_prefill_attends_over_the_prompt)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    size_count c = {.bytes = 2 * 5000ull * 5000};
+    gen_setup(&s, 2, "prompt=5000,new=2");
+    s.generate.cache = VP_CACHE_STATIC;
+    cr_assert_eq(run(MISTRAL, &s, &e, count_size, &c, &err), VP_OK, "%s",
+                 err.msg);
+    cr_expect_eq(c.n, 1, "%u", c.n);
+    /* 3 layers x (K + V) x 1 head x 8 dims x 2 B x 2 sequences x W */
+    cr_expect_eq(e.gen.kv_cache_bytes, 3ull * 2 * 8 * 2 * 2 * 4096);
+}
