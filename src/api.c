@@ -16,6 +16,7 @@ typedef enum { CMD_ESTIMATE, CMD_MAXBATCH, CMD_PLAN } command;
 typedef struct request {
     command cmd;
     const char *model, *gpu, *gpu_dir, *checkpoint, *selective;
+    const char *generate, *cache; /* the generate spec and cache name */
     json_t *budget;             /* as given (integer, size, fraction)  */
     uint64_t global_batch;
     vp_setup setup;
@@ -30,7 +31,7 @@ static const char *const KEYS[] = {
     "offload_activations", "compress_activations", "int8_weights",
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
     "global_batch", "lora", "freeze", "quant", "double_quant", "load",
-    "base_dtype", NULL};
+    "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
 {
@@ -193,6 +194,10 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
         st = get_str(v, key, &r->gpu, err);
     } else if (strcmp(key, "gpu_dir") == 0) {
         st = get_str(v, key, &r->gpu_dir, err);
+    } else if (strcmp(key, "generate") == 0) {
+        st = get_str(v, key, &r->generate, err);
+    } else if (strcmp(key, "cache") == 0) {
+        st = get_str(v, key, &r->cache, err);
     } else if (strcmp(key, "global_batch") == 0) {
         st = r->cmd != CMD_PLAN
                  ? vp_error_set(err, VP_EARG,
@@ -202,6 +207,32 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
         st = ft_field(s, key, v, err);
     }
     return st;
+}
+
+/* 'generate' (the CLI's --generate SPEC) and 'cache', as the CLI takes
+ * them: seq is the prompt's, and plan does not take them. */
+static vp_status apply_generate(request *r, json_t *root, vp_error *err)
+{
+    vp_setup *s = &r->setup;
+    if (!r->generate)
+        return r->cache ? vp_error_set(err, VP_EARG,
+                                       "'cache' needs 'generate'")
+                        : VP_OK;
+    if (r->cmd == CMD_PLAN)
+        return vp_error_set(err, VP_EARG, "plan chooses a training setup; "
+                            "'generate' is for estimate and maxbatch");
+    if (json_object_get(root, "seq"))
+        return vp_error_set(err, VP_EARG, "'seq' does not apply to "
+                            "'generate' (the prompt's length is its "
+                            "prompt=N)");
+    if (vp_generate_parse(r->generate, &s->generate, err) != VP_OK)
+        return VP_EARG;
+    if (r->cache && vp_cache_impl_parse(r->cache, &s->generate.cache) !=
+                        VP_OK)
+        return vp_error_set(err, VP_EARG, "unknown cache '%s' (dynamic or "
+                            "static)", r->cache);
+    s->seq = s->generate.prompt;
+    return VP_OK;
 }
 
 static vp_status parse(json_t *root, request *r, vp_error *err)
@@ -247,7 +278,7 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
     }
     if (!r->model)
         return vp_error_set(err, VP_EARG, "the request has no 'model'");
-    return VP_OK;
+    return apply_generate(r, root, err);
 }
 
 /* ---- setup -------------------------------------------------------------- */
@@ -331,7 +362,19 @@ static void put(json_t *o, const char *key, json_t *v)
     json_object_set_new(o, key, v);
 }
 
-static json_t *estimate_json(const vp_estimate *e)
+static json_t *generate_json(const vp_gen_estimate *g)
+{
+    json_t *o = json_object();
+    put(o, "weights", num(g->weights));
+    put(o, "kv_cache_bytes", num(g->kv_cache_bytes));
+    put(o, "kv_at_peak", num(g->kv_at_peak));
+    put(o, "prefill_peak", num(g->prefill_peak));
+    put(o, "decode_peak", num(g->decode_peak));
+    put(o, "peak_token", num(g->peak_token));
+    return o;
+}
+
+static json_t *estimate_json(const vp_estimate *e, bool generate)
 {
     json_t *o = json_object(), *cat = json_object(), *top = json_array(),
            *steps = json_array();
@@ -354,6 +397,8 @@ static json_t *estimate_json(const vp_estimate *e)
         json_array_append_new(top, l);
     }
     put(o, "top_layers", top);
+    if (generate)
+        put(o, "generate", generate_json(&e->gen));
     for (uint32_t i = 0; i < e->steps && i < VP_MAX_STEPS; i++) {
         const vp_phase_peaks *p = &e->step[i];
         json_t *s = json_object();
@@ -405,7 +450,7 @@ static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
     if (st == VP_OK)
         st = vp_simulate(g, &r->setup, &e, NULL, NULL, err);
     if (st == VP_OK || st == VP_EOOM) {
-        json_t *est = estimate_json(&e);
+        json_t *est = estimate_json(&e, r->generate != NULL);
         json_object_update(res, est);
         json_decref(est);
         put(res, "fits", json_boolean(st == VP_OK));
@@ -432,7 +477,8 @@ static vp_status run_maxbatch(const request *r, const vp_model *m,
         put(res, "max_batch", num(mb->max_batch));
         put(res, "trials", num(mb->trials));
         if (mb->max_batch)
-            put(res, "at_max", estimate_json(&mb->at_max));
+            put(res, "at_max",
+                estimate_json(&mb->at_max, r->generate != NULL));
     }
     free(mb);
     return st;

@@ -234,7 +234,12 @@ static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
     g->batch = batch;
     g->seq = seq ? seq : m->seq;
     g->model_name = vp__arena_strdup(&g->arena, m->name);
-    if (!g->model_name) {
+    g->path = m->path ? vp__arena_strdup(&g->arena, m->path) : NULL;
+    if (tf) {
+        g->has_tf = true;
+        g->tf = *tf;
+    }
+    if (!g->model_name || (m->path && !g->path)) {
         vp_error_set(err, VP_ENOMEM, "out of memory");
         goto fail;
     }
@@ -258,6 +263,25 @@ vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err)
 {
     return build(m, t, batch, seq, err);
+}
+
+vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
+                            vp_error *err)
+{
+    vp_model m;
+
+    if (!g->has_tf) {
+        vp_error_set(err, VP_EUNSUPPORTED,
+                     "model '%s' is a layer graph, not a transformer "
+                     "description",
+                     g->model_name);
+        return NULL;
+    }
+    memset(&m, 0, sizeof m);
+    m.name = g->model_name;
+    m.path = g->path;
+    m.seq = g->seq;
+    return build(&m, &g->tf, batch, seq, err);
 }
 
 vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,

@@ -21,6 +21,12 @@ struct vp_graph {
     vp_segment *segs;
     size_t n_segs, cap_segs;
     bool *seg_default; /* cap_segs entries */
+    /* the transformer description it was built from (has_tf), and the
+     * model file: generate() instantiates the same model at other
+     * shapes (vp__graph_rebuild) */
+    bool has_tf;
+    vp_tf tf;
+    const char *path;
 };
 
 /* Append an op (copied); its name is formatted into the arena. Returns the
@@ -90,5 +96,11 @@ uint8_t vp__base_bytes(const struct vp_setup *s);
  * it. */
 vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err);
+
+/* The model g was built from (a transformer description), instantiated
+ * again for another batch and sequence length; NULL with *err set
+ * (VP_EUNSUPPORTED for a graph-form model). */
+vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
+                            vp_error *err);
 
 #endif

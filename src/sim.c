@@ -49,6 +49,11 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
     }
 }
 
+void vp__release_pyholds(sim *S)
+{
+    pyhold_release(S, -1, -1);
+}
+
 /* A checkpointed segment keeps each tensor it takes from outside once
  * (the arguments of the checkpointed function), until its backward. */
 static void ckpt_save_input(sim *S, int32_t seg, uint32_t id)
@@ -149,7 +154,7 @@ static void fwd_done(sim *S, const vp__fwd_op *f, const uint32_t *refs_of)
 
 /* Forward of op i. refs_of: the consumers' references during a
  * recomputation (NULL: all its consumers). */
-static void fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
+void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
 {
     const vp_graph *g = S->g;
     const vp_op *o = &g->ops[i];
@@ -254,7 +259,7 @@ static void phase_begin(sim *S, vp_phase ph)
     S->phase_peak = st.allocated;
 }
 
-static uint64_t allocated(sim *S)
+uint64_t vp__allocated(sim *S)
 {
     vp_allocator_stats st;
     vp_allocator_stats_get(S->a, &st);
@@ -282,7 +287,7 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
         }
     /* inputs from outside the segment are passed with refs_of == 0 */
     for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
-        fwd(S, i, MODE_RECOMPUTE, refs_of);
+        vp__fwd(S, i, MODE_RECOMPUTE, refs_of);
     pyhold_release(S, -1, -1); /* early stop unwinds the Python frames */
     vp__clear_cast_cache(S);
 }
@@ -305,7 +310,7 @@ static void forward_pass(sim *S)
         }
         if (g->n_segs && i == g->segs[0].first_op)
             vp__attention_model_mask(S);
-        fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+        vp__fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
     }
     pyhold_release(S, -1, -1);
     S->cur_op = "";
@@ -508,7 +513,7 @@ static void add_adapters(sim *S)
     free(half);
 }
 
-static void load_model(sim *S)
+void vp__load_model(sim *S)
 {
     const vp_graph *g = S->g;
     S->phase = VP_PHASE_SETUP;
@@ -536,7 +541,7 @@ static void load_model(sim *S)
     S->out->load_peak = S->peak - S->out->baseline;
     add_adapters(S);
     S->cur_op = "";
-    S->out->after_model = allocated(S) - S->out->baseline;
+    S->out->after_model = vp__allocated(S) - S->out->baseline;
     S->out->setup_peak = S->peak - S->out->baseline;
 }
 
@@ -575,7 +580,7 @@ static vp_status run(sim *S)
     uint32_t *refs_of = calloc(g->n_ops ? g->n_ops : 1, sizeof *refs_of);
     if (!refs_of)
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
-    load_model(S);
+    vp__load_model(S);
     uint32_t loss = NONE;
     for (uint32_t i = 0; i < g->n_ops; i++)
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS)
@@ -599,7 +604,7 @@ static vp_status run(sim *S)
             if (mb == 0) {
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
-                pk->start = allocated(S) - out->baseline;
+                pk->start = vp__allocated(S) - out->baseline;
             } else {
                 vp__tunref(S, loss_t); /* del loss */
                 vp__release_graph(S);
@@ -630,7 +635,7 @@ static vp_status run(sim *S)
             }
             if (S->phase_peak > fwd_peak)
                 fwd_peak = S->phase_peak;
-            pk->after_fwd = allocated(S) - out->baseline;
+            pk->after_fwd = vp__allocated(S) - out->baseline;
             if (!S->training)
                 break;
             phase_begin(S, VP_PHASE_BACKWARD);
@@ -643,7 +648,7 @@ static vp_status run(sim *S)
         pk->peak[VP_PHASE_FORWARD] = fwd_peak - out->baseline;
         if (S->training) {
             pk->peak[VP_PHASE_BACKWARD] = bwd_peak - out->baseline;
-            pk->after_bwd = allocated(S) - out->baseline;
+            pk->after_bwd = vp__allocated(S) - out->baseline;
             phase_begin(S, VP_PHASE_OPTIMIZER);
             vp__optimizer_step(S);
             if (S->cat_live[VP_CAT_OPTIM] > out->optim_bytes)
@@ -655,7 +660,7 @@ static vp_status run(sim *S)
         }
         for (size_t k = 0; k < nb; k++)
             vp__tunref(S, batch[k]);
-        pk->end = allocated(S) - out->baseline;
+        pk->end = vp__allocated(S) - out->baseline;
         vp_allocator_stats st;
         vp_allocator_stats_get(S->a, &st);
         pk->reserved = st.reserved;
@@ -747,7 +752,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->A = p == VP_PREC_FP32 ? 4 : 2;
     S->PE = vp__base_bytes(s);
     S->kbit = s->ft.quant != VP_QUANT_NONE;
-    S->training = !s->inference;
+    S->training = !s->inference && !s->generate.prompt;
     if (s->weight_bits == 8) {
         /* INT8 weights: the weights of linear layers that own them (a
          * weight tied to an embedding stays as it is) */
@@ -789,7 +794,10 @@ static void layer_breakdown(const vp_graph *g, const vp_setup *s,
         return;
     }
     S.stop_at = at;
-    run(&S);
+    if (s->generate.prompt)
+        vp__generate_run(&S);
+    else
+        run(&S);
     size_t nb = g->n_segs + 1;
     uint64_t *bytes = calloc(nb, sizeof *bytes);
     if (bytes) {
@@ -840,7 +848,8 @@ static vp_status model_bytes(const vp_graph *g, const vp_setup *s,
         w = pp->quant ? vp__quant_bytes(g, (uint32_t)p, s->ft.double_quant)
                       : b;
         if (!vp_add_u64(out->param_bytes, w, &out->param_bytes) ||
-            (pp->trainable && !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
+            (pp->trainable && !s->generate.prompt &&
+             !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
             return vp_error_set(err, VP_EOVERFLOW,
                                 "parameter bytes overflow 64 bits");
     }
@@ -868,7 +877,7 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
     if (st == VP_OK) {
         S.cb = on_event;
         S.ud = ud;
-        st = run(&S);
+        st = s->generate.prompt ? vp__generate_run(&S) : run(&S);
     }
     vp_allocator_stats as;
     if (S.a) {
@@ -905,7 +914,7 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
     if (out->steps)
         out->host_traffic /= out->steps; /* per step */
     double f = 0;
-    for (size_t i = 0; i < g->n_ops; i++) {
+    for (size_t i = 0; i < g->n_ops && !s->generate.prompt; i++) {
         f += g->ops[i].flops_fwd;
         if (!s->inference)
             f += g->ops[i].flops_bwd;
@@ -914,7 +923,8 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
             s->checkpoint[g->ops[i].segment])
             f += g->ops[i].flops_fwd;
     }
-    out->flops_per_step = f * (s->inference ? 1 : s->accum);
+    if (!s->generate.prompt) /* generate.c counts its forwards */
+        out->flops_per_step = f * (s->inference ? 1 : s->accum);
     if (st == VP_OK && peak_event && !s->skip_breakdown)
         layer_breakdown(g, s, out, peak_event);
     return st;

@@ -38,12 +38,18 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
             S->out->peak_phase = S->phase;
             S->out->peak_step = S->step;
             S->peak_op = S->cur_op; /* named in the estimate at the end */
-            memcpy(S->out->by_category, S->cat_live, sizeof S->cat_live);
+            memcpy(S->out->by_category, S->cat_live,
+                   sizeof S->out->by_category);
+            S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
+            S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
+            S->out->gen.peak_token = S->gen_token;
             /* remember the event for the layer breakdown pass */
             S->out->events = S->events;
         }
     }
     if (S->cb) {
+        if (cat == VP__CAT_KV)
+            cat = VP_CAT_ACT; /* the public categories */
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
                            al, st->reserved, handle,

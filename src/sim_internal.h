@@ -33,6 +33,10 @@
 #include "vramplan/vramplan.h"
 
 #define NONE UINT32_MAX /* no tensor                                     */
+/* generate()'s key/value cache: an internal category after the public
+ * ones, reported with the activations in by_category and apart in
+ * vp_estimate.gen.kv_at_peak (generate.c). */
+#define VP__CAT_KV ((vp_category)VP_CAT__COUNT)
 #define MAX_SAVED 12    /* saved-tensor slots per op                      */
 
 typedef struct {
@@ -113,7 +117,9 @@ typedef struct sim {
     int32_t cur_op_idx;
     bool amp, half, training;
     uint8_t A, PE; /* low-precision activation bytes, parameter bytes */
-    uint64_t cat_live[VP_CAT__COUNT];
+    uint64_t cat_live[VP_CAT__COUNT + 1]; /* and VP__CAT_KV */
+    uint64_t gen_token;    /* generate(): the token being made (1: the
+                              prefill's), for the peak's report       */
     uint64_t phase_peak;
     uint64_t events;
     bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
@@ -315,6 +321,24 @@ uint64_t vp__quant_bytes(const vp_graph *g, uint32_t p, bool nested);
  * over to them). */
 void vp__quant_linear_fwd(sim *S, vp__fwd_op *f);
 void vp__quant_linear_bwd(sim *S, vp__bwd_op *b);
+/* ---- the step's parts that generate() reuses (sim.c) -------------------- */
+
+/* Forward of op i (its rule, then its output's consumers and Python
+ * references). refs_of: the consumers' references during a recomputation
+ * (NULL: all its consumers). */
+void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of);
+/* Drop every Python reference (the forward returned). */
+void vp__release_pyholds(sim *S);
+/* The model's weights, loaded as setup.ft.load says (built in their dtype
+ * as from_pretrained(dtype=...) does, or in fp32 and cast), adapters
+ * added. */
+void vp__load_model(sim *S);
+/* Allocated bytes now. */
+uint64_t vp__allocated(sim *S);
+
+/* generate(): the prefill and decode steps of setup.generate in place of
+ * the training steps (generate.c). */
+vp_status vp__generate_run(sim *S);
 
 /* ---- the optimizer (optim.c) -------------------------------------------- */
 

@@ -29,11 +29,13 @@ const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
 
 /* One-GPU precisions: collect.py's names; "fp16-pure" is VP_PREC_FP16. */
-static const char *const CASE_PRECS[] = {"fp32", "amp-bf16", "amp-fp16",
-                                         "bf16", "fp16-pure", NULL};
-static const vp_precision PREC_MAP[] = {VP_PREC_FP32, VP_PREC_AMP_BF16,
-                                        VP_PREC_AMP_FP16, VP_PREC_BF16,
-                                        VP_PREC_FP16};
+const char *const vp__case_precs[] = {"fp32", "amp-bf16", "amp-fp16",
+                                      "bf16", "fp16-pure", NULL};
+const vp_precision vp__case_prec_map[] = {VP_PREC_FP32, VP_PREC_AMP_BF16,
+                                          VP_PREC_AMP_FP16, VP_PREC_BF16,
+                                          VP_PREC_FP16};
+#define CASE_PRECS vp__case_precs
+#define PREC_MAP vp__case_prec_map
 static const vp_optimizer OPT_MAP[] = {VP_OPT_ADAMW, VP_OPT_ADAMW_FUSED,
                                        VP_OPT_ADAMW_FORLOOP, VP_OPT_SGD,
                                        VP_OPT_ADAFACTOR};
@@ -187,6 +189,8 @@ static size_t join(vp_jfield *out, size_t n, const vp_jfield *rows,
 static size_t schema_of(vp_gt_kind kind, vp_jfield *rows)
 {
     size_t n = join(rows, 0, ROWS_IDENT, N(ROWS_IDENT));
+    if (kind == VP_GT_GENERATE)
+        return join(rows, n, vp__gen_rows, vp__n_gen_rows);
     n = join(rows, n, ROWS_LATER, N(ROWS_LATER));
     if (kind == VP_GT_RANK) {
         n = join(rows, n, ROWS_RANK_LATER, N(ROWS_RANK_LATER));
@@ -280,6 +284,8 @@ static vp_gt_kind kind_of(const json_t *root)
 {
     if (json_object_get(root, "world") != NULL)
         return VP_GT_RANK;
+    if (json_object_get(root, "generate") != NULL)
+        return VP_GT_GENERATE;
     if (json_object_get(root, "budget_gib") != NULL)
         return VP_GT_MAXBATCH;
     return VP_GT_CASE;
@@ -317,9 +323,11 @@ static vp_status read_case(const char *json, size_t len,
     copy_str(out->model, sizeof out->model,
              json_object_get(d->root, "model"));
     size_t n = schema_of(out->kind, rows);
+    in->gen.cache = in->gen.load = -1;
     st = vp__jschema_check(d, 0, rows, n,
                            out->kind == VP_GT_RANK ? "a multi-GPU case"
                            : out->kind == VP_GT_MAXBATCH ? "a max-batch case"
+                           : out->kind == VP_GT_GENERATE ? "a generate case"
                                                          : "a case",
                            in, err);
     if (st == VP_OK && in->failed != NULL)
@@ -332,10 +340,10 @@ static vp_status read_case(const char *json, size_t len,
 /* ---- one GPU ------------------------------------------------------------- */
 
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
-                              size_t n_dirs, vp_error *err)
+                              size_t n_dirs, const char *file, vp_error *err)
 {
     static const char *const exts[] = {".yaml", ".json"};
-    const char *name = in->model;
+    const char *name = in->model, *slash = file ? strrchr(file, '/') : NULL;
     char path[1024];
 
     for (size_t i = 0; i < n_dirs; i++)
@@ -344,17 +352,17 @@ vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
             if (access(path, R_OK) == 0)
                 return vp_model_load(path, err);
         }
-    /* then the config.json that collect_more.py saved beside the file
-     * (hf_configs/NAME.json) */
-    const char *gt = in->doc->path ? in->doc->path : "";
-    const char *slash = strrchr(gt, '/');
-    int dl = slash ? (int)(slash - gt + 1) : 0;
-    snprintf(path, sizeof path, "%.*shf_configs/%s.json", dl, gt, name);
-    if (strchr(name, '/') == NULL && access(path, R_OK) == 0)
+    /* a ground-truth folder's configs (groundtruth/hf_configs/) */
+    int w = slash ? snprintf(path, sizeof path, "%.*s/hf_configs/%s.json",
+                             (int)(slash - file), file, name)
+                  : snprintf(path, sizeof path, "hf_configs/%s.json", name);
+    if (w > 0 && (size_t)w < sizeof path && strchr(name, '/') == NULL &&
+        access(path, R_OK) == 0)
         return vp_model_load(path, err);
     vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "model"), false, VP_EIO,
              err, "model '%s' not found (looked for %s.yaml and %s.json in "
-             "%zu directories)", name, name, name, n_dirs);
+             "%zu directories, and in hf_configs/ beside the file)", name,
+             name, name, n_dirs);
     return NULL;
 }
 
@@ -523,9 +531,11 @@ vp_status vp_validate_line(const char *json, size_t len,
     out->run = (uint32_t)in.run;
     if (st == VP_OK && out->kind == VP_GT_RANK)
         st = vp__validate_rank(&in, o, out, err);
+    else if (st == VP_OK && out->kind == VP_GT_GENERATE)
+        st = vp__validate_generate(&in, o, out, err);
     else if (st == VP_OK &&
-             (m = vp__case_find_model(&in, o->dirs, o->n_dirs, err)) ==
-                 NULL)
+             (m = vp__case_find_model(&in, o->dirs, o->n_dirs, o->path,
+                                      err)) == NULL)
         st = err != NULL ? err->code : VP_EIO;
     else if (st == VP_OK && out->kind == VP_GT_MAXBATCH)
         st = run_maxbatch(&in, o, m, out, err);

@@ -22,6 +22,22 @@ typedef struct vp_case_ft {
     int base_dtype, quant, load;
     uint64_t trainable, total, setup_peak;
 } vp_case_ft;
+/* One generate() call of a generate case ("runs"): allocated bytes at
+ * its start, its peak and its end, and the reserved bytes after it. */
+typedef struct vp_run_in {
+    uint64_t start, peak, end, reserved;
+} vp_run_in;
+
+/* A generate case's own fields (validate_gen.c). */
+typedef struct vp_gen_in {
+    uint64_t prompt, new_tokens;
+    bool sample, pad;
+    int cache, load;          /* choices, -1 when absent               */
+    const char *hf_config;    /* relative to the case file, or NULL   */
+    uint64_t kv_cache_bytes;
+    uint32_t n_runs;
+    vp_run_in run[VP_MAX_STEPS];
+} vp_gen_in;
 
 /* A case line's fields as the schema read them. Enum fields hold the
  * index of their value in the row's choices, -1 when absent; numbers are 0
@@ -41,6 +57,7 @@ typedef struct vp_case_in {
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
     vp_case_ft ft;
+    vp_gen_in gen;
 } vp_case_in;
 
 /* Values of the enum fields, in the order of their choices. */
@@ -54,12 +71,29 @@ extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
                                                    not modelled yet       */
 extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
 extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
+extern const char *const vp__case_precs[];  /* collect.py's precisions   */
+extern const vp_precision vp__case_prec_map[]; /* their vp_precision     */
 
 /* The case's model from the first of dirs that holds NAME.yaml or
- * NAME.json (vp_model_load); VP_EIO naming it, at the case's "model",
- * when none does. */
+ * NAME.json (vp_model_load), else the hf_configs/NAME.json beside the
+ * case file `path` (a ground-truth folder's configs); VP_EIO naming it,
+ * at the case's "model", when none does. */
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
-                              size_t n_dirs, vp_error *err);
+                              size_t n_dirs, const char *path,
+                              vp_error *err);
+
+/* The fields of a generate case besides those of every line (its table
+ * of rows for vp__jschema_check; validate_gen.c). */
+extern const vp_jfield vp__gen_rows[];
+extern const size_t vp__n_gen_rows;
+
+/* Run a generate case that vp_validate_line has read: its model (its
+ * hf_config, or found as vp__case_find_model does), the generate() calls
+ * of its runs, and the metrics (peaks, reserved, after_model,
+ * device_used, kv_cache_bytes, each run's peak). */
+vp_status vp__validate_generate(const vp_case_in *in,
+                                const vp_validate_opts *o,
+                                vp_case_result *out, vp_error *err);
 
 /* Append a metric (predicted against measured > 0) to r. */
 void vp__case_metric(vp_case_result *r, const char *name, uint64_t pred,

@@ -575,7 +575,7 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "generate", "cache", "hf_config", "target", "autocast",
+        "cache", "hf_config", "target", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 

@@ -112,6 +112,9 @@ typedef struct vp_op {
     uint32_t kernel, stride, padding, groups;
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
     uint64_t q_len, kv_len;               /* attention                       */
+    uint64_t window;                      /* attention: a sliding window of
+                                             this many tokens (generate()'s
+                                             cache and masks), 0 = none     */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
     double dropout;                       /* dropout p, attention dropout p  */

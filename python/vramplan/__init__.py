@@ -142,7 +142,8 @@ _SETUP = {"batch", "seq", "precision", "optimizer", "checkpoint",
           "inference", "expandable_segments", "offload_optimizer",
           "offload_activations", "compress_activations", "int8_weights",
           "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
-          "lora", "freeze", "quant", "double_quant", "load", "base_dtype"}
+          "lora", "freeze", "quant", "double_quant", "load", "base_dtype",
+          "generate", "cache"}
 
 
 def _request(command, model, kwargs, extra=()):
@@ -156,8 +157,10 @@ def _request(command, model, kwargs, extra=()):
 
 
 def estimate(model, **setup):
-    """Simulate training steps of MODEL. Returns peak_alloc,
-    peak_reserved, device_used, by_category, top_layers, steps, and
+    """Simulate training steps of MODEL (or, with generate="prompt=N,new=N",
+    model.generate() calls, and cache="dynamic"|"static"). Returns
+    peak_alloc, peak_reserved, device_used, by_category, top_layers, steps
+    (generate: one per call, and "generate" with the KV cache bytes), and
     fits (False when the steps do not fit in budget; error says where the
     run stopped)."""
     return _request("estimate", model, setup)

@@ -80,6 +80,46 @@ class Estimate(unittest.TestCase):
         self.assertEqual(e["device_used"], c["device_used"])
 
 
+class Generate(unittest.TestCase):
+    ARGS = ("--batch", "8", "--precision", "bf16", "--generate",
+            "prompt=512,new=32", "--cache", "static")
+
+    def test_matches_the_command_line(self):
+        e = vramplan.estimate("llama-1b", batch=8, precision="bf16",
+                              generate="prompt=512,new=32", cache="static")
+        c, rc = cli_json("estimate", "models/llama-1b.yaml", *self.ARGS)
+        self.assertEqual(rc, 0)
+        self.assertEqual(e["peak_alloc"], c["peak_alloc"])
+        for key in ("weights", "kv_cache_bytes", "kv_at_peak",
+                    "prefill_peak", "decode_peak", "peak_token"):
+            self.assertEqual(e["generate"][key], c["generate"][key], key)
+
+    def test_maxbatch_reports_the_cache_at_the_largest_batch(self):
+        m = vramplan.maxbatch("llama-1b", budget="4GiB", precision="bf16",
+                              generate="prompt=512,new=32")
+        c, rc = cli_json("maxbatch", "models/llama-1b.yaml", "--budget",
+                         "4GiB", "--precision", "bf16", "--generate",
+                         "prompt=512,new=32")
+        self.assertEqual(rc, 0)
+        self.assertEqual(m["max_batch"], c["max_batch"])
+        self.assertEqual(m["at_max"]["generate"]["kv_cache_bytes"],
+                         c["kv_cache_bytes"])
+
+    def test_seq_does_not_apply(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("llama-1b", seq=512, generate="prompt=8,new=2")
+        self.assertIn("'seq'", str(cm.exception))
+
+    def test_a_bad_spec_names_the_item(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("llama-1b", generate="prompt=8,beams=2")
+        self.assertIn("'beams=2'", str(cm.exception))
+
+    def test_cache_needs_generate(self):
+        with self.assertRaises(vramplan.Error):
+            vramplan.estimate("llama-1b", cache="static")
+
+
 class MaxBatch(unittest.TestCase):
     def test_matches_the_command_line(self):
         m = vramplan.maxbatch("gpt2-small", budget="12GiB", seq=512,
