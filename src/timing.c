@@ -161,8 +161,14 @@ void vp_hw_fill_defaults(vp_hw *hw)
                 hw->optim[o][d] = optim_h200[o][d];
     if (hw->dispatch <= 0.0)
         hw->dispatch = VP_EAGER_OP_OVERHEAD;
-    if (hw->py_op <= 0.0)
-        hw->py_op = VP_PY_OP_OVERHEAD;
+    if (hw->host_fwd <= 0.0)
+        hw->host_fwd = VP_HOST_FWD_KERNEL;
+    if (hw->host_bwd <= 0.0)
+        hw->host_bwd = VP_HOST_BWD_KERNEL;
+    if (hw->host_opt <= 0.0)
+        hw->host_opt = VP_HOST_OPT_FIXED;
+    if (hw->host_opt_tensor <= 0.0)
+        hw->host_opt_tensor = VP_HOST_OPT_TENSOR;
     if (hw->sustained <= 0.0 || hw->sustained > 1.0)
         hw->sustained = VP_HW_DEFAULT_SUSTAINED;
     if (hw->optim_bw <= 0.0)
@@ -177,6 +183,7 @@ void vp_hw_fill_defaults(vp_hw *hw)
 typedef struct {
     double mem[2];      /* seconds of its memory-bound kernels            */
     double kernels[2];  /* kernels launched (allocations)                 */
+    double casts;       /* autocast casts among the forward's kernels     */
     double outs[2];     /* allocations a matmul kernel wrote so far       */
 } op_traffic;
 
@@ -300,6 +307,7 @@ static void on_event(const vp_sim_event *ev, void *ud)
     t->kernels[ph] += 1.0;
     double moved, b = (double)ev->bytes;
     if (ev->category == VP_CAT_CAST) {
+        t->casts += 1.0;
         /* an autocast copy: fp32 read, 16-bit written */
         t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
         return;
@@ -409,8 +417,9 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
 }
 
 /* The optimizer step's GPU seconds (its state streamed through memory,
- * the sweep's bytes per parameter) and host seconds (the sweep's cost per
- * tensor: Python's per-tensor work and launches); *unscale gets GradScaler's
+ * the sweep's bytes per parameter) and host seconds (the host model's
+ * fixed cost, its per-tensor Python and the sweep's per-tensor launches);
+ * *unscale gets GradScaler's
  * unscale-and-check pass (amp fp16), after which the host waits for the GPU
  * (found_inf read with .item(), torch/amp/grad_scaler.py _maybe_opt_step). */
 static void optimizer_cost(const vp_graph *g, const vp_setup *s,
@@ -445,7 +454,7 @@ static void optimizer_cost(const vp_graph *g, const vp_setup *s,
     const vp_optim_cost *oc = &hw->optim[v][half];
     *gpu = params * oc->bytes_per_param / hw->optim_bw +
            tensors * oc->gpu_us * 1e-6;
-    *cpu = tensors * oc->cpu_us * 1e-6;
+    *cpu = hw->host_opt + tensors * (hw->host_opt_tensor + oc->cpu_us * 1e-6);
     *unscale = 0;
     if (s->precision == VP_PREC_AMP_FP16) {
         /* the fp32 gradients read and written once */
@@ -479,10 +488,9 @@ static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
 }
 
 /* The step's launch queue (docs/STEP_TIME.md): one host thread submits
- * each op's kernels in turn, a forward op through Python (its call's cost
- * py_op and the sweep's per-call cost for each kernel), a backward kernel
- * from autograd's engine at the dispatch cost; the GPU runs them as they
- * arrive. Where the GPU is the slower, the host runs ahead and its later
+ * each op's kernels in turn, a forward kernel through Python (host_fwd
+ * each, the module call and the model's code included), a backward kernel
+ * from autograd's engine (host_bwd); the GPU runs them as they arrive. Where the GPU is the slower, the host runs ahead and its later
  * work (the next micro-batch, the optimizer's Python) hides behind the
  * GPU's; where the host is the slower, the GPU idles. */
 typedef struct {
@@ -491,13 +499,31 @@ typedef struct {
     const vp_hw *hw;
     const tctx *c;
     double mb;      /* micro-batches per step (the simulation's totals / mb) */
-    double cpu_fwd; /* host seconds per forward kernel                       */
-    double py_op;   /* host seconds of a forward op's Python call            */
 } qctx;
 
 typedef struct {
     double host, dev; /* when each is next free, seconds into the step */
 } clocks;
+
+/* Kernels the host issues for an op in phase ph over all micro-batches:
+ * its allocations, and one for a forward call that writes in place
+ * (torchvision's ReLU(inplace=True), ResNet's `out += identity`); views
+ * and the input launch nothing. */
+static double host_kernels(const vp_op *o, const op_traffic *t, int ph)
+{
+    if (ph != 0 || t->kernels[0] > 0)
+        return t->kernels[ph];
+    switch (o->kind) {
+    case VP_OP_INPUT:
+    case VP_OP_FLATTEN:
+    case VP_OP_RESHAPE:
+    case VP_OP_PERMUTE:
+    case VP_OP_SELECT:
+        return 0;
+    default:
+        return 1;
+    }
+}
 
 /* GPU seconds of op i in phase ph of one micro-batch, its host seconds
  * before its first kernel (*pre) and in all (*host); *rec gets the
@@ -512,11 +538,10 @@ static double op_cost(const qctx *q, int ph, size_t i, double *pre,
     double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    double k = t->kernels[ph] / q->mb;
-    double per = ph == 0 ? q->cpu_fwd : q->hw->dispatch;
-    double py = ph == 0 && k > 0 ? q->py_op : 0;
-    *pre = py + per;
-    *host = py + k * per;
+    double k = host_kernels(o, t, ph) / q->mb;
+    double per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
+    *pre = per;
+    *host = k * per;
     return gpu;
 }
 
@@ -529,9 +554,12 @@ static double run_phase(const qctx *q, int ph, clocks *k)
         size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
         double pre, host, r;
         double gpu = op_cost(q, ph, i, &pre, &host, &r);
-        double start = k->host + pre;
-        k->host += host;
-        k->dev = (k->dev > start ? k->dev : start) + gpu;
+        /* kernel by kernel: each starts once issued and the GPU is free */
+        double nk = pre > 0 && host > pre ? floor(host / pre + 0.5) : 1;
+        for (double j = 0; j < nk; j += 1) {
+            k->host += nk > 1 ? pre : host;
+            k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / nk;
+        }
         rec += r;
     }
     return rec;
@@ -556,6 +584,13 @@ static void account(const qctx *q, vp_step_time *out)
             flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
             out->memory += q->c->t[i].mem[ph];
             out->cpu += host * q->mb;
+            double k = host_kernels(o, &q->c->t[i], ph) / q->mb;
+            if (ph == 0) {
+                out->host_kernels += k;
+                out->host_casts += q->c->t[i].casts / q->mb;
+            } else {
+                out->host_bwd_kernels += k;
+            }
         }
     out->flops = flops * q->mb;
 }
@@ -566,8 +601,11 @@ typedef struct {
 } opt_terms;
 
 /* The optimizer after the last backward: its kernels start once the GPU
- * is free and the host has launched them; GradScaler's check makes the
- * host wait for the GPU first. Returns when the step ends. */
+ * is free and the host has launched them, after the step's fixed Python
+ * (torch/optim/optimizer.py: the parameter groups' tensors gathered and
+ * grouped by device and dtype before the first kernel); GradScaler's
+ * check makes the host wait for the GPU first. Returns when the step
+ * ends. */
 static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
 {
     if (!ot->run)
@@ -577,7 +615,8 @@ static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
         k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
         k.host = k.dev;
     }
-    double dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->gpu;
+    double first = k.host + q->hw->host_opt + per;
+    double dev = (k.dev > first ? k.dev : first) + ot->gpu;
     double host = k.host + ot->cpu;
     return dev > host ? dev : host;
 }
@@ -674,16 +713,14 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     st = vp_simulate(g, &s2, &e, on_event, &c, err);
     if (st != VP_OK)
         goto done;
-    const vp_curve *cc = &hw.mem_kind[VP_HW_MEM_COPY];
-    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum,
-              cc->peak > 0 ? cc->half / cc->peak : 0, hw.py_op};
-    if (q.cpu_fwd < hw.dispatch)
-        q.cpu_fwd = hw.dispatch;
+    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
     account(&q, out);
     opt_terms ot = {0, 0, 0, !s->inference && s->optimizer != VP_OPT_NONE &&
                                  !s->offload_optimizer};
     if (ot.run)
         optimizer_cost(g, s, &hw, &ot.gpu, &ot.cpu, &ot.unscale);
+    for (size_t p = 0; p < g->n_params; p++)
+        out->host_tensors += g->params[p].trainable ? 1.0 : 0.0;
     timeline(&q, &ot, out);
     /* offloads: what crosses the host link, not overlapped with compute
      * (conservative), and the CPU optimizer's own pass */
