@@ -4,9 +4,9 @@
  * (linear, convolution, attention) takes its time from the GPU's curves
  * by shape; every other kernel moves about twice (binary ops three
  * times) what it writes at the measured bandwidth of its class. The host
- * dispatches every kernel; a phase takes the longer of the GPU's and the
- * host's time. The optimizer step follows its measured cost per parameter
- * and per tensor. */
+ * issues every kernel at its measured cost (VP_HOST_*) and the GPU runs
+ * each once issued: where the host is slower the GPU waits. The optimizer
+ * step follows its measured cost per parameter and per tensor. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -525,11 +525,11 @@ static double host_kernels(const vp_op *o, const op_traffic *t, int ph)
     }
 }
 
-/* GPU seconds of op i in phase ph of one micro-batch, its host seconds
- * before its first kernel (*pre) and in all (*host); *rec gets the
- * recomputed forward's share. */
-static double op_cost(const qctx *q, int ph, size_t i, double *pre,
-                      double *host, double *rec)
+/* GPU seconds of op i in phase ph of one micro-batch, the kernels the
+ * host issues for it (*nk) and its host seconds per kernel (*per); *rec
+ * gets the recomputed forward's share. */
+static double op_cost(const qctx *q, int ph, size_t i, double *nk,
+                      double *per, double *rec)
 {
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
@@ -538,10 +538,8 @@ static double op_cost(const qctx *q, int ph, size_t i, double *pre,
     double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    double k = host_kernels(o, t, ph) / q->mb;
-    double per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
-    *pre = per;
-    *host = k * per;
+    *nk = host_kernels(o, t, ph) / q->mb;
+    *per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
     return gpu;
 }
 
@@ -552,13 +550,15 @@ static double run_phase(const qctx *q, int ph, clocks *k)
     double rec = 0;
     for (size_t n = 0; n < q->g->n_ops; n++) {
         size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
-        double pre, host, r;
-        double gpu = op_cost(q, ph, i, &pre, &host, &r);
-        /* kernel by kernel: each starts once issued and the GPU is free */
-        double nk = pre > 0 && host > pre ? floor(host / pre + 0.5) : 1;
-        for (double j = 0; j < nk; j += 1) {
-            k->host += nk > 1 ? pre : host;
-            k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / nk;
+        double nk, per, r;
+        double gpu = op_cost(q, ph, i, &nk, &per, &r);
+        /* kernel by kernel: each starts once issued and the GPU is free
+         * (an op that issues none, a view's backward, runs its GPU time
+         * when the GPU is free); nk is the simulator's allocation count */
+        size_t n_k = nk > 1 ? (size_t)(nk + 0.5) : 1;
+        for (size_t j = 0; j < n_k; j++) {
+            k->host += nk * per / (double)n_k;
+            k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / (double)n_k;
         }
         rec += r;
     }
@@ -573,9 +573,9 @@ static void account(const qctx *q, vp_step_time *out)
     for (int ph = 0; ph < (q->s->inference ? 1 : 2); ph++)
         for (size_t i = 0; i < q->g->n_ops; i++) {
             const vp_op *o = &q->g->ops[i];
-            double mf, mbk, pre, host, rec;
+            double mf, mbk, nk, per, rec;
             matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
-            op_cost(q, ph, i, &pre, &host, &rec);
+            op_cost(q, ph, i, &nk, &per, &rec);
             double mm = (ph == 0 ? mf : mbk) + rec;
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
@@ -583,13 +583,12 @@ static void account(const qctx *q, vp_step_time *out)
                 out->gemm += mm * q->mb;
             flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
             out->memory += q->c->t[i].mem[ph];
-            out->cpu += host * q->mb;
-            double k = host_kernels(o, &q->c->t[i], ph) / q->mb;
+            out->cpu += nk * per * q->mb;
             if (ph == 0) {
-                out->host_kernels += k;
+                out->host_kernels += nk;
                 out->host_casts += q->c->t[i].casts / q->mb;
             } else {
-                out->host_bwd_kernels += k;
+                out->host_bwd_kernels += nk;
             }
         }
     out->flops = flops * q->mb;
