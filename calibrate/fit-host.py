@@ -10,11 +10,12 @@ host_casts, host_bwd_kernels, host_tensors of one micro-batch). Each phase's cos
     forward   = (kernels + casts) x per_kernel                    (every kernel issued from Python)
     backward  = backward kernels x per_bwd_kernel             (autograd engine: one node per kernel)
     optimizer = fixed + tensors x per_tensor                  (foreach AdamW + zero_grad, fp32 and bf16 state)
+    and for each other optimizer its per_tensor = (host time - fixed) / tensors of its case (one each)
 
 Cases left out of a phase, and why: checkpointed cases (torch.utils.checkpoint saves the CUDA RNG state per
 segment, which waits for the GPU: their host times are the GPU's); the optimizer of amp fp16 (GradScaler reads
-found_inf with .item(), a synchronize) and of the other optimizers (one case each; their per-tensor costs stay the
-sweep's). Prints the constants in microseconds and each phase's median and max relative error, and, as a check
+found_inf with .item(), a synchronize) and of the other optimizers (one case each; their per-tensor cost is read off
+that case with the fixed cost fitted on foreach). Prints the constants in microseconds and each phase's median and max relative error, and, as a check
 of the forward's form, the fit with a cost per call and per cast apart (both come out as a kernel's or less:
 neither the module call nor the model's code, plain nn.Module or Hugging Face, adds a cost of its own).
 """
@@ -62,7 +63,13 @@ def main():
                not any(o in h["case"] for o in ("-sgd", "-adamw-fused", "-adamw-forloop"))]
     X = [[1, c["tensors"]] for h, c in foreach]
     y = [h["opt_ms"] * 1e-3 for h, c in foreach]
-    report("optimizer", X, y, solve(X, y), ["fixed", "per tensor"])
+    b = solve(X, y)
+    report("optimizer", X, y, b, ["fixed", "per tensor"])
+    for h, c in free:
+        for o in ("-sgd", "-adamw-fused", "-adamw-forloop"):
+            if o in h["case"] and "fp16" not in h["case"]:
+                print("%-9s %s: per tensor %.2f us (%s)" % ("", o[1:], (h["opt_ms"] * 1e-3 - b[0]) / c["tensors"] * 1e6,
+                                                             h["case"]))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,17 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
     [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
     [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
 
+/* The H200 host's seconds per parameter tensor of each optimizer step
+ * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach
+ * fitted on 16 cases, the others read off their one case each with the
+ * fitted fixed cost (for-loop gpt2-small, fused gpt2-small, SGD
+ * resnet50). */
+static const double host_opt_h200[VP_HW_OPTIM__N] = {
+    [VP_HW_OPTIM_ADAMW] = VP_HOST_OPT_TENSOR,
+    [VP_HW_OPTIM_ADAMW_FUSED] = 9.71e-6,
+    [VP_HW_OPTIM_ADAMW_FORLOOP] = 177.27e-6,
+    [VP_HW_OPTIM_SGD] = 7.05e-6};
+
 static void fill_gemm(vp_hw *hw)
 {
     const double rate[VP_HW__DTYPES] = {hw->fp32, hw->tf32, hw->fp16,
@@ -167,8 +178,9 @@ void vp_hw_fill_defaults(vp_hw *hw)
         hw->host_bwd = VP_HOST_BWD_KERNEL;
     if (hw->host_opt <= 0.0)
         hw->host_opt = VP_HOST_OPT_FIXED;
-    if (hw->host_opt_tensor <= 0.0)
-        hw->host_opt_tensor = VP_HOST_OPT_TENSOR;
+    for (int o = 0; o < VP_HW_OPTIM__N; o++)
+        if (hw->host_opt_tensor[o] <= 0.0)
+            hw->host_opt_tensor[o] = host_opt_h200[o];
     if (hw->sustained <= 0.0 || hw->sustained > 1.0)
         hw->sustained = VP_HW_DEFAULT_SUSTAINED;
     if (hw->optim_bw <= 0.0)
@@ -418,8 +430,7 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
 
 /* The optimizer step's GPU seconds (its state streamed through memory,
  * the sweep's bytes per parameter) and host seconds (the host model's
- * fixed cost, its per-tensor Python and the sweep's per-tensor launches);
- * *unscale gets GradScaler's
+ * fixed cost and its cost per tensor); *unscale gets GradScaler's
  * unscale-and-check pass (amp fp16), after which the host waits for the GPU
  * (found_inf read with .item(), torch/amp/grad_scaler.py _maybe_opt_step). */
 static void optimizer_cost(const vp_graph *g, const vp_setup *s,
@@ -454,7 +465,12 @@ static void optimizer_cost(const vp_graph *g, const vp_setup *s,
     const vp_optim_cost *oc = &hw->optim[v][half];
     *gpu = params * oc->bytes_per_param / hw->optim_bw +
            tensors * oc->gpu_us * 1e-6;
-    *cpu = hw->host_opt + tensors * (hw->host_opt_tensor + oc->cpu_us * 1e-6);
+    /* bitsandbytes' 8-bit step loops over the tensors in Python with one
+     * kernel each (bitsandbytes/optim/optimizer.py Optimizer8bit.step,
+     * update_step): unmeasured, taken at foreach's per-tensor cost rather
+     * than the for-loop's dozen launches */
+    int hv = s->optimizer == VP_OPT_ADAMW_8BIT ? VP_HW_OPTIM_ADAMW : v;
+    *cpu = hw->host_opt + tensors * hw->host_opt_tensor[hv];
     *unscale = 0;
     if (s->precision == VP_PREC_AMP_FP16) {
         /* the fp32 gradients read and written once */
@@ -490,9 +506,10 @@ static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
 /* The step's launch queue (docs/STEP_TIME.md): one host thread submits
  * each op's kernels in turn, a forward kernel through Python (host_fwd
  * each, the module call and the model's code included), a backward kernel
- * from autograd's engine (host_bwd); the GPU runs them as they arrive. Where the GPU is the slower, the host runs ahead and its later
- * work (the next micro-batch, the optimizer's Python) hides behind the
- * GPU's; where the host is the slower, the GPU idles. */
+ * from autograd's engine (host_bwd); the GPU runs them as they arrive.
+ * Where the GPU is the slower, the host runs ahead and its later work
+ * (the next micro-batch, the optimizer's Python) hides behind the GPU's;
+ * where the host is the slower, the GPU idles. */
 typedef struct {
     const vp_graph *g;
     const vp_setup *s;
@@ -505,14 +522,15 @@ typedef struct {
     double host, dev; /* when each is next free, seconds into the step */
 } clocks;
 
-/* Kernels the host issues for an op in phase ph over all micro-batches:
+/* Kernels the host issues for an op in phase ph of one of mb micro-batches:
  * its allocations, and one for a forward call that writes in place
  * (torchvision's ReLU(inplace=True), ResNet's `out += identity`); views
  * and the input launch nothing. */
-static double host_kernels(const vp_op *o, const op_traffic *t, int ph)
+static double host_kernels(const vp_op *o, const op_traffic *t, int ph,
+                           double mb)
 {
     if (ph != 0 || t->kernels[0] > 0)
-        return t->kernels[ph];
+        return t->kernels[ph] / mb;
     switch (o->kind) {
     case VP_OP_INPUT:
     case VP_OP_FLATTEN:
@@ -538,7 +556,7 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    *nk = host_kernels(o, t, ph) / q->mb;
+    *nk = host_kernels(o, t, ph, q->mb);
     *per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
     return gpu;
 }

@@ -77,8 +77,10 @@ enum {
 };
 
 /* One optimizer step: the GPU streams bytes_per_param through memory and
- * pays gpu_us per tensor; the host pays cpu_us per tensor to launch it;
- * the step takes the longer of the two. */
+ * pays gpu_us per tensor. cpu_us is the sweep's per-tensor term (timed
+ * with a synchronize, so the longer of the host's and the GPU's); the step
+ * model takes the host's cost from vp_hw.host_opt_tensor, measured on the
+ * host itself. */
 typedef struct vp_optim_cost {
     double bytes_per_param, gpu_us, cpu_us;
 } vp_optim_cost;
@@ -114,9 +116,9 @@ typedef struct vp_hw {
                               (module call, the model's Python, autocast)    */
     double host_bwd;       /* seconds per backward kernel (autograd engine) */
     double host_opt;       /* seconds of the optimizer step's fixed Python  */
-    double host_opt_tensor; /* seconds per parameter tensor beyond the
-                               sweep's per-tensor launch cost (grouping,
-                               zero_grad)                                    */
+    double host_opt_tensor[VP_HW_OPTIM__N]; /* seconds per parameter
+                               tensor by optimizer variant, all the host's
+                               per-tensor work (launches, zero_grad)         */
     double sustained;      /* share of the burst GEMM rate kept when GEMMs
                               run back to back for seconds (power limit);
                               0 = 1                                          */
@@ -163,12 +165,13 @@ typedef struct vp_step_time {
  * STEP_TIME.md "The host"): a forward kernel issued from Python costs
  * 30.5 us whatever the model's code (plain nn.Module or Hugging Face; an
  * autocast cast as much), a backward kernel 24.4 us (autograd's engine),
- * the optimizer step 868 us plus 9.0 us per parameter tensor over the
- * sweep's per-tensor cost (foreach AdamW: 16.9 us in all). */
+ * the optimizer step 868 us plus, per parameter tensor, 16.93 us for
+ * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
+ * host_opt_h200). */
 #define VP_HOST_FWD_KERNEL 30.46e-6
 #define VP_HOST_BWD_KERNEL 24.43e-6
 #define VP_HOST_OPT_FIXED 868.4e-6
-#define VP_HOST_OPT_TENSOR 9.03e-6
+#define VP_HOST_OPT_TENSOR 16.93e-6
 
 /* The size dependence of a GEMM curve given only its peak (a cited
  * best-shape rate): that of the H200 calibration's bf16 fit
