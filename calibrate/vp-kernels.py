@@ -12,6 +12,7 @@ kernels counts every GPU activity (kernels, memsets, copies) of the unsynchroniz
 span_ms runs from the first one's start to the last one's end; the gaps between consecutive activities are split at
 gap_us (10 us): the small ones are the GPU's own time between back-to-back kernels, the large ones waits for the host.
 """
+import importlib.util
 import json
 import os
 import sys
@@ -22,30 +23,18 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 import collect as G  # noqa: E402
 
+_spec = importlib.util.spec_from_file_location(
+    "vp_host", os.path.join(os.path.dirname(os.path.abspath(__file__)), "vp-host.py"))
+H = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H)  # its setup() and batch_of(): the case as collect.py runs it
+
 GAP_US = 10.0
-
-
-def setup(c):
-    m, fam, seq = G.build(c["model"], c.get("attn", "sdpa"), c.get("ckpt", False))
-    prec = c.get("prec", "fp32")
-    if prec == "bf16":
-        m = m.to(torch.bfloat16)
-    m.train()
-    opt = {"adamw-fused": lambda p: torch.optim.AdamW(p, lr=1e-4, fused=True),
-           "adamw-forloop": lambda p: torch.optim.AdamW(p, lr=1e-4, foreach=False),
-           "sgd": lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9)}.get(
-        c.get("opt", "adamw"), lambda p: torch.optim.AdamW(p, lr=1e-4))(m.parameters())
-    scaler = torch.amp.GradScaler("cuda") if prec == "amp-fp16" else None
-    ac = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
-    return m, fam, seq, opt, scaler, ac
 
 
 def step(c, st):
     """One step as collect.py runs it, without synchronizing inside."""
     m, fam, seq, opt, scaler, ac = st
-    batch = G.make_batch(fam, c["model"], c["batch"], c.get("seq", seq))
-    if c.get("prec") == "bf16" and "x" in batch:
-        batch["x"] = batch["x"].to(torch.bfloat16)
+    batch = H.batch_of(c, fam, seq)
     if c.get("infer"):
         with torch.no_grad(), torch.autocast("cuda", dtype=ac, enabled=ac is not None):
             G.loss_of(m, fam, batch)
@@ -53,6 +42,12 @@ def step(c, st):
     with torch.autocast("cuda", dtype=ac, enabled=ac is not None):
         loss = G.loss_of(m, fam, batch)
     (scaler.scale(loss) if scaler else loss).backward()
+    opt_step(c, st)
+
+
+def opt_step(c, st):
+    """The optimizer step and zero_grad, through GradScaler under amp fp16."""
+    opt, scaler = st[3], st[4]
     if scaler:
         scaler.step(opt)
         scaler.update()
@@ -72,9 +67,7 @@ def phase_counts(c, st):
     if c.get("infer"):
         return counts
     m, fam, seq, opt, scaler, ac = st
-    batch = G.make_batch(fam, c["model"], c["batch"], c.get("seq", seq))
-    if c.get("prec") == "bf16" and "x" in batch:
-        batch["x"] = batch["x"].to(torch.bfloat16)
+    batch = H.batch_of(c, fam, seq)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         with torch.autocast("cuda", dtype=ac, enabled=ac is not None):
@@ -86,19 +79,14 @@ def phase_counts(c, st):
         torch.cuda.synchronize()
     counts["bwd"] = len(gpu_events(p))
     with profile(activities=[ProfilerActivity.CUDA]) as p:
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=c.get("set_to_none", True))
+        opt_step(c, st)
         torch.cuda.synchronize()
     counts["opt"] = len(gpu_events(p))
     return counts
 
 
 def kernel_profile(c):
-    st = setup(c)
+    st = H.setup(c)
     for _ in range(2):
         step(c, st)
     torch.cuda.synchronize()
