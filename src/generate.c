@@ -21,6 +21,7 @@
  *
  * Rules and their sources: docs/GENERATE.md; the allocator traces in
  * groundtruth/traces/ (the generate cases). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -501,6 +502,10 @@ vp_status vp__generate_run(sim *S)
         st = S->st;
     }
     S->g = g;
+    /* the peak's op names an op of the graphs freed here: copy it now */
+    if (S->peak_op)
+        snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s", S->peak_op);
+    S->peak_op = NULL;
     free(G.layers);
     free(G.layer_of);
     vp_graph_free(G.gp);
