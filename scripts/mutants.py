@@ -48,7 +48,7 @@ MAKE = os.environ.get("MAKE", "make")
 PYTHON = os.environ.get("PYTHON", "python3")
 # Checks that usually kill a simulator rule first; the rest follow in
 # name order. Killers move to the front as the run goes.
-FIRST = ["accuracy", "test_sim", "test_published", "test_cluster",
+FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_sim", "test_published", "test_cluster",
          "test_techniques", "test_cluster_time", "test_timing",
          "test_validate_dist", "test_allocator", "test_serve", "test_cli"]
 SCRIPTS = ["tests/python/run.sh", "tests/install/run.sh"]
@@ -185,17 +185,21 @@ def run_check(name, timeout):
     env = test_env()
     if name == "accuracy":
         for f in gt_files():
-            rc, out = sh(["./vramplan", "validate", "--gpu", "h200",
-                          "--outliers", "groundtruth/bounds.json", f],
-                         timeout=timeout, env=env)
-            if rc != 0:
-                msg = [l for l in out.splitlines() if l.strip()]
+            p = subprocess.run(["./vramplan", "validate", "--gpu", "h200",
+                                "--outliers", "groundtruth/bounds.json", f],
+                               cwd=TREE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, timeout=timeout,
+                               env=env, text=True, errors="replace")
+            if p.returncode != 0:
+                msg = [l for l in p.stderr.splitlines() if l.strip()]
                 short = os.path.relpath(f, TREE) if f.startswith(TREE) \
                     else "shared/groundtruth/" + os.path.relpath(
                         f, os.path.realpath(os.path.join(ROOT, "..",
                                                          "shared",
                                                          "groundtruth")))
-                return f"{short}: {msg[-1][:160] if msg else rc}"
+                return (f"{short}: {msg[0][:200] if msg else p.returncode}"
+                        + (f" (+{len(msg) - 1} more)" if len(msg) > 1
+                           else ""))
         return None
     if name.startswith("tests/"):
         rc, out = sh(["./" + name], timeout=timeout, env=env)
