@@ -21,13 +21,14 @@ killed earlier mutants run first (move to front). A mutation is
 
 Before the mutations, the unmutated copy must pass every check (the
 baseline), or nothing is run. The report (Markdown) goes to
-scripts/mutants.report.md, or --report FILE; the exit status is 0 when no
+scripts/mutants.report.md, or --report FILE (--merge keeps its rows of
+the mutations not run now, marked *: rerun a few after a fix); the exit status is 0 when no
 mutation survived outside the list of explained survivors
 (scripts/mutants.survivors: id, tab, why no test can see it), and every
 mutation applied and compiled.
 
 Usage: scripts/mutants.py [--only ID[,ID...]] [--grep REGEX] [--check]
-                          [--no-baseline] [--report FILE] [--timeout S]
+                          [--merge] [--no-baseline] [--report FILE] [--timeout S]
 """
 import argparse
 import glob
@@ -197,7 +198,9 @@ def run_check(name, timeout):
                         f, os.path.realpath(os.path.join(ROOT, "..",
                                                          "shared",
                                                          "groundtruth")))
-                return (f"{short}: {msg[0][:200] if msg else p.returncode}"
+                first = msg[0].replace(f, short)[:240] if msg else \
+                    f"{short}: exit status {p.returncode}"
+                return (first
                         + (f" (+{len(msg) - 1} more)" if len(msg) > 1
                            else ""))
         return None
@@ -316,10 +319,30 @@ def md_cell(s):
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
+def read_report(path):
+    """The rows of an earlier report: id -> its cells (for --merge)."""
+    rows = {}
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("| ") or line.startswith("| id |"):
+                continue
+            cells = [c.strip().replace("\\|", "|") for c in
+                     re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if len(cells) == 7:
+                rows[cells[0]] = {"status": cells[3], "by": cells[4],
+                                  "detail": cells[5],
+                                  "secs": float(cells[6] or 0),
+                                  "earlier": True}
+    return rows
+
+
 def write_report(path, muts, results, why, baseline_s, total_s, sel):
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
+    earlier = sum(1 for r in results.values() if r.get("earlier"))
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                          stdout=subprocess.PIPE, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"],
@@ -335,7 +358,9 @@ def write_report(path, muts, results, why, baseline_s, total_s, sel):
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         + f". Baseline (all checks, unmutated): "
         + (f"{baseline_s:.0f} s" if baseline_s is not None else "not run")
-        + f"; total {total_s:.0f} s.",
+        + f"; total {total_s:.0f} s."
+        + (f" {earlier} rows (marked *) are kept from the earlier report"
+           " (--merge); the others were run now." if earlier else ""),
         "",
         "| id | file | rule | result | by | detail | s |",
         "|---|---|---|---|---|---|---|",
@@ -346,10 +371,11 @@ def write_report(path, muts, results, why, baseline_s, total_s, sel):
             continue
         status = r["status"]
         detail = r.get("detail", "")
-        if status == "survived":
+        if status == "survived" and not r.get("earlier"):
             detail = why.get(m["id"], "UNEXPLAINED")
         lines.append("| " + " | ".join(md_cell(x) for x in (
-            m["id"], m["file"], m["rule"], status, r.get("by", ""),
+            m["id"] + ("*" if r.get("earlier") else ""), m["file"],
+            m["rule"], status, r.get("by", ""),
             detail, f"{r.get('secs', 0):.0f}")) + " |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -364,6 +390,8 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="only check that every anchor occurs once")
     ap.add_argument("--report", default=REPORT)
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the report's rows of mutations not run now")
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds per build or check (default 900)")
     a = ap.parse_args()
@@ -413,6 +441,14 @@ def main():
         baseline_s = time.time() - t0
         print(f"mutants: baseline passes ({baseline_s:.0f} s)", flush=True)
     results = {}
+    if a.merge:
+        prev = read_report(a.report)
+        for m in muts:
+            pid = m["id"]
+            if pid in prev and not any(x["id"] == pid for x in sel):
+                results[pid] = prev[pid]
+            elif pid + "*" in prev and not any(x["id"] == pid for x in sel):
+                results[pid] = prev[pid + "*"]
     for i, m in enumerate(sel, 1):
         r = mutate(m, order, a.timeout)
         results[m["id"]] = r

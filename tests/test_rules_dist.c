@@ -114,3 +114,26 @@ Test(rules_dist, nvlink_collectives_at_80_percent)
     cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
               want);
 }
+
+/* Across nodes a rank's traffic leaves through its own NIC: a profile
+ * without one gets 400 Gb/s (50e9 B/s) on a Hopper-class GPU (bf16 of at
+ * least 900 TFLOP/s; src/cluster.c vp_cluster_init), used at net_eff =
+ * 0.85: 42.5e9 B/s. An all-gather of 1 GiB between 2 ranks 8 apart (one
+ * per node) is one ring step over the network; NCCL's Simple protocol
+ * is the fastest (src/cluster_coll.c ring_time): algorithm bandwidth
+ * 42.5e9 x 2 B/s, latency 8.4 us (base) + 14.0 us (one network hop, a
+ * rank per node: the tree's network latency) = 22.4 us. (LL128: 0.92 of
+ * the bandwidth and 22.5 us; LL: half of it.) */
+Test(rules_dist, network_collectives_at_85_percent_of_the_nic)
+{
+    vp_hw hw;
+    h100(&hw);
+    hw.network = 0;
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 16, 8);
+    double bytes = 1073741824.0;
+    double want = 22.4e-6 + bytes / (2.0 * 42.5e9);
+    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 2, 8);
+    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
+              want);
+}
