@@ -11,7 +11,7 @@ rebuilds the library, the program and the test binaries it runs, and runs
 make test's checks in turn until one fails: the accuracy gate (validate of
 every ground-truth file against groundtruth/bounds.json), then every test
 binary (Criterion --fail-fast), then the test scripts. The checks that
-killed earlier mutants run first (move to front). A mutation is
+killed the most mutations so far run first. A mutation is
 
   killed    a check failed: the report names the binary and the test (or
             the ground-truth file) and the time it took;
@@ -48,11 +48,12 @@ TREE = os.path.join(SCRATCH, "tree")
 MAKE = os.environ.get("MAKE", "make")
 PYTHON = os.environ.get("PYTHON", "python3")
 # Checks that usually kill a simulator rule first; the rest follow in
-# name order. Killers move to the front as the run goes.
+# name order. The checks that killed most run first as the run goes.
 FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_sim", "test_published", "test_cluster",
          "test_techniques", "test_cluster_time", "test_timing",
          "test_validate_dist", "test_allocator", "test_serve", "test_cli"]
 SCRIPTS = ["tests/python/run.sh", "tests/install/run.sh"]
+KILLS = {}  # check -> mutations it killed in this run
 
 
 def unescape(s):
@@ -298,9 +299,11 @@ def mutate(m, order, timeout):
     if res is None:
         return {"status": "survived", "secs": time.time() - t0}
     name, fail, _ = res
-    if name in order:  # move to front
-        order.remove(name)
-        order.insert(0, name)
+    if name in order:  # the checks that killed most run first
+        KILLS[name] = KILLS.get(name, 0) + 1
+        static = default_order()
+        order.sort(key=lambda c: (-KILLS.get(c, 0),
+                                  static.index(c) if c in static else 0))
     return {"status": "killed", "by": name, "detail": fail,
             "secs": time.time() - t0}
 
@@ -449,6 +452,12 @@ def main():
                 results[pid] = prev[pid]
             elif pid + "*" in prev and not any(x["id"] == pid for x in sel):
                 results[pid] = prev[pid + "*"]
+        for r in results.values():  # the earlier killers run first
+            if r["status"] == "killed" and r["by"]:
+                KILLS[r["by"]] = KILLS.get(r["by"], 0) + 1
+        static = default_order()
+        order.sort(key=lambda c: (-KILLS.get(c, 0),
+                                  static.index(c) if c in static else 0))
     for i, m in enumerate(sel, 1):
         r = mutate(m, order, a.timeout)
         results[m["id"]] = r
