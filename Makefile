@@ -15,6 +15,9 @@
 #   make accuracy         compare with the measured ground truth
 #   make equiv            this tree's output against EQUIV_BASE's (default
 #                         main), byte for byte (scripts/equiv.sh)
+#   make mutants          mutate the rules one at a time (scripts/mutants.tsv)
+#                         and run the tests on each (long: not part of
+#                         make test); MUTANTS_ARGS, e.g. --only ID,ID
 #   make clean
 #
 # Variables: CC, CFLAGS (default -O2 -g), LDFLAGS, PREFIX, DESTDIR,
@@ -124,7 +127,7 @@ endif
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .PHONY: all deps run test check clean install uninstall calibrate accuracy \
-        print-prefix equiv
+        print-prefix equiv mutants
 
 all: $(LIB) $(BIN) $(SHLIB)
 
@@ -305,6 +308,13 @@ accuracy: all
 EQUIV_BASE ?= main
 equiv:
 	scripts/equiv.sh $(EQUIV_BASE)
+
+# make mutants: each mutation of scripts/mutants.tsv applied alone in a
+# scratch copy (build/mutants/tree), rebuilt and tested until a check
+# fails; the report goes to scripts/mutants.report.md (docs/MUTANTS.md)
+MUTANTS_ARGS ?=
+mutants: all $(TEST_BINS) $(FAKE_NVML)
+	$(PYTHON) scripts/mutants.py $(MUTANTS_ARGS)
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and

@@ -28,6 +28,12 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->gpus_per_node = gpus_per_node ? gpus_per_node : 8;
     c->memory = hw->memory;
     c->context = hw->context ? hw->context : VP_DEFAULT_CONTEXT_BYTES;
+    /* The defaults below are the model's (docs/CLUSTER.md, its table of
+     * cluster settings; docs/CONSTANTS.md lists each one's source). Their
+     * effects are pinned by tests: nvlink_eff by tests/test_rules_dist.c
+     * (nvlink_collectives_at_80_percent), the others by the mutations
+     * cluster-* of scripts/mutants.tsv (scripts/mutants.report.md names
+     * the test that sees each). */
     c->host_mem = (uint64_t)128 * VP_GiB * c->gpus_per_node;
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
