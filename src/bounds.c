@@ -44,7 +44,8 @@ int vp_metric_group_of(const char *m)
                  {"device_used", VP_MG_DEVICE_USED},
                  {"after_model", VP_MG_AFTER_MODEL},
                  {"max_batch", VP_MG_MAX_BATCH},
-                 {"step_us", VP_MG_STEP_TIME}};
+                 {"step_us", VP_MG_STEP_TIME},
+                 {"params", VP_MG_PARAMS}};
     const char *rest = after_number(m, "rank");
 
     if (rest != NULL && *rest == '.')

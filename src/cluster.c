@@ -87,7 +87,8 @@ static int region_of(const vp_graph *g, uint32_t op)
 
 static bool is_expert_op(const vp_op *o)
 {
-    return o->name && strstr(o->name, ".experts.") != NULL;
+    return o->kind == VP_OP_MOE_EXPERTS ||
+           (o->name && strstr(o->name, ".experts.") != NULL);
 }
 
 /* Whether op o belongs to an expert other than the first: a grouped MoE
@@ -142,7 +143,11 @@ static void scan_graph(const vp_graph *g, gscan *s)
             s->flops_head += fb;
         else if (r == REG_L1)
             s->flops_layer += fb;
-        if (r == REG_L1 && o->kind == VP_OP_LINEAR) {
+        if (r == REG_L1 && o->kind == VP_OP_MOE_EXPERTS) {
+            s->fexp_f += o->flops_fwd; /* two grouped GEMMs */
+            s->fexp_b += o->flops_bwd;
+            s->n_exp += 2;
+        } else if (r == REG_L1 && o->kind == VP_OP_LINEAR) {
             if (is_expert_op(o)) {
                 s->fexp_f += o->flops_fwd;
                 s->fexp_b += o->flops_bwd;
@@ -211,16 +216,12 @@ static bool feeds(const vp_graph *g, size_t i, vp_op_kind k)
     return i + 1 < g->n_ops && nx->n_inputs == 0;
 }
 
-/* Elements of the expert output a combine adds: its smallest input (the
- * others are the running sum over the token tensor). */
-static double expert_out(const vp_graph *g, const vp_op *o)
+/* Elements of the grouped experts' token rows (tokens x top_k x
+ * hidden) and of their inner rows (x expert_ffn). */
+static double expert_rows(const vp_op *o, bool inner)
 {
-    double in = (double)o->numel;
-    for (uint32_t j = 0; j < o->n_inputs; j++) {
-        double x = (double)g->ops[o->inputs[j]].numel;
-        in = x < in ? x : in;
-    }
-    return in;
+    double r = (double)o->numel * (double)o->top_k;
+    return inner ? r * (double)o->out_features / (double)o->in_features : r;
 }
 
 /* Traffic of op i under the fusions of Megatron-LM and Transformer Engine
@@ -239,9 +240,14 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
     case VP_OP_SOFTMAX:
     case VP_OP_CONCAT:
     case VP_OP_ROUTER:
-    case VP_OP_MOE_DISPATCH:
     case VP_OP_EMBEDDING:
         f[0] += 2 * n, f[2] += 1;
+        break;
+    case VP_OP_MOE_EXPERTS:
+        /* the tokens' gather and scatter-add (the experts' rows, not the
+         * token tensor) and the fused SwiGLU over the inner rows */
+        f[0] += 4 * expert_rows(o, false) + 3 * expert_rows(o, true);
+        f[2] += 3;
         break;
     case VP_OP_GELU:
     case VP_OP_GELU_TANH:
@@ -265,12 +271,6 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
     case VP_OP_ADD:
         f[0] += 3 * n, f[2] += 1;
         break;
-    case VP_OP_MOE_COMBINE: {
-        /* scatter-add of the expert's rows only (its input), not of the
-         * whole token tensor */
-        f[0] += 2 * expert_out(g, o), f[2] += 1;
-        break;
-    }
     case VP_OP_CROSS_ENTROPY:
         /* vocab-parallel cross entropy: the logits read once and their
          * fp32 exponentials written and read */
@@ -320,12 +320,34 @@ static void saved_op(const vp_graph *g, size_t i, double keep[2])
         if (o->dropout > 0)
             keep[1] += n;
         break;
-    case VP_OP_MOE_COMBINE:
-        keep[0] += expert_out(g, o);
+    case VP_OP_MOE_EXPERTS:
+        /* the experts' GEMM inputs (their rows, and the gated product),
+         * the fused SwiGLU's two inputs, the output the combine scales */
+        keep[0] += 2 * expert_rows(o, false) + 3 * expert_rows(o, true);
         break;
     default:
         break;
     }
+}
+
+/* The grouped experts' two GEMMs (gate_up, then down), one per expert
+ * over its share of the tokens x top_k rows; with tensor parallelism
+ * gate_up splits by columns and down by rows (o2: the op at t = t2). */
+static void experts_gemms(const vp_op *o, const vp_op *o2, double t2,
+                          shapes *sh)
+{
+    double e = (double)o->classes, h = (double)o->in_features;
+    double f = (double)o->out_features;
+    double rows = expert_rows(o, false) / h / e;
+    bool split = t2 > 1 && o2->kind == VP_OP_MOE_EXPERTS &&
+                 (double)o2->out_features * t2 == f;
+    vp__gemm gu = {rows, 2 * f, h, e, split ? VP__SPLIT_COL : VP__SPLIT_NONE,
+                   true};
+    vp__gemm dn = {rows, h, f, e, split ? VP__SPLIT_ROW : VP__SPLIT_NONE,
+                   true};
+    add_gemm(sh->gemm, &sh->n_gemm, VP__GEMMS, gu);
+    add_gemm(sh->gemm, &sh->n_gemm, VP__GEMMS, dn);
+    sh->mm_out += 0.5 * (expert_rows(o, true) * 2 + expert_rows(o, false));
 }
 
 /* primary: record the attention core and the parameter tensors in cm
@@ -372,6 +394,10 @@ static void scan_shapes(const vp_graph *g1, const vp_graph *g2, double t2,
              o->kind == VP_OP_GELU_TANH || o->kind == VP_OP_RELU ||
              o->kind == VP_OP_SIGMOID))
             sh->gated += (double)o->numel;
+        if (r == REG_L1 && o->kind == VP_OP_MOE_EXPERTS) {
+            experts_gemms(o, o2, t2, sh);
+            continue;
+        }
         if (o->kind != VP_OP_LINEAR || (r != REG_L1 && r != REG_HEAD) ||
             !o->out_features)
             continue;
@@ -467,15 +493,6 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
 {
     if (o->kind == VP_OP_LINEAR)
         return; /* written by the GEMM: in its time */
-    /* an expert's gather and scatter-add (and their backwards) move the
-     * expert's rows, not the token tensor the simulated loop allocates */
-    if (o->kind == VP_OP_MOE_COMBINE && o->numel)
-        bytes *= expert_out(k->g, o) / (double)o->numel;
-    if (o->kind == VP_OP_MOE_DISPATCH && bwd && o->n_inputs) {
-        double in = (double)k->g->ops[o->inputs[0]].numel;
-        if (in > (double)o->numel)
-            bytes *= (double)o->numel / in;
-    }
     if (reg == REG_L1) {
         if (o->kind == VP_OP_ATTENTION) {
             k->q[bwd ? VP__Q_ATTN_MEM_B : VP__Q_ATTN_MEM_F] += bytes;

@@ -97,6 +97,11 @@ static void op_flops(const vp_graph *g, vp_op *op)
         b = 2.5 * f;
         break;
     }
+    case VP_OP_MOE_EXPERTS: /* gate_up and down over tokens x top_k rows */
+        f = 6.0 * (out / (double)op->in_features) * (double)op->top_k *
+            (double)op->in_features * (double)op->out_features;
+        b = 2.0 * f;
+        break;
     case VP_OP_CROSS_ENTROPY:
     case VP_OP_SOFTMAX:
         f = 5.0 * in0;

@@ -379,7 +379,8 @@ static void load_model(sim *S)
      * in x out x 4 B that leaves a free segment behind (GPT-2's lm_head:
      * 154 MB; BERT's decoder, built between its bias and the head's own
      * bias). Then model.to(half) converts each parameter in the same
-     * order: the half copy is made before the fp32 original is freed. */
+     * order: the half copy is made before the fp32 original is freed.
+     * Built in the dtype (load_in_dtype), every tensor is made in it. */
     uint32_t *fp32 = calloc(g->n_params ? g->n_params : 1, sizeof *fp32);
     if (!fp32) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
@@ -396,7 +397,8 @@ static void load_model(sim *S)
         if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
             const vp_op *to = &g->ops[tied_op];
             tied = vp__talloc(S, vp__mulc(S, vp__mulc(S, to->in_features,
-                                          to->out_features), 4),
+                                          to->out_features),
+                                          S->s->load_in_dtype ? S->PE : 4),
                           VP_CAT_TEMP);
             tied_done = true;
             if (p == g->n_params || g->params[p].op != tied_op) {
@@ -408,8 +410,9 @@ static void load_model(sim *S)
             break;
         const vp_param *pp = &g->params[p];
         uint32_t pb = vp__param_bytes(S, pp);
-        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel, S->half && pb == 2 ? 4 : pb),
-                         VP_CAT_PARAM);
+        bool cast = S->half && pb == 2 && !S->s->load_in_dtype;
+        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel, cast ? 4 : pb),
+                             VP_CAT_PARAM);
         if (tied != NONE) {
             vp__tunref(S, tied);
             tied = NONE;
@@ -424,7 +427,8 @@ static void load_model(sim *S)
             vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
                    VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
-        } else if (S->half && vp__param_bytes(S, pp) == 2) {
+        } else if (S->half && vp__param_bytes(S, pp) == 2 &&
+                   !S->s->load_in_dtype) {
             vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
         }

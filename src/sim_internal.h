@@ -15,7 +15,8 @@
  *   ops/pointwise.c     activations, add, mul, dropout, pooling, concat,
  *                       softmax, rope, views
  *   ops/embed_loss.c    embedding, cross-entropy, MSE loss
- *   ops/moe.c           router, dispatch, combine
+ *   ops/moe.c           router, grouped experts
+ *   ops/mla.c           the concatenations of latent attention
  *   optim.c             optimizer states and step temporaries
  *
  * An op family defines, next to each other, the forward rule (what the op
@@ -254,9 +255,15 @@ vp__bwd_fn vp__embedding_bwd;
 vp__fwd_fn vp__loss_fwd;       /* cross-entropy, MSE                     */
 vp__bwd_fn vp__loss_bwd;
 vp__fwd_fn vp__router_fwd;     /* ops/moe.c                              */
-vp__fwd_fn vp__moe_dispatch_fwd;
-vp__fwd_fn vp__moe_combine_fwd;
-vp__bwd_fn vp__moe_combine_bwd;
+vp__bwd_fn vp__router_bwd;
+vp__fwd_fn vp__moe_experts_fwd;
+vp__bwd_fn vp__moe_experts_bwd;
+vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
+vp__bwd_fn vp__softcap_bwd;
+vp__fwd_fn vp__scale_fwd;
+vp__fwd_fn vp__mla_q_fwd;     /* ops/mla.c                               */
+vp__fwd_fn vp__mla_k_fwd;
+vp__bwd_fn vp__mla_cat_bwd;
 
 /* Helpers shared by rules. The output aliases the first input (in
  * place, or a view). */

@@ -27,6 +27,7 @@ const char *const vp__dist_strategies[] = {
 const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
                                       NULL};
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
+const char *const vp__case_loads[] = {"dtype", "fp32-then-cast", NULL};
 
 /* One-GPU precisions: collect.py's names; "fp16-pure" is VP_PREC_FP16. */
 static const char *const CASE_PRECS[] = {"fp32", "amp-bf16", "amp-fp16",
@@ -74,6 +75,7 @@ static const vp_jfield ROWS_IDENT[] = {
     VP_JROW_STR("model", true, vp_case_in, model),
     ROW_STR("id", id),
     ROW_STR("error", failed),
+    ROW_STR("hf_config", hf_config),
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
@@ -84,9 +86,9 @@ static const vp_jfield ROWS_IDENT[] = {
 static const vp_jfield ROWS_LATER[] = {
     ROW_LATER("lora"),       ROW_LATER("base_dtype"),
     ROW_LATER("freeze"),     ROW_LATER("quant"),
-    ROW_LATER("load"),       ROW_LATER("trainable_params"),
+    ROW_LATER("trainable_params"),
     ROW_LATER("generate"),   ROW_LATER("cache"),
-    ROW_LATER("hf_config"),  ROW_LATER("target"),
+    ROW_LATER("target"),
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("setup_peak"), ROW_LATER("total_params"),
     ROW_LATER("peft"),       ROW_LATER("runs"),
@@ -104,6 +106,7 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_BOOL("infer", infer),
     ROW_U64("accum", 1, UINT32_MAX, accum),
     ROW_U64("seq", 1, BIG, seq),
+    ROW_ENUM("load", vp__case_loads, load),
     /* fields of the setups that later versions will model on one GPU */
     ROW_LATER("autocast"), ROW_LATER("fsdp_version"),
     ROW_LATER("param_dtype"), ROW_LATER("reduce_dtype"),
@@ -123,7 +126,7 @@ static const vp_jfield ROWS_MEASURED[] = {
     ROW_U64("peak_reserved", 1, BIG, peak_reserved),
     ROW_U64("device_used", 1, BIG, device_used),
     VP_JROW_NUM("step_ms", false, 0, true, 1e9, vp_case_in, step_ms),
-    ROW_INFO("params", VP_JT_U64),
+    ROW_U64("params", 1, BIG, params),
     {.name = "num_alloc_retries", .type = VP_JT_U64, .max = BIG,
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, retries_node)},
 };
@@ -297,6 +300,7 @@ static vp_status read_case(const char *json, size_t len,
     memset(in, 0, sizeof *in);
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
+    in->load = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
     in->retries_node = -1;
     in->set_to_none = true;
@@ -322,13 +326,42 @@ static vp_status read_case(const char *json, size_t len,
 
 /* ---- one GPU ------------------------------------------------------------- */
 
-vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
-                              size_t n_dirs, vp_error *err)
+/* The case's hf_config, joined to the case file's folder. */
+static vp_model *hf_config_model(const vp_case_in *in, const char *case_path,
+                                 vp_error *err)
+{
+    char path[1024];
+    const char *slash = case_path ? strrchr(case_path, '/') : NULL;
+    int n = in->hf_config[0] == '/' || !slash
+                ? snprintf(path, sizeof path, "%s", in->hf_config)
+                : snprintf(path, sizeof path, "%.*s/%s",
+                           (int)(slash - case_path), case_path,
+                           in->hf_config);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
+                 VP_ELIMIT, err, "the config's path is longer than %zu "
+                 "bytes", sizeof path - 1);
+        return NULL;
+    }
+    if (access(path, R_OK) != 0) {
+        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
+                 VP_EIO, err, "config '%s' not found (looked for %s)",
+                 in->hf_config, path);
+        return NULL;
+    }
+    return vp_model_load(path, err);
+}
+
+vp_model *vp__case_find_model(const vp_case_in *in, const char *case_path,
+                              const char *const *dirs, size_t n_dirs,
+                              vp_error *err)
 {
     static const char *const exts[] = {".yaml", ".json"};
     const char *name = in->model;
     char path[1024];
 
+    if (in->hf_config != NULL)
+        return hf_config_model(in, case_path, err);
     for (size_t i = 0; i < n_dirs; i++)
         for (size_t e = 0; e < 2; e++) {
             snprintf(path, sizeof path, "%s/%s%s", dirs[i], name, exts[e]);
@@ -370,6 +403,8 @@ static vp_setup case_setup(const vp_case_in *in, const vp_validate_opts *o)
         s.attn = (vp_attn_impl)in->attn;
         s.attn_set = true;
     }
+    if (in->load >= 0)
+        s.load_in_dtype = in->load == 0;
     s.set_to_none = in->set_to_none;
     s.inference = in->infer;
     s.accum = in->accum ? (uint32_t)in->accum : 1;
@@ -431,6 +466,8 @@ static void case_metrics(const vp_case_in *in, const vp_estimate *e,
     for (size_t i = 0; i < 4; i++)
         if (meas[i] > 0)
             vp__case_metric(out, names[i], pred[i], meas[i]);
+    if (in->params > 0)
+        vp__case_metric(out, "params", e->params, in->params);
 }
 
 static void step_metrics(const vp_case_in *in, const vp_estimate *e,
@@ -505,7 +542,8 @@ vp_status vp_validate_line(const char *json, size_t len,
     if (st == VP_OK && out->kind == VP_GT_RANK)
         st = vp__validate_rank(&in, o, out, err);
     else if (st == VP_OK &&
-             (m = vp__case_find_model(&in, o->dirs, o->n_dirs, err)) ==
+             (m = vp__case_find_model(&in, o->path, o->dirs, o->n_dirs,
+                                      err)) ==
                  NULL)
         st = err != NULL ? err->code : VP_EIO;
     else if (st == VP_OK && out->kind == VP_GT_MAXBATCH)

@@ -21,6 +21,9 @@ typedef struct vp_step_in {
 typedef struct vp_case_in {
     const vp_jdoc *doc;
     const char *id, *model, *failed;
+    const char *hf_config;  /* the model's config.json, relative to the
+                               case file's folder; NULL: found by model */
+    int load;               /* index in vp__case_loads, -1             */
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
     int retries_node;       /* num_alloc_retries' node, -1       */
@@ -28,7 +31,7 @@ typedef struct vp_case_in {
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
     uint64_t max_batch, cap;
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
-    uint64_t device_used;
+    uint64_t device_used, params;
     double budget_gib, step_ms;
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
@@ -45,12 +48,15 @@ extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
                                                    not modelled yet       */
 extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
 extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
+extern const char *const vp__case_loads[];  /* dtype fp32-then-cast       */
 
-/* The case's model from the first of dirs that holds NAME.yaml or
- * NAME.json (vp_model_load); VP_EIO naming it, at the case's "model",
- * when none does. */
-vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
-                              size_t n_dirs, vp_error *err);
+/* The case's model: its hf_config (relative to the folder of the case
+ * file, case_path), else the first of dirs that holds NAME.yaml or
+ * NAME.json (vp_model_load); VP_EIO naming it, at the case's "model" (or
+ * "hf_config"), when none does. */
+vp_model *vp__case_find_model(const vp_case_in *in, const char *case_path,
+                              const char *const *dirs, size_t n_dirs,
+                              vp_error *err);
 
 /* Append a metric (predicted against measured > 0) to r. */
 void vp__case_metric(vp_case_result *r, const char *name, uint64_t pred,

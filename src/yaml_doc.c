@@ -443,6 +443,27 @@ vp_status vp__yget_prob(vp_ydoc *d, yaml_node_t *n, double *out,
     return VP_OK;
 }
 
+vp_status vp__yget_pos(vp_ydoc *d, yaml_node_t *n, double max, double *out,
+                       vp_error *err)
+{
+    const char *v = vp__yscalar(n);
+    if (!v || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || !*v)
+        return vp__yerr(d, n, VP_ESCHEMA, err, "expected a number, got %s",
+                        kind_of(n));
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (*end || errno || !isfinite(x))
+        return vp__yerr(d, n, VP_ESCHEMA, err,
+                        "expected a number, got '%.64s'", v);
+    if (x <= 0.0 || x > max)
+        return vp__yerr(d, n, VP_ERANGE, err,
+                        "must be above 0 and at most %g, got '%.64s'", max,
+                        v);
+    *out = x;
+    return VP_OK;
+}
+
 vp_status vp__yget_str(vp_ydoc *d, yaml_node_t *n, const char **out,
                        vp_error *err)
 {

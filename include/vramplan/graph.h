@@ -55,9 +55,12 @@
     XX(CROSS_ENTROPY, "cross_entropy")                                       \
     XX(MSE_LOSS, "mse_loss")                                                 \
     XX(ROUTER, "router")               /* MoE gate: top-k of a softmax     */ \
-    XX(MOE_DISPATCH, "moe_dispatch")   /* gather tokens routed to experts  */ \
-    XX(MOE_COMBINE, "moe_combine")     /* weighted scatter-add back        */ \
-    XX(ROPE, "rope")                   /* rotary position embedding        */
+    XX(ROPE, "rope")                   /* rotary position embedding        */ \
+    XX(MOE_EXPERTS, "moe_experts")     /* fused experts, grouped GEMMs     */ \
+    XX(SOFTCAP, "softcap")             /* cap * tanh(x / cap)              */ \
+    XX(SCALE, "scale")                 /* times a constant                 */ \
+    XX(MLA_Q, "mla_q")                 /* MLA: q = cat(q_pass, rope(q_rot))*/ \
+    XX(MLA_K, "mla_k")                 /* MLA: k = cat(k_pass, k_rot)      */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,
@@ -105,6 +108,12 @@ typedef struct vp_op {
     uint64_t in_features, out_features;   /* linear, conv (channels)        */
     uint32_t kernel, stride, padding, groups;
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
+    uint64_t v_head_dim;                  /* attention: v's and the output's
+                                             head width, 0 = head_dim (MLA) */
+    uint64_t window;                      /* attention: sliding window, 0 =
+                                             none                           */
+    double softcap;                       /* attention scores (eager) or the
+                                             softcap op: its cap            */
     uint64_t q_len, kv_len;               /* attention                       */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
@@ -123,8 +132,10 @@ typedef struct vp_op {
 } vp_op;
 
 /* Framework behaviours that change what an op allocates (vp_op.flags). */
-#define VP_OPF_KV_COPY 0x1u      /* attention copies k, v contiguous (HF GPT-2
-                                    with use_cache, off under checkpointing) */
+#define VP_OPF_KV_COPY 0x1u      /* attention copies k, v into HF's
+                                    DynamicCache (use_cache in training, off
+                                    under checkpointing): GPT-2's packed
+                                    k, v; the separate ones of the others  */
 #define VP_OPF_HOLD_FWD 0x2u     /* output lives until the model's forward
                                     returns (HF embedding outputs)           */
 #define VP_OPF_MODEL_END 0x4u    /* first op after the model's forward: the
@@ -163,6 +174,14 @@ typedef struct vp_op {
                                     module works sequence-first on transposed
                                     views, copies q, k, v and the output, and
                                     returns its output transposed            */
+/* Newer decoder families (transformer form). */
+#define VP_OPF_NORM_OFFSET 0x8000u /* RMSNorm in fp32 with weight 1 + w,
+                                      the output in the input's dtype
+                                      (HF GemmaRMSNorm)                    */
+#define VP_OPF_NORM_TOPK 0x10000u  /* router: the k weights renormalised  */
+#define VP_OPF_ROUTER_GROUP 0x20000u /* router: DeepSeek-V3's sigmoid scores,
+                                      group top-k (classes: experts, rows:
+                                      groups)                              */
 
 typedef struct vp_segment {
     const char *name;   /* "h.3", "layer2"                                   */

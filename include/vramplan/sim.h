@@ -119,6 +119,10 @@ typedef struct vp_setup {
                                   activations to 2, 4 or 8 bits (0 = off):
                                   the compressed copy stays on the GPU, the
                                   op's backward decompresses it              */
+    bool load_in_dtype;        /* pure bf16/fp16: the model is built directly
+                                  in that dtype (from_pretrained(dtype=...));
+                                  false: built in fp32, then cast parameter
+                                  by parameter (model.to(half))            */
     uint32_t weight_bits;      /* 8: INT8 linear weights (bitsandbytes
                                   LLM.int8), for inference: 1 byte per weight
                                   plus a fp32 scale per row, dequantized per

@@ -137,7 +137,8 @@ void vp_gt_close(vp_gt_file *f);
     XX(AFTER_MODEL, "after_model")                                         \
     XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak */ \
     XX(MAX_BATCH, "max_batch")                                             \
-    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */
+    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
+    XX(PARAMS, "params")           /* parameter count                   */
 
 typedef enum {
 #define VP__MG(name, str) VP_MG_##name,
