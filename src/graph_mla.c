@@ -78,6 +78,12 @@ vp_status vp__tb_mla(vp__tb *c, uint32_t x, uint64_t S, uint32_t *out)
     VP_TRY(part(c, kva, "attn.k_rot", m->qk_rope, &kr));
     VP_TRY(vp__tb_norm(c, lat, "attn.kv_a_layernorm", true, &lat));
     VP_TRY(vp__tb_unary(c, VP_OP_ROPE, kr, "attn.rope_k", &kr));
+    /* the DynamicCache keeps copies of the latent and the rotary key,
+     * which the attention then reads */
+    VP_TRY(vp__tb_unary(c, VP_OP_SCALE, lat, "attn.cache_latent", &lat));
+    c->g->ops[lat].flags |= VP_OPF_KV_COPY;
+    VP_TRY(vp__tb_unary(c, VP_OP_SCALE, kr, "attn.cache_k_rot", &kr));
+    c->g->ops[kr].flags |= VP_OPF_KV_COPY;
     VP_TRY(mla_cat(c, VP_OP_MLA_Q, qb, qr, qk, "attn.q_states", &q));
     VP_TRY(vp__tb_linear(c, lat, "attn.kv_b_proj",
                          t->heads * (m->qk_nope + m->v_dim), false, &kvb));
@@ -102,8 +108,5 @@ vp_status vp__tb_mla(vp__tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.window = vp__tf_layer_window(t, c->layer);
     o.softcap = t->x.attn_softcap;
     VP_TRY(vp__tb_push(c, &o, "attn.core", &a));
-    /* sdpa_attention_forward: transpose(1, 2).contiguous() copies the
-     * strided output */
-    VP_TRY(vp__tb_unary(c, VP_OP_RESHAPE, a, "attn.out", &a));
     return vp__tb_linear(c, a, "attn.o_proj", t->hidden, t->bias, out);
 }

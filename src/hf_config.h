@@ -33,6 +33,13 @@ vp_status vp__hf_act(vp__fields *f, const char *key,
 /* The value node of key (NULL when absent or null). */
 yaml_node_t *vp__hf_node(vp__fields *f, const char *key);
 
+/* The keys every Llama-like config has (LlamaConfig's): a decoder with
+ * rotary positions, RMSNorm, no biases; hidden_size, num_hidden_layers,
+ * num_attention_heads, intermediate_size, vocab_size (required),
+ * num_key_value_heads, head_dim, max_position_embeddings (kept when
+ * absent), attention_dropout, attention_bias (q, k, v, o biases) and
+ * hidden_act (the gated kind: SwiGLU by default). */
+vp_status vp__hf_llama_like(vp__fields *f, vp_tf *t);
 /* The readers of the families of hf_families.c: each fills t (already
  * set to the transformer defaults, qkv_bias true) from the config, as
  * transformers 5.x's configuration and modeling files of the family

@@ -9,9 +9,7 @@
 
 #include "hf_config.h"
 
-/* The keys every Llama-like config has: sizes, heads, positions, the
- * activation (the gated kind of hidden_act, or of `act_key`). */
-static vp_status llama_like(vp__fields *f, vp_tf *t, const char *act_key)
+vp_status vp__hf_llama_like(vp__fields *f, vp_tf *t)
 {
     t->type = VP_TF_DECODER;
     t->rotary = true;
@@ -32,7 +30,7 @@ static vp_status llama_like(vp__fields *f, vp_tf *t, const char *act_key)
                       false));
     VP_TRY(vp__hf_prob(f, "attention_dropout", &t->p_attn));
     VP_TRY(vp__hf_bool(f, "attention_bias", &t->qkv_bias));
-    return vp__hf_act(f, act_key, VP_ACT_SWIGLU, &t->act);
+    return vp__hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act);
 }
 
 /* A list key that must be empty (a feature vramplan does not build). */
@@ -161,7 +159,7 @@ vp_status vp__hf_qwen3(vp__fields *f, vp_tf *t, vp_error *err)
     (void)err;
     t->head_dim = 128;
     t->max_positions = 32768;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->x.qk_norm = true;
     return qwen_window(f, t, 28);
 }
@@ -175,7 +173,7 @@ vp_status vp__hf_qwen3_moe(vp__fields *f, vp_tf *t, vp_error *err)
     (void)err;
     t->head_dim = 128;
     t->max_positions = 32768;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->x.qk_norm = true;
     VP_TRY(qwen_moe(f, t, 128, 8, 768));
     return qwen_window(f, t, 28);
@@ -188,7 +186,7 @@ vp_status vp__hf_qwen2_moe(vp__fields *f, vp_tf *t, vp_error *err)
 {
     (void)err;
     t->max_positions = 32768;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->qkv_bias = true;
     VP_TRY(vp__hf_bool(f, "qkv_bias", &t->qkv_bias));
     VP_TRY(qwen_moe(f, t, 60, 4, 1408));
@@ -209,7 +207,7 @@ static vp_status gemma_common(vp__fields *f, vp_tf *t)
     t->head_dim = 256;
     t->max_positions = 8192;
     t->tied = true;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->act = VP_ACT_GEGLU;
     VP_TRY(vp__hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
     VP_TRY(vp__hf_act(f, "hidden_activation", VP_ACT_SWIGLU, &t->act));
@@ -284,7 +282,7 @@ vp_status vp__hf_phi3(vp__fields *f, vp_tf *t, vp_error *err)
 {
     (void)err;
     t->max_positions = 4096;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->x.packed_qkv = true;
     t->x.fused_gate_up = true;
     VP_TRY(vp__hf_prob(f, "embd_pdrop", &t->p_embd));
@@ -313,7 +311,7 @@ vp_status vp__hf_deepseek_v3(vp__fields *f, vp_tf *t, vp_error *err)
     (void)err;
     vp_tf_ext *x = &t->x;
     t->max_positions = 4096;
-    VP_TRY(llama_like(f, t, "hidden_act"));
+    VP_TRY(vp__hf_llama_like(f, t));
     t->kv_heads = 0;
     t->head_dim = 0;
     x->mla = (vp_tf_mla){1536, 512, 128, 64, 128};

@@ -614,30 +614,11 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
  * RMSNorm, SwiGLU, no biases (Qwen2: q, k, v biases). */
 static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
 {
-    t->type = VP_TF_DECODER;
-    t->rotary = true;
-    t->norm = VP_NORM_RMSNORM;
-    t->norm_bias = false;
-    t->act = VP_ACT_SWIGLU;
-    t->bias = false;
-    t->qkv_bias = !strcmp(type, "qwen2");
-    t->final_norm = true;
     t->max_positions = 2048; /* LlamaConfig's max_position_embeddings */
-    VP_TRY(vp__hf_u64(f, "hidden_size", &t->hidden, true));
-    VP_TRY(vp__hf_u64(f, "num_hidden_layers", &t->layers, true));
-    VP_TRY(vp__hf_u64(f, "num_attention_heads", &t->heads, true));
-    VP_TRY(vp__hf_u64(f, "num_key_value_heads", &t->kv_heads, false));
-    VP_TRY(vp__hf_u64(f, "head_dim", &t->head_dim, false));
-    VP_TRY(vp__hf_u64(f, "intermediate_size", &t->ffn, true));
-    VP_TRY(vp__hf_u64(f, "vocab_size", &t->vocab, true));
-    VP_TRY(vp__hf_u64(f, "max_position_embeddings", &t->max_positions, false));
-    VP_TRY(vp__hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
-    bool ab = t->qkv_bias;
-    VP_TRY(vp__hf_bool(f, "attention_bias", &ab));
-    if (strcmp(type, "qwen2"))
-        t->qkv_bias = ab;
+    VP_TRY(vp__hf_llama_like(f, t));
+    if (!strcmp(type, "qwen2")) /* Qwen2Attention: q, k, v biases always */
+        t->qkv_bias = true;
     VP_TRY(vp__hf_bool(f, "mlp_bias", &t->bias));
-    VP_TRY(opt_prob(f, "attention_dropout", &t->p_attn));
     if (!strcmp(type, "mixtral")) {
         VP_TRY(vp__hf_u64(f, "num_local_experts", &t->experts, true));
         VP_TRY(vp__hf_u64(f, "num_experts_per_tok", &t->top_k, true));

@@ -261,6 +261,7 @@ vp__bwd_fn vp__moe_experts_bwd;
 vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
 vp__bwd_fn vp__softcap_bwd;
 vp__fwd_fn vp__scale_fwd;
+vp__bwd_fn vp__scale_bwd;
 vp__fwd_fn vp__mla_q_fwd;     /* ops/mla.c                               */
 vp__fwd_fn vp__mla_k_fwd;
 vp__bwd_fn vp__mla_cat_bwd;

@@ -319,7 +319,7 @@ vp_status vp__ymap_check(vp_ydoc *d, yaml_node_t *map,
             return vp__yerr(d, kn, VP_ESCHEMA, err,
                             "unknown key '%.64s' in %s (did you mean '%s'?)",
                             k, what, s);
-        char list[300];
+        char list[440];
         list_choices(allowed, list, sizeof list);
         return vp__yerr(d, kn, VP_ESCHEMA, err,
                         "unknown key '%.64s' in %s (expected one of: %s)", k,

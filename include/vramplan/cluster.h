@@ -58,7 +58,31 @@ typedef struct vp_cluster {
     uint64_t nccl_peer_bytes; /* device bytes per all-to-all peer (48 MiB)   */
     double alloc_overhead;    /* fraction added to the allocator's bytes for
                                  fragmentation and caching (default 0.05)     */
+    /* MoE routing under expert parallelism (ep > 1): the tokens the
+     * busiest rank's experts receive, over the balanced share (tokens x
+     * top_k / ep), and the capacity factor of token-dropping routers (0 =
+     * dropless: the load is the imbalance; > 0: each expert's buffer is
+     * that many balanced shares, the rest dropped). Either is capped by
+     * the worst case, every pick of the ep ranks' tokens on one rank
+     * (vp_moe_load). With ep = 1 a rank holds every expert and its rows
+     * are tokens x top_k whatever the routing. */
+    double moe_imbalance;     /* >= 1 (default VP_MOE_IMBALANCE_DEFAULT)     */
+    double moe_capacity;      /* 0 or >= 1 (default 0, dropless)            */
 } vp_cluster;
+
+/* The default imbalance: Switch Transformer's training capacity factor
+ * (Fedus et al. 2022, section 2.2 and Table 1: 1.25), the load a
+ * balanced router's busiest expert reaches in their runs before tokens
+ * are dropped; docs/CLUSTER.md "MoE routing". */
+#define VP_MOE_IMBALANCE_DEFAULT 1.25
+
+/* The busiest expert-parallel rank's routed rows over the balanced share
+ * under c's assumption for a model of `experts` routed experts, top_k
+ * each, at expert-parallel degree ep; *worst (optional) gets the bound of
+ * every pick on one rank, ep x min(top_k, experts / ep) / top_k. 1 when
+ * ep <= 1 or without experts. */
+double vp_moe_load(const vp_cluster *c, uint64_t experts, uint64_t top_k,
+                   uint32_t ep, double *worst);
 
 /* Defaults for a cluster of `gpus` copies of hw, gpus_per_node per node. */
 void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,

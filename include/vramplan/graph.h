@@ -208,6 +208,12 @@ const vp_segment *vp_graph_segment(const vp_graph *g, size_t i);
 
 /* Trainable parameter elements (shared weights counted once); *out. */
 vp_status vp_graph_num_params(const vp_graph *g, uint64_t *out, vp_error *err);
+/* The trainable parameters one token passes through (*out): of each
+ * mixture of experts' routed experts, top_k of its experts; every other
+ * parameter (the router, shared experts, dense layers) whole. Equal to
+ * vp_graph_num_params for a model without experts. */
+vp_status vp_graph_num_active_params(const vp_graph *g, uint64_t *out,
+                                     vp_error *err);
 uint64_t vp_graph_batch(const vp_graph *g);
 uint64_t vp_graph_seq(const vp_graph *g);
 const char *vp_graph_model_name(const vp_graph *g);

@@ -31,9 +31,16 @@ static bool windowed(const vp_op *o);
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 {
     vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-    if (impl == VP_ATTN_SDPA)
-        impl = ce == 2 && !windowed(o) ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
-    return impl;
+    if (impl != VP_ATTN_SDPA)
+        return impl;
+    if (ce == 2 && !windowed(o))
+        return VP_ATTN_FLASH;
+    /* grouped KV heads without a mask (HF passes enable_gqa): the
+     * efficient kernel does not take them, flash not fp32: the math path
+     * (traced: Qwen3 fp32) */
+    if (o->n_inputs == 3 && o->kv_heads < o->heads && !windowed(o))
+        return VP_ATTN_MATH;
+    return VP_ATTN_EFFICIENT;
 }
 
 /* Whether a windowed layer's window cuts (shorter than the keys). */
@@ -191,6 +198,14 @@ static void math_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     const vp_op *o = f->o;
     uint64_t sc = vp__mulc(S, vp__mulc(S, a->bh, o->q_len), o->kv_len);
     uint8_t pe = 4;
+    /* q and k each times sqrt(scale) (_scaled_dot_product_attention_math),
+     * saved by the matmul; k already repeated for grouped heads */
+    uint64_t kn = vp__mulc(S, vp__mulc(S, vp__mulc(S, o->shape[0],
+                                                   o->kv_len), o->heads),
+                           o->head_dim);
+    uint32_t qs = vp__talloc(S, vp__mulc(S, att_qn(S, o), a->ce),
+                             VP_CAT_ACT);
+    uint32_t ks = vp__talloc(S, vp__mulc(S, kn, a->ce), VP_CAT_ACT);
     uint32_t scores = vp__talloc(S, vp__mulc(S, sc, pe), VP_CAT_TEMP);
     if (o->causal)
         vp__transient(S, vp__mulc(S, sc, pe)); /* masked copy */
@@ -203,7 +218,9 @@ static void math_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     }
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
     if (f->sv)
-        save_materialised(S, f, a->q, a->k, a->v, probs, mask, dropped);
+        save_materialised(S, f, qs, ks, a->v, probs, mask, dropped);
+    vp__tunref(S, qs);
+    vp__tunref(S, ks);
     vp__tunref(S, probs);
     vp__tunref(S, mask);
     vp__tunref(S, dropped);
@@ -224,7 +241,15 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         rng1 = vp__talloc(S, 8, VP_CAT_ACT);
         rng2 = vp__talloc(S, 8, VP_CAT_ACT);
     }
-    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    /* transformers' sdpa_attention_forward: transpose(1, 2).contiguous()
+     * copies flash's output when its head width is not a power of two,
+     * or v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA;
+     * never for 64, 128, 256; the fp32 MLA case measures none for the
+     * efficient kernel); the kernel keeps its own for backward */
+    bool copy = !mha && o->n_inputs == 3 && impl == VP_ATTN_FLASH &&
+                ((o->head_dim & (o->head_dim - 1)) ||
+                 (o->v_head_dim && o->v_head_dim != o->head_dim));
+    uint32_t ko = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
     uint64_t L = o->q_len;
     if (impl == VP_ATTN_EFFICIENT)
         L = (L + EFFICIENT_LSE_ROWS - 1) / EFFICIENT_LSE_ROWS *
@@ -240,6 +265,12 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
     /* a sliding window's bool mask: SDPA converts it to an additive
      * float bias [B, 1, Sq, Sk] in q's dtype (convert_boolean_attn_mask),
      * which the efficient kernel's backward reads again */
+    if (copy) {
+        f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    } else {
+        f->out = ko;
+        ko = NONE;
+    }
     uint32_t bias = NONE;
     if (windowed(o) && impl == VP_ATTN_EFFICIENT)
         bias = vp__talloc(S, vp__mulc(S, vp__mulc(S, vp__mulc(S,
@@ -252,13 +283,14 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         vp__save(S, i, ATT_LSE, lse);
         /* the packed layout hands the output to out_proj, which saves
          * it; torch_mha's out_proj may save a copy */
-        if (mha)
-            vp__save(S, i, ATT_OUT, f->out);
+        if (mha || ko != NONE)
+            vp__save(S, i, ATT_OUT, ko != NONE ? ko : f->out);
         vp__save(S, i, ATT_RNG_SEED, rng1);
         vp__save(S, i, ATT_RNG_OFFSET, rng2);
         vp__save(S, i, ATT_BIAS, bias);
     }
     vp__tunref(S, bias);
+    vp__tunref(S, ko);
     vp__tunref(S, lse);
     vp__tunref(S, rng1);
     vp__tunref(S, rng2);
@@ -270,6 +302,17 @@ static bool kv_copy(const sim *S, const vp_op *o)
 {
     return (o->flags & VP_OPF_KV_COPY) &&
            !(o->segment >= 0 && S->ckpt[o->segment]);
+}
+
+/* Whether k and v are copied to every head: HF's repeat_kv (eager, and
+ * SDPA with a mask: transformers passes enable_gqa only without one) or
+ * the math kernel's repeat_interleave (enable_gqa). */
+static bool att_repeats(const vp_op *o, vp_attn_impl impl)
+{
+    if (o->n_inputs != 3 || o->kv_heads >= o->heads)
+        return false;
+    return impl == VP_ATTN_EAGER || impl == VP_ATTN_MATH ||
+           (impl == VP_ATTN_EFFICIENT && windowed(o));
 }
 
 /* HF DynamicCache in training (use_cache; off under checkpointing, read
@@ -338,8 +381,7 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     att_in a;
     a.ce = S->amp ? 2 : f->eb0;
     vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
-    bool rep = impl == VP_ATTN_EAGER && o->n_inputs == 3 &&
-               o->kv_heads < o->heads;
+    bool rep = att_repeats(o, impl);
     uint32_t kr = NONE, vr = NONE;
     a.q = vp__cast_input(S, f->in0, a.ce);
     a.k = a.v = NONE;
@@ -364,9 +406,7 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
         vp__hold(S, a.v);
     }
     f->oeb = a.ce;
-    /* MLA (v narrower than q): transformers' sdpa_attention_forward
-     * returns the output strided; what reads it copies it */
-    f->ol = o->v_head_dim && o->v_head_dim != o->head_dim;
+    f->ol = 0;
     if (impl == VP_ATTN_EAGER)
         eager_fwd(S, f, &a);
     else if (impl == VP_ATTN_MATH)
@@ -576,9 +616,17 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     if (d.impl == VP_ATTN_EAGER) {
         eager_bwd(S, b, &d);
     } else {
+        uint64_t r = att_repeats(o, d.impl) ? o->heads / o->kv_heads : 1;
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);
-        d.dk = vp__talloc(S, vp__mulc(S, d.kvn, d.ce), VP_CAT_TEMP);
-        d.dv = vp__talloc(S, vp__mulc(S, d.vn, d.ce), VP_CAT_TEMP);
+        d.dk = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.kvn, r), d.ce),
+                          VP_CAT_TEMP);
+        d.dv = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.vn, r), d.ce),
+                          VP_CAT_TEMP);
+        if (r > 1) {
+            d.kge = S->out_eb[o->inputs[1]];
+            d.dk = unrepeat_kv(S, o, d.dk, d.kvn, d.ce, d.kge);
+            d.dv = unrepeat_kv(S, o, d.dv, d.vn, d.ce, d.kge);
+        }
     }
     if (mha_eff) {
         /* delta = (grad_out * out).sum(-1) in fp32 (traced on the

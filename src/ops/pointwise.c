@@ -304,10 +304,36 @@ void vp__elementwise_bwd(sim *S, vp__bwd_op *b)
 }
 
 /* x * c by a constant tensor (Gemma's embedding scale): a new output;
- * MulBackward keeps the constant only. */
+ * MulBackward keeps the constant only. With VP_OPF_KV_COPY, HF
+ * DynamicCache's copy cat([], x) (MLA's latent and rotary key): made and
+ * kept by the cache only while it is on (use_cache: not under
+ * checkpointing), else x itself. */
 void vp__scale_fwd(sim *S, vp__fwd_op *f)
 {
+    const vp_op *o = f->o;
+    if ((o->flags & VP_OPF_KV_COPY) &&
+        (f->mode != MODE_SAVE || (o->segment >= 0 && S->ckpt[o->segment]))) {
+        vp__alias_input(S, f);
+        return;
+    }
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->eb0), VP_CAT_ACT);
+    if (o->flags & VP_OPF_KV_COPY)
+        vp__hold(S, f->out);
+}
+
+/* the constant's product makes a new gradient; the cache's cat hands on
+ * a view */
+void vp__scale_bwd(sim *S, vp__bwd_op *b)
+{
+    if (!(b->o->flags & VP_OPF_KV_COPY)) {
+        vp__elementwise_bwd(S, b);
+        return;
+    }
+    if (b->ig0) {
+        vp__tref(S, b->gy);
+        b->gx = b->gy;
+        b->gxe = b->oeb;
+    }
 }
 
 /* Gemma 2's final_logit_softcapping (modeling_gemma2.py,
