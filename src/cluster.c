@@ -36,7 +36,7 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->nccl_comm_bytes = (uint64_t)320 * VP_MiB;
     c->nccl_peer_bytes = (uint64_t)48 * VP_MiB;
     c->alloc_overhead = 0.05;
-    c->moe_imbalance = VP_MOE_IMBALANCE_DEFAULT;
+    c->moe_imbalance = 0; /* the measured load */
     c->moe_capacity = 0;
 }
 
@@ -88,6 +88,13 @@ static int region_of(const vp_graph *g, uint32_t op)
     return REG_HEAD;
 }
 
+double vp_moe_measured_load(uint32_t ep)
+{
+    if (ep <= 1)
+        return 1.0;
+    return ep <= 2 ? 1.39 : ep <= 4 ? 1.93 : 2.29;
+}
+
 double vp_moe_load(const vp_cluster *c, uint64_t experts, uint64_t top_k,
                    uint32_t ep, double *worst)
 {
@@ -98,7 +105,9 @@ double vp_moe_load(const vp_cluster *c, uint64_t experts, uint64_t top_k,
     }
     if (worst)
         *worst = w;
-    double f = c->moe_capacity > 0 ? c->moe_capacity : c->moe_imbalance;
+    double f = c->moe_capacity > 0   ? c->moe_capacity
+               : c->moe_imbalance > 0 ? c->moe_imbalance
+                                      : vp_moe_measured_load(ep);
     f = f < 1 ? 1 : f;
     return f < w ? f : w;
 }

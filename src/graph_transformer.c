@@ -376,7 +376,11 @@ static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
         VP_TRY(norm(c, x, "input_norm", &h));
         c->g->ops[h].flags |= hold;
         VP_TRY(attention(c, h, S, &a));
-        c->g->ops[a].flags |= VP_OPF_MODULE_RET;
+        /* the attention module returns here, before the layer's residual
+         * dropout (Phi-3's resid_attn_dropout); GPT-2's resid_dropout is
+         * inside GPT2Attention, which returns after it */
+        if (!gpt2)
+            c->g->ops[a].flags |= VP_OPF_MODULE_RET;
         /* Gemma 2, 3: post_attention_layernorm on the attention output,
          * pre_feedforward_layernorm, post_feedforward_layernorm */
         if (t->x.post_norms)
@@ -393,7 +397,8 @@ static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
             VP_TRY(mlp(c, h, t->ffn, "mlp.", &a));
         if (gpt2)
             mark_addmm(c, first);
-        c->g->ops[a].flags |= VP_OPF_MODULE_RET;
+        if (!gpt2) /* GPT2MLP's dropout is its own */
+            c->g->ops[a].flags |= VP_OPF_MODULE_RET;
         if (t->x.post_norms)
             VP_TRY(norm(c, a, "mlp.post_norm", &a));
         VP_TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));

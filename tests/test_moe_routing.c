@@ -3,7 +3,9 @@
  * dense-then-MoE layer mix of its model (DeepSeek-V3). */
 #include <criterion/criterion.h>
 
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "cluster_util.h"
 #include "vramplan/gpu.h"
@@ -34,10 +36,55 @@ Test(moe_load, one_rank_holds_every_expert)
     cr_expect_eq(w, 1.0);
 }
 
-Test(moe_load, default_is_the_assumed_imbalance)
+Test(moe_load, default_is_the_measured_load_at_the_plans_ep)
 {
     vp_cluster c = cluster(64);
-    cr_expect_eq(vp_moe_load(&c, 256, 8, 64, NULL), VP_MOE_IMBALANCE_DEFAULT);
+    cr_expect_eq(vp_moe_load(&c, 256, 8, 2, NULL), 1.39);
+    cr_expect_eq(vp_moe_load(&c, 256, 8, 4, NULL), 1.93);
+    cr_expect_eq(vp_moe_load(&c, 256, 8, 8, NULL), 2.29);
+    cr_expect_eq(vp_moe_load(&c, 256, 8, 64, NULL), 2.29);
+    /* capped by the worst case: 8 experts top-2 on 2 ranks at most 2 */
+    cr_expect_eq(vp_moe_load(&c, 8, 2, 2, NULL), 1.39);
+}
+
+/* The default covers every load measured on the H200: each layer and
+ * step's busiest group of E/ep experts (groundtruth/moe/, written by
+ * groundtruth/collect_moe.py load). */
+Test(moe_load, default_covers_every_measured_load)
+{
+    FILE *f = fopen("groundtruth/moe/h200-torch2.11-moe-load.jsonl", "r");
+    cr_assert_not_null(f);
+    char line[65536];
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *d = json_loads(line, 0, &je);
+        cr_assert_not_null(d, "%s", je.text);
+        size_t si, li;
+        json_t *st, *ly;
+        json_array_foreach(json_object_get(d, "steps"), si, st)
+        {
+            json_array_foreach(st, li, ly)
+            {
+                for (uint32_t ep = 2; ep <= 8; ep *= 2) {
+                    char key[32];
+                    snprintf(key, sizeof key, "ep%u_max_over_balanced", ep);
+                    json_t *v = json_object_get(ly, key);
+                    if (!v)
+                        continue;
+                    cr_expect_leq(json_number_value(v),
+                                  vp_moe_measured_load(ep), "%s: %s %g",
+                                  json_string_value(json_object_get(d,
+                                                                    "model")),
+                                  key, json_number_value(v));
+                    seen++;
+                }
+            }
+        }
+        json_decref(d);
+    }
+    fclose(f);
+    cr_expect_gt(seen, 100, "%d measured loads", seen);
 }
 
 /* 64 ranks of 4 experts each: a token puts at most 4 of its 8 picks on

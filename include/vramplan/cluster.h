@@ -66,15 +66,19 @@ typedef struct vp_cluster {
      * the worst case, every pick of the ep ranks' tokens on one rank
      * (vp_moe_load). With ep = 1 a rank holds every expert and its rows
      * are tokens x top_k whatever the routing. */
-    double moe_imbalance;     /* >= 1 (default VP_MOE_IMBALANCE_DEFAULT)     */
+    double moe_imbalance;     /* >= 1, or 0 (default): the measured load
+                                 at the plan's ep (vp_moe_measured_load)   */
     double moe_capacity;      /* 0 or >= 1 (default 0, dropless)            */
 } vp_cluster;
 
-/* The default imbalance: Switch Transformer's training capacity factor
- * (Fedus et al. 2022, section 2.2 and Table 1: 1.25), the load a
- * balanced router's busiest expert reaches in their runs before tokens
- * are dropped; docs/CLUSTER.md "MoE routing". */
-#define VP_MOE_IMBALANCE_DEFAULT 1.25
+/* The default imbalance: the busiest expert-parallel group's routed
+ * tokens over the balanced share, the largest measured in training steps
+ * of four MoE models on the H200 at that ep (every layer and step of
+ * mixtral-small, qwen3_moe, qwen2_moe and deepseek_v3, random init:
+ * groundtruth/moe/h200-torch2.11-moe-load.jsonl), rounded up: 1.39 at
+ * ep 2, 1.93 at ep 3-4, 2.29 from ep 5 on (measured to ep 8; beyond, the
+ * ep-8 figure). docs/CLUSTER.md "MoE routing". */
+double vp_moe_measured_load(uint32_t ep);
 
 /* The busiest expert-parallel rank's routed rows over the balanced share
  * under c's assumption for a model of `experts` routed experts, top_k

@@ -369,6 +369,16 @@ static const char *category_key(vp_category c)
     return vp_category_name(c);
 }
 
+/* The parameters one token passes through (the routed experts' top_k of
+ * E: vp_graph_num_active_params); the count itself without experts. */
+static uint64_t active_params(const report *r)
+{
+    uint64_t n = r->est->params;
+    if (vp_graph_num_active_params(r->graph, &n, NULL) != VP_OK)
+        n = r->est->params;
+    return n;
+}
+
 static uint32_t report_steps(const vp_estimate *e)
 {
     return e->steps < VP_MAX_STEPS ? e->steps : VP_MAX_STEPS;
@@ -423,8 +433,14 @@ static void table_setup(FILE *f, const report *r)
                            : "none",
             s->alloc.expandable_segments ? "on" : "off",
             vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
+    uint64_t act = active_params(r);
+    fprintf(f, "parameters   %s (%s)", cli_commas(e->params, a, sizeof a),
             cli_si((double)e->params, "", b, sizeof b));
+    if (act != e->params) /* a mixture of experts */
+        fprintf(f, ", %s (%s) active per token",
+                cli_commas(act, a, sizeof a),
+                cli_si((double)act, "", b, sizeof b));
+    fprintf(f, "\n");
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -590,6 +606,8 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
     cli_jset(o, "params", cli_ju64(e->params));
+    if (active_params(r) != e->params)
+        cli_jset(o, "active_params", cli_ju64(active_params(r)));
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
         cli_jset(o, totals[i].key, cli_ju64(totals[i].bytes));
