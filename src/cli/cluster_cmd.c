@@ -923,9 +923,9 @@ static void print_moe_bounds(FILE *o, const vp_cluster *c,
                 b->load, c->moe_imbalance);
     else
         fprintf(o, "  MoE routing  dropless, the busiest EP rank %.2fx the "
-                   "balanced tokens (the largest measured at ep %u; "
+                   "balanced tokens (the largest measured at ep %u%s; "
                    "--moe-imbalance)\n",
-                b->load, ep);
+                b->load, ep > 8 ? 8 : ep, ep > 8 ? ", carried over" : "");
     fprintf(o, "               memory/GPU %.2f GiB; balanced %.2f GiB, "
                "worst (%s, %.2fx) %.2f GiB%s\n",
             gib(b->assumed), gib(b->balanced),
