@@ -1,5 +1,6 @@
 /* Model descriptions: the vramplan YAML forms and Hugging Face config.json. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -632,13 +633,58 @@ static vp_status hf_llama_only(fields *f, vp_tf *t, vp_error *err)
     return hf_llama(f, t, "llama");
 }
 
+/* layer_types of a MistralConfig or Qwen2Config (transformers 5.x): the
+ * full_attention layers, then the sliding_attention ones from
+ * x.window_from on; full layers after sliding ones are not modelled for
+ * these families (Gemma's patterns: hf_families.c). */
+static vp_status hf_mono_layer_types(fields *f, vp_tf *t)
+{
+    yaml_node_t *ty = vp__hf_node(f, "layer_types");
+    if (!ty)
+        return VP_OK;
+    if (ty->type != YAML_SEQUENCE_NODE ||
+        ty->data.sequence.items.top - ty->data.sequence.items.start !=
+            (ptrdiff_t)t->layers)
+        return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                        "layer_types must list one type per hidden layer");
+    uint64_t i = 0, from = t->layers;
+    for (yaml_node_item_t *it = ty->data.sequence.items.start;
+         it < ty->data.sequence.items.top; it++, i++) {
+        yaml_node_t *n = vp__ynode(f->d, *it);
+        const char *v = vp__yscalar(n);
+        bool slide = v && !strcmp(v, "sliding_attention");
+        if (!slide && !(v && !strcmp(v, "full_attention")))
+            return vp__yerr(f->d, n, VP_ESCHEMA, f->err,
+                            "a layer type other than full_attention and "
+                            "sliding_attention");
+        if (slide && from == t->layers)
+            from = i;
+        if (!slide && from < t->layers)
+            return vp__yerr(f->d, n, VP_EUNSUPPORTED, f->err,
+                            "full-attention layers after sliding ones are "
+                            "not modelled");
+    }
+    if (from == t->layers) {
+        t->x.window = 0;
+        return VP_OK;
+    }
+    if (!t->x.window)
+        VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+    if (!t->x.window)
+        return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                        "sliding_attention layers need a sliding_window");
+    t->x.window_from = (uint32_t)from; /* < layers */
+    return VP_OK;
+}
+
 /* MistralConfig: Llama's shapes with a sliding window (modeling_mistral.py:
  * every layer windowed when sliding_window is set). */
 static vp_status hf_mistral(fields *f, vp_tf *t, vp_error *err)
 {
     (void)err;
     VP_TRY(hf_llama(f, t, "mistral"));
-    return vp__hf_u64z(f, "sliding_window", &t->x.window);
+    VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+    return hf_mono_layer_types(f, t);
 }
 
 static vp_status hf_mixtral(fields *f, vp_tf *t, vp_error *err)
@@ -656,14 +702,15 @@ static vp_status hf_qwen2(fields *f, vp_tf *t, vp_error *err)
     VP_TRY(hf_llama(f, t, "qwen2"));
     bool sw = false;
     VP_TRY(vp__hf_bool(f, "use_sliding_window", &sw));
-    if (!sw)
-        return VP_OK;
-    uint64_t from = 28; /* Qwen2Config's max_window_layers */
-    t->x.window = 4096;
-    VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
-    VP_TRY(vp__hf_u64z(f, "max_window_layers", &from));
-    t->x.window_from = from > VP_MAX_REPEAT ? VP_MAX_REPEAT : (uint32_t)from;
-    return VP_OK;
+    if (sw) {
+        uint64_t from = 28; /* Qwen2Config's max_window_layers */
+        t->x.window = 4096;
+        VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+        VP_TRY(vp__hf_u64z(f, "max_window_layers", &from));
+        t->x.window_from =
+            from > VP_MAX_REPEAT ? VP_MAX_REPEAT : (uint32_t)from;
+    }
+    return hf_mono_layer_types(f, t);
 }
 
 /* The model_types read, the reader of each and the names of the keys
@@ -735,6 +782,10 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     fields f = {d, root, err};
     VP_TRY(row->read(&f, t, err));
     VP_TRY(vp__hf_bool(&f, "tie_word_embeddings", &t->tied));
+    /* PretrainedConfig's eos_token_id (None by default): what
+     * GenerationConfig takes when the model has no generation_config */
+    yaml_node_t *eos = vp__ymap_get(d, root, "eos_token_id", NULL);
+    t->no_eos = !eos || vp__yis_null(eos);
     VP_TRY(hf_head(m, d, root, err));
     if (t->head == VP_HEAD_CLASSIFICATION) {
         yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);

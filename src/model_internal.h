@@ -82,6 +82,9 @@ typedef struct vp_tf {
     vp_attn_impl attn;
     vp_head_kind head;
     uint64_t experts, top_k, expert_ffn, shared_experts;
+    bool no_eos;        /* a config.json with no end-of-sequence token
+                           (eos_token_id null or absent): generate()'s
+                           min-length processors are not made          */
     uint32_t line, col; /* where the description starts */
     vp_tf_ext x;        /* the newer families' features (hf_families.c) */
 } vp_tf;

@@ -60,7 +60,10 @@
     XX(SOFTCAP, "softcap")             /* cap * tanh(x / cap)              */ \
     XX(SCALE, "scale")                 /* times a constant                 */ \
     XX(MLA_Q, "mla_q")                 /* MLA: q = cat(q_pass, rope(q_rot))*/ \
-    XX(MLA_K, "mla_k")                 /* MLA: k = cat(k_pass, k_rot)      */
+    XX(MLA_K, "mla_k")                 /* MLA: k = cat(k_pass, k_rot)      */ \
+    XX(LORA, "lora")                   /* a LoRA adapter on the linear op
+                                          inputs[1] (made by fine-tuning
+                                          setups, finetune.h)              */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,
@@ -88,6 +91,9 @@ typedef struct vp_param {
     bool trainable;     /* false for buffers (BatchNorm running statistics)  */
     bool fp32_buffer;   /* buffer kept in fp32 whatever the precision        */
     uint32_t elem_bytes_override; /* 8 for int64 buffers, else 0             */
+    uint8_t quant;      /* a quantized base weight: its vp_quant
+                           (finetune.h); 0 = stored as it is             */
+    bool adapter;       /* added by a fine-tuning setup (LoRA, DoRA)     */
 } vp_param;
 
 typedef struct vp_op {
@@ -110,8 +116,9 @@ typedef struct vp_op {
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
     uint64_t v_head_dim;                  /* attention: v's and the output's
                                              head width, 0 = head_dim (MLA) */
-    uint64_t window;                      /* attention: sliding window, 0 =
-                                             none                           */
+    uint64_t window;                      /* attention: a sliding window of
+                                             this many tokens (the masks,
+                                             generate()'s cache), 0 = none  */
     double softcap;                       /* attention scores (eager) or the
                                              softcap op: its cap            */
     uint64_t q_len, kv_len;               /* attention                       */

@@ -43,4 +43,5 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_MLA_K] = {vp__mla_k_fwd, vp__mla_cat_bwd, 0},
     [VP_OP_PERMUTE] = {vp__view_fwd, vp__view_bwd, PASS},
     [VP_OP_SELECT] = {vp__view_fwd, vp__elementwise_bwd, PASS},
+    [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
 };
