@@ -45,6 +45,7 @@ int vp_metric_group_of(const char *m)
                  {"after_model", VP_MG_AFTER_MODEL},
                  {"max_batch", VP_MG_MAX_BATCH},
                  {"step_us", VP_MG_STEP_TIME},
+                 {"params", VP_MG_PARAMS},
                  {"trainable_params", VP_MG_PARAMS},
                  {"total_params", VP_MG_PARAMS},
                  {"setup_peak", VP_MG_SETUP},

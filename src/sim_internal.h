@@ -15,7 +15,8 @@
  *   ops/pointwise.c     activations, add, mul, dropout, pooling, concat,
  *                       softmax, rope, views
  *   ops/embed_loss.c    embedding, cross-entropy, MSE loss
- *   ops/moe.c           router, dispatch, combine
+ *   ops/moe.c           router, grouped experts
+ *   ops/mla.c           the concatenations of latent attention
  *   ops/lora.c          LoRA and DoRA adapters (peft)
  *   ops/quant.c         quantized base weights (bitsandbytes)
  *   optim.c             optimizer states and step temporaries
@@ -282,9 +283,16 @@ vp__bwd_fn vp__embedding_bwd;
 vp__fwd_fn vp__loss_fwd;       /* cross-entropy, MSE                     */
 vp__bwd_fn vp__loss_bwd;
 vp__fwd_fn vp__router_fwd;     /* ops/moe.c                              */
-vp__fwd_fn vp__moe_dispatch_fwd;
-vp__fwd_fn vp__moe_combine_fwd;
-vp__bwd_fn vp__moe_combine_bwd;
+vp__bwd_fn vp__router_bwd;
+vp__fwd_fn vp__moe_experts_fwd;
+vp__bwd_fn vp__moe_experts_bwd;
+vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
+vp__bwd_fn vp__softcap_bwd;
+vp__fwd_fn vp__scale_fwd;
+vp__bwd_fn vp__scale_bwd;
+vp__fwd_fn vp__mla_q_fwd;     /* ops/mla.c                               */
+vp__fwd_fn vp__mla_k_fwd;
+vp__bwd_fn vp__mla_cat_bwd;
 vp__fwd_fn vp__lora_fwd;       /* ops/lora.c                             */
 vp__bwd_fn vp__lora_bwd;
 

@@ -76,6 +76,7 @@ static const vp_jfield ROWS_IDENT[] = {
     VP_JROW_STR("model", true, vp_case_in, model),
     ROW_STR("id", id),
     ROW_STR("error", failed),
+    ROW_STR("hf_config", hf_config),
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
@@ -85,7 +86,7 @@ static const vp_jfield ROWS_IDENT[] = {
 /* Fields later versions will read: refused by name, never ignored. */
 static const vp_jfield ROWS_LATER[] = {
     ROW_LATER("generate"),   ROW_LATER("cache"),
-    ROW_LATER("hf_config"),  ROW_LATER("target"),
+    ROW_LATER("target"),
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
@@ -130,7 +131,7 @@ static const vp_jfield ROWS_MEASURED[] = {
     ROW_U64("peak_reserved", 1, BIG, peak_reserved),
     ROW_U64("device_used", 1, BIG, device_used),
     VP_JROW_NUM("step_ms", false, 0, true, 1e9, vp_case_in, step_ms),
-    ROW_INFO("params", VP_JT_U64),
+    ROW_U64("params", 1, BIG, params),
     {.name = "num_alloc_retries", .type = VP_JT_U64, .max = BIG,
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, retries_node)},
 };
@@ -339,6 +340,32 @@ static vp_status read_case(const char *json, size_t len,
 
 /* ---- one GPU ------------------------------------------------------------- */
 
+/* The case's hf_config, joined to the case file's folder. */
+static vp_model *hf_config_model(const vp_case_in *in, const char *case_path,
+                                 vp_error *err)
+{
+    char path[1024];
+    const char *slash = case_path ? strrchr(case_path, '/') : NULL;
+    int n = in->hf_config[0] == '/' || !slash
+                ? snprintf(path, sizeof path, "%s", in->hf_config)
+                : snprintf(path, sizeof path, "%.*s/%s",
+                           (int)(slash - case_path), case_path,
+                           in->hf_config);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
+                 VP_ELIMIT, err, "the config's path is longer than %zu "
+                 "bytes", sizeof path - 1);
+        return NULL;
+    }
+    if (access(path, R_OK) != 0) {
+        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
+                 VP_EIO, err, "config '%s' not found (looked for %s)",
+                 in->hf_config, path);
+        return NULL;
+    }
+    return vp_model_load(path, err);
+}
+
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
                               size_t n_dirs, const char *file, vp_error *err)
 {
@@ -346,6 +373,8 @@ vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
     const char *name = in->model, *slash = file ? strrchr(file, '/') : NULL;
     char path[1024];
 
+    if (in->hf_config != NULL)
+        return hf_config_model(in, file, err);
     for (size_t i = 0; i < n_dirs; i++)
         for (size_t e = 0; e < 2; e++) {
             snprintf(path, sizeof path, "%s/%s%s", dirs[i], name, exts[e]);
@@ -444,8 +473,10 @@ static vp_status step_time_metric(const vp_case_in *in, const vp_graph *g,
 }
 
 /* The totals measured (the step time and the phase peaks follow). */
+/* The peaks, and "params": the model's parameters as built, before any
+ * adapters (collect.py and collect_more.py count them before peft). */
 static void case_metrics(const vp_case_in *in, const vp_estimate *e,
-                         vp_case_result *out)
+                         const vp_graph *g, vp_case_result *out)
 {
     const uint64_t pred[] = {e->peak_alloc, e->peak_reserved, e->after_model,
                              e->device_used};
@@ -457,6 +488,9 @@ static void case_metrics(const vp_case_in *in, const vp_estimate *e,
     for (size_t i = 0; i < 4; i++)
         if (meas[i] > 0)
             vp__case_metric(out, names[i], pred[i], meas[i]);
+    uint64_t n = e->params;
+    if (in->params > 0 && vp_graph_num_params(g, &n, NULL) == VP_OK)
+        vp__case_metric(out, "params", n, in->params);
 }
 
 static void step_metrics(const vp_case_in *in, const vp_estimate *e,
@@ -504,7 +538,7 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     st = vp_simulate(g, &s, &e, NULL, NULL, err);
     if (st != VP_OK)
         goto done;
-    case_metrics(in, &e, out);
+    case_metrics(in, &e, g, out);
     vp__case_ft_metrics(in, &e, out);
     st = step_time_metric(in, g, &s, o, out, err);
     if (st == VP_OK)

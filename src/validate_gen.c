@@ -88,7 +88,6 @@ const vp_jfield vp__gen_rows[] = {
      .apply = gen_fields},
     VP_JROW_ENUM("cache", false, CACHES, vp_case_in, gen.cache),
     VP_JROW_ENUM("load", false, LOADS, vp_case_in, gen.load),
-    VP_JROW_STR("hf_config", false, vp_case_in, gen.hf_config),
     {.name = "runs", .type = VP_JT_ARRAY, .apply = read_runs},
     ROW_U64("kv_cache_bytes", 1, gen.kv_cache_bytes),
     ROW_U64("after_model", 1, after_model),
@@ -138,31 +137,12 @@ static vp_status check_runs(const vp_case_in *in, vp_error *err)
 
 /* ---- running a case -------------------------------------------------------- */
 
+/* The case's model: its hf_config beside the case file (named at the
+ * field when missing), else found by name (vp__case_find_model). */
 static vp_model *case_model(const vp_case_in *in, const vp_validate_opts *o,
                             vp_error *err)
 {
-    const char *file = o->path ? o->path : "";
-    const char *slash = strrchr(file, '/');
-    char path[1024];
-
-    if (in->gen.hf_config == NULL)
-        return vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
-    int w = snprintf(path, sizeof path, "%.*s%s%s",
-                     slash ? (int)(slash - file) : 0, file, slash ? "/" : "",
-                     in->gen.hf_config);
-    int at = vp__jdoc_member(in->doc, 0, "hf_config");
-    if (w < 0 || (size_t)w >= sizeof path) {
-        vp__jerr(in->doc, at, false, VP_ELIMIT, err,
-                 "the config's path is too long");
-        return NULL;
-    }
-    if (access(path, R_OK) != 0) { /* named at the case's field */
-        vp__jerr(in->doc, at, false, VP_EIO, err, "hf_config '%s' not "
-                 "found (looked for %s, beside the case file)",
-                 in->gen.hf_config, path);
-        return NULL;
-    }
-    return vp_model_load(path, err);
+    return vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
 }
 
 /* The setup run_generate measured: bf16 weights built in their dtype,

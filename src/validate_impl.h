@@ -33,7 +33,6 @@ typedef struct vp_gen_in {
     uint64_t prompt, new_tokens;
     bool sample, pad;
     int cache, load;          /* choices, -1 when absent               */
-    const char *hf_config;    /* relative to the case file, or NULL   */
     uint64_t kv_cache_bytes;
     uint32_t n_runs;
     vp_run_in run[VP_MAX_STEPS];
@@ -45,6 +44,8 @@ typedef struct vp_gen_in {
 typedef struct vp_case_in {
     const vp_jdoc *doc;
     const char *id, *model, *failed;
+    const char *hf_config;  /* the model's config.json, relative to the
+                               case file's folder; NULL: found by model */
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
     int retries_node;       /* num_alloc_retries' node, -1       */
@@ -52,7 +53,7 @@ typedef struct vp_case_in {
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
     uint64_t max_batch, cap;
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
-    uint64_t device_used;
+    uint64_t device_used, params;
     double budget_gib, step_ms;
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
@@ -74,10 +75,11 @@ extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
 extern const char *const vp__case_precs[];  /* collect.py's precisions   */
 extern const vp_precision vp__case_prec_map[]; /* their vp_precision     */
 
-/* The case's model from the first of dirs that holds NAME.yaml or
- * NAME.json (vp_model_load), else the hf_configs/NAME.json beside the
- * case file `path` (a ground-truth folder's configs); VP_EIO naming it,
- * at the case's "model", when none does. */
+/* The case's model: its hf_config (relative to the folder of the case
+ * file `path`), else the first of dirs that holds NAME.yaml or NAME.json
+ * (vp_model_load), else the hf_configs/NAME.json beside the case file (a
+ * ground-truth folder's configs); VP_EIO naming it, at the case's "model"
+ * (or "hf_config"), when none does. */
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
                               size_t n_dirs, const char *path,
                               vp_error *err);

@@ -50,6 +50,9 @@ vp_status vp__yget_u64(vp_ydoc *d, yaml_node_t *n, uint64_t min, uint64_t max,
 vp_status vp__yget_bool(vp_ydoc *d, yaml_node_t *n, bool *out, vp_error *err);
 vp_status vp__yget_prob(vp_ydoc *d, yaml_node_t *n, double *out,
                         vp_error *err);
+/* A finite number in (0, max]. */
+vp_status vp__yget_pos(vp_ydoc *d, yaml_node_t *n, double max, double *out,
+                       vp_error *err);
 vp_status vp__yget_str(vp_ydoc *d, yaml_node_t *n, const char **out,
                        vp_error *err);
 /* One of choices (NULL-terminated); *out its index. */

@@ -136,7 +136,8 @@ Test(validate, a_peak_case_yields_its_metrics)
     cr_assert_str_eq(r.model, "mlp10");
     static const char *const names[] = {
         "peak_alloc",     "peak_reserved",  "after_model",
-        "device_used",    "step1.fwd_peak", "step1.bwd_peak",
+        "device_used",    "params",         "step1.fwd_peak",
+        "step1.bwd_peak",
         "step1.opt_peak", "step2.fwd_peak", "step2.bwd_peak",
         "step2.opt_peak", "step3.fwd_peak", "step3.bwd_peak",
         "step3.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
@@ -575,7 +576,7 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "cache", "hf_config", "target", "autocast",
+        "cache", "target", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 

@@ -145,7 +145,8 @@ void vp_gt_close(vp_gt_file *f);
                                       runN.peak (a generate() call's)    */ \
     XX(MAX_BATCH, "max_batch")                                             \
     XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
-    XX(PARAMS, "params")           /* trainable_params, total_params    */ \
+    XX(PARAMS, "params")           /* params, trainable_params,
+                                      total_params                      */ \
     XX(SETUP, "setup")             /* setup_peak                        */ \
     XX(KV_CACHE, "kv_cache")       /* kv_cache_bytes of generate()      */
 

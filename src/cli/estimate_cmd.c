@@ -475,6 +475,16 @@ static const char *category_key(vp_category c)
     return vp_category_name(c);
 }
 
+/* The parameters one token passes through (the routed experts' top_k of
+ * E: vp_graph_num_active_params); the count itself without experts. */
+static uint64_t active_params(const report *r)
+{
+    uint64_t n = r->est->params;
+    if (vp_graph_num_active_params(r->graph, &n, NULL) != VP_OK)
+        n = r->est->params;
+    return n;
+}
+
 static uint32_t report_steps(const vp_estimate *e)
 {
     return e->steps < VP_MAX_STEPS ? e->steps : VP_MAX_STEPS;
@@ -503,8 +513,12 @@ static double share(uint64_t part, uint64_t whole)
 /* --- table ---------------------------------------------------------- */
 
 /* The allocator's settings and the parameter count. */
-static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
+/* The allocator line and the parameters: trainable of total for a
+ * fine-tuning setup, the active ones per token of a mixture of experts. */
+static void table_allocator(FILE *f, const report *r)
 {
+    const vp_setup *s = r->setup;
+    const vp_estimate *e = r->est;
     char a[32], b[32];
     fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
             "workspace %s\n",
@@ -518,11 +532,16 @@ static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
                 sizeof a), cli_si((double)e->params, "", b, sizeof b));
         fprintf(f, " of %s (%s)\n", cli_commas(e->total_params, a, sizeof a),
                 cli_si((double)e->total_params, "", b, sizeof b));
-    } else {
-        fprintf(f, "parameters   %s (%s)\n",
-                cli_commas(e->params, a, sizeof a),
-                cli_si((double)e->params, "", b, sizeof b));
+        return;
     }
+    uint64_t act = active_params(r);
+    fprintf(f, "parameters   %s (%s)", cli_commas(e->params, a, sizeof a),
+            cli_si((double)e->params, "", b, sizeof b));
+    if (act != e->params) /* a mixture of experts */
+        fprintf(f, ", %s (%s) active per token",
+                cli_commas(act, a, sizeof a),
+                cli_si((double)act, "", b, sizeof b));
+    fprintf(f, "\n");
 }
 
 /* The setup and model state of a generate() estimate. */
@@ -547,7 +566,7 @@ static void table_generate_setup(FILE *f, const report *r)
                 g->padded ? ", padded prompts" : "");
     fprintf(f, "             attention %s\n",
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
-    table_allocator(f, s, e);
+    table_allocator(f, r);
     fprintf(f, "model state  weights %s, KV cache %s when generate() "
             "returns, %s at the peak\n",
             vp_size_format(e->gen.weights, a, sizeof a),
@@ -586,7 +605,7 @@ static void table_setup(FILE *f, const report *r)
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
     fprintf(f, "             checkpoint %s (%zu of %zu segments)\n",
             r->checkpoint, n_ckpt, vp_graph_segment_count(r->graph));
-    table_allocator(f, s, e);
+    table_allocator(f, r);
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -831,6 +850,8 @@ static int print_json(FILE *f, const report *r)
         cli_jset(o, "total_params", cli_ju64(e->total_params));
         cli_jset(o, "setup_peak", cli_ju64(e->setup_peak));
         cli_jset(o, "paged_bytes", cli_ju64(e->paged_bytes));
+    } else if (active_params(r) != e->params) {
+        cli_jset(o, "active_params", cli_ju64(active_params(r)));
     }
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
