@@ -28,9 +28,21 @@ typedef struct {
     uint8_t host_state_eb;  /* offloaded: state bytes per element on host  */
 } optim_rules;
 
+/* The optimizer's tensors: the parameters, or what a data-parallel
+ * wrapper gives the optimizer (its shards; sim_internal.h, opt_numel). */
+static uint64_t opt_numel(const sim *S, size_t k)
+{
+    return S->opt_numel ? S->opt_numel[k] : S->g->params[k].numel;
+}
+
+static uint8_t opt_eb(const sim *S)
+{
+    return S->opt_eb ? S->opt_eb : S->PE;
+}
+
 static uint64_t param_bytes_total(sim *S, uint32_t p)
 {
-    return vp__mulc(S, S->g->params[p].numel, S->PE);
+    return vp__mulc(S, opt_numel(S, p), opt_eb(S));
 }
 
 /* AdamW: exp_avg and exp_avg_sq in the parameter's dtype */
@@ -51,7 +63,7 @@ static void adam_fused_state(sim *S, uint32_t p)
 /* bitsandbytes AdamW8bit: both moments blockwise in 8 bits */
 static void adam_8bit_state(sim *S, uint32_t p)
 {
-    uint64_t n = S->g->params[p].numel;
+    uint64_t n = opt_numel(S, p);
     uint64_t sb = n + (n + BNB_BLOCK - 1) / BNB_BLOCK * 4;
     S->st1[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
     S->st2[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
@@ -91,9 +103,11 @@ static const optim_rules OPTIM[VP_OPT__COUNT] = {
     [VP_OPT_NONE] = {NULL, TEMPS_NONE, 0, 0},
 };
 
-/* A parameter the optimizer updates this step. */
+/* A tensor the optimizer updates this step. */
 static bool stepped(const sim *S, size_t p)
 {
+    if (S->opt_on)
+        return S->opt_on[p];
     return S->g->params[p].trainable && S->pgrad[p] != NONE;
 }
 
@@ -102,18 +116,17 @@ static bool stepped(const sim *S, size_t p)
  * copy of half-precision weights) lives on the host */
 static void offloaded_step(sim *S, const optim_rules *r)
 {
-    const vp_graph *g = S->g;
     uint64_t state = 0, moved = 0;
-    for (size_t p = 0; p < g->n_params; p++) {
+    for (size_t p = 0; p < S->n_opt; p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t n = g->params[p].numel;
+        uint64_t n = opt_numel(S, p);
         uint64_t per = r->host_state_eb;
         per += 4;     /* the gradient's host copy */
-        if (S->PE == 2)
+        if (opt_eb(S) == 2)
             per += 4; /* fp32 master weights      */
         state += vp__mulc(S, n, per);
-        moved += vp__mulc(S, n, 2 * (uint64_t)S->PE);
+        moved += vp__mulc(S, n, 2 * (uint64_t)opt_eb(S));
     }
     if (state > S->out->host_bytes)
         S->out->host_bytes = state;
@@ -122,8 +135,7 @@ static void offloaded_step(sim *S, const optim_rules *r)
 
 static void foreach_temps(sim *S)
 {
-    const vp_graph *g = S->g;
-    size_t np = g->n_params;
+    size_t np = S->n_opt;
     uint32_t *tmp = calloc(np ? np : 1, sizeof *tmp);
     if (!tmp) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
@@ -132,7 +144,7 @@ static void foreach_temps(sim *S)
     for (size_t p = 0; p < np; p++) {
         tmp[p] = NONE;
         if (stepped(S, p))
-            tmp[p] = vp__talloc(S, vp__mulc(S, g->params[p].numel, S->PE),
+            tmp[p] = vp__talloc(S, param_bytes_total(S, (uint32_t)p),
                                 VP_CAT_TEMP);
     }
     for (size_t p = np; p-- > 0;)
@@ -142,12 +154,11 @@ static void foreach_temps(sim *S)
 
 static void forloop_temps(sim *S, uint8_t eb)
 {
-    const vp_graph *g = S->g;
     uint32_t prev = NONE;
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+    for (size_t p = 0; p < S->n_opt && OK(S); p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t b = vp__mulc(S, g->params[p].numel, eb ? eb : S->PE);
+        uint64_t b = vp__mulc(S, opt_numel(S, p), eb ? eb : opt_eb(S));
         uint32_t t1 = vp__talloc(S, b, VP_CAT_TEMP);
         uint32_t t2 = vp__talloc(S, b, VP_CAT_TEMP);
         vp__tunref(S, t1);
@@ -159,7 +170,6 @@ static void forloop_temps(sim *S, uint8_t eb)
 
 void vp__optimizer_step(sim *S)
 {
-    const vp_graph *g = S->g;
     const optim_rules *r = &OPTIM[S->s->optimizer];
     S->cur_op = "optimizer";
     S->cur_op_idx = -1;
@@ -172,7 +182,7 @@ void vp__optimizer_step(sim *S)
         S->cur_op = "";
         return;
     }
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+    for (size_t p = 0; p < S->n_opt && OK(S); p++) {
         if (!stepped(S, p) || S->st1[p] != NONE || !r->state)
             continue;
         r->state(S, (uint32_t)p);

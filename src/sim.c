@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_internal.h"
+#include "dist_internal.h"
 
 /* Kinds of Python references (struct vp__pyhold). */
 enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
@@ -289,6 +289,8 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
 static void forward_pass(sim *S)
 {
     const vp_graph *g = S->g;
+    if (S->dist)
+        vp__dist_fwd_begin(S);
     for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
         const vp_op *o = &g->ops[i];
         bool ck = S->training && o->segment >= 0 && S->ckpt[o->segment];
@@ -304,8 +306,14 @@ static void forward_pass(sim *S)
         }
         if (g->n_segs && i == g->segs[0].first_op)
             vp__attention_model_mask(S);
+        if (S->dist)
+            vp__dist_fwd_op(S, i, false);
         fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+        if (S->dist && OK(S))
+            vp__dist_fwd_op(S, i, true);
     }
+    if (S->dist && OK(S))
+        vp__dist_fwd_end(S);
     pyhold_release(S, -1, -1);
     S->cur_op = "";
     S->cur_op_idx = -1;
@@ -319,9 +327,13 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
     uint32_t div = vp__talloc(S, 4, VP_CAT_TEMP);  /* loss / accum */
     vp__tunref(S, seed);
     S->grad_t[loss] = div;
+    if (S->dist)
+        vp__dist_bwd_begin(S);
     int32_t active_seg = -1;
     for (uint32_t ii = (uint32_t)g->n_ops; ii-- > 0 && OK(S);) {
         const vp_op *o = &g->ops[ii];
+        if (S->dist)
+            vp__dist_bwd_op(S, ii, false);
         if (o->segment >= 0 && S->ckpt[o->segment] &&
             o->segment != active_seg) {
             const vp_segment *seg = &g->segs[o->segment];
@@ -336,17 +348,23 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
             if (S->s->offload_activations && S->host_now >= S->reload[ii])
                 S->host_now -= S->reload[ii];
             S->reload[ii] = 0;
-            continue;
+        } else {
+            bwd(S, ii);
+            if (o->segment >= 0 && S->ckpt[o->segment] &&
+                ii == g->segs[o->segment].first_op)
+                ckpt_release_inputs(S, o->segment);
         }
-        bwd(S, ii);
-        if (o->segment >= 0 && S->ckpt[o->segment] &&
-            ii == g->segs[o->segment].first_op)
-            ckpt_release_inputs(S, o->segment);
+        if (S->dist && OK(S))
+            vp__dist_bwd_op(S, ii, true);
     }
+    if (S->dist && OK(S))
+        vp__dist_bwd_end(S);
     S->cur_op = "";
 }
 static void zero_grad(sim *S)
 {
+    if (S->dist)
+        vp__dist_zero_grad(S);
     if (!S->s->set_to_none)
         return;
     for (size_t p = 0; p < S->g->n_params; p++) {
@@ -355,6 +373,31 @@ static void zero_grad(sim *S)
             S->pgrad[p] = NONE;
             vp__tunref(S, id);
         }
+    }
+}
+
+/* model.to(half) and INT8 quantization of the parameters as built
+ * (model[p], replaced by the converted tensors), in parameter order: the
+ * new copy is made before the original is freed. */
+void vp__model_convert(sim *S, uint32_t *model)
+{
+    const vp_graph *g = S->g;
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        uint32_t t = NONE;
+        if (S->int8 && S->int8[p]) {
+            /* quantized as it loads: int8 weight and a fp32 scale per
+             * output row; the original is freed */
+            const vp_op *lo = &g->ops[pp->op];
+            t = vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
+                   VP_CAT_PARAM);
+        } else if (S->half && vp__param_bytes(S, pp) == 2) {
+            t = vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
+        } else {
+            continue;
+        }
+        vp__tunref(S, model[p]);
+        model[p] = t;
     }
 }
 
@@ -415,20 +458,8 @@ static void load_model(sim *S)
             tied = NONE;
         }
     }
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
-        const vp_param *pp = &g->params[p];
-        if (S->int8 && S->int8[p]) {
-            /* quantized as it loads: int8 weight and a fp32 scale per
-             * output row; the original is freed */
-            const vp_op *lo = &g->ops[pp->op];
-            vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
-                   VP_CAT_PARAM);
-            vp__tunref(S, fp32[p]);
-        } else if (S->half && vp__param_bytes(S, pp) == 2) {
-            vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
-            vp__tunref(S, fp32[p]);
-        }
-    }
+    if (!S->dist || !vp__dist_wrap(S, fp32))
+        vp__model_convert(S, fp32);
     free(fp32);
     S->out->after_model = allocated(S) - S->out->baseline;
 }
@@ -493,6 +524,8 @@ static vp_status run(sim *S)
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
                 pk->start = allocated(S) - out->baseline;
+                if (S->dist)
+                    vp__dist_step_begin(S);
             } else {
                 vp__tunref(S, loss_t); /* del loss */
                 for (size_t k = 0; k < nb; k++)
@@ -560,6 +593,7 @@ static vp_status run(sim *S)
 
 static void sim_destroy(sim *S)
 {
+    vp__dist_free(S);
     vp_allocator_free(S->a);
     free(S->t);
     free(S->free_ids);
@@ -660,6 +694,9 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
         s->act_bits != 8)
         return vp_error_set(err, VP_EARG,
                             "activation compression takes 2, 4 or 8 bits");
+    S->n_opt = (uint32_t)g->n_params;
+    if (s->dist && s->dist->strategy != VP_DIST_NONE)
+        return vp__dist_new(S);
     return VP_OK;
 }
 

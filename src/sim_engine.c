@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_internal.h"
+#include "dist_internal.h"
 
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
 {
@@ -60,7 +60,7 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
     if (!OK(S))
         return NONE;
     uint64_t h = 0;
-    vp_status st = vp_allocator_malloc(S->a, bytes, 0, &h, S->err);
+    vp_status st = vp_allocator_malloc(S->a, bytes, S->stream, &h, S->err);
     if (st != VP_OK) {
         S->st = st;
         if (st == VP_EOOM) {
@@ -281,6 +281,8 @@ void vp__param_grad(sim *S, uint32_t p, uint32_t gid)
     } else {
         vp__tunref(S, gid);
     }
+    if (S->dist)
+        vp__dist_grad(S, p);
 }
 
 /* A parameter's gradient as the backward op produces it: in the op's

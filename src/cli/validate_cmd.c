@@ -383,7 +383,8 @@ static void run_line(state *s, const char *path, const vp_bounds_file *bf,
 static void run_file(state *s, const char *path)
 {
     vp_validate_opts o = {path, 0, s->dirs, s->n_dirs, true,
-                          s->have_gpu ? &s->base : NULL, NULL, s->have_gpu};
+                          s->have_gpu ? &s->base : NULL, NULL, s->have_gpu,
+                          0};
     const vp_bounds_file *bf = s->args->v[O_OUTLIERS].given
                                    ? vp_bounds_find(&s->bounds, path)
                                    : NULL;
@@ -406,6 +407,8 @@ static void run_file(state *s, const char *path)
     }
     env_hw(s, f);
     o.hw = s->have_hw ? &s->hw : NULL;
+    if (vp_gt_file_env(f) != NULL)
+        o.context_bytes = vp_gt_file_env(f)->context_bytes;
     s->n_rec = 0;
     for (;;) {
         vp_status st = vp_gt_next(f, &json, &len, &o.line, &end, &err);
