@@ -226,11 +226,43 @@ static void copy_out(sim *S, uint32_t u, uint32_t out, bool forward)
     }
 }
 
+/* A shard group of one rank (FSDPParamGroup.wait_for_unshard,
+ * world_size == 1): no all-gather; each parameter's cast to param_dtype
+ * (FSDPParam.all_gather_inputs) is copied into its unsharded tensor, the
+ * previous cast freed once the next is made. */
+static void copy_single(sim *S, uint32_t u)
+{
+    vp__dist *d = S->dist;
+    fsdp2 *f = impl(S);
+    const vp__unit *un = &d->units[u];
+    const bool cast = d->unsharded_eb != d->model_eb || d->cfg->cpu_offload;
+    uint32_t prev = NONE;
+    for (uint32_t i = 0; i < un->n_params; i++) {
+        uint32_t p = un->params[i];
+        uint64_t n = S->g->params[p].numel;
+        uint32_t c = cast ? vp__dist_alloc(S, vp__mulc(S, n, d->unsharded_eb),
+                                           VP_CAT_TEMP, VP_STREAM_DEFAULT,
+                                           "fsdp2 all_gather_inputs")
+                          : NONE;
+        vp__dist_free_id(S, &prev);
+        f->full[p] = vp__dist_alloc(S, vp__mulc(S, n, d->unsharded_eb),
+                                    VP_CAT_PARAM, VP_STREAM_DEFAULT,
+                                    "fsdp2 wait_for_unshard");
+        prev = c;
+    }
+    vp__dist_free_id(S, &prev);
+    f->g[u].unsharded = true;
+}
+
 static void unshard(sim *S, uint32_t u, bool forward)
 {
     fsdp2 *f = impl(S);
     if (f->g[u].unsharded || S->dist->units[u].n_params == 0)
         return;
+    if (S->dist->group == 1) {
+        copy_single(S, u);
+        return;
+    }
     uint32_t out = f->g[u].ag_out;
     f->g[u].ag_out = NONE;
     if (out == NONE)
@@ -296,7 +328,8 @@ static void f2_fwd_end(sim *S)
 static void prefetch(sim *S, uint32_t u)
 {
     fsdp2 *f = impl(S);
-    if (u == 0 || f->g[u].unsharded || f->g[u].ag_out != NONE)
+    if (u == 0 || f->g[u].unsharded || f->g[u].ag_out != NONE ||
+        S->dist->group == 1)
         return;
     f->g[u].ag_out = all_gather(S, u);
 }

@@ -17,11 +17,16 @@ Test(metric_groups, every_metric_validate_makes_has_its_group)
         int group;
     } m[] = {
         {"peak_alloc", VP_MG_ALLOCATED},
-        {"rank1.peak_alloc", VP_MG_ALLOCATED},
+        {"rank1.peak_alloc", VP_MG_RANK_ALLOCATED},
+        {"largest.peak_alloc", VP_MG_ALLOCATED},
         {"peak_reserved", VP_MG_RESERVED},
-        {"rank12.peak_reserved", VP_MG_RESERVED},
+        {"rank12.peak_reserved", VP_MG_RANK_RESERVED},
+        {"largest.peak_reserved", VP_MG_RESERVED},
         {"device_used", VP_MG_DEVICE_USED},
-        {"rank0.device_used", VP_MG_DEVICE_USED},
+        {"rank0.device_used", VP_MG_RANK_DEVICE_USED},
+        {"largest.device_used", VP_MG_DEVICE_USED},
+        {"rank0.after_model", VP_MG_AFTER_MODEL},
+        {"rank1.step1.fwd_peak", VP_MG_PHASES},
         {"after_model", VP_MG_AFTER_MODEL},
         {"step1.fwd_peak", VP_MG_PHASES},
         {"step16.opt_peak", VP_MG_PHASES},
@@ -38,7 +43,8 @@ Test(metric_groups, names_validate_never_makes_have_none)
 {
     static const char *const bad[] = {
         "peak", "step.fwd_peak", "step1.end", "rank.peak_alloc",
-        "rank1.max_batch", "rank1.step1.fwd_peak", "peak_alloc_steady", ""};
+        "rank1.max_batch", "rank1.step1.end", "largest.after_model",
+        "largest.step1.fwd_peak", "largest.", "peak_alloc_steady", ""};
 
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_assert_eq(vp_metric_group_of(bad[i]), -1, "'%s'", bad[i]);
