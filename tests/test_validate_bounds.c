@@ -132,12 +132,15 @@ Test(bounds_file, outliers_carry_their_error_and_reason)
     cr_assert_float_eq(o->error_pct, 6.83, 1e-9);
     cr_assert_float_eq(o->tolerance_pct, 0.25, 1e-9);
     cr_assert_not_null(strstr(o->reason, "GradScaler"));
-    /* the multi-GPU strategies not modelled yet are listed as such */
+    /* every strategy of the 2-GPU file is simulated: its outliers carry
+     * their errors (DDP's rebuild released early on the measured ranks) */
     f = vp_bounds_find(&b, "h200x2-torch2.11-dist.jsonl");
-    size_t unsupported = 0;
-    for (size_t i = 0; i < f->n_outliers; i++)
-        unsupported += f->outliers[i].unsupported;
-    cr_assert_eq(unsupported, 3);
+    cr_assert_not_null(f);
+    cr_assert_gt(f->n_outliers, 0);
+    for (size_t i = 0; i < f->n_outliers; i++) {
+        cr_assert(!f->outliers[i].unsupported);
+        cr_assert_not_null(strstr(f->outliers[i].reason, "rebuild"));
+    }
     vp_bounds_destroy(&b);
 }
 
