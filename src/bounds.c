@@ -45,7 +45,11 @@ int vp_metric_group_of(const char *m)
                  {"device_used", VP_MG_DEVICE_USED, VP_MG_RANK_DEVICE_USED},
                  {"after_model", VP_MG_AFTER_MODEL, VP_MG_AFTER_MODEL},
                  {"max_batch", VP_MG_MAX_BATCH, VP__MG_NONE},
-                 {"step_us", VP_MG_STEP_TIME, VP__MG_NONE}};
+                 {"step_us", VP_MG_STEP_TIME, VP__MG_NONE},
+                 {"trainable_params", VP_MG_PARAMS, VP__MG_NONE},
+                 {"total_params", VP_MG_PARAMS, VP__MG_NONE},
+                 {"setup_peak", VP_MG_SETUP, VP__MG_NONE},
+                 {"kv_cache_bytes", VP_MG_KV_CACHE, VP__MG_NONE}};
     const char *rest = after_number(m, "rank");
     bool largest = strncmp(m, "largest.", 8) == 0;
 
@@ -60,6 +64,9 @@ int vp_metric_group_of(const char *m)
             return plain[i].g <= VP_MG_DEVICE_USED ? plain[i].g : -1;
         return rest == NULL ? plain[i].g : plain[i].rank_g;
     }
+    const char *run = rest == NULL && !largest ? after_number(m, "run") : NULL;
+    if (run != NULL && strcmp(run, ".peak") == 0)
+        return VP_MG_PHASES;
     rest = !largest ? after_number(m, "step") : NULL;
     if (rest != NULL && (strcmp(rest, ".fwd_peak") == 0 ||
                          strcmp(rest, ".bwd_peak") == 0 ||

@@ -324,6 +324,16 @@ static vp_status precision(sim *S, vp__dist *d)
 vp_status vp__dist_new(sim *S)
 {
     const vp_dist *c = S->s->dist;
+    if (S->s->generate.prompt)
+        return vp_error_set(S->err, VP_EUNSUPPORTED,
+                            "generate() on a data-parallel run is not "
+                            "modelled");
+    const vp_finetune *ft = &S->s->ft;
+    if (ft->lora.r > 0 || ft->freeze[0] != '\0' ||
+        ft->quant != VP_QUANT_NONE || ft->base_dtype != VP_BASE_AUTO)
+        return vp_error_set(S->err, VP_EUNSUPPORTED,
+                            "a data-parallel run with frozen parameters, "
+                            "LoRA or a quantized base is not modelled");
     vp_status st = check_cfg(c, S->err);
     if (st != VP_OK)
         return st;

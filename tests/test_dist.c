@@ -264,3 +264,45 @@ Test(dist_roles, hsdp_mesh_must_divide_the_world)
     cr_assert_not_null(strstr(err.msg, "3"), "%s", err.msg);
     vp_graph_free(g);
 }
+
+/* What the wrappers do not model is refused by name, not simulated as
+ * one GPU's run: generate() and fine-tuning setups (frozen parameters,
+ * LoRA, a quantized base). */
+static vp_status refused(vp_setup *s, vp_error *err)
+{
+    vp_dist d;
+    vp_rank_estimate *r = NULL;
+    size_t n, w;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_DDP;
+    d.world = 2;
+    s->dist = &d;
+    vp_graph *g = tiny();
+    vp_status st = vp_simulate_ranks(g, s, &r, &n, &w, err);
+    vp_graph_free(g);
+    free(r);
+    return st;
+}
+
+Test(dist_roles, generate_is_refused)
+{
+    vp_setup s;
+    vp_error err;
+    vp_setup_init(&s);
+    cr_assert_eq(vp_generate_parse("prompt=8,new=2", &s.generate, &err),
+                 VP_OK, "%s", err.msg);
+    s.seq = s.generate.prompt;
+    cr_assert_eq(refused(&s, &err), VP_EUNSUPPORTED, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "generate()"), "%s", err.msg);
+}
+
+Test(dist_roles, fine_tuning_is_refused)
+{
+    vp_setup s;
+    vp_error err;
+    vp_setup_init(&s);
+    cr_assert_eq(vp_freeze_parse("embed", &s.ft, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(refused(&s, &err), VP_EUNSUPPORTED, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "frozen parameters"), "%s", err.msg);
+}

@@ -35,7 +35,8 @@
 typedef enum {
     VP_GT_CASE,     /* training (or inference) steps on one GPU        */
     VP_GT_MAXBATCH, /* the largest batch under budget_gib              */
-    VP_GT_RANK      /* one rank of a multi-GPU run (world, rank, ...)  */
+    VP_GT_RANK,     /* one rank of a multi-GPU run (world, rank, ...)  */
+    VP_GT_GENERATE  /* model.generate() calls (generate, cache, runs)  */
 } vp_gt_kind;
 
 typedef struct vp_metric {
@@ -43,7 +44,8 @@ typedef struct vp_metric {
                              "max_batch", "rank1.peak_reserved",
                              "largest.peak_alloc" (the run's most loaded
                              rank, against the largest measured: made by
-                             the file reader from its ranks' lines)     */
+                             the file reader from its ranks' lines),
+                             "run1.peak", "kv_cache_bytes"               */
     uint64_t predicted;   /* bytes (a batch for max_batch, us for step_us) */
     uint64_t measured;    /* > 0                                         */
     double rel_err;       /* (predicted - measured) / measured           */
@@ -67,6 +69,10 @@ typedef struct vp_gt_env {
     uint64_t total_bytes;    /* mem_get_info total                       */
     uint64_t context_bytes;  /* context_used_after_init                  */
     uint64_t world_size;     /* multi-GPU files                          */
+    bool warmed_up;          /* the env names peft: collect_more.py, which
+                                runs a warm-up (backward, autocast,
+                                checkpointing) before its first case, so
+                                no case pays the library workspaces     */
 } vp_gt_env;
 
 /* How to run a case line. */
@@ -144,9 +150,13 @@ void vp_gt_close(vp_gt_file *f);
     XX(RESERVED, "reserved")       /* peak_reserved, largest.peak_reserved */ \
     XX(DEVICE_USED, "device_used") /* device_used, largest.device_used  */ \
     XX(AFTER_MODEL, "after_model") /* after_model, rankN.after_model    */ \
-    XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak */ \
+    XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak,
+                                      runN.peak (a generate() call's)    */ \
     XX(MAX_BATCH, "max_batch")                                             \
     XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
+    XX(PARAMS, "params")           /* trainable_params, total_params    */ \
+    XX(SETUP, "setup")             /* setup_peak                        */ \
+    XX(KV_CACHE, "kv_cache")       /* kv_cache_bytes of generate()      */ \
     XX(RANK_ALLOCATED, "rank_allocated")     /* rankN.peak_alloc       */ \
     XX(RANK_RESERVED, "rank_reserved")       /* rankN.peak_reserved    */ \
     XX(RANK_DEVICE_USED, "rank_device_used") /* rankN.device_used      */

@@ -17,6 +17,7 @@
 #include "vramplan/defaults.h"
 #include "vramplan/dist.h"
 #include "vramplan/error.h"
+#include "vramplan/finetune.h"
 #include "vramplan/gpu.h"
 #include "vramplan/graph.h"
 #include "vramplan/kvcache.h"

@@ -230,15 +230,18 @@ extern const char *const cli_attns[];      /* vp_attn_impl order      */
 /* ---- data-parallel runs (dist_cli.c) ------------------------------------ */
 
 /* estimate's options of a data-parallel run, rows CLI_DIST_ROWS in its
- * table; ids after the setup commands' own. */
+ * table; ids after the setup commands' own (estimate_cmd.c checks that
+ * its own end before CLI_O_STRATEGY). */
 enum {
-    CLI_O_STRATEGY = CLI_O__SETUP + 24, CLI_O_WORLD, CLI_O_SHARD,
+    CLI_O_STRATEGY = CLI_O__SETUP + 25, CLI_O_WORLD, CLI_O_SHARD,
     CLI_O_PARAM_DTYPE, CLI_O_REDUCE_DTYPE, CLI_O_BUFFER_DTYPE,
     CLI_O_RESHARD, CLI_O_BUCKET_CAP, CLI_O_STATIC_GRAPH, CLI_O_FIND_UNUSED,
     CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
     CLI_O_NO_LIMIT_AG, CLI_O_FWD_PREFETCH, CLI_O_BWD_PREFETCH,
     CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O__DIST_END
 };
+_Static_assert((int)CLI_O__DIST_END <= CLI_OPT_HELP,
+               "the data-parallel options' ids run into --help's");
 
 extern const char *const cli_strategies[]; /* vp_dist_strategy order   */
 extern const char *const cli_mp_dtypes[];  /* fp32 bf16 fp16           */
@@ -352,6 +355,9 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
  * cli_setup_gpu resolves: into a->budget and a->setup.alloc.limit. -1, or
  * CLI_USAGE after the error. */
 int cli_setup_budget(cli_setup_args *a, const char *text);
+/* "fine-tuning  LoRA r16 ..." (vp_finetune_describe) when the setup
+ * fine-tunes (vp_finetune_active); nothing otherwise. */
+void cli_finetune_line(FILE *f, const vp_setup *s);
 /* Apply --gpu: the hardware profile (*hw, *have_hw), the CUDA context, and
  * the budget (absent: the GPU's memory less the context; a fraction: of
  * the GPU's memory, as set_per_process_memory_fraction takes it). Returns
