@@ -502,10 +502,11 @@ vp_status vp__generate_run(sim *S)
         st = S->st;
     }
     S->g = g;
-    /* the peak's op names an op of the graphs freed here: copy it now */
-    if (S->peak_op)
+    /* the peak's op names a node of the graphs freed below: copied now */
+    if (S->peak_op != NULL)
         snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s", S->peak_op);
     S->peak_op = NULL;
+    S->cur_op = "";
     free(G.layers);
     free(G.layer_of);
     vp_graph_free(G.gp);

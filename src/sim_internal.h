@@ -132,6 +132,16 @@ typedef struct sim {
     bool stopped;
     vp_sim_event_fn cb;
     void *ud;
+    /* a data-parallel wrapper (dist_internal.h), NULL on one GPU */
+    struct vp__dist *dist;
+    int32_t stream;          /* the stream the next allocation is on      */
+    /* what the optimizer updates: the parameters (opt_numel NULL), or the
+     * wrapper's tensors (FSDP's shards): n_opt of them, opt_numel[k]
+     * elements of opt_eb bytes, updated this step when opt_on[k] */
+    uint32_t n_opt;
+    const uint64_t *opt_numel;
+    const bool *opt_on;
+    uint8_t opt_eb;
 } sim;
 
 #define OK(S) ((S)->st == VP_OK && !(S)->stopped)
@@ -140,7 +150,8 @@ typedef struct sim {
 
 /* a * b, checked: on overflow S->st is set (VP_EOVERFLOW) and 0 returned. */
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b);
-/* Allocate a tensor with one reference; NONE on failure (S->st set). */
+/* Allocate a tensor with one reference on stream S->stream; NONE on
+ * failure (S->st set). */
 uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat);
 void vp__tref(sim *S, uint32_t id);   /* NONE: no-op */
 void vp__tunref(sim *S, uint32_t id); /* frees at the last reference */

@@ -27,6 +27,7 @@ const char *const vp__dist_strategies[] = {
 const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
                                       NULL};
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
+const char *const vp__case_pgs[] = {"nccl", "fake", NULL};
 
 /* One-GPU precisions: collect.py's names; "fp16-pure" is VP_PREC_FP16. */
 const char *const vp__case_precs[] = {"fp32", "amp-bf16", "amp-fp16",
@@ -90,7 +91,6 @@ static const vp_jfield ROWS_LATER[] = {
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
-    ROW_LATER("pg"),         ROW_LATER("mesh"),
 };
 
 /* Fine-tuning on several GPUs (the one-GPU rows: validate_ft.c). */
@@ -118,7 +118,7 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_LATER("reshard_after_forward"),
     ROW_RANK_ONLY("rank"), ROW_RANK_ONLY("strategy"),
     ROW_RANK_ONLY("local_world"), ROW_RANK_ONLY("mixed_precision"),
-    ROW_RANK_ONLY("run"),
+    ROW_RANK_ONLY("run"), ROW_RANK_ONLY("pg"), ROW_RANK_ONLY("mesh"),
 };
 
 /* What a training case measured (one GPU or one rank). */
@@ -143,6 +143,25 @@ static const vp_jfield ROWS_MAXBATCH[] = {
     ROW_U64("cap", 1, BIG, cap),
     ROW_INFO("probes", VP_JT_U64),
 };
+
+/* An HSDP mesh: [replicate, shard], two positive sizes. */
+static vp_status read_mesh(void *ctx, const vp_jval *v, vp_error *err)
+{
+    vp_case_in *in = ctx;
+    size_t n = json_array_size(v->json);
+    for (size_t i = 0; i < n && n == 2; i++) {
+        json_t *x = json_array_get(v->json, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+            json_integer_value(x) > (json_int_t)VP_VALIDATE_MAX_WORLD)
+            break;
+        in->mesh[i] = (uint64_t)json_integer_value(x);
+    }
+    if (n != 2 || in->mesh[0] == 0 || in->mesh[1] == 0)
+        return vp__jerr(v->doc, v->node, false, VP_ESCHEMA, err,
+                        "'mesh' must be [replicate, shard]: two integers "
+                        "from 1 to %u", VP_VALIDATE_MAX_WORLD);
+    return VP_OK;
+}
 
 /* One rank of a multi-GPU run (collect_dist.py). */
 static const vp_jfield ROWS_RANK[] = {
@@ -171,8 +190,10 @@ static const vp_jfield ROWS_RANK[] = {
     ROW_INFO("error_phase", VP_JT_STRING),
     ROW_INFO("error_alloc", VP_JT_U64),
     ROW_INFO("error_reserved", VP_JT_U64),
-    {.name = "reshard_after_forward", .type = VP_JT_BOOL,
+    {.name = "reshard_after_forward", .type = VP_JT_ANY,
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, reshard_node)},
+    ROW_ENUM("pg", vp__case_pgs, pg),
+    {.name = "mesh", .type = VP_JT_ARRAY, .apply = read_mesh},
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -313,6 +334,7 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
+    in->pg = -1;
     in->retries_node = -1;
     in->set_to_none = true;
     vp__case_ft_init(in);
@@ -563,6 +585,10 @@ vp_status vp_validate_line(const char *json, size_t len,
     if (st != VP_OK && d.root == NULL)
         return st; /* nothing to destroy */
     out->run = (uint32_t)in.run;
+    if (out->kind == VP_GT_RANK) {
+        out->world = (uint32_t)in.world;
+        out->rank = (uint32_t)in.rank;
+    }
     if (st == VP_OK && out->kind == VP_GT_RANK)
         st = vp__validate_rank(&in, o, out, err);
     else if (st == VP_OK && out->kind == VP_GT_GENERATE)

@@ -48,6 +48,8 @@ typedef struct vp_case_in {
                                case file's folder; NULL: found by model */
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
+    int pg;                 /* multi-GPU: 0 nccl, 1 fake, -1     */
+    uint64_t mesh[2];       /* HSDP [replicate, shard]; 0: none  */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
@@ -67,9 +69,10 @@ extern const char *const vp__case_attns[];  /* sdpa flash efficient eager
 extern const char *const vp__case_opts[];   /* adamw adamw-fused
                                                adamw-forloop sgd adafactor */
 extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
-                                                   fsdp-full fsdp-grad-op,
-                                                   then the measured ones
-                                                   not modelled yet       */
+                                                   fsdp-full fsdp-grad-op
+                                                   ddp-zero1 fsdp2
+                                                   fsdp-hybrid            */
+extern const char *const vp__case_pgs[];    /* nccl fake                 */
 extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
 extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
 extern const char *const vp__case_precs[];  /* collect.py's precisions   */

@@ -50,7 +50,7 @@ static vp_status run_first(const char *json, bool first,
                            vp_case_result *r, vp_error *err)
 {
     vp_validate_opts o = {"test", 1, dirs, n_dirs, first, base, hw,
-                          hw != NULL};
+                          hw != NULL, 0};
 
     return vp_validate_line(json, strlen(json), &o, r, err);
 }
@@ -543,7 +543,7 @@ static vp_status strict_line(unsigned n, vp_error *err)
 {
     char *json = line_of(STRICT, n);
     vp_case_result r;
-    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false};
+    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false, 0};
     vp_status st = vp_validate_line(json, strlen(json), &o, &r, err);
 
     free(json);

@@ -21,8 +21,10 @@ enum {
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
     OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
     OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
-    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE
+    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE, OPT__END
 };
+_Static_assert((int)OPT__END <= (int)CLI_O_STRATEGY,
+               "estimate's own option ids run into the data-parallel ones");
 
 #define NAME_OF(name, str) str,
 const char *const cli_precisions[] = {VP_PRECISION_MAP(NAME_OF) NULL};
@@ -149,6 +151,7 @@ static const cli_opt SETUP_OPTS[] = {
      .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,
      .help = "write one self-contained HTML page: memory over time by "
              "category, the phases, the peak and what holds it"},
+    CLI_DIST_ROWS,
 };
 
 static cli_spec setup_spec(unsigned which, void (*help)(FILE *))
@@ -318,6 +321,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
         return rc;
     if (v[OPT_GPU_DIR].given)
         cli_set_gpu_dir(v[OPT_GPU_DIR].text);
+    if ((rc = cli_dist_parse(v, &a->dist, &a->dist_set)) >= 0)
+        return rc;
     a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
     a->gpu = v[OPT_GPU].given ? v[OPT_GPU].text : NULL;
     a->snapshot = v[OPT_SNAPSHOT].given ? v[OPT_SNAPSHOT].text : NULL;
@@ -406,7 +411,10 @@ typedef struct report {
     const vp_graph *graph;
     const vp_setup *setup;     /* as simulated; checkpoint resolved      */
     const char *checkpoint;    /* the --checkpoint spec, "none" default  */
-    const vp_estimate *est;
+    const vp_estimate *est;    /* a data-parallel run's: its most loaded
+                                  rank's                                */
+    const vp_rank_estimate *roles; /* a data-parallel run's, or NULL    */
+    size_t n_roles, worst;
 } report;
 
 /* A named byte count, shared by the JSON and CSV printers. */
@@ -700,6 +708,8 @@ static int print_table(FILE *f, const report *r)
     size_t width = 24;
     char a[32];
 
+    if (r->roles != NULL)
+        cli_dist_table(f, r->setup->dist, r->roles, r->n_roles, r->worst);
     table_setup(f, r);
     table_peaks(f, r);
     table_steps(f, r);
@@ -843,6 +853,9 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model", cli_jstr(vp_graph_model_name(r->graph), SIZE_MAX));
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
+    if (r->roles != NULL)
+        cli_jset(o, "dist", cli_dist_json(r->setup->dist, r->roles,
+                                          r->n_roles, r->worst));
     if (r->setup->generate.prompt)
         cli_jset(o, "generate", json_generate(r));
     cli_jset(o, "params", cli_ju64(e->params));
@@ -907,6 +920,17 @@ static int print_csv(FILE *f, const report *r)
             fprintf(f, "steps.%" PRIu32 ".%s,%" PRIu64 "\n", i + 1, m[k].key,
                     m[k].bytes);
     }
+    for (size_t k = 0; r->roles != NULL && k < r->n_roles; k++) {
+        const vp_rank_estimate *x = &r->roles[k];
+        fprintf(f, "rank.%" PRIu32 ".ranks,%" PRIu32 "\n", x->rank,
+                x->n_ranks);
+        fprintf(f, "rank.%" PRIu32 ".peak_alloc,%" PRIu64 "\n", x->rank,
+                x->est.peak_alloc);
+        fprintf(f, "rank.%" PRIu32 ".peak_reserved,%" PRIu64 "\n", x->rank,
+                x->est.peak_reserved);
+    }
+    if (r->roles != NULL)
+        fprintf(f, "most_loaded_rank,%" PRIu32 "\n", r->roles[r->worst].rank);
     return CLI_OK;
 }
 
@@ -1037,16 +1061,38 @@ static int simulate(const cli_setup_args *a, const vp_graph *graph,
     return st != VP_OK ? cli_report(&err, NULL) : -1;
 }
 
+/* A data-parallel run: every role simulated; *d then names the most
+ * loaded rank, whose run simulate() repeats with the recorders. -1 to go
+ * on, or the exit status. */
+static int simulate_roles(const vp_graph *graph, const vp_setup *setup,
+                          vp_dist *d, vp_rank_estimate **roles, size_t *n,
+                          size_t *worst)
+{
+    vp_error err;
+    vp_status st = vp_simulate_ranks(graph, setup, roles, n, worst, &err);
+
+    if (st == VP_EOOM)
+        return cli_report_no_fit(setup, &err);
+    if (st != VP_OK)
+        return cli_report(&err, NULL);
+    d->rank = (*roles)[*worst].rank;
+    return -1;
+}
+
 static int estimate_run(const cli_setup_args *a)
 {
     vp_setup setup = a->setup;
+    vp_dist dist = a->dist;
     vp_graph *graph = NULL;
     bool *ckpt = NULL, *sel = NULL;
+    vp_rank_estimate *roles = NULL;
+    size_t n_roles = 0, worst = 0;
     vp_estimate est;
     vp_error err;
     int rc;
 
     vp_error_clear(&err);
+    setup.dist = a->dist_set ? &dist : NULL;
     vp_model *model = vp_model_load(a->model_path, &err);
     if (model == NULL)
         return cli_report(&err, NULL);
@@ -1054,11 +1100,16 @@ static int estimate_run(const cli_setup_args *a)
     if (graph == NULL)
         rc = cli_report(&err, NULL);
     else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&
+             (!a->dist_set ||
+              (rc = simulate_roles(graph, &setup, &dist, &roles, &n_roles,
+                                   &worst)) < 0) &&
              (rc = simulate(a, graph, &setup, &est)) < 0) {
         report r = {a->model_path, graph, &setup,
-                    a->checkpoint != NULL ? a->checkpoint : "none", &est};
+                    a->checkpoint != NULL ? a->checkpoint : "none", &est,
+                    roles, n_roles, worst};
         rc = PRINTERS[a->format](stdout, &r);
     }
+    free(roles);
     free(ckpt);
     free(sel);
     vp_graph_free(graph);
