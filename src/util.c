@@ -142,6 +142,16 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
+bool vp__words_add(vp_words *w, const uint64_t *v, size_t k)
+{
+    if (k > SIZE_MAX - w->n ||
+        !vp__grow((void **)&w->v, &w->cap, w->n + k, sizeof *w->v))
+        return false;
+    memcpy(w->v + w->n, v, k * sizeof *v);
+    w->n += k;
+    return true;
+}
+
 /* One dot-free part: '*' matches any run of characters. Greedy with one
  * backtrack point: linear in the lengths for each star (no exponential
  * blow-up however many stars). */

@@ -52,6 +52,14 @@ vp_status vp__read_file(const char *path, size_t max, char **buf,
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 
+/* A growing array of 64-bit words (a state written out to be compared). */
+typedef struct vp_words {
+    uint64_t *v;
+    size_t n, cap;
+} vp_words;
+/* Append k words; false when memory runs out. */
+bool vp__words_add(vp_words *w, const uint64_t *v, size_t k);
+
 /* v x ppm / 1e6, rounded down, without overflow (ppm <= 1e6). */
 static inline uint64_t vp__share_ppm(uint64_t v, uint32_t ppm)
 {
