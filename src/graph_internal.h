@@ -53,4 +53,9 @@ vp_status vp__build_explicit(vp_graph *g, const struct vp_gform *f,
 vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err);
 
+/* VP_ELIMIT when g has more than VP_MAX_SEARCH_OPS ops: the searches
+ * simulate a graph tens of times, so they take smaller ones than
+ * estimate (docs/LIMITS.md). */
+vp_status vp__graph_search_check(const vp_graph *g, vp_error *err);
+
 #endif

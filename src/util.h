@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vramplan/error.h"
 #include "vramplan/model.h" /* the input limits, VP_MAX_* */
@@ -48,6 +49,10 @@ void vp__arena_destroy(vp_arena *a);
  * terminated. VP_EIO or VP_ENOMEM with *err set. */
 vp_status vp__read_file(const char *path, size_t max, char **buf,
                         size_t *len, vp_error *err);
+
+/* Open an input file for reading: a regular file only (a directory, a
+ * FIFO or a device is VP_EIO saying so, without waiting for a writer). */
+vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err);
 
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);

@@ -128,7 +128,7 @@ Test(steady, events_sent_are_capped, .timeout = 60)
     vp_estimate e;
     vp_error err;
     cr_assert_eq(vp_simulate(g, &s, &e, noop, NULL, &err), VP_ELIMIT);
-    cr_expect(strstr(err.msg, "more than 4194304 allocator events") != NULL,
+    cr_expect(strstr(err.msg, "more than 2097152 allocator events") != NULL,
               "%s", err.msg);
     vp_graph_free(g);
 }

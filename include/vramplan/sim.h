@@ -80,7 +80,7 @@ typedef enum {
  * --html write (docs/LIMITS.md). Without a callback the work is bounded
  * by the ops and the steps alone (accumulation's steady state is taken
  * in closed form). */
-#define VP_MAX_EVENTS_SEEN (1u << 22)
+#define VP_MAX_EVENTS_SEEN (1u << 21)
 /* Micro-batches simulated before accumulation's steady state (the state
  * at a micro-batch's start the same as at the previous one's): the rest
  * repeat it and are taken in closed form; a loop still changing after
