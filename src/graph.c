@@ -113,6 +113,19 @@ static void op_flops(const vp_graph *g, vp_op *op)
         f = 8.0 * out;
         b = 12.0 * out;
         break;
+    case VP_OP_LORA: {
+        /* lora_A and lora_B, plus the scaling and the sum */
+        double r = op->in_features && op->n_params
+                       ? (double)g->params[op->params[0]].numel /
+                             (double)op->in_features
+                       : 0.0;
+        double rows = op->out_features ? out / (double)op->out_features : 0;
+        f = 2.0 * rows * r *
+                ((double)op->in_features + (double)op->out_features) +
+            2.0 * out;
+        b = 2.0 * f;
+        break;
+    }
     case VP_OP_INPUT:
     case VP_OP_FLATTEN:
     case VP_OP_RESHAPE:
@@ -137,6 +150,11 @@ vp_status vp__graph_search_check(const vp_graph *g, vp_error *err)
                         "techniques, batching) simulates it many times and "
                         "takes at most %u (estimate takes up to %u)",
                         (size_t)g->n_ops, VP_MAX_SEARCH_OPS, VP_MAX_OPS);
+}
+
+void vp__graph_op_flops(const vp_graph *g, vp_op *op)
+{
+    op_flops(g, op);
 }
 
 vp_status vp__graph_add_op(vp_graph *g, const vp_op *op, uint32_t *idx,
@@ -227,7 +245,12 @@ static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
     g->batch = batch;
     g->seq = seq ? seq : m->seq;
     g->model_name = vp__arena_strdup(&g->arena, m->name);
-    if (!g->model_name) {
+    g->path = m->path ? vp__arena_strdup(&g->arena, m->path) : NULL;
+    if (tf) {
+        g->has_tf = true;
+        g->tf = *tf;
+    }
+    if (!g->model_name || (m->path && !g->path)) {
         vp_error_set(err, VP_ENOMEM, "out of memory");
         goto fail;
     }
@@ -251,6 +274,25 @@ vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err)
 {
     return build(m, t, batch, seq, err);
+}
+
+vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
+                            vp_error *err)
+{
+    vp_model m;
+
+    if (!g->has_tf) {
+        vp_error_set(err, VP_EUNSUPPORTED,
+                     "model '%s' is a layer graph, not a transformer "
+                     "description",
+                     g->model_name);
+        return NULL;
+    }
+    memset(&m, 0, sizeof m);
+    m.name = g->model_name;
+    m.path = g->path;
+    m.seq = g->seq;
+    return build(&m, &g->tf, batch, seq, err);
 }
 
 vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,

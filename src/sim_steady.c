@@ -11,7 +11,7 @@
  * repetition (the event count, the allocator's retries, the host traffic
  * of offloads) is advanced by the remaining count times what one
  * repetition added. The output is the loop's, byte for byte (tested in
- * tests/test_sim.c against the loop, and with `make equiv`), and the work
+ * tests/test_steady.c against the loop, and with `make equiv`), and the work
  * is that of the micro-batches before the steady state, whatever --accum
  * is.
  *
@@ -19,9 +19,14 @@
  * allocator's (vp__allocator_state) and the simulator's: every tensor's
  * reference count, bytes, category, op and block address (not its handle,
  * new with every allocation), the free tensor ids in order, every per-op
- * and per-parameter slot, the Python and checkpoint holds, the live bytes
- * by category, the peaks so far and the loop's own tensors (the batch and
- * the loss). */
+ * and per-parameter slot, the Python and checkpoint holds, the tensors
+ * the autograd graph keeps until the loss is deleted and an op's casts of
+ * frozen weights (fine-tuning), the INT8 weights and whether
+ * bitsandbytes' quantization maps are on the GPU, the live bytes by
+ * category (generate()'s KV cache included), the peaks so far with the
+ * op and token they name, and the loop's own tensors (the batch and the
+ * loss). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +121,9 @@ static bool holds(names *m)
         if (!add1(m->w, (uint64_t)(uint32_t)S->ckin[k].seg << 32 |
                             name_of(m, S->ckin[k].id)))
             return false;
+    if (!add1(m->w, S->n_leaf) || !add_ids(m, S->leaf, S->n_leaf) ||
+        !add1(m->w, S->n_opc) || !add_ids(m, S->opc, S->n_opc))
+        return false;
     if (!add1(m->w, S->n_ph))
         return false;
     for (size_t k = 0; k < S->n_ph; k++) {
@@ -140,7 +148,9 @@ static bool slots(names *m)
            add_ids(m, S->grad_t, no) &&
            add_bytes(m->w, S->reload, no * sizeof *S->reload) &&
            add_ids(m, S->pgrad, np) && add_ids(m, S->cast, np) &&
-           add_ids(m, S->st1, np) && add_ids(m, S->st2, np);
+           add_ids(m, S->st1, np) && add_ids(m, S->st2, np) &&
+           (S->int8 == NULL ||
+            add_bytes(m->w, S->int8, np * sizeof *S->int8));
 }
 
 /* The tensors, named: those referred to in the order of their names,
@@ -179,7 +189,10 @@ static bool state(const sim *S, const uint32_t *batch, size_t nb,
                               (uint64_t)S->ws_bwd << 1 | S->ws_bwd_lt,
                           (uint64_t)S->saving_offloadable << 32 |
                               (uint32_t)S->recompute_slot,
-                          S->out->host_bytes};
+                          S->out->host_bytes,
+                          (uint64_t)S->kbit << 1 | S->qmaps,
+                          S->gen_token,
+                          (uint64_t)(uintptr_t)S->peak_op};
     names m = {S, w, malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)),
                malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)), 0};
     bool ok = m.canon && m.order;
@@ -188,7 +201,7 @@ static bool state(const sim *S, const uint32_t *batch, size_t nb,
     w->n = 0;
     ok = ok &&
          vp__words_add(w, scalars, sizeof scalars / sizeof scalars[0]) &&
-         vp__words_add(w, S->cat_live, VP_CAT__COUNT) &&
+         vp__words_add(w, S->cat_live, VP_CAT__COUNT + 1) &&
          add_ids(&m, &loss_t, 1) && add_ids(&m, batch, nb) && holds(&m) &&
          slots(&m) && tensors(&m) && vp__allocator_state(S->a, w);
     free(m.canon);

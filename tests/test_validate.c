@@ -575,8 +575,7 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "lora", "base_dtype", "freeze", "quant", "load", "trainable_params",
-        "generate", "cache", "hf_config", "target", "autocast",
+        "cache", "hf_config", "target", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 
@@ -593,6 +592,35 @@ Test(validate_schema, fields_of_later_versions_are_refused_by_name)
         cr_assert_str_eq(err.msg, want);
         cr_assert_eq(err.col, 32, "%s: at its key", later[i]);
     }
+}
+
+/* the fine-tuning fields are read (validate_ft.c): a wrong shape is an
+ * error naming the field, at its value */
+Test(validate_schema, fine_tuning_fields_are_read_strictly)
+{
+    static const char *const ft[] = {"lora", "base_dtype", "freeze",
+                                     "quant", "load", "trainable_params"};
+
+    for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
+        char json[160];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"mlp10\", \"batch\": 8, "
+                 "\"%s\": true}", ft[i]);
+        cr_assert_neq(run_line(json, &r, &err), VP_OK, "%s", ft[i]);
+        cr_assert(strstr(err.msg, ft[i]) != NULL, "%s: %s", ft[i], err.msg);
+        cr_assert_neq(err.code, VP_EUNSUPPORTED, "%s: %s", ft[i], err.msg);
+    }
+}
+
+Test(validate_schema, an_unknown_key_in_lora_is_named)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"mlp10\", \"batch\": 8, \"lora\": "
+                       "{\"r\": 8, \"targets\": \"fc\", \"rank\": 4}}";
+    cr_assert_neq(run_line(json, &r, &err), VP_OK);
+    cr_assert(strstr(err.msg, "'rank'") != NULL, "%s", err.msg);
 }
 
 Test(validate_schema, a_measured_zero_is_an_error_not_zero_error)

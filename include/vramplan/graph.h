@@ -57,7 +57,10 @@
     XX(ROUTER, "router")               /* MoE gate: top-k of a softmax     */ \
     XX(MOE_DISPATCH, "moe_dispatch")   /* gather tokens routed to experts  */ \
     XX(MOE_COMBINE, "moe_combine")     /* weighted scatter-add back        */ \
-    XX(ROPE, "rope")                   /* rotary position embedding        */
+    XX(ROPE, "rope")                   /* rotary position embedding        */ \
+    XX(LORA, "lora")                   /* a LoRA adapter on the linear op
+                                          inputs[1] (made by fine-tuning
+                                          setups, finetune.h)              */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,
@@ -85,6 +88,9 @@ typedef struct vp_param {
     bool trainable;     /* false for buffers (BatchNorm running statistics)  */
     bool fp32_buffer;   /* buffer kept in fp32 whatever the precision        */
     uint32_t elem_bytes_override; /* 8 for int64 buffers, else 0             */
+    uint8_t quant;      /* a quantized base weight: its vp_quant
+                           (finetune.h); 0 = stored as it is             */
+    bool adapter;       /* added by a fine-tuning setup (LoRA, DoRA)     */
 } vp_param;
 
 typedef struct vp_op {
@@ -106,6 +112,9 @@ typedef struct vp_op {
     uint32_t kernel, stride, padding, groups;
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
     uint64_t q_len, kv_len;               /* attention                       */
+    uint64_t window;                      /* attention: a sliding window of
+                                             this many tokens (generate()'s
+                                             cache and masks), 0 = none     */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
     double dropout;                       /* dropout p, attention dropout p  */

@@ -40,4 +40,5 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_ROPE] = {vp__rope_fwd, vp__rope_bwd, 0},
     [VP_OP_PERMUTE] = {vp__view_fwd, vp__view_bwd, PASS},
     [VP_OP_SELECT] = {vp__view_fwd, vp__elementwise_bwd, PASS},
+    [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
 };
