@@ -279,7 +279,7 @@ ACCURACY_CHECK = \
 	if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
 	echo "    ACCURACY ground truth from $$gt and groundtruth/"; \
 	for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
-	         groundtruth/dist/*.jsonl; do \
+	         groundtruth/dist/*.jsonl groundtruth/heldout/*.jsonl; do \
 	    [ -e "$$f" ] || continue; \
 	    err=$$($(TEST_ENV) ./$(BIN) validate --gpu h200 \
 	           --outliers $(GT_BOUNDS) "$$f" 2>&1 >/dev/null); \
@@ -303,7 +303,7 @@ include fuzz/fuzz.mk
 accuracy: all
 	@if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
 	rc=0; for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
-	               groundtruth/dist/*.jsonl; do \
+	               groundtruth/dist/*.jsonl groundtruth/heldout/*.jsonl; do \
 	    [ -e "$$f" ] || continue; echo "== $$f"; \
 	    ./$(BIN) validate --gpu h200 --outliers $(GT_BOUNDS) "$$f" || rc=1; \
 	done; exit $$rc
