@@ -72,6 +72,10 @@ ifneq ($(strip $(SANITIZE)),)
   LIB := $(BUILD)/libvramplan.a
   SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
+  # UBSan leaves out float-to-integer overflow (an inf cast to uint64_t)
+  ifneq ($(filter undefined,$(subst $(comma), ,$(SANITIZE))),)
+    SAN_FLAGS += -fsanitize=float-cast-overflow
+  endif
   TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
               UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 else
@@ -228,14 +232,16 @@ run: deps
 # (tests/python) and the install test (tests/install), which installs into
 # a temporary directory. Then every ground-truth file is validated against
 # its bounds (ACCURACY_CHECK).
-TEST_SCRIPTS := tests/python/run.sh tests/install/run.sh
+TEST_SCRIPTS := tests/python/run.sh tests/install/run.sh tests/fuzz/run.sh
 TEST_VARS = VRAMPLAN_BIN=./$(BIN) VRAMPLAN_LIB=$(CURDIR)/$(SHLIB) \
             VRAMPLAN_FAKE_NVML=$(CURDIR)/$(FAKE_NVML) PYTHON=$(PYTHON) \
             VP_SANITIZE=$(SANITIZE) VP_SAN_FLAGS='$(SAN_FLAGS)' CC='$(CC)' \
-            MAKE='$(MAKE)' PKG_CONFIG='$(PKG_CONFIG)'
+            MAKE='$(MAKE)' PKG_CONFIG='$(PKG_CONFIG)' \
+            VP_FUZZ_REPLAYS='$(FUZZ_REPLAYS)'
 
 test: deps
-	@$(MAKE) --no-print-directory all $(TEST_BINS) $(FAKE_NVML)
+	@$(MAKE) --no-print-directory all $(TEST_BINS) $(FAKE_NVML) \
+	    $(FUZZ_REPLAYS)
 	+@passed=0; failed=0; skipped=0; tap=$$(mktemp); \
 	for t in $(TEST_BINS) $(TEST_SCRIPTS); do \
 	    printf '    %-4s %s\n' TEST "$$t"; \
@@ -292,6 +298,9 @@ check: test
 # make bench: the cluster planner's and the searches' speed, as ratios
 # against baselines measured in the same run
 include bench/bench.mk
+
+# make fuzz, make fuzz-run: the libFuzzer harnesses (fuzz/)
+include fuzz/fuzz.mk
 
 # make accuracy: the full comparison, file by file, with the bounds
 accuracy: all

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator_internal.h"
 #include "vramplan/error.h"
 #include "vramplan/units.h"
 
@@ -1664,4 +1665,55 @@ vp_status vp_allocator_segments(const vp_allocator *a,
     free(heads);
     free(blocks);
     return st;
+}
+
+/* ---------------------------------------------------------------- state */
+
+#define STATE_WORDS 8 /* per live block */
+
+static int state_cmp(const void *x, const void *y)
+{
+    const uint64_t *a = x, *b = y;
+    for (int i = 0; i < STATE_WORDS; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+bool vp__allocator_state(const vp_allocator *a, vp_words *w)
+{
+    size_t from = w->n, n = 0;
+    for (uint32_t i = 0; i < a->n_slots; i++) {
+        const blk *x = &a->b[i];
+        if (!x->live)
+            continue;
+        uint64_t rec[STATE_WORDS] = {x->addr, x->size,
+                                     x->allocated ? x->requested : 0,
+                                     x->allocated, x->pool,
+                                     (uint64_t)(uint32_t)x->stream,
+                                     x->mapped, x->es};
+        if (!vp__words_add(w, rec, STATE_WORDS))
+            return false;
+        n++;
+    }
+    qsort(w->v + from, n, STATE_WORDS * sizeof *w->v, state_cmp);
+    for (size_t i = 0; i < a->n_xs; i++) {
+        const xseg *x = &a->xs[i];
+        uint64_t rec[4] = {x->base, x->size, x->page, x->live};
+        if (!vp__words_add(w, rec, 4))
+            return false;
+    }
+    const vp_allocator_stats *s = &a->st;
+    uint64_t tail[] = {n,
+                       a->n_xs,
+                       a->next_addr,
+                       a->n_xs_live,
+                       s->allocated,
+                       s->peak_allocated,
+                       s->reserved,
+                       s->peak_reserved,
+                       s->requested,
+                       s->segments,
+                       s->active_blocks};
+    return vp__words_add(w, tail, sizeof tail / sizeof tail[0]);
 }

@@ -1,8 +1,10 @@
-/* The caching-allocator model's fast paths for the simulator, which
- * makes one call per allocation event. Not installed. */
+/* The caching-allocator model's private interface for the simulator, which
+ * makes one call per allocation event and compares states for the
+ * closed-form accumulation. Not installed. */
 #ifndef VRAMPLAN_ALLOCATOR_INTERNAL_H
 #define VRAMPLAN_ALLOCATOR_INTERNAL_H
 
+#include "util.h"
 #include "vramplan/allocator.h"
 
 /* vp_allocator_malloc, also giving the block's size (rounded, with an
@@ -14,5 +16,18 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
 /* The statistics as they stand (vp_allocator_stats_get without the
  * copy); valid until the allocator's next call. */
 const vp_allocator_stats *vp__allocator_stats(const vp_allocator *a);
+
+/* Append to *w everything about the allocator that decides what it does
+ * and reports from now on: every live block (address, size, requested
+ * bytes, allocated, pool, stream, mapped, expandable segment) in address
+ * order, the expandable segments, the next segment address and the
+ * counters other than the retry and OOM counts (which only grow). Not the
+ * handles (a new one per allocation, nor the dead-slot list that picks
+ * them) nor the size-class index (its classes, bitmaps and cached first
+ * blocks follow from the free blocks; its treaps' shape and priorities
+ * do not change which block a best-fit search finds).
+ * Two allocators that append the same words answer every later request
+ * alike. O(n log n) in the blocks; false when memory runs out. */
+bool vp__allocator_state(const vp_allocator *a, vp_words *w);
 
 #endif

@@ -323,6 +323,10 @@ static vp_status step_time(const vp_model *m, const vp_setup *s,
 
     if (!g)
         return err->code;
+    if (vp__graph_search_check(g, err) != VP_OK) {
+        vp_graph_free(g);
+        return VP_ELIMIT;
+    }
     t.batch = batch;
     t.seq = seq;
     rc = vp_step_time_estimate(g, &t, hw, &st, err);

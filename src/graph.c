@@ -175,6 +175,17 @@ static void op_flops(const vp_graph *g, vp_op *op)
     op->flops_bwd = op->needs_grad ? b : 0.0;
 }
 
+vp_status vp__graph_search_check(const vp_graph *g, vp_error *err)
+{
+    if (g->n_ops <= VP_MAX_SEARCH_OPS)
+        return VP_OK;
+    return vp_error_set(err, VP_ELIMIT,
+                        "the model has %zu ops; a search (maxbatch, plan, "
+                        "techniques, batching) simulates it many times and "
+                        "takes at most %u (estimate takes up to %u)",
+                        (size_t)g->n_ops, VP_MAX_SEARCH_OPS, VP_MAX_OPS);
+}
+
 void vp__graph_op_flops(const vp_graph *g, vp_op *op)
 {
     op_flops(g, op);

@@ -924,6 +924,78 @@ static vp_status build_list(gb *b, scope *s, const vp_glist *l, uint32_t *out)
     return VP_OK;
 }
 
+/* ---- the size before expansion ---------------------------------------------- */
+
+/* What a list expands to, ops and block instances counted alike, as
+ * vp__build_explicit checks it before building anything: the work and
+ * memory of a model are bounded by VP_MAX_OPS whatever its repeat counts
+ * multiply to (docs/LIMITS.md). Saturates at VP_MAX_OPS + 1. A block
+ * that invokes itself, or a chain deeper than VP_MAX_NEST, counts as
+ * nothing here: the builder reports it where it is. */
+typedef struct {
+    const vp_gform *f;
+    uint64_t *memo; /* per block: its size, UINT64_MAX before known */
+    bool *busy;     /* per block: being counted                      */
+} sizer;
+
+static uint64_t sat(uint64_t a, uint64_t b, bool mul)
+{
+    uint64_t r;
+    bool ok = mul ? vp_mul_u64(a, b, &r) : vp_add_u64(a, b, &r);
+    return ok && r <= VP_MAX_OPS ? r : (uint64_t)VP_MAX_OPS + 1;
+}
+
+static uint64_t entry_size(sizer *z, const vp_gentry *e, int depth);
+
+static uint64_t list_size(sizer *z, const vp_glist *l, int depth)
+{
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < l->n; k++)
+        n = sat(n, entry_size(z, &l->entries[k], depth), false);
+    return n;
+}
+
+static uint64_t entry_size(sizer *z, const vp_gentry *e, int depth)
+{
+    if (!e->call)
+        return 1;
+    uint32_t k = e->block;
+    if (k >= z->f->n_blocks || z->busy[k] || depth >= VP_MAX_NEST)
+        return 0;
+    if (z->memo[k] == UINT64_MAX) {
+        z->busy[k] = true;
+        z->memo[k] = list_size(z, &z->f->blocks[k].ops, depth + 1);
+        z->busy[k] = false;
+    }
+    return sat(e->repeat, sat(1, z->memo[k], false), true);
+}
+
+/* VP_ELIMIT at the top-level entry past the limit. */
+static vp_status check_size(gb *b)
+{
+    const vp_gform *f = b->f;
+    size_t nb = f->n_blocks ? f->n_blocks : 1;
+    sizer z = {f, malloc(nb * sizeof *z.memo), calloc(nb, sizeof *z.busy)};
+    vp_status st = VP_OK;
+    if (!z.memo || !z.busy)
+        st = vp_error_set(b->err, VP_ENOMEM, "out of memory");
+    else
+        memset(z.memo, 0xff, nb * sizeof *z.memo);
+    uint64_t n = 1; /* the input */
+    for (uint32_t k = 0; k < f->ops.n && st == VP_OK; k++) {
+        n = sat(n, entry_size(&z, &f->ops.entries[k], 0), false);
+        if (n > VP_MAX_OPS)
+            st = vp__error_at_pos(b->err, VP_ELIMIT, b->path,
+                                  f->ops.entries[k].at,
+                                  "the model expands to more than %u ops "
+                                  "and block instances",
+                                  VP_MAX_OPS);
+    }
+    free(z.memo);
+    free(z.busy);
+    return st;
+}
+
 /* ---- the graph -------------------------------------------------------------- */
 
 /* The input op: the graph's `input` shape in this instantiation. */
@@ -948,6 +1020,7 @@ vp_status vp__build_explicit(vp_graph *g, const vp_gform *f, const char *path,
     gb b = {g, f, path, err, 0};
     if (g->batch > INT64_MAX || g->seq > INT64_MAX)
         return vp_error_set(err, VP_ERANGE, "batch or sequence too large");
+    VP_TRY(check_size(&b));
     scope top;
     memset(&top, 0, sizeof top);
     top.prefix = "";

@@ -97,6 +97,11 @@ uint8_t vp__base_bytes(const struct vp_setup *s);
 vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err);
 
+/* VP_ELIMIT when g has more than VP_MAX_SEARCH_OPS ops: the searches
+ * simulate a graph tens of times, so they take smaller ones than
+ * estimate (docs/LIMITS.md). */
+vp_status vp__graph_search_check(const vp_graph *g, vp_error *err);
+
 /* The model g was built from (a transformer description), instantiated
  * again for another batch and sequence length; NULL with *err set
  * (VP_EUNSUPPORTED for a graph-form model). */

@@ -62,6 +62,11 @@ static vp_status push(tb *c, vp_op *o, const char *leaf, uint32_t *idx)
                            c->t->col, 1,
                            "the output of %s has more than 2^64 elements",
                            o->name);
+    if (st == VP_ELIMIT) /* the layers times the experts */
+        return vp_error_at(c->err, VP_ELIMIT, c->path, c->t->line,
+                           c->t->col, 1,
+                           "the model expands to more than %u ops (%s)",
+                           VP_MAX_OPS, o->name);
     return st;
 }
 

@@ -20,4 +20,23 @@
 #include "util.h"
 #include "vramplan/vramplan.h"
 
+/* ---- simulation with micro-batch hooks (sim.c) ----------------------- */
+
+/* For a caller that sums what the events of a step cost (timing.c) and
+ * can take accumulation's steady state in closed form (sim_steady.c):
+ * mb_start is called at the start of every micro-batch after the first;
+ * repeat(times) says that the micro-batch between the last two mb_start
+ * calls repeats `times` more times, event for event, without its events
+ * being sent. */
+typedef struct vp__sim_hooks {
+    void (*mb_start)(void *ud, uint32_t step);
+    void (*repeat)(void *ud, uint32_t step, uint64_t times);
+} vp__sim_hooks;
+
+/* vp_simulate with hooks (NULL: every event is sent, as vp_simulate). */
+vp_status vp__simulate_hooked(const vp_graph *g, const vp_setup *setup,
+                              vp_estimate *out, vp_sim_event_fn on_event,
+                              void *ud, const vp__sim_hooks *hooks,
+                              vp_error *err);
+
 #endif

@@ -512,10 +512,9 @@ vp_status vp__jlines_open(vp_jlines *r, const char *path, size_t max_len,
     memset(r, 0, sizeof *r);
     r->path = path;
     r->max = max_len;
-    r->file = fopen(path, "rb");
-    if (r->file == NULL)
-        return vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
-                            strerror(errno));
+    FILE *f;
+    VP_TRY(vp__fopen_input(path, &f, err));
+    r->file = f;
     return VP_OK;
 }
 

@@ -260,15 +260,24 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
     }
     if (t->head == VP_HEAD_CLASSIFICATION && t->num_labels == 0)
         t->num_labels = 2;
-    if (t->layers > VP_MAX_REPEAT)
+    if (t->layers > VP_MAX_LAYERS)
         return vp__yerr(d, key_at(d, at, k->layers, false), VP_ELIMIT, err,
                         "%llu layers is more than the limit of %u",
-                        (unsigned long long)t->layers, VP_MAX_REPEAT);
+                        (unsigned long long)t->layers, VP_MAX_LAYERS);
     if (t->experts > 4096)
         return vp__yerr(d, key_at(d, at, k->experts, k->moe_submap),
                         VP_ELIMIT, err,
                         "%llu experts is more than the limit of 4096",
                         (unsigned long long)t->experts);
+    /* each expert of each layer is at least five ops (dispatch, two
+     * linears, the activation, combine): refused before they are built */
+    if (t->layers * t->experts > VP_MAX_OPS / 5)
+        return vp__yerr(d, key_at(d, at, k->experts, k->moe_submap),
+                        VP_ELIMIT, err,
+                        "%llu layers of %llu experts expand to more than "
+                        "%u ops",
+                        (unsigned long long)t->layers,
+                        (unsigned long long)t->experts, VP_MAX_OPS);
     return VP_OK;
 }
 

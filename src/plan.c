@@ -45,6 +45,10 @@ static vp_status evaluate(pctx *c, vp_plan_candidate *k, const char *spec)
                                  c->err);
     if (!g)
         return c->err ? c->err->code : VP_ESCHEMA;
+    if (vp__graph_search_check(g, c->err) != VP_OK) {
+        vp_graph_free(g);
+        return VP_ELIMIT;
+    }
     size_t ns = vp_graph_segment_count(g);
     bool *mask = calloc(ns ? ns : 1, sizeof *mask);
     vp_status st = VP_OK;

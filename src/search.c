@@ -20,6 +20,10 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
         }
         return err ? err->code : VP_ESCHEMA;
     }
+    if (vp__graph_search_check(g, err) != VP_OK) {
+        vp_graph_free(g);
+        return VP_ELIMIT;
+    }
     size_t ns = vp_graph_segment_count(g);
     bool *mask = calloc(ns ? ns : 1, sizeof *mask);
     if (!mask) {
@@ -656,6 +660,10 @@ vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
     vp_graph *g = vp_graph_build(m, setup->batch, setup->seq, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
+    if (vp__graph_search_check(g, err) != VP_OK) {
+        vp_graph_free(g);
+        return VP_ELIMIT;
+    }
     size_t n = vp_graph_segment_count(g);
     ck_work w = {0};
     vp_status st;

@@ -630,6 +630,11 @@ static vp_status run(sim *S)
                             "--inference or add a loss");
     }
     uint32_t accum = S->training ? s->accum : 1;
+    /* the steady state of accumulation: in closed form, unless every
+     * event is to be seen */
+    bool closed = (S->cb == NULL || S->hooks != NULL) && S->dist == NULL;
+    vp__steady sd;
+    memset(&sd, 0, sizeof sd);
     for (uint32_t step = 1; step <= s->steps && OK(S); step++) {
         S->step = step;
         vp_phase_peaks *pk = &out->step[step - 1];
@@ -638,7 +643,32 @@ static vp_status run(sim *S)
         uint32_t batch[MAX_BATCH];
         size_t nb = 0;
         uint32_t loss_t = NONE;
+        sd.have = false;
         for (uint32_t mb = 0; mb < accum && OK(S); mb++) {
+            if (mb > 0 && S->hooks != NULL)
+                S->hooks->mb_start(S->ud, step);
+            if (mb > 0 && closed &&
+                vp__steady_reached(S, &sd, batch, nb, loss_t, accum - mb)) {
+                if (S->hooks != NULL)
+                    S->hooks->repeat(S->ud, step, accum - mb);
+                break;
+            }
+            if (mb == VP_MAX_ACCUM_UNSTEADY && S->dist != NULL) {
+                /* a wrapper's buckets and shards are not in the state the
+                 * closed form compares: every micro-batch is simulated */
+                S->st = vp_error_set(S->err, VP_ELIMIT,
+                                     "a data-parallel run is simulated "
+                                     "micro-batch by micro-batch: at most "
+                                     "%u per step", VP_MAX_ACCUM_UNSTEADY);
+                break;
+            }
+            if (mb == VP_MAX_ACCUM_UNSTEADY && closed) {
+                S->st = vp_error_set(S->err, VP_ELIMIT,
+                                     "accumulation reaches no steady state "
+                                     "in %u micro-batches",
+                                     VP_MAX_ACCUM_UNSTEADY);
+                break;
+            }
             if (mb == 0) {
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
@@ -706,6 +736,7 @@ static vp_status run(sim *S)
         pk->reserved = st.reserved;
         out->steps = step;
     }
+    vp__steady_free(&sd);
     free(refs_of);
     return S->st;
 }
@@ -902,7 +933,8 @@ static vp_status model_bytes(const vp_graph *g, const vp_setup *s,
 
 static vp_status simulate(const vp_graph *g, const vp_setup *s,
                           vp_estimate *out, vp_sim_event_fn on_event,
-                          void *ud, vp_error *err)
+                          void *ud, const vp__sim_hooks *hooks,
+                          vp_error *err)
 {
     if (s->batch == 0 || s->accum == 0 || s->steps == 0 ||
         s->steps > VP_MAX_STEPS)
@@ -921,13 +953,14 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
     if (st == VP_OK) {
         S.cb = on_event;
         S.ud = ud;
+        S.hooks = hooks;
         st = s->generate.prompt ? vp__generate_run(&S) : run(&S);
     }
     vp_allocator_stats as;
     if (S.a) {
         vp_allocator_stats_get(S.a, &as);
         out->peak_reserved = as.peak_reserved;
-        out->num_alloc_retries = as.num_alloc_retries;
+        out->num_alloc_retries = as.num_alloc_retries + S.retries_skipped;
     }
     uint64_t peak_event = out->events;
     out->events = S.events;
@@ -977,6 +1010,14 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
 vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
                       vp_sim_event_fn on_event, void *ud, vp_error *err)
 {
+    return vp__simulate_hooked(g, s, out, on_event, ud, NULL, err);
+}
+
+vp_status vp__simulate_hooked(const vp_graph *g, const vp_setup *s,
+                              vp_estimate *out, vp_sim_event_fn on_event,
+                              void *ud, const vp__sim_hooks *hooks,
+                              vp_error *err)
+{
     vp_graph *ft = NULL;
     uint64_t total = 0;
 
@@ -986,7 +1027,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     if (st != VP_OK)
         return st;
     (void)vp_graph_num_params(g, &total, NULL);
-    st = simulate(ft ? ft : g, s, out, on_event, ud, err);
+    st = simulate(ft ? ft : g, s, out, on_event, ud, hooks, err);
     /* every parameter: the model's, and the adapters */
     for (size_t p = 0; ft && p < ft->n_params; p++)
         if (ft->params[p].adapter &&

@@ -47,6 +47,15 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
             S->out->events = S->events;
         }
     }
+    if (S->cb && S->hooks == NULL && S->events > VP_MAX_EVENTS_SEEN) {
+        S->st = vp_error_set(S->err, VP_ELIMIT,
+                             "the simulated steps make more than %u "
+                             "allocator events to record (--timeline, "
+                             "--snapshot, --html); simulate fewer --steps "
+                             "or --accum",
+                             VP_MAX_EVENTS_SEEN);
+        return;
+    }
     if (S->cb) {
         if (cat == VP__CAT_KV)
             cat = VP_CAT_ACT; /* the public categories */

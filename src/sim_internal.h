@@ -5,6 +5,7 @@
  * Code map (docs/SIMULATION_NOTES.md, "Code map"):
  *   sim_engine.c        tensors, references, allocator events, saved
  *                       tensors, autocast casts, gradient hand-off
+ *   sim_steady.c        accumulation's steady state, in closed form
  *   sim.c               the step: forward/backward dispatch through
  *                       vp__op_table, checkpoint segments, Python holds,
  *                       model load, input batch, phases, entry point
@@ -30,6 +31,7 @@
 #define VRAMPLAN_SIM_INTERNAL_H
 
 #include "graph_internal.h"
+#include "internal.h"
 #include "util.h"
 #include "vramplan/vramplan.h"
 
@@ -123,6 +125,8 @@ typedef struct sim {
                               prefill's), for the peak's report       */
     uint64_t phase_peak;
     uint64_t events;
+    uint64_t retries_skipped; /* allocator retries of the micro-batches
+                                 the steady state skipped (sim_steady.c) */
     bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
     /* results */
     vp_estimate *out;
@@ -142,6 +146,7 @@ typedef struct sim {
     const uint64_t *opt_numel;
     const bool *opt_on;
     uint8_t opt_eb;
+    const vp__sim_hooks *hooks; /* NULL, or the caller's (internal.h) */
 } sim;
 
 #define OK(S) ((S)->st == VP_OK && !(S)->stopped)
@@ -207,6 +212,26 @@ static inline uint8_t vp__promote(uint8_t a, uint8_t b)
 {
     return a > b ? a : b;
 }
+
+/* ---- accumulation's steady state (sim_steady.c) ------------------------ */
+
+/* The state at the start of the last micro-batch looked at, and the
+ * counters then. */
+typedef struct vp__steady {
+    vp_words prev, cur;
+    uint64_t at[3]; /* events, allocator retries, host traffic */
+    bool have;
+} vp__steady;
+
+/* Called at the start of each micro-batch after the first, with the
+ * loop's batch and loss tensors and the micro-batches `left` to run
+ * (this one included). True when the state is the one the previous
+ * micro-batch started from: that one repeats `left` times, and the
+ * counters that grow have been advanced as those repetitions would have
+ * (the caller skips them). False otherwise, or with S->st set. */
+bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
+                        size_t nb, uint32_t loss_t, uint64_t left);
+void vp__steady_free(vp__steady *d);
 
 /* ---- op rules ------------------------------------------------------------ */
 

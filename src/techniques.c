@@ -32,6 +32,10 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
         }
         return err ? err->code : VP_ESCHEMA;
     }
+    if (vp__graph_search_check(g, err) != VP_OK) {
+        vp_graph_free(g);
+        return VP_ELIMIT;
+    }
     size_t ns = vp_graph_segment_count(g);
     bool *mask = calloc(ns ? ns : 1, sizeof *mask);
     vp_status st = VP_OK;

@@ -205,6 +205,7 @@ typedef struct {
     const char **names; /* sorted op name pointers                        */
     uint32_t *index;
     op_traffic *t;
+    op_traffic *prev, *cur; /* t at the last two micro-batch starts     */
     double opt_kernels;
     uint32_t step;
     double gap;         /* GPU seconds between kernels                     */
@@ -332,6 +333,38 @@ static void on_event(const vp_sim_event *ev, void *ud)
     if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY)
         return; /* timed as a whole op (matmul_time) */
     t->mem[ph] += kernel_time(c, k, moved * b);
+}
+
+/* Accumulation's steady state (vp__sim_hooks): t as the last two
+ * micro-batches began; the micro-batch between them repeats `times`
+ * more times, and adds what it added each time. */
+static void on_mb_start(void *ud, uint32_t step)
+{
+    tctx *c = ud;
+    if (step != c->step)
+        return;
+    op_traffic *x = c->prev;
+    c->prev = c->cur;
+    c->cur = x;
+    memcpy(c->cur, c->t, c->g->n_ops * sizeof *c->t);
+}
+
+static void on_repeat(void *ud, uint32_t step, uint64_t times)
+{
+    tctx *c = ud;
+    if (step != c->step)
+        return;
+    double k = (double)times;
+    for (size_t i = 0; i < c->g->n_ops; i++) {
+        op_traffic *t = &c->t[i];
+        const op_traffic *p = &c->prev[i];
+        for (int ph = 0; ph < 2; ph++) {
+            t->mem[ph] += (t->mem[ph] - p->mem[ph]) * k;
+            t->kernels[ph] += (t->kernels[ph] - p->kernels[ph]) * k;
+            t->outs[ph] += (t->outs[ph] - p->outs[ph]) * k;
+        }
+        t->casts += (t->casts - p->casts) * k;
+    }
 }
 
 static int gemm_dtype(vp_precision p)
@@ -675,12 +708,14 @@ static vp_status prepare(const vp_graph *g, tctx *c, vp_error *err)
     c->names = malloc(n * sizeof(char *));
     c->index = malloc(n * sizeof(uint32_t));
     c->t = calloc(n, sizeof(op_traffic));
+    c->prev = calloc(n, sizeof(op_traffic));
+    c->cur = calloc(n, sizeof(op_traffic));
     typedef struct {
         const char *p;
         uint32_t i;
     } pi;
     pi *tmp = malloc(n * sizeof *tmp);
-    if (!c->names || !c->index || !c->t || !tmp) {
+    if (!c->names || !c->index || !c->t || !c->prev || !c->cur || !tmp) {
         free(tmp);
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     }
@@ -727,7 +762,8 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     s2.alloc.limit = 0;
     s2.alloc.device_total = 0;
     vp_estimate e;
-    st = vp_simulate(g, &s2, &e, on_event, &c, err);
+    static const vp__sim_hooks hooks = {on_mb_start, on_repeat};
+    st = vp__simulate_hooked(g, &s2, &e, on_event, &c, &hooks, err);
     if (st != VP_OK)
         goto done;
     qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
@@ -757,5 +793,7 @@ done:
     free(c.names);
     free(c.index);
     free(c.t);
+    free(c.prev);
+    free(c.cur);
     return st;
 }

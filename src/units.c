@@ -114,6 +114,14 @@ vp_status vp_size_parse(const char *text, uint64_t *out, vp_error *err)
                             rest);
     }
 
+    /* "1.5" alone is a byte and a half: refused, not taken as 1 B */
+    for (size_t i = 0; u->bytes == 1 && i < n_frac; i++)
+        if (frac[i] != '0')
+            return vp_error_set(err, VP_ERANGE,
+                                "invalid size '%.*s': a fraction of a byte "
+                                "(give a unit, e.g. '%.*sGiB')",
+                                SHOW, text, (int)(space - text), text);
+
     /* Then the value: whole * unit + floor(fraction * unit). */
     for (size_t i = 0; i < n_digits; i++)
         if (!vp_mul_u64(whole, 10, &whole) ||

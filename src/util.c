@@ -1,7 +1,11 @@
 /* Small shared helpers: the arena, array growth, name suggestions, glob
  * matching, aborts. */
+#define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,15 +99,43 @@ void vp__arena_destroy(vp_arena *a)
     a->head = NULL;
 }
 
+vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err)
+{
+    *out = NULL;
+    /* O_NONBLOCK: opening a FIFO with no writer would wait forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
+                            strerror(errno));
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(st.st_mode))
+        why = "it is a directory";
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file (a FIFO, socket or device)";
+    int fl = why ? 0 : fcntl(fd, F_GETFL);
+    if (!why && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
+        why = strerror(errno);
+    FILE *fp = why ? NULL : fdopen(fd, "rb");
+    if (fp == NULL) {
+        vp_status e = vp_error_set(err, VP_EIO, "cannot read '%s': %s", path,
+                                   why ? why : strerror(errno));
+        close(fd);
+        return e;
+    }
+    *out = fp;
+    return VP_OK;
+}
+
 vp_status vp__read_file(const char *path, size_t max, char **buf,
                         size_t *len, vp_error *err)
 {
     *buf = NULL;
     *len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return vp_error_set(err, VP_EIO, "cannot open '%s': %s", path,
-                            strerror(errno));
+    FILE *fp;
+    VP_TRY(vp__fopen_input(path, &fp, err));
     char *b = malloc(max + 2);
     if (!b) {
         fclose(fp);
@@ -114,7 +146,8 @@ vp_status vp__read_file(const char *path, size_t max, char **buf,
     fclose(fp);
     if (bad) {
         free(b);
-        return vp_error_set(err, VP_EIO, "cannot read '%s'", path);
+        return vp_error_set(err, VP_EIO, "cannot read '%s': %s", path,
+                            strerror(errno));
     }
     b[n] = '\0';
     *buf = b;
@@ -139,6 +172,16 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
         return false;
     *p = np;
     *cap = ncap;
+    return true;
+}
+
+bool vp__words_add(vp_words *w, const uint64_t *v, size_t k)
+{
+    if (k > SIZE_MAX - w->n ||
+        !vp__grow((void **)&w->v, &w->cap, w->n + k, sizeof *w->v))
+        return false;
+    memcpy(w->v + w->n, v, k * sizeof *v);
+    w->n += k;
     return true;
 }
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vramplan/error.h"
 #include "vramplan/model.h" /* the input limits, VP_MAX_* */
@@ -49,8 +50,20 @@ void vp__arena_destroy(vp_arena *a);
 vp_status vp__read_file(const char *path, size_t max, char **buf,
                         size_t *len, vp_error *err);
 
+/* Open an input file for reading: a regular file only (a directory, a
+ * FIFO or a device is VP_EIO saying so, without waiting for a writer). */
+vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err);
+
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* A growing array of 64-bit words (a state written out to be compared). */
+typedef struct vp_words {
+    uint64_t *v;
+    size_t n, cap;
+} vp_words;
+/* Append k words; false when memory runs out. */
+bool vp__words_add(vp_words *w, const uint64_t *v, size_t k);
 
 /* v x ppm / 1e6, rounded down, without overflow (ppm <= 1e6). */
 static inline uint64_t vp__share_ppm(uint64_t v, uint32_t ppm)

@@ -75,7 +75,7 @@ static vp_status needs_world(void *ctx, const vp_jval *v, vp_error *err)
 /* Every kind of line: who, what, whether it failed. */
 static const vp_jfield ROWS_IDENT[] = {
     VP_JROW_STR("model", true, vp_case_in, model),
-    ROW_STR("id", id),
+    VP_JROW_STR("id", true, vp_case_in, id), /* results are named by it */
     ROW_STR("error", failed),
     ROW_STR("hf_config", hf_config),
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */

@@ -162,9 +162,10 @@ Test(cli_search, validate_long_line)
     GOLDEN("search_validate_long_line", 3, "validate",
            "tests/data/validate/long-line.jsonl");
 }
+/* A device is refused before it is read (it once grew to 24 GB). */
 Test(cli_search, validate_binary_file)
 {
-    GOLDEN("search_validate_dev_zero", 3, "validate", "/dev/zero");
+    GOLDEN("search_validate_dev_zero", 2, "validate", "/dev/zero");
 }
 
 /* --- validate: bounds ----------------------------------------------------- */

@@ -1086,18 +1086,18 @@ Test(parse_range, layer_limit_points_at_layers)
 
 /* ---- limits (VP_ELIMIT) ------------------------------------------------------ */
 
-Test(parse_limit, more_layers_than_the_repeat_limit)
+Test(parse_limit, more_layers_than_the_layer_limit)
 {
-    vp_error e = tf_bad("  hidden: 64\n  heads: 4\n  layers: 100001\n",
+    vp_error e = tf_bad("  hidden: 64\n  heads: 4\n  layers: 1025\n",
                         VP_ELIMIT);
-    cr_expect_str_eq(e.msg, "100001 layers is more than the limit of 100000");
+    cr_expect_str_eq(e.msg, "1025 layers is more than the limit of 1024");
 }
 
 Test(parse_limit, exactly_the_layer_limit_loads)
 {
     char text[1024];
     snprintf(text, sizeof text, "%s%s", TF_HEAD,
-             "  hidden: 64\n  heads: 4\n  layers: 100000\n");
+             "  hidden: 64\n  heads: 4\n  layers: 1024\n");
     vp_model *m = parse_ok(text, "t.yaml", 0);
     vp_model_free(m);
 }
@@ -1151,27 +1151,28 @@ Test(parse_limit, repeat_over_100000)
                "100001 is too large (at most 100000)");
 }
 
-Test(parse_limit, repeat_of_100000_is_accepted)
+/* A repeat within its range and the op limit: 1 + 49999 x 2 + 1 =
+ * 100,000 ops and instances (the input, a relu and its block's instance
+ * per repetition, the loss). */
+Test(parse_limit, repeat_within_the_op_limit_is_accepted)
 {
     vp_model *m = parse_ok("seq: 4\n"
                            "graph:\n"
                            "  input: [batch, seq]\n"
                            "  blocks: {b: {ops: [{op: relu}]}}\n"
                            "  ops:\n"
-                           "    - {name: net, block: b, repeat: 100000}\n"
+                           "    - {name: net, block: b, repeat: 49999}\n"
                            "    - {op: cross_entropy}\n",
                            "r.yaml", 0);
     vp_model_free(m);
 }
 
-/* The expansion stops at 2,000,000 block instances. Each repetition of
- * `deep` expands a chain of 41 nested instances (deep, l39 ... l0) but
- * makes one op, so the limit is reached after 2000000 / 41 = 48781
- * repetitions, with about 48,800 ops instead of 2 million (cheap enough for
- * a sanitizer run). Repetition 48781 starts at 48780 * 41 = 1999980
- * instances; its 21st instance is the 2,000,001st: the invocation inside
- * block l21 (the 20th of the chain after `net` and deep's), on line 26. */
-Test(parse_limit, expansion_past_two_million_instances, .timeout = 60)
+/* The expansion is sized before anything is built: each repetition of
+ * `deep` is a chain of 41 nested instances (deep, l39 ... l0) and one op,
+ * 42 in all, so 2381 repetitions (100,002 with the input and the loss's
+ * entry) are over the limit of 100,000 ops and block instances, however
+ * few ops they make; the error is at the top-level entry (line 47). */
+Test(parse_limit, expansion_past_the_limit_is_refused_before_building)
 {
     char text[8192];
     int n = snprintf(text, sizeof text,
@@ -1186,11 +1187,55 @@ Test(parse_limit, expansion_past_two_million_instances, .timeout = 60)
     n += snprintf(text + n, sizeof text - (size_t)n,
                   "    deep: {ops: [{name: x, block: l39}]}\n"
                   "  ops:\n"
-                  "    - {name: net, block: deep, repeat: 100000}\n"
-                  "    - {op: cross_entropy}\n");
+                  "    - {name: net, block: deep, repeat: 2381}\n");
     vp_error e = parse_bad(text, (size_t)n, "x.yaml", 0, VP_ELIMIT);
-    cr_expect_str_eq(e.msg, "the model expands to more than 2000000 blocks");
-    cr_expect_eq(e.line, 26, "line %u", e.line);
+    cr_expect_str_eq(e.msg, "the model expands to more than 100000 ops and "
+                            "block instances");
+    cr_expect_eq(e.line, 47, "line %u", e.line);
+}
+
+/* One repetition fewer is at the limit: 1 + 2380 * 42 + 1 = 99,962. */
+Test(parse_limit, expansion_at_the_limit_builds)
+{
+    char text[8192];
+    int n = snprintf(text, sizeof text,
+                     "seq: 4\n"
+                     "graph:\n"
+                     "  input: [batch, seq]\n"
+                     "  blocks:\n"
+                     "    l0: {ops: [{op: relu}]}\n");
+    for (int i = 1; i < 40; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "    l%d: {ops: [{name: x, block: l%d}]}\n", i, i - 1);
+    snprintf(text + n, sizeof text - (size_t)n,
+             "    deep: {ops: [{name: x, block: l39}]}\n"
+             "  ops:\n"
+             "    - {name: net, block: deep, repeat: 2380}\n"
+             "    - {op: cross_entropy}\n");
+    vp_model *m = parse_ok(text, "x.yaml", 0);
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, 1, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_expect_eq(vp_graph_op_count(g), 2382); /* input, relus, loss */
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* A repeat of repeats multiplies: 100000 x 100000 is refused at once (the
+ * product is never built, nor overflows). */
+Test(parse_limit, nested_repeats_multiply_before_building, .timeout = 5)
+{
+    vp_error e = parse_bad("seq: 4\n"
+                           "graph:\n"
+                           "  input: [batch, seq]\n"
+                           "  blocks:\n"
+                           "    a: {ops: [{op: relu}]}\n"
+                           "    b: {ops: [{name: x, block: a, repeat: 100000}]}\n"
+                           "  ops:\n"
+                           "    - {name: net, block: b, repeat: 100000}\n"
+                           "    - {op: cross_entropy}\n",
+                           202, "x.yaml", 0, VP_ELIMIT);
+    cr_expect_eq(e.line, 8, "line %u", e.line);
 }
 
 /* 100000 repetitions of a one-op block expand fine (and so do the 41-deep

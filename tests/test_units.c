@@ -76,9 +76,18 @@ Test(size_parse, decimal_rounds_down)
 {
     cr_assert_eq(parse_ok("0.1KiB"), 102); /* 102.4 */
 }
-Test(size_parse, decimal_without_unit_rounds_down)
+/* A fraction of a byte is refused, not rounded down (issue 18: --budget
+ * 1.5 was taken as 1 byte); a whole number of bytes written with a
+ * fraction of zeros is fine. */
+Test(size_parse, a_fraction_of_a_byte_is_refused)
 {
-    cr_assert_eq(parse_ok("1.9"), 1);
+    vp_error err;
+    uint64_t v;
+    cr_assert_eq(vp_size_parse("1.9", &v, &err), VP_ERANGE);
+    cr_assert_str_eq(err.msg, "invalid size '1.9': a fraction of a byte "
+                              "(give a unit, e.g. '1.9GiB')");
+    cr_assert_eq(vp_size_parse("1.5B", &v, &err), VP_ERANGE);
+    cr_assert_eq(parse_ok("3.000"), 3);
 }
 Test(size_parse, decimal_many_digits)
 {
@@ -104,7 +113,7 @@ Test(size_parse, integer_beyond_double_precision)
 Test(size_parse, max_u64) { cr_assert_eq(parse_ok("18446744073709551615"), UINT64_MAX); }
 Test(size_parse, max_u64_with_fraction)
 {
-    cr_assert_eq(parse_ok("18446744073709551615.999B"), UINT64_MAX);
+    cr_assert_eq(parse_ok("18446744073709551615.0B"), UINT64_MAX);
 }
 Test(size_parse, max_u64_as_decimal_GB)
 {

@@ -18,7 +18,11 @@ typedef struct vp_model vp_model;
 /* Limits that bound the work any input can cause. */
 #define VP_MAX_INPUT_BYTES (4u << 20)   /* model file size                  */
 #define VP_MAX_NEST 64                  /* YAML nesting depth               */
-#define VP_MAX_OPS 2000000u             /* ops in an instantiated graph     */
+#define VP_MAX_OPS 100000u              /* ops and block instances of a graph */
+#define VP_MAX_LAYERS 1024u             /* a transformer's layers           */
+#define VP_MAX_SEARCH_OPS 4096u         /* ops of a graph a search simulates
+                                           many times (maxbatch, plan,
+                                           techniques, batching)           */
 #define VP_MAX_REPEAT 100000u           /* a single `repeat` count          */
 #define VP_MAX_YAML_NODES 200000u       /* nodes in one document            */
 #define VP_MAX_DIM ((uint64_t)1 << 40)  /* a size above is refused as absurd */

@@ -78,6 +78,17 @@ typedef enum {
 } vp_phase;
 
 #define VP_MAX_STEPS 16
+/* Events a simulation sends to an event callback (a timeline row each,
+ * a snapshot's or page's entry): bounds what --timeline, --snapshot and
+ * --html write (docs/LIMITS.md). Without a callback the work is bounded
+ * by the ops and the steps alone (accumulation's steady state is taken
+ * in closed form). */
+#define VP_MAX_EVENTS_SEEN (1u << 21)
+/* Micro-batches simulated before accumulation's steady state (the state
+ * at a micro-batch's start the same as at the previous one's): the rest
+ * repeat it and are taken in closed form; a loop still changing after
+ * this many is VP_ELIMIT, whatever the accumulation (docs/LIMITS.md). */
+#define VP_MAX_ACCUM_UNSTEADY 256u
 
 /* The key/value cache of generate(): transformers' DynamicCache (each
  * layer's K and V grown by torch.cat) or StaticCache (allocated once at

@@ -1319,7 +1319,7 @@ static int compare_json(const cargs *a, const vp_cluster_model_info *in,
     cli_jset(o, "model", cli_jstr(a->model, SIZE_MAX));
     cli_jset(o, "params", cli_ju64(in->params));
     cli_jset(o, "seq", cli_ju64(in->seq));
-    cli_jset(o, "global_batch", cli_ju64(gb));
+    cli_jset(o, "global_batch", gb ? cli_ju64(gb) : json_null());
     cli_jset(o, "tokens", cli_jreal(a->tokens, "%.6g"));
     cli_jset(o, "safety_margin", cli_jreal(a->memory ? 0.0 : a->margin, "%g"));
     for (size_t i = 0; i < nc; i++)
@@ -1383,10 +1383,12 @@ static void compare_table(const cargs *a, const vp_cluster_model_info *in,
     bool md = a->format == FMT_MD;
     char b1[32], b2[32];
 
-    printf("%s%s%s (%s parameters, seq %" PRIu64 "), global batch %" PRIu64
-           " sequences, %s tokens\n",
+    char gbs[64] = "no global batch (no layout fits)";
+    if (gb) /* 0: no cell had a layout to take it from */
+        snprintf(gbs, sizeof gbs, "global batch %" PRIu64 " sequences", gb);
+    printf("%s%s%s (%s parameters, seq %" PRIu64 "), %s, %s tokens\n",
            md ? "**" : "", in->name, md ? "**" : "",
-           si((double)in->params, b1, sizeof b1), in->seq, gb,
+           si((double)in->params, b1, sizeof b1), in->seq, gbs,
            si(a->tokens, b2, sizeof b2));
     if (a->memory)
         printf("GPU memory: --memory %.2f GiB per GPU\n\n", gib(a->memory));

@@ -1043,7 +1043,10 @@ static int simulate(const cli_setup_args *a, const vp_graph *graph,
     if ((rc = cli_pictures_open(&pics, a->snapshot, a->html, setup,
                                 timeline != NULL ? timeline_event : NULL,
                                 timeline)) < 0) {
-        st = vp_simulate(graph, setup, est, cli_pictures_event, pics, &err);
+        /* no event to see: accumulation's steady state in closed form */
+        bool seen = timeline != NULL || a->snapshot != NULL || a->html != NULL;
+        st = vp_simulate(graph, setup, est, seen ? cli_pictures_event : NULL,
+                         pics, &err);
         if (st == VP_OK || st == VP_EOOM)
             rc = cli_pictures_write(pics, vp_graph_model_name(graph), setup,
                                     est, st == VP_EOOM ? err.msg : NULL);

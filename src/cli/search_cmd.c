@@ -539,6 +539,12 @@ int cli_techniques(int argc, char **argv)
         techniques_table(&a, model, have_hw ? &hw : NULL, out, n);
         rc = CLI_OK;
     }
+    if (rc == CLI_OK) { /* exit 1 when no row fits, as the help says */
+        bool any = false;
+        for (size_t i = 0; i < n; i++)
+            any = any || (out[i].applicable && out[i].fits);
+        rc = any ? CLI_OK : CLI_NOFIT;
+    }
     vp_model_free(model);
     cli_args_free(&a.args);
     return rc;

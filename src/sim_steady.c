@@ -1,0 +1,267 @@
+/* Gradient accumulation in closed form: the steady state of the
+ * micro-batch loop.
+ *
+ * The simulator is deterministic: what a micro-batch allocates and frees
+ * depends only on the state it starts from (the allocator's blocks, the
+ * live tensors and what refers to them). When a micro-batch starts from
+ * exactly the state the previous one started from, that previous
+ * micro-batch took the state to itself, so every later one repeats it
+ * event for event: the same peaks, the same figures after each phase. The
+ * rest of the loop is then skipped, and only what grows with every
+ * repetition (the event count, the allocator's retries, the host traffic
+ * of offloads) is advanced by the remaining count times what one
+ * repetition added. The output is the loop's, byte for byte (tested in
+ * tests/test_steady.c against the loop, and with `make equiv`), and the work
+ * is that of the micro-batches before the steady state, whatever --accum
+ * is.
+ *
+ * The state is written out as words and compared whole (not hashed): the
+ * allocator's (vp__allocator_state) and the simulator's: every tensor's
+ * reference count, bytes, category, op and block address (not its handle,
+ * new with every allocation), the free tensor ids in order, every per-op
+ * and per-parameter slot, the Python and checkpoint holds, the tensors
+ * the autograd graph keeps until the loss is deleted and an op's casts of
+ * frozen weights (fine-tuning), the INT8 weights and whether
+ * bitsandbytes' quantization maps are on the GPU, the live bytes by
+ * category (generate()'s KV cache included), the peaks so far with the
+ * op and token they name, and the loop's own tensors (the batch and the
+ * loss). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator_internal.h"
+#include "sim_internal.h"
+
+/* Bytes as words (the last one padded with zeros). */
+static bool add_bytes(vp_words *w, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    while (n > 0) {
+        uint64_t x = 0;
+        size_t k = n < sizeof x ? n : sizeof x;
+        memcpy(&x, b, k);
+        if (!vp__words_add(w, &x, 1))
+            return false;
+        b += k;
+        n -= k;
+    }
+    return true;
+}
+
+static bool add1(vp_words *w, uint64_t x)
+{
+    return vp__words_add(w, &x, 1);
+}
+
+/* Tensor ids are names: the loop frees and makes the batch's tensors in
+ * an order that swaps their ids from one micro-batch to the next. The
+ * state names each tensor by where it is first referred to (the loop's
+ * tensors, the holds, then the per-op and per-parameter slots, in that
+ * order); the live tensors nothing refers to are listed as a sorted
+ * multiset. */
+typedef struct names {
+    const sim *S;
+    vp_words *w;
+    uint32_t *canon; /* per tensor id: its name, NONE before it is seen */
+    uint32_t *order; /* per name: the tensor id                        */
+    uint32_t n;
+} names;
+
+static uint32_t name_of(names *m, uint32_t id)
+{
+    if (id == NONE)
+        return NONE;
+    if (m->canon[id] == NONE) {
+        m->canon[id] = m->n;
+        m->order[m->n++] = id;
+    }
+    return m->canon[id];
+}
+
+/* Tensor ids (NONE allowed) by their names, two a word. */
+static bool add_ids(names *m, const uint32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        uint64_t x = name_of(m, v[i]);
+        if (i + 1 < n)
+            x |= (uint64_t)name_of(m, v[i + 1]) << 32;
+        if (!vp__words_add(m->w, &x, 1))
+            return false;
+    }
+    return true;
+}
+
+static void tensor_rec(const sim *S, uint32_t id, uint64_t rec[5])
+{
+    const vp__tensor *t = &S->t[id];
+    rec[0] = t->refs;
+    rec[1] = t->bytes;
+    rec[2] = t->cat;
+    rec[3] = (uint64_t)(uint32_t)t->op;
+    rec[4] = vp_allocator_block_addr(S->a, t->handle);
+}
+
+static int rec_cmp(const void *x, const void *y)
+{
+    const uint64_t *a = x, *b = y;
+    for (int i = 0; i < 5; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+static bool holds(names *m)
+{
+    const sim *S = m->S;
+    if (!add1(m->w, S->n_held) || !add_ids(m, S->held, S->n_held) ||
+        !add1(m->w, S->n_ckin))
+        return false;
+    for (size_t k = 0; k < S->n_ckin; k++)
+        if (!add1(m->w, (uint64_t)(uint32_t)S->ckin[k].seg << 32 |
+                            name_of(m, S->ckin[k].id)))
+            return false;
+    if (!add1(m->w, S->n_leaf) || !add_ids(m, S->leaf, S->n_leaf) ||
+        !add1(m->w, S->n_opc) || !add_ids(m, S->opc, S->n_opc))
+        return false;
+    if (!add1(m->w, S->n_ph))
+        return false;
+    for (size_t k = 0; k < S->n_ph; k++) {
+        const struct vp__pyhold *h = &S->ph[k];
+        uint64_t rec[2] = {name_of(m, h->id),
+                           (uint64_t)h->kind << 32 | (uint32_t)h->seg};
+        if (!vp__words_add(m->w, rec, 2))
+            return false;
+    }
+    return true;
+}
+
+static bool slots(names *m)
+{
+    const sim *S = m->S;
+    size_t no = S->g->n_ops, np = S->g->n_params;
+    bool ok = add_bytes(m->w, S->n_saved, no);
+    for (size_t i = 0; i < no && ok; i++) /* the slots in use */
+        ok = add_ids(m, S->saved + i * MAX_SAVED, S->n_saved[i]);
+    return ok && add_ids(m, S->out_t, no) && add_bytes(m->w, S->out_eb, no) &&
+           add_bytes(m->w, S->lay, no) && add_bytes(m->w, S->glay, no) &&
+           add_ids(m, S->grad_t, no) &&
+           add_bytes(m->w, S->reload, no * sizeof *S->reload) &&
+           add_ids(m, S->pgrad, np) && add_ids(m, S->cast, np) &&
+           add_ids(m, S->st1, np) && add_ids(m, S->st2, np) &&
+           (S->int8 == NULL ||
+            add_bytes(m->w, S->int8, np * sizeof *S->int8));
+}
+
+/* The tensors, named: those referred to in the order of their names,
+ * then the others. */
+static bool tensors(names *m)
+{
+    const sim *S = m->S;
+    uint64_t rec[5];
+    for (uint32_t k = 0; k < m->n; k++) {
+        tensor_rec(S, m->order[k], rec);
+        if (!vp__words_add(m->w, rec, 5))
+            return false;
+    }
+    size_t from = m->w->n, n = 0;
+    for (uint32_t id = 0; id < S->nt; id++) {
+        if (S->t[id].refs == 0 || m->canon[id] != NONE)
+            continue;
+        tensor_rec(S, id, rec);
+        if (!vp__words_add(m->w, rec, 5))
+            return false;
+        n++;
+    }
+    qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
+    return add1(m->w, n);
+}
+
+/* Everything that decides the rest of the loop, in *w. */
+static bool state(const sim *S, const uint32_t *batch, size_t nb,
+                  uint32_t loss_t, vp_words *w)
+{
+    uint64_t scalars[] = {nb,
+                          S->host_now,
+                          S->phase_peak,
+                          S->peak,
+                          (uint64_t)S->ws_fwd_lt << 2 |
+                              (uint64_t)S->ws_bwd << 1 | S->ws_bwd_lt,
+                          (uint64_t)S->saving_offloadable << 32 |
+                              (uint32_t)S->recompute_slot,
+                          S->out->host_bytes,
+                          (uint64_t)S->kbit << 1 | S->qmaps,
+                          S->gen_token,
+                          (uint64_t)(uintptr_t)S->peak_op};
+    names m = {S, w, malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)),
+               malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)), 0};
+    bool ok = m.canon && m.order;
+    if (ok)
+        memset(m.canon, 0xff, S->nt * sizeof(uint32_t)); /* NONE */
+    w->n = 0;
+    ok = ok &&
+         vp__words_add(w, scalars, sizeof scalars / sizeof scalars[0]) &&
+         vp__words_add(w, S->cat_live, VP_CAT__COUNT + 1) &&
+         add_ids(&m, &loss_t, 1) && add_ids(&m, batch, nb) && holds(&m) &&
+         slots(&m) && tensors(&m) && vp__allocator_state(S->a, w);
+    free(m.canon);
+    free(m.order);
+    return ok;
+}
+
+/* The counters that grow with every micro-batch. */
+static void counters(const sim *S, uint64_t c[3])
+{
+    vp_allocator_stats st;
+    vp_allocator_stats_get(S->a, &st);
+    c[0] = S->events;
+    c[1] = st.num_alloc_retries;
+    c[2] = S->out->host_traffic;
+}
+
+void vp__steady_free(vp__steady *d)
+{
+    free(d->prev.v);
+    free(d->cur.v);
+    memset(d, 0, sizeof *d);
+}
+
+bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
+                        size_t nb, uint32_t loss_t, uint64_t left)
+{
+    if (!OK(S))
+        return false;
+    if (!state(S, batch, nb, loss_t, &d->cur)) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return false;
+    }
+    uint64_t now[3];
+    counters(S, now);
+    bool same = d->have && d->prev.n == d->cur.n &&
+                memcmp(d->prev.v, d->cur.v, d->cur.n * sizeof *d->cur.v) == 0;
+    if (!same) {
+        vp_words t = d->prev;
+        d->prev = d->cur;
+        d->cur = t;
+        memcpy(d->at, now, sizeof now);
+        d->have = true;
+        return false;
+    }
+    /* the micro-batch since the last snapshot repeats `left` more times */
+    uint64_t add[3];
+    for (int i = 0; i < 3; i++)
+        if (!vp_mul_u64(now[i] - d->at[i], left, &add[i])) {
+            S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                                 "the accumulated counters overflow 64 bits");
+            return false;
+        }
+    if (!vp_add_u64(S->events, add[0], &S->events) ||
+        !vp_add_u64(S->retries_skipped, add[1], &S->retries_skipped) ||
+        !vp_add_u64(S->out->host_traffic, add[2], &S->out->host_traffic)) {
+        S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                             "the accumulated counters overflow 64 bits");
+        return false;
+    }
+    d->have = false;
+    return true;
+}
