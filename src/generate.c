@@ -21,6 +21,7 @@
  *
  * Rules and their sources: docs/GENERATE.md; the allocator traces in
  * groundtruth/traces/ (the generate cases). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -501,6 +502,11 @@ vp_status vp__generate_run(sim *S)
         st = S->st;
     }
     S->g = g;
+    /* the peak's op names a node of the graphs freed below: copied now */
+    if (S->peak_op != NULL)
+        snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s", S->peak_op);
+    S->peak_op = NULL;
+    S->cur_op = "";
     free(G.layers);
     free(G.layer_of);
     vp_graph_free(G.gp);
