@@ -6,13 +6,7 @@
 
 #include "graph_internal.h"
 
-typedef struct {
-    vp_graph *g;
-    const vp_tf *t;
-    vp_error *err;
-    char scope[96];
-    const char *path; /* the model file, for errors found while building */
-} tb;
+typedef vp__tb tb; /* graph_internal.h */
 
 static void op_init(vp_op *o, vp_op_kind k)
 {
@@ -553,6 +547,8 @@ static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
 vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
                                 vp_error *err)
 {
+    if (t->type == VP_TF_ENCDEC)
+        return vp__build_encdec(g, t, path, err);
     tb c = {g, t, err, "", path};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
@@ -580,4 +576,47 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     if (head_first < g->n_ops)
         g->ops[head_first].flags |= VP_OPF_MODEL_END;
     return VP_OK;
+}
+
+/* ---- the helpers lent to graph_encdec.c (graph_internal.h) -------------- */
+
+vp_status vp__tb_push(tb *c, vp_op *o, const char *leaf, uint32_t *idx)
+{
+    return push(c, o, leaf, idx);
+}
+
+vp_status vp__tb_linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
+                        bool bias, int64_t tied_weight, uint32_t *idx)
+{
+    return linear(c, in, leaf, out_f, bias, tied_weight, idx);
+}
+
+vp_status vp__tb_norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
+{
+    return norm(c, in, leaf, idx);
+}
+
+vp_status vp__tb_unary(tb *c, vp_op_kind k, uint32_t in, const char *leaf,
+                       uint32_t *idx)
+{
+    return unary(c, k, in, leaf, idx);
+}
+
+vp_status vp__tb_dropout(tb *c, uint32_t in, const char *leaf, double p,
+                         uint32_t *idx)
+{
+    return dropout(c, in, leaf, p, idx);
+}
+
+vp_status vp__tb_binary(tb *c, vp_op_kind k, uint32_t a, uint32_t b,
+                        const char *leaf, uint32_t *idx)
+{
+    return binary(c, k, a, b, leaf, idx);
+}
+
+vp_status vp__tb_param(tb *c, vp_op *o, const char *leaf, uint64_t numel,
+                       bool trainable)
+{
+    VP_TRY(named(c, o, leaf));
+    return add_param(c, o, "weight", numel, trainable);
 }

@@ -14,6 +14,9 @@
 /* Kinds of Python references (struct vp__pyhold). */
 enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
 
+/* Modules built with a weight of their own that tying frees (T5: 3). */
+#define MAX_TIED_LATE 4
+
 /* Tensors of the input batch: the inputs and the losses' targets. */
 #define MAX_BATCH 8
 
@@ -282,6 +285,11 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
     /* inputs from outside the segment are passed with refs_of == 0 */
     for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
         fwd(S, i, MODE_RECOMPUTE, refs_of);
+    /* the counts hold for this recomputation only: an op of this segment
+     * that a later one consumes (T5's position bias) is from outside when
+     * that one recomputes */
+    for (uint32_t i = seg->first_op; i <= seg->last_op; i++)
+        refs_of[i] = 0;
     pyhold_release(S, -1, -1); /* early stop unwinds the Python frames */
     vp__clear_cast_cache(S);
 }
@@ -358,6 +366,46 @@ static void zero_grad(sim *S)
     }
 }
 
+/* Bytes per element of the weights as the model is built: fp32, or the
+ * half dtype when it is made in it directly. */
+static uint32_t build_bytes(const sim *S)
+{
+    return S->half && S->s->build_in_dtype ? 2 : 4;
+}
+
+/* The weights that modules tied to an earlier embedding are built with
+ * (VP_OPF_TIED_LATE, HF T5: each stack's embed_tokens and lm_head), fp32:
+ * each made once the parameters of the ops up to its own are, all freed
+ * when the model ties them once built, the last made first (traced:
+ * groundtruth/traces/t5-base-*). late[0 .. *nl) are those made so far (at
+ * most n); p is the next parameter to be made (n_params: the end). */
+static void tied_late(sim *S, size_t p, uint32_t *late, size_t n, size_t *nl)
+{
+    const vp_graph *g = S->g;
+    size_t seen = 0;
+    for (uint32_t i = 0; i < g->n_ops && *nl < n && OK(S); i++) {
+        const vp_op *o = &g->ops[i];
+        if (!(o->flags & VP_OPF_TIED_LATE) || seen++ < *nl)
+            continue;
+        if (p < g->n_params && g->params[p].op <= i)
+            return;
+        uint64_t w = o->kind == VP_OP_EMBEDDING
+                         ? vp__mulc(S, o->classes, o->shape[o->ndim - 1])
+                         : vp__mulc(S, o->in_features, o->out_features);
+        late[(*nl)++] = vp__talloc(S, vp__mulc(S, w, build_bytes(S)),
+                                   VP_CAT_TEMP);
+    }
+}
+
+static void tied_late_free(sim *S, uint32_t *late, size_t nl)
+{
+    if (!nl)
+        return;
+    vp__tunref(S, late[nl - 1]);
+    for (size_t k = 0; k + 1 < nl; k++)
+        vp__tunref(S, late[k]);
+}
+
 static void load_model(sim *S)
 {
     const vp_graph *g = S->g;
@@ -392,11 +440,13 @@ static void load_model(sim *S)
             break;
         }
     bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT);
+    uint32_t late[MAX_TIED_LATE];
+    size_t nl = 0;
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
         if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
             const vp_op *to = &g->ops[tied_op];
             tied = vp__talloc(S, vp__mulc(S, vp__mulc(S, to->in_features,
-                                          to->out_features), 4),
+                                          to->out_features), build_bytes(S)),
                           VP_CAT_TEMP);
             tied_done = true;
             if (p == g->n_params || g->params[p].op != tied_op) {
@@ -406,15 +456,19 @@ static void load_model(sim *S)
         }
         if (p == g->n_params)
             break;
+        tied_late(S, p, late, MAX_TIED_LATE, &nl);
         const vp_param *pp = &g->params[p];
         uint32_t pb = vp__param_bytes(S, pp);
-        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel, S->half && pb == 2 ? 4 : pb),
-                         VP_CAT_PARAM);
+        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel,
+                                         pb == 2 ? build_bytes(S) : pb),
+                             VP_CAT_PARAM);
         if (tied != NONE) {
             vp__tunref(S, tied);
             tied = NONE;
         }
     }
+    tied_late(S, g->n_params, late, MAX_TIED_LATE, &nl);
+    tied_late_free(S, late, nl);
     for (size_t p = 0; p < g->n_params && OK(S); p++) {
         const vp_param *pp = &g->params[p];
         if (S->int8 && S->int8[p]) {
@@ -424,7 +478,8 @@ static void load_model(sim *S)
             vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
                    VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
-        } else if (S->half && vp__param_bytes(S, pp) == 2) {
+        } else if (S->half && vp__param_bytes(S, pp) == 2 &&
+                   build_bytes(S) == 4) {
             vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
             vp__tunref(S, fp32[p]);
         }

@@ -257,6 +257,15 @@ vp__fwd_fn vp__router_fwd;     /* ops/moe.c                              */
 vp__fwd_fn vp__moe_dispatch_fwd;
 vp__fwd_fn vp__moe_combine_fwd;
 vp__bwd_fn vp__moe_combine_bwd;
+vp__fwd_fn vp__t5norm_fwd;     /* ops/encdec.c: T5LayerNorm (rmsnorm with
+                                  VP_OPF_T5_NORM)                        */
+vp__bwd_fn vp__t5norm_bwd;
+vp__fwd_fn vp__position_bias_fwd;
+vp__bwd_fn vp__position_bias_bwd;
+vp__fwd_fn vp__cast_fwd;
+vp__bwd_fn vp__cast_bwd;
+vp__fwd_fn vp__scale_fwd;
+vp__fwd_fn vp__upsample_fwd;   /* ops/spatial.c                          */
 
 /* Helpers shared by rules. The output aliases the first input (in
  * place, or a view). */
@@ -276,6 +285,19 @@ void vp__attention_model_mask(sim *S);
 /* The attention kernel that runs: the setup's or the model's choice, SDPA
  * resolved by the compute element bytes ce. */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
+/* SDPA's math kernel and an additive attention bias (ops/attention_math.c):
+ * the kernel that runs given the bias; the bias's mask (owned *mask, the
+ * autocast copy *cast, the causal condition *cond to save after the
+ * kernel's slots, with vp__attention_bias_save); the kernel's forward on
+ * q, k, v (k and v contiguous: copied by the cache) and backward. */
+vp_attn_impl vp__attention_core_impl(const sim *S, const vp_op *o, uint8_t ce);
+void vp__attention_bias_fwd(sim *S, vp__fwd_op *f, uint8_t ce, uint32_t *mask,
+                            uint32_t *cast, uint32_t *cond);
+void vp__attention_bias_save(sim *S, uint32_t op, uint32_t cond);
+void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
+                            uint32_t v, bool kv_contig, uint8_t ce);
+void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
+                            uint32_t *dk, uint32_t *dv);
 /* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
 uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
 

@@ -38,6 +38,8 @@ static const vp_optimizer OPT_MAP[] = {VP_OPT_ADAMW, VP_OPT_ADAMW_FUSED,
                                        VP_OPT_ADAMW_FORLOOP, VP_OPT_SGD,
                                        VP_OPT_ADAFACTOR};
 static const char *const AUTOCASTS[] = {"bf16", "fp16", NULL};
+/* how the weights were made: in the training dtype, or fp32 then cast */
+static const char *const LOADS[] = {"dtype", "fp32-then-cast", NULL};
 
 /* ---- the schemas ---------------------------------------------------------- */
 
@@ -84,9 +86,8 @@ static const vp_jfield ROWS_IDENT[] = {
 static const vp_jfield ROWS_LATER[] = {
     ROW_LATER("lora"),       ROW_LATER("base_dtype"),
     ROW_LATER("freeze"),     ROW_LATER("quant"),
-    ROW_LATER("load"),       ROW_LATER("trainable_params"),
+    ROW_LATER("trainable_params"),
     ROW_LATER("generate"),   ROW_LATER("cache"),
-    ROW_LATER("hf_config"),  ROW_LATER("target"),
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("setup_peak"), ROW_LATER("total_params"),
     ROW_LATER("peft"),       ROW_LATER("runs"),
@@ -104,6 +105,9 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_BOOL("infer", infer),
     ROW_U64("accum", 1, UINT32_MAX, accum),
     ROW_U64("seq", 1, BIG, seq),
+    ROW_U64("target", 1, BIG, target),
+    ROW_STR("hf_config", hf_config),
+    ROW_ENUM("load", LOADS, load),
     /* fields of the setups that later versions will model on one GPU */
     ROW_LATER("autocast"), ROW_LATER("fsdp_version"),
     ROW_LATER("param_dtype"), ROW_LATER("reduce_dtype"),
@@ -298,6 +302,7 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
+    in->load = -1;
     in->retries_node = -1;
     in->set_to_none = true;
     if (!json_is_object(d->root))
@@ -328,6 +333,27 @@ vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
     static const char *const exts[] = {".yaml", ".json"};
     const char *name = in->model;
     char path[1024];
+
+    if (in->hf_config != NULL) {
+        /* a Hugging Face config.json, relative to the case file's folder */
+        const char *cp = in->doc->path ? in->doc->path : "";
+        const char *slash = strrchr(cp, '/');
+        int dl = slash ? (int)(slash - cp + 1) : 0;
+        if (in->hf_config[0] == '/')
+            dl = 0;
+        if (snprintf(path, sizeof path, "%.*s%s", dl, cp, in->hf_config) >=
+            (int)sizeof path) {
+            vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"),
+                     false, VP_ELIMIT, err, "hf_config path too long");
+            return NULL;
+        }
+        vp_model *m = vp_model_load(path, err);
+        if (m == NULL)
+            vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"),
+                     false, err ? err->code : VP_EIO, err,
+                     "hf_config '%s': %s", path, err ? err->msg : "");
+        return m;
+    }
 
     for (size_t i = 0; i < n_dirs; i++)
         for (size_t e = 0; e < 2; e++) {
@@ -375,6 +401,8 @@ static vp_setup case_setup(const vp_case_in *in, const vp_validate_opts *o)
     s.accum = in->accum ? (uint32_t)in->accum : 1;
     s.batch = in->batch;
     s.seq = in->seq;
+    s.target = in->target;
+    s.build_in_dtype = in->load == 0;
     if (in->n_steps > 0)
         s.steps = in->n_steps;
     return s;
@@ -462,9 +490,17 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     bool *ck = NULL;
     vp_status st;
 
-    vp_graph *g = vp_graph_build(m, s.batch, s.seq, err);
+    vp_graph *g = vp_graph_build_target(m, s.batch, s.seq, s.target, err);
     if (g == NULL)
         return err != NULL ? err->code : VP_ESCHEMA;
+    if (in->target && vp_graph_target(g) == 0) {
+        vp_graph_free(g);
+        return vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "target"),
+                        false, VP_ESCHEMA, err,
+                        "'target' is the decoder length of an "
+                        "encoder-decoder model; '%s' has no decoder of its "
+                        "own", in->model);
+    }
     size_t ns = vp_graph_segment_count(g);
     ck = calloc(ns ? ns : 1, sizeof *ck);
     if (ck == NULL) {

@@ -22,10 +22,14 @@ typedef struct vp_case_in {
     const vp_jdoc *doc;
     const char *id, *model, *failed;
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
+    int load;               /* LOADS: "dtype" 0, "fp32-then-cast" 1     */
     int reshard_node;       /* reshard_after_forward's node, -1 */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
+    uint64_t target;        /* encoder-decoder: the decoder length      */
+    const char *hf_config;  /* the model's config.json, relative to the
+                               case file's folder                       */
     uint64_t max_batch, cap;
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
     uint64_t device_used;

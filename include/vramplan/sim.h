@@ -80,6 +80,8 @@ typedef enum {
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
     uint64_t seq;              /* sequence length / image side; 0 = default    */
+    uint64_t target;           /* decoder length of an encoder-decoder model;
+                                  0 = the model's (vp_graph_build_target)      */
     vp_precision precision;
     vp_optimizer optimizer;
     vp_attn_impl attn;         /* overrides the model's implementation         */
@@ -107,6 +109,10 @@ typedef struct vp_setup {
                                   (true); false when an earlier run in the same
                                   process made them (collect.py's later cases) */
     vp_allocator_config alloc; /* allocator configuration and budget limit    */
+    bool build_in_dtype;       /* the model is made directly in a half
+                                  precision (from_config/from_pretrained with
+                                  dtype=, the ground truth's "load": "dtype"),
+                                  not built in fp32 and cast (false) */
     bool skip_breakdown;       /* searches: no per-layer breakdown (saves a
                                   second simulation pass)                     */
     bool offload_optimizer;    /* optimizer state on the host (ZeRO-Offload /

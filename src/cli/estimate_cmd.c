@@ -19,7 +19,8 @@ enum {
     OPT_SET_TO_NONE = CLI_O__SETUP, OPT_INFERENCE, OPT_CONTEXT,
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
-    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML
+    OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
+    OPT_TARGET
 };
 
 #define NAME_OF(name, str) str,
@@ -57,6 +58,9 @@ static const char *const BITS[] = {"2", "4", "8", NULL};
 static const cli_opt SETUP_OPTS[] = {
     CLI_ROW_BATCH,
     CLI_ROW_SEQ,
+    U64(OPT_TARGET, 0, "target", 1, UINT64_MAX,
+        "decoder length of an encoder-decoder model (default: the model's "
+        "target, else seq)"),
     CLI_ROW_PRECISION("one of:" VP_PRECISION_MAP(LIST_ITEM) " (default fp32)"),
     CLI_ROW_OPTIMIZER("one of:" VP_OPTIMIZER_MAP(LIST_ITEM)
                       " (default adamw)"),
@@ -164,6 +168,8 @@ static void apply_setup(const cli_val *v, vp_setup *s)
     if (v[CLI_O_KEEP_GRADS].given)
         s->set_to_none = v[OPT_SET_TO_NONE].at > v[CLI_O_KEEP_GRADS].at;
     s->inference = v[OPT_INFERENCE].given;
+    if (v[OPT_TARGET].given)
+        s->target = v[OPT_TARGET].u;
     if (v[OPT_CONTEXT].given)
         s->context_bytes = v[OPT_CONTEXT].u;
     if (v[OPT_CUBLAS_WORKSPACE].given)
@@ -778,7 +784,8 @@ static int estimate_run(const cli_setup_args *a)
     vp_model *model = vp_model_load(a->model_path, &err);
     if (model == NULL)
         return cli_report(&err, NULL);
-    graph = vp_graph_build(model, setup.batch, setup.seq, &err);
+    graph = vp_graph_build_target(model, setup.batch, setup.seq,
+                                  setup.target, &err);
     if (graph == NULL)
         rc = cli_report(&err, NULL);
     else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&

@@ -14,7 +14,7 @@
  * ATT_PROBS. Flash and efficient: q, k, v, the logsumexp, the output
  * (torch_mha) and the philox seed and offset. */
 enum { ATT_Q, ATT_K, ATT_V, ATT_PROBS, ATT_MASK, ATT_DROPPED };
-enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET };
+enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET, ATT_BIAS };
 
 /* The efficient kernel pads the logsumexp's rows to this. */
 #define EFFICIENT_LSE_ROWS 32u
@@ -211,30 +211,52 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     a.ce = S->amp ? 2 : f->eb0;
     a.q = vp__cast_input(S, f->in0, a.ce);
     a.k = a.v = NONE;
-    if (o->n_inputs == 3) {
+    if (o->n_inputs >= 3) {
         a.k = vp__cast_input(S, o->inputs[1], a.ce);
         a.v = vp__cast_input(S, o->inputs[2], a.ce);
     }
     a.bh = vp__mulc(S, o->shape[0], o->heads);
     uint64_t kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
                             (uint64_t)o->kv_heads * o->head_dim);
-    if (kv_copy(S, o) && f->mode == MODE_SAVE) {
+    bool copy = kv_copy(S, o) && f->mode == MODE_SAVE;
+    if (copy) {
         /* HF DynamicCache (use_cache): the copies live in the cache
-         * until the model's output is dropped */
-        a.k = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
-        a.v = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+         * until the model's output is dropped; separate projections'
+         * outputs die once copied (T5, traced) */
+        uint32_t k = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+        uint32_t v = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+        vp__tunref(S, a.k);
+        vp__tunref(S, a.v);
+        a.k = k;
+        a.v = v;
         vp__hold(S, a.k);
         vp__hold(S, a.v);
     }
-    vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
+    /* an additive bias (T5's position bias): attention_math.c */
+    uint32_t mask = NONE, mcast = NONE, cond = NONE;
+    if (o->n_inputs >= 4)
+        vp__attention_bias_fwd(S, f, a.ce, &mask, &mcast, &cond);
+    vp_attn_impl impl = vp__attention_core_impl(S, o, a.ce);
+    bool mha = o->flags & VP_OPF_TORCH_MHA;
     f->oeb = a.ce;
     f->ol = 0;
     if (impl == VP_ATTN_EAGER)
         eager_fwd(S, f, &a);
+    else if (impl == VP_ATTN_MATH && !mha)
+        vp__attention_math_fwd(S, f, a.q, a.k != NONE ? a.k : a.q,
+                               a.v != NONE ? a.v : a.q, copy, a.ce);
     else if (impl == VP_ATTN_MATH)
         math_fwd(S, f, &a);
     else
         fused_fwd(S, f, &a, impl);
+    if (f->sv && mask != NONE && impl != VP_ATTN_MATH &&
+        impl != VP_ATTN_EAGER)
+        vp__save(S, f->i, ATT_BIAS, mcast != NONE ? mcast : mask);
+    if (f->sv)
+        vp__attention_bias_save(S, f->i, cond);
+    vp__tunref(S, cond);
+    vp__tunref(S, mcast);
+    vp__tunref(S, mask);
     vp__tunref(S, a.q);
     vp__tunref(S, a.k);
     vp__tunref(S, a.v);
@@ -379,7 +401,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
                     (uint64_t)o->heads * o->head_dim);
     d.kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
                      (uint64_t)o->kv_heads * o->head_dim);
-    d.impl = vp__attention_impl(S, o, d.ce);
+    d.impl = vp__attention_core_impl(S, o, d.ce);
+    bool math = d.impl == VP_ATTN_MATH && !mha; /* attention_math.c */
     /* torch_mha: the efficient kernel wants grad_out in [B, L, h, d]
      * order; it comes back sequence-first (the permute's grad) */
     bool mha_eff = mha && d.impl == VP_ATTN_EFFICIENT;
@@ -389,6 +412,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     uint32_t delta = NONE;
     if (d.impl == VP_ATTN_EAGER) {
         eager_bwd(S, b, &d);
+    } else if (math) {
+        vp__attention_math_bwd(S, b, d.ce, &d.dq, &d.dk, &d.dv);
     } else {
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);
         d.dk = vp__talloc(S, vp__mulc(S, d.kvn, d.ce), VP_CAT_TEMP);
@@ -404,7 +429,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         vp__tunref(S, s1);
         vp__tunref(S, t);
     }
-    kernel_bwd_scratch(S, o, &d);
+    if (!math)
+        kernel_bwd_scratch(S, o, &d);
     vp__tunref(S, delta);
     vp__tunref(S, gcopy);
     vp__tunref(S, b->gy);
@@ -415,8 +441,11 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     } else if (o->n_inputs == 1) {
         packed_input_grad(S, b, &d);
     } else {
-        vp__give_grad(S, o->inputs[0], d.dq, d.ce);
-        vp__give_grad(S, o->inputs[1], d.dk, d.ce);
-        vp__give_grad(S, o->inputs[2], d.dv, d.ce);
+        /* math's grads are [B, h, L, d], and so are k's and v's through
+         * the cache's cat: the projections' views copy them */
+        bool kvs = math || kv_copy(S, o);
+        vp__give_grad_l(S, o->inputs[0], d.dq, d.ce, math);
+        vp__give_grad_l(S, o->inputs[1], d.dk, d.ce, kvs);
+        vp__give_grad_l(S, o->inputs[2], d.dv, d.ce, kvs);
     }
 }

@@ -63,6 +63,13 @@ static void bias_staging(sim *S, uint64_t rows, uint64_t out)
     vp__tunref(S, b);
 }
 
+/* conv2d, and conv_transpose2d (cuDNN runs its forward as a convolution's
+ * data gradient, with the same workspaces in the rule below) */
+static bool is_conv(const vp_op *o)
+{
+    return o->kind == VP_OP_CONV2D || o->kind == VP_OP_CONV_TRANSPOSE2D;
+}
+
 /* ---- cuDNN convolution workspaces --------------------------------------- */
 
 typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
@@ -255,7 +262,7 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
         vp__tunref(S, f->out);
         f->out = c;
     }
-    if (o->kind == VP_OP_CONV2D)
+    if (is_conv(o))
         vp__transient(S, conv_ws(S, o, ce, CONV_FWD));
     if (f->sv) {
         if (p.mm && xo->needs_grad)
@@ -266,7 +273,7 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
          * even when the input needs no gradient (traced on ResNet-50 and
          * ViT's patchify conv); linear's mm saves it only for the input's
          * gradient */
-        if (!p.mm && (xo->needs_grad || o->kind == VP_OP_CONV2D))
+        if (!p.mm && (xo->needs_grad || is_conv(o)))
             vp__save(S, i, LIN_W, w);
     }
     vp__tunref(S, x);
@@ -318,7 +325,7 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
 {
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
-    bool conv = o->kind == VP_OP_CONV2D;
+    bool conv = is_conv(o);
     uint32_t pw = o->params[0];
     bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
     uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
@@ -360,7 +367,7 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
     uint32_t i = b->i, in0 = b->in0;
-    bool conv = o->kind == VP_OP_CONV2D;
+    bool conv = is_conv(o);
     uint8_t ce = S->amp ? 2 : b->eb0;
     uint64_t rows = o->in_features ? g->ops[in0].numel / o->in_features : 0;
     /* the forward's matmul path, and torch_mha's in_proj, whose grad
