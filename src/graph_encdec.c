@@ -320,6 +320,7 @@ vp_status vp__build_encdec(vp_graph *g, const vp_tf *t, const char *path,
     VP_TRY(vp__tb_push(&e.c, &o, "input_ids", &ids));
     /* _shift_right(labels): the decoder's ids, made with the batch here */
     o.shape[1] = T;
+    o.name = NULL; /* named by the push */
     VP_TRY(vp__tb_push(&e.c, &o, "decoder_input_ids", &dids));
     VP_TRY(stack(&e, ids, false, &e.enc_out));
     VP_TRY(stack(&e, dids, true, &dec));

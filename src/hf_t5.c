@@ -68,7 +68,7 @@ static vp_status ffn_kind(cfg *c, vp_tf *t)
         vp_act_kind kind;
     } acts[] = {{"relu", VP_ACT_RELU},          {"gelu_new", VP_ACT_GELU_TANH},
                 {"gelu", VP_ACT_GELU},          {"silu", VP_ACT_SILU},
-                {"gelu_fast", VP_ACT_GELU_TANH}};
+                {"swish", VP_ACT_SILU},         {"gelu_fast", VP_ACT_GELU_TANH}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (!strcmp(act, acts[i].name)) {
             t->act = acts[i].kind;
@@ -76,7 +76,8 @@ static vp_status ffn_kind(cfg *c, vp_tf *t)
         }
     return vp__yerr(c->d, n, VP_EUNSUPPORTED, c->err,
                     "unsupported feed_forward_proj \"%.64s\" (supported: "
-                    "relu, gelu, gelu_new, silu, each optionally gated-)",
+                    "relu, gelu, gelu_new, gelu_fast, silu, swish, each optionally "
+                    "gated-)",
                     v);
 }
 

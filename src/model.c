@@ -241,8 +241,11 @@ static vp_status parse_encdec(vp_ydoc *d, yaml_node_t *tn, vp_tf *t,
         VP_TRY(opt_bool(&ef, "gated_ffn", &t->gated_ffn));
         VP_TRY(opt_bool(&ef, "ffn_cast", &t->t5_ff_cast));
     }
-    if (t->rotary || vp__ymap_get(d, tn, "max_positions", NULL))
-        return vp__yerr(d, tn, VP_ESCHEMA, err,
+    yaml_node_t *pk = NULL;
+    if (!vp__ymap_get(d, tn, "max_positions", &pk))
+        vp__ymap_get(d, tn, "positions", &pk);
+    if (t->rotary || pk)
+        return vp__yerr(d, pk ? pk : tn, VP_ESCHEMA, err,
                         "an encoder-decoder has relative positions (T5): "
                         "give neither 'positions' nor 'max_positions'");
     if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU)

@@ -575,8 +575,8 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "lora", "base_dtype", "freeze", "quant", "load", "trainable_params",
-        "generate", "cache", "hf_config", "target", "autocast",
+        "lora", "base_dtype", "freeze", "quant", "trainable_params",
+        "generate", "cache", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 
@@ -593,6 +593,55 @@ Test(validate_schema, fields_of_later_versions_are_refused_by_name)
         cr_assert_str_eq(err.msg, want);
         cr_assert_eq(err.col, 32, "%s: at its key", later[i]);
     }
+}
+
+/* Encoder-decoder cases: the decoder length `target`, the model by its
+ * config.json (`hf_config`, relative to the case file's folder: here the
+ * working directory) and how its weights were made (`load`). */
+Test(validate_encdec, hf_config_and_target_run)
+{
+    vp_case_result r;
+    vp_error err;
+    /* the measured model state of t5-base in fp32: 222903552 x 4 bytes */
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, \"seq\": "
+                       "64, \"target\": 16, \"load\": \"dtype\", "
+                       "\"hf_config\": \"tests/data/hf/t5-base.json\", "
+                       "\"after_model\": 891614208}";
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+    const vp_metric *am = must_metric(&r, "after_model");
+    cr_expect_float_eq(am->rel_err, 0.0, 1e-12);
+}
+
+Test(validate_encdec, target_needs_an_encoder_decoder)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"gpt2-small\", \"batch\": 1, "
+                       "\"seq\": 64, \"target\": 16}";
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA);
+    cr_expect_not_null(strstr(err.msg, "has no decoder of its own"), "%s",
+                       err.msg);
+}
+
+Test(validate_encdec, hf_config_that_is_missing_is_named)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
+                       "\"hf_config\": \"tests/data/hf/none.json\"}";
+    cr_assert_neq(run_line(json, &r, &err), VP_OK);
+    cr_expect_not_null(strstr(err.msg, "tests/data/hf/none.json"), "%s",
+                       err.msg);
+}
+
+Test(validate_encdec, load_is_one_of_its_choices)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
+                       "\"load\": \"meta\"}";
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_expect_not_null(strstr(err.msg, "fp32-then-cast"), "%s", err.msg);
 }
 
 Test(validate_schema, a_measured_zero_is_an_error_not_zero_error)

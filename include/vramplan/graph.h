@@ -62,7 +62,8 @@
     XX(ROPE, "rope")                   /* rotary position embedding        */ \
     XX(CROSS_ATTENTION, "cross_attention") /* graph form: q from the first
                                           input, k and v from the second   */ \
-    XX(UPSAMPLE, "upsample")           /* nearest or bilinear, by `stride` */ \
+    XX(UPSAMPLE, "upsample")           /* nearest or bilinear; the scale in
+                                          `stride`                         */ \
     XX(CONV_TRANSPOSE2D, "conv_transpose2d")                                 \
     XX(POSITION_BIAS, "position_bias") /* T5 relative position bias        */ \
     XX(CAST, "cast")                   /* .to(the weights' dtype)          */ \

@@ -413,9 +413,13 @@ static void table_setup(FILE *f, const report *r)
         n_ckpt += s->checkpoint[i];
     fprintf(f, "model        %s (%s)\n", vp_graph_model_name(r->graph),
             r->model_path);
-    fprintf(f, "setup        batch %" PRIu64 ", seq %" PRIu64 ", %s, %s%s, "
+    char tg[40] = "";
+    if (vp_graph_target(r->graph)) /* an encoder-decoder's decoder length */
+        snprintf(tg, sizeof tg, ", target %" PRIu64,
+                 vp_graph_target(r->graph));
+    fprintf(f, "setup        batch %" PRIu64 ", seq %" PRIu64 "%s, %s, %s%s, "
             "accum %" PRIu32 ", %" PRIu32 " steps\n",
-            vp_graph_batch(r->graph), vp_graph_seq(r->graph),
+            vp_graph_batch(r->graph), vp_graph_seq(r->graph), tg,
             vp_precision_name(s->precision), vp_optimizer_name(s->optimizer),
             s->inference ? ", inference" : "", s->accum, s->steps);
     fprintf(f, "             zero_grad(set_to_none=%s), attention %s\n",
@@ -536,6 +540,8 @@ static json_t *json_setup(const report *r)
 
     cli_jset(o, "batch", cli_ju64(vp_graph_batch(r->graph)));
     cli_jset(o, "seq", cli_ju64(vp_graph_seq(r->graph)));
+    if (vp_graph_target(r->graph))
+        cli_jset(o, "target", cli_ju64(vp_graph_target(r->graph)));
     cli_jset(o, "precision", json_string(vp_precision_name(s->precision)));
     cli_jset(o, "optimizer", json_string(vp_optimizer_name(s->optimizer)));
     cli_jset(o, "attention", s->attn_set
