@@ -82,8 +82,10 @@ static vp_status position_bias(ed *e, bool learned, bool causal, uint64_t q,
 }
 
 /* The core between q (rows of length q_len) and k, v (kv_len), with the
- * additive bias `bias`; kv_copy: the cache's contiguous copies of k and v
- * (use_cache, off under checkpointing). */
+ * additive bias `bias`. The decoder's copy k and v into the cache
+ * (use_cache; off under checkpointing); the encoder's do not:
+ * T5ForConditionalGeneration.__init__ builds the encoder's T5Stack with
+ * encoder_config.use_cache = False. */
 static vp_status core(ed *e, uint32_t q, uint32_t k, uint32_t v,
                       uint32_t bias, bool causal, uint64_t kv_len,
                       const char *leaf, uint32_t *out)
@@ -109,7 +111,7 @@ static vp_status core(ed *e, uint32_t q, uint32_t k, uint32_t v,
     o.causal = causal;
     o.attn_impl = t->attn;
     o.dropout = t->p_attn;
-    o.flags = VP_OPF_KV_COPY;
+    o.flags = e->enc_out != NO_OP ? VP_OPF_KV_COPY : 0;
     return vp__tb_push(&e->c, &o, leaf, out);
 }
 

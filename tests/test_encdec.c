@@ -365,3 +365,19 @@ Test(encdec_params, mt5_small_config_json) /* measured 172119424 */
     cr_expect_eq(params_of_file("tests/data/hf/mt5-small.json"),
                  172119424ULL);
 }
+
+/* use_cache: the decoder's attentions copy k and v into the cache; the
+ * encoder's stack is built with use_cache = False */
+Test(encdec_graph, only_the_decoder_caches_keys_and_values)
+{
+    vp_model *m = parse(T5_TINY);
+    vp_graph *g = build(m, 1, 0, 8);
+    cr_expect(!(find(g, "encoder.block.0.self_attn.core")->flags &
+                VP_OPF_KV_COPY));
+    cr_expect(find(g, "decoder.block.0.self_attn.core")->flags &
+              VP_OPF_KV_COPY);
+    cr_expect(find(g, "decoder.block.0.cross_attn.core")->flags &
+              VP_OPF_KV_COPY);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
