@@ -24,22 +24,12 @@ typedef struct {
 
 static vp_status u64(cfg *c, const char *key, uint64_t *out, bool req)
 {
-    yaml_node_t *n = vp__ymap_get(c->d, c->map, key, NULL);
-    if (!n || vp__yis_null(n)) {
-        if (req)
-            return vp__yerr(c->d, c->map, VP_ESCHEMA, c->err,
-                            "missing required key \"%s\" in the config", key);
-        return VP_OK;
-    }
-    return vp__yget_u64(c->d, n, 1, VP_MAX_DIM, out, c->err);
+    return vp__hf_u64(c->d, c->map, key, out, req, c->err);
 }
 
 static vp_status boolean(cfg *c, const char *key, bool *out)
 {
-    yaml_node_t *n = vp__ymap_get(c->d, c->map, key, NULL);
-    if (!n || vp__yis_null(n))
-        return VP_OK;
-    return vp__yget_bool(c->d, n, out, c->err);
+    return vp__hf_bool(c->d, c->map, key, out, c->err);
 }
 
 /* feed_forward_proj: "ACT" or "gated-ACT" (T5Config: "gated-gelu" means
@@ -76,8 +66,8 @@ static vp_status ffn_kind(cfg *c, vp_tf *t)
         }
     return vp__yerr(c->d, n, VP_EUNSUPPORTED, c->err,
                     "unsupported feed_forward_proj \"%.64s\" (supported: "
-                    "relu, gelu, gelu_new, gelu_fast, silu, swish, each optionally "
-                    "gated-)",
+                    "relu, gelu, gelu_new, gelu_fast, silu, swish, each "
+                    "optionally gated-)",
                     v);
 }
 

@@ -362,6 +362,21 @@ static vp_status hf_bool(fields *f, const char *key, bool *out)
     return vp__yget_bool(f->d, n, out, f->err);
 }
 
+/* The same for the families' own readers (hf_t5.c; yaml_doc.h). */
+vp_status vp__hf_u64(vp_ydoc *d, yaml_node_t *map, const char *key,
+                     uint64_t *out, bool req, vp_error *err)
+{
+    fields f = {d, map, err};
+    return hf_u64(&f, key, out, req);
+}
+
+vp_status vp__hf_bool(vp_ydoc *d, yaml_node_t *map, const char *key,
+                      bool *out, vp_error *err)
+{
+    fields f = {d, map, err};
+    return hf_bool(&f, key, out);
+}
+
 static vp_status hf_act(fields *f, const char *key, vp_act_kind gated_default,
                         vp_act_kind *out)
 {

@@ -74,6 +74,27 @@ void vp__attention_bias_save(sim *S, uint32_t op, uint32_t cond)
         vp__save(S, op, MATH_COND, cond);
 }
 
+/* Batch x heads (bh); elements of q (aq), of k and v (ak), of the scores
+ * (P), and the fp32
+ * bytes of each (aq4, ak4, p4). */
+typedef struct {
+    uint64_t bh, aq, ak, P, aq4, ak4, p4;
+} msizes;
+
+static msizes sizes_of(sim *S, const vp_op *o)
+{
+    msizes z;
+    uint64_t bh = vp__mulc(S, o->shape[0], o->heads);
+    z.bh = bh;
+    z.aq = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->head_dim);
+    z.ak = vp__mulc(S, vp__mulc(S, bh, o->kv_len), o->head_dim);
+    z.P = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->kv_len);
+    z.aq4 = vp__mulc(S, z.aq, 4);
+    z.ak4 = vp__mulc(S, z.ak, 4);
+    z.p4 = vp__mulc(S, z.P, 4);
+    return z;
+}
+
 /* _safe_softmax: the softmax, then the rows that are all -inf (a bool of
  * the scores, its all() per row, a zero scalar); the scores die. */
 static uint32_t safe_softmax(sim *S, uint32_t scores, uint64_t p4,
@@ -99,12 +120,9 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
                             uint32_t v, bool kv_contig, uint8_t ce)
 {
     const vp_op *o = f->o;
-    uint64_t bh = vp__mulc(S, o->shape[0], o->heads);
-    uint64_t aq = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->head_dim);
-    uint64_t ak = vp__mulc(S, vp__mulc(S, bh, o->kv_len), o->head_dim);
-    uint64_t P = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->kv_len);
-    uint64_t aq4 = vp__mulc(S, aq, 4), ak4 = vp__mulc(S, ak, 4);
-    uint64_t p4 = vp__mulc(S, P, 4);
+    msizes z = sizes_of(S, o);
+    uint64_t aq = z.aq, ak = z.ak, P = z.P, aq4 = z.aq4, ak4 = z.ak4;
+    uint64_t p4 = z.p4;
     bool up = ce != 4;
     uint32_t cm = NONE;
     if (o->causal && o->n_inputs < 4) /* is_causal: a tril mask, as float */
@@ -127,7 +145,7 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
     uint32_t scores = vp__talloc(S, p4, VP_CAT_TEMP);
     if (!kv_contig)
         vp__tunref(S, keyt);
-    uint32_t sm = safe_softmax(S, scores, p4, vp__mulc(S, bh, o->q_len));
+    uint32_t sm = safe_softmax(S, scores, p4, vp__mulc(S, z.bh, o->q_len));
     uint32_t dm = NONE, dd = sm;
     if (o->dropout > 0) {
         dm = vp__talloc(S, P, VP_CAT_ACT);
@@ -190,12 +208,8 @@ void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
 {
     const vp_op *o = b->o;
     uint32_t i = b->i;
-    uint64_t bh = vp__mulc(S, o->shape[0], o->heads);
-    uint64_t aq = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->head_dim);
-    uint64_t ak = vp__mulc(S, vp__mulc(S, bh, o->kv_len), o->head_dim);
-    uint64_t P = vp__mulc(S, vp__mulc(S, bh, o->q_len), o->kv_len);
-    uint64_t aq4 = vp__mulc(S, aq, 4), ak4 = vp__mulc(S, ak, 4);
-    uint64_t p4 = vp__mulc(S, P, 4);
+    msizes z = sizes_of(S, o);
+    uint64_t aq = z.aq, ak = z.ak, aq4 = z.aq4, ak4 = z.ak4, p4 = z.p4;
     bool up = ce != 4;
     uint32_t g = b->gy;
     b->gy = NONE;
