@@ -1,4 +1,5 @@
-"""Ground truth for vramplan's graph-form U-Net (models/unet-sd-like.yaml) and the checkpointed ViT-B/16, on one H200.
+"""Ground truth for vramplan's graph-form U-Nets (models/unet-sd-like.yaml, models/unet-seg.yaml) and the
+checkpointed ViT-B/16, on one H200.
 
 The protocol is shared/groundtruth/collect.py's (imported: its ViT builder, batches and step loop for the ViT case;
 the same loop written out for the U-Net, whose forward takes latents and a text context): random init on the GPU,
@@ -150,12 +151,40 @@ class UNet(nn.Module):
         return self.conv_out(F.silu(self.norm_out(x)))
 
 
+class DoubleConv(nn.Sequential):  # milesial/Pytorch-UNet unet_parts.DoubleConv
+    def __init__(self, i, o):
+        super().__init__(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True),
+                         nn.Conv2d(o, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
+
+
+class UNetSeg(nn.Module):  # models/unet-seg.yaml: UNet(n_channels=3, n_classes=2, bilinear=False)
+    def __init__(self, ckpt):
+        super().__init__()
+        ch = [64, 128, 256, 512, 1024]
+        self.inc = Ck(DoubleConv(3, 64), ckpt)
+        self.down = nn.ModuleList([Ck(nn.Sequential(nn.MaxPool2d(2), DoubleConv(ch[i], ch[i + 1])), ckpt)
+                                   for i in range(4)])
+        self.ups = nn.ModuleList([nn.ConvTranspose2d(ch[i + 1], ch[i], 2, stride=2) for i in reversed(range(4))])
+        self.convs = nn.ModuleList([Ck(DoubleConv(ch[i + 1], ch[i]), ckpt) for i in reversed(range(4))])
+        self.outc = nn.Conv2d(64, 2, 1)
+
+    def forward(self, x):
+        xs = [self.inc(x)]
+        for d in self.down:
+            xs.append(d(xs[-1]))
+        x = xs.pop()
+        for up, conv in zip(self.ups, self.convs):
+            x = conv(torch.cat([xs.pop(), up(x)], dim=1))
+        return self.outc(x)
+
+
 def run_unet(c):
     b, prec, ckpt, side = c["batch"], c["prec"], c.get("ckpt", False), c.get("seq", 64)
     torch.manual_seed(0)
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    m = UNet(ckpt).to(DEV)
+    seg = c["model"] == "unet-seg"
+    m = (UNetSeg(ckpt) if seg else UNet(ckpt)).to(DEV)
     if prec == "bf16":
         m = m.to(torch.bfloat16)
     m.train()
@@ -166,14 +195,18 @@ def run_unet(c):
     dt = torch.bfloat16 if prec == "bf16" else torch.float32
     out, times = [], []
     for s in range(4):
-        x = torch.randn(b, 4, side, side, device=DEV, dtype=dt)
+        x = torch.randn(b, 3 if seg else 4, side, side, device=DEV, dtype=dt)
         ctx = torch.randn(b, 77, 768, device=DEV, dtype=dt)
-        noise = torch.randn(b, 4, side, side, device=DEV, dtype=dt)
+        noise = (torch.randint(0, 2, (b * side * side,), device=DEV) if seg
+                 else torch.randn(b, 4, side, side, device=DEV, dtype=dt))
         torch.cuda.synchronize(); t0 = time.perf_counter()
         torch.cuda.reset_peak_memory_stats()
         ph = {"start": torch.cuda.memory_allocated() - base}
         with torch.autocast("cuda", dtype=ac, enabled=ac is not None):
-            loss = F.mse_loss(m(x, ctx), noise)
+            if seg:  # the YAML's permute then per-pixel cross-entropy over the classes
+                loss = F.cross_entropy(m(x).permute(0, 2, 3, 1).reshape(-1, 2), noise)
+            else:
+                loss = F.mse_loss(m(x, ctx), noise)
         ph["fwd_peak"] = torch.cuda.max_memory_allocated() - base
         ph["after_fwd"] = torch.cuda.memory_allocated() - base
         torch.cuda.reset_peak_memory_stats()
@@ -204,6 +237,8 @@ CASES = [
     (run_unet, dict(id="unet-sd-like-amp-bf16-b8", model="unet-sd-like", batch=8, prec="amp-bf16")),
     (run_unet, dict(id="unet-sd-like-amp-bf16-b16-ckpt", model="unet-sd-like", batch=16, prec="amp-bf16", ckpt=True)),
     (run_unet, dict(id="unet-sd-like-fp32-b4", model="unet-sd-like", batch=4, prec="fp32")),
+    (run_unet, dict(id="unet-seg-amp-bf16-b16", model="unet-seg", batch=16, prec="amp-bf16", seq=256)),
+    (run_unet, dict(id="unet-seg-fp32-b8-ckpt", model="unet-seg", batch=8, prec="fp32", seq=256, ckpt=True)),
     (G.run_case, dict(id="vit-b16-amp-bf16-b128-ckpt", model="vit-b16", batch=128, prec="amp-bf16", ckpt=True)),
     (G.run_case, dict(id="vit-b16-amp-bf16-b64-ckpt", model="vit-b16", batch=64, prec="amp-bf16", ckpt=True)),
 ]

@@ -95,6 +95,12 @@ PARAMS_TEST(t5_base_measured, "t5-base", 222903552ULL)
  * norm_out 640, conv_out 320*4*9 + 4; channels 320, 640, 1280 with the
  * skips of diffusers' layout: 600553604. */
 PARAMS_TEST(unet_sd_like, "unet-sd-like", 600553604ULL)
+/* unet-seg (milesial/Pytorch-UNet UNet(3, 2, bilinear=False)): per
+ * DoubleConv(i, o) 9io + 9o^2 (no conv bias) + 4o (two BatchNorms); inc
+ * (3, 64), down (64, 128) ... (512, 1024); per up level a 2x2
+ * ConvTranspose2d(2c, c) 8c^2 + c and DoubleConv(2c, c) for c = 512 ...
+ * 64; outc 64*2 + 2: 31037698. */
+PARAMS_TEST(unet_seg, "unet-seg", 31037698ULL)
 
 /* ---- published --------------------------------------------------------- */
 
