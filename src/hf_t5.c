@@ -124,6 +124,11 @@ vp_status vp__hf_t5(vp_ydoc *d, yaml_node_t *root, const char *type,
     VP_TRY(u64(&c, "num_layers", &t->layers, true));
     t->dec_layers = t->layers;
     VP_TRY(u64(&c, "num_decoder_layers", &t->dec_layers, false));
+    if (t->dec_layers > VP_MAX_REPEAT)
+        return vp__yerr(d, vp__ymap_get(d, root, "num_decoder_layers", NULL),
+                        VP_ELIMIT, err,
+                        "%llu decoder layers is more than the limit of %u",
+                        (unsigned long long)t->dec_layers, VP_MAX_REPEAT);
     VP_TRY(u64(&c, "d_ff", &t->ffn, true));
     VP_TRY(u64(&c, "vocab_size", &t->vocab, true));
     VP_TRY(u64(&c, "relative_attention_num_buckets", &t->rel_buckets, false));
