@@ -342,6 +342,15 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
             vp__transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
     }
     vp__tunref(S, gc);
+    /* In a checkpointed segment the recomputed tensors the node saved die
+     * as its apply returns, before the engine's validate_outputs sums the
+     * bias gradient: torch.utils.checkpoint's unpack_hook hands out the
+     * last reference (holder.handles[gid] = None), where a plain node's
+     * SavedVariables live until release_variables() after
+     * validate_outputs (engine.cpp evaluate_function). Traced:
+     * vit-b16-amp-bf16-b32-ckpt (SIMULATION_NOTES.md §11.4). */
+    if (o->segment >= 0 && S->ckpt[o->segment])
+        vp__release_saved(S, b->i);
     if (tb) {
         uint32_t pb = o->params[1];
         uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
