@@ -17,7 +17,9 @@
    trace entries, the trace's actions, and the figures (peak of the
    requested bytes in the trace, reserved bytes at the end, segments).
 4. Copies torch's viewer (torch/utils/viz/*.js) to DIR/viewer, so that
-   scripts/memory_viz_render.sh can show both snapshots in it off-line.
+   scripts/memory_viz_render.sh can show both snapshots in it off-line,
+   where the wheel has it (torch 2.11.0's has not: viewer_files is then
+   empty, and the viewer is taken from PyTorch's source tree).
 
 Writes DIR/summary.json and prints it. Exit 0 when torch's tools read our
 file and the key sets agree (keys only the real snapshot has are listed,

@@ -12,16 +12,21 @@
  *    every free and on slot reuse, so stale handles are refused.
  *  - The blocks of a segment form a doubly linked list (prev/next) in
  *    address order.
- *  - Each pool (small, large) keeps its free mapped blocks in a treap keyed
- *    by (stream, size, address), like BlockComparatorSize, and, for
- *    expandable segments, its unmapped ranges in a treap keyed by (stream,
- *    address), like BlockComparatorAddress. A block is in at most one tree,
- *    so the tree links are stored in the block itself.
+ *  - Each pool (small, large) keeps its free mapped blocks ordered by
+ *    (stream, size, address), like BlockComparatorSize, and, for
+ *    expandable segments, its unmapped ranges ordered by (stream,
+ *    address), like BlockComparatorAddress: per stream, eight size
+ *    classes per power of two with a bitmap of those in use, each class a
+ *    treap ("index" below). A block is in at most one tree, so the treap
+ *    links are stored in the block itself.
  *  - Segments get simulated, increasing, 2 MiB aligned addresses.
  *
- * Cost: malloc and free are O(log n) expected (n = free blocks in the pool);
- * handle lookup is O(1); empty_cache and the OOM path are O(n log n). */
+ * Cost: malloc and free are O(log k) expected (k = free blocks in the size
+ * class of the request, a few; a bit scan finds the next class); handle
+ * lookup is O(1); empty_cache and the OOM path are O(n log n). */
 #include "vramplan/allocator.h"
+
+#include "allocator_internal.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -61,8 +66,22 @@ typedef struct blk {
     uint8_t pool, allocated, mapped, live;
 } blk;
 
+/* Size classes (index below), eight per power of two. */
+#define N_CLASSES 512
+#define CLASS_WORDS (N_CLASSES / 64)
+
+/* The blocks of one stream in one tree: a treap per size class. */
+typedef struct sdir {
+    uint32_t root[N_CLASSES];  /* NIL: the class is empty */
+    uint32_t first[N_CLASSES]; /* its lowest key */
+    uint64_t used[CLASS_WORDS];/* the classes holding blocks */
+    uint32_t count;
+    int32_t stream;
+} sdir;
+
 typedef struct tree {
-    uint32_t root;
+    sdir *d;      /* ascending stream */
+    size_t n, cap;
     uint32_t count;
     bool by_size; /* key (stream, size, addr) if true, else (stream, addr) */
 } tree;
@@ -131,12 +150,30 @@ void vp_allocator_config_init(vp_allocator_config *cfg)
         cfg_defaults(cfg);
 }
 
-static unsigned log2_floor(uint64_t v) /* v > 0 */
+static inline unsigned log2_floor(uint64_t v) /* v > 0 */
 {
+#if defined(__GNUC__)
+    return 63u - (unsigned)__builtin_clzll(v);
+#else
     unsigned r = 0;
     while (v >>= 1)
         r++;
     return r;
+#endif
+}
+
+static inline unsigned ctz64(uint64_t v) /* v > 0 */
+{
+#if defined(__GNUC__)
+    return (unsigned)__builtin_ctzll(v);
+#else
+    unsigned r = 0;
+    while (!(v & 1)) {
+        v >>= 1;
+        r++;
+    }
+    return r;
+#endif
 }
 
 /* roundup_power2_next_division; false on overflow. */
@@ -234,12 +271,9 @@ static uint32_t rng_next(vp_allocator *a)
     return x;
 }
 
-/* Make sure n more blocks can be created without allocating. */
-static bool reserve_slots(vp_allocator *a, uint64_t n)
+/* reserve_slots when the slots at hand are too few: grow the array. */
+static bool grow_slots(vp_allocator *a, uint64_t n)
 {
-    uint64_t avail = (uint64_t)a->n_dead + (a->cap_slots - a->n_slots);
-    if (avail >= n)
-        return true;
     uint64_t need = (uint64_t)a->n_slots + (n - a->n_dead);
     if (need >= NIL - 1) /* index + 1 must fit in 32 bits, below NIL */
         return false;
@@ -256,6 +290,13 @@ static bool reserve_slots(vp_allocator *a, uint64_t n)
     a->b = nb;
     a->cap_slots = (uint32_t)cap;
     return true;
+}
+
+/* Make sure n more blocks can be created without allocating. */
+static inline bool reserve_slots(vp_allocator *a, uint64_t n)
+{
+    uint64_t avail = (uint64_t)a->n_dead + (a->cap_slots - a->n_slots);
+    return avail >= n || grow_slots(a, n);
 }
 
 /* A new block; reserve_slots must have been called. */
@@ -293,7 +334,19 @@ static void delete_block(vp_allocator *a, uint32_t i)
     a->n_dead++;
 }
 
-/* ---------------------------------------------------------------- treap */
+/* ---------------------------------------------------------------- index */
+
+/* A pool's free (or unmapped) blocks in the order of their key (stream,
+ * size, address), or (stream, address). Each stream present has a
+ * directory; in it the blocks are split into size classes, eight per
+ * power of two (the classes of TLSF, two-level segregated fit), each
+ * class a treap keyed by (size, address) with its first block cached,
+ * and a bitmap of the classes in use. Every block of an address-keyed
+ * tree is in class 0. Best fit is the class of the request (a search in
+ * a small treap) or the first block of the next class in use (a bit
+ * scan). The treap links live in the block; no index operation
+ * allocates (a stream's directories are made when its first request
+ * comes, before anything changes). */
 
 static inline bkey key_of(const blk *x)
 {
@@ -301,133 +354,321 @@ static inline bkey key_of(const blk *x)
     return k;
 }
 
-static inline int key_cmp(const bkey *x, const bkey *y, bool by_size)
+static inline unsigned size_class(uint64_t s)
 {
-    if (x->stream != y->stream)
-        return x->stream < y->stream ? -1 : 1;
-    if (by_size && x->size != y->size)
-        return x->size < y->size ? -1 : 1;
-    if (x->addr != y->addr)
-        return x->addr < y->addr ? -1 : 1;
-    return 0;
+    if (s < 8)
+        return (unsigned)s;
+    unsigned fl = log2_floor(s);
+    return (fl - 2) * 8 + (unsigned)((s >> (fl - 3)) & 7);
 }
 
-static inline int node_cmp(const vp_allocator *a, uint32_t n, const bkey *k,
-                           bool by_size)
+/* Block n's key below (size, addr)? Below or equal when `or_eq`. */
+static inline bool n_below(const vp_allocator *a, uint32_t n, uint64_t size,
+                           uint64_t addr, bool by_size, bool or_eq)
 {
-    bkey nk = key_of(&a->b[n]);
-    return key_cmp(&nk, k, by_size);
+    const blk *x = &a->b[n];
+    if (by_size && x->size != size)
+        return x->size < size;
+    return or_eq ? x->addr <= addr : x->addr < addr;
 }
 
-/* Split t into keys < k (*l) and keys >= k (*r). */
-static void t_split(vp_allocator *a, uint32_t t, const bkey *k, bool by_size,
-                    uint32_t *l, uint32_t *r)
+/* Split treap n into keys < (size, addr) (*l) and the rest (*r). */
+static void c_split(vp_allocator *a, uint32_t n, uint64_t size,
+                    uint64_t addr, bool by_size, uint32_t *l, uint32_t *r)
 {
-    if (t == NIL) {
-        *l = *r = NIL;
-        return;
+    while (n != NIL) {
+        if (n_below(a, n, size, addr, by_size, false)) {
+            *l = n;
+            l = &a->b[n].right;
+            n = a->b[n].right;
+        } else {
+            *r = n;
+            r = &a->b[n].left;
+            n = a->b[n].left;
+        }
     }
-    if (node_cmp(a, t, k, by_size) < 0) {
-        t_split(a, a->b[t].right, k, by_size, &a->b[t].right, r);
-        *l = t;
-    } else {
-        t_split(a, a->b[t].left, k, by_size, l, &a->b[t].left);
-        *r = t;
-    }
+    *l = *r = NIL;
 }
 
 /* Join l and r, every key of l below every key of r. */
-static uint32_t t_merge(vp_allocator *a, uint32_t l, uint32_t r)
+static uint32_t c_merge(vp_allocator *a, uint32_t l, uint32_t r)
 {
-    if (l == NIL)
-        return r;
-    if (r == NIL)
-        return l;
-    if (a->b[l].prio > a->b[r].prio) {
-        a->b[l].right = t_merge(a, a->b[l].right, r);
-        return l;
+    uint32_t root = NIL, *link = &root;
+    while (l != NIL && r != NIL) {
+        if (a->b[l].prio > a->b[r].prio) {
+            *link = l;
+            link = &a->b[l].right;
+            l = a->b[l].right;
+        } else {
+            *link = r;
+            link = &a->b[r].left;
+            r = a->b[r].left;
+        }
     }
-    a->b[r].left = t_merge(a, l, a->b[r].left);
-    return r;
+    *link = l != NIL ? l : r;
+    return root;
+}
+
+static uint32_t c_first(const vp_allocator *a, uint32_t n)
+{
+    if (n != NIL)
+        while (a->b[n].left != NIL)
+            n = a->b[n].left;
+    return n;
+}
+
+static uint32_t c_last(const vp_allocator *a, uint32_t n)
+{
+    if (n != NIL)
+        while (a->b[n].right != NIL)
+            n = a->b[n].right;
+    return n;
+}
+
+/* First node with key >= (size, addr) (strict: >), NIL if none. */
+static uint32_t c_above(const vp_allocator *a, uint32_t n, uint64_t size,
+                        uint64_t addr, bool by_size, bool strict)
+{
+    uint32_t best = NIL;
+    while (n != NIL) {
+        if (n_below(a, n, size, addr, by_size, strict)) {
+            n = a->b[n].right;
+        } else {
+            best = n;
+            n = a->b[n].left;
+        }
+    }
+    return best;
+}
+
+/* Last node with key < (size, addr). */
+static uint32_t c_below(const vp_allocator *a, uint32_t n, uint64_t size,
+                        uint64_t addr, bool by_size)
+{
+    uint32_t best = NIL;
+    while (n != NIL) {
+        if (n_below(a, n, size, addr, by_size, false)) {
+            best = n;
+            n = a->b[n].right;
+        } else {
+            n = a->b[n].left;
+        }
+    }
+    return best;
+}
+
+/* The directory of `stream` in t, or where it would go (index of the
+ * first directory with a larger stream). */
+static size_t dir_at(const tree *t, int32_t stream)
+{
+    if (t->n == 1 && t->d[0].stream == stream)
+        return 0;
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->d[mid].stream < stream)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static inline sdir *dir_of(const tree *t, int32_t stream)
+{
+    return &t->d[dir_at(t, stream)]; /* the directory exists */
+}
+
+/* Make the directory of `stream` (false: out of host memory). */
+static bool ensure_dir(tree *t, int32_t stream)
+{
+    size_t i = dir_at(t, stream);
+    if (i < t->n && t->d[i].stream == stream)
+        return true;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 1;
+        if (SIZE_MAX / sizeof(sdir) < cap)
+            return false;
+        sdir *nd = realloc(t->d, cap * sizeof *nd);
+        if (!nd)
+            return false;
+        t->d = nd;
+        t->cap = cap;
+    }
+    memmove(&t->d[i + 1], &t->d[i], (t->n - i) * sizeof *t->d);
+    t->n++;
+    sdir *d = &t->d[i];
+    memset(d, 0, sizeof *d);
+    memset(d->root, 0xff, sizeof d->root); /* NIL */
+    memset(d->first, 0xff, sizeof d->first);
+    d->stream = stream;
+    return true;
+}
+
+/* First class in use >= c (N_CLASSES if none), last one < c (-1). */
+static unsigned next_class(const sdir *d, unsigned c)
+{
+    unsigned w = c / 64;
+    if (w >= CLASS_WORDS)
+        return N_CLASSES;
+    uint64_t bits = d->used[w] & (~(uint64_t)0 << (c % 64));
+    while (!bits) {
+        if (++w == CLASS_WORDS)
+            return N_CLASSES;
+        bits = d->used[w];
+    }
+    return w * 64 + (unsigned)ctz64(bits);
+}
+
+static int prev_class(const sdir *d, unsigned c)
+{
+    if (c == 0)
+        return -1;
+    int w = (int)((c - 1) / 64);
+    unsigned sh = 63 - (c - 1) % 64;
+    uint64_t bits = d->used[w] & (~(uint64_t)0 >> sh);
+    while (!bits) {
+        if (--w < 0)
+            return -1;
+        bits = d->used[w];
+    }
+    return w * 64 + (int)log2_floor(bits);
+}
+
+/* Where block b goes in t: its stream's directory, its class and its key
+ * size (0 in an address-keyed tree). */
+typedef struct {
+    sdir *d;
+    unsigned c;
+    uint64_t z;
+} slot;
+
+static inline slot slot_of(const tree *t, const blk *b)
+{
+    uint64_t z = t->by_size ? b->size : 0;
+    return (slot){dir_of(t, b->stream), size_class(z), z};
+}
+
+/* The link to follow from node n towards key (size, addr). */
+static inline uint32_t *child(vp_allocator *a, uint32_t n, uint64_t size,
+                              uint64_t addr, bool by_size)
+{
+    return n_below(a, n, size, addr, by_size, false) ? &a->b[n].right
+                                                     : &a->b[n].left;
 }
 
 static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
-    bkey k = key_of(&a->b[x]);
-    uint32_t *link = &t->root;
-    while (*link != NIL && a->b[*link].prio >= a->b[x].prio)
-        link = node_cmp(a, *link, &k, t->by_size) > 0 ? &a->b[*link].left
-                                                      : &a->b[*link].right;
-    t_split(a, *link, &k, t->by_size, &a->b[x].left, &a->b[x].right);
+    blk *b = &a->b[x];
+    bool bs = t->by_size;
+    slot sl = slot_of(t, b);
+    uint32_t *link = &sl.d->root[sl.c];
+    while (*link != NIL && a->b[*link].prio >= b->prio)
+        link = child(a, *link, sl.z, b->addr, bs);
+    c_split(a, *link, sl.z, b->addr, bs, &b->left, &b->right);
     *link = x;
+    if (sl.d->first[sl.c] == NIL) {
+        sl.d->first[sl.c] = x;
+        sl.d->used[sl.c / 64] |= (uint64_t)1 << (sl.c % 64);
+    } else if (n_below(a, x, a->b[sl.d->first[sl.c]].size,
+                       a->b[sl.d->first[sl.c]].addr, bs, false)) {
+        sl.d->first[sl.c] = x;
+    }
+    sl.d->count++;
     t->count++;
 }
 
 static void t_erase(vp_allocator *a, tree *t, uint32_t x)
 {
-    bkey k = key_of(&a->b[x]);
-    uint32_t *link = &t->root;
-    while (*link != x) {
-        /* keys are unique (addresses are), so x is on this path */
-        link = node_cmp(a, *link, &k, t->by_size) > 0 ? &a->b[*link].left
-                                                      : &a->b[*link].right;
+    blk *b = &a->b[x];
+    bool bs = t->by_size;
+    slot sl = slot_of(t, b);
+    uint32_t *link = &sl.d->root[sl.c];
+    while (*link != x) /* x is on this path: keys are unique */
+        link = child(a, *link, sl.z, b->addr, bs);
+    *link = c_merge(a, b->left, b->right);
+    b->left = b->right = NIL;
+    if (sl.d->root[sl.c] == NIL) {
+        sl.d->first[sl.c] = NIL;
+        sl.d->used[sl.c / 64] &= ~((uint64_t)1 << (sl.c % 64));
+    } else if (sl.d->first[sl.c] == x) {
+        sl.d->first[sl.c] = c_first(a, sl.d->root[sl.c]);
     }
-    *link = t_merge(a, a->b[x].left, a->b[x].right);
-    a->b[x].left = a->b[x].right = NIL;
+    sl.d->count--;
     t->count--;
 }
 
-/* First node with key >= k, NIL if none. */
+/* The first block of directory i or of a later one, NIL if none. */
+static uint32_t dirs_first(const tree *t, size_t i)
+{
+    for (; i < t->n; i++) {
+        unsigned c = next_class(&t->d[i], 0);
+        if (c < N_CLASSES)
+            return t->d[i].first[c];
+    }
+    return NIL;
+}
+
+/* First block with key >= k (strict: > k), NIL if none. */
+static uint32_t t_above(const vp_allocator *a, const tree *t, const bkey *k,
+                        bool strict)
+{
+    size_t i = dir_at(t, k->stream);
+    if (i == t->n || t->d[i].stream != k->stream)
+        return dirs_first(t, i);
+    const sdir *d = &t->d[i];
+    bool bs = t->by_size;
+    uint64_t z = bs ? k->size : 0;
+    unsigned c = size_class(z);
+    uint32_t f = d->first[c];
+    if (f != NIL) {
+        if (!n_below(a, f, z, k->addr, bs, strict))
+            return f;
+        uint32_t r = c_above(a, d->root[c], z, k->addr, bs, strict);
+        if (r != NIL)
+            return r;
+    }
+    unsigned nc = next_class(d, c + 1);
+    if (nc < N_CLASSES)
+        return d->first[nc];
+    return dirs_first(t, i + 1);
+}
+
 static uint32_t t_lower_bound(const vp_allocator *a, const tree *t,
                               const bkey *k)
 {
-    uint32_t n = t->root, best = NIL;
-    while (n != NIL) {
-        if (node_cmp(a, n, k, t->by_size) >= 0) {
-            best = n;
-            n = a->b[n].left;
-        } else {
-            n = a->b[n].right;
-        }
-    }
-    return best;
+    return t_above(a, t, k, false);
 }
 
-/* First node with key > k. */
-static uint32_t t_upper_bound(const vp_allocator *a, const tree *t,
-                              const bkey *k)
-{
-    uint32_t n = t->root, best = NIL;
-    while (n != NIL) {
-        if (node_cmp(a, n, k, t->by_size) > 0) {
-            best = n;
-            n = a->b[n].left;
-        } else {
-            n = a->b[n].right;
-        }
-    }
-    return best;
-}
-
-/* Last node with key < k. */
+/* Last block with key < k. */
 static uint32_t t_pred(const vp_allocator *a, const tree *t, const bkey *k)
 {
-    uint32_t n = t->root, best = NIL;
-    while (n != NIL) {
-        if (node_cmp(a, n, k, t->by_size) < 0) {
-            best = n;
-            n = a->b[n].right;
-        } else {
-            n = a->b[n].left;
-        }
+    size_t i = dir_at(t, k->stream);
+    if (i < t->n && t->d[i].stream == k->stream) {
+        const sdir *d = &t->d[i];
+        bool bs = t->by_size;
+        uint64_t z = bs ? k->size : 0;
+        unsigned c = size_class(z);
+        uint32_t r = c_below(a, d->root[c], z, k->addr, bs);
+        if (r != NIL)
+            return r;
+        int pc = prev_class(d, c);
+        if (pc >= 0)
+            return c_last(a, d->root[pc]);
     }
-    return best;
+    while (i-- > 0) {
+        int pc = prev_class(&t->d[i], N_CLASSES);
+        if (pc >= 0)
+            return c_last(a, t->d[i].root[pc]);
+    }
+    return NIL;
 }
 
+/* The block after x in its tree. */
 static uint32_t t_succ_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
     bkey k = key_of(&a->b[x]);
-    return t_upper_bound(a, t, &k);
+    return t_above(a, t, &k, true);
 }
 
 /* ---------------------------------------------------------------- stats */
@@ -970,7 +1211,6 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     a->free_slot = NIL;
     a->rng = 0x9e3779b9u;
     for (int i = 0; i < 2; i++) {
-        a->pools[i].free_t.root = a->pools[i].unmapped_t.root = NIL;
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
     }
@@ -1004,15 +1244,28 @@ void vp_allocator_free(vp_allocator *a)
         return;
     free(a->b);
     free(a->xs);
+    for (int i = 0; i < 2; i++) {
+        free(a->pools[i].free_t.d);
+        free(a->pools[i].unmapped_t.d);
+    }
     free(a);
 }
 
 vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, vp_error *err)
 {
+    uint64_t size;
+    return vp__allocator_alloc(a, nbytes, stream, handle, &size, err);
+}
+
+vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
+                              uint64_t *handle, uint64_t *block_size,
+                              vp_error *err)
+{
     if (!a || !handle)
         return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
     *handle = 0;
+    *block_size = 0;
     if (nbytes == 0)
         return VP_OK;
     req r;
@@ -1024,7 +1277,11 @@ vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
                             " bytes overflows when rounded",
                             nbytes);
     r.pool = r.size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
-    if (!reserve_slots(a, 4))
+    pool *pl = &a->pools[r.pool];
+    if (!reserve_slots(a, 4) ||
+        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
+         (!ensure_dir(&pl->unmapped_t, stream) ||
+          !ensure_dir(&pl->free_t, stream))))
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
 
     uint32_t i = get_free_block(a, &r);
@@ -1052,6 +1309,7 @@ vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
     }
     i = alloc_found_block(a, i, &r, nbytes);
     *handle = ((uint64_t)a->b[i].gen << 32) | ((uint64_t)i + 1);
+    *block_size = a->b[i].size;
     return VP_OK;
 }
 
@@ -1120,6 +1378,11 @@ uint64_t vp_allocator_block_addr(const vp_allocator *a, uint64_t handle)
     return handle == a->last_freed ? a->last_freed_addr : 0;
 }
 
+const vp_allocator_stats *vp__allocator_stats(const vp_allocator *a)
+{
+    return &a->st;
+}
+
 void vp_allocator_stats_get(const vp_allocator *a, vp_allocator_stats *out)
 {
     if (!out)
@@ -1151,14 +1414,17 @@ static int range_cmp(const void *x, const void *y)
     return p->lo < q->lo ? -1 : p->lo > q->lo;
 }
 
-/* In-order walk of a tree: keys strictly increasing, every node live, free
- * and of the tree's kind. Iterative with an explicit stack in `stack`. */
-static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
-                              bool mapped, uint32_t *stack, uint64_t *count)
+/* One class treap in order (with an explicit stack of n_slots entries):
+ * keys strictly increasing from *last, every node live, free, of the
+ * tree's kind, stream and class, the cached first block the lowest. */
+static const char *check_class(const vp_allocator *a, const tree *t,
+                               const sdir *d, unsigned c, int pi,
+                               bool mapped, uint32_t *stack, uint32_t *last,
+                               uint64_t *count)
 {
     size_t sp = 0;
-    uint32_t n = t->root, last = NIL;
-    *count = 0;
+    uint32_t n = d->root[c];
+    bool first = true;
     while (n != NIL || sp > 0) {
         while (n != NIL) {
             if (sp >= a->n_slots)
@@ -1169,16 +1435,46 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
         n = stack[--sp];
         const blk *x = &a->b[n];
         if (!x->live || x->allocated || x->pool != pi ||
-            (bool)x->mapped != mapped)
+            (bool)x->mapped != mapped || x->stream != d->stream ||
+            size_class(t->by_size ? x->size : 0) != c)
             return "tree holds a block of the wrong kind";
-        if (last != NIL) {
-            bkey lk = key_of(&a->b[last]);
-            if (node_cmp(a, n, &lk, t->by_size) <= 0)
+        if (first && d->first[c] != n)
+            return "a size class's first block is wrong";
+        first = false;
+        if (*last != NIL) {
+            const blk *y = &a->b[*last];
+            if (y->stream == x->stream &&
+                n_below(a, n, y->size, y->addr, t->by_size, true))
                 return "tree out of order";
         }
-        last = n;
+        *last = n;
         (*count)++;
         n = x->right;
+    }
+    return NULL;
+}
+
+static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
+                              bool mapped, uint32_t *stack, uint64_t *count)
+{
+    *count = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const sdir *d = &t->d[i];
+        if (i > 0 && d->stream <= t->d[i - 1].stream)
+            return "tree out of order";
+        uint32_t last = NIL;
+        uint64_t before = *count;
+        for (unsigned c = 0; c < N_CLASSES; c++) {
+            bool used = (d->used[c / 64] >> (c % 64)) & 1;
+            if (used != (d->root[c] != NIL) || used != (d->first[c] != NIL))
+                return "a size class's bitmap is wrong";
+            const char *why = check_class(a, t, d, c, pi, mapped, stack,
+                                          &last, count);
+            if (why)
+                return why;
+        }
+        if (*count - before != d->count)
+            return "tree count is wrong";
     }
     return *count == t->count ? NULL : "tree count is wrong";
 }

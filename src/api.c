@@ -16,6 +16,7 @@ typedef enum { CMD_ESTIMATE, CMD_MAXBATCH, CMD_PLAN } command;
 typedef struct request {
     command cmd;
     const char *model, *gpu, *gpu_dir, *checkpoint, *selective;
+    const char *generate, *cache; /* the generate spec and cache name */
     json_t *budget;             /* as given (integer, size, fraction)  */
     uint64_t global_batch;
     vp_setup setup;
@@ -29,7 +30,8 @@ static const char *const KEYS[] = {
     "inference", "expandable_segments", "offload_optimizer",
     "offload_activations", "compress_activations", "int8_weights",
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
-    "global_batch", NULL};
+    "global_batch", "lora", "freeze", "quant", "double_quant", "load",
+    "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
 {
@@ -109,6 +111,32 @@ static vp_status get_name(json_t *v, const char *key, request *r,
     return VP_OK;
 }
 
+/* The fine-tuning keys, named and spelled as the CLI's options. */
+static vp_status ft_field(vp_setup *s, const char *key, json_t *v,
+                          vp_error *err)
+{
+    const char *t = NULL;
+    vp_status st;
+
+    if (strcmp(key, "double_quant") == 0)
+        return get_flag(v, key, &s->ft.double_quant, err);
+    if ((st = get_str(v, key, &t, err)) != VP_OK)
+        return st;
+    if (strcmp(key, "lora") == 0)
+        return vp_lora_parse(t, &s->ft.lora, err);
+    if (strcmp(key, "freeze") == 0)
+        return vp_freeze_parse(t, &s->ft, err);
+    if (strcmp(key, "quant") == 0)
+        st = vp_quant_parse(t, &s->ft.quant);
+    else if (strcmp(key, "load") == 0)
+        st = vp_load_parse(t, &s->ft.load);
+    else
+        st = vp_base_dtype_parse(t, &s->ft.base_dtype);
+    if (st != VP_OK)
+        return vp_error_set(err, VP_EARG, "unknown %s '%s'", key, t);
+    return VP_OK;
+}
+
 /* One key of the request into r. */
 static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
 {
@@ -168,13 +196,45 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
         st = get_str(v, key, &r->gpu, err);
     } else if (strcmp(key, "gpu_dir") == 0) {
         st = get_str(v, key, &r->gpu_dir, err);
+    } else if (strcmp(key, "generate") == 0) {
+        st = get_str(v, key, &r->generate, err);
+    } else if (strcmp(key, "cache") == 0) {
+        st = get_str(v, key, &r->cache, err);
     } else if (strcmp(key, "global_batch") == 0) {
         st = r->cmd != CMD_PLAN
                  ? vp_error_set(err, VP_EARG,
                                 "'global_batch' is for the plan command")
                  : get_count(v, key, 1, UINT32_MAX, &r->global_batch, err);
+    } else {
+        st = ft_field(s, key, v, err);
     }
     return st;
+}
+
+/* 'generate' (the CLI's --generate SPEC) and 'cache', as the CLI takes
+ * them: seq is the prompt's, and plan does not take them. */
+static vp_status apply_generate(request *r, json_t *root, vp_error *err)
+{
+    vp_setup *s = &r->setup;
+    if (!r->generate)
+        return r->cache ? vp_error_set(err, VP_EARG,
+                                       "'cache' needs 'generate'")
+                        : VP_OK;
+    if (r->cmd == CMD_PLAN)
+        return vp_error_set(err, VP_EARG, "plan chooses a training setup; "
+                            "'generate' is for estimate and maxbatch");
+    if (json_object_get(root, "seq"))
+        return vp_error_set(err, VP_EARG, "'seq' does not apply to "
+                            "'generate' (the prompt's length is its "
+                            "prompt=N)");
+    if (vp_generate_parse(r->generate, &s->generate, err) != VP_OK)
+        return VP_EARG;
+    if (r->cache && vp_cache_impl_parse(r->cache, &s->generate.cache) !=
+                        VP_OK)
+        return vp_error_set(err, VP_EARG, "unknown cache '%s' (dynamic or "
+                            "static)", r->cache);
+    s->seq = s->generate.prompt;
+    return VP_OK;
 }
 
 static vp_status parse(json_t *root, request *r, vp_error *err)
@@ -220,7 +280,7 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
     }
     if (!r->model)
         return vp_error_set(err, VP_EARG, "the request has no 'model'");
-    return VP_OK;
+    return apply_generate(r, root, err);
 }
 
 /* ---- setup -------------------------------------------------------------- */
@@ -304,11 +364,25 @@ static void put(json_t *o, const char *key, json_t *v)
     json_object_set_new(o, key, v);
 }
 
-static json_t *estimate_json(const vp_estimate *e)
+static json_t *generate_json(const vp_gen_estimate *g)
+{
+    json_t *o = json_object();
+    put(o, "weights", num(g->weights));
+    put(o, "kv_cache_bytes", num(g->kv_cache_bytes));
+    put(o, "kv_at_peak", num(g->kv_at_peak));
+    put(o, "prefill_peak", num(g->prefill_peak));
+    put(o, "decode_peak", num(g->decode_peak));
+    put(o, "peak_token", num(g->peak_token));
+    return o;
+}
+
+static json_t *estimate_json(const vp_estimate *e, bool generate)
 {
     json_t *o = json_object(), *cat = json_object(), *top = json_array(),
            *steps = json_array();
     put(o, "params", num(e->params));
+    put(o, "total_params", num(e->total_params));
+    put(o, "setup_peak", num(e->setup_peak));
     put(o, "peak_alloc", num(e->peak_alloc));
     put(o, "peak_reserved", num(e->peak_reserved));
     put(o, "device_used", num(e->device_used));
@@ -325,6 +399,8 @@ static json_t *estimate_json(const vp_estimate *e)
         json_array_append_new(top, l);
     }
     put(o, "top_layers", top);
+    if (generate)
+        put(o, "generate", generate_json(&e->gen));
     for (uint32_t i = 0; i < e->steps && i < VP_MAX_STEPS; i++) {
         const vp_phase_peaks *p = &e->step[i];
         json_t *s = json_object();
@@ -377,7 +453,7 @@ static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
     if (st == VP_OK)
         st = vp_simulate(g, &r->setup, &e, NULL, NULL, err);
     if (st == VP_OK || st == VP_EOOM) {
-        json_t *est = estimate_json(&e);
+        json_t *est = estimate_json(&e, r->generate != NULL);
         json_object_update(res, est);
         json_decref(est);
         put(res, "fits", json_boolean(st == VP_OK));
@@ -404,7 +480,8 @@ static vp_status run_maxbatch(const request *r, const vp_model *m,
         put(res, "max_batch", num(mb->max_batch));
         put(res, "trials", num(mb->trials));
         if (mb->max_batch)
-            put(res, "at_max", estimate_json(&mb->at_max));
+            put(res, "at_max",
+                estimate_json(&mb->at_max, r->generate != NULL));
     }
     free(mb);
     return st;

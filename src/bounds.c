@@ -44,7 +44,11 @@ int vp_metric_group_of(const char *m)
                  {"device_used", VP_MG_DEVICE_USED},
                  {"after_model", VP_MG_AFTER_MODEL},
                  {"max_batch", VP_MG_MAX_BATCH},
-                 {"step_us", VP_MG_STEP_TIME}};
+                 {"step_us", VP_MG_STEP_TIME},
+                 {"trainable_params", VP_MG_PARAMS},
+                 {"total_params", VP_MG_PARAMS},
+                 {"setup_peak", VP_MG_SETUP},
+                 {"kv_cache_bytes", VP_MG_KV_CACHE}};
     const char *rest = after_number(m, "rank");
 
     if (rest != NULL && *rest == '.')
@@ -54,6 +58,9 @@ int vp_metric_group_of(const char *m)
             return (rest == NULL || plain[i].g <= VP_MG_DEVICE_USED)
                        ? (int)plain[i].g
                        : -1;
+    const char *run = rest == NULL ? after_number(m, "run") : NULL;
+    if (run != NULL && strcmp(run, ".peak") == 0)
+        return VP_MG_PHASES;
     rest = rest == NULL ? after_number(m, "step") : NULL;
     if (rest != NULL && (strcmp(rest, ".fwd_peak") == 0 ||
                          strcmp(rest, ".bwd_peak") == 0 ||

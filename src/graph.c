@@ -119,6 +119,19 @@ static void op_flops(const vp_graph *g, vp_op *op)
         f = 8.0 * out;
         b = 12.0 * out;
         break;
+    case VP_OP_LORA: {
+        /* lora_A and lora_B, plus the scaling and the sum */
+        double r = op->in_features && op->n_params
+                       ? (double)g->params[op->params[0]].numel /
+                             (double)op->in_features
+                       : 0.0;
+        double rows = op->out_features ? out / (double)op->out_features : 0;
+        f = 2.0 * rows * r *
+                ((double)op->in_features + (double)op->out_features) +
+            2.0 * out;
+        b = 2.0 * f;
+        break;
+    }
     case VP_OP_INPUT:
     case VP_OP_FLATTEN:
     case VP_OP_RESHAPE:
@@ -132,6 +145,11 @@ static void op_flops(const vp_graph *g, vp_op *op)
     }
     op->flops_fwd = f;
     op->flops_bwd = op->needs_grad ? b : 0.0;
+}
+
+void vp__graph_op_flops(const vp_graph *g, vp_op *op)
+{
+    op_flops(g, op);
 }
 
 vp_status vp__graph_add_op(vp_graph *g, const vp_op *op, uint32_t *idx,
@@ -224,7 +242,12 @@ static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
     if (tf && tf->type == VP_TF_ENCDEC)
         g->target = target ? target : m->target ? m->target : g->seq;
     g->model_name = vp__arena_strdup(&g->arena, m->name);
-    if (!g->model_name) {
+    g->path = m->path ? vp__arena_strdup(&g->arena, m->path) : NULL;
+    if (tf) {
+        g->has_tf = true;
+        g->tf = *tf;
+    }
+    if (!g->model_name || (m->path && !g->path)) {
         vp_error_set(err, VP_ENOMEM, "out of memory");
         goto fail;
     }
@@ -255,6 +278,26 @@ vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err)
 {
     return build(m, t, batch, seq, 0, err);
+}
+
+vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
+                            vp_error *err)
+{
+    vp_model m;
+
+    if (!g->has_tf) {
+        vp_error_set(err, VP_EUNSUPPORTED,
+                     "model '%s' is a layer graph, not a transformer "
+                     "description",
+                     g->model_name);
+        return NULL;
+    }
+    memset(&m, 0, sizeof m);
+    m.name = g->model_name;
+    m.path = g->path;
+    m.seq = g->seq;
+    m.target = g->target; /* an encoder-decoder keeps its decoder length */
+    return build(&m, &g->tf, batch, seq, g->target, err);
 }
 
 vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,

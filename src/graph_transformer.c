@@ -559,6 +559,10 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
                  (unsigned long long)l);
         uint32_t first = (uint32_t)g->n_ops;
         VP_TRY(layer(&c, x, S, &x));
+        for (size_t i = first; t->sliding_window && l >= t->slide_from &&
+                               i < g->n_ops; i++)
+            if (g->ops[i].kind == VP_OP_ATTENTION)
+                g->ops[i].window = t->sliding_window;
         VP_TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
                                      true, err));
     }

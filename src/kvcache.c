@@ -93,9 +93,9 @@ vp_status vp_kv_layout_from_graph(const vp_graph *g, vp_kv_layout *out,
                                 o->name);
         }
         out->heads = (uint32_t)o->heads;
-        out->layer[n++] = (vp_kv_layer){VP_KV_FULL, (uint32_t)o->kv_heads,
-                                        (uint32_t)o->head_dim,
-                                        (uint32_t)o->head_dim, 0};
+        out->layer[n++] = (vp_kv_layer){
+            o->window ? VP_KV_SLIDING : VP_KV_FULL, (uint32_t)o->kv_heads,
+            (uint32_t)o->head_dim, (uint32_t)o->head_dim, o->window};
     }
     return VP_OK;
 }

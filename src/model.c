@@ -1,5 +1,6 @@
 /* Model descriptions: the vramplan YAML forms and Hugging Face config.json. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,15 @@ static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
     return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
+/* An optional count that may be 0 (left as it is when absent or null). */
+static vp_status hf_count(fields *f, const char *key, uint64_t *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n))
+        return VP_OK;
+    return vp__yget_u64(f->d, n, 0, VP_MAX_DIM, out, f->err);
+}
+
 static vp_status hf_bool(fields *f, const char *key, bool *out)
 {
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
@@ -505,6 +515,61 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
 
 /* HF LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): rotary,
  * RMSNorm, SwiGLU, no biases (Qwen2: q, k, v biases). */
+/* The layers from which a config's sliding_window applies, as the
+ * configs resolve it (transformers MistralConfig, Qwen2Config): layer_types
+ * when given (full_attention layers, then sliding_attention ones; layers
+ * that alternate are not modelled), else use_sliding_window (Qwen2: false
+ * turns the window off) with max_window_layers, else every layer
+ * (Mistral). The same rule as kvcache.c's sliding_layers. */
+static vp_status hf_sliding(fields *f, vp_tf *t)
+{
+    yaml_node_t *ty = vp__ymap_get(f->d, f->map, "layer_types", NULL);
+    bool use = true;
+
+    VP_TRY(hf_count(f, "sliding_window", &t->sliding_window));
+    if (ty && !vp__yis_null(ty)) {
+        if (ty->type != YAML_SEQUENCE_NODE ||
+            ty->data.sequence.items.top - ty->data.sequence.items.start !=
+                (ptrdiff_t)t->layers)
+            return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                            "layer_types must list one type per hidden "
+                            "layer");
+        uint64_t i = 0, from = t->layers;
+        for (yaml_node_item_t *it = ty->data.sequence.items.start;
+             it < ty->data.sequence.items.top; it++, i++) {
+            yaml_node_t *n = vp__ynode(f->d, *it);
+            const char *s = vp__yscalar(n);
+            bool slide = s && !strcmp(s, "sliding_attention");
+            if (!slide && !(s && !strcmp(s, "full_attention")))
+                return vp__yerr(f->d, n, VP_ESCHEMA, f->err,
+                                "a layer type other than full_attention "
+                                "and sliding_attention");
+            if (slide && from == t->layers)
+                from = i;
+            if (!slide && from < t->layers)
+                return vp__yerr(f->d, n, VP_EUNSUPPORTED, f->err,
+                                "full-attention layers after sliding ones "
+                                "are not modelled");
+        }
+        if (from < t->layers && t->sliding_window == 0)
+            return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                            "sliding_attention layers need a "
+                            "sliding_window");
+        t->slide_from = from;
+        if (from == t->layers)
+            t->sliding_window = 0;
+        return VP_OK;
+    }
+    VP_TRY(hf_bool(f, "use_sliding_window", &use));
+    if (!use) {
+        t->sliding_window = 0;
+        return VP_OK;
+    }
+    if (vp__ymap_get(f->d, f->map, "use_sliding_window", NULL))
+        VP_TRY(hf_count(f, "max_window_layers", &t->slide_from));
+    return VP_OK;
+}
+
 static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
 {
     t->type = VP_TF_DECODER;
@@ -531,6 +596,7 @@ static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
         t->qkv_bias = ab;
     VP_TRY(hf_bool(f, "mlp_bias", &t->bias));
     VP_TRY(opt_prob(f, "attention_dropout", &t->p_attn));
+    VP_TRY(hf_sliding(f, t));
     if (!strcmp(type, "mixtral")) {
         VP_TRY(hf_u64(f, "num_local_experts", &t->experts, true));
         VP_TRY(hf_u64(f, "num_experts_per_tok", &t->top_k, true));
@@ -596,6 +662,10 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     else
         VP_TRY(hf_llama(&f, t, type));
     VP_TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
+    /* PretrainedConfig's eos_token_id (None by default): what
+     * GenerationConfig takes when the model has no generation_config */
+    yaml_node_t *eos = vp__ymap_get(d, root, "eos_token_id", NULL);
+    t->no_eos = !eos || vp__yis_null(eos);
     VP_TRY(hf_head(m, d, root, err));
     if (t->head == VP_HEAD_CLASSIFICATION) {
         yaml_node_t *ln = vp__ymap_get(d, root, "id2label", NULL);

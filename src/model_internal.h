@@ -37,6 +37,14 @@ typedef struct vp_tf {
     vp_attn_impl attn;
     vp_head_kind head;
     uint64_t experts, top_k, expert_ffn, shared_experts;
+    uint64_t sliding_window; /* a config.json's sliding_window (tokens)
+                                for the layers from slide_from on
+                                (Mistral: all; Qwen2: max_window_layers);
+                                0: every layer attends to all tokens */
+    uint64_t slide_from;
+    bool no_eos;        /* a config.json with no end-of-sequence token
+                           (eos_token_id null or absent): generate()'s
+                           min-length processors are not made          */
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

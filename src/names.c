@@ -24,6 +24,12 @@ static const char *const optimizer_names[] = {
 #undef VP__NAME
 };
 
+static const char *const cache_names[] = {
+#define VP__NAME(name, str) [VP_CACHE_##name] = str,
+    VP_CACHE_MAP(VP__NAME)
+#undef VP__NAME
+};
+
 static const char *const category_names[] = {
 #define VP__NAME(name, str) [VP_CAT_##name] = str,
     VP_CATEGORY_MAP(VP__NAME)
@@ -55,6 +61,7 @@ static const char *const attn_names[] = {
 _Static_assert(COUNT(precision_names) == VP_PREC__COUNT, "precision names");
 _Static_assert(COUNT(optimizer_names) == VP_OPT__COUNT, "optimizer names");
 _Static_assert(COUNT(category_names) == VP_CAT__COUNT, "category names");
+_Static_assert(COUNT(cache_names) == VP_CACHE__COUNT, "cache names");
 _Static_assert(COUNT(op_kind_names) == VP_OP__COUNT, "op kind names");
 _Static_assert(COUNT(phase_names) == VP_PHASE__COUNT, "phase names");
 
@@ -105,6 +112,11 @@ const char *vp_attn_impl_name(vp_attn_impl a)
     return name_of(attn_names, COUNT(attn_names), (int)a);
 }
 
+const char *vp_cache_impl_name(vp_cache_impl c)
+{
+    return name_of(cache_names, COUNT(cache_names), (int)c);
+}
+
 vp_status vp_precision_parse(const char *s, vp_precision *out)
 {
     int i = index_of(precision_names, COUNT(precision_names), s);
@@ -135,6 +147,16 @@ vp_status vp_attn_impl_parse(const char *s, vp_attn_impl *out)
     return VP_OK;
 }
 
+vp_status vp_cache_impl_parse(const char *s, vp_cache_impl *out)
+{
+    int i = index_of(cache_names, COUNT(cache_names), s);
+
+    if (i < 0)
+        return VP_EARG;
+    *out = (vp_cache_impl)i;
+    return VP_OK;
+}
+
 void vp_setup_init(vp_setup *s)
 {
     memset(s, 0, sizeof *s);
@@ -156,4 +178,5 @@ void vp_setup_init(vp_setup *s)
     s->context_bytes = VP_DEFAULT_CONTEXT_BYTES;
     s->sm_count = VP_DEFAULT_SM_COUNT;
     vp_allocator_config_init(&s->alloc);
+    vp_finetune_init(&s->ft);
 }

@@ -30,7 +30,8 @@ typedef struct {
 
 static uint64_t param_bytes_total(sim *S, uint32_t p)
 {
-    return vp__mulc(S, S->g->params[p].numel, S->PE);
+    const vp_param *pp = &S->g->params[p];
+    return vp__mulc(S, pp->numel, vp__param_bytes(S, pp));
 }
 
 /* AdamW: exp_avg and exp_avg_sq in the parameter's dtype */
@@ -55,6 +56,51 @@ static void adam_8bit_state(sim *S, uint32_t p)
     uint64_t sb = n + (n + BNB_BLOCK - 1) / BNB_BLOCK * 4;
     S->st1[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
     S->st2[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
+}
+
+/* bitsandbytes PagedAdamW8bit (optim/optimizer.py, Optimizer2State.
+ * init_state and Optimizer8bit.get_state_buffer): a parameter of fewer
+ * than min_8bit_size = 4096 values keeps two fp32 moments; a larger one
+ * two uint8 moments and an fp32 absmax per block of 2048 values each, the
+ * two 256-value fp32 quantization maps moved to the GPU once. A state
+ * buffer of 1e5 values or more is paged: F.get_paged (cudaMallocManaged),
+ * outside the caching allocator, counted in paged_bytes (and in
+ * device_used, resident while the step runs); smaller ones are
+ * torch.zeros_like. st1 and st2 keep the absmax tensors then. */
+#define BNB_MIN_8BIT 4096u
+#define BNB_PAGED_MIN 100000u
+#define BNB_OPT_BLOCK 2048u
+#define BNB_QMAP 1024u
+
+static uint32_t state_buffer(sim *S, uint64_t n, uint64_t eb)
+{
+    uint64_t b = vp__mulc(S, n, eb);
+    if (n < BNB_PAGED_MIN)
+        return vp__talloc(S, b, VP_CAT_OPTIM);
+    if (!vp_add_u64(S->out->paged_bytes, b, &S->out->paged_bytes))
+        S->st = vp_error_set(S->err, VP_EOVERFLOW, "paged bytes overflow");
+    return NONE;
+}
+
+static void paged_8bit_state(sim *S, uint32_t p)
+{
+    uint64_t n = S->g->params[p].numel;
+    if (n < BNB_MIN_8BIT) {
+        S->st1[p] = state_buffer(S, n, 4);
+        S->st2[p] = state_buffer(S, n, 4);
+        return;
+    }
+    if (!S->qmaps) { /* name2qmap["dynamic"], ["udynamic"] .to(device) */
+        vp__talloc(S, BNB_QMAP, VP_CAT_OPTIM);
+        vp__talloc(S, BNB_QMAP, VP_CAT_OPTIM);
+        S->qmaps = true;
+    }
+    uint64_t ab = (n / BNB_OPT_BLOCK + (n % BNB_OPT_BLOCK != 0)) * 4;
+    uint32_t s1 = state_buffer(S, n, 1), s2 = state_buffer(S, n, 1);
+    uint32_t a1 = vp__talloc(S, ab, VP_CAT_OPTIM);
+    uint32_t a2 = vp__talloc(S, ab, VP_CAT_OPTIM);
+    S->st1[p] = s1 != NONE ? s1 : a1;
+    S->st2[p] = s2 != NONE ? s2 : a2;
 }
 
 /* SGD with momentum: the momentum buffer */
@@ -88,6 +134,7 @@ static const optim_rules OPTIM[VP_OPT__COUNT] = {
     [VP_OPT_SGD_PLAIN] = {NULL, TEMPS_NONE, 0, 0},
     [VP_OPT_ADAFACTOR] = {adafactor_state, TEMPS_FORLOOP, 0, 0},
     [VP_OPT_ADAMW_8BIT] = {adam_8bit_state, TEMPS_FORLOOP, 4, 2},
+    [VP_OPT_PAGED_ADAMW_8BIT] = {paged_8bit_state, TEMPS_FORLOOP, 4, 2},
     [VP_OPT_NONE] = {NULL, TEMPS_NONE, 0, 0},
 };
 
@@ -108,12 +155,13 @@ static void offloaded_step(sim *S, const optim_rules *r)
         if (!stepped(S, p))
             continue;
         uint64_t n = g->params[p].numel;
+        uint64_t pe = vp__param_bytes(S, &g->params[p]);
         uint64_t per = r->host_state_eb;
         per += 4;     /* the gradient's host copy */
-        if (S->PE == 2)
+        if (pe == 2)
             per += 4; /* fp32 master weights      */
         state += vp__mulc(S, n, per);
-        moved += vp__mulc(S, n, 2 * (uint64_t)S->PE);
+        moved += vp__mulc(S, n, 2 * pe);
     }
     if (state > S->out->host_bytes)
         S->out->host_bytes = state;
@@ -132,7 +180,7 @@ static void foreach_temps(sim *S)
     for (size_t p = 0; p < np; p++) {
         tmp[p] = NONE;
         if (stepped(S, p))
-            tmp[p] = vp__talloc(S, vp__mulc(S, g->params[p].numel, S->PE),
+            tmp[p] = vp__talloc(S, param_bytes_total(S, (uint32_t)p),
                                 VP_CAT_TEMP);
     }
     for (size_t p = np; p-- > 0;)
@@ -147,7 +195,8 @@ static void forloop_temps(sim *S, uint8_t eb)
     for (size_t p = 0; p < g->n_params && OK(S); p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t b = vp__mulc(S, g->params[p].numel, eb ? eb : S->PE);
+        uint64_t b = eb ? vp__mulc(S, g->params[p].numel, eb)
+                        : param_bytes_total(S, (uint32_t)p);
         uint32_t t1 = vp__talloc(S, b, VP_CAT_TEMP);
         uint32_t t2 = vp__talloc(S, b, VP_CAT_TEMP);
         vp__tunref(S, t1);

@@ -174,6 +174,9 @@ vp_status vp_plan_single(const vp_model *m, const vp_plan_request *req,
                        : vp_hw_matmul_rate(&req->hw, (vp_precision)i) > 0 &&
                              i != VP_PREC_FP16 &&
                              (i != VP_PREC_AMP_FP16 || req->hw.bf16 <= 0);
+    /* a base dtype the user gave narrows the precisions */
+    for (int i = 0; i < VP_PREC__COUNT; i++)
+        prec[i] = prec[i] && vp__base_dtype_fits((int)req->base.ft.base_dtype, i);
     for (int i = 0; i < VP_OPT__COUNT; i++)
         opt[i] = anyo ? req->optimizers[i]
                       : i == VP_OPT_ADAMW || i == VP_OPT_ADAMW_FUSED ||

@@ -648,14 +648,95 @@ static vp_status open_log(const vp_exec_config *cfg, const char *ext,
     return VP_OK;
 }
 
+/* Pump the trial's output into its logs until the leader has ended and the
+ * pipes are closed; on cancel or timeout, SIGTERM the group and SIGKILL it
+ * after the grace period. */
+static void supervise(pid_t pid, stream *sv, const vp_exec_config *cfg,
+                      double t0, double *t_end, bool *timed_out,
+                      bool *cancelled)
+{
+    double deadline = cfg->timeout_s > 0 ? t0 + cfg->timeout_s : 0;
+    double term_at = 0, kill_at = 0;
+    bool ended = false;
+
+    for (;;) {
+        double now = now_s(), wait = 0.05;
+
+        if (!ended && leader_ended(pid)) {
+            ended = true;
+            *t_end = now;
+            if (!pipes_open(sv, 2))
+                break; /* strays that closed the pipes: the caller SIGKILLs */
+            if (term_at == 0) {
+                group_kill(pid, SIGTERM); /* strays holding the pipes */
+                term_at = now;
+            }
+        }
+        if (ended && !pipes_open(sv, 2))
+            break;
+        if (!ended && term_at == 0) {
+            if (cfg->cancel != NULL && *cfg->cancel)
+                *cancelled = true;
+            else if (deadline > 0 && now >= deadline)
+                *timed_out = true;
+            if (*cancelled || *timed_out) {
+                group_kill(pid, SIGTERM);
+                term_at = now;
+            }
+        }
+        if (term_at > 0 && kill_at == 0 && now >= term_at + cfg->grace_s) {
+            group_kill(pid, SIGKILL);
+            kill_at = now;
+        }
+        if (kill_at > 0 && ended && now >= kill_at + cfg->grace_s)
+            break; /* pipes held by processes outside the group: give up */
+        if (deadline > 0 && !ended && term_at == 0 && deadline - now < wait)
+            wait = deadline - now;
+        pump(sv, 2, wait > 0 ? wait : 0);
+    }
+}
+
+/* The trial's outcome from its wait status; an OOM is decided later from
+ * its log. */
+static void set_outcome(vp_exec_result *out, const char *cmd, int status,
+                        int exec_errno, bool cancelled, bool timed_out,
+                        stream *err_log)
+{
+    if (WIFEXITED(status))
+        out->exit_code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        out->term_signal = WTERMSIG(status);
+    if (exec_errno != 0) {
+        char msg[512];
+        int len = snprintf(msg, sizeof msg, "vramplan: cannot run '%s': %s\n",
+                           cmd, strerror(exec_errno));
+
+        out->exec_failed = true;
+        out->exec_errno = exec_errno;
+        if (err_log->log_ok && len > 0)
+            write_all(err_log->log, msg, (size_t)len < sizeof msg
+                                             ? (size_t)len
+                                             : sizeof msg - 1);
+        out->outcome = VP_TRIAL_ERROR;
+    } else if (cancelled) {
+        out->outcome = VP_TRIAL_CANCELLED;
+    } else if (timed_out) {
+        out->outcome = VP_TRIAL_TIMEOUT;
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        out->outcome = VP_TRIAL_OK;
+    } else {
+        out->outcome = VP_TRIAL_ERROR; /* decided below, once logged */
+    }
+}
+
 vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
                         vp_exec_result *out, vp_error *err)
 {
     int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rep[2] = {-1, -1};
     int devnull = -1, exec_errno = 0, status = 0;
     stream sv[2] = {{-1, -1, true}, {-1, -1, true}};
-    double t0, t_end = 0, deadline, term_at = 0, kill_at = 0;
-    bool ended = false, timed_out = false, cancelled = false;
+    double t0, t_end = 0;
+    bool timed_out = false, cancelled = false;
     vp_status st;
     pid_t pid;
 
@@ -712,42 +793,7 @@ vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
     }
     close_fd(&rep[0]);
 
-    deadline = cfg->timeout_s > 0 ? t0 + cfg->timeout_s : 0;
-    for (;;) {
-        double now = now_s(), wait = 0.05;
-
-        if (!ended && leader_ended(pid)) {
-            ended = true;
-            t_end = now;
-            if (!pipes_open(sv, 2))
-                break; /* strays that closed the pipes: SIGKILL below */
-            if (term_at == 0) {
-                group_kill(pid, SIGTERM); /* strays holding the pipes */
-                term_at = now;
-            }
-        }
-        if (ended && !pipes_open(sv, 2))
-            break;
-        if (!ended && term_at == 0) {
-            if (cfg->cancel != NULL && *cfg->cancel)
-                cancelled = true;
-            else if (deadline > 0 && now >= deadline)
-                timed_out = true;
-            if (cancelled || timed_out) {
-                group_kill(pid, SIGTERM);
-                term_at = now;
-            }
-        }
-        if (term_at > 0 && kill_at == 0 && now >= term_at + cfg->grace_s) {
-            group_kill(pid, SIGKILL);
-            kill_at = now;
-        }
-        if (kill_at > 0 && ended && now >= kill_at + cfg->grace_s)
-            break; /* pipes held by processes outside the group: give up */
-        if (deadline > 0 && !ended && term_at == 0 && deadline - now < wait)
-            wait = deadline - now;
-        pump(sv, 2, wait > 0 ? wait : 0);
-    }
+    supervise(pid, sv, cfg, t0, &t_end, &timed_out, &cancelled);
     /* the leader is still unreaped, so its group id is still its own */
     group_kill(pid, SIGKILL);
     for (;;) {
@@ -763,32 +809,8 @@ vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
         t_end = now_s();
 
     out->seconds = t_end - t0;
-    if (WIFEXITED(status)) {
-        out->exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-        out->term_signal = WTERMSIG(status);
-    }
-    if (exec_errno != 0) {
-        char msg[512];
-        int len = snprintf(msg, sizeof msg, "vramplan: cannot run '%s': %s\n",
-                           argv[0], strerror(exec_errno));
-
-        out->exec_failed = true;
-        out->exec_errno = exec_errno;
-        if (sv[1].log_ok && len > 0)
-            write_all(sv[1].log, msg, (size_t)len < sizeof msg
-                                          ? (size_t)len
-                                          : sizeof msg - 1);
-        out->outcome = VP_TRIAL_ERROR;
-    } else if (cancelled) {
-        out->outcome = VP_TRIAL_CANCELLED;
-    } else if (timed_out) {
-        out->outcome = VP_TRIAL_TIMEOUT;
-    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        out->outcome = VP_TRIAL_OK;
-    } else {
-        out->outcome = VP_TRIAL_ERROR; /* decided below, once logged */
-    }
+    set_outcome(out, argv[0], status, exec_errno, cancelled, timed_out,
+                &sv[1]);
     if (!sv[0].log_ok || !sv[1].log_ok) {
         st = vp_error_set(err, VP_EIO, "cannot write the trial's output "
                           "to %s", cfg->log_dir);

@@ -90,9 +90,10 @@ static vp_status probe(const vp_model *m, const vp_setup *setup,
     return vp_fits(m, setup, batch, ckpt, fits, NULL, err);
 }
 
-vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
-                      const char *ckpt, uint64_t cap,
-                      vp_maxbatch_result *out, vp_error *err)
+/* What both max-batch searches check first: a budget, and the cap (none
+ * given: 2^40). */
+static vp_status maxbatch_begin(const vp_setup *setup, uint64_t *cap,
+                                vp_maxbatch_result *out, vp_error *err)
 {
     memset(out, 0, sizeof *out);
     vp_error_clear(err);
@@ -100,8 +101,18 @@ vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
         return vp_error_set(err, VP_EARG,
                             "a memory budget is needed for a max-batch "
                             "search");
-    if (cap == 0)
-        cap = (uint64_t)1 << 40;
+    if (*cap == 0)
+        *cap = (uint64_t)1 << 40;
+    return VP_OK;
+}
+
+vp_status vp_maxbatch(const vp_model *m, const vp_setup *setup,
+                      const char *ckpt, uint64_t cap,
+                      vp_maxbatch_result *out, vp_error *err)
+{
+    vp_status st0 = maxbatch_begin(setup, &cap, out, err);
+    if (st0 != VP_OK)
+        return st0;
     uint64_t limit = setup->alloc.limit ? setup->alloc.limit
                                         : setup->alloc.device_total;
     bool ok;
@@ -195,14 +206,9 @@ vp_status vp_maxbatch_doubling(const vp_model *m, const vp_setup *setup,
                                const char *ckpt, uint64_t cap,
                                vp_maxbatch_result *out, vp_error *err)
 {
-    memset(out, 0, sizeof *out);
-    vp_error_clear(err);
-    if (setup->alloc.limit == 0 && setup->alloc.device_total == 0)
-        return vp_error_set(err, VP_EARG,
-                            "a memory budget is needed for a max-batch "
-                            "search");
-    if (cap == 0)
-        cap = (uint64_t)1 << 40;
+    vp_status st0 = maxbatch_begin(setup, &cap, out, err);
+    if (st0 != VP_OK)
+        return st0;
     uint64_t lo = 0, hi = 1;
     bool ok;
     vp_status st;
@@ -434,6 +440,211 @@ vp_status vp_checkpoint_auto(const vp_model *m, const vp_setup *setup,
                                   err);
 }
 
+/* The working arrays of one placement search, a value per segment. */
+typedef struct {
+    size_t n;
+    uint64_t *save, *save_s; /* peak bytes saved: whole / attention only */
+    double *cost, *cost_s;   /* forward FLOPs recomputed: same split */
+    bool *mask, *one, *sel;
+    uint8_t *choice;
+    int32_t *rep; /* an earlier identical segment, or -1 */
+} ck_work;
+
+static void ck_free(ck_work *w)
+{
+    free(w->save);
+    free(w->save_s);
+    free(w->cost);
+    free(w->cost_s);
+    free(w->mask);
+    free(w->one);
+    free(w->sel);
+    free(w->choice);
+    free(w->rep);
+}
+
+static vp_status ck_alloc(ck_work *w, size_t n, vp_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->n = n;
+    w->save = calloc(n, sizeof *w->save);
+    w->save_s = calloc(n, sizeof *w->save_s);
+    w->cost = calloc(n, sizeof *w->cost);
+    w->cost_s = calloc(n, sizeof *w->cost_s);
+    w->mask = calloc(n, sizeof *w->mask);
+    w->one = calloc(n, sizeof *w->one);
+    w->sel = calloc(n, sizeof *w->sel);
+    w->choice = calloc(n, sizeof *w->choice);
+    w->rep = calloc(n, sizeof *w->rep);
+    if (!w->save || !w->save_s || !w->cost || !w->cost_s || !w->mask ||
+        !w->one || !w->sel || !w->choice || !w->rep)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    return VP_OK;
+}
+
+/* Forward FLOPs each segment would recompute, whole and attention only. */
+static void ck_costs(const vp_graph *g, ck_work *w, vp_ckpt_plan *plan)
+{
+    for (size_t i = 0; i < g->n_ops; i++)
+        plan->step_flops += g->ops[i].flops_fwd + g->ops[i].flops_bwd;
+    for (size_t i = 0; i < w->n; i++) {
+        const vp_segment *sg = &g->segs[i];
+        for (uint32_t k = sg->first_op; k <= sg->last_op; k++) {
+            w->cost[i] += g->ops[k].flops_fwd;
+            if (g->ops[k].kind == VP_OP_ATTENTION)
+                w->cost_s[i] += g->ops[k].flops_fwd;
+        }
+    }
+}
+
+static uint64_t ck_saved(const vp_estimate *e0, const vp_estimate *e)
+{
+    return e0->peak_alloc > e->peak_alloc ? e0->peak_alloc - e->peak_alloc
+                                          : 0;
+}
+
+/* What checkpointing each segment alone saves (peak allocated, against the
+ * unlimited uncheckpointed run e0), and what recomputing only its
+ * attention core saves; identical segments share one measurement. */
+static vp_status ck_measure(ck_ctx *c, ck_work *w, bool try_sel,
+                            const vp_estimate *e0)
+{
+    vp_estimate e;
+    bool fits;
+    for (size_t i = 0; i < w->n; i++) {
+        w->rep[i] = -1;
+        for (size_t j = 0; j < i; j++)
+            if (w->rep[j] < 0 &&
+                same_segment(c->g, &c->g->segs[i], &c->g->segs[j])) {
+                w->rep[i] = (int32_t)j;
+                break;
+            }
+        if (w->rep[i] >= 0) {
+            w->save[i] = w->save[w->rep[i]];
+            w->save_s[i] = w->save_s[w->rep[i]];
+            continue;
+        }
+        w->one[i] = true;
+        vp_status st = sim_mask(c, w->one, NULL, false, &e, &fits);
+        if (st == VP_OK) {
+            w->save[i] = ck_saved(e0, &e);
+            if (try_sel && w->cost_s[i] > 0) {
+                st = sim_mask(c, w->mask, w->one, false, &e, &fits);
+                w->save_s[i] = ck_saved(e0, &e);
+            }
+        }
+        w->one[i] = false;
+        if (st != VP_OK)
+            return st;
+    }
+    return VP_OK;
+}
+
+/* Cover the bytes needed at least FLOPs (knapsack), simulate the choice
+ * under the budget, and raise the need by the overshoot until it fits. */
+static vp_status ck_search(ck_ctx *c, ck_work *w, bool try_sel,
+                           const vp_estimate *e0, vp_ckpt_plan *plan)
+{
+    size_t n = w->n;
+    /* the budget applies to reserved bytes; keep the unsplit-block and
+     * fragmentation gap of the uncheckpointed run as a margin */
+    uint64_t gap = e0->peak_reserved > e0->peak_alloc
+                       ? e0->peak_reserved - e0->peak_alloc
+                       : 0;
+    uint64_t limit = c->s.alloc.limit;
+    uint64_t target = limit > gap ? limit - gap : 0;
+    uint64_t need = e0->peak_alloc > target ? e0->peak_alloc - target : 0;
+    uint64_t total_save = 0;
+    for (size_t i = 0; i < n; i++)
+        total_save += w->save[i];
+    uint64_t unit = VP_MiB;
+    while (n * (total_save / unit + 1) > ((uint64_t)1 << 22))
+        unit *= 2;
+    for (int iter = 0; iter < 24; iter++) {
+        double tot;
+        bool feas, fits;
+        vp_estimate e;
+        vp_status st;
+        if (try_sel) {
+            st = vp_knapsack_cover2(w->save_s, w->cost_s, w->save, w->cost,
+                                    n, need, unit, w->choice, &tot, &feas,
+                                    c->err);
+            for (size_t i = 0; i < n; i++) {
+                w->sel[i] = w->choice[i] == 1;
+                w->mask[i] = w->choice[i] == 2;
+            }
+        } else {
+            st = vp_knapsack_cover(w->save, w->cost, n, need, unit, w->mask,
+                                   &tot, &feas, c->err);
+        }
+        if (st != VP_OK)
+            return st;
+        if (!feas)
+            for (size_t i = 0; i < n; i++) {
+                w->mask[i] = true; /* try everything */
+                w->sel[i] = false;
+            }
+        if ((st = sim_mask(c, w->mask, w->sel, true, &e, &fits)) != VP_OK)
+            return st;
+        if (fits) {
+            plan->peak_alloc = e.peak_alloc;
+            plan->peak_reserved = e.peak_reserved;
+            return VP_OK;
+        }
+        if (!feas)
+            return vp_error_set(c->err, VP_EOOM,
+                                "does not fit even with every segment "
+                                "checkpointed");
+        /* tighten by what the unlimited run overshoots */
+        if ((st = sim_mask(c, w->mask, w->sel, false, &e, &fits)) != VP_OK)
+            return st;
+        uint64_t over = e.peak_reserved > limit ? e.peak_reserved - limit
+                                                : unit;
+        need += over < unit ? unit : over;
+    }
+    return vp_error_set(c->err, VP_EOOM,
+                        "no checkpoint placement found that fits");
+}
+
+static void ck_report(const ck_work *w, bool *out_mask, bool *out_sel,
+                      vp_ckpt_plan *plan)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        out_mask[i] = w->mask[i];
+        if (out_sel)
+            out_sel[i] = w->sel[i];
+        if (w->mask[i]) {
+            plan->n_checkpointed++;
+            plan->recompute_flops += w->cost[i];
+        } else if (w->sel[i]) {
+            plan->n_selective++;
+            plan->recompute_flops += w->cost_s[i];
+        }
+    }
+}
+
+/* Run the search over a built graph: already fitting, else measure and
+ * cover. */
+static vp_status ck_place(ck_ctx *c, ck_work *w, bool try_sel,
+                          vp_ckpt_plan *plan)
+{
+    vp_estimate e0;
+    bool fits;
+    vp_status st = sim_mask(c, w->mask, NULL, true, &e0, &fits);
+    if (st != VP_OK)
+        return st;
+    if (fits) {
+        plan->peak_alloc = e0.peak_alloc;
+        plan->peak_reserved = e0.peak_reserved;
+        return VP_OK;
+    }
+    if ((st = sim_mask(c, w->mask, NULL, false, &e0, &fits)) != VP_OK)
+        return st;
+    if ((st = ck_measure(c, w, try_sel, &e0)) != VP_OK)
+        return st;
+    return ck_search(c, w, try_sel, &e0, plan);
+}
+
 vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
                                  bool *out_mask, bool *out_sel, size_t n_mask,
                                  vp_ckpt_plan *plan, vp_error *err)
@@ -448,180 +659,25 @@ vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
     if (!g)
         return err ? err->code : VP_ESCHEMA;
     size_t n = vp_graph_segment_count(g);
-    vp_status st = VP_OK;
-    uint64_t *save = NULL, *save_s = NULL;
-    double *cost = NULL, *cost_s = NULL;
-    bool *mask = NULL, *one = NULL, *sel = NULL;
-    uint8_t *choice = NULL;
-    int32_t *rep = NULL;
-    if (n == 0) {
-        st = vp_error_set(err, VP_EARG,
-                          "the model has no checkpoint units");
-        goto done;
-    }
-    if (n_mask < n) {
+    ck_work w = {0};
+    vp_status st;
+    if (n == 0)
+        st = vp_error_set(err, VP_EARG, "the model has no checkpoint units");
+    else if (n_mask < n)
         st = vp_error_set(err, VP_EARG, "checkpoint mask too short");
-        goto done;
-    }
-    save = calloc(n, sizeof *save);
-    cost = calloc(n, sizeof *cost);
-    mask = calloc(n, sizeof *mask);
-    one = calloc(n, sizeof *one);
-    rep = calloc(n, sizeof *rep);
-    save_s = calloc(n, sizeof *save_s);
-    cost_s = calloc(n, sizeof *cost_s);
-    sel = calloc(n, sizeof *sel);
-    choice = calloc(n, sizeof *choice);
-    if (!save || !cost || !mask || !one || !rep || !save_s || !cost_s ||
-        !sel || !choice) {
-        st = vp_error_set(err, VP_ENOMEM, "out of memory");
-        goto done;
-    }
-    ck_ctx c = {g, *setup, 0, err};
-    plan->n_segments = n;
-    for (size_t i = 0; i < g->n_ops; i++)
-        plan->step_flops += g->ops[i].flops_fwd + g->ops[i].flops_bwd;
-    for (size_t i = 0; i < n; i++) {
-        const vp_segment *sg = &g->segs[i];
-        for (uint32_t k = sg->first_op; k <= sg->last_op; k++) {
-            cost[i] += g->ops[k].flops_fwd;
-            if (g->ops[k].kind == VP_OP_ATTENTION)
-                cost_s[i] += g->ops[k].flops_fwd;
+    else
+        st = ck_alloc(&w, n, err);
+    if (st == VP_OK) {
+        ck_ctx c = {g, *setup, 0, err};
+        plan->n_segments = n;
+        ck_costs(g, &w, plan);
+        st = ck_place(&c, &w, out_sel != NULL, plan);
+        if (st == VP_OK) {
+            ck_report(&w, out_mask, out_sel, plan);
+            plan->simulations = c.sims;
         }
     }
-    bool try_sel = out_sel != NULL;
-    vp_estimate e0, e;
-    bool fits;
-    /* nothing checkpointed: does it already fit? */
-    if ((st = sim_mask(&c, mask, NULL, true, &e0, &fits)) != VP_OK)
-        goto done;
-    if (fits) {
-        plan->peak_alloc = e0.peak_alloc;
-        plan->peak_reserved = e0.peak_reserved;
-        goto found;
-    }
-    if ((st = sim_mask(&c, mask, NULL, false, &e0, &fits)) != VP_OK)
-        goto done;
-    /* what checkpointing each segment alone saves (peak allocated), and
-     * what recomputing only its attention core saves */
-    for (size_t i = 0; i < n; i++) {
-        rep[i] = -1;
-        for (size_t j = 0; j < i; j++)
-            if (rep[j] < 0 && same_segment(g, &g->segs[i], &g->segs[j])) {
-                rep[i] = (int32_t)j;
-                break;
-            }
-        if (rep[i] >= 0) {
-            save[i] = save[rep[i]];
-            save_s[i] = save_s[rep[i]];
-            continue;
-        }
-        one[i] = true;
-        st = sim_mask(&c, one, NULL, false, &e, &fits);
-        if (st == VP_OK && try_sel && cost_s[i] > 0) {
-            save[i] = e0.peak_alloc > e.peak_alloc
-                          ? e0.peak_alloc - e.peak_alloc
-                          : 0;
-            st = sim_mask(&c, mask, one, false, &e, &fits);
-            save_s[i] = e0.peak_alloc > e.peak_alloc
-                            ? e0.peak_alloc - e.peak_alloc
-                            : 0;
-            one[i] = false;
-            if (st != VP_OK)
-                goto done;
-            continue;
-        }
-        one[i] = false;
-        if (st != VP_OK)
-            goto done;
-        save[i] = e0.peak_alloc > e.peak_alloc ? e0.peak_alloc - e.peak_alloc
-                                               : 0;
-    }
-    /* the budget applies to reserved bytes; keep the unsplit-block and
-     * fragmentation gap of the uncheckpointed run as a margin */
-    uint64_t gap = e0.peak_reserved > e0.peak_alloc
-                       ? e0.peak_reserved - e0.peak_alloc
-                       : 0;
-    uint64_t limit = setup->alloc.limit;
-    uint64_t target = limit > gap ? limit - gap : 0;
-    uint64_t need = e0.peak_alloc > target ? e0.peak_alloc - target : 0;
-    uint64_t total_save = 0;
-    for (size_t i = 0; i < n; i++)
-        total_save += save[i];
-    uint64_t unit = VP_MiB;
-    while (n * (total_save / unit + 1) > ((uint64_t)1 << 22))
-        unit *= 2;
-    for (int iter = 0; iter < 24; iter++) {
-        double tot;
-        bool feas;
-        if (try_sel) {
-            st = vp_knapsack_cover2(save_s, cost_s, save, cost, n, need, unit,
-                                    choice, &tot, &feas, err);
-            for (size_t i = 0; i < n; i++) {
-                sel[i] = choice[i] == 1;
-                mask[i] = choice[i] == 2;
-            }
-        } else {
-            st = vp_knapsack_cover(save, cost, n, need, unit, mask, &tot,
-                                   &feas, err);
-        }
-        if (st != VP_OK)
-            goto done;
-        if (!feas)
-            for (size_t i = 0; i < n; i++) {
-                mask[i] = true; /* try everything */
-                sel[i] = false;
-            }
-        if ((st = sim_mask(&c, mask, sel, true, &e, &fits)) != VP_OK)
-            goto done;
-        if (fits) {
-            plan->peak_alloc = e.peak_alloc;
-            plan->peak_reserved = e.peak_reserved;
-            goto found;
-        }
-        if (!feas) {
-            st = vp_error_set(err, VP_EOOM,
-                              "does not fit even with every segment "
-                              "checkpointed");
-            goto done;
-        }
-        /* tighten by what the unlimited run overshoots */
-        if ((st = sim_mask(&c, mask, sel, false, &e, &fits)) != VP_OK)
-            goto done;
-        uint64_t over = e.peak_reserved > limit ? e.peak_reserved - limit
-                                                : unit;
-        if (over < unit)
-            over = unit;
-        need += over;
-    }
-    st = vp_error_set(err, VP_EOOM,
-                      "no checkpoint placement found that fits");
-    goto done;
-found:
-    for (size_t i = 0; i < n; i++) {
-        out_mask[i] = mask[i];
-        if (out_sel)
-            out_sel[i] = sel[i];
-        if (mask[i]) {
-            plan->n_checkpointed++;
-            plan->recompute_flops += cost[i];
-        } else if (sel[i]) {
-            plan->n_selective++;
-            plan->recompute_flops += cost_s[i];
-        }
-    }
-    plan->simulations = c.sims;
-    st = VP_OK;
-done:
-    free(save);
-    free(save_s);
-    free(cost_s);
-    free(sel);
-    free(choice);
-    free(cost);
-    free(mask);
-    free(one);
-    free(rep);
+    ck_free(&w);
     vp_graph_free(g);
     return st;
 }

@@ -52,6 +52,11 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
     }
 }
 
+void vp__release_pyholds(sim *S)
+{
+    pyhold_release(S, -1, -1);
+}
+
 /* A checkpointed segment keeps each tensor it takes from outside once
  * (the arguments of the checkpointed function), until its backward. */
 static void ckpt_save_input(sim *S, int32_t seg, uint32_t id)
@@ -152,7 +157,7 @@ static void fwd_done(sim *S, const vp__fwd_op *f, const uint32_t *refs_of)
 
 /* Forward of op i. refs_of: the consumers' references during a
  * recomputation (NULL: all its consumers). */
-static void fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
+void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
 {
     const vp_graph *g = S->g;
     const vp_op *o = &g->ops[i];
@@ -184,6 +189,7 @@ static void fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of)
     if (!r->fwd)
         return; /* the input: made with the batch */
     r->fwd(S, &f);
+    vp__release_op_casts(S);
     if (!OK(S))
         return;
     S->out_eb[i] = f.oeb;
@@ -256,7 +262,7 @@ static void phase_begin(sim *S, vp_phase ph)
     S->phase_peak = st.allocated;
 }
 
-static uint64_t allocated(sim *S)
+uint64_t vp__allocated(sim *S)
 {
     vp_allocator_stats st;
     vp_allocator_stats_get(S->a, &st);
@@ -284,7 +290,7 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
         }
     /* inputs from outside the segment are passed with refs_of == 0 */
     for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
-        fwd(S, i, MODE_RECOMPUTE, refs_of);
+        vp__fwd(S, i, MODE_RECOMPUTE, refs_of);
     /* the counts hold for this recomputation only: an op of this segment
      * that a later one consumes (T5's position bias) is from outside when
      * that one recomputes */
@@ -312,7 +318,7 @@ static void forward_pass(sim *S)
         }
         if (g->n_segs && i == g->segs[0].first_op)
             vp__attention_model_mask(S);
-        fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+        vp__fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
     }
     pyhold_release(S, -1, -1);
     S->cur_op = "";
@@ -366,24 +372,36 @@ static void zero_grad(sim *S)
     }
 }
 
-/* Bytes per element of the weights as the model is built: fp32, or the
- * half dtype when it is made in it directly. */
-static uint32_t build_bytes(const sim *S)
+/* Bytes per element a parameter is built with: fp32 first when the model
+ * is built in fp32 and cast (the half copy follows, load_cast); the dtype
+ * it is loaded in otherwise (a parameter that a quantized base upcasts to
+ * fp32 is loaded in the base's half dtype first, kbit_upcast). */
+static uint32_t build_bytes(const sim *S, const vp_param *pp)
 {
-    return S->half && S->s->build_in_dtype ? 2 : 4;
+    uint32_t pb = vp__param_bytes(S, pp);
+    if (S->s->ft.load == VP_LOAD_FP32_CAST && pb == 2 && !pp->fp32_buffer &&
+        !pp->elem_bytes_override)
+        return 4;
+    if (S->kbit && pb == 4 && S->PE == 2 && !pp->fp32_buffer &&
+        pp->elem_bytes_override == 4)
+        return 2;
+    return pb;
 }
 
 /* The weights that modules tied to an earlier embedding are built with
- * (VP_OPF_TIED_LATE, HF T5: each stack's embed_tokens and lm_head), fp32:
- * each made once the parameters of the ops up to its own are, all freed
- * when the model ties them once built, the last made first (traced:
+ * (VP_OPF_TIED_LATE, HF T5: each stack's embed_tokens and lm_head), in
+ * the build dtype (teb bytes, as construct's tied head): each made once
+ * the parameters of the ops up to its own are, all freed when the model
+ * ties them once built, the last made first (traced:
  * groundtruth/traces/t5-base-*). late[0 .. *nl) are those made so far (at
- * most n); p is the next parameter to be made (n_params: the end). */
-static void tied_late(sim *S, size_t p, uint32_t *late, size_t n, size_t *nl)
+ * most MAX_TIED_LATE); p is the next parameter to be made (n_params: the
+ * end). On the meta device they take no memory (the caller skips). */
+static void tied_late(sim *S, size_t p, uint32_t teb, uint32_t *late,
+                      size_t *nl)
 {
     const vp_graph *g = S->g;
     size_t seen = 0;
-    for (uint32_t i = 0; i < g->n_ops && *nl < n && OK(S); i++) {
+    for (uint32_t i = 0; i < g->n_ops && *nl < MAX_TIED_LATE && OK(S); i++) {
         const vp_op *o = &g->ops[i];
         if (!(o->flags & VP_OPF_TIED_LATE) || seen++ < *nl)
             continue;
@@ -392,8 +410,7 @@ static void tied_late(sim *S, size_t p, uint32_t *late, size_t n, size_t *nl)
         uint64_t w = o->kind == VP_OP_EMBEDDING
                          ? vp__mulc(S, o->classes, o->shape[o->ndim - 1])
                          : vp__mulc(S, o->in_features, o->out_features);
-        late[(*nl)++] = vp__talloc(S, vp__mulc(S, w, build_bytes(S)),
-                                   VP_CAT_TEMP);
+        late[(*nl)++] = vp__talloc(S, vp__mulc(S, w, teb), VP_CAT_TEMP);
     }
 }
 
@@ -406,7 +423,148 @@ static void tied_late_free(sim *S, uint32_t *late, size_t nl)
         vp__tunref(S, late[k]);
 }
 
-static void load_model(sim *S)
+/* Construction, in parameter order (the adapters come later). A head
+ * tied to the embedding (HF tie_weights) is first built with a weight of
+ * its own, in the build dtype, which tying frees: a transient that leaves
+ * a free segment behind (GPT-2's lm_head: 154 MB in fp32; BERT's decoder,
+ * built between its bias and the head's own bias); on the meta device it
+ * takes no memory. A quantized weight is quantized as it loads
+ * (ops/quant.c). built[p] is the tensor made. */
+static void construct(sim *S, uint32_t *built)
+{
+    const vp_graph *g = S->g;
+    uint32_t tied = NONE, tied_op = 0;
+    for (uint32_t i = 0; i < g->n_ops; i++)
+        if (g->ops[i].flags & VP_OPF_TIED_INIT) {
+            tied_op = i;
+            break;
+        }
+    bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT) ||
+                     S->s->ft.load == VP_LOAD_META;
+    uint32_t teb = S->s->ft.load == VP_LOAD_FP32_CAST ? 4 : S->PE;
+    bool meta = S->s->ft.load == VP_LOAD_META;
+    uint32_t late[MAX_TIED_LATE];
+    size_t nl = 0;
+    for (size_t p = 0; p <= g->n_params && OK(S); p++) {
+        if (p < g->n_params && g->params[p].adapter)
+            continue;
+        if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
+            const vp_op *to = &g->ops[tied_op];
+            tied = vp__talloc(S, vp__mulc(S, vp__mulc(S, to->in_features,
+                                                      to->out_features),
+                                          teb),
+                              VP_CAT_TEMP);
+            tied_done = true;
+            if (p == g->n_params || g->params[p].op != tied_op) {
+                vp__tunref(S, tied);
+                tied = NONE;
+            }
+        }
+        if (p == g->n_params)
+            break;
+        if (!meta)
+            tied_late(S, p, teb, late, &nl);
+        const vp_param *pp = &g->params[p];
+        if (pp->quant)
+            vp__quant_load(S, (uint32_t)p);
+        else
+            built[p] = vp__talloc(S, vp__mulc(S, pp->numel, build_bytes(S, pp)),
+                                  VP_CAT_PARAM);
+        if (tied != NONE) {
+            vp__tunref(S, tied);
+            tied = NONE;
+        }
+    }
+    if (!meta)
+        tied_late(S, g->n_params, teb, late, &nl);
+    tied_late_free(S, late, nl);
+}
+
+/* model.to(half) after an fp32 build, parameter by parameter (the half
+ * copy is made before the fp32 original is freed); INT8 weights for
+ * inference (weight_bits) quantized likewise; a quantized base's other
+ * half-precision parameters upcast to fp32 (prepare_model_for_kbit_
+ * training), then torch.cuda.empty_cache(). */
+static void convert(sim *S, uint32_t *built)
+{
+    const vp_graph *g = S->g;
+    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        uint32_t pb = vp__param_bytes(S, pp);
+        if (pp->adapter || pp->quant || built[p] == NONE)
+            continue;
+        if (S->int8 && S->int8[p]) {
+            /* quantized as it loads: int8 weight and a fp32 scale per
+             * output row; the original is freed */
+            const vp_op *lo = &g->ops[pp->op];
+            vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
+                   VP_CAT_PARAM);
+            vp__tunref(S, built[p]);
+        } else if (build_bytes(S, pp) != pb) {
+            vp__talloc(S, vp__mulc(S, pp->numel, pb), VP_CAT_PARAM);
+            vp__tunref(S, built[p]);
+        }
+    }
+    if (S->kbit)
+        vp_allocator_empty_cache(S->a);
+}
+
+/* get_peft_model: each target's adapters made on the GPU in the base
+ * layer's dtype (lora_A, lora_B, DoRA's magnitude, target by target;
+ * peft tuners_utils.py, _move_adapter_to_device_of_base_layer), then cast
+ * to fp32 one by one (autocast_adapter_dtype: _cast_adapter_dtype). A
+ * quantized base layer has no float dtype: its adapters stay fp32. */
+static void add_adapters(sim *S)
+{
+    const vp_graph *g = S->g;
+    size_t np = g->n_params;
+    uint32_t *half = calloc(np ? np : 1, sizeof *half);
+    if (!half) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    S->cur_op = "peft";
+    for (size_t p = 0; p < np && OK(S); p++) {
+        const vp_param *pp = &g->params[p];
+        half[p] = NONE;
+        if (!pp->adapter)
+            continue;
+        uint32_t pb = vp__param_bytes(S, pp);
+        const vp_op *lo = &g->ops[pp->op];
+        const vp_param *w = &g->params[g->ops[lo->inputs[1]].params[0]];
+        uint32_t made = pb == 4 && S->PE == 2 && !w->quant ? 2 : pb;
+        if (lo->n_params > 2 && p == lo->params[2]) {
+            /* DoRA's magnitude (dora.py update_layer): the row norms of
+             * W + scaling * (lora_B @ lora_A), in the adapters' dtype */
+            uint64_t nw = vp__mulc(S, w->numel, made);
+            uint32_t lw = vp__talloc(S, nw, VP_CAT_TEMP);
+            uint32_t sc = vp__talloc(S, nw, VP_CAT_TEMP);
+            uint32_t sum = vp__talloc(S, nw, VP_CAT_TEMP);
+            vp__tunref(S, sc);
+            uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, made),
+                                    VP_CAT_PARAM);
+            vp__tunref(S, lw);
+            vp__tunref(S, sum);
+            if (made != pb)
+                half[p] = t;
+            continue;
+        }
+        uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, made), VP_CAT_PARAM);
+        if (made != pb)
+            half[p] = t;
+    }
+    for (size_t p = 0; p < np && OK(S); p++) {
+        if (half[p] == NONE)
+            continue;
+        const vp_param *pp = &g->params[p];
+        vp__talloc(S, vp__mulc(S, pp->numel, vp__param_bytes(S, pp)),
+                   VP_CAT_PARAM);
+        vp__tunref(S, half[p]);
+    }
+    free(half);
+}
+
+void vp__load_model(sim *S)
 {
     const vp_graph *g = S->g;
     S->phase = VP_PHASE_SETUP;
@@ -421,71 +579,21 @@ static void load_model(sim *S)
     vp_allocator_stats st;
     vp_allocator_stats_get(S->a, &st);
     S->out->baseline = st.allocated;
-    /* Construction, in parameter order, in fp32 (the module's default
-     * dtype). A head tied to the embedding (HF tie_weights) is first built
-     * with a weight of its own, which tying frees: a transient of
-     * in x out x 4 B that leaves a free segment behind (GPT-2's lm_head:
-     * 154 MB; BERT's decoder, built between its bias and the head's own
-     * bias). Then model.to(half) converts each parameter in the same
-     * order: the half copy is made before the fp32 original is freed. */
-    uint32_t *fp32 = calloc(g->n_params ? g->n_params : 1, sizeof *fp32);
-    if (!fp32) {
+    uint32_t *built = malloc((g->n_params ? g->n_params : 1) * sizeof *built);
+    if (!built) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return;
     }
-    uint32_t tied = NONE, tied_op = 0;
-    for (uint32_t i = 0; i < g->n_ops; i++)
-        if (g->ops[i].flags & VP_OPF_TIED_INIT) {
-            tied_op = i;
-            break;
-        }
-    bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT);
-    uint32_t late[MAX_TIED_LATE];
-    size_t nl = 0;
-    for (size_t p = 0; p <= g->n_params && OK(S); p++) {
-        if (!tied_done && (p == g->n_params || g->params[p].op >= tied_op)) {
-            const vp_op *to = &g->ops[tied_op];
-            tied = vp__talloc(S, vp__mulc(S, vp__mulc(S, to->in_features,
-                                          to->out_features), build_bytes(S)),
-                          VP_CAT_TEMP);
-            tied_done = true;
-            if (p == g->n_params || g->params[p].op != tied_op) {
-                vp__tunref(S, tied);
-                tied = NONE;
-            }
-        }
-        if (p == g->n_params)
-            break;
-        tied_late(S, p, late, MAX_TIED_LATE, &nl);
-        const vp_param *pp = &g->params[p];
-        uint32_t pb = vp__param_bytes(S, pp);
-        fp32[p] = vp__talloc(S, vp__mulc(S, pp->numel,
-                                         pb == 2 ? build_bytes(S) : pb),
-                             VP_CAT_PARAM);
-        if (tied != NONE) {
-            vp__tunref(S, tied);
-            tied = NONE;
-        }
-    }
-    tied_late(S, g->n_params, late, MAX_TIED_LATE, &nl);
-    tied_late_free(S, late, nl);
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
-        const vp_param *pp = &g->params[p];
-        if (S->int8 && S->int8[p]) {
-            /* quantized as it loads: int8 weight and a fp32 scale per
-             * output row; the original is freed */
-            const vp_op *lo = &g->ops[pp->op];
-            vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
-                   VP_CAT_PARAM);
-            vp__tunref(S, fp32[p]);
-        } else if (S->half && vp__param_bytes(S, pp) == 2 &&
-                   build_bytes(S) == 4) {
-            vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_PARAM);
-            vp__tunref(S, fp32[p]);
-        }
-    }
-    free(fp32);
-    S->out->after_model = allocated(S) - S->out->baseline;
+    for (size_t p = 0; p < g->n_params; p++)
+        built[p] = NONE;
+    construct(S, built);
+    convert(S, built);
+    free(built);
+    S->out->load_peak = S->peak - S->out->baseline;
+    add_adapters(S);
+    S->cur_op = "";
+    S->out->after_model = vp__allocated(S) - S->out->baseline;
+    S->out->setup_peak = S->peak - S->out->baseline;
 }
 
 static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
@@ -523,7 +631,7 @@ static vp_status run(sim *S)
     uint32_t *refs_of = calloc(g->n_ops ? g->n_ops : 1, sizeof *refs_of);
     if (!refs_of)
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
-    load_model(S);
+    vp__load_model(S);
     uint32_t loss = NONE;
     for (uint32_t i = 0; i < g->n_ops; i++)
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS)
@@ -547,9 +655,10 @@ static vp_status run(sim *S)
             if (mb == 0) {
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
-                pk->start = allocated(S) - out->baseline;
+                pk->start = vp__allocated(S) - out->baseline;
             } else {
                 vp__tunref(S, loss_t); /* del loss */
+                vp__release_graph(S);
                 for (size_t k = 0; k < nb; k++)
                     vp__tunref(S, batch[k]);
                 alloc_batch(S, batch, &nb);
@@ -577,7 +686,7 @@ static vp_status run(sim *S)
             }
             if (S->phase_peak > fwd_peak)
                 fwd_peak = S->phase_peak;
-            pk->after_fwd = allocated(S) - out->baseline;
+            pk->after_fwd = vp__allocated(S) - out->baseline;
             if (!S->training)
                 break;
             phase_begin(S, VP_PHASE_BACKWARD);
@@ -590,7 +699,7 @@ static vp_status run(sim *S)
         pk->peak[VP_PHASE_FORWARD] = fwd_peak - out->baseline;
         if (S->training) {
             pk->peak[VP_PHASE_BACKWARD] = bwd_peak - out->baseline;
-            pk->after_bwd = allocated(S) - out->baseline;
+            pk->after_bwd = vp__allocated(S) - out->baseline;
             phase_begin(S, VP_PHASE_OPTIMIZER);
             vp__optimizer_step(S);
             if (S->cat_live[VP_CAT_OPTIM] > out->optim_bytes)
@@ -598,10 +707,11 @@ static vp_status run(sim *S)
             pk->peak[VP_PHASE_OPTIMIZER] = S->phase_peak - out->baseline;
             zero_grad(S);
             vp__tunref(S, loss_t);
+            vp__release_graph(S);
         }
         for (size_t k = 0; k < nb; k++)
             vp__tunref(S, batch[k]);
-        pk->end = allocated(S) - out->baseline;
+        pk->end = vp__allocated(S) - out->baseline;
         vp_allocator_stats st;
         vp_allocator_stats_get(S->a, &st);
         pk->reserved = st.reserved;
@@ -629,6 +739,8 @@ static void sim_destroy(sim *S)
     free(S->reload);
     free(S->sel);
     free(S->int8);
+    free(S->opc);
+    free(S->leaf);
     free(S->pgrad);
     free(S->cast);
     free(S->st1);
@@ -689,8 +801,9 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->amp = p == VP_PREC_AMP_BF16 || p == VP_PREC_AMP_FP16;
     S->half = p == VP_PREC_BF16 || p == VP_PREC_FP16;
     S->A = p == VP_PREC_FP32 ? 4 : 2;
-    S->PE = S->half ? 2 : 4;
-    S->training = !s->inference;
+    S->PE = vp__base_bytes(s);
+    S->kbit = s->ft.quant != VP_QUANT_NONE;
+    S->training = !s->inference && !s->generate.prompt;
     if (s->weight_bits == 8) {
         /* INT8 weights: the weights of linear layers that own them (a
          * weight tied to an embedding stays as it is) */
@@ -732,7 +845,10 @@ static void layer_breakdown(const vp_graph *g, const vp_setup *s,
         return;
     }
     S.stop_at = at;
-    run(&S);
+    if (s->generate.prompt)
+        vp__generate_run(&S);
+    else
+        run(&S);
     size_t nb = g->n_segs + 1;
     uint64_t *bytes = calloc(nb, sizeof *bytes);
     if (bytes) {
@@ -766,11 +882,35 @@ static void layer_breakdown(const vp_graph *g, const vp_setup *s,
     sim_destroy(&S);
 }
 
-vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
-                      vp_sim_event_fn on_event, void *ud, vp_error *err)
+/* The weights' bytes (quantized ones as stored) and the gradients'. */
+static vp_status model_bytes(const vp_graph *g, const vp_setup *s,
+                             vp_estimate *out, vp_error *err)
 {
-    vp_error_clear(err);
-    memset(out, 0, sizeof *out);
+    uint8_t base = vp__base_bytes(s);
+    for (size_t p = 0; p < g->n_params; p++) {
+        const vp_param *pp = &g->params[p];
+        uint64_t eb = pp->elem_bytes_override ? pp->elem_bytes_override
+                      : pp->fp32_buffer       ? 4
+                                              : base;
+        uint64_t b, w;
+        if (!vp_mul_u64(pp->numel, eb, &b))
+            return vp_error_set(err, VP_EOVERFLOW,
+                                "parameter bytes overflow 64 bits");
+        w = pp->quant ? vp__quant_bytes(g, (uint32_t)p, s->ft.double_quant)
+                      : b;
+        if (!vp_add_u64(out->param_bytes, w, &out->param_bytes) ||
+            (pp->trainable && !s->generate.prompt &&
+             !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
+            return vp_error_set(err, VP_EOVERFLOW,
+                                "parameter bytes overflow 64 bits");
+    }
+    return VP_OK;
+}
+
+static vp_status simulate(const vp_graph *g, const vp_setup *s,
+                          vp_estimate *out, vp_sim_event_fn on_event,
+                          void *ud, vp_error *err)
+{
     if (s->batch == 0 || s->accum == 0 || s->steps == 0 ||
         s->steps > VP_MAX_STEPS)
         return vp_error_set(err, VP_EARG,
@@ -788,7 +928,7 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     if (st == VP_OK) {
         S.cb = on_event;
         S.ud = ud;
-        st = run(&S);
+        st = s->generate.prompt ? vp__generate_run(&S) : run(&S);
     }
     vp_allocator_stats as;
     if (S.a) {
@@ -798,6 +938,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     }
     uint64_t peak_event = out->events;
     out->events = S.events;
+    if (S.peak_op)
+        snprintf(out->peak_op, sizeof out->peak_op, "%s", S.peak_op);
     sim_destroy(&S);
     /* figures relative to the allocations before the model */
     out->peak_alloc = out->peak_alloc >= out->baseline
@@ -806,21 +948,8 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
     if (out->by_category[VP_CAT_WORKSPACE] >= out->baseline)
         out->by_category[VP_CAT_WORKSPACE] -= out->baseline;
     (void)vp_graph_num_params(g, &out->params, NULL);
-    for (size_t p = 0; p < g->n_params; p++) {
-        const vp_param *pp = &g->params[p];
-        uint64_t eb = pp->elem_bytes_override ? pp->elem_bytes_override
-                      : pp->fp32_buffer                   ? 4
-                      : (s->precision == VP_PREC_BF16 ||
-                         s->precision == VP_PREC_FP16)
-                          ? 2
-                          : 4;
-        uint64_t b;
-        if (!vp_mul_u64(pp->numel, eb, &b) ||
-            !vp_add_u64(out->param_bytes, b, &out->param_bytes) ||
-            (pp->trainable && !vp_add_u64(out->grad_bytes, b, &out->grad_bytes)))
-            return vp_error_set(err, VP_EOVERFLOW,
-                                "parameter bytes overflow 64 bits");
-    }
+    if (model_bytes(g, s, out, err) != VP_OK)
+        return err ? err->code : VP_EOVERFLOW;
     /* optim_bytes: the state held after the optimizer steps (set in run) */
     for (uint32_t k = 0; k < out->steps; k++) {
         uint64_t m = 0;
@@ -831,10 +960,12 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             out->peak_alloc_steady = m;
     }
     out->device_used = out->peak_reserved + s->context_bytes;
+    if (!vp_add_u64(out->device_used, out->paged_bytes, &out->device_used))
+        return vp_error_set(err, VP_EOVERFLOW, "device memory overflows");
     if (out->steps)
         out->host_traffic /= out->steps; /* per step */
     double f = 0;
-    for (size_t i = 0; i < g->n_ops; i++) {
+    for (size_t i = 0; i < g->n_ops && !s->generate.prompt; i++) {
         f += g->ops[i].flops_fwd;
         if (!s->inference)
             f += g->ops[i].flops_bwd;
@@ -843,8 +974,32 @@ vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
             s->checkpoint[g->ops[i].segment])
             f += g->ops[i].flops_fwd;
     }
-    out->flops_per_step = f * (s->inference ? 1 : s->accum);
+    if (!s->generate.prompt) /* generate.c counts its forwards */
+        out->flops_per_step = f * (s->inference ? 1 : s->accum);
     if (st == VP_OK && peak_event && !s->skip_breakdown)
         layer_breakdown(g, s, out, peak_event);
+    return st;
+}
+
+vp_status vp_simulate(const vp_graph *g, const vp_setup *s, vp_estimate *out,
+                      vp_sim_event_fn on_event, void *ud, vp_error *err)
+{
+    vp_graph *ft = NULL;
+    uint64_t total = 0;
+
+    vp_error_clear(err);
+    memset(out, 0, sizeof *out);
+    vp_status st = vp__finetune_prepare(g, s, &ft, err);
+    if (st != VP_OK)
+        return st;
+    (void)vp_graph_num_params(g, &total, NULL);
+    st = simulate(ft ? ft : g, s, out, on_event, ud, err);
+    /* every parameter: the model's, and the adapters */
+    for (size_t p = 0; ft && p < ft->n_params; p++)
+        if (ft->params[p].adapter &&
+            !vp_add_u64(total, ft->params[p].numel, &total))
+            total = UINT64_MAX;
+    out->total_params = total;
+    vp_graph_free(ft);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator_internal.h"
 #include "sim_internal.h"
 
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
@@ -26,28 +27,32 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
                  uint64_t handle)
 {
     S->events++;
-    vp_allocator_stats st;
-    vp_allocator_stats_get(S->a, &st);
+    const vp_allocator_stats *st = vp__allocator_stats(S->a);
+    uint64_t al = st->allocated;
     if (!is_free) {
-        if (st.allocated > S->phase_peak)
-            S->phase_peak = st.allocated;
-        if (st.allocated > S->peak) {
-            S->peak = st.allocated;
-            S->out->peak_alloc = st.allocated;
+        if (al > S->phase_peak)
+            S->phase_peak = al;
+        if (al > S->peak) {
+            S->peak = al;
+            S->out->peak_alloc = al;
             S->out->peak_phase = S->phase;
             S->out->peak_step = S->step;
-            snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s",
-                     S->cur_op ? S->cur_op : "");
-            memcpy(S->out->by_category, S->cat_live, sizeof S->cat_live);
-            S->out->peak_alloc = st.allocated;
+            S->peak_op = S->cur_op; /* named in the estimate at the end */
+            memcpy(S->out->by_category, S->cat_live,
+                   sizeof S->out->by_category);
+            S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
+            S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
+            S->out->gen.peak_token = S->gen_token;
             /* remember the event for the layer breakdown pass */
             S->out->events = S->events;
         }
     }
     if (S->cb) {
+        if (cat == VP__CAT_KV)
+            cat = VP_CAT_ACT; /* the public categories */
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           st.allocated, st.reserved, handle,
+                           al, st->reserved, handle,
                            vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
@@ -59,8 +64,8 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
 {
     if (!OK(S))
         return NONE;
-    uint64_t h = 0;
-    vp_status st = vp_allocator_malloc(S->a, bytes, 0, &h, S->err);
+    uint64_t h = 0, bs = 0;
+    vp_status st = vp__allocator_alloc(S->a, bytes, 0, &h, &bs, S->err);
     if (st != VP_OK) {
         S->st = st;
         if (st == VP_EOOM) {
@@ -83,7 +88,6 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
         }
         id = (uint32_t)S->nt++;
     }
-    uint64_t bs = vp_allocator_block_size(S->a, h);
     S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
     emit(S, false, bytes, cat, h);
@@ -110,7 +114,8 @@ void vp__tunref(sim *S, uint32_t id)
     S->cat_live[cat] -= bytes;
     vp_status st = vp_allocator_release(S->a, handle, S->err);
     VP_ASSERT(st == VP_OK);
-    if (!vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+    if (S->n_free == S->cap_free &&
+        !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
                   sizeof(uint32_t))) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return;
@@ -139,6 +144,26 @@ void vp__hold(sim *S, uint32_t id)
     }
     vp__tref(S, id);
     S->held[S->n_held++] = id;
+}
+
+void vp__hold_graph(sim *S, uint32_t id)
+{
+    if (id == NONE)
+        return;
+    if (!vp__grow((void **)&S->leaf, &S->cap_leaf, S->n_leaf + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    vp__tref(S, id);
+    S->leaf[S->n_leaf++] = id;
+}
+
+void vp__release_graph(sim *S)
+{
+    for (size_t i = 0; i < S->n_leaf; i++)
+        vp__tunref(S, S->leaf[i]);
+    S->n_leaf = 0;
 }
 
 void vp__release_held(sim *S)
@@ -228,17 +253,51 @@ uint32_t vp__param_bytes(const sim *S, const vp_param *p)
 
 /* ---- autocast -------------------------------------------------------- */
 
+/* Whether autocast casts parameter p for its op: a fp32 weight under
+ * autocast (a half-precision weight is already in the compute dtype; a
+ * quantized one is dequantized by its op). */
+bool vp__param_is_cast(const sim *S, uint32_t p)
+{
+    const vp_param *pp = &S->g->params[p];
+    return S->amp && !(S->int8 && S->int8[p]) && !pp->quant &&
+           vp__param_bytes(S, pp) == 4;
+}
+
 /* The low-precision copy of a parameter (autocast's weight cache); NONE
- * when no cast happens (not amp). The cache keeps one reference. */
+ * when no cast happens (not amp). The cache keeps one reference. The
+ * cache holds only casts of leaves that require grad
+ * (aten/src/ATen/autocast_mode.cpp, cached_cast): a frozen weight is cast
+ * afresh by every op, and the cast dies when the op returns unless the op
+ * saved it. */
 uint32_t vp__weight_cast(sim *S, uint32_t p)
 {
-    if (!S->amp || (S->int8 && S->int8[p]))
+    if (!vp__param_is_cast(S, p))
         return NONE;
+    if (!S->g->params[p].trainable) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, S->g->params[p].numel, 2),
+                                VP_CAT_CAST);
+        if (c != NONE && !vp__grow((void **)&S->opc, &S->cap_opc,
+                                   S->n_opc + 1, sizeof *S->opc)) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            vp__tunref(S, c);
+            return NONE;
+        }
+        if (c != NONE)
+            S->opc[S->n_opc++] = c;
+        return c;
+    }
     if (S->cast[p] == NONE) {
         const vp_param *pp = &S->g->params[p];
         S->cast[p] = vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_CAST);
     }
     return S->cast[p];
+}
+
+void vp__release_op_casts(sim *S)
+{
+    for (size_t k = 0; k < S->n_opc; k++)
+        vp__tunref(S, S->opc[k]);
+    S->n_opc = 0;
 }
 
 void vp__clear_cast_cache(sim *S)
@@ -291,7 +350,7 @@ void vp__weight_grad(sim *S, uint32_t p, bool via_cast)
     if (!pp->trainable)
         return;
     uint64_t n = pp->numel;
-    if (via_cast && S->amp) {
+    if (via_cast && vp__param_is_cast(S, p)) {
         uint32_t lo = vp__talloc(S, vp__mulc(S, n, 2), VP_CAT_TEMP);
         uint32_t hi = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP);
         vp__tunref(S, lo);
@@ -309,7 +368,7 @@ void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo)
 {
     if (lo == NONE)
         return;
-    if (S->amp) {
+    if (vp__param_is_cast(S, p)) {
         uint32_t hi = vp__talloc(S, vp__mulc(S, S->g->params[p].numel, 4),
                              VP_CAT_TEMP);
         vp__tunref(S, lo);

@@ -16,6 +16,8 @@
  *                       softmax, rope, views
  *   ops/embed_loss.c    embedding, cross-entropy, MSE loss
  *   ops/moe.c           router, dispatch, combine
+ *   ops/lora.c          LoRA and DoRA adapters (peft)
+ *   ops/quant.c         quantized base weights (bitsandbytes)
  *   optim.c             optimizer states and step temporaries
  *
  * An op family defines, next to each other, the forward rule (what the op
@@ -31,6 +33,10 @@
 #include "vramplan/vramplan.h"
 
 #define NONE UINT32_MAX /* no tensor                                     */
+/* generate()'s key/value cache: an internal category after the public
+ * ones, reported with the activations in by_category and apart in
+ * vp_estimate.gen.kv_at_peak (generate.c). */
+#define VP__CAT_KV ((vp_category)VP_CAT__COUNT)
 #define MAX_SAVED 12    /* saved-tensor slots per op                      */
 
 typedef struct {
@@ -89,8 +95,19 @@ typedef struct sim {
     bool *sel;               /* per segment: selective recomputation  */
     uint64_t host_now;       /* host bytes held by offloads           */
     bool *int8;              /* per param: an INT8 linear weight, or NULL */
+    bool kbit;               /* a quantized base (prepare_model_for_kbit_
+                                training upcast its other half-precision
+                                parameters to fp32)                     */
     size_t n_ckin, cap_ckin;
     size_t n_held, cap_held;
+    bool qmaps;              /* bitsandbytes' quantization maps are on
+                                the GPU (paged 8-bit AdamW)             */
+    uint32_t *leaf;          /* kept by the autograd graph until the
+                                loss is deleted                         */
+    size_t n_leaf, cap_leaf;
+    uint32_t *opc;           /* the running op's casts of frozen weights
+                                (not in autocast's cache)             */
+    size_t n_opc, cap_opc;
     struct vp__pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
     size_t n_ph, cap_ph;
     /* state */
@@ -100,13 +117,16 @@ typedef struct sim {
     int32_t cur_op_idx;
     bool amp, half, training;
     uint8_t A, PE; /* low-precision activation bytes, parameter bytes */
-    uint64_t cat_live[VP_CAT__COUNT];
+    uint64_t cat_live[VP_CAT__COUNT + 1]; /* and VP__CAT_KV */
+    uint64_t gen_token;    /* generate(): the token being made (1: the
+                              prefill's), for the peak's report       */
     uint64_t phase_peak;
     uint64_t events;
     bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
     /* results */
     vp_estimate *out;
     uint64_t peak;
+    const char *peak_op;   /* the op of the peak (cur_op then)           */
     uint64_t stop_at;      /* pass 2: stop at this event (0 = run all) */
     bool stopped;
     vp_sim_event_fn cb;
@@ -128,6 +148,10 @@ void vp__transient(sim *S, uint64_t bytes);
 /* Keep a tensor until the model's output is dropped (end of forward). */
 void vp__hold(sim *S, uint32_t id);
 void vp__release_held(sim *S);
+/* Keep a tensor until the loss (and with it the autograd graph) is
+ * deleted: a leaf that requires grad and its .grad. */
+void vp__hold_graph(sim *S, uint32_t id);
+void vp__release_graph(sim *S);
 
 /* Save tensor id (NONE allowed) for op's backward in slot `slot`; slots
  * are saved in increasing order. Activation offload, compression and
@@ -139,10 +163,14 @@ void vp__release_saved(sim *S, uint32_t op); /* all, in slot order */
 
 /* Bytes per element of a parameter in this precision. */
 uint32_t vp__param_bytes(const sim *S, const vp_param *p);
+/* Whether autocast casts parameter p (a fp32 weight under autocast). */
+bool vp__param_is_cast(const sim *S, uint32_t p);
 /* The autocast copy of parameter p (the cache keeps one reference); NONE
  * when no cast happens. */
 uint32_t vp__weight_cast(sim *S, uint32_t p);
 void vp__clear_cast_cache(sim *S);
+/* Drop the running op's casts of frozen weights (after its forward). */
+void vp__release_op_casts(sim *S);
 /* Op in_op's output in `eb` bytes per element: an owned reference (a new
  * tensor when a cast is needed). */
 uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb);
@@ -266,6 +294,8 @@ vp__fwd_fn vp__cast_fwd;
 vp__bwd_fn vp__cast_bwd;
 vp__fwd_fn vp__scale_fwd;
 vp__fwd_fn vp__upsample_fwd;   /* ops/spatial.c                          */
+vp__fwd_fn vp__lora_fwd;       /* ops/lora.c                             */
+vp__bwd_fn vp__lora_bwd;
 
 /* Helpers shared by rules. The output aliases the first input (in
  * place, or a view). */
@@ -283,14 +313,14 @@ uint8_t vp__promoted_eb(const sim *S, const vp__fwd_op *f);
  * before the first layer (ops/attention.c). */
 void vp__attention_model_mask(sim *S);
 /* The attention kernel that runs: the setup's or the model's choice, SDPA
- * resolved by the compute element bytes ce. */
+ * resolved by the compute element bytes ce, GQA and an additive bias
+ * (ops/attention.c). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
 /* SDPA's math kernel and an additive attention bias (ops/attention_math.c):
- * the kernel that runs given the bias; the bias's mask (owned *mask, the
+ * the bias's mask (owned *mask, the
  * autocast copy *cast, the causal condition *cond to save after the
  * kernel's slots, with vp__attention_bias_save); the kernel's forward on
  * q, k, v (k and v contiguous: copied by the cache) and backward. */
-vp_attn_impl vp__attention_core_impl(const sim *S, const vp_op *o, uint8_t ce);
 void vp__attention_bias_fwd(sim *S, vp__fwd_op *f, uint8_t ce, uint32_t *mask,
                             uint32_t *cast, uint32_t *cond);
 void vp__attention_bias_save(sim *S, uint32_t op, uint32_t cond);
@@ -300,6 +330,37 @@ void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
                             uint32_t *dk, uint32_t *dv);
 /* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
 uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
+
+/* ---- quantized base weights (ops/quant.c) -------------------------------- */
+
+/* Load quantized weight p: its half-precision copy arrives, is quantized
+ * into its stored tensors, and is freed. */
+void vp__quant_load(sim *S, uint32_t p);
+/* Bytes quantized weight p of g keeps (all its tensors, as requested;
+ * nested: 4-bit double quantization). */
+uint64_t vp__quant_bytes(const vp_graph *g, uint32_t p, bool nested);
+/* The linear rules of a layer whose weight is quantized (linear.c hands
+ * over to them). */
+void vp__quant_linear_fwd(sim *S, vp__fwd_op *f);
+void vp__quant_linear_bwd(sim *S, vp__bwd_op *b);
+/* ---- the step's parts that generate() reuses (sim.c) -------------------- */
+
+/* Forward of op i (its rule, then its output's consumers and Python
+ * references). refs_of: the consumers' references during a recomputation
+ * (NULL: all its consumers). */
+void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of);
+/* Drop every Python reference (the forward returned). */
+void vp__release_pyholds(sim *S);
+/* The model's weights, loaded as setup.ft.load says (built in their dtype
+ * as from_pretrained(dtype=...) does, or in fp32 and cast), adapters
+ * added. */
+void vp__load_model(sim *S);
+/* Allocated bytes now. */
+uint64_t vp__allocated(sim *S);
+
+/* generate(): the prefill and decode steps of setup.generate in place of
+ * the training steps (generate.c). */
+vp_status vp__generate_run(sim *S);
 
 /* ---- the optimizer (optim.c) -------------------------------------------- */
 

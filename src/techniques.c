@@ -76,6 +76,14 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
     free_s.alloc.device_total = 0; /* the GPU's size caps reserved too */
     vp_estimate e;
     st = vp_simulate(g, &free_s, &e, NULL, NULL, err);
+    if (st == VP_EARG && vp_finetune_active(&s.ft)) {
+        /* a model with no linear layer to adapt */
+        snprintf(r->note, sizeof r->note, "%.127s", err ? err->msg : "");
+        vp_error_clear(err);
+        r->applicable = false;
+        st = VP_OK;
+        goto done;
+    }
     if (st == VP_EOVERFLOW) {
         vp_error_clear(err);
         snprintf(r->note, sizeof r->note, "sizes overflow 64 bits");
@@ -135,6 +143,51 @@ static variant *add(variant *v, size_t *n, size_t cap, const vp_setup *base,
     snprintf(x->name, sizeof x->name, "%s", name);
     snprintf(x->change, sizeof x->change, "%s", change);
     return x;
+}
+
+/* LoRA and QLoRA as the peft and bitsandbytes recipes set them up: r 16,
+ * alpha 32, dropout 0.05 on every linear layer but the head; a half base
+ * under autocast (LoRA), an NF4 base with double quantization, paged 8-bit
+ * AdamW and checkpointing (QLoRA). docs/FINETUNING.md. */
+static void add_finetuning(variant *v, size_t *nv, size_t C,
+                           const vp_setup *base, const char *base_ckpt,
+                           const vp_hw *hw)
+{
+    bool bf = !hw || vp_hw_matmul_rate(hw, VP_PREC_AMP_BF16) > 0;
+    static const struct {
+        const char *name, *change, *ckpt;
+        bool quant;
+    } rows[] = {
+        {"LoRA r16", "peft LoRA r16 on all linear layers, frozen half "
+         "base, autocast", NULL, false},
+        {"LoRA r16 + checkpoint", "LoRA r16, every segment checkpointed",
+         "all", false},
+        {"QLoRA r16 (NF4)", "NF4 base (double quant), LoRA r16, paged "
+         "8-bit AdamW, checkpoint", "all", true},
+    };
+
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        variant *x = add(v, nv, C, base, rows[i].ckpt ? rows[i].ckpt
+                                                      : base_ckpt,
+                         rows[i].name, rows[i].change);
+        if (x == NULL)
+            return;
+        x->s.precision = bf ? VP_PREC_AMP_BF16 : VP_PREC_AMP_FP16;
+        x->s.ft.base_dtype = bf ? VP_BASE_BF16 : VP_BASE_FP16;
+        x->s.ft.lora.r = 16;
+        x->s.ft.lora.alpha = 32;
+        x->s.ft.lora.dropout = 0.05;
+        snprintf(x->s.ft.lora.targets, sizeof x->s.ft.lora.targets,
+                 "all-linear");
+        x->s.weight_bits = 0;
+        if (rows[i].quant) {
+            x->s.ft.quant = VP_QUANT_NF4;
+            x->s.ft.double_quant = true;
+            x->s.optimizer = VP_OPT_PAGED_ADAMW_8BIT;
+            if (x->s.ft.load == VP_LOAD_FP32_CAST)
+                x->s.ft.load = VP_LOAD_DTYPE;
+        }
+    }
 }
 
 vp_status vp_techniques(const vp_model *m, const vp_setup *base,
@@ -248,6 +301,8 @@ vp_status vp_techniques(const vp_model *m, const vp_setup *base,
         x->s.precision = bf ? VP_PREC_BF16 : VP_PREC_FP16;
         x->s.optimizer = VP_OPT_ADAMW_8BIT;
     }
+    if (training && base->ft.lora.r == 0 && base->ft.quant == VP_QUANT_NONE)
+        add_finetuning(v, &nv, C, base, base_ckpt, hw);
     /* INT8 weights freeze the linear layers: an inference figure */
     x = add(v, &nv, C, base, NULL, "INT8 weights (inference)",
             "bitsandbytes int8 linear weights, forward under no_grad");

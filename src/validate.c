@@ -29,17 +29,17 @@ const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
 
 /* One-GPU precisions: collect.py's names; "fp16-pure" is VP_PREC_FP16. */
-static const char *const CASE_PRECS[] = {"fp32", "amp-bf16", "amp-fp16",
-                                         "bf16", "fp16-pure", NULL};
-static const vp_precision PREC_MAP[] = {VP_PREC_FP32, VP_PREC_AMP_BF16,
-                                        VP_PREC_AMP_FP16, VP_PREC_BF16,
-                                        VP_PREC_FP16};
+const char *const vp__case_precs[] = {"fp32", "amp-bf16", "amp-fp16",
+                                      "bf16", "fp16-pure", NULL};
+const vp_precision vp__case_prec_map[] = {VP_PREC_FP32, VP_PREC_AMP_BF16,
+                                          VP_PREC_AMP_FP16, VP_PREC_BF16,
+                                          VP_PREC_FP16};
+#define CASE_PRECS vp__case_precs
+#define PREC_MAP vp__case_prec_map
 static const vp_optimizer OPT_MAP[] = {VP_OPT_ADAMW, VP_OPT_ADAMW_FUSED,
                                        VP_OPT_ADAMW_FORLOOP, VP_OPT_SGD,
                                        VP_OPT_ADAFACTOR};
 static const char *const AUTOCASTS[] = {"bf16", "fp16", NULL};
-/* how the weights were made: in the training dtype, or fp32 then cast */
-static const char *const LOADS[] = {"dtype", "fp32-then-cast", NULL};
 
 /* ---- the schemas ---------------------------------------------------------- */
 
@@ -84,15 +84,22 @@ static const vp_jfield ROWS_IDENT[] = {
 
 /* Fields later versions will read: refused by name, never ignored. */
 static const vp_jfield ROWS_LATER[] = {
-    ROW_LATER("lora"),       ROW_LATER("base_dtype"),
-    ROW_LATER("freeze"),     ROW_LATER("quant"),
-    ROW_LATER("trainable_params"),
     ROW_LATER("generate"),   ROW_LATER("cache"),
     /* and those of groundtruth/README.md's newer sets */
-    ROW_LATER("setup_peak"), ROW_LATER("total_params"),
-    ROW_LATER("peft"),       ROW_LATER("runs"),
+    ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
     ROW_LATER("pg"),         ROW_LATER("mesh"),
+};
+
+/* Fine-tuning on several GPUs (the one-GPU rows: validate_ft.c). */
+static const vp_jfield ROWS_RANK_LATER[] = {
+    ROW_LATER("lora"),       ROW_LATER("base_dtype"),
+    ROW_LATER("freeze"),     ROW_LATER("quant"),
+    ROW_LATER("load"),       ROW_LATER("trainable_params"),
+    ROW_LATER("setup_peak"), ROW_LATER("total_params"),
+    ROW_LATER("peft"),
+    /* and encoder-decoder models' (the one-GPU rows: ROWS_SETUP) */
+    ROW_LATER("hf_config"),  ROW_LATER("target"),
 };
 
 /* One-GPU setups (training cases and max-batch cases). */
@@ -107,7 +114,6 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_U64("seq", 1, BIG, seq),
     ROW_U64("target", 1, BIG, target),
     ROW_STR("hf_config", hf_config),
-    ROW_ENUM("load", LOADS, load),
     /* fields of the setups that later versions will model on one GPU */
     ROW_LATER("autocast"), ROW_LATER("fsdp_version"),
     ROW_LATER("param_dtype"), ROW_LATER("reduce_dtype"),
@@ -186,10 +192,15 @@ static size_t join(vp_jfield *out, size_t n, const vp_jfield *rows,
 static size_t schema_of(vp_gt_kind kind, vp_jfield *rows)
 {
     size_t n = join(rows, 0, ROWS_IDENT, N(ROWS_IDENT));
+    if (kind == VP_GT_GENERATE)
+        return join(rows, n, vp__gen_rows, vp__n_gen_rows);
     n = join(rows, n, ROWS_LATER, N(ROWS_LATER));
-    if (kind == VP_GT_RANK)
+    if (kind == VP_GT_RANK) {
+        n = join(rows, n, ROWS_RANK_LATER, N(ROWS_RANK_LATER));
         return join(rows, join(rows, n, ROWS_MEASURED, N(ROWS_MEASURED)),
                     ROWS_RANK, N(ROWS_RANK));
+    }
+    n = join(rows, n, vp__case_ft_rows, vp__case_ft_n);
     n = join(rows, n, ROWS_SETUP, N(ROWS_SETUP));
     if (kind == VP_GT_MAXBATCH)
         return join(rows, n, ROWS_MAXBATCH, N(ROWS_MAXBATCH));
@@ -276,6 +287,8 @@ static vp_gt_kind kind_of(const json_t *root)
 {
     if (json_object_get(root, "world") != NULL)
         return VP_GT_RANK;
+    if (json_object_get(root, "generate") != NULL)
+        return VP_GT_GENERATE;
     if (json_object_get(root, "budget_gib") != NULL)
         return VP_GT_MAXBATCH;
     return VP_GT_CASE;
@@ -302,9 +315,9 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
-    in->load = -1;
     in->retries_node = -1;
     in->set_to_none = true;
+    vp__case_ft_init(in);
     if (!json_is_object(d->root))
         return vp__jerr(d, 0, false, VP_ESCHEMA, err,
                         "a case must be a JSON object");
@@ -313,9 +326,11 @@ static vp_status read_case(const char *json, size_t len,
     copy_str(out->model, sizeof out->model,
              json_object_get(d->root, "model"));
     size_t n = schema_of(out->kind, rows);
+    in->gen.cache = -1;
     st = vp__jschema_check(d, 0, rows, n,
                            out->kind == VP_GT_RANK ? "a multi-GPU case"
                            : out->kind == VP_GT_MAXBATCH ? "a max-batch case"
+                           : out->kind == VP_GT_GENERATE ? "a generate case"
                                                          : "a case",
                            in, err);
     if (st == VP_OK && in->failed != NULL)
@@ -327,43 +342,65 @@ static vp_status read_case(const char *json, size_t len,
 
 /* ---- one GPU ------------------------------------------------------------- */
 
-vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
-                              size_t n_dirs, vp_error *err)
+/* A case's "hf_config": a Hugging Face config.json, relative to the
+ * folder of the case file `file` (or absolute); errors at the field. */
+static vp_model *hf_config_model(const vp_case_in *in, const char *file,
+                                 vp_error *err)
 {
-    static const char *const exts[] = {".yaml", ".json"};
-    const char *name = in->model;
+    const char *slash = file ? strrchr(file, '/') : NULL;
+    int dl = slash && in->hf_config[0] != '/' ? (int)(slash - file + 1) : 0;
+    int at = vp__jdoc_member(in->doc, 0, "hf_config");
     char path[1024];
 
-    if (in->hf_config != NULL) {
-        /* a Hugging Face config.json, relative to the case file's folder */
-        const char *cp = in->doc->path ? in->doc->path : "";
-        const char *slash = strrchr(cp, '/');
-        int dl = slash ? (int)(slash - cp + 1) : 0;
-        if (in->hf_config[0] == '/')
-            dl = 0;
-        if (snprintf(path, sizeof path, "%.*s%s", dl, cp, in->hf_config) >=
-            (int)sizeof path) {
-            vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"),
-                     false, VP_ELIMIT, err, "hf_config path too long");
-            return NULL;
-        }
-        vp_model *m = vp_model_load(path, err);
-        if (m == NULL)
-            vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"),
-                     false, err ? err->code : VP_EIO, err,
-                     "hf_config '%s': %s", path, err ? err->msg : "");
-        return m;
+    int w = snprintf(path, sizeof path, "%.*s%s", dl, file ? file : "",
+                     in->hf_config);
+    if (w < 0 || (size_t)w >= sizeof path) {
+        vp__jerr(in->doc, at, false, VP_ELIMIT, err,
+                 "the config's path is too long");
+        return NULL;
     }
+    if (access(path, R_OK) != 0) {
+        vp__jerr(in->doc, at, false, VP_EIO, err, "hf_config '%s' not "
+                 "found (looked for %s, beside the case file)",
+                 in->hf_config, path);
+        return NULL;
+    }
+    vp_model *m = vp_model_load(path, err);
+    if (m == NULL && err != NULL) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        vp__jerr(in->doc, at, false, err->code, err, "hf_config '%s': %s",
+                 path, msg);
+    }
+    return m;
+}
 
+vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
+                              size_t n_dirs, const char *file, vp_error *err)
+{
+    static const char *const exts[] = {".yaml", ".json"};
+    const char *name = in->model, *slash = file ? strrchr(file, '/') : NULL;
+    char path[1024];
+
+    if (in->hf_config != NULL)
+        return hf_config_model(in, file, err);
     for (size_t i = 0; i < n_dirs; i++)
         for (size_t e = 0; e < 2; e++) {
             snprintf(path, sizeof path, "%s/%s%s", dirs[i], name, exts[e]);
             if (access(path, R_OK) == 0)
                 return vp_model_load(path, err);
         }
+    /* a ground-truth folder's configs (groundtruth/hf_configs/) */
+    int w = slash ? snprintf(path, sizeof path, "%.*s/hf_configs/%s.json",
+                             (int)(slash - file), file, name)
+                  : snprintf(path, sizeof path, "hf_configs/%s.json", name);
+    if (w > 0 && (size_t)w < sizeof path && strchr(name, '/') == NULL &&
+        access(path, R_OK) == 0)
+        return vp_model_load(path, err);
     vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "model"), false, VP_EIO,
              err, "model '%s' not found (looked for %s.yaml and %s.json in "
-             "%zu directories)", name, name, name, n_dirs);
+             "%zu directories, and in hf_configs/ beside the file)", name,
+             name, name, n_dirs);
     return NULL;
 }
 
@@ -402,9 +439,9 @@ static vp_setup case_setup(const vp_case_in *in, const vp_validate_opts *o)
     s.batch = in->batch;
     s.seq = in->seq;
     s.target = in->target;
-    s.build_in_dtype = in->load == 0;
     if (in->n_steps > 0)
         s.steps = in->n_steps;
+    vp__case_ft_setup(in, &s);
     return s;
 }
 
@@ -515,6 +552,7 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     if (st != VP_OK)
         goto done;
     case_metrics(in, &e, out);
+    vp__case_ft_metrics(in, &e, out);
     st = step_time_metric(in, g, &s, o, out, err);
     if (st == VP_OK)
         step_metrics(in, &e, out);
@@ -540,9 +578,11 @@ vp_status vp_validate_line(const char *json, size_t len,
     out->run = (uint32_t)in.run;
     if (st == VP_OK && out->kind == VP_GT_RANK)
         st = vp__validate_rank(&in, o, out, err);
+    else if (st == VP_OK && out->kind == VP_GT_GENERATE)
+        st = vp__validate_generate(&in, o, out, err);
     else if (st == VP_OK &&
-             (m = vp__case_find_model(&in, o->dirs, o->n_dirs, err)) ==
-                 NULL)
+             (m = vp__case_find_model(&in, o->dirs, o->n_dirs, o->path,
+                                      err)) == NULL)
         st = err != NULL ? err->code : VP_EIO;
     else if (st == VP_OK && out->kind == VP_GT_MAXBATCH)
         st = run_maxbatch(&in, o, m, out, err);
@@ -596,6 +636,7 @@ static vp_status env_fields(void *ctx, const vp_jval *v, vp_error *err)
         json_object_get(j, "context_used_after_init"));
     c->env->world_size = (uint64_t)json_integer_value(
         json_object_get(j, "world_size"));
+    c->env->warmed_up = json_object_get(j, "peft") != NULL;
     return VP_OK;
 }
 

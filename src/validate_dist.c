@@ -164,7 +164,7 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
                       "line naming a known GPU, or --gpu)");
     if (st != VP_OK)
         return st;
-    vp_model *m = vp__case_find_model(in, o->dirs, o->n_dirs, err);
+    vp_model *m = vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
     if (m == NULL)
         return err != NULL ? err->code : VP_EIO;
     if (in->attn >= 0 && m->form == 0)

@@ -231,3 +231,53 @@ Test(cli, json_output_escapes_any_string)
     json_decref(doc);
     cli_run_free(&r);
 }
+
+/* --- generate() ---------------------------------------------------------- */
+
+#define GEN_LLAMA "tests/data/good/hf-llama.json"
+
+/* the weights, the KV cache and the peaks apart, per call */
+Test(cli, estimate_generate_table)
+{
+    GOLDEN("estimate_generate_table", 0, "estimate", GEN_LLAMA, "--batch",
+           "4", "--precision", "bf16", "--generate", "prompt=100,new=10",
+           "--steps", "2");
+}
+Test(cli, estimate_generate_json)
+{
+    GOLDEN("estimate_generate_json", 0, "estimate", GEN_LLAMA, "--batch",
+           "4", "--precision", "bf16", "--generate",
+           "prompt=100,new=10,sample,top-p=0.9", "--cache", "static",
+           "--steps", "2", "--format", "json");
+}
+Test(cli, estimate_generate_csv)
+{
+    GOLDEN("estimate_generate_csv", 0, "estimate", GEN_LLAMA, "--batch", "4",
+           "--precision", "bf16", "--generate", "prompt=100,new=10",
+           "--steps", "1", "--format", "csv");
+}
+Test(cli, generate_unknown_item)
+{
+    GOLDEN("generate_unknown_item", 2, "estimate", GEN_LLAMA, "--generate",
+           "prompt=100,nwe=10");
+}
+Test(cli, generate_refuses_seq)
+{
+    GOLDEN("generate_refuses_seq", 2, "estimate", GEN_LLAMA, "--generate",
+           "prompt=100,new=10", "--seq", "128");
+}
+Test(cli, generate_refuses_an_optimizer)
+{
+    GOLDEN("generate_refuses_an_optimizer", 2, "estimate", GEN_LLAMA,
+           "--generate", "prompt=100,new=10", "--optimizer", "sgd");
+}
+Test(cli, cache_needs_generate)
+{
+    GOLDEN("cache_needs_generate", 2, "estimate", GEN_LLAMA, "--cache",
+           "static");
+}
+Test(cli, generate_needs_a_causal_lm)
+{
+    GOLDEN("generate_needs_a_causal_lm", 3, "estimate",
+           "tests/data/good/hf-bert.json", "--generate", "prompt=16,new=4");
+}

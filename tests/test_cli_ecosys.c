@@ -281,3 +281,70 @@ Test(progress, line_on_a_terminal_only, .timeout = 60)
     cr_assert_str_eq(r.err, "");
     cli_run_free(&r);
 }
+
+/* ---- fine-tuning: LoRA, QLoRA, freezing, loading -------------------------- */
+
+Test(finetune, lora_estimate_table)
+{
+    GOLDEN("finetune_lora_estimate", 0, "estimate", "models/llama-1b.yaml",
+           "--batch", "2", "--seq", "512", "--precision", "amp-bf16",
+           "--base-dtype", "bf16", "--lora",
+           "r=16,alpha=32,targets=q_proj,v_proj,dropout=0.05", "-c", "all");
+}
+Test(finetune, qlora_estimate_json)
+{
+    GOLDEN("finetune_qlora_estimate_json", 0, "estimate",
+           "models/llama-1b.yaml", "--batch", "2", "--seq", "512",
+           "--precision", "amp-bf16", "--lora",
+           "r=16,alpha=32,targets=all-linear", "--quant", "nf4",
+           "--double-quant", "-o", "paged-adamw-8bit", "-c", "all",
+           "--format", "json");
+}
+/* the issue's case: from_pretrained(torch_dtype=bf16) never holds the
+ * fp32 model, so a 7B model fits a 24 GB card for inference */
+Test(finetune, bf16_inference_of_7b_fits_24gb)
+{
+    GOLDEN("finetune_mistral_inference_maxbatch", 0, "maxbatch",
+           "models/mistral-7b.yaml", "--gpu", "rtx4090", "--precision",
+           "bf16", "--inference");
+}
+/* QLoRA of a 7B model on a 24 GB card: the techniques table */
+Test(finetune, techniques_of_7b_on_24gb)
+{
+    GOLDEN("finetune_techniques_llama7b_rtx4090", 0, "techniques",
+           "models/llama-2-7b.yaml", "--gpu", "rtx4090", "--batch", "1",
+           "--seq", "2048", "--precision", "bf16");
+}
+Test(finetune, maxbatch_names_the_setup)
+{
+    GOLDEN("finetune_qlora_maxbatch", 0, "maxbatch", "models/llama-1b.yaml",
+           "--gpu", "rtx4090", "--seq", "1024", "--precision", "amp-bf16",
+           "--lora", "r=8,alpha=16,targets=q_proj,v_proj", "--quant", "nf4",
+           "-c", "all");
+}
+Test(finetune, unknown_lora_key)
+{
+    GOLDEN("finetune_err_lora_key", 2, "estimate", "models/llama-1b.yaml",
+           "--lora", "r=8,rank=4,targets=q_proj");
+}
+Test(finetune, lora_target_matches_nothing)
+{
+    GOLDEN("finetune_err_lora_target", 2, "estimate", "models/llama-1b.yaml",
+           "--lora", "r=8,targets=nope");
+}
+Test(finetune, freeze_pattern_matches_nothing)
+{
+    GOLDEN("finetune_err_freeze", 2, "estimate", "models/llama-1b.yaml",
+           "--freeze", "layers.99");
+}
+Test(finetune, base_dtype_against_precision)
+{
+    GOLDEN("finetune_err_base_dtype", 2, "estimate", "models/llama-1b.yaml",
+           "--lora", "r=8,targets=q_proj", "--base-dtype", "bf16");
+}
+Test(finetune, quantized_base_is_not_cast)
+{
+    GOLDEN("finetune_err_quant_cast", 2, "estimate", "models/llama-1b.yaml",
+           "--lora", "r=8,targets=q_proj", "--quant", "nf4", "--load",
+           "fp32-then-cast");
+}

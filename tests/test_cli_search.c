@@ -25,6 +25,20 @@ Test(cli_search, maxbatch_mlp10_json)
     GOLDEN("search_maxbatch_mlp10_json", 1, "maxbatch", "models/mlp10.yaml",
            "--budget", "2GiB", "--format", "json");
 }
+/* the largest batch of a generate() job (sequences), with its KV cache */
+Test(cli_search, maxbatch_generate)
+{
+    GOLDEN("search_maxbatch_generate", 0, "maxbatch",
+           "tests/data/good/hf-llama.json", "--precision", "bf16",
+           "--generate", "prompt=100,new=10", "--budget", "64MiB",
+           "--format", "json");
+}
+Test(cli_search, plan_refuses_generate)
+{
+    GOLDEN("search_plan_refuses_generate", 2, "plan",
+           "tests/data/good/hf-llama.json", "--generate", "prompt=100,new=10",
+           "--budget", "64MiB");
+}
 Test(cli_search, maxbatch_mlp10_fits_table)
 {
     GOLDEN("search_maxbatch_mlp10_fits_table", 0, "maxbatch",

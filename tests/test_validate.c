@@ -575,8 +575,7 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "lora", "base_dtype", "freeze", "quant", "trainable_params",
-        "generate", "cache", "autocast",
+        "cache", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 
@@ -634,14 +633,66 @@ Test(validate_encdec, hf_config_that_is_missing_is_named)
                        err.msg);
 }
 
+/* "load" is fine-tuning's load mode (validate_ft.c): one of its choices */
 Test(validate_encdec, load_is_one_of_its_choices)
 {
     vp_case_result r;
     vp_error err;
     const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
-                       "\"load\": \"meta\"}";
+                       "\"load\": \"disk\"}";
     cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "%s", err.msg);
     cr_expect_not_null(strstr(err.msg, "fp32-then-cast"), "%s", err.msg);
+}
+
+/* t5-base in bf16, load "dtype" (from_config(dtype=...): the families
+ * file's lines) never holds the model in fp32 while it is made; built in
+ * fp32 and cast ("fp32-then-cast", a line without base_dtype) it holds all
+ * of it, 222903552 x 4 bytes, before the cast (setup_peak compared with
+ * that figure: below it, then at least it) */
+Test(validate_encdec, load_dtype_builds_without_an_fp32_model)
+{
+    static const char *const loads[] = {"dtype", "fp32-then-cast"};
+    for (size_t i = 0; i < 2; i++) {
+        char json[256];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"t5-base\", \"batch\": "
+                 "1, \"seq\": 64, \"target\": 16, \"prec\": \"bf16\", "
+                 "\"load\": \"%s\", \"setup_peak\": 891614208}", loads[i]);
+        cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+        double e = must_metric(&r, "setup_peak")->rel_err;
+        if (i == 0)
+            cr_expect_lt(e, 0.0, "%s: %f", loads[i], e);
+        else
+            cr_expect_geq(e, 0.0, "%s: %f", loads[i], e);
+    }
+}
+
+Test(validate_schema, fine_tuning_fields_are_read_strictly)
+{
+    static const char *const ft[] = {"lora", "base_dtype", "freeze",
+                                     "quant", "load", "trainable_params"};
+
+    for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
+        char json[160];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"mlp10\", \"batch\": 8, "
+                 "\"%s\": true}", ft[i]);
+        cr_assert_neq(run_line(json, &r, &err), VP_OK, "%s", ft[i]);
+        cr_assert(strstr(err.msg, ft[i]) != NULL, "%s: %s", ft[i], err.msg);
+        cr_assert_neq(err.code, VP_EUNSUPPORTED, "%s: %s", ft[i], err.msg);
+    }
+}
+
+Test(validate_schema, an_unknown_key_in_lora_is_named)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"mlp10\", \"batch\": 8, \"lora\": "
+                       "{\"r\": 8, \"targets\": \"fc\", \"rank\": 4}}";
+    cr_assert_neq(run_line(json, &r, &err), VP_OK);
+    cr_assert(strstr(err.msg, "'rank'") != NULL, "%s", err.msg);
 }
 
 Test(validate_schema, a_measured_zero_is_an_error_not_zero_error)

@@ -191,7 +191,7 @@ Test(bounds_file, a_whole_file_not_modelled_or_not_of_cases)
                  VP_OK, "%s", err.msg);
     const vp_bounds_file *f = vp_bounds_find(&b, "later.jsonl");
     cr_assert_not_null(f);
-    cr_assert_str_eq(f->not_modelled, "LoRA and generate(): a later issue");
+    cr_assert_str_eq(f->not_modelled, "process groups: a later issue");
     cr_assert_str_eq(f->not_cases, "");
     f = vp_bounds_find(&b, "sweeps.jsonl");
     cr_assert_str_eq(f->not_cases, "kernel timings, not training cases");

@@ -67,7 +67,10 @@
     XX(CONV_TRANSPOSE2D, "conv_transpose2d")                                 \
     XX(POSITION_BIAS, "position_bias") /* T5 relative position bias        */ \
     XX(CAST, "cast")                   /* .to(the weights' dtype)          */ \
-    XX(SCALE, "scale")                 /* times a constant                 */
+    XX(SCALE, "scale")                 /* times a constant                 */ \
+    XX(LORA, "lora")                   /* a LoRA adapter on the linear op
+                                          inputs[1] (made by fine-tuning
+                                          setups, finetune.h)              */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,
@@ -95,6 +98,9 @@ typedef struct vp_param {
     bool trainable;     /* false for buffers (BatchNorm running statistics)  */
     bool fp32_buffer;   /* buffer kept in fp32 whatever the precision        */
     uint32_t elem_bytes_override; /* 8 for int64 buffers, else 0             */
+    uint8_t quant;      /* a quantized base weight: its vp_quant
+                           (finetune.h); 0 = stored as it is             */
+    bool adapter;       /* added by a fine-tuning setup (LoRA, DoRA)     */
 } vp_param;
 
 typedef struct vp_op {
@@ -116,6 +122,9 @@ typedef struct vp_op {
     uint32_t kernel, stride, padding, groups;
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
     uint64_t q_len, kv_len;               /* attention                       */
+    uint64_t window;                      /* attention: a sliding window of
+                                             this many tokens (generate()'s
+                                             cache and masks), 0 = none     */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
     double dropout;                       /* dropout p, attention dropout p  */

@@ -54,8 +54,9 @@ typedef struct vp_kv_layout {
     vp_kv_layer *layer;  /* n_layers entries; vp_kv_layout_destroy frees     */
 } vp_kv_layout;
 
-/* The layout of a decoder's graph (vp_graph_build): one full-attention layer
- * per causal attention op, with its K/V heads and head width. VP_EUNSUPPORTED
+/* The layout of a decoder's graph (vp_graph_build): one layer per causal
+ * attention op, with its K/V heads and head width, sliding when the op has
+ * a window (a config.json's sliding_window), else full attention. VP_EUNSUPPORTED
  * for a graph without causal attention (encoders, vision models: no cache).
  * *out is filled (vp_kv_layout_destroy) or left empty on error. */
 vp_status vp_kv_layout_from_graph(const vp_graph *g, vp_kv_layout *out,

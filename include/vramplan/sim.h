@@ -16,6 +16,7 @@
 #include "vramplan/allocator.h"
 #include "vramplan/defaults.h"
 #include "vramplan/error.h"
+#include "vramplan/finetune.h"
 #include "vramplan/graph.h"
 
 #define VP_PRECISION_MAP(XX)                                        \
@@ -40,6 +41,7 @@ typedef enum {
     XX(SGD_PLAIN, "sgd-nomomentum")                                 \
     XX(ADAFACTOR, "adafactor")                                      \
     XX(ADAMW_8BIT, "adamw-8bit")       /* bitsandbytes AdamW8bit  */  \
+    XX(PAGED_ADAMW_8BIT, "paged-adamw-8bit") /* PagedAdamW8bit      */  \
     XX(NONE, "none")
 
 typedef enum {
@@ -76,6 +78,55 @@ typedef enum {
 
 #define VP_MAX_STEPS 16
 
+/* The key/value cache of generate(): transformers' DynamicCache (each
+ * layer's K and V grown by torch.cat) or StaticCache (allocated once at
+ * prompt + new - 1 tokens, cache_implementation="static"). */
+#define VP_CACHE_MAP(XX)                                            \
+    XX(DYNAMIC, "dynamic")                                          \
+    XX(STATIC, "static")
+
+typedef enum {
+#define VP__CACHE(name, str) VP_CACHE_##name,
+    VP_CACHE_MAP(VP__CACHE)
+#undef VP__CACHE
+    VP_CACHE__COUNT
+} vp_cache_impl;
+
+/* model.generate() of a causal language model under torch.no_grad(), as
+ * transformers 5.x runs it (docs/GENERATE.md): a prefill over the prompt
+ * that materializes the logits of its last position only, then one
+ * forward of one token per new token, attending over the cache. Active
+ * when prompt > 0; the setup's batch is the number of sequences. */
+typedef struct vp_generate {
+    uint64_t prompt;       /* prompt tokens per sequence (0: no generate) */
+    uint64_t new_tokens;   /* tokens generated per sequence, >= 1         */
+    uint64_t min_new;      /* min_new_tokens: HF's MinLength and
+                              MinNewTokensLength processors mask the EOS
+                              token until this many are generated (when
+                              the model has one); 0: none                */
+    vp_cache_impl cache;
+    bool sample;           /* do_sample: softmax and torch.multinomial    */
+    uint32_t top_k;        /* sampling: TopKLogitsWarper's k (0: none)     */
+    bool top_p;            /* sampling: TopPLogitsWarper (top_p < 1)       */
+    bool padded;           /* some prompts are padded (the attention mask
+                              holds zeros): the causal mask is built and
+                              GQA repeats K and V for SDPA                */
+} vp_generate;
+
+/* transformers GenerationConfig's default top_k (used when sampling). */
+#define VP_GENERATE_TOP_K 50u
+
+/* Parse a generate spec, comma-separated items:
+ *   prompt=N, new=N     prompt and new tokens per sequence (both needed)
+ *   min-new=N           min_new_tokens (default: new, every token made)
+ *   sample              do_sample (top-k 50 unless top-k=N says)
+ *   top-k=N, top-p=P    the sampling filters (top-p below 1 sorts)
+ *   padded              prompts of different lengths, left-padded
+ * into out's fields (its cache is left as it is). VP_EARG naming the item
+ * for an unknown item or a bad value. */
+vp_status vp_generate_parse(const char *spec, vp_generate *out,
+                            vp_error *err);
+
 /* A training setup. Initialise with vp_setup_init, then change fields. */
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
@@ -109,10 +160,6 @@ typedef struct vp_setup {
                                   (true); false when an earlier run in the same
                                   process made them (collect.py's later cases) */
     vp_allocator_config alloc; /* allocator configuration and budget limit    */
-    bool build_in_dtype;       /* the model is made directly in a half
-                                  precision (from_config/from_pretrained with
-                                  dtype=, the ground truth's "load": "dtype"),
-                                  not built in fp32 and cast (false) */
     bool skip_breakdown;       /* searches: no per-layer breakdown (saves a
                                   second simulation pass)                     */
     bool offload_optimizer;    /* optimizer state on the host (ZeRO-Offload /
@@ -129,6 +176,13 @@ typedef struct vp_setup {
                                   LLM.int8), for inference: 1 byte per weight
                                   plus a fp32 scale per row, dequantized per
                                   layer; 0 = off                             */
+    vp_finetune ft;            /* frozen parameters, LoRA, a quantized base,
+                                  the base dtype and how it is loaded
+                                  (finetune.h; default: full fine-tuning,
+                                  loaded in the training dtype)           */
+    vp_generate generate;      /* generate() instead of training or
+                                  inference steps when prompt > 0; `steps`
+                                  is then the number of generate() calls   */
 } vp_setup;
 
 /* Defaults: batch 1, default seq, fp32, AdamW (foreach), set_to_none, 1
@@ -150,8 +204,23 @@ typedef struct vp_layer_bytes {
     uint64_t bytes;
 } vp_layer_bytes;
 
+/* What a generate() simulation found (vp_estimate.gen); allocated bytes
+ * are relative to the baseline, as peak_alloc. */
+typedef struct vp_gen_estimate {
+    uint64_t kv_cache_bytes;  /* the cache generate() returns: the bytes
+                                 of its K and V tensors' storage          */
+    uint64_t kv_at_peak;      /* cache bytes live at peak_alloc (counted
+                                 in by_category's activations too)       */
+    uint64_t weights;         /* parameter bytes on the device            */
+    uint64_t prefill_peak;    /* peak allocated up to the first token     */
+    uint64_t decode_peak;     /* peak allocated in the decode steps       */
+    uint64_t peak_token;      /* the token whose step makes peak_alloc:
+                                 1 the prefill's, k the (k-1)-th decode  */
+} vp_gen_estimate;
+
 typedef struct vp_estimate {
     uint64_t params;              /* trainable parameter elements           */
+    uint64_t total_params;        /* all parameter elements (adapters too)  */
     uint64_t param_bytes;         /* parameters + buffers on the device     */
     uint64_t grad_bytes;          /* all gradients, when they all exist     */
     uint64_t optim_bytes;         /* optimizer state after step 1           */
@@ -177,6 +246,17 @@ typedef struct vp_estimate {
     double flops_per_step;        /* forward + backward + recompute         */
     uint64_t host_bytes;          /* host RAM the offloads need at most     */
     uint64_t host_traffic;        /* bytes over the host link per step      */
+    uint64_t setup_peak;          /* peak allocated while the model was
+                                     loaded (and quantized, and its adapters
+                                     added), before step 1; peak_alloc is
+                                     the larger of it and the steps' peaks */
+    uint64_t load_peak;           /* the part of it before the adapters
+                                     were added (the base model's load) */
+    uint64_t paged_bytes;         /* paged optimizer state (unified memory,
+                                     outside the caching allocator: not in
+                                     the allocated and reserved figures,
+                                     counted in device_used)               */
+    vp_gen_estimate gen;          /* generate(): setup.generate.prompt > 0  */
 } vp_estimate;
 
 /* Called for every allocation event when set (for --timeline). `bytes` is
@@ -209,9 +289,11 @@ const char *vp_precision_name(vp_precision p);
 const char *vp_optimizer_name(vp_optimizer o);
 const char *vp_category_name(vp_category c);
 const char *vp_phase_name(vp_phase p);
+const char *vp_cache_impl_name(vp_cache_impl c);
 /* Parse names as printed by the *_name functions; VP_EARG if unknown. */
 vp_status vp_precision_parse(const char *s, vp_precision *out);
 vp_status vp_optimizer_parse(const char *s, vp_optimizer *out);
 vp_status vp_attn_impl_parse(const char *s, vp_attn_impl *out);
+vp_status vp_cache_impl_parse(const char *s, vp_cache_impl *out);
 
 #endif

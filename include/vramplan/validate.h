@@ -35,12 +35,14 @@
 typedef enum {
     VP_GT_CASE,     /* training (or inference) steps on one GPU        */
     VP_GT_MAXBATCH, /* the largest batch under budget_gib              */
-    VP_GT_RANK      /* one rank of a multi-GPU run (world, rank, ...)  */
+    VP_GT_RANK,     /* one rank of a multi-GPU run (world, rank, ...)  */
+    VP_GT_GENERATE  /* model.generate() calls (generate, cache, runs)  */
 } vp_gt_kind;
 
 typedef struct vp_metric {
     char name[32];        /* "peak_alloc", "step1.fwd_peak", "step_us",
-                             "max_batch", "rank1.peak_reserved"          */
+                             "max_batch", "rank1.peak_reserved",
+                             "run1.peak", "kv_cache_bytes"               */
     uint64_t predicted;   /* bytes (a batch for max_batch, us for step_us) */
     uint64_t measured;    /* > 0                                         */
     double rel_err;       /* (predicted - measured) / measured           */
@@ -63,6 +65,10 @@ typedef struct vp_gt_env {
     uint64_t total_bytes;    /* mem_get_info total                       */
     uint64_t context_bytes;  /* context_used_after_init                  */
     uint64_t world_size;     /* multi-GPU files                          */
+    bool warmed_up;          /* the env names peft: collect_more.py, which
+                                runs a warm-up (backward, autocast,
+                                checkpointing) before its first case, so
+                                no case pays the library workspaces     */
 } vp_gt_env;
 
 /* How to run a case line. */
@@ -135,9 +141,13 @@ void vp_gt_close(vp_gt_file *f);
     XX(RESERVED, "reserved")       /* peak_reserved, rankN.peak_reserved */ \
     XX(DEVICE_USED, "device_used") /* device_used, rankN.device_used    */ \
     XX(AFTER_MODEL, "after_model")                                         \
-    XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak */ \
+    XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak,
+                                      runN.peak (a generate() call's)    */ \
     XX(MAX_BATCH, "max_batch")                                             \
-    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */
+    XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
+    XX(PARAMS, "params")           /* trainable_params, total_params    */ \
+    XX(SETUP, "setup")             /* setup_peak                        */ \
+    XX(KV_CACHE, "kv_cache")       /* kv_cache_bytes of generate()      */
 
 typedef enum {
 #define VP__MG(name, str) VP_MG_##name,

@@ -16,6 +16,7 @@
 #include "vramplan/cluster.h"
 #include "vramplan/defaults.h"
 #include "vramplan/error.h"
+#include "vramplan/finetune.h"
 #include "vramplan/gpu.h"
 #include "vramplan/graph.h"
 #include "vramplan/kvcache.h"

@@ -18,7 +18,9 @@ batch, seq, precision, optimizer, checkpoint, selective, accum, steps,
 attention, keep_grads, inference, expandable_segments, offload_optimizer,
 offload_activations, compress_activations, int8_weights, context,
 cublas_workspace, budget (bytes, "24GiB", or a fraction with gpu), gpu,
-gpu_dir, and global_batch for plan. An unknown argument raises TypeError.
+gpu_dir, the fine-tuning setup (lora="r=16,alpha=32,targets=all-linear",
+freeze, quant, double_quant, load, base_dtype), and global_batch for plan.
+An unknown argument raises TypeError.
 
 Errors raise vramplan.Error, whose str() is "file:line:col: message" for
 an error in a model or profile file; .code, .path, .line and .column carry
@@ -139,7 +141,9 @@ _SETUP = {"batch", "seq", "target", "precision", "optimizer", "checkpoint",
           "selective", "accum", "steps", "attention", "keep_grads",
           "inference", "expandable_segments", "offload_optimizer",
           "offload_activations", "compress_activations", "int8_weights",
-          "context", "cublas_workspace", "budget", "gpu", "gpu_dir"}
+          "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
+          "lora", "freeze", "quant", "double_quant", "load", "base_dtype",
+          "generate", "cache"}
 
 
 def _request(command, model, kwargs, extra=()):
@@ -153,8 +157,10 @@ def _request(command, model, kwargs, extra=()):
 
 
 def estimate(model, **setup):
-    """Simulate training steps of MODEL. Returns peak_alloc,
-    peak_reserved, device_used, by_category, top_layers, steps, and
+    """Simulate training steps of MODEL (or, with generate="prompt=N,new=N",
+    model.generate() calls, and cache="dynamic"|"static"). Returns
+    peak_alloc, peak_reserved, device_used, by_category, top_layers, steps
+    (generate: one per call, and "generate" with the KV cache bytes), and
     fits (False when the steps do not fit in budget; error says where the
     run stopped)."""
     return _request("estimate", model, setup)

@@ -263,6 +263,9 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
  * cli_setup_gpu resolves: into a->budget and a->setup.alloc.limit. -1, or
  * CLI_USAGE after the error. */
 int cli_setup_budget(cli_setup_args *a, const char *text);
+/* "fine-tuning  LoRA r16 ..." (vp_finetune_describe) when the setup
+ * fine-tunes (vp_finetune_active); nothing otherwise. */
+void cli_finetune_line(FILE *f, const vp_setup *s);
 /* Apply --gpu: the hardware profile (*hw, *have_hw), the CUDA context, and
  * the budget (absent: the GPU's memory less the context; a fraction: of
  * the GPU's memory, as set_per_process_memory_fraction takes it). Returns

@@ -20,7 +20,8 @@ enum {
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
     OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
-    OPT_TARGET
+    OPT_TARGET, OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
+    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE
 };
 
 #define NAME_OF(name, str) str,
@@ -31,7 +32,16 @@ const char *const cli_optimizers[] = {VP_OPTIMIZER_MAP(NAME_OF) NULL};
 const char *const cli_attns[] = {"sdpa", "flash", "efficient", "eager",
                                  "math", NULL};
 static const char *const FORMATS[] = {"table", "json", "csv", NULL};
+static const char *const CACHES[] = {
+#define VP__CACHE(name, str) str,
+    VP_CACHE_MAP(VP__CACHE)
+#undef VP__CACHE
+    NULL};
 static const char *const BITS[] = {"2", "4", "8", NULL};
+/* vp_quant, vp_load and vp_base_dtype order, past their "none"/"auto" */
+static const char *const QUANTS[] = {"nf4", "fp4", "int8", NULL};
+static const char *const LOADS[] = {"dtype", "fp32-then-cast", "meta", NULL};
+static const char *const BASE_DTYPES[] = {"fp32", "bf16", "fp16", NULL};
 
 #define FLAG(i, n, h) {.id = i, .name = n, .type = CLI_ARG_FLAG, .help = h}
 #define U64(i, s, n, lo, hi, h)                                             \
@@ -98,6 +108,30 @@ static const cli_opt SETUP_OPTS[] = {
          "ActNN-style compression of saved activations: 2, 4 or 8 bits"),
     FLAG(OPT_INT8, "int8-weights",
          "INT8 linear weights (bitsandbytes), with --inference"),
+    STR(OPT_LORA, 0, "lora", "SPEC",
+        "LoRA adapters as peft adds them: r=N,alpha=A,targets=NAMES"
+        "[,dropout=P][,dora][,rslora][,adapter_dtype=fp32|base]; targets: "
+        "module names (q_proj,v_proj) or all-linear; the base is frozen"),
+    STR(OPT_FREEZE, 0, "freeze", "PATTERNS",
+        "frozen parameters: comma-separated names or patterns (embed, "
+        "layers.0-15, lm_head, layers.*.attn)"),
+    ENUM(OPT_QUANT, 0, "quant", "KIND", QUANTS, "quantization",
+         "a quantized, frozen base (bitsandbytes): nf4, fp4 (4-bit, QLoRA) "
+         "or int8 (LLM.int8)"),
+    FLAG(OPT_DOUBLE_QUANT, "double-quant",
+         "4-bit: quantize the absmax too (bnb_4bit_use_double_quant)"),
+    ENUM(OPT_LOAD, 0, "load", "MODE", LOADS, "load mode",
+         "how the weights are loaded: dtype (from_pretrained(torch_dtype=), "
+         "the default), fp32-then-cast, meta"),
+    ENUM(OPT_BASE_DTYPE, 0, "base-dtype", "DTYPE", BASE_DTYPES, "dtype",
+         "the base weights' dtype (default: the precision's; bf16 with "
+         "amp-bf16 is a bf16 model under autocast)"),
+    STR(OPT_GENERATE, 0, "generate", "SPEC",
+        "simulate model.generate() of a causal LM instead of training: "
+        "prompt=N,new=N and optionally min-new=N, sample, top-k=N, "
+        "top-p=P, padded"),
+    ENUM(OPT_CACHE, 0, "cache", "CACHE", CACHES, "cache",
+         "generate()'s key/value cache: dynamic (default) or static"),
     ENUM(OPT_FORMAT, 'f', "format", "FMT", FORMATS, "format",
          "table, json or csv (default table)"),
     STR(OPT_TIMELINE, 0, "timeline", "FILE",
@@ -181,6 +215,73 @@ static void apply_setup(const cli_val *v, vp_setup *s)
         s->act_bits = (uint32_t)strtoul(v[OPT_COMPRESS].text, NULL, 10);
     if (v[OPT_INT8].given)
         s->weight_bits = 8;
+    if (v[OPT_QUANT].given)
+        s->ft.quant = (vp_quant)(v[OPT_QUANT].choice + 1);
+    s->ft.double_quant = v[OPT_DOUBLE_QUANT].given;
+    if (v[OPT_LOAD].given)
+        s->ft.load = (vp_load)v[OPT_LOAD].choice;
+    if (v[OPT_BASE_DTYPE].given)
+        s->ft.base_dtype = (vp_base_dtype)(v[OPT_BASE_DTYPE].choice + 1);
+}
+
+void cli_finetune_line(FILE *f, const vp_setup *s)
+{
+    char d[VP_LORA_TARGETS_MAX + VP_FREEZE_MAX + 128];
+
+    if (!vp_finetune_active(&s->ft))
+        return;
+    vp_finetune_describe(&s->ft, d, sizeof d);
+    fprintf(f, "fine-tuning  %s\n", d);
+}
+
+/* --lora and --freeze: -1, or CLI_USAGE after the error. */
+static int apply_finetune(const cli_val *v, vp_setup *s)
+{
+    vp_error err;
+
+    if (v[OPT_LORA].given &&
+        vp_lora_parse(v[OPT_LORA].text, &s->ft.lora, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    if (v[OPT_FREEZE].given &&
+        vp_freeze_parse(v[OPT_FREEZE].text, &s->ft, &err) != VP_OK)
+        return cli_usage_error("%s", err.msg);
+    return -1;
+}
+
+/* --generate SPEC and --cache; the training options are refused with
+ * it. -1, or CLI_USAGE after the error. */
+static int apply_generate(const cli_val *v, vp_setup *s)
+{
+    static const struct {
+        int id;
+        const char *name;
+    } training[] = {
+        {CLI_O_SEQ, "seq"}, {CLI_O_OPTIMIZER, "optimizer"},
+        {CLI_O_CHECKPOINT, "checkpoint"}, {CLI_O_ACCUM, "accum"},
+        {CLI_O_KEEP_GRADS, "keep-grads"}, {OPT_SET_TO_NONE, "set-to-none"},
+        {OPT_SELECTIVE, "selective"}, {OPT_OFFLOAD_OPT, "offload-optimizer"},
+        {OPT_OFFLOAD_ACT, "offload-activations"},
+        {OPT_COMPRESS, "compress-activations"},
+    };
+    vp_error err;
+
+    if (!v[OPT_GENERATE].given)
+        return v[OPT_CACHE].given ? cli_usage_error("--cache needs --generate")
+                                  : -1;
+    if (vp_generate_parse(v[OPT_GENERATE].text, &s->generate, &err) != VP_OK)
+        return cli_usage_error("--generate: %s", err.msg);
+    for (size_t i = 0; i < sizeof training / sizeof training[0]; i++)
+        if (v[training[i].id].given)
+            return cli_usage_error("--%s does not apply to --generate (%s)",
+                                   training[i].name,
+                                   training[i].id == CLI_O_SEQ
+                                       ? "the prompt's length is its prompt=N"
+                                       : "generate() runs under no_grad: "
+                                         "no training step");
+    if (v[OPT_CACHE].given)
+        s->generate.cache = (vp_cache_impl)v[OPT_CACHE].choice;
+    s->seq = s->generate.prompt;
+    return -1;
 }
 
 int cli_setup_budget(cli_setup_args *a, const char *b)
@@ -213,6 +314,10 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     if ((rc = cli_setup_common(v, false, &a->setup)) >= 0)
         return rc;
     apply_setup(v, &a->setup);
+    if ((rc = apply_finetune(v, &a->setup)) >= 0)
+        return rc;
+    if ((rc = apply_generate(v, &a->setup)) >= 0)
+        return rc;
     if (v[CLI_O_BUDGET].given &&
         (rc = cli_setup_budget(a, v[CLI_O_BUDGET].text)) >= 0)
         return rc;
@@ -402,6 +507,65 @@ static double share(uint64_t part, uint64_t whole)
 
 /* --- table ---------------------------------------------------------- */
 
+/* The allocator's settings and the parameter count. */
+static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
+{
+    char a[32], b[32];
+    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
+            "workspace %s\n",
+            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
+                           : "none",
+            s->alloc.expandable_segments ? "on" : "off",
+            vp_size_format(s->cublas_workspace, b, sizeof b));
+    cli_finetune_line(f, s);
+    if (vp_finetune_active(&s->ft)) {
+        fprintf(f, "parameters   %s (%s) trainable", cli_commas(e->params, a,
+                sizeof a), cli_si((double)e->params, "", b, sizeof b));
+        fprintf(f, " of %s (%s)\n", cli_commas(e->total_params, a, sizeof a),
+                cli_si((double)e->total_params, "", b, sizeof b));
+    } else {
+        fprintf(f, "parameters   %s (%s)\n",
+                cli_commas(e->params, a, sizeof a),
+                cli_si((double)e->params, "", b, sizeof b));
+    }
+}
+
+/* The setup and model state of a generate() estimate. */
+static void table_generate_setup(FILE *f, const report *r)
+{
+    const vp_estimate *e = r->est;
+    const vp_setup *s = r->setup;
+    const vp_generate *g = &s->generate;
+    char a[32], b[32], c[32];
+
+    fprintf(f, "generate     %" PRIu64 " sequences of %" PRIu64 " prompt "
+            "tokens + %" PRIu64 " new (min_new_tokens %" PRIu64 "), %s, %s "
+            "cache, %" PRIu32 " calls\n", vp_graph_batch(r->graph), g->prompt,
+            g->new_tokens, g->min_new, vp_precision_name(s->precision),
+            vp_cache_impl_name(g->cache), s->steps);
+    if (g->sample)
+        fprintf(f, "             sampling: top-k %" PRIu32 ", top-p %s%s\n",
+                g->top_k, g->top_p ? "on" : "off",
+                g->padded ? ", padded prompts" : "");
+    else
+        fprintf(f, "             greedy%s\n",
+                g->padded ? ", padded prompts" : "");
+    fprintf(f, "             attention %s\n",
+            s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
+    table_allocator(f, s, e);
+    fprintf(f, "model state  weights %s, KV cache %s when generate() "
+            "returns, %s at the peak\n",
+            vp_size_format(e->gen.weights, a, sizeof a),
+            vp_size_format(e->gen.kv_cache_bytes, b, sizeof b),
+            vp_size_format(e->gen.kv_at_peak, c, sizeof c));
+    fprintf(f, "peaks        prefill %s, decode %s; the peak at token %"
+            PRIu64 "\n", vp_size_format(e->gen.prefill_peak, a, sizeof a),
+            vp_size_format(e->gen.decode_peak, b, sizeof b),
+            e->gen.peak_token);
+    fprintf(f, "work         %s per generate() call\n",
+            cli_si(e->flops_per_step, "FLOP", a, sizeof a));
+}
+
 static void table_setup(FILE *f, const report *r)
 {
     const vp_estimate *e = r->est;
@@ -413,6 +577,10 @@ static void table_setup(FILE *f, const report *r)
         n_ckpt += s->checkpoint[i];
     fprintf(f, "model        %s (%s)\n", vp_graph_model_name(r->graph),
             r->model_path);
+    if (s->generate.prompt) {
+        table_generate_setup(f, r);
+        return;
+    }
     char tg[40] = "";
     if (vp_graph_target(r->graph)) /* an encoder-decoder's decoder length */
         snprintf(tg, sizeof tg, ", target %" PRIu64,
@@ -427,14 +595,7 @@ static void table_setup(FILE *f, const report *r)
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
     fprintf(f, "             checkpoint %s (%zu of %zu segments)\n",
             r->checkpoint, n_ckpt, vp_graph_segment_count(r->graph));
-    fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
-            "workspace %s\n",
-            s->alloc.limit ? vp_size_format(s->alloc.limit, a, sizeof a)
-                           : "none",
-            s->alloc.expandable_segments ? "on" : "off",
-            vp_size_format(s->cublas_workspace, b, sizeof b));
-    fprintf(f, "parameters   %s (%s)\n", cli_commas(e->params, a, sizeof a),
-            cli_si((double)e->params, "", b, sizeof b));
+    table_allocator(f, s, e);
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -450,9 +611,14 @@ static void table_peaks(FILE *f, const report *r)
     uint64_t total = 0;
     char a[32], b[32];
 
-    fprintf(f, "\nMemory at the peak (step %" PRIu32 ", %s%s%s)\n",
-            e->peak_step, vp_phase_name(e->peak_phase),
-            e->peak_op[0] ? ", op " : "", e->peak_op);
+    if (s->generate.prompt)
+        fprintf(f, "\nMemory at the peak (call %" PRIu32 ", token %" PRIu64
+                "%s%s)\n", e->peak_step, e->gen.peak_token,
+                e->peak_op[0] ? ", op " : "", e->peak_op);
+    else
+        fprintf(f, "\nMemory at the peak (step %" PRIu32 ", %s%s%s)\n",
+                e->peak_step, vp_phase_name(e->peak_phase),
+                e->peak_op[0] ? ", op " : "", e->peak_op);
     for (int k = 0; k < VP_CAT__COUNT; k++) {
         fprintf(f, "  %-24s %11s  %5.1f%%\n",
                 vp_category_name((vp_category)k),
@@ -463,11 +629,24 @@ static void table_peaks(FILE *f, const report *r)
     }
     fprintf(f, "  %-24s %11s  %5.1f%%\n", "total",
             vp_size_format(total, a, sizeof a), share(total, e->peak_alloc));
-    fprintf(f, "\npeak allocated  %11s  max_memory_allocated(), step %"
+    if (s->generate.prompt)
+        fprintf(f, "  %-24s %11s  %5.1f%%  (in the activations)\n",
+                "KV cache", vp_size_format(e->gen.kv_at_peak, a, sizeof a),
+                share(e->gen.kv_at_peak, e->peak_alloc));
+    bool gen = s->generate.prompt > 0;
+    fprintf(f, "\npeak allocated  %11s  max_memory_allocated(), %s %"
             PRIu32 " %s\n", vp_size_format(e->peak_alloc, a, sizeof a),
-            e->peak_step, vp_phase_name(e->peak_phase));
+            gen ? "call" : "step", e->peak_step,
+            gen ? (e->gen.peak_token > 1 ? "decode" : "prefill")
+                : vp_phase_name(e->peak_phase));
     fprintf(f, "steady peak     %11s  max_memory_allocated() in the last "
-            "step\n", vp_size_format(e->peak_alloc_steady, a, sizeof a));
+            "%s\n", vp_size_format(e->peak_alloc_steady, a, sizeof a),
+            gen ? "call" : "step");
+    if (vp_finetune_active(&s->ft) || e->setup_peak >= e->peak_alloc)
+        fprintf(f, "setup peak      %11s  while the model is loaded (load "
+                "%s), before step 1\n",
+                vp_size_format(e->setup_peak, a, sizeof a),
+                vp_load_name(s->ft.load));
     fprintf(f, "peak reserved   %11s  max_memory_reserved()\n",
             vp_size_format(e->peak_reserved, a, sizeof a));
     fprintf(f, "device used     %11s  nvidia-smi: reserved + %s CUDA "
@@ -483,10 +662,12 @@ static void table_peaks(FILE *f, const report *r)
 static void table_steps(FILE *f, const report *r)
 {
     const vp_estimate *e = r->est;
-    bool inf = r->setup->inference;
+    bool gen = r->setup->generate.prompt > 0;
+    bool inf = r->setup->inference || gen;
 
-    fprintf(f, "\n%4s %11s %11s %11s %11s %11s %11s\n", "step", "start",
-            "fwd peak", "bwd peak", "opt peak", "end", "reserved");
+    fprintf(f, "\n%4s %11s %11s %11s %11s %11s %11s\n",
+            gen ? "call" : "step", "start", gen ? "peak" : "fwd peak",
+            "bwd peak", "opt peak", "end", "reserved");
     for (uint32_t i = 0; i < report_steps(e); i++) {
         const vp_phase_peaks *p = &e->step[i];
         char a[32], b[32], c[32], d[32], g[32], h[32];
@@ -533,6 +714,31 @@ static int print_table(FILE *f, const report *r)
 
 /* --- json ----------------------------------------------------------- */
 
+/* The fine-tuning fields, named as in a ground-truth case line. */
+static json_t *json_finetune(const vp_finetune *ft)
+{
+    json_t *o = json_object();
+
+    if (ft->lora.r > 0) {
+        json_t *l = json_object();
+        cli_jset(l, "r", cli_ju64(ft->lora.r));
+        cli_jset(l, "alpha", cli_jreal(ft->lora.alpha, "%.15g"));
+        cli_jset(l, "targets", cli_jstr(ft->lora.targets, SIZE_MAX));
+        cli_jset(l, "dropout", cli_jreal(ft->lora.dropout, "%.15g"));
+        cli_jset(l, "use_dora", json_boolean(ft->lora.dora));
+        cli_jset(l, "use_rslora", json_boolean(ft->lora.rslora));
+        cli_jset(l, "adapter_dtype", json_string(
+                     ft->lora.adapters_in_base_dtype ? "base" : "fp32"));
+        cli_jset(o, "lora", l);
+    }
+    cli_jset(o, "base_dtype", json_string(vp_base_dtype_name(ft->base_dtype)));
+    cli_jset(o, "freeze", cli_jstr(ft->freeze, SIZE_MAX));
+    cli_jset(o, "quant", json_string(vp_quant_name(ft->quant)));
+    cli_jset(o, "double_quant", json_boolean(ft->double_quant));
+    cli_jset(o, "load", json_string(vp_load_name(ft->load)));
+    return o;
+}
+
 static json_t *json_setup(const report *r)
 {
     const vp_setup *s = r->setup;
@@ -543,12 +749,14 @@ static json_t *json_setup(const report *r)
     if (vp_graph_target(r->graph))
         cli_jset(o, "target", cli_ju64(vp_graph_target(r->graph)));
     cli_jset(o, "precision", json_string(vp_precision_name(s->precision)));
-    cli_jset(o, "optimizer", json_string(vp_optimizer_name(s->optimizer)));
+    bool gen = s->generate.prompt > 0; /* no_grad: no optimizer */
+    cli_jset(o, "optimizer", gen ? json_null()
+                                 : json_string(vp_optimizer_name(s->optimizer)));
     cli_jset(o, "attention", s->attn_set
                                  ? json_string(vp_attn_impl_name(s->attn))
                                  : json_null());
     cli_jset(o, "set_to_none", json_boolean(s->set_to_none));
-    cli_jset(o, "inference", json_boolean(s->inference));
+    cli_jset(o, "inference", json_boolean(s->inference || gen));
     cli_jset(o, "accum", cli_ju64(s->accum));
     cli_jset(o, "steps", cli_ju64(s->steps));
     cli_jset(o, "checkpoint", cli_jstr(r->checkpoint, SIZE_MAX));
@@ -565,6 +773,32 @@ static json_t *json_setup(const report *r)
     cli_jset(o, "cublaslt_workspace", cli_ju64(s->cublaslt_workspace));
     cli_jset(o, "context_bytes", cli_ju64(s->context_bytes));
     cli_jset(o, "fresh_process", json_boolean(s->fresh_process));
+    if (vp_finetune_active(&s->ft))
+        cli_jset(o, "finetune", json_finetune(&s->ft));
+    return o;
+}
+
+/* What generate() holds: its setup, the KV cache and the peaks. */
+static json_t *json_generate(const report *r)
+{
+    const vp_generate *g = &r->setup->generate;
+    const vp_gen_estimate *e = &r->est->gen;
+    json_t *o = json_object();
+
+    cli_jset(o, "prompt", cli_ju64(g->prompt));
+    cli_jset(o, "new_tokens", cli_ju64(g->new_tokens));
+    cli_jset(o, "min_new_tokens", cli_ju64(g->min_new));
+    cli_jset(o, "cache", json_string(vp_cache_impl_name(g->cache)));
+    cli_jset(o, "sample", json_boolean(g->sample));
+    cli_jset(o, "top_k", cli_ju64(g->top_k));
+    cli_jset(o, "top_p", json_boolean(g->top_p));
+    cli_jset(o, "padded", json_boolean(g->padded));
+    cli_jset(o, "weights", cli_ju64(e->weights));
+    cli_jset(o, "kv_cache_bytes", cli_ju64(e->kv_cache_bytes));
+    cli_jset(o, "kv_at_peak", cli_ju64(e->kv_at_peak));
+    cli_jset(o, "prefill_peak", cli_ju64(e->prefill_peak));
+    cli_jset(o, "decode_peak", cli_ju64(e->decode_peak));
+    cli_jset(o, "peak_token", cli_ju64(e->peak_token));
     return o;
 }
 
@@ -601,7 +835,14 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model", cli_jstr(vp_graph_model_name(r->graph), SIZE_MAX));
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
+    if (r->setup->generate.prompt)
+        cli_jset(o, "generate", json_generate(r));
     cli_jset(o, "params", cli_ju64(e->params));
+    if (vp_finetune_active(&r->setup->ft)) {
+        cli_jset(o, "total_params", cli_ju64(e->total_params));
+        cli_jset(o, "setup_peak", cli_ju64(e->setup_peak));
+        cli_jset(o, "paged_bytes", cli_ju64(e->paged_bytes));
+    }
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
         cli_jset(o, totals[i].key, cli_ju64(totals[i].bytes));
@@ -641,6 +882,15 @@ static int print_csv(FILE *f, const report *r)
     for (int k = 0; k < VP_CAT__COUNT; k++)
         fprintf(f, "by_category.%s,%" PRIu64 "\n",
                 category_key((vp_category)k), e->by_category[k]);
+    if (r->setup->generate.prompt) {
+        const metric g[] = {{"weights", e->gen.weights},
+                            {"kv_cache_bytes", e->gen.kv_cache_bytes},
+                            {"kv_at_peak", e->gen.kv_at_peak},
+                            {"prefill_peak", e->gen.prefill_peak},
+                            {"decode_peak", e->gen.decode_peak}};
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+            fprintf(f, "generate.%s,%" PRIu64 "\n", g[i].key, g[i].bytes);
+    }
     for (uint32_t i = 0; i < report_steps(e); i++) {
         step_metrics(&e->step[i], m);
         for (size_t k = 0; k < N_STEP_METRICS; k++)

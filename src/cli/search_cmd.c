@@ -154,6 +154,9 @@ static int maxbatch_print(const cli_setup_args *a, const vp_model *model,
         cli_jset(o, "model", cli_jstr(a->model_path, 512));
         cli_jset(o, "budget", cli_ju64(a->setup.alloc.limit));
         cli_jset(o, "steps", cli_ju64(a->setup.steps));
+        if (a->setup.generate.prompt)
+            cli_jset(o, "kv_cache_bytes",
+                     cli_ju64(mb->at_max.gen.kv_cache_bytes));
         cli_jset(o, "max_batch", cli_ju64(mb->max_batch));
         cli_jset(o, "trials", cli_ju64(mb->trials));
         cli_jset(o, "peak_alloc", cli_ju64(mb->at_max.peak_alloc));
@@ -166,12 +169,21 @@ static int maxbatch_print(const cli_setup_args *a, const vp_model *model,
     printf("budget       %s (%" PRIu64 " bytes) for the caching allocator\n",
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            a->setup.alloc.limit);
-    printf("setup        seq %" PRIu64 ", %s, %s, checkpoint %s, %" PRIu32
-           " steps\n",
-           a->setup.seq ? a->setup.seq : vp_model_default_seq(model),
-           vp_precision_name(a->setup.precision),
-           vp_optimizer_name(a->setup.optimizer),
-           a->checkpoint ? a->checkpoint : "none", a->setup.steps);
+    const vp_generate *g = &a->setup.generate;
+    if (g->prompt)
+        printf("setup        generate(): %" PRIu64 " prompt tokens + %" PRIu64
+               " new, %s, %s cache, %s, %" PRIu32 " calls\n", g->prompt,
+               g->new_tokens, vp_precision_name(a->setup.precision),
+               vp_cache_impl_name(g->cache), g->sample ? "sampling" : "greedy",
+               a->setup.steps);
+    else
+        printf("setup        seq %" PRIu64 ", %s, %s, checkpoint %s, %" PRIu32
+               " steps\n",
+               a->setup.seq ? a->setup.seq : vp_model_default_seq(model),
+               vp_precision_name(a->setup.precision),
+               vp_optimizer_name(a->setup.optimizer),
+               a->checkpoint ? a->checkpoint : "none", a->setup.steps);
+    cli_finetune_line(stdout, &a->setup);
     if (mb->max_batch == 0) {
         printf("max batch    none: batch 1 does not fit (%u simulations)\n",
                mb->trials);
@@ -321,6 +333,7 @@ static void plan_table(const cli_setup_args *a, const vp_model *model,
     printf("target       global batch %" PRIu64 ", seq %" PRIu64 "\n",
            req->global_batch,
            a->setup.seq ? a->setup.seq : vp_model_default_seq(model));
+    cli_finetune_line(stdout, &req->base);
     printf("searched     %zu setups, %" PRIu32 " simulations\n\n", res->n,
            res->simulations);
     printf("%4s  %-9s %-16s %-5s %12s %14s %11s %10s %6s\n", "rank",
@@ -394,6 +407,9 @@ int cli_plan(int argc, char **argv)
         return cli_mig_plan(argc, argv);
     memset(&req, 0, sizeof req);
     rc = cli_setup_parse(argc, argv, CLI_CMD_SEARCH, plan_help, &a);
+    if (rc < 0 && a.setup.generate.prompt)
+        rc = cli_usage_error("plan chooses a training setup; --generate "
+                             "works with estimate and maxbatch");
     if (rc < 0)
         rc = cli_setup_gpu(&a, &req.hw, &have_hw);
     if (rc < 0 && !have_hw)
@@ -464,11 +480,13 @@ static void techniques_table(const cli_setup_args *a, const vp_model *model,
 
     printf("model        %s (%s)\n", vp_model_name(model), a->model_path);
     printf("setup        batch %" PRIu64 ", %s, %s, %" PRIu32 " steps, "
-           "budget %s%s%s\n\n",
+           "budget %s%s%s\n",
            a->setup.batch, vp_precision_name(a->setup.precision),
            vp_optimizer_name(a->setup.optimizer), a->setup.steps,
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            hw ? ", gpu " : "", hw ? hw->name : "");
+    cli_finetune_line(stdout, &a->setup);
+    putchar('\n');
     printf("%-26s %12s %12s %5s %9s %11s  %s\n", "technique", "peak alloc",
            "reserved", "fits", "max batch", "step time", "notes");
     for (size_t i = 0; i < n; i++) {
@@ -505,6 +523,9 @@ int cli_techniques(int argc, char **argv)
                           "give techniques a fixed --checkpoint; 'checkpoint "
                           "optimal' is one of its rows", &a, &hw, &have_hw);
 
+    if (rc < 0 && a.setup.generate.prompt)
+        rc = cli_usage_error("techniques compares training techniques; "
+                             "--generate works with estimate and maxbatch");
     vp_error_clear(&err);
     if (rc < 0 && (model = vp_model_load(a.model_path, &err)) == NULL)
         rc = cli_report(&err, NULL);

@@ -406,6 +406,8 @@ static void run_file(state *s, const char *path)
     }
     env_hw(s, f);
     o.hw = s->have_hw ? &s->hw : NULL;
+    if (vp_gt_file_env(f) != NULL && vp_gt_file_env(f)->warmed_up)
+        o.first_in_process = false;
     s->n_rec = 0;
     for (;;) {
         vp_status st = vp_gt_next(f, &json, &len, &o.line, &end, &err);

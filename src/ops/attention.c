@@ -22,12 +22,28 @@ enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET, ATT_BIAS };
  * workspace beyond an fp32 q and the row sums. */
 #define FUSED_SCRATCH 256u
 
+static bool sdpa_gqa(const vp_op *o);
+
+/* The kernel that runs, the one choice for every caller: the setup's or
+ * the model's; SDPA by the compute element bytes ce (flash for half
+ * inputs, fp32 GQA on the math path, else efficient). An additive bias
+ * (the fourth input, T5's position bias, ops/attention_math.c) that needs
+ * a gradient sends SDPA to the math kernel unless the setup chose one, and flash takes no mask
+ * (traced: T5's self-attention runs math, its cross-attention, whose zero
+ * bias needs none, the efficient kernel). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 {
     vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
+    bool chosen = S->s->attn_set && S->s->attn != VP_ATTN_SDPA;
     if (impl == VP_ATTN_SDPA)
-        impl = ce == 2 ? VP_ATTN_FLASH : VP_ATTN_EFFICIENT;
-    return impl;
+        impl = ce == 2 ? VP_ATTN_FLASH
+               : sdpa_gqa(o) ? VP_ATTN_MATH
+                             : VP_ATTN_EFFICIENT;
+    if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
+        return impl;
+    if (!chosen && S->g->ops[o->inputs[3]].needs_grad && S->training)
+        return VP_ATTN_MATH;
+    return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
 }
 
 /* HF masking_utils (eager attention): the model builds one 4-D float
@@ -126,30 +142,120 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     vp__tunref(S, dropped);
 }
 
-/* SDPA's math fallback: fp32 scores, their masked copy, the fp32
- * softmax; dropout follows the module's train mode, also under no_grad
- * (the ground truth's inference runs in train mode). */
+/* Grouped-query attention that SDPA runs with enable_gqa (HF's
+ * sdpa_attention_forward passes it when no mask is given:
+ * integrations/sdpa_attention.py, use_gqa_in_sdpa), which the fused
+ * efficient kernel does not take (sdp_utils.cpp: its dense constraints
+ * check_batch_size_and_num_heads_dense<false>). */
+static bool sdpa_gqa(const vp_op *o)
+{
+    return o->kv_heads && o->kv_heads < o->heads &&
+           !(o->flags & VP_OPF_TORCH_MHA);
+}
+
+/* SDPA's math path (aten/src/ATen/native/transformers/attention.cpp,
+ * _scaled_dot_product_attention_math, torch 2.11): q, k, v upcast to
+ * fp32 for half inputs; q * sqrt(scale) (saved); the causal mask as an
+ * fp32 [L, S] tensor (from a bool tril); k, v repeated per query head for
+ * enable_gqa (repeat_interleave); k^T * sqrt(scale) (saved); the scores,
+ * the mask added in place; _safe_softmax (softmax, the rows that are all
+ * -inf, where(): the result saved); dropout (mask and output saved);
+ * probs @ v (v saved), cast back to the input dtype; HF's
+ * transpose(1, 2).contiguous() copies the [B, h, L, d] output. */
 static void math_fwd(sim *S, vp__fwd_op *f, const att_in *a)
 {
     const vp_op *o = f->o;
+    uint8_t ce = a->ce;
     uint64_t sc = vp__mulc(S, vp__mulc(S, a->bh, o->q_len), o->kv_len);
-    uint8_t pe = 4;
-    uint32_t scores = vp__talloc(S, vp__mulc(S, sc, pe), VP_CAT_TEMP);
-    if (o->causal)
-        vp__transient(S, vp__mulc(S, sc, pe)); /* masked copy */
-    uint32_t probs = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
-    vp__tunref(S, scores);
-    uint32_t mask = NONE, dropped = NONE;
-    if (o->dropout > 0) {
-        mask = vp__talloc(S, sc, VP_CAT_ACT);
-        dropped = vp__talloc(S, vp__mulc(S, sc, pe), VP_CAT_ACT);
+    uint64_t qn = vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
+                           (uint64_t)o->heads * o->head_dim);
+    uint64_t kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
+                            (uint64_t)o->kv_heads * o->head_dim);
+    uint64_t ls = vp__mulc(S, o->q_len, o->kv_len);
+    bool gqa = sdpa_gqa(o), up = ce != 4;
+    uint32_t k = a->k != NONE ? a->k : a->q, v = a->v != NONE ? a->v : a->q;
+    uint32_t q32 = up ? vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_TEMP) : NONE;
+    uint32_t k32 = up ? vp__talloc(S, vp__mulc(S, kvn, 4), VP_CAT_TEMP) : k;
+    uint32_t v32 = up ? vp__talloc(S, vp__mulc(S, kvn, 4), VP_CAT_ACT) : v;
+    uint32_t qs = vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_ACT);
+    vp__tunref(S, q32);
+    uint32_t mask = NONE;
+    if (o->causal) { /* ones(L, S).tril(), then zeros_like + masked_fill_ */
+        uint32_t ones = vp__talloc(S, ls, VP_CAT_TEMP);
+        uint32_t tril = vp__talloc(S, ls, VP_CAT_TEMP);
+        vp__tunref(S, ones);
+        mask = vp__talloc(S, vp__mulc(S, ls, 4), VP_CAT_TEMP);
+        vp__transient(S, ls);
+        vp__tunref(S, tril);
     }
-    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
-    if (f->sv)
-        save_materialised(S, f, a->q, a->k, a->v, probs, mask, dropped);
-    vp__tunref(S, probs);
+    uint32_t kx = gqa ? vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_TEMP) : k32;
+    uint32_t vx = gqa ? vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_ACT) : v32;
+    uint32_t ks = vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_ACT);
+    if (gqa)
+        vp__tunref(S, kx);
+    if (up)
+        vp__tunref(S, k32);
+    uint32_t scores = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
+    uint32_t sm = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
+    uint32_t eq = vp__talloc(S, sc, VP_CAT_TEMP);
+    uint32_t rows = vp__talloc(S, vp__mulc(S, a->bh, o->q_len), VP_CAT_TEMP);
+    uint32_t probs = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_ACT);
+    vp__tunref(S, rows);
+    vp__tunref(S, eq);
+    vp__tunref(S, sm);
+    vp__tunref(S, scores);
+    uint32_t dmask = NONE, dropped = NONE;
+    if (o->dropout > 0) {
+        dmask = vp__talloc(S, sc, VP_CAT_ACT);
+        dropped = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_ACT);
+    }
+    uint32_t out = vp__talloc(S, vp__mulc(S, qn, 4), VP_CAT_TEMP);
+    if (up) { /* .to(origin_dtype) of the output and of the weights */
+        uint32_t c = vp__talloc(S, vp__mulc(S, qn, ce), VP_CAT_TEMP);
+        vp__tunref(S, out);
+        out = c;
+        vp__transient(S, vp__mulc(S, sc, ce));
+    }
     vp__tunref(S, mask);
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    vp__tunref(S, out);
+    if (f->sv)
+        save_materialised(S, f, qs, ks, vx, probs, dmask, dropped);
+    vp__tunref(S, qs);
+    vp__tunref(S, ks);
+    if (gqa)
+        vp__tunref(S, vx);
+    if (up)
+        vp__tunref(S, v32);
+    vp__tunref(S, probs);
+    vp__tunref(S, dmask);
     vp__tunref(S, dropped);
+}
+
+/* The math kernel with an additive bias (T5's position bias, the fourth
+ * input; ops/attention_math.c) or without one (math_fwd: GQA, torch_mha,
+ * a kernel chosen by the setup). */
+static bool bias_math(const vp_op *o, vp_attn_impl impl)
+{
+    return impl == VP_ATTN_MATH && o->n_inputs >= 4 &&
+           !(o->flags & VP_OPF_TORCH_MHA);
+}
+
+/* Whether a consumer of the attention's output (out_proj) saves it for its
+ * weight's gradient: then the packed layout needs no save of its own for
+ * it; a frozen out_proj keeps only its weight, and the fused kernel's own
+ * save of its output shows. */
+static bool output_kept(const sim *S, uint32_t i)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t k = i + 1; k < g->n_ops; k++) {
+        const vp_op *c = &g->ops[k];
+        for (uint32_t j = 0; j < c->n_inputs; j++)
+            if (c->inputs[j] == i && c->kind == VP_OP_LINEAR &&
+                c->n_params && g->params[c->params[0]].trainable)
+                return true;
+    }
+    return false;
 }
 
 /* The fused kernels (flash, memory-efficient): the philox seed and
@@ -186,8 +292,8 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         vp__save(S, i, ATT_V, a->v);
         vp__save(S, i, ATT_LSE, lse);
         /* the packed layout hands the output to out_proj, which saves
-         * it; torch_mha's out_proj may save a copy */
-        if (mha)
+         * it (unless frozen); torch_mha's out_proj may save a copy */
+        if (mha || !output_kept(S, i))
             vp__save(S, i, ATT_OUT, f->out);
         vp__save(S, i, ATT_RNG_SEED, rng1);
         vp__save(S, i, ATT_RNG_OFFSET, rng2);
@@ -236,13 +342,12 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     uint32_t mask = NONE, mcast = NONE, cond = NONE;
     if (o->n_inputs >= 4)
         vp__attention_bias_fwd(S, f, a.ce, &mask, &mcast, &cond);
-    vp_attn_impl impl = vp__attention_core_impl(S, o, a.ce);
-    bool mha = o->flags & VP_OPF_TORCH_MHA;
+    vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
     f->oeb = a.ce;
     f->ol = 0;
     if (impl == VP_ATTN_EAGER)
         eager_fwd(S, f, &a);
-    else if (impl == VP_ATTN_MATH && !mha)
+    else if (bias_math(o, impl))
         vp__attention_math_fwd(S, f, a.q, a.k != NONE ? a.k : a.q,
                                a.v != NONE ? a.v : a.q, copy, a.ce);
     else if (impl == VP_ATTN_MATH)
@@ -271,6 +376,68 @@ typedef struct {
     uint64_t bh, qn, kvn; /* batch x heads; elements of q, of k (or v)  */
     uint32_t dq, dk, dv;  /* the gradients made                          */
 } att_grads;
+
+/* Its backward, node by node: the output's cast back, probs @ v (its
+ * grad_out copied contiguous: it comes back through HF's transpose), the
+ * dropout, _safe_softmax, q @ k^T, the scalings, the repeats summed back
+ * (v's node, then k's), the upcasts; d->dq, dk, dv in the input dtype. */
+static void math_bwd(sim *S, vp__bwd_op *b, att_grads *d)
+{
+    const vp_op *o = b->o;
+    uint32_t i = b->i;
+    uint8_t ce = d->ce;
+    uint64_t sc = vp__mulc(S, vp__mulc(S, d->bh, o->q_len), o->kv_len);
+    bool gqa = sdpa_gqa(o), up = ce != 4;
+    uint32_t g = b->gy;
+    b->gy = NONE;
+    if (up) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+        vp__tunref(S, g);
+        g = c;
+    }
+    uint32_t gc = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+    vp__tunref(S, g);
+    uint32_t gp = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
+    uint32_t gv = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+    vp__tunref(S, gc);
+    vp__drop_saved(S, i, ATT_V);
+    if (o->dropout > 0) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
+        vp__tunref(S, gp);
+        gp = c;
+        vp__drop_saved(S, i, ATT_MASK);
+        vp__drop_saved(S, i, ATT_DROPPED);
+    }
+    uint32_t ga = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
+    vp__tunref(S, gp);
+    vp__drop_saved(S, i, ATT_PROBS);
+    uint32_t gq = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+    uint32_t gk = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+    vp__tunref(S, ga);
+    vp__drop_saved(S, i, ATT_Q);
+    vp__drop_saved(S, i, ATT_K);
+    uint32_t c = vp__talloc(S, vp__mulc(S, d->qn, 4), VP_CAT_TEMP);
+    vp__tunref(S, gk);
+    gk = c;
+    uint32_t *gs[3] = {&gv, &gk, &gq};
+    uint64_t n[3] = {d->kvn, d->kvn, d->qn};
+    for (int k = 0; k < 3; k++) { /* repeats (v, k), q's scaling, upcasts */
+        if (k < 2 && !gqa && !up)
+            continue;
+        uint64_t e = k == 2 ? d->qn : gqa ? n[k] : d->qn;
+        uint32_t t = vp__talloc(S, vp__mulc(S, e, 4), VP_CAT_TEMP);
+        vp__tunref(S, *gs[k]);
+        *gs[k] = t;
+        if (up) {
+            uint32_t h = vp__talloc(S, vp__mulc(S, e, ce), VP_CAT_TEMP);
+            vp__tunref(S, *gs[k]);
+            *gs[k] = h;
+        }
+    }
+    d->dq = gq;
+    d->dk = gk;
+    d->dv = gv;
+}
 
 /* The nodes of eager_attention_forward in reverse (traced): the output
  * copy's backward, bmm(probs, v), dropout, the ToCopy to fp32, softmax
@@ -321,20 +488,14 @@ static void eager_bwd(sim *S, vp__bwd_op *b, att_grads *d)
     vp__drop_saved(S, i, ATT_K);
 }
 
-/* The kernels' own scratch after dq, dk, dv: the fused kernels' fp32
- * workspace, the math path's two fp32 score gradients. */
+/* The fused kernels' own scratch after dq, dk, dv: their fp32
+ * workspace. */
 static void kernel_bwd_scratch(sim *S, const vp_op *o, const att_grads *d)
 {
     if (d->impl == VP_ATTN_FLASH || d->impl == VP_ATTN_EFFICIENT) {
         uint64_t ws = vp__mulc(S, d->qn, 4);
         ws += vp__mulc(S, vp__mulc(S, d->bh, o->q_len), 4) + FUSED_SCRATCH;
         vp__transient(S, ws);
-    } else if (d->impl == VP_ATTN_MATH) {
-        uint64_t sc = vp__mulc(S, vp__mulc(S, d->bh, o->q_len), o->kv_len);
-        uint32_t t1 = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
-        uint32_t t2 = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP);
-        vp__tunref(S, t1);
-        vp__tunref(S, t2);
     }
 }
 
@@ -401,8 +562,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
                     (uint64_t)o->heads * o->head_dim);
     d.kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
                      (uint64_t)o->kv_heads * o->head_dim);
-    d.impl = vp__attention_core_impl(S, o, d.ce);
-    bool math = d.impl == VP_ATTN_MATH && !mha; /* attention_math.c */
+    d.impl = vp__attention_impl(S, o, d.ce);
+    bool math = bias_math(o, d.impl); /* attention_math.c */
     /* torch_mha: the efficient kernel wants grad_out in [B, L, h, d]
      * order; it comes back sequence-first (the permute's grad) */
     bool mha_eff = mha && d.impl == VP_ATTN_EFFICIENT;
@@ -414,6 +575,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         eager_bwd(S, b, &d);
     } else if (math) {
         vp__attention_math_bwd(S, b, d.ce, &d.dq, &d.dk, &d.dv);
+    } else if (d.impl == VP_ATTN_MATH) {
+        math_bwd(S, b, &d);
     } else {
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);
         d.dk = vp__talloc(S, vp__mulc(S, d.kvn, d.ce), VP_CAT_TEMP);

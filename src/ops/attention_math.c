@@ -18,21 +18,6 @@
 enum { MQ, MK, MV, MPROBS, MMASK, MDROPPED };
 #define MATH_COND 8u
 
-/* The kernel that runs: a bias that needs a gradient (T5's learned
- * position bias) sends SDPA to the math kernel, and flash takes no mask
- * (traced: T5's self-attention runs math, its cross-attention, whose zero
- * bias needs none, the efficient kernel). */
-vp_attn_impl vp__attention_core_impl(const sim *S, const vp_op *o, uint8_t ce)
-{
-    vp_attn_impl impl = vp__attention_impl(S, o, ce);
-    if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
-        return impl;
-    bool set = S->s->attn_set && S->s->attn != VP_ATTN_SDPA;
-    if (!set && S->g->ops[o->inputs[3]].needs_grad && S->training)
-        return VP_ATTN_MATH;
-    return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
-}
-
 /* The float mask the kernel adds (o->inputs[3]): the bias itself, or for
  * a causal attention torch.where(causal, bias, min) (create_position_
  * bias_mask: two aranges, the bool condition, which the where keeps for
@@ -121,7 +106,7 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
 {
     const vp_op *o = f->o;
     msizes z = sizes_of(S, o);
-    uint64_t aq = z.aq, ak = z.ak, P = z.P, aq4 = z.aq4, ak4 = z.ak4;
+    uint64_t aq = z.aq, P = z.P, aq4 = z.aq4, ak4 = z.ak4;
     uint64_t p4 = z.p4;
     bool up = ce != 4;
     uint32_t cm = NONE;
@@ -261,9 +246,9 @@ void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
         next(S, &gm, vp__mulc(S, m, be)); /* autocast's ToCopy */
     if (o->causal) {
         /* WhereBackward: a zero scalar, the bias's share */
-        uint32_t z = vp__talloc(S, 4, VP_CAT_TEMP);
+        uint32_t zero = vp__talloc(S, 4, VP_CAT_TEMP);
         uint32_t gb = vp__talloc(S, vp__mulc(S, m, be), VP_CAT_TEMP);
-        vp__tunref(S, z);
+        vp__tunref(S, zero);
         vp__tunref(S, gm);
         gm = gb;
         vp__drop_saved(S, i, MATH_COND);

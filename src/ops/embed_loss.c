@@ -29,8 +29,15 @@ uint64_t vp__loss_target_bytes(sim *S, const vp_op *o)
 /* the rows of the weight, in the parameters' dtype */
 void vp__embedding_fwd(sim *S, vp__fwd_op *f)
 {
-    f->oeb = S->PE;
+    const vp_param *w = &S->g->params[f->o->params[0]];
+    f->oeb = (uint8_t)vp__param_bytes(S, w);
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    /* enable_input_require_grads(): the frozen embedding's output made to
+     * require grad is a leaf, which the graph's AccumulateGrad keeps
+     * until the loss is deleted */
+    if (!w->trainable && f->o->needs_grad && S->training &&
+        f->mode == MODE_SAVE)
+        vp__hold_graph(S, f->out);
 }
 
 /* the index sort, the per-segment partial sums (fp32) and the dense
@@ -40,6 +47,11 @@ void vp__embedding_bwd(sim *S, vp__bwd_op *b)
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
     const vp_param *p = &g->params[o->params[0]];
+    if (!p->trainable) {
+        /* frozen: no EmbeddingBackward; the leaf output's .grad */
+        vp__hold_graph(S, b->gy);
+        return;
+    }
     uint64_t dim = o->shape[o->ndim - 1];
     uint64_t tokens = g->ops[b->in0].numel;
     if (o->shape[0] == 1 && g->batch > 1)
@@ -50,7 +62,7 @@ void vp__embedding_bwd(sim *S, vp__bwd_op *b)
                    (tokens < o->classes ? tokens : o->classes);
     uint32_t buf = vp__talloc(S, vp__mulc(S, vp__mulc(S, seg, dim), 4),
                               VP_CAT_TEMP);
-    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, S->PE),
+    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, vp__param_bytes(S, p)),
                                 VP_CAT_TEMP);
     vp__tunref(S, buf);
     vp__param_grad(S, o->params[0], dense);

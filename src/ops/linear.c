@@ -209,6 +209,10 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_graph *g = S->g;
     const vp_op *o = f->o;
+    if (o->n_params && g->params[o->params[0]].quant) {
+        vp__quant_linear_fwd(S, f); /* ops/quant.c */
+        return;
+    }
     uint32_t i = f->i, in0 = f->in0;
     bool bias = o->n_params > 1;
     uint8_t ce = S->amp ? 2 : f->eb0; /* compute dtype */
@@ -375,6 +379,10 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
 {
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
+    if (o->n_params && g->params[o->params[0]].quant) {
+        vp__quant_linear_bwd(S, b); /* ops/quant.c */
+        return;
+    }
     uint32_t i = b->i, in0 = b->in0;
     bool conv = is_conv(o);
     uint8_t ce = S->amp ? 2 : b->eb0;

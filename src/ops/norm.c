@@ -61,12 +61,16 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
         h2 = vp__talloc(S, vp__mulc(S, n, eb0), VP_CAT_ACT);
         vp__tunref(S, h);
     }
-    f->oeb = vp__promote(S->PE, eb0);
+    f->oeb = vp__promote((uint8_t)vp__param_bytes(S, &S->g->params[o->params[0]]),
+                         eb0);
     f->out = vp__talloc(S, vp__mulc(S, n, f->oeb), VP_CAT_ACT);
     if (f->sv) {
         vp__save(S, i, RMS_XF, xf);
         vp__save(S, i, RMS_RSTD, r);
-        vp__save(S, i, RMS_H, h2);
+        /* weight * h keeps h for the weight's gradient only: a frozen
+         * weight leaves it (tools/autograd/derivatives.yaml, mul) */
+        if (S->g->params[o->params[0]].trainable)
+            vp__save(S, i, RMS_H, h2);
     }
     vp__tunref(S, h2);
     vp__tunref(S, r);

@@ -179,7 +179,7 @@ uint8_t vp__promoted_eb(const sim *S, const vp__fwd_op *f)
     for (uint32_t j = 1; j < o->n_inputs; j++)
         e = vp__promote(e, S->out_eb[o->inputs[j]]);
     if (o->n_params)
-        e = vp__promote(e, S->PE);
+        e = vp__promote(e, (uint8_t)vp__param_bytes(S, &S->g->params[o->params[0]]));
     return e;
 }
 
@@ -245,7 +245,8 @@ void vp__join_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
     if (o->kind == VP_OP_CONCAT && o->n_params)
-        f->oeb = vp__promote(f->eb0, S->PE);
+        f->oeb = vp__promote(f->eb0, (uint8_t)vp__param_bytes(
+                                          S, &S->g->params[o->params[0]]));
     f->ol = 0;
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
 }

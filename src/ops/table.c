@@ -48,4 +48,5 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
                              0},
     [VP_OP_CAST] = {vp__cast_fwd, vp__cast_bwd, PASS},
     [VP_OP_SCALE] = {vp__scale_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
 };

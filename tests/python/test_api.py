@@ -48,6 +48,27 @@ class Estimate(unittest.TestCase):
                                    precision="amp-bf16")
         self.assertGreater(longer["peak_alloc"], e["peak_alloc"])
 
+    def test_lora_matches_the_command_line(self):
+        e = vramplan.estimate("gpt2-small", batch=2, seq=256,
+                              precision="amp-bf16", base_dtype="bf16",
+                              lora="r=8,alpha=16,targets=c_attn",
+                              checkpoint="all")
+        c, rc = cli_json("estimate", "models/gpt2-small.yaml", "--batch",
+                         "2", "--seq", "256", "--precision", "amp-bf16",
+                         "--base-dtype", "bf16", "--lora",
+                         "r=8,alpha=16,targets=c_attn", "-c", "all")
+        self.assertEqual(rc, 0)
+        for key in ("params", "total_params", "setup_peak", "peak_alloc",
+                    "peak_reserved"):
+            self.assertEqual(e[key], c[key], key)
+        # c_attn (768 -> 2304) in 12 layers: r * (768 + 2304) each
+        self.assertEqual(e["params"], 12 * 8 * (768 + 2304))
+
+    def test_bad_lora_spec_names_the_key(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("gpt2-small", lora="r=8,rank=3,targets=c_attn")
+        self.assertIn("'rank'", str(cm.exception))
+
     def test_model_name_resolves_through_the_search_path(self):
         e = vramplan.estimate("mlp10")
         self.assertEqual(e["model"], "mlp10")
@@ -71,6 +92,46 @@ class Estimate(unittest.TestCase):
                         "h100-80g")
         self.assertEqual(e["budget"], c["setup"]["budget"])
         self.assertEqual(e["device_used"], c["device_used"])
+
+
+class Generate(unittest.TestCase):
+    ARGS = ("--batch", "8", "--precision", "bf16", "--generate",
+            "prompt=512,new=32", "--cache", "static")
+
+    def test_matches_the_command_line(self):
+        e = vramplan.estimate("llama-1b", batch=8, precision="bf16",
+                              generate="prompt=512,new=32", cache="static")
+        c, rc = cli_json("estimate", "models/llama-1b.yaml", *self.ARGS)
+        self.assertEqual(rc, 0)
+        self.assertEqual(e["peak_alloc"], c["peak_alloc"])
+        for key in ("weights", "kv_cache_bytes", "kv_at_peak",
+                    "prefill_peak", "decode_peak", "peak_token"):
+            self.assertEqual(e["generate"][key], c["generate"][key], key)
+
+    def test_maxbatch_reports_the_cache_at_the_largest_batch(self):
+        m = vramplan.maxbatch("llama-1b", budget="4GiB", precision="bf16",
+                              generate="prompt=512,new=32")
+        c, rc = cli_json("maxbatch", "models/llama-1b.yaml", "--budget",
+                         "4GiB", "--precision", "bf16", "--generate",
+                         "prompt=512,new=32")
+        self.assertEqual(rc, 0)
+        self.assertEqual(m["max_batch"], c["max_batch"])
+        self.assertEqual(m["at_max"]["generate"]["kv_cache_bytes"],
+                         c["kv_cache_bytes"])
+
+    def test_seq_does_not_apply(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("llama-1b", seq=512, generate="prompt=8,new=2")
+        self.assertIn("'seq'", str(cm.exception))
+
+    def test_a_bad_spec_names_the_item(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("llama-1b", generate="prompt=8,beams=2")
+        self.assertIn("'beams=2'", str(cm.exception))
+
+    def test_cache_needs_generate(self):
+        with self.assertRaises(vramplan.Error):
+            vramplan.estimate("llama-1b", cache="static")
 
 
 class MaxBatch(unittest.TestCase):

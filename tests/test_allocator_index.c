@@ -1,0 +1,143 @@
+/* The allocator's index of free blocks (size classes with a bitmap, a
+ * treap per class) finds the block PyTorch's best fit finds: the lowest
+ * (size, address) among the free blocks of the request's stream and pool
+ * that hold the rounded request. Checked against a search over the
+ * allocator's own listing (vp_allocator_segments) before every
+ * allocation of long random runs. */
+#include <criterion/criterion.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "vramplan/allocator.h"
+#include "vramplan/units.h"
+
+#define MiB VP_MiB
+#define SMALL_SIZE MiB /* kSmallSize: the small pool's largest block */
+
+typedef struct {
+    uint64_t size;   /* the rounded request */
+    int stream;
+    bool large;
+    bool found;      /* a free block holds it */
+    uint64_t addr, best; /* that block's address and size */
+    uint64_t seg_lo, seg_hi; /* lowest and highest address of any segment */
+} want;
+
+static vp_status visit(const vp_allocator_segment_info *seg, void *ud)
+{
+    want *w = ud;
+    if (seg->addr < w->seg_lo)
+        w->seg_lo = seg->addr;
+    if (seg->addr + seg->size > w->seg_hi)
+        w->seg_hi = seg->addr + seg->size;
+    if (seg->stream != w->stream || seg->large != w->large)
+        return VP_OK;
+    for (size_t i = 0; i < seg->n_blocks; i++) {
+        const vp_allocator_block_info *b = &seg->blocks[i];
+        if (b->allocated || b->size < w->size)
+            continue;
+        if (!w->found || b->size < w->best ||
+            (b->size == w->best && b->addr < w->addr)) {
+            w->found = true;
+            w->best = b->size;
+            w->addr = b->addr;
+        }
+    }
+    return VP_OK;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* A request size: small and large pool, sizes that share a class with
+ * their neighbours (a few distinct values) and log-uniform ones. */
+static uint64_t request(uint64_t *seed)
+{
+    static const uint64_t common[] = {512, 4096, 1536, 786432,
+                                      2 * MiB + 512, 3 * MiB, 24 * MiB,
+                                      25 * MiB, 96 * MiB};
+    if (rnd(seed) % 2)
+        return common[rnd(seed) % (sizeof common / sizeof common[0])];
+    uint64_t e = rnd(seed) % 27;
+    return ((uint64_t)1 << e) + rnd(seed) % ((uint64_t)1 << e);
+}
+
+static void run(uint64_t seed, int ops, int streams)
+{
+    vp_error err;
+    vp_allocator *a = vp_allocator_new(NULL, &err);
+    cr_assert_not_null(a, "%s", err.msg);
+    uint64_t *live = calloc((size_t)ops, sizeof *live);
+    cr_assert_not_null(live);
+    size_t n = 0, reused = 0, fresh = 0;
+    for (int op = 0; op < ops; op++) {
+        uint64_t r = rnd(&seed) % 100;
+        if (r < 2) {
+            vp_allocator_empty_cache(a);
+            continue;
+        }
+        if (r < 45 && n > 0) {
+            size_t k = (size_t)(rnd(&seed) % n);
+            cr_assert_eq(vp_allocator_release(a, live[k], &err), VP_OK);
+            live[k] = live[--n];
+            continue;
+        }
+        uint64_t sz = request(&seed);
+        want w = {0};
+        w.size = vp_allocator_round_size(NULL, sz);
+        w.stream = (int)(rnd(&seed) % (uint64_t)streams);
+        w.large = w.size > SMALL_SIZE;
+        w.seg_lo = UINT64_MAX;
+        cr_assert_eq(vp_allocator_segments(a, visit, &w, &err), VP_OK);
+        uint64_t h = 0;
+        cr_assert_eq(vp_allocator_malloc(a, sz, w.stream, &h, &err), VP_OK,
+                     "%s", err.msg);
+        uint64_t at = vp_allocator_block_addr(a, h);
+        if (w.found) {
+            cr_assert_eq(at, w.addr,
+                         "op %d: %llu B (stream %d) at %#llx, best fit is "
+                         "the %llu B block at %#llx",
+                         op, (unsigned long long)w.size, w.stream,
+                         (unsigned long long)at,
+                         (unsigned long long)w.best,
+                         (unsigned long long)w.addr);
+            reused++;
+        } else {
+            /* no free block holds it: a new segment above all others */
+            cr_assert(w.seg_lo == UINT64_MAX || at >= w.seg_hi,
+                      "op %d: %llu B at %#llx inside the segments",
+                      op, (unsigned long long)w.size,
+                      (unsigned long long)at);
+            fresh++;
+        }
+        live[n++] = h;
+        cr_assert_eq(vp_allocator_check(a, &err), VP_OK, "%s", err.msg);
+    }
+    /* both paths were exercised many times */
+    cr_assert_gt(reused, (size_t)ops / 10);
+    cr_assert_gt(fresh, (size_t)10);
+    free(live);
+    vp_allocator_free(a);
+}
+
+Test(allocator_index, best_fit_one_stream)
+{
+    run(11, 3000, 1);
+}
+
+Test(allocator_index, best_fit_three_streams)
+{
+    run(12, 3000, 3);
+}
+
+/* Eight streams, whose first requests come in random order (the index
+ * keeps one directory per stream, sorted by stream). */
+Test(allocator_index, best_fit_streams_out_of_order)
+{
+    run(13, 600, 8);
+}
