@@ -21,6 +21,7 @@
  *
  * Rules and their sources: docs/GENERATE.md; the allocator traces in
  * groundtruth/traces/ (the generate cases). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -501,6 +502,13 @@ vp_status vp__generate_run(sim *S)
         st = S->st;
     }
     S->g = g;
+    /* the peak's op is named by the prefill or decode graph, freed here:
+     * its name is copied first (simulate copies S->peak_op otherwise) */
+    if (S->peak_op) {
+        snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s", S->peak_op);
+        S->peak_op = NULL;
+    }
+    S->cur_op = "";
     free(G.layers);
     free(G.layer_of);
     vp_graph_free(G.gp);
