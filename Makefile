@@ -15,6 +15,9 @@
 #   make accuracy         compare with the measured ground truth
 #   make equiv            this tree's output against EQUIV_BASE's (default
 #                         main), byte for byte (scripts/equiv.sh)
+#   make mutants          mutate the rules one at a time (scripts/mutants.tsv)
+#                         and run the tests on each (long: not part of
+#                         make test); MUTANTS_ARGS, e.g. --only ID,ID
 #   make clean
 #
 # Variables: CC, CFLAGS (default -O2 -g), LDFLAGS, PREFIX, DESTDIR,
@@ -124,7 +127,7 @@ endif
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .PHONY: all deps run test check clean install uninstall calibrate accuracy \
-        print-prefix equiv
+        print-prefix equiv mutants
 
 all: $(LIB) $(BIN) $(SHLIB)
 
@@ -273,7 +276,7 @@ ACCURACY_CHECK = \
 	if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
 	echo "    ACCURACY ground truth from $$gt and groundtruth/"; \
 	for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
-	         groundtruth/dist/*.jsonl; do \
+	         groundtruth/dist/*.jsonl groundtruth/heldout/*.jsonl; do \
 	    [ -e "$$f" ] || continue; \
 	    err=$$($(TEST_ENV) ./$(BIN) validate --gpu h200 \
 	           --outliers $(GT_BOUNDS) "$$f" 2>&1 >/dev/null); \
@@ -294,7 +297,7 @@ include bench/bench.mk
 accuracy: all
 	@if [ -d $(GT_SHARED) ]; then gt=$(GT_SHARED); else gt=$(GT_COPY); fi; \
 	rc=0; for f in $$gt/*.jsonl $$gt/dist/*.jsonl groundtruth/*.jsonl \
-	               groundtruth/dist/*.jsonl; do \
+	               groundtruth/dist/*.jsonl groundtruth/heldout/*.jsonl; do \
 	    [ -e "$$f" ] || continue; echo "== $$f"; \
 	    ./$(BIN) validate --gpu h200 --outliers $(GT_BOUNDS) "$$f" || rc=1; \
 	done; exit $$rc
@@ -305,6 +308,13 @@ accuracy: all
 EQUIV_BASE ?= main
 equiv:
 	scripts/equiv.sh $(EQUIV_BASE)
+
+# make mutants: each mutation of scripts/mutants.tsv applied alone in a
+# scratch copy (build/mutants/tree), rebuilt and tested until a check
+# fails; the report goes to scripts/mutants.report.md (docs/MUTANTS.md)
+MUTANTS_ARGS ?=
+mutants: all $(TEST_BINS) $(FAKE_NVML)
+	$(PYTHON) scripts/mutants.py $(MUTANTS_ARGS)
 
 # vp-calibrate links only the CUDA runtime (static); cuBLASLt and NCCL are
 # loaded at run time. NVCC_ARCH: machine code for Ampere, Ada, Hopper and

@@ -24,7 +24,8 @@ def leaf_calls(m):
     return n, hooks
 
 
-def host_phases(c, steps=5):
+def setup(c):
+    """The case's model, optimizer, GradScaler and autocast dtype, as collect.py makes them."""
     m, fam, seq = G.build(c["model"], c.get("attn", "sdpa"), c.get("ckpt", False))
     prec = c.get("prec", "fp32")
     if prec == "bf16":
@@ -36,11 +37,21 @@ def host_phases(c, steps=5):
         c.get("opt", "adamw"), lambda p: torch.optim.AdamW(p, lr=1e-4))(m.parameters())
     scaler = torch.amp.GradScaler("cuda") if prec == "amp-fp16" else None
     ac = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
+    return m, fam, seq, opt, scaler, ac
+
+
+def batch_of(c, fam, seq):
+    batch = G.make_batch(fam, c["model"], c["batch"], c.get("seq", seq))
+    if c.get("prec", "fp32") == "bf16" and "x" in batch:
+        batch["x"] = batch["x"].to(torch.bfloat16)
+    return batch
+
+
+def host_phases(c, steps=5):
+    m, fam, seq, opt, scaler, ac = setup(c)
     rows = []
     for s in range(steps):
-        batch = G.make_batch(fam, c["model"], c["batch"], c.get("seq", seq))
-        if prec == "bf16" and "x" in batch:
-            batch["x"] = batch["x"].to(torch.bfloat16)
+        batch = batch_of(c, fam, seq)
         n, hooks = leaf_calls(m)
         torch.cuda.synchronize()
         t0 = time.perf_counter()

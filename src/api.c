@@ -21,6 +21,8 @@ typedef struct request {
     uint64_t global_batch;
     vp_setup setup;
     bool precision_set, optimizer_set;
+    vp_dist dist;               /* estimate's data-parallel run        */
+    bool dist_set;              /* any of DIST_KEYS given              */
 } request;
 
 /* Every key a request may hold (plan also takes global_batch). */
@@ -30,7 +32,9 @@ static const char *const KEYS[] = {
     "inference", "expandable_segments", "offload_optimizer",
     "offload_activations", "compress_activations", "int8_weights",
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
-    "global_batch", "lora", "freeze", "quant", "double_quant", "load",
+    "global_batch", "strategy", "world", "shard", "param_dtype",
+    "reduce_dtype", "reshard_after_forward", "bucket_cap", "rebuild_freed",
+    "cpu_offload", "lora", "freeze", "quant", "double_quant", "load",
     "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
@@ -108,6 +112,57 @@ static vp_status get_name(json_t *v, const char *key, request *r,
     }
     if (st != VP_OK)
         return vp_error_set(err, VP_EARG, "unknown %s '%s'", key, s);
+    return VP_OK;
+}
+
+/* estimate's data-parallel run (as the CLI's --strategy and its
+ * options): one key into r->dist. */
+static vp_status dist_field(request *r, const char *key, json_t *v,
+                            vp_error *err)
+{
+    vp_dist *d = &r->dist;
+    uint64_t n;
+    const char *s;
+    vp_status st = VP_OK;
+
+    if (!r->dist_set)
+        vp_dist_init(d);
+    r->dist_set = true;
+    if (strcmp(key, "world") == 0 || strcmp(key, "shard") == 0) {
+        if (get_count(v, key, 1, VP_DIST_MAX_WORLD, &n, err) != VP_OK)
+            return VP_EARG;
+        *(key[0] == 'w' ? &d->world : &d->shard) = (uint32_t)n;
+    } else if (strcmp(key, "bucket_cap") == 0) {
+        if (get_size(v, key, &d->bucket_cap, err) != VP_OK)
+            return VP_EARG;
+        if (d->bucket_cap == 0)
+            return bad(err, key, "more than 0 bytes");
+    } else if (strcmp(key, "rebuild_freed") == 0 ||
+               strcmp(key, "cpu_offload") == 0) {
+        if (!json_is_boolean(v))
+            return bad(err, key, "true or false");
+        if (key[0] == 'r')
+            d->rebuild_held = !json_is_true(v);
+        else
+            d->cpu_offload = json_is_true(v);
+    } else if (strcmp(key, "reshard_after_forward") == 0) {
+        if (json_is_boolean(v))
+            d->reshard_after_forward = json_is_true(v);
+        else if (get_count(v, key, 2, VP_DIST_MAX_WORLD, &n, err) == VP_OK)
+            d->reshard_after_forward = (int32_t)n;
+        else
+            return bad(err, key, "true, false or a number of ranks >= 2");
+    } else {
+        if (get_str(v, key, &s, err) != VP_OK)
+            return VP_EARG;
+        if (strcmp(key, "strategy") == 0)
+            st = vp_dist_strategy_parse(s, &d->strategy);
+        else
+            st = vp_mp_dtype_parse(s, key[0] == 'p' ? &d->param_dtype
+                                                    : &d->reduce_dtype);
+        if (st != VP_OK || (key[0] != 's' && strcmp(s, "none") == 0))
+            return vp_error_set(err, VP_EARG, "unknown %s '%s'", key, s);
+    }
     return VP_OK;
 }
 
@@ -196,6 +251,14 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
         st = get_str(v, key, &r->gpu, err);
     } else if (strcmp(key, "gpu_dir") == 0) {
         st = get_str(v, key, &r->gpu_dir, err);
+    } else if (strcmp(key, "strategy") == 0 || strcmp(key, "world") == 0 ||
+               strcmp(key, "shard") == 0 || strcmp(key, "param_dtype") == 0 ||
+               strcmp(key, "reduce_dtype") == 0 ||
+               strcmp(key, "reshard_after_forward") == 0 ||
+               strcmp(key, "bucket_cap") == 0 ||
+               strcmp(key, "rebuild_freed") == 0 ||
+               strcmp(key, "cpu_offload") == 0) {
+        st = dist_field(r, key, v, err);
     } else if (strcmp(key, "generate") == 0) {
         st = get_str(v, key, &r->generate, err);
     } else if (strcmp(key, "cache") == 0) {
@@ -280,6 +343,14 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
     }
     if (!r->model)
         return vp_error_set(err, VP_EARG, "the request has no 'model'");
+    if (r->dist_set && (r->cmd != CMD_ESTIMATE ||
+                        r->dist.strategy == VP_DIST_NONE))
+        return vp_error_set(err, VP_EARG,
+                            r->cmd != CMD_ESTIMATE
+                                ? "a data-parallel run ('strategy' and its "
+                                  "fields) is estimate's only"
+                                : "the data-parallel fields need a "
+                                  "'strategy'");
     return apply_generate(r, root, err);
 }
 
@@ -429,6 +500,38 @@ static vp_status select_spec(const vp_graph *g, const char *spec, bool **out,
     return vp_graph_checkpoint_select(g, spec, *out, err);
 }
 
+/* A data-parallel run: every role simulated (vp_simulate_ranks); *e is
+ * the most loaded rank's, and res gets "dist" with the roles. */
+static vp_status run_roles(request *r, const vp_graph *g, json_t *res,
+                           vp_estimate *e, vp_error *err)
+{
+    vp_rank_estimate *roles = NULL;
+    size_t n = 0, worst = 0;
+
+    r->setup.dist = &r->dist;
+    vp_status st = vp_simulate_ranks(g, &r->setup, &roles, &n, &worst, err);
+    if (st != VP_OK)
+        return st;
+    json_t *o = json_object(), *a = json_array();
+    put(o, "strategy", json_string(vp_dist_strategy_name(r->dist.strategy)));
+    put(o, "world", num(r->dist.world));
+    for (size_t k = 0; k < n; k++) {
+        json_t *x = json_object();
+        put(x, "rank", num(roles[k].rank));
+        put(x, "ranks", num(roles[k].n_ranks));
+        put(x, "peak_alloc", num(roles[k].est.peak_alloc));
+        put(x, "peak_reserved", num(roles[k].est.peak_reserved));
+        put(x, "device_used", num(roles[k].est.device_used));
+        json_array_append_new(a, x);
+    }
+    put(o, "roles", a);
+    put(o, "most_loaded_rank", num(roles[worst].rank));
+    put(res, "dist", o);
+    *e = roles[worst].est;
+    free(roles);
+    return VP_OK;
+}
+
 static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
                               vp_error *err)
 {
@@ -450,7 +553,9 @@ static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
     }
     vp_estimate e;
     memset(&e, 0, sizeof e);
-    if (st == VP_OK)
+    if (st == VP_OK && r->dist_set)
+        st = run_roles(r, g, res, &e, err);
+    else if (st == VP_OK)
         st = vp_simulate(g, &r->setup, &e, NULL, NULL, err);
     if (st == VP_OK || st == VP_EOOM) {
         json_t *est = estimate_json(&e, r->generate != NULL);

@@ -11,6 +11,7 @@
 
 #define MAX_BOUNDS_BYTES (1u << 20)
 #define DEFAULT_TOLERANCE 0.25 /* percentage points around an outlier   */
+#define VP__MG_NONE (-1) /* no group                                   */
 
 static const char *const GROUP_NAMES[] = {
 #define VP__MG(name, str) str,
@@ -38,30 +39,36 @@ int vp_metric_group_of(const char *m)
 {
     static const struct {
         const char *name;
-        vp_metric_group g;
-    } plain[] = {{"peak_alloc", VP_MG_ALLOCATED},
-                 {"peak_reserved", VP_MG_RESERVED},
-                 {"device_used", VP_MG_DEVICE_USED},
-                 {"after_model", VP_MG_AFTER_MODEL},
-                 {"max_batch", VP_MG_MAX_BATCH},
-                 {"step_us", VP_MG_STEP_TIME},
-                 {"trainable_params", VP_MG_PARAMS},
-                 {"total_params", VP_MG_PARAMS},
-                 {"setup_peak", VP_MG_SETUP},
-                 {"kv_cache_bytes", VP_MG_KV_CACHE}};
+        int g, rank_g;
+    } plain[] = {{"peak_alloc", VP_MG_ALLOCATED, VP_MG_RANK_ALLOCATED},
+                 {"peak_reserved", VP_MG_RESERVED, VP_MG_RANK_RESERVED},
+                 {"device_used", VP_MG_DEVICE_USED, VP_MG_RANK_DEVICE_USED},
+                 {"after_model", VP_MG_AFTER_MODEL, VP_MG_AFTER_MODEL},
+                 {"max_batch", VP_MG_MAX_BATCH, VP__MG_NONE},
+                 {"step_us", VP_MG_STEP_TIME, VP__MG_NONE},
+                 {"params", VP_MG_PARAMS, VP__MG_NONE},
+                 {"trainable_params", VP_MG_PARAMS, VP__MG_NONE},
+                 {"total_params", VP_MG_PARAMS, VP__MG_NONE},
+                 {"setup_peak", VP_MG_SETUP, VP__MG_NONE},
+                 {"kv_cache_bytes", VP_MG_KV_CACHE, VP__MG_NONE}};
     const char *rest = after_number(m, "rank");
+    bool largest = strncmp(m, "largest.", 8) == 0;
 
     if (rest != NULL && *rest == '.')
-        m = rest + 1; /* a rank's figure counts with the one-GPU ones */
-    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
-        if (strcmp(m, plain[i].name) == 0)
-            return (rest == NULL || plain[i].g <= VP_MG_DEVICE_USED)
-                       ? (int)plain[i].g
-                       : -1;
-    const char *run = rest == NULL ? after_number(m, "run") : NULL;
+        m = rest + 1; /* one rank's figure                          */
+    else if (largest)
+        m += 8;       /* a run's most loaded rank: as one GPU's      */
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        if (strcmp(m, plain[i].name) != 0)
+            continue;
+        if (largest)
+            return plain[i].g <= VP_MG_DEVICE_USED ? plain[i].g : -1;
+        return rest == NULL ? plain[i].g : plain[i].rank_g;
+    }
+    const char *run = rest == NULL && !largest ? after_number(m, "run") : NULL;
     if (run != NULL && strcmp(run, ".peak") == 0)
         return VP_MG_PHASES;
-    rest = rest == NULL ? after_number(m, "step") : NULL;
+    rest = !largest ? after_number(m, "step") : NULL;
     if (rest != NULL && (strcmp(rest, ".fwd_peak") == 0 ||
                          strcmp(rest, ".bwd_peak") == 0 ||
                          strcmp(rest, ".opt_peak") == 0))

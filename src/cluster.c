@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cluster_impl.h"
+#include "graph_tf.h"
 
 /* ------------------------------------------------------------------ */
 /* Cluster defaults                                                    */
@@ -28,6 +29,12 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->gpus_per_node = gpus_per_node ? gpus_per_node : 8;
     c->memory = hw->memory;
     c->context = hw->context ? hw->context : VP_DEFAULT_CONTEXT_BYTES;
+    /* The defaults below are the model's (docs/CLUSTER.md, its table of
+     * cluster settings; docs/CONSTANTS.md lists each one's source). Their
+     * effects are pinned by tests: nvlink_eff by tests/test_rules_dist.c
+     * (nvlink_collectives_at_80_percent), the others by the mutations
+     * cluster-* of scripts/mutants.tsv (scripts/mutants.report.md names
+     * the test that sees each). */
     c->host_mem = (uint64_t)128 * VP_GiB * c->gpus_per_node;
     c->host_mem_bw = 200e9;
     c->nvlink_eff = 0.8;
@@ -35,6 +42,8 @@ void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,
     c->nccl_comm_bytes = (uint64_t)320 * VP_MiB;
     c->nccl_peer_bytes = (uint64_t)48 * VP_MiB;
     c->alloc_overhead = 0.05;
+    c->moe_imbalance = 0; /* the measured load */
+    c->moe_capacity = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -85,9 +94,34 @@ static int region_of(const vp_graph *g, uint32_t op)
     return REG_HEAD;
 }
 
+double vp_moe_measured_load(uint32_t ep)
+{
+    if (ep <= 1)
+        return 1.0;
+    return ep <= 2 ? 1.39 : ep <= 4 ? 1.93 : 2.29;
+}
+
+double vp_moe_load(const vp_cluster *c, uint64_t experts, uint64_t top_k,
+                   uint32_t ep, double *worst)
+{
+    double w = 1;
+    if (experts && top_k && ep > 1) {
+        double local = (double)experts / ep, k = (double)top_k;
+        w = ep * (k < local ? k : local) / k;
+    }
+    if (worst)
+        *worst = w;
+    double f = c->moe_capacity > 0   ? c->moe_capacity
+               : c->moe_imbalance > 0 ? c->moe_imbalance
+                                      : vp_moe_measured_load(ep);
+    f = f < 1 ? 1 : f;
+    return f < w ? f : w;
+}
+
 static bool is_expert_op(const vp_op *o)
 {
-    return o->name && strstr(o->name, ".experts.") != NULL;
+    return o->kind == VP_OP_MOE_EXPERTS ||
+           (o->name && strstr(o->name, ".experts.") != NULL);
 }
 
 /* Whether op o belongs to an expert other than the first: a grouped MoE
@@ -142,7 +176,11 @@ static void scan_graph(const vp_graph *g, gscan *s)
             s->flops_head += fb;
         else if (r == REG_L1)
             s->flops_layer += fb;
-        if (r == REG_L1 && o->kind == VP_OP_LINEAR) {
+        if (r == REG_L1 && o->kind == VP_OP_MOE_EXPERTS) {
+            s->fexp_f += o->flops_fwd; /* two grouped GEMMs */
+            s->fexp_b += o->flops_bwd;
+            s->n_exp += 2;
+        } else if (r == REG_L1 && o->kind == VP_OP_LINEAR) {
             if (is_expert_op(o)) {
                 s->fexp_f += o->flops_fwd;
                 s->fexp_b += o->flops_bwd;
@@ -179,9 +217,10 @@ typedef struct {
                         the fused SwiGLU does not keep                  */
     double mm_out;   /* outputs of a layer's linears and attention core:
                         what op-level selective checkpointing saves     */
-    double keep[2];  /* what a fused engine saves for the backward, besides
+    double keep[3];  /* what a fused engine saves for the backward, besides
                         the linears' inputs: activation elements, one-byte
-                        mask elements                                   */
+                        mask elements; of the first, the routed experts'
+                        (their rows grow with the routing's imbalance)  */
 } shapes;
 
 static void add_gemm(vp__gemm *arr, size_t *n, size_t cap, vp__gemm g)
@@ -211,16 +250,12 @@ static bool feeds(const vp_graph *g, size_t i, vp_op_kind k)
     return i + 1 < g->n_ops && nx->n_inputs == 0;
 }
 
-/* Elements of the expert output a combine adds: its smallest input (the
- * others are the running sum over the token tensor). */
-static double expert_out(const vp_graph *g, const vp_op *o)
+/* Elements of the grouped experts' token rows (tokens x top_k x
+ * hidden) and of their inner rows (x expert_ffn). */
+static double expert_rows(const vp_op *o, bool inner)
 {
-    double in = (double)o->numel;
-    for (uint32_t j = 0; j < o->n_inputs; j++) {
-        double x = (double)g->ops[o->inputs[j]].numel;
-        in = x < in ? x : in;
-    }
-    return in;
+    double r = (double)o->numel * (double)o->top_k;
+    return inner ? r * (double)o->out_features / (double)o->in_features : r;
 }
 
 /* Traffic of op i under the fusions of Megatron-LM and Transformer Engine
@@ -239,9 +274,14 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
     case VP_OP_SOFTMAX:
     case VP_OP_CONCAT:
     case VP_OP_ROUTER:
-    case VP_OP_MOE_DISPATCH:
     case VP_OP_EMBEDDING:
         f[0] += 2 * n, f[2] += 1;
+        break;
+    case VP_OP_MOE_EXPERTS:
+        /* the tokens' gather and scatter-add (the experts' rows, not the
+         * token tensor) and the fused SwiGLU over the inner rows */
+        f[0] += 4 * expert_rows(o, false) + 3 * expert_rows(o, true);
+        f[2] += 3;
         break;
     case VP_OP_GELU:
     case VP_OP_GELU_TANH:
@@ -265,12 +305,6 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
     case VP_OP_ADD:
         f[0] += 3 * n, f[2] += 1;
         break;
-    case VP_OP_MOE_COMBINE: {
-        /* scatter-add of the expert's rows only (its input), not of the
-         * whole token tensor */
-        f[0] += 2 * expert_out(g, o), f[2] += 1;
-        break;
-    }
     case VP_OP_CROSS_ENTROPY:
         /* vocab-parallel cross entropy: the logits read once and their
          * fp32 exponentials written and read */
@@ -289,7 +323,7 @@ static void fused_op(const vp_graph *g, size_t i, double f[3])
  * inputs of the fused SwiGLU; dropout its mask (one byte); an expert
  * combine the expert's output. The tensors of Korthikanti et al. 2022,
  * section 4.1, op by op. */
-static void saved_op(const vp_graph *g, size_t i, double keep[2])
+static void saved_op(const vp_graph *g, size_t i, double keep[3])
 {
     const vp_op *o = &g->ops[i];
     double n = (double)o->numel;
@@ -320,12 +354,36 @@ static void saved_op(const vp_graph *g, size_t i, double keep[2])
         if (o->dropout > 0)
             keep[1] += n;
         break;
-    case VP_OP_MOE_COMBINE:
-        keep[0] += expert_out(g, o);
+    case VP_OP_MOE_EXPERTS:
+        /* the experts' GEMM inputs (their rows, and the gated product),
+         * the fused SwiGLU's two inputs, the output the combine scales */
+        n = 2 * expert_rows(o, false) + 3 * expert_rows(o, true);
+        keep[0] += n;
+        keep[2] += n;
         break;
     default:
         break;
     }
+}
+
+/* The grouped experts' two GEMMs (gate_up, then down), one per expert
+ * over its share of the tokens x top_k rows; with tensor parallelism
+ * gate_up splits by columns and down by rows (o2: the op at t = t2). */
+static void experts_gemms(const vp_op *o, const vp_op *o2, double t2,
+                          shapes *sh)
+{
+    double e = (double)o->classes, h = (double)o->in_features;
+    double f = (double)o->out_features;
+    double rows = expert_rows(o, false) / h / e;
+    bool split = t2 > 1 && o2->kind == VP_OP_MOE_EXPERTS &&
+                 (double)o2->out_features * t2 == f;
+    vp__gemm gu = {rows, 2 * f, h, e, split ? VP__SPLIT_COL : VP__SPLIT_NONE,
+                   true};
+    vp__gemm dn = {rows, h, f, e, split ? VP__SPLIT_ROW : VP__SPLIT_NONE,
+                   true};
+    add_gemm(sh->gemm, &sh->n_gemm, VP__GEMMS, gu);
+    add_gemm(sh->gemm, &sh->n_gemm, VP__GEMMS, dn);
+    sh->mm_out += 0.5 * (expert_rows(o, true) * 2 + expert_rows(o, false));
 }
 
 /* primary: record the attention core and the parameter tensors in cm
@@ -372,6 +430,10 @@ static void scan_shapes(const vp_graph *g1, const vp_graph *g2, double t2,
              o->kind == VP_OP_GELU_TANH || o->kind == VP_OP_RELU ||
              o->kind == VP_OP_SIGMOID))
             sh->gated += (double)o->numel;
+        if (r == REG_L1 && o->kind == VP_OP_MOE_EXPERTS) {
+            experts_gemms(o, o2, t2, sh);
+            continue;
+        }
         if (o->kind != VP_OP_LINEAR || (r != REG_L1 && r != REG_HEAD) ||
             !o->out_features)
             continue;
@@ -434,6 +496,8 @@ typedef struct {
         uint64_t handle, seq;
         double bytes;
         bool grad;
+        bool expert; /* made by layer 1's grouped experts, counted as
+                        memory traffic (account_mem)                   */
     } *temps;
     size_t n_temps, cap_temps;
     /* `live` where the head's and layer 1's peaks are looked for */
@@ -467,15 +531,6 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
 {
     if (o->kind == VP_OP_LINEAR)
         return; /* written by the GEMM: in its time */
-    /* an expert's gather and scatter-add (and their backwards) move the
-     * expert's rows, not the token tensor the simulated loop allocates */
-    if (o->kind == VP_OP_MOE_COMBINE && o->numel)
-        bytes *= expert_out(k->g, o) / (double)o->numel;
-    if (o->kind == VP_OP_MOE_DISPATCH && bwd && o->n_inputs) {
-        double in = (double)k->g->ops[o->inputs[0]].numel;
-        if (in > (double)o->numel)
-            bytes *= (double)o->numel / in;
-    }
     if (reg == REG_L1) {
         if (o->kind == VP_OP_ATTENTION) {
             k->q[bwd ? VP__Q_ATTN_MEM_B : VP__Q_ATTN_MEM_F] += bytes;
@@ -494,8 +549,10 @@ static void account_mem(simtrack *k, const vp_op *o, int reg, bool bwd,
 }
 
 /* Step 2's backward: log a temporary; mark the one a gradient free
- * releases. */
-static void note_temp(simtrack *k, const vp_sim_event *ev)
+ * releases. A weight gradient of the grouped experts (`expert`: op is
+ * layer 1's MOE_EXPERTS) is the grouped GEMM's output, in its time as a
+ * linear's: it leaves the memory traffic account_mem gave it. */
+static void note_temp(simtrack *k, const vp_sim_event *ev, bool expert)
 {
     if (ev->is_free) {
         if (ev->category != VP_CAT_GRAD)
@@ -505,6 +562,8 @@ static void note_temp(simtrack *k, const vp_sim_event *ev)
         for (size_t i = k->n_temps; i-- > 0;)
             if (k->temps[i].handle == ev->tensor) {
                 k->temps[i].grad = true;
+                if (k->temps[i].expert)
+                    k->q[VP__Q_MEM_B] -= k->temps[i].bytes;
                 break;
             }
         return;
@@ -518,7 +577,7 @@ static void note_temp(simtrack *k, const vp_sim_event *ev)
         return;
     }
     k->temps[k->n_temps++] = (struct gtemp){ev->tensor, ev->seq,
-                                            (double)ev->bytes, false};
+                                            (double)ev->bytes, false, expert};
 }
 
 static void note_sample(simtrack *k, uint64_t seq, double live, int reg)
@@ -573,8 +632,9 @@ static void track(const vp_sim_event *ev, void *ud)
         k->live += ev->is_free ? -(double)ev->bytes : (double)ev->bytes;
     if (ev->step != 2)
         return;
-    note_temp(k, ev);
     int64_t op = lookup_op(k, ev->op);
+    note_temp(k, ev, op >= 0 && k->g->ops[op].kind == VP_OP_MOE_EXPERTS &&
+                         region_of(k->g, (uint32_t)op) == REG_L1);
     if (ev->phase == VP_PHASE_FORWARD) {
         int reg = op < 0 ? k->region : region_of(k->g, (uint32_t)op);
         if (!k->fwd) {
@@ -788,6 +848,10 @@ static void make_local(vp_tf *tf, const vp_model *m, uint32_t t)
 {
     *tf = m->tf;
     tf->layers = 2;
+    /* a mixture of experts: the layer the model stands for is an MoE
+     * layer (its dense layers are counted apart: dense_mix) */
+    tf->x.dense_layers = 0;
+    tf->x.moe_every = 1;
     if (t <= 1)
         return;
     tf->heads /= t;
@@ -795,6 +859,41 @@ static void make_local(vp_tf *tf, const vp_model *m, uint32_t t)
     tf->ffn /= t;
     tf->expert_ffn /= t;
     tf->vocab = div_up(tf->vocab, t);
+}
+
+/* Layers of the model without experts: the first dense_layers and those
+ * off the MoE period (vp__tf_layer_moe). */
+static uint64_t dense_layers_of(const vp_tf *t)
+{
+    uint64_t n = 0;
+    for (uint64_t l = 0; t->experts && l < t->layers; l++)
+        n += !vp__tf_layer_moe(t, l);
+    return n;
+}
+
+/* A model whose MoE layers and dense layers differ (DeepSeek-V3's first
+ * three, a moe_every period): the per-layer figures are an MoE layer's
+ * (each stage is planned as if all its layers were: an upper bound for
+ * the stages holding dense ones); the model's totals (parameters, FLOPs,
+ * full recomputation) count the dense layers as a dense layer of the
+ * same model, scanned here into *dense. */
+static vp_status dense_mix(const vp_cluster_model *cm, gscan *dense,
+                           vp_error *err)
+{
+    vp_tf tf = cm->m->tf;
+    tf.layers = 2;
+    tf.experts = 0;
+    tf.top_k = 0;
+    tf.shared_experts = 0;
+    tf.x.dense_layers = 0;
+    tf.x.shared_ffn = 0;
+    tf.x.shared_gate = false;
+    vp_graph *g = vp__graph_build_tf(&tf, cm->m, 1, cm->seq, err);
+    if (!g)
+        return err ? err->code : VP_EARG;
+    scan_graph(g, dense);
+    vp_graph_free(g);
+    return VP_OK;
 }
 
 vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
@@ -889,14 +988,15 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
         }
         fz[r]->kernels = shp[0].fz[r][2];
     }
-    double pairs[5][2] = {{shp[0].lin_in, shp[1].lin_in},
+    double pairs[6][2] = {{shp[0].lin_in, shp[1].lin_in},
                           {shp[0].gated, shp[1].gated},
                           {shp[0].mm_out, shp[1].mm_out},
                           {shp[0].keep[0], shp[1].keep[0]},
-                          {shp[0].keep[1], shp[1].keep[1]}};
-    vp__split *dst[5] = {&cm->lin_in, &cm->gated, &cm->sac, &cm->keep,
-                         &cm->keep_mask};
-    for (int q = 0; q < 5; q++) {
+                          {shp[0].keep[1], shp[1].keep[1]},
+                          {shp[0].keep[2], shp[1].keep[2]}};
+    vp__split *dst[6] = {&cm->lin_in, &cm->gated, &cm->sac, &cm->keep,
+                         &cm->keep_mask, &cm->keep_exp};
+    for (int q = 0; q < 6; q++) {
         double x1 = pairs[q][0], x2 = pairs[q][1];
         double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
         sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
@@ -933,14 +1033,22 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     cm->n_exp = s[0].n_exp;
     cm->n_head = s[0].n_head;
     cm->tied = t->tied;
-    double L = (double)cm->L;
-    cm->flops_per_sample = L * s[0].flops_layer + s[0].flops_emb +
-                           s[0].flops_head;
-    cm->rec_full_per_sample = L * (s[0].flin_f + s[0].fattn_f + s[0].fexp_f);
-    cm->rec_sel_per_sample = L * s[0].fattn_f;
+    uint64_t nd = dense_layers_of(t);
+    gscan d = s[0];
+    if (nd && dense_mix(cm, &d, err) != VP_OK) {
+        free(cm);
+        return NULL;
+    }
+    double L = (double)(cm->L - nd), D = (double)nd;
+    cm->flops_per_sample = L * s[0].flops_layer + D * d.flops_layer +
+                           s[0].flops_emb + s[0].flops_head;
+    cm->rec_full_per_sample = L * (s[0].flin_f + s[0].fattn_f + s[0].fexp_f) +
+                              D * (d.flin_f + d.fattn_f + d.fexp_f);
+    cm->rec_sel_per_sample = L * s[0].fattn_f + D * d.fattn_f;
     cm->params = (uint64_t)llround(
-        L * (s[0].p_layer + s[0].p_exp) + s[0].p_word + s[0].p_emb_other +
-        s[0].p_head_word + s[0].p_head_other);
+        L * (s[0].p_layer + s[0].p_exp) + D * (d.p_layer + d.p_exp) +
+        s[0].p_word + s[0].p_emb_other + s[0].p_head_word +
+        s[0].p_head_other);
     cm->layer_params = (uint64_t)llround(s[0].p_layer + s[0].p_exp);
     cm->embed_params = (uint64_t)llround(s[0].p_word + s[0].p_emb_other);
     cm->head_params = (uint64_t)llround(s[0].p_head_word +

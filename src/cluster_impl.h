@@ -125,6 +125,7 @@ struct vp_cluster_model {
      * linears' inputs: activation elements and one-byte mask elements per
      * sequence (the materialised scores are added at evaluation) */
     vp__split keep, keep_mask;
+    vp__split keep_exp; /* of keep, the routed experts' rows (balanced)   */
     /* the attention core of a layer */
     double at_heads, at_q, at_kv, at_dim, at_dropout;
     bool at_causal, at_eager;

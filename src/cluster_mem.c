@@ -376,6 +376,12 @@ static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
                 mask + s2;
         att = s2;
     }
+    /* the busiest expert-parallel rank's experts keep more rows than the
+     * balanced share the model was built with (vp_moe_load) */
+    double f = vp_moe_load(x->c, cm->experts, cm->top_k, p->ep, NULL);
+    if (f > 1)
+        layer += (f - 1) * a->resid_bytes * bcp *
+                 vsplit_of(&cm->keep_exp, t, sp);
     double in = bcp * (double)cm->seq * (double)cm->hidden *
                 a->resid_bytes / (sp ? t : 1.0);
     if (in > layer)

@@ -502,12 +502,10 @@ vp_status vp__generate_run(sim *S)
         st = S->st;
     }
     S->g = g;
-    /* the peak's op is named by the prefill or decode graph, freed here:
-     * its name is copied first (simulate copies S->peak_op otherwise) */
-    if (S->peak_op) {
+    /* the peak's op names a node of the graphs freed below: copied now */
+    if (S->peak_op != NULL)
         snprintf(S->out->peak_op, sizeof S->out->peak_op, "%s", S->peak_op);
-        S->peak_op = NULL;
-    }
+    S->peak_op = NULL;
     S->cur_op = "";
     free(G.layers);
     free(G.layer_of);

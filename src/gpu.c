@@ -51,7 +51,8 @@ struct vp_gpu_profile {
 
 const char *const vp_gpu_builtin_names[] = {
     "a100-40g", "a100-80g", "b200",    "h100-80g", "h100-pcie", "h200",
-    "l40s",     "mi300x",   "rtx3090", "rtx4090",  "v100-16g",  "v100-32g",
+    "h800",     "l40s",     "mi300x",  "rtx3090",  "rtx4090",   "v100-16g",
+    "v100-32g",
     /* MIG slices (mig.h) */
     "a100-40g-mig-1g.5gb",  "a100-40g-mig-1g.10gb", "a100-40g-mig-2g.10gb",
     "a100-40g-mig-3g.20gb", "a100-40g-mig-4g.20gb", "a100-40g-mig-7g.40gb",

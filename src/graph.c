@@ -47,6 +47,35 @@ vp_status vp_graph_num_params(const vp_graph *g, uint64_t *out, vp_error *err)
     return VP_OK;
 }
 
+/* The routed experts' parameters a token does not reach: of each
+ * trainable stacked expert tensor ([E, ...]), the E - top_k experts'
+ * share. */
+static uint64_t idle_expert_params(const vp_graph *g)
+{
+    uint64_t idle = 0;
+    for (size_t i = 0; i < g->n_ops; i++) {
+        const vp_op *o = &g->ops[i];
+        if (o->kind != VP_OP_MOE_EXPERTS || !o->classes ||
+            o->top_k >= o->classes)
+            continue;
+        for (uint32_t j = 0; j < o->n_params; j++) {
+            const vp_param *p = &g->params[o->params[j]];
+            if (p->trainable) /* numel / E per expert, no overflow */
+                idle += p->numel / o->classes * (o->classes - o->top_k);
+        }
+    }
+    return idle;
+}
+
+vp_status vp_graph_num_active_params(const vp_graph *g, uint64_t *out,
+                                     vp_error *err)
+{
+    uint64_t n;
+    VP_TRY(vp_graph_num_params(g, &n, err));
+    *out = n - idle_expert_params(g);
+    return VP_OK;
+}
+
 void vp_graph_free(vp_graph *g)
 {
     if (!g)
@@ -103,6 +132,11 @@ static void op_flops(const vp_graph *g, vp_op *op)
         b = 2.5 * f;
         break;
     }
+    case VP_OP_MOE_EXPERTS: /* gate_up and down over tokens x top_k rows */
+        f = 6.0 * (out / (double)op->in_features) * (double)op->top_k *
+            (double)op->in_features * (double)op->out_features;
+        b = 2.0 * f;
+        break;
     case VP_OP_CROSS_ENTROPY:
     case VP_OP_SOFTMAX:
         f = 5.0 * in0;

@@ -11,11 +11,11 @@
  * that every layer of the stack adds to its scores; the decoder's first
  * cross-attention makes the zero bias the others share. Python variable
  * lifetimes (hold_until) follow the traces groundtruth/traces/t5-base-*
- * and mt5-small-* (docs/SIMULATION_NOTES.md §12). */
+ * and mt5-small-* (docs/SIMULATION_NOTES.md §13). */
 #include <stdio.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "graph_tf.h"
 
 typedef struct {
     vp__tb c;
@@ -43,7 +43,7 @@ static void hold(ed *e, uint32_t i, uint32_t until)
 
 static vp_status norm(ed *e, uint32_t x, const char *leaf, uint32_t *out)
 {
-    VP_TRY(vp__tb_norm(&e->c, x, leaf, out));
+    VP_TRY(vp__tb_norm(&e->c, x, leaf, false, out));
     if (e->c.t->norm == VP_NORM_RMSNORM)
         e->c.g->ops[*out].flags |= VP_OPF_T5_NORM | VP_OPF_PY_RMSNORM;
     return VP_OK;
@@ -75,7 +75,7 @@ static vp_status position_bias(ed *e, bool learned, bool causal, uint64_t q,
         if (!vp_mul_u64(t->rel_buckets, t->heads, &n))
             return vp_error_at(e->c.err, VP_EOVERFLOW, e->c.path, t->line,
                                t->col, 1, "the position bias overflows");
-        VP_TRY(vp__tb_param(&e->c, &o, "relative_attention_bias", n, true));
+        VP_TRY(vp__tb_weight(&e->c, &o, "relative_attention_bias", n, true));
     }
     return vp__tb_push(&e->c, &o, learned ? "relative_attention_bias"
                                           : "cross_bias", out);
@@ -129,9 +129,9 @@ static vp_status attention(ed *e, uint32_t x, bool cross, bool first,
     for (int i = 0; i < 4; i++)
         snprintf(n[i], sizeof n[i], "%s.%s", pre, leaf[i]);
     uint32_t q, k, v, a;
-    VP_TRY(vp__tb_linear(&e->c, x, n[0], inner, false, -1, &q));
-    VP_TRY(vp__tb_linear(&e->c, kv, n[1], inner, false, -1, &k));
-    VP_TRY(vp__tb_linear(&e->c, kv, n[2], inner, false, -1, &v));
+    VP_TRY(vp__tb_linear(&e->c, x, n[0], inner, false, &q));
+    VP_TRY(vp__tb_linear(&e->c, kv, n[1], inner, false, &k));
+    VP_TRY(vp__tb_linear(&e->c, kv, n[2], inner, false, &v));
     bool dec = e->enc_out != NO_OP;
     uint64_t Lq = e->c.g->ops[x].shape[1], Lk = e->c.g->ops[kv].shape[1];
     uint32_t *bias = cross ? &e->xbias : &e->bias;
@@ -142,7 +142,7 @@ static vp_status attention(ed *e, uint32_t x, bool cross, bool first,
     snprintf(n[3], sizeof n[3], "%s.core", pre);
     VP_TRY(core(e, q, k, v, *bias, dec && !cross, Lk, n[3], &a));
     snprintf(n[3], sizeof n[3], "%s.o", pre);
-    VP_TRY(vp__tb_linear(&e->c, a, n[3], t->hidden, false, -1, out));
+    VP_TRY(vp__tb_linear(&e->c, a, n[3], t->hidden, false, out));
     hold(e, q, *out);
     hold(e, k, *out);
     hold(e, v, *out);
@@ -160,18 +160,18 @@ static vp_status feed_forward(ed *e, uint32_t x, uint32_t *out)
                                                   : VP_OP_GELU;
     uint32_t h, g;
     if (t->gated_ffn) {
-        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi_0", t->ffn, t->bias, -1, &h));
+        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi_0", t->ffn, t->bias, &h));
         VP_TRY(vp__tb_unary(&e->c, act, h, "ff.act", &h));
-        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi_1", t->ffn, t->bias, -1, &g));
+        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi_1", t->ffn, t->bias, &g));
         VP_TRY(vp__tb_binary(&e->c, VP_OP_MUL, h, g, "ff.gate", &h));
     } else {
-        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi", t->ffn, t->bias, -1, &h));
+        VP_TRY(vp__tb_linear(&e->c, x, "ff.wi", t->ffn, t->bias, &h));
         VP_TRY(vp__tb_unary(&e->c, act, h, "ff.act", &h));
     }
     VP_TRY(vp__tb_dropout(&e->c, h, "ff.dropout", t->p_resid, &h));
     if (t->t5_ff_cast)
         VP_TRY(vp__tb_unary(&e->c, VP_OP_CAST, h, "ff.cast", &h));
-    return vp__tb_linear(&e->c, h, "ff.wo", t->hidden, t->bias, -1, out);
+    return vp__tb_linear(&e->c, h, "ff.wo", t->hidden, t->bias, out);
 }
 
 /* x + dropout(sub(norm(x))): T5LayerSelfAttention, T5LayerCrossAttention
@@ -218,7 +218,7 @@ static vp_status stack(ed *e, uint32_t ids, bool dec, uint32_t *out)
     o.classes = t->vocab;
     o.flags = VP_OPF_TIED_LATE;
     if (e->shared == NO_OP) {
-        VP_TRY(vp__tb_param(&e->c, &o, "embed_tokens", t->vocab * t->hidden,
+        VP_TRY(vp__tb_weight(&e->c, &o, "embed_tokens", t->vocab * t->hidden,
                             true));
         e->shared = o.params[0];
     } else {
@@ -264,7 +264,7 @@ static vp_status lm_head(ed *e, uint32_t x)
     if (t->scale_out)
         VP_TRY(vp__tb_unary(&e->c, VP_OP_SCALE, x, "scale", &x));
     uint32_t logits, l;
-    VP_TRY(vp__tb_linear(&e->c, x, "lm_head", t->vocab, false,
+    VP_TRY(vp__tb_linear_tied(&e->c, x, "lm_head", t->vocab, false,
                          t->tied ? (int64_t)e->shared : -1, &logits));
     if (t->tied)
         g->ops[logits].flags |= VP_OPF_TIED_LATE;
@@ -308,7 +308,7 @@ vp_status vp__build_encdec(vp_graph *g, const vp_tf *t, const char *path,
 {
     ed e;
     memset(&e, 0, sizeof e);
-    e.c = (vp__tb){g, t, err, "", path};
+    e.c = (vp__tb){g, t, err, "", path, 0};
     e.shared = e.enc_out = e.bias = e.xbias = NO_OP;
     uint64_t B = g->batch, S = g->seq, T = g->target;
     VP_TRY(check_sizes(&e, B, S, T));

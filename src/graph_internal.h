@@ -98,32 +98,6 @@ uint8_t vp__base_bytes(const struct vp_setup *s);
 vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err);
 
-/* The transformer builder's state (graph_transformer.c), and the helpers
- * it lends the encoder-decoder builder (graph_encdec.c): each adds an op
- * named scope.leaf on its inputs (the output's index in *idx); linear and
- * embedding add their weight (tied_weight >= 0: that parameter instead). */
-typedef struct vp__tb {
-    vp_graph *g;
-    const vp_tf *t;
-    vp_error *err;
-    char scope[96];
-    const char *path; /* the model file, for errors found while building */
-} vp__tb;
-vp_status vp__tb_push(vp__tb *c, vp_op *o, const char *leaf, uint32_t *idx);
-vp_status vp__tb_linear(vp__tb *c, uint32_t in, const char *leaf,
-                        uint64_t out_f, bool bias, int64_t tied_weight,
-                        uint32_t *idx);
-vp_status vp__tb_norm(vp__tb *c, uint32_t in, const char *leaf,
-                      uint32_t *idx);
-vp_status vp__tb_unary(vp__tb *c, vp_op_kind k, uint32_t in,
-                       const char *leaf, uint32_t *idx);
-vp_status vp__tb_dropout(vp__tb *c, uint32_t in, const char *leaf, double p,
-                         uint32_t *idx);
-vp_status vp__tb_binary(vp__tb *c, vp_op_kind k, uint32_t a, uint32_t b,
-                        const char *leaf, uint32_t *idx);
-vp_status vp__tb_param(vp__tb *c, vp_op *o, const char *leaf, uint64_t numel,
-                       bool trainable);
-
 /* The encoder-decoder builder (graph_encdec.c), called by
  * vp__build_transformer for VP_TF_ENCDEC. */
 vp_status vp__build_encdec(vp_graph *g, const vp_tf *t, const char *path,

@@ -1,12 +1,14 @@
 /* Expansion of the transformer form (and of Hugging Face configs) into
  * primitive ops, following the execution order of the Hugging Face
- * implementations (GPT-2, Llama/Mistral/Qwen2/Mixtral, BERT). */
+ * implementations (GPT-2, Llama/Mistral/Qwen2/Mixtral, BERT; Qwen3, Gemma
+ * 1-3, Phi-3; the MoE layers and latent attention are built in
+ * graph_moe.c and graph_mla.c). */
 #include <stdio.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "graph_tf.h"
 
-typedef vp__tb tb; /* graph_internal.h */
+typedef vp__tb tb;
 
 static void op_init(vp_op *o, vp_op_kind k)
 {
@@ -101,6 +103,8 @@ static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
     vp_op o;
     op_init(&o, c->t->norm == VP_NORM_RMSNORM ? VP_OP_RMSNORM
                                               : VP_OP_LAYERNORM);
+    if (c->t->x.norm_offset)
+        o.flags |= VP_OPF_NORM_OFFSET;
     o.n_inputs = 1;
     o.inputs[0] = in;
     same_shape(c, &o, in);
@@ -174,6 +178,46 @@ static vp_status embedding(tb *c, uint32_t in, const char *leaf,
     return push(c, &o, leaf, idx);
 }
 
+/* A view of part of in's last dim (a slice, a chunk): out_f wide. Its
+ * gradient is a zero-filled tensor like in's with the slice copied in. */
+static vp_status slice(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
+                       uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, VP_OP_SELECT);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    same_shape(c, &o, in);
+    o.shape[o.ndim - 1] = out_f;
+    return push(c, &o, leaf, idx);
+}
+
+/* Phi-3's MLP: gate_up_proj, chunk, up * act(gate), down_proj
+ * (modeling_phi3.py, Phi3MLP). */
+static vp_status mlp_fused(tb *c, uint32_t x, uint64_t f, const char *pre,
+                           uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    char n1[64], n2[64], n3[64], n4[64], n5[64], n6[64];
+    snprintf(n1, sizeof n1, "%sgate_up_proj", pre);
+    snprintf(n2, sizeof n2, "%sgate", pre);
+    snprintf(n3, sizeof n3, "%sup", pre);
+    snprintf(n4, sizeof n4, "%sact", pre);
+    snprintf(n5, sizeof n5, "%smul", pre);
+    snprintf(n6, sizeof n6, "%sdown_proj", pre);
+    uint64_t f2;
+    uint32_t gu, gate, up, a, h;
+    if (!vp_mul_u64(f, 2, &f2))
+        return vp__tb_overflow(c, "the gate_up projection");
+    VP_TRY(linear(c, x, n1, f2, t->bias, -1, &gu));
+    VP_TRY(slice(c, gu, n2, f, &gate));
+    VP_TRY(slice(c, gu, n3, f, &up));
+    VP_TRY(unary(c, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU, gate,
+                 n4, &a));
+    VP_TRY(binary(c, VP_OP_MUL, up, a, n5, &h));
+    return linear(c, h, n6, t->hidden, t->bias, -1, out);
+}
+
 /* The MLP (or gated MLP) of inner size f on input x. */
 static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
                      uint32_t *out)
@@ -186,6 +230,8 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     snprintf(n4, sizeof n4, "%smul", pre);
     snprintf(n5, sizeof n5, "%sdown_proj", pre);
     uint32_t a, b, h;
+    if (t->x.fused_gate_up)
+        return mlp_fused(c, x, f, pre, out);
     if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU) {
         VP_TRY(linear(c, x, n1, f, t->bias, -1, &a));
         VP_TRY(unary(c, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU, a,
@@ -205,85 +251,76 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     return linear(c, h, n5, t->hidden, t->bias, -1, out);
 }
 
-static vp_status moe(tb *c, uint32_t x, uint32_t *out)
+/* RMSNorm over each head of a projection's output (Qwen3 q_norm, k_norm):
+ * rows of head_dim, a head_dim weight. */
+static vp_status head_norm(tb *c, uint32_t in, uint64_t heads,
+                           const char *leaf, uint32_t *idx)
 {
     const vp_tf *t = c->t;
-    const vp_op *xo = &c->g->ops[x];
-    uint64_t tokens = xo->shape[0] * xo->shape[1];
-    uint32_t logits, route;
-    VP_TRY(linear(c, x, "router", t->experts, false, -1, &logits));
+    const vp_op *io = &c->g->ops[in];
     vp_op o;
-    op_init(&o, VP_OP_ROUTER);
+    op_init(&o, VP_OP_RMSNORM);
+    if (t->x.norm_offset)
+        o.flags |= VP_OPF_NORM_OFFSET;
     o.n_inputs = 1;
-    o.inputs[0] = logits;
-    set_shape(&o, 2, tokens, t->top_k, 0, 0);
-    o.classes = t->experts;
-    o.top_k = (uint32_t)t->top_k;
-    VP_TRY(push(c, &o, "route", &route));
-    /* tokens per expert, on average (balanced routing) */
-    uint64_t tk;
-    if (!vp_mul_u64(tokens, t->top_k, &tk))
-        return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1, "MoE routing overflows");
-    uint64_t per = tk / t->experts + (tk % t->experts != 0);
-    uint32_t acc = 0;
-    for (uint64_t e = 0; e < t->experts; e++) {
-        char pre[48];
-        snprintf(pre, sizeof pre, "experts.%llu.", (unsigned long long)e);
-        char nm[64];
-        op_init(&o, VP_OP_MOE_DISPATCH);
-        o.n_inputs = 2;
-        o.inputs[0] = x;
-        o.inputs[1] = route;
-        set_shape(&o, 2, per, t->hidden, 0, 0);
-        snprintf(nm, sizeof nm, "%sdispatch", pre);
-        uint32_t d, y;
-        VP_TRY(push(c, &o, nm, &d));
-        VP_TRY(mlp(c, d, t->expert_ffn, pre, &y));
-        op_init(&o, VP_OP_MOE_COMBINE);
-        o.n_inputs = 3;
-        o.inputs[0] = e ? acc : y;
-        o.inputs[1] = y;
-        o.inputs[2] = route;
-        o.inplace = e > 0;
-        same_shape(c, &o, x);
-        snprintf(nm, sizeof nm, "%scombine", pre);
-        VP_TRY(push(c, &o, nm, &acc));
+    o.inputs[0] = in;
+    set_shape(&o, 4, io->shape[0], io->shape[1], heads, t->head_dim);
+    o.rows = io->shape[0] * io->shape[1] * heads; /* = numel / head_dim */
+    VP_TRY(named(c, &o, leaf));
+    VP_TRY(add_param(c, &o, "weight", t->head_dim, true));
+    return push(c, &o, leaf, idx);
+}
+
+/* q, k and v: three projections (or Phi-3's one qkv_proj, sliced), the
+ * per-head norms, the rotary embedding. */
+static vp_status qkv(tb *c, uint32_t x, uint32_t *q, uint32_t *k,
+                     uint32_t *v)
+{
+    const vp_tf *t = c->t;
+    uint64_t qd = t->heads * t->head_dim, kvd = t->kv_heads * t->head_dim;
+    if (t->x.packed_qkv) {
+        uint32_t p;
+        VP_TRY(linear(c, x, "attn.qkv_proj", qd + 2 * kvd, t->qkv_bias, -1,
+                      &p));
+        VP_TRY(slice(c, p, "attn.q", qd, q));
+        VP_TRY(slice(c, p, "attn.k", kvd, k));
+        VP_TRY(slice(c, p, "attn.v", kvd, v));
+    } else {
+        VP_TRY(linear(c, x, "attn.q_proj", qd, t->qkv_bias, -1, q));
+        if (t->x.qk_norm)
+            VP_TRY(head_norm(c, *q, t->heads, "attn.q_norm", q));
+        VP_TRY(linear(c, x, "attn.k_proj", kvd, t->qkv_bias, -1, k));
+        if (t->x.qk_norm)
+            VP_TRY(head_norm(c, *k, t->kv_heads, "attn.k_norm", k));
+        VP_TRY(linear(c, x, "attn.v_proj", kvd, t->qkv_bias, -1, v));
     }
-    if (t->shared_experts) {
-        uint64_t f;
-        if (!vp_mul_u64(t->shared_experts, t->expert_ffn, &f))
-            return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col, 1, "MoE size overflows");
-        uint32_t s;
-        VP_TRY(mlp(c, x, f, "shared_expert.", &s));
-        VP_TRY(binary(c, VP_OP_ADD, acc, s, "shared_add", &acc));
+    if (t->rotary) {
+        VP_TRY(unary(c, VP_OP_ROPE, *q, "attn.rope_q", q));
+        VP_TRY(unary(c, VP_OP_ROPE, *k, "attn.rope_k", k));
     }
-    *out = acc;
     return VP_OK;
 }
 
 static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
 {
     const vp_tf *t = c->t;
+    if (t->x.mla.kv_lora)
+        return vp__tb_mla(c, x, S, out);
     uint64_t qd = t->heads * t->head_dim, kvd = t->kv_heads * t->head_dim;
     vp_op o;
     op_init(&o, VP_OP_ATTENTION);
     if (t->fused_qkv) {
-        uint32_t qkv;
-        VP_TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1, &qkv));
+        uint32_t qkv_out;
+        VP_TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1,
+                      &qkv_out));
         /* HF GPT-2: Conv1D = addmm(b, x, W); q, k, v are views of its
          * output, locals of the attention forward until it returns */
-        c->g->ops[qkv].flags |= VP_OPF_ADDMM | VP_OPF_HOLD_MODULE;
+        c->g->ops[qkv_out].flags |= VP_OPF_ADDMM | VP_OPF_HOLD_MODULE;
         o.n_inputs = 1;
-        o.inputs[0] = qkv;
+        o.inputs[0] = qkv_out;
     } else {
         uint32_t q, k, v;
-        VP_TRY(linear(c, x, "attn.q_proj", qd, t->qkv_bias, -1, &q));
-        VP_TRY(linear(c, x, "attn.k_proj", kvd, t->qkv_bias, -1, &k));
-        VP_TRY(linear(c, x, "attn.v_proj", kvd, t->qkv_bias, -1, &v));
-        if (t->rotary) {
-            VP_TRY(unary(c, VP_OP_ROPE, q, "attn.rope_q", &q));
-            VP_TRY(unary(c, VP_OP_ROPE, k, "attn.rope_k", &k));
-        }
+        VP_TRY(qkv(c, x, &q, &k, &v));
         o.n_inputs = 3;
         o.inputs[0] = q;
         o.inputs[1] = k;
@@ -298,7 +335,9 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.causal = t->type == VP_TF_DECODER;
     o.attn_impl = t->attn;
     o.dropout = t->p_attn;
-    if (t->fused_qkv && t->type == VP_TF_DECODER)
+    o.window = vp__tf_layer_window(t, c->layer);
+    o.softcap = t->x.attn_softcap;
+    if (t->type == VP_TF_DECODER)
         o.flags |= VP_OPF_KV_COPY;
     uint32_t a;
     VP_TRY(push(c, &o, "attn.core", &a));
@@ -337,18 +376,31 @@ static vp_status layer(tb *c, uint32_t x, uint64_t S, uint32_t *out)
         VP_TRY(norm(c, x, "input_norm", &h));
         c->g->ops[h].flags |= hold;
         VP_TRY(attention(c, h, S, &a));
+        /* the attention module returns here, before the layer's residual
+         * dropout (Phi-3's resid_attn_dropout); GPT-2's resid_dropout is
+         * inside GPT2Attention, which returns after it */
+        if (!gpt2)
+            c->g->ops[a].flags |= VP_OPF_MODULE_RET;
+        /* Gemma 2, 3: post_attention_layernorm on the attention output,
+         * pre_feedforward_layernorm, post_feedforward_layernorm */
+        if (t->x.post_norms)
+            VP_TRY(norm(c, a, "attn.post_norm", &a));
         VP_TRY(dropout(c, a, "attn.dropout", t->p_resid, &a));
         c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
         VP_TRY(binary(c, VP_OP_ADD, x, a, "attn.residual", &r));
         VP_TRY(norm(c, r, "post_attention_norm", &h));
         c->g->ops[h].flags |= hold;
         uint32_t first = (uint32_t)c->g->n_ops;
-        if (t->experts)
-            VP_TRY(moe(c, h, &a));
+        if (t->experts && vp__tf_layer_moe(t, c->layer))
+            VP_TRY(vp__tb_moe(c, h, &a));
         else
             VP_TRY(mlp(c, h, t->ffn, "mlp.", &a));
         if (gpt2)
             mark_addmm(c, first);
+        if (!gpt2) /* GPT2MLP's dropout is its own */
+            c->g->ops[a].flags |= VP_OPF_MODULE_RET;
+        if (t->x.post_norms)
+            VP_TRY(norm(c, a, "mlp.post_norm", &a));
         VP_TRY(dropout(c, a, "mlp.dropout", t->p_resid, &a));
         c->g->ops[a].flags |= VP_OPF_MODULE_RET | branch;
         return binary(c, VP_OP_ADD, r, a, "mlp.residual", out);
@@ -402,8 +454,17 @@ static vp_status check_sizes(const tb *c, uint64_t B, uint64_t S)
                            (unsigned long long)t->max_positions);
     uint64_t widest = t->hidden, tmp;
     uint64_t qkv = (t->heads + 2 * t->kv_heads) * t->head_dim;
-    uint64_t cands[] = {t->ffn, t->vocab, qkv, t->expert_ffn};
-    for (size_t i = 0; i < 4; i++)
+    /* the experts' rows are tokens x top_k (top_k <= 4096 experts, the
+     * widths <= VP_MAX_DIM: no overflow here); MLA's k, v per head */
+    const vp_tf_mla *a = &t->x.mla;
+    uint64_t ex = t->top_k * 2 * (t->expert_ffn > t->hidden ? t->expert_ffn
+                                                            : t->hidden);
+    uint64_t mla = t->heads * (a->qk_nope + (a->v_dim > a->qk_rope
+                                                 ? a->v_dim
+                                                 : a->qk_rope));
+    uint64_t cands[] = {t->ffn, t->vocab, qkv, ex, 2 * t->x.shared_ffn,
+                        mla, a->kv_lora + a->qk_rope, a->q_lora};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
         if (cands[i] > widest)
             widest = cands[i];
     uint64_t scores;
@@ -435,6 +496,10 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     VP_TRY(push(c, &o, "input_ids", &ids));
     VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
     *wte = g->ops[*x].params[0];
+    /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
+     * (in the embedding's dtype), which HF keeps as inputs_embeds */
+    if (t->x.embed_scale)
+        VP_TRY(unary(c, VP_OP_SCALE, *x, "embed_scale", x));
     if (t->type == VP_TF_DECODER)
         g->ops[*x].flags |= VP_OPF_HOLD_FWD; /* HF keeps inputs_embeds */
     if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
@@ -521,6 +586,11 @@ static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
                       t->tied ? (int64_t)wte : -1, &logits));
         if (t->tied)
             g->ops[logits].flags |= VP_OPF_TIED_INIT;
+        if (t->x.logit_softcap > 0) { /* Gemma 2: final_logit_softcapping */
+            VP_TRY(unary(c, VP_OP_SOFTCAP, logits, "logit_softcap",
+                         &logits));
+            g->ops[logits].softcap = t->x.logit_softcap;
+        }
         return loss(c, logits, B * S, true, &l);
     case VP_HEAD_MASKED_LM:
         VP_TRY(linear(c, x, "mlm.transform", t->hidden, true, -1, &x));
@@ -549,20 +619,17 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
 {
     if (t->type == VP_TF_ENCDEC)
         return vp__build_encdec(g, t, path, err);
-    tb c = {g, t, err, "", path};
+    tb c = {g, t, err, "", path, 0};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte;
     VP_TRY(embeddings(&c, B, S, &x, &wte));
     for (uint64_t l = 0; l < t->layers; l++) {
+        c.layer = l;
         snprintf(c.scope, sizeof c.scope, "layers.%llu",
                  (unsigned long long)l);
         uint32_t first = (uint32_t)g->n_ops;
         VP_TRY(layer(&c, x, S, &x));
-        for (size_t i = first; t->sliding_window && l >= t->slide_from &&
-                               i < g->n_ops; i++)
-            if (g->ops[i].kind == VP_OP_ATTENTION)
-                g->ops[i].window = t->sliding_window;
         VP_TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
                                      true, err));
     }
@@ -582,22 +649,55 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     return VP_OK;
 }
 
-/* ---- the helpers lent to graph_encdec.c (graph_internal.h) -------------- */
+/* ---- the primitives, for the blocks built apart (graph_tf.h) ------------ */
+
+void vp__tb_op(vp_op *o, vp_op_kind k) { op_init(o, k); }
+
+void vp__tb_shape(vp_op *o, uint32_t nd, uint64_t a, uint64_t b, uint64_t c,
+                  uint64_t d)
+{
+    set_shape(o, nd, a, b, c, d);
+}
 
 vp_status vp__tb_push(tb *c, vp_op *o, const char *leaf, uint32_t *idx)
 {
     return push(c, o, leaf, idx);
 }
 
+vp_status vp__tb_named(tb *c, vp_op *o, const char *leaf)
+{
+    return named(c, o, leaf);
+}
+
+vp_status vp__tb_param(tb *c, vp_op *o, const char *leaf, uint64_t numel)
+{
+    return add_param(c, o, leaf, numel, true);
+}
+
 vp_status vp__tb_linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
-                        bool bias, int64_t tied_weight, uint32_t *idx)
+                        bool bias, uint32_t *idx)
+{
+    return linear(c, in, leaf, out_f, bias, -1, idx);
+}
+
+vp_status vp__tb_linear_tied(tb *c, uint32_t in, const char *leaf,
+                             uint64_t out_f, bool bias, int64_t tied_weight,
+                             uint32_t *idx)
 {
     return linear(c, in, leaf, out_f, bias, tied_weight, idx);
 }
 
-vp_status vp__tb_norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
+vp_status vp__tb_norm(tb *c, uint32_t in, const char *leaf, bool rms,
+                      uint32_t *idx)
 {
-    return norm(c, in, leaf, idx);
+    vp_tf t = *c->t;
+    if (rms) {
+        t.norm = VP_NORM_RMSNORM;
+        t.norm_bias = false;
+    }
+    tb c2 = *c;
+    c2.t = &t;
+    return norm(&c2, in, leaf, idx);
 }
 
 vp_status vp__tb_unary(tb *c, vp_op_kind k, uint32_t in, const char *leaf,
@@ -618,9 +718,31 @@ vp_status vp__tb_binary(tb *c, vp_op_kind k, uint32_t a, uint32_t b,
     return binary(c, k, a, b, leaf, idx);
 }
 
-vp_status vp__tb_param(tb *c, vp_op *o, const char *leaf, uint64_t numel,
-                       bool trainable)
+vp_status vp__tb_weight(tb *c, vp_op *o, const char *leaf, uint64_t numel,
+                        bool trainable)
 {
     VP_TRY(named(c, o, leaf));
     return add_param(c, o, "weight", numel, trainable);
+}
+
+vp_status vp__tb_mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
+                     uint32_t *out)
+{
+    return mlp(c, x, f, pre, out);
+}
+
+vp_status vp__tb_overflow(tb *c, const char *what)
+{
+    return vp_error_at(c->err, VP_EOVERFLOW, c->path, c->t->line, c->t->col,
+                       1, "the size of %s overflows 64 bits", what);
+}
+
+uint64_t vp__tf_layer_window(const vp_tf *t, uint64_t l)
+{
+    const vp_tf_ext *x = &t->x;
+    if (!x->window || l < x->window_from)
+        return 0;
+    if (x->full_every && (l - x->window_from + 1) % x->full_every == 0)
+        return 0;
+    return x->window;
 }

@@ -7,8 +7,7 @@
  * default, to the LM head. graph_encdec.c builds the graph. */
 #include <string.h>
 
-#include "model_internal.h"
-#include "yaml_doc.h"
+#include "hf_config.h"
 
 /* T5Config's defaults for keys a config may leave out */
 #define T5_BUCKETS 32u       /* relative_attention_num_buckets             */
@@ -16,20 +15,16 @@
 #define T5_HEAD_DIM 64u      /* d_kv                                       */
 #define T5_DROPOUT 0.1       /* dropout_rate                               */
 
-typedef struct {
-    vp_ydoc *d;
-    yaml_node_t *map;
-    vp_error *err;
-} cfg;
+typedef vp__fields cfg; /* hf_config.h */
 
 static vp_status u64(cfg *c, const char *key, uint64_t *out, bool req)
 {
-    return vp__hf_u64(c->d, c->map, key, out, req, c->err);
+    return vp__hf_u64(c, key, out, req);
 }
 
 static vp_status boolean(cfg *c, const char *key, bool *out)
 {
-    return vp__hf_bool(c->d, c->map, key, out, c->err);
+    return vp__hf_bool(c, key, out);
 }
 
 /* feed_forward_proj: "ACT" or "gated-ACT" (T5Config: "gated-gelu" means

@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_internal.h"
-#include "yaml_doc.h"
+#include "hf_config.h"
 
 static const char *const TOP_KEYS[] = {"name", "description", "source", "seq",
                                        "target", "transformer", "graph",
@@ -16,18 +15,29 @@ static const char *const TF_KEYS[] = {
     "vocab", "positions", "max_positions", "norm", "norm_bias", "activation",
     "bias", "qkv_bias", "fused_qkv", "tied_embeddings", "type_vocab",
     "embedding_norm", "final_norm", "dropout", "attention", "head",
-    "num_labels", "moe", "encoder_decoder", NULL};
+    "num_labels", "moe", "qk_norm", "embedding_scale", "post_norms",
+    "packed_qkv", "fused_gate_up", "softcap", "sliding_window",
+    "full_attention_every", "sliding_window_from", "mla", "encoder_decoder",
+    NULL};
 static const char *const DROPOUT_KEYS[] = {"embedding", "attention",
                                            "residual", NULL};
-static const char *const MOE_KEYS[] = {"experts", "top_k", "expert_ffn",
-                                       "shared_experts", NULL};
+static const char *const MOE_KEYS[] = {
+    "experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn",
+    "shared_gate", "dense_layers", "every", "norm_topk", "router", "groups",
+    "topk_groups", NULL};
+static const char *const SOFTCAP_KEYS[] = {"attention", "logits", NULL};
+static const char *const MLA_KEYS[] = {"q_lora_rank", "kv_lora_rank",
+                                       "qk_nope_dim", "qk_rope_dim",
+                                       "v_head_dim", NULL};
+static const char *const ROUTERS[] = {"softmax", "sigmoid_group", NULL};
 static const char *const TF_TYPES[] = {"decoder", "encoder",
                                        "encoder-decoder", NULL};
 static const char *const ENCDEC_KEYS[] = {
     "decoder_layers", "relative_buckets", "relative_max_distance",
     "scale_decoder_outputs", "gated_ffn", "ffn_cast", NULL};
 static const char *const POSITIONS[] = {"learned", "rotary", NULL};
-static const char *const NORMS[] = {"layernorm", "rmsnorm", NULL};
+static const char *const NORMS[] = {"layernorm", "rmsnorm", "gemma_rmsnorm",
+                                    NULL};
 static const char *const ACTS[] = {"gelu", "gelu_tanh", "relu",
                                    "silu", "swiglu", "geglu", NULL};
 static const char *const ATTNS[] = {"sdpa", "flash", "efficient", "eager",
@@ -51,11 +61,7 @@ void vp_model_free(vp_model *m)
     free(m);
 }
 
-typedef struct {
-    vp_ydoc *d;
-    yaml_node_t *map;
-    vp_error *err;
-} fields;
+typedef vp__fields fields;
 
 /* Optional fields: absent leaves *out untouched. */
 static vp_status opt_u64(fields *f, const char *key, uint64_t min,
@@ -117,6 +123,19 @@ static const tf_keys HF_KEYS = {"hidden_size", "num_attention_heads",
                                 "num_key_value_heads", "head_dim",
                                 "num_hidden_layers", "num_experts_per_tok",
                                 "num_local_experts", false};
+static const tf_keys QWEN_MOE_KEYS = {"hidden_size", "num_attention_heads",
+                                      "num_key_value_heads", "head_dim",
+                                      "num_hidden_layers",
+                                      "num_experts_per_tok", "num_experts",
+                                      false};
+static const tf_keys DEEPSEEK_KEYS = {"hidden_size", "num_attention_heads",
+                                      "num_key_value_heads", "qk_nope_head_dim",
+                                      "num_hidden_layers",
+                                      "num_experts_per_tok",
+                                      "n_routed_experts", false};
+/* t5 and mt5 (hf_t5.c); errors point at their keys. */
+static const tf_keys T5_KEYS = {"d_model", "num_heads", "num_heads", "d_kv",
+                                "num_layers", NULL, NULL, false};
 
 /* The value node of `key` in map (or under its `moe:` map), else map. */
 static yaml_node_t *key_at(vp_ydoc *d, yaml_node_t *map, const char *key,
@@ -134,11 +153,78 @@ static yaml_node_t *key_at(vp_ydoc *d, yaml_node_t *map, const char *key,
     return n ? n : map;
 }
 
+/* Checks of the newer families' features (vp_tf_ext); errors point at
+ * the description. MLA sets head_dim to the q/k head width. */
+static vp_status tf_validate_ext(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
+                                 vp_error *err)
+{
+    vp_tf_ext *x = &t->x;
+    const vp_tf_mla *a = &x->mla;
+#define BAD(code, ...) return vp__yerr(d, at, code, err, __VA_ARGS__)
+    if (x->packed_qkv && t->fused_qkv)
+        BAD(VP_ESCHEMA, "fused_qkv (GPT-2's Conv1D) and packed_qkv (one "
+                        "nn.Linear) exclude each other");
+    if (x->fused_gate_up && t->act != VP_ACT_SWIGLU && t->act != VP_ACT_GEGLU)
+        BAD(VP_ESCHEMA, "fused_gate_up needs a gated activation (swiglu or "
+                        "geglu)");
+    if (a->kv_lora) {
+        if (!t->rotary)
+            BAD(VP_ESCHEMA, "multi-head latent attention (mla) needs "
+                            "rotary positions");
+        if (t->fused_qkv || x->packed_qkv || x->qk_norm)
+            BAD(VP_ESCHEMA, "mla makes its own projections: no fused_qkv, "
+                            "packed_qkv or qk_norm with it");
+        if (a->qk_rope % 2)
+            BAD(VP_ERANGE, "mla qk_rope_dim (%llu) must be even",
+                (unsigned long long)a->qk_rope);
+        uint64_t w;
+        if (!vp_mul_u64(t->heads, a->qk_nope + a->v_dim, &w) ||
+            !vp_mul_u64(t->heads, a->qk_nope + a->qk_rope, &w))
+            BAD(VP_EOVERFLOW, "mla: heads x head widths overflows 64 bits");
+        t->head_dim = a->qk_nope + a->qk_rope;
+    }
+    if (x->qk_norm && t->fused_qkv)
+        BAD(VP_ESCHEMA, "qk_norm needs separate or packed q, k, v "
+                        "projections, not fused_qkv");
+    if (!x->window && (x->full_every || x->window_from))
+        BAD(VP_ESCHEMA, "full_attention_every and sliding_window_from need "
+                        "a sliding_window");
+    if (!t->experts && (x->dense_layers || x->moe_every > 1 ||
+                        x->shared_ffn || x->shared_gate))
+        BAD(VP_ESCHEMA, "dense layers, shared experts and the MoE period "
+                        "need experts");
+    if (!t->experts)
+        return VP_OK;
+    if (x->dense_layers > t->layers)
+        BAD(VP_ERANGE, "%llu dense layers is more than the %llu layers",
+            (unsigned long long)x->dense_layers,
+            (unsigned long long)t->layers);
+    if (x->shared_ffn && !t->shared_experts)
+        t->shared_experts = 1;
+    if (x->shared_gate && !t->shared_experts)
+        BAD(VP_ESCHEMA, "shared_gate needs a shared expert");
+    if (x->router == VP_ROUTER_SIGMOID_GROUP) {
+        uint64_t g = x->n_group ? x->n_group : 1;
+        uint64_t tg = x->topk_group ? x->topk_group : g;
+        if (t->experts % g || tg > g || t->top_k > tg * (t->experts / g))
+            BAD(VP_ERANGE, "grouped routing: the %llu groups must divide "
+                           "the %llu experts, and top_k %llu fit in the "
+                           "%llu groups kept",
+                (unsigned long long)g, (unsigned long long)t->experts,
+                (unsigned long long)t->top_k, (unsigned long long)tg);
+        x->n_group = g;
+        x->topk_group = tg;
+    }
+#undef BAD
+    return VP_OK;
+}
+
 /* Checks shared by every source of transformer hyperparameters; errors
  * point at the value at fault. */
 static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
                              const tf_keys *k, vp_error *err)
 {
+    VP_TRY(tf_validate_ext(d, at, t, err));
     if (t->kv_heads == 0)
         t->kv_heads = t->heads;
     if (t->head_dim == 0) {
@@ -263,6 +349,82 @@ static vp_status parse_encdec(vp_ydoc *d, yaml_node_t *tn, vp_tf *t,
     return VP_OK;
 }
 
+/* A u32 field (a layer count or a period). */
+static vp_status opt_u32(fields *f, const char *key, uint64_t min,
+                         uint32_t *out)
+{
+    uint64_t v = *out;
+    VP_TRY(opt_u64(f, key, min, &v));
+    if (v > VP_MAX_REPEAT)
+        return vp__yerr(f->d, vp__ymap_get(f->d, f->map, key, NULL),
+                        VP_ELIMIT, f->err, "'%s' %llu is more than the "
+                        "limit of %u", key, (unsigned long long)v,
+                        VP_MAX_REPEAT);
+    *out = (uint32_t)v;
+    return VP_OK;
+}
+
+/* The `moe:` section: the experts, which layers have them, the router
+ * and the shared experts. */
+static vp_status parse_moe(vp_ydoc *d, yaml_node_t *mn, vp_tf *t,
+                           vp_error *err)
+{
+    VP_TRY(vp__ymap_check(d, mn, MOE_KEYS, "moe", err));
+    fields mf = {d, mn, err};
+    vp_tf_ext *x = &t->x;
+    int v = 0;
+    VP_TRY(req_u64(&mf, "experts", &t->experts, "moe"));
+    VP_TRY(req_u64(&mf, "top_k", &t->top_k, "moe"));
+    VP_TRY(opt_u64(&mf, "expert_ffn", 1, &t->expert_ffn));
+    VP_TRY(opt_u64(&mf, "shared_experts", 0, &t->shared_experts));
+    VP_TRY(opt_u64(&mf, "shared_ffn", 1, &x->shared_ffn));
+    VP_TRY(opt_bool(&mf, "shared_gate", &x->shared_gate));
+    VP_TRY(opt_u64(&mf, "dense_layers", 0, &x->dense_layers));
+    VP_TRY(opt_u32(&mf, "every", 1, &x->moe_every));
+    VP_TRY(opt_bool(&mf, "norm_topk", &x->norm_topk));
+    VP_TRY(opt_enum(&mf, "router", ROUTERS, &v));
+    x->router = (vp_router_kind)v;
+    VP_TRY(opt_u64(&mf, "groups", 1, &x->n_group));
+    VP_TRY(opt_u64(&mf, "topk_groups", 1, &x->topk_group));
+    return VP_OK;
+}
+
+/* The keys of the newer families (vp_tf_ext). */
+static vp_status parse_tf_ext(fields *f, vp_tf *t)
+{
+    vp_ydoc *d = f->d;
+    vp_tf_ext *x = &t->x;
+    VP_TRY(opt_bool(f, "qk_norm", &x->qk_norm));
+    VP_TRY(opt_bool(f, "embedding_scale", &x->embed_scale));
+    VP_TRY(opt_bool(f, "post_norms", &x->post_norms));
+    VP_TRY(opt_bool(f, "packed_qkv", &x->packed_qkv));
+    VP_TRY(opt_bool(f, "fused_gate_up", &x->fused_gate_up));
+    VP_TRY(opt_u64(f, "sliding_window", 1, &x->window));
+    VP_TRY(opt_u32(f, "full_attention_every", 1, &x->full_every));
+    VP_TRY(opt_u32(f, "sliding_window_from", 0, &x->window_from));
+    yaml_node_t *sn = vp__ymap_get(d, f->map, "softcap", NULL);
+    if (sn) {
+        VP_TRY(vp__ymap_check(d, sn, SOFTCAP_KEYS, "softcap", f->err));
+        yaml_node_t *n;
+        if ((n = vp__ymap_get(d, sn, "attention", NULL)))
+            VP_TRY(vp__yget_pos(d, n, 1e6, &x->attn_softcap, f->err));
+        if ((n = vp__ymap_get(d, sn, "logits", NULL)))
+            VP_TRY(vp__yget_pos(d, n, 1e6, &x->logit_softcap, f->err));
+    }
+    yaml_node_t *an = vp__ymap_get(d, f->map, "mla", NULL);
+    if (an) {
+        VP_TRY(vp__ymap_check(d, an, MLA_KEYS, "mla", f->err));
+        fields af = {d, an, f->err};
+        vp_tf_mla *a = &x->mla;
+        VP_TRY(opt_u64(&af, "q_lora_rank", 0, &a->q_lora));
+        VP_TRY(req_u64(&af, "kv_lora_rank", &a->kv_lora, "mla"));
+        VP_TRY(req_u64(&af, "qk_nope_dim", &a->qk_nope, "mla"));
+        VP_TRY(req_u64(&af, "qk_rope_dim", &a->qk_rope, "mla"));
+        VP_TRY(req_u64(&af, "v_head_dim", &a->v_dim, "mla"));
+    }
+    return VP_OK;
+}
+
 static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
                                    vp_error *err)
 {
@@ -294,7 +456,8 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
     VP_TRY(opt_u64(&f, "max_positions", 1, &t->max_positions));
     v = 0;
     VP_TRY(opt_enum(&f, "norm", NORMS, &v));
-    t->norm = (vp_norm_kind)v;
+    t->norm = v == 2 ? VP_NORM_RMSNORM : (vp_norm_kind)v;
+    t->x.norm_offset = v == 2;
     t->norm_bias = t->norm == VP_NORM_LAYERNORM;
     VP_TRY(opt_bool(&f, "norm_bias", &t->norm_bias));
     v = 0;
@@ -324,14 +487,9 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
     t->head = (vp_head_kind)v;
     VP_TRY(opt_u64(&f, "num_labels", 1, &t->num_labels));
     yaml_node_t *mn = vp__ymap_get(d, tn, "moe", NULL);
-    if (mn) {
-        VP_TRY(vp__ymap_check(d, mn, MOE_KEYS, "moe", err));
-        fields mf = {d, mn, err};
-        VP_TRY(req_u64(&mf, "experts", &t->experts, "moe"));
-        VP_TRY(req_u64(&mf, "top_k", &t->top_k, "moe"));
-        VP_TRY(opt_u64(&mf, "expert_ffn", 1, &t->expert_ffn));
-        VP_TRY(opt_u64(&mf, "shared_experts", 0, &t->shared_experts));
-    }
+    if (mn)
+        VP_TRY(parse_moe(d, mn, t, err));
+    VP_TRY(parse_tf_ext(&f, t));
     VP_TRY(parse_encdec(d, tn, t, err));
     t->line = (uint32_t)tn->start_mark.line + 1;
     t->col = (uint32_t)tn->start_mark.column + 1;
@@ -340,10 +498,7 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
 
 /* ---- Hugging Face config.json ------------------------------------------ */
 
-static const char *const HF_TYPES[] = {"gpt2", "llama", "mistral", "mixtral",
-                                       "qwen2", "bert", "t5", "mt5", NULL};
-
-static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
+vp_status vp__hf_u64(fields *f, const char *key, uint64_t *out, bool req)
 {
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n || vp__yis_null(n)) {
@@ -355,8 +510,7 @@ static vp_status hf_u64(fields *f, const char *key, uint64_t *out, bool req)
     return vp__yget_u64(f->d, n, 1, VP_MAX_DIM, out, f->err);
 }
 
-/* An optional count that may be 0 (left as it is when absent or null). */
-static vp_status hf_count(fields *f, const char *key, uint64_t *out)
+vp_status vp__hf_u64z(fields *f, const char *key, uint64_t *out)
 {
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n || vp__yis_null(n))
@@ -364,7 +518,26 @@ static vp_status hf_count(fields *f, const char *key, uint64_t *out)
     return vp__yget_u64(f->d, n, 0, VP_MAX_DIM, out, f->err);
 }
 
-static vp_status hf_bool(fields *f, const char *key, bool *out)
+vp_status vp__hf_prob(fields *f, const char *key, double *out)
+{
+    return opt_prob(f, key, out);
+}
+
+vp_status vp__hf_pos(fields *f, const char *key, double max, double *out)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    if (!n || vp__yis_null(n))
+        return VP_OK;
+    return vp__yget_pos(f->d, n, max, out, f->err);
+}
+
+yaml_node_t *vp__hf_node(fields *f, const char *key)
+{
+    yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
+    return n && !vp__yis_null(n) ? n : NULL;
+}
+
+vp_status vp__hf_bool(fields *f, const char *key, bool *out)
 {
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n || vp__yis_null(n))
@@ -372,23 +545,8 @@ static vp_status hf_bool(fields *f, const char *key, bool *out)
     return vp__yget_bool(f->d, n, out, f->err);
 }
 
-/* The same for the families' own readers (hf_t5.c; yaml_doc.h). */
-vp_status vp__hf_u64(vp_ydoc *d, yaml_node_t *map, const char *key,
-                     uint64_t *out, bool req, vp_error *err)
-{
-    fields f = {d, map, err};
-    return hf_u64(&f, key, out, req);
-}
-
-vp_status vp__hf_bool(vp_ydoc *d, yaml_node_t *map, const char *key,
-                      bool *out, vp_error *err)
-{
-    fields f = {d, map, err};
-    return hf_bool(&f, key, out);
-}
-
-static vp_status hf_act(fields *f, const char *key, vp_act_kind gated_default,
-                        vp_act_kind *out)
+vp_status vp__hf_act(fields *f, const char *key, vp_act_kind gated_default,
+                     vp_act_kind *out)
 {
     yaml_node_t *n = vp__ymap_get(f->d, f->map, key, NULL);
     if (!n || vp__yis_null(n))
@@ -467,16 +625,16 @@ static vp_status hf_gpt2(fields *f, vp_tf *t, vp_error *err)
     t->final_norm = true;
     t->act = VP_ACT_GELU_TANH;
     t->p_embd = t->p_attn = t->p_resid = 0.1;
-    VP_TRY(hf_u64(f, "n_embd", &t->hidden, true));
-    VP_TRY(hf_u64(f, "n_layer", &t->layers, true));
-    VP_TRY(hf_u64(f, "n_head", &t->heads, true));
-    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    VP_TRY(hf_u64(f, "n_positions", &t->max_positions, true));
+    VP_TRY(vp__hf_u64(f, "n_embd", &t->hidden, true));
+    VP_TRY(vp__hf_u64(f, "n_layer", &t->layers, true));
+    VP_TRY(vp__hf_u64(f, "n_head", &t->heads, true));
+    VP_TRY(vp__hf_u64(f, "vocab_size", &t->vocab, true));
+    VP_TRY(vp__hf_u64(f, "n_positions", &t->max_positions, true));
     t->ffn = 0;
-    VP_TRY(hf_u64(f, "n_inner", &t->ffn, false));
+    VP_TRY(vp__hf_u64(f, "n_inner", &t->ffn, false));
     if (t->ffn == 0 && !vp_mul_u64(4, t->hidden, &t->ffn))
         return vp_error_set(err, VP_EOVERFLOW, "n_inner overflows");
-    VP_TRY(hf_act(f, "activation_function", VP_ACT_GELU, &t->act));
+    VP_TRY(vp__hf_act(f, "activation_function", VP_ACT_GELU, &t->act));
     fields pf = *f;
     VP_TRY(opt_prob(&pf, "embd_pdrop", &t->p_embd));
     VP_TRY(opt_prob(&pf, "attn_pdrop", &t->p_attn));
@@ -497,16 +655,16 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
     t->type_vocab = 2;
     t->max_positions = 512;
     t->p_embd = t->p_attn = t->p_resid = 0.1;
-    VP_TRY(hf_u64(f, "hidden_size", &t->hidden, true));
-    VP_TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
-    VP_TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
-    VP_TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
-    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    VP_TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
+    VP_TRY(vp__hf_u64(f, "hidden_size", &t->hidden, true));
+    VP_TRY(vp__hf_u64(f, "num_hidden_layers", &t->layers, true));
+    VP_TRY(vp__hf_u64(f, "num_attention_heads", &t->heads, true));
+    VP_TRY(vp__hf_u64(f, "intermediate_size", &t->ffn, true));
+    VP_TRY(vp__hf_u64(f, "vocab_size", &t->vocab, true));
+    VP_TRY(vp__hf_u64(f, "max_position_embeddings", &t->max_positions, false));
     yaml_node_t *tvn = vp__ymap_get(f->d, f->map, "type_vocab_size", NULL);
     if (tvn && !vp__yis_null(tvn))
         VP_TRY(vp__yget_u64(f->d, tvn, 0, VP_MAX_DIM, &t->type_vocab, err));
-    VP_TRY(hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
+    VP_TRY(vp__hf_act(f, "hidden_act", VP_ACT_GELU, &t->act));
     VP_TRY(opt_prob(f, "hidden_dropout_prob", &t->p_resid));
     t->p_embd = t->p_resid;
     VP_TRY(opt_prob(f, "attention_probs_dropout_prob", &t->p_attn));
@@ -515,119 +673,163 @@ static vp_status hf_bert(fields *f, vp_tf *t, vp_error *err)
 
 /* HF LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): rotary,
  * RMSNorm, SwiGLU, no biases (Qwen2: q, k, v biases). */
-/* The layers from which a config's sliding_window applies, as the
- * configs resolve it (transformers MistralConfig, Qwen2Config): layer_types
- * when given (full_attention layers, then sliding_attention ones; layers
- * that alternate are not modelled), else use_sliding_window (Qwen2: false
- * turns the window off) with max_window_layers, else every layer
- * (Mistral). The same rule as kvcache.c's sliding_layers. */
-static vp_status hf_sliding(fields *f, vp_tf *t)
-{
-    yaml_node_t *ty = vp__ymap_get(f->d, f->map, "layer_types", NULL);
-    bool use = true;
-
-    VP_TRY(hf_count(f, "sliding_window", &t->sliding_window));
-    if (ty && !vp__yis_null(ty)) {
-        if (ty->type != YAML_SEQUENCE_NODE ||
-            ty->data.sequence.items.top - ty->data.sequence.items.start !=
-                (ptrdiff_t)t->layers)
-            return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
-                            "layer_types must list one type per hidden "
-                            "layer");
-        uint64_t i = 0, from = t->layers;
-        for (yaml_node_item_t *it = ty->data.sequence.items.start;
-             it < ty->data.sequence.items.top; it++, i++) {
-            yaml_node_t *n = vp__ynode(f->d, *it);
-            const char *s = vp__yscalar(n);
-            bool slide = s && !strcmp(s, "sliding_attention");
-            if (!slide && !(s && !strcmp(s, "full_attention")))
-                return vp__yerr(f->d, n, VP_ESCHEMA, f->err,
-                                "a layer type other than full_attention "
-                                "and sliding_attention");
-            if (slide && from == t->layers)
-                from = i;
-            if (!slide && from < t->layers)
-                return vp__yerr(f->d, n, VP_EUNSUPPORTED, f->err,
-                                "full-attention layers after sliding ones "
-                                "are not modelled");
-        }
-        if (from < t->layers && t->sliding_window == 0)
-            return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
-                            "sliding_attention layers need a "
-                            "sliding_window");
-        t->slide_from = from;
-        if (from == t->layers)
-            t->sliding_window = 0;
-        return VP_OK;
-    }
-    VP_TRY(hf_bool(f, "use_sliding_window", &use));
-    if (!use) {
-        t->sliding_window = 0;
-        return VP_OK;
-    }
-    if (vp__ymap_get(f->d, f->map, "use_sliding_window", NULL))
-        VP_TRY(hf_count(f, "max_window_layers", &t->slide_from));
-    return VP_OK;
-}
-
 static vp_status hf_llama(fields *f, vp_tf *t, const char *type)
 {
-    t->type = VP_TF_DECODER;
-    t->rotary = true;
-    t->norm = VP_NORM_RMSNORM;
-    t->norm_bias = false;
-    t->act = VP_ACT_SWIGLU;
-    t->bias = false;
-    t->qkv_bias = !strcmp(type, "qwen2");
-    t->final_norm = true;
     t->max_positions = 2048; /* LlamaConfig's max_position_embeddings */
-    VP_TRY(hf_u64(f, "hidden_size", &t->hidden, true));
-    VP_TRY(hf_u64(f, "num_hidden_layers", &t->layers, true));
-    VP_TRY(hf_u64(f, "num_attention_heads", &t->heads, true));
-    VP_TRY(hf_u64(f, "num_key_value_heads", &t->kv_heads, false));
-    VP_TRY(hf_u64(f, "head_dim", &t->head_dim, false));
-    VP_TRY(hf_u64(f, "intermediate_size", &t->ffn, true));
-    VP_TRY(hf_u64(f, "vocab_size", &t->vocab, true));
-    VP_TRY(hf_u64(f, "max_position_embeddings", &t->max_positions, false));
-    VP_TRY(hf_act(f, "hidden_act", VP_ACT_SWIGLU, &t->act));
-    bool ab = t->qkv_bias;
-    VP_TRY(hf_bool(f, "attention_bias", &ab));
-    if (strcmp(type, "qwen2"))
-        t->qkv_bias = ab;
-    VP_TRY(hf_bool(f, "mlp_bias", &t->bias));
-    VP_TRY(opt_prob(f, "attention_dropout", &t->p_attn));
-    VP_TRY(hf_sliding(f, t));
+    VP_TRY(vp__hf_llama_like(f, t));
+    if (!strcmp(type, "qwen2")) /* Qwen2Attention: q, k, v biases always */
+        t->qkv_bias = true;
+    VP_TRY(vp__hf_bool(f, "mlp_bias", &t->bias));
     if (!strcmp(type, "mixtral")) {
-        VP_TRY(hf_u64(f, "num_local_experts", &t->experts, true));
-        VP_TRY(hf_u64(f, "num_experts_per_tok", &t->top_k, true));
+        VP_TRY(vp__hf_u64(f, "num_local_experts", &t->experts, true));
+        VP_TRY(vp__hf_u64(f, "num_experts_per_tok", &t->top_k, true));
     }
     return VP_OK;
 }
 
-/* The model_type of a config, one of HF_TYPES. */
-static vp_status hf_type(vp_ydoc *d, yaml_node_t *root, const char **out,
-                         vp_error *err)
+static vp_status hf_llama_only(fields *f, vp_tf *t, vp_error *err)
 {
+    (void)err;
+    return hf_llama(f, t, "llama");
+}
+
+/* layer_types of a MistralConfig or Qwen2Config (transformers 5.x): the
+ * full_attention layers, then the sliding_attention ones from
+ * x.window_from on; full layers after sliding ones are not modelled for
+ * these families (Gemma's patterns: hf_families.c). */
+static vp_status hf_mono_layer_types(fields *f, vp_tf *t)
+{
+    yaml_node_t *ty = vp__hf_node(f, "layer_types");
+    if (!ty)
+        return VP_OK;
+    if (ty->type != YAML_SEQUENCE_NODE ||
+        ty->data.sequence.items.top - ty->data.sequence.items.start !=
+            (ptrdiff_t)t->layers)
+        return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                        "layer_types must list one type per hidden layer");
+    uint64_t i = 0, from = t->layers;
+    for (yaml_node_item_t *it = ty->data.sequence.items.start;
+         it < ty->data.sequence.items.top; it++, i++) {
+        yaml_node_t *n = vp__ynode(f->d, *it);
+        const char *v = vp__yscalar(n);
+        bool slide = v && !strcmp(v, "sliding_attention");
+        if (!slide && !(v && !strcmp(v, "full_attention")))
+            return vp__yerr(f->d, n, VP_ESCHEMA, f->err,
+                            "a layer type other than full_attention and "
+                            "sliding_attention");
+        if (slide && from == t->layers)
+            from = i;
+        if (!slide && from < t->layers)
+            return vp__yerr(f->d, n, VP_EUNSUPPORTED, f->err,
+                            "full-attention layers after sliding ones are "
+                            "not modelled");
+    }
+    if (from == t->layers) {
+        t->x.window = 0;
+        return VP_OK;
+    }
+    if (!t->x.window)
+        VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+    if (!t->x.window)
+        return vp__yerr(f->d, ty, VP_ESCHEMA, f->err,
+                        "sliding_attention layers need a sliding_window");
+    t->x.window_from = (uint32_t)from; /* < layers */
+    return VP_OK;
+}
+
+/* MistralConfig: Llama's shapes with a sliding window (modeling_mistral.py:
+ * every layer windowed when sliding_window is set). */
+static vp_status hf_mistral(fields *f, vp_tf *t, vp_error *err)
+{
+    (void)err;
+    VP_TRY(hf_llama(f, t, "mistral"));
+    VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+    return hf_mono_layer_types(f, t);
+}
+
+static vp_status hf_mixtral(fields *f, vp_tf *t, vp_error *err)
+{
+    (void)err;
+    VP_TRY(hf_llama(f, t, "mixtral"));
+    return vp__hf_u64z(f, "sliding_window", &t->x.window);
+}
+
+/* Qwen2Config: q, k, v biases; a window from max_window_layers on when
+ * use_sliding_window (modeling_qwen2.py, configuration_qwen2.py). */
+static vp_status hf_qwen2(fields *f, vp_tf *t, vp_error *err)
+{
+    (void)err;
+    VP_TRY(hf_llama(f, t, "qwen2"));
+    bool sw = false;
+    VP_TRY(vp__hf_bool(f, "use_sliding_window", &sw));
+    if (sw) {
+        uint64_t from = 28; /* Qwen2Config's max_window_layers */
+        t->x.window = 4096;
+        VP_TRY(vp__hf_u64z(f, "sliding_window", &t->x.window));
+        VP_TRY(vp__hf_u64z(f, "max_window_layers", &from));
+        t->x.window_from =
+            from > VP_MAX_REPEAT ? VP_MAX_REPEAT : (uint32_t)from;
+    }
+    return hf_mono_layer_types(f, t);
+}
+
+/* The model_types read, the reader of each and the names of the keys
+ * that its errors point at. */
+static const struct hf_type_row {
+    const char *type;
+    vp__hf_reader *read;
+    const tf_keys *keys;
+} HF_READERS[] = {
+    {"gpt2", hf_gpt2, &GPT2_KEYS},
+    {"llama", hf_llama_only, &HF_KEYS},
+    {"mistral", hf_mistral, &HF_KEYS},
+    {"mixtral", hf_mixtral, &HF_KEYS},
+    {"qwen2", hf_qwen2, &HF_KEYS},
+    {"bert", hf_bert, &HF_KEYS},
+    {"qwen3", vp__hf_qwen3, &HF_KEYS},
+    {"qwen3_moe", vp__hf_qwen3_moe, &QWEN_MOE_KEYS},
+    {"qwen2_moe", vp__hf_qwen2_moe, &QWEN_MOE_KEYS},
+    {"gemma", vp__hf_gemma, &HF_KEYS},
+    {"gemma2", vp__hf_gemma2, &HF_KEYS},
+    {"gemma3_text", vp__hf_gemma3_text, &HF_KEYS},
+    {"phi3", vp__hf_phi3, &HF_KEYS},
+    {"deepseek_v3", vp__hf_deepseek_v3, &DEEPSEEK_KEYS},
+    {"t5", NULL, &T5_KEYS}, /* encoder-decoders: parse_hf_t5 */
+    {"mt5", NULL, &T5_KEYS},
+};
+#define N_HF_READERS (sizeof HF_READERS / sizeof HF_READERS[0])
+
+/* "gpt2, llama, ..." for the errors. */
+static void hf_type_list(char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_HF_READERS && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "",
+                              HF_READERS[i].type);
+}
+
+/* The row of a config's model_type. */
+static vp_status hf_type(vp_ydoc *d, yaml_node_t *root,
+                         const struct hf_type_row **out, vp_error *err)
+{
+    char list[256];
+    hf_type_list(list, sizeof list);
     yaml_node_t *tn = vp__ymap_get(d, root, "model_type", NULL);
     if (!tn)
         return vp__yerr(d, root, VP_ESCHEMA, err,
-                        "missing \"model_type\" (supported: gpt2, llama, "
-                        "mistral, mixtral, qwen2, bert, t5, mt5)");
+                        "missing \"model_type\" (supported: %s)", list);
     const char *tv = vp__yscalar(tn);
-    for (int mt = 0; tv && HF_TYPES[mt]; mt++)
-        if (!strcmp(tv, HF_TYPES[mt])) {
-            *out = HF_TYPES[mt];
+    for (size_t i = 0; tv && i < N_HF_READERS; i++)
+        if (!strcmp(tv, HF_READERS[i].type)) {
+            *out = &HF_READERS[i];
             return VP_OK;
         }
     return vp__yerr(d, tn, VP_EUNSUPPORTED, err,
-                    "unsupported model_type \"%.64s\" (supported: gpt2, "
-                    "llama, mistral, mixtral, qwen2, bert, t5, mt5)",
-                    tv ? tv : "?");
+                    "unsupported model_type \"%.64s\" (supported: %s)",
+                    tv ? tv : "?", list);
 }
 
-/* t5 and mt5 (hf_t5.c); errors point at their keys. */
-static const tf_keys T5_KEYS = {"d_model", "num_heads", "num_heads", "d_kv",
-                                "num_layers", NULL, NULL, false};
 #define T5_DEFAULT_SEQ 512u /* T5's pre-training length (n_positions) */
 
 static vp_status parse_hf_t5(vp_model *m, vp_ydoc *d, yaml_node_t *root,
@@ -647,21 +849,16 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     if (root->type != YAML_MAPPING_NODE)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a config.json must hold a JSON object");
-    const char *type = NULL;
-    VP_TRY(hf_type(d, root, &type, err));
+    const struct hf_type_row *row = NULL;
+    VP_TRY(hf_type(d, root, &row, err));
     vp_tf *t = &m->tf;
     tf_defaults(t);
     t->qkv_bias = true;
     fields f = {d, root, err};
-    if (!strcmp(type, "t5") || !strcmp(type, "mt5"))
-        return parse_hf_t5(m, d, root, type, err);
-    if (!strcmp(type, "gpt2"))
-        VP_TRY(hf_gpt2(&f, t, err));
-    else if (!strcmp(type, "bert"))
-        VP_TRY(hf_bert(&f, t, err));
-    else
-        VP_TRY(hf_llama(&f, t, type));
-    VP_TRY(hf_bool(&f, "tie_word_embeddings", &t->tied));
+    if (!row->read) /* t5, mt5: hf_t5.c */
+        return parse_hf_t5(m, d, root, row->type, err);
+    VP_TRY(row->read(&f, t, err));
+    VP_TRY(vp__hf_bool(&f, "tie_word_embeddings", &t->tied));
     /* PretrainedConfig's eos_token_id (None by default): what
      * GenerationConfig takes when the model has no generation_config */
     yaml_node_t *eos = vp__ymap_get(d, root, "eos_token_id", NULL);
@@ -672,13 +869,12 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
         if (ln && ln->type == YAML_MAPPING_NODE)
             t->num_labels = (uint64_t)(ln->data.mapping.pairs.top -
                                        ln->data.mapping.pairs.start);
-        VP_TRY(hf_u64(&f, "num_labels", &t->num_labels, false));
+        VP_TRY(vp__hf_u64(&f, "num_labels", &t->num_labels, false));
     }
     t->line = (uint32_t)root->start_mark.line + 1;
     t->col = (uint32_t)root->start_mark.column + 1;
     m->seq = default_seq(t);
-    return tf_validate(d, root, t,
-                       !strcmp(type, "gpt2") ? &GPT2_KEYS : &HF_KEYS, err);
+    return tf_validate(d, root, t, row->keys, err);
 }
 
 /* ---- loading ------------------------------------------------------------ */

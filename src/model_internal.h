@@ -24,6 +24,53 @@ typedef enum {
     VP_HEAD_NONE
 } vp_head_kind;
 
+/* How a mixture-of-experts layer routes (the router of transformers
+ * 5.x's family): softmax then top-k (Mixtral, Qwen2/3-MoE; `norm_topk`
+ * renormalises the k weights), or DeepSeek-V3's sigmoid scores with a
+ * bias, a top-k of groups, then a top-k within them. */
+typedef enum { VP_ROUTER_SOFTMAX, VP_ROUTER_SIGMOID_GROUP } vp_router_kind;
+
+/* Multi-head latent attention (DeepSeek-V2/V3): q through a rank
+ * q_lora (0: a plain q projection), k and v from a shared latent of rank
+ * kv_lora plus one rotary key of qk_rope per token. */
+typedef struct vp_tf_mla {
+    uint64_t q_lora, kv_lora, qk_nope, qk_rope, v_dim;
+} vp_tf_mla;
+
+/* Features of the newer decoder families (Qwen3, Gemma 1-3, Phi-3,
+ * Qwen-MoE, DeepSeek-V3): all zero for the older ones, which build as
+ * before. docs/MODEL_FORMAT.md, "Transformer form". */
+typedef struct vp_tf_ext {
+    bool qk_norm;        /* RMSNorm over each head of q and k (Qwen3)      */
+    bool norm_offset;    /* RMSNorm in fp32 with weight 1 + w, the output
+                            in the input's dtype (Gemma)                    */
+    bool embed_scale;    /* embeddings times sqrt(hidden) (Gemma)          */
+    bool post_norms;     /* norms on the attention and MLP outputs too
+                            (Gemma 2, 3)                                    */
+    bool packed_qkv;     /* one nn.Linear qkv_proj, q, k, v sliced (Phi-3) */
+    bool fused_gate_up;  /* one gate_up_proj, chunked (Phi-3)              */
+    double attn_softcap; /* tanh soft-capping of attention scores, 0: none */
+    double logit_softcap;/* ... of the output logits                       */
+    uint64_t window;     /* sliding-window span, 0: full attention         */
+    uint32_t full_every; /* with a window: layer i attends fully when
+                            (i + 1) % full_every == 0; 0: none does        */
+    uint32_t window_from;/* layers before this one attend fully (Qwen's
+                            max_window_layers)                              */
+    vp_tf_mla mla;       /* kv_lora > 0: multi-head latent attention       */
+    /* mixture of experts: which layers, the router, shared experts */
+    uint64_t dense_layers; /* the first layers keep a dense MLP (DeepSeek
+                              first_k_dense_replace)                       */
+    uint32_t moe_every;    /* MoE in layer i when (i + 1) % moe_every == 0
+                              (Qwen-MoE decoder_sparse_step; 0 or 1: all)  */
+    uint64_t shared_ffn;   /* the shared experts' inner size, 0: shared
+                              experts x expert_ffn                         */
+    bool shared_gate;      /* sigmoid(linear(x)) scales the shared expert
+                              (Qwen2-MoE)                                  */
+    bool norm_topk;        /* the k routing weights renormalised           */
+    vp_router_kind router;
+    uint64_t n_group, topk_group;
+} vp_tf_ext;
+
 typedef struct vp_tf {
     vp_tf_type type;
     uint64_t hidden, layers, heads, kv_heads, head_dim, ffn, vocab;
@@ -37,11 +84,6 @@ typedef struct vp_tf {
     vp_attn_impl attn;
     vp_head_kind head;
     uint64_t experts, top_k, expert_ffn, shared_experts;
-    uint64_t sliding_window; /* a config.json's sliding_window (tokens)
-                                for the layers from slide_from on
-                                (Mistral: all; Qwen2: max_window_layers);
-                                0: every layer attends to all tokens */
-    uint64_t slide_from;
     bool no_eos;        /* a config.json with no end-of-sequence token
                            (eos_token_id null or absent): generate()'s
                            min-length processors are not made          */
@@ -55,6 +97,7 @@ typedef struct vp_tf {
      * state is cast to wo's dtype before wo (T5DenseActDense) */
     uint64_t dec_layers, rel_buckets, rel_max_distance;
     bool scale_out, gated_ffn, t5_ff_cast;
+    vp_tf_ext x;        /* the newer families' features (hf_families.c) */
 } vp_tf;
 
 struct vp_model {

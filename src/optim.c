@@ -28,10 +28,24 @@ typedef struct {
     uint8_t host_state_eb;  /* offloaded: state bytes per element on host  */
 } optim_rules;
 
+/* The optimizer's tensors: the parameters, or what a data-parallel
+ * wrapper gives the optimizer (its shards; sim_internal.h, opt_numel). */
+static uint64_t opt_numel(const sim *S, size_t k)
+{
+    return S->opt_numel ? S->opt_numel[k] : S->g->params[k].numel;
+}
+
+/* The bytes per element of the optimizer's tensor k: a wrapper's shards
+ * are in its dtype; a parameter in its own (a frozen or quantized base's
+ * dtype may differ from the trainable parameters', vp__param_bytes). */
+static uint32_t opt_eb(const sim *S, size_t k)
+{
+    return S->opt_eb ? S->opt_eb : vp__param_bytes(S, &S->g->params[k]);
+}
+
 static uint64_t param_bytes_total(sim *S, uint32_t p)
 {
-    const vp_param *pp = &S->g->params[p];
-    return vp__mulc(S, pp->numel, vp__param_bytes(S, pp));
+    return vp__mulc(S, opt_numel(S, p), opt_eb(S, p));
 }
 
 /* AdamW: exp_avg and exp_avg_sq in the parameter's dtype */
@@ -52,7 +66,7 @@ static void adam_fused_state(sim *S, uint32_t p)
 /* bitsandbytes AdamW8bit: both moments blockwise in 8 bits */
 static void adam_8bit_state(sim *S, uint32_t p)
 {
-    uint64_t n = S->g->params[p].numel;
+    uint64_t n = opt_numel(S, p);
     uint64_t sb = n + (n + BNB_BLOCK - 1) / BNB_BLOCK * 4;
     S->st1[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
     S->st2[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
@@ -84,7 +98,7 @@ static uint32_t state_buffer(sim *S, uint64_t n, uint64_t eb)
 
 static void paged_8bit_state(sim *S, uint32_t p)
 {
-    uint64_t n = S->g->params[p].numel;
+    uint64_t n = opt_numel(S, p);
     if (n < BNB_MIN_8BIT) {
         S->st1[p] = state_buffer(S, n, 4);
         S->st2[p] = state_buffer(S, n, 4);
@@ -138,9 +152,11 @@ static const optim_rules OPTIM[VP_OPT__COUNT] = {
     [VP_OPT_NONE] = {NULL, TEMPS_NONE, 0, 0},
 };
 
-/* A parameter the optimizer updates this step. */
+/* A tensor the optimizer updates this step. */
 static bool stepped(const sim *S, size_t p)
 {
+    if (S->opt_on)
+        return S->opt_on[p];
     return S->g->params[p].trainable && S->pgrad[p] != NONE;
 }
 
@@ -149,13 +165,12 @@ static bool stepped(const sim *S, size_t p)
  * copy of half-precision weights) lives on the host */
 static void offloaded_step(sim *S, const optim_rules *r)
 {
-    const vp_graph *g = S->g;
     uint64_t state = 0, moved = 0;
-    for (size_t p = 0; p < g->n_params; p++) {
+    for (size_t p = 0; p < S->n_opt; p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t n = g->params[p].numel;
-        uint64_t pe = vp__param_bytes(S, &g->params[p]);
+        uint64_t n = opt_numel(S, p);
+        uint64_t pe = opt_eb(S, p);
         uint64_t per = r->host_state_eb;
         per += 4;     /* the gradient's host copy */
         if (pe == 2)
@@ -170,8 +185,7 @@ static void offloaded_step(sim *S, const optim_rules *r)
 
 static void foreach_temps(sim *S)
 {
-    const vp_graph *g = S->g;
-    size_t np = g->n_params;
+    size_t np = S->n_opt;
     uint32_t *tmp = calloc(np ? np : 1, sizeof *tmp);
     if (!tmp) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
@@ -190,12 +204,11 @@ static void foreach_temps(sim *S)
 
 static void forloop_temps(sim *S, uint8_t eb)
 {
-    const vp_graph *g = S->g;
     uint32_t prev = NONE;
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+    for (size_t p = 0; p < S->n_opt && OK(S); p++) {
         if (!stepped(S, p))
             continue;
-        uint64_t b = eb ? vp__mulc(S, g->params[p].numel, eb)
+        uint64_t b = eb ? vp__mulc(S, opt_numel(S, p), eb)
                         : param_bytes_total(S, (uint32_t)p);
         uint32_t t1 = vp__talloc(S, b, VP_CAT_TEMP);
         uint32_t t2 = vp__talloc(S, b, VP_CAT_TEMP);
@@ -208,7 +221,6 @@ static void forloop_temps(sim *S, uint8_t eb)
 
 void vp__optimizer_step(sim *S)
 {
-    const vp_graph *g = S->g;
     const optim_rules *r = &OPTIM[S->s->optimizer];
     S->cur_op = "optimizer";
     S->cur_op_idx = -1;
@@ -221,7 +233,7 @@ void vp__optimizer_step(sim *S)
         S->cur_op = "";
         return;
     }
-    for (size_t p = 0; p < g->n_params && OK(S); p++) {
+    for (size_t p = 0; p < S->n_opt && OK(S); p++) {
         if (!stepped(S, p) || S->st1[p] != NONE || !r->state)
             continue;
         r->state(S, (uint32_t)p);

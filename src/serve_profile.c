@@ -46,7 +46,7 @@ static vp_status dims_segment(const vp_graph *g, const vp_segment *s,
             seen_attn = true;
             break;
         case VP_OP_ROUTER:
-        case VP_OP_MOE_DISPATCH:
+        case VP_OP_MOE_EXPERTS:
             return vp_error_set(err, VP_EUNSUPPORTED,
                                 "'%s': mixture-of-experts layers are not "
                                 "modelled for serving",

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_internal.h"
+#include "dist_internal.h"
 
 /* Kinds of Python references (struct vp__pyhold). */
 enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
@@ -303,6 +303,8 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
 static void forward_pass(sim *S)
 {
     const vp_graph *g = S->g;
+    if (S->dist)
+        vp__dist_fwd_begin(S);
     for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
         const vp_op *o = &g->ops[i];
         bool ck = S->training && o->segment >= 0 && S->ckpt[o->segment];
@@ -318,8 +320,14 @@ static void forward_pass(sim *S)
         }
         if (g->n_segs && i == g->segs[0].first_op)
             vp__attention_model_mask(S);
+        if (S->dist)
+            vp__dist_fwd_op(S, i, false);
         vp__fwd(S, i, ck ? MODE_NOSAVE : MODE_SAVE, NULL);
+        if (S->dist && OK(S))
+            vp__dist_fwd_op(S, i, true);
     }
+    if (S->dist && OK(S))
+        vp__dist_fwd_end(S);
     pyhold_release(S, -1, -1);
     S->cur_op = "";
     S->cur_op_idx = -1;
@@ -333,9 +341,13 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
     uint32_t div = vp__talloc(S, 4, VP_CAT_TEMP);  /* loss / accum */
     vp__tunref(S, seed);
     S->grad_t[loss] = div;
+    if (S->dist)
+        vp__dist_bwd_begin(S);
     int32_t active_seg = -1;
     for (uint32_t ii = (uint32_t)g->n_ops; ii-- > 0 && OK(S);) {
         const vp_op *o = &g->ops[ii];
+        if (S->dist)
+            vp__dist_bwd_op(S, ii, false);
         if (o->segment >= 0 && S->ckpt[o->segment] &&
             o->segment != active_seg) {
             const vp_segment *seg = &g->segs[o->segment];
@@ -350,17 +362,23 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
             if (S->s->offload_activations && S->host_now >= S->reload[ii])
                 S->host_now -= S->reload[ii];
             S->reload[ii] = 0;
-            continue;
+        } else {
+            bwd(S, ii);
+            if (o->segment >= 0 && S->ckpt[o->segment] &&
+                ii == g->segs[o->segment].first_op)
+                ckpt_release_inputs(S, o->segment);
         }
-        bwd(S, ii);
-        if (o->segment >= 0 && S->ckpt[o->segment] &&
-            ii == g->segs[o->segment].first_op)
-            ckpt_release_inputs(S, o->segment);
+        if (S->dist && OK(S))
+            vp__dist_bwd_op(S, ii, true);
     }
+    if (S->dist && OK(S))
+        vp__dist_bwd_end(S);
     S->cur_op = "";
 }
 static void zero_grad(sim *S)
 {
+    if (S->dist)
+        vp__dist_zero_grad(S);
     if (!S->s->set_to_none)
         return;
     for (size_t p = 0; p < S->g->n_params; p++) {
@@ -372,13 +390,24 @@ static void zero_grad(sim *S)
     }
 }
 
+/* Bytes per element the model holds a parameter in: its dtype, but a
+ * data-parallel wrapper's MixedPrecision keeps an fp32 model while the
+ * ops run in half precision (dist.c, precision). */
+static uint32_t held_bytes(const sim *S, const vp_param *pp)
+{
+    uint32_t pb = vp__param_bytes(S, pp);
+    if (S->dist && pb == 2 && S->dist->model_eb == 4)
+        return 4;
+    return pb;
+}
+
 /* Bytes per element a parameter is built with: fp32 first when the model
  * is built in fp32 and cast (the half copy follows, load_cast); the dtype
  * it is loaded in otherwise (a parameter that a quantized base upcasts to
  * fp32 is loaded in the base's half dtype first, kbit_upcast). */
 static uint32_t build_bytes(const sim *S, const vp_param *pp)
 {
-    uint32_t pb = vp__param_bytes(S, pp);
+    uint32_t pb = held_bytes(S, pp);
     if (S->s->ft.load == VP_LOAD_FP32_CAST && pb == 2 && !pp->fp32_buffer &&
         !pp->elem_bytes_override)
         return 4;
@@ -441,7 +470,10 @@ static void construct(sim *S, uint32_t *built)
         }
     bool tied_done = !(g->n_ops && g->ops[tied_op].flags & VP_OPF_TIED_INIT) ||
                      S->s->ft.load == VP_LOAD_META;
-    uint32_t teb = S->s->ft.load == VP_LOAD_FP32_CAST ? 4 : S->PE;
+    uint32_t teb = S->s->ft.load == VP_LOAD_FP32_CAST ||
+                           (S->dist && S->dist->model_eb == 4)
+                       ? 4
+                       : S->PE;
     bool meta = S->s->ft.load == VP_LOAD_META;
     uint32_t late[MAX_TIED_LATE];
     size_t nl = 0;
@@ -484,25 +516,30 @@ static void construct(sim *S, uint32_t *built)
  * copy is made before the fp32 original is freed); INT8 weights for
  * inference (weight_bits) quantized likewise; a quantized base's other
  * half-precision parameters upcast to fp32 (prepare_model_for_kbit_
- * training), then torch.cuda.empty_cache(). */
-static void convert(sim *S, uint32_t *built)
+ * training), then torch.cuda.empty_cache(). built[p] becomes the
+ * converted tensor (a data-parallel wrapper frees it once sharded). */
+void vp__model_convert(sim *S, uint32_t *built)
 {
     const vp_graph *g = S->g;
     for (size_t p = 0; p < g->n_params && OK(S); p++) {
         const vp_param *pp = &g->params[p];
-        uint32_t pb = vp__param_bytes(S, pp);
+        uint32_t pb = held_bytes(S, pp);
         if (pp->adapter || pp->quant || built[p] == NONE)
             continue;
         if (S->int8 && S->int8[p]) {
             /* quantized as it loads: int8 weight and a fp32 scale per
              * output row; the original is freed */
             const vp_op *lo = &g->ops[pp->op];
-            vp__talloc(S, vp__mulc(S, pp->numel, 1) + vp__mulc(S, lo->out_features, 4),
-                   VP_CAT_PARAM);
+            uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, 1) +
+                                           vp__mulc(S, lo->out_features, 4),
+                                    VP_CAT_PARAM);
             vp__tunref(S, built[p]);
+            built[p] = t;
         } else if (build_bytes(S, pp) != pb) {
-            vp__talloc(S, vp__mulc(S, pp->numel, pb), VP_CAT_PARAM);
+            uint32_t t = vp__talloc(S, vp__mulc(S, pp->numel, pb),
+                                    VP_CAT_PARAM);
             vp__tunref(S, built[p]);
+            built[p] = t;
         }
     }
     if (S->kbit)
@@ -587,7 +624,8 @@ void vp__load_model(sim *S)
     for (size_t p = 0; p < g->n_params; p++)
         built[p] = NONE;
     construct(S, built);
-    convert(S, built);
+    if (!S->dist || !vp__dist_wrap(S, built))
+        vp__model_convert(S, built);
     free(built);
     S->out->load_peak = S->peak - S->out->baseline;
     add_adapters(S);
@@ -656,6 +694,8 @@ static vp_status run(sim *S)
                 S->phase = VP_PHASE_FORWARD;
                 alloc_batch(S, batch, &nb);
                 pk->start = vp__allocated(S) - out->baseline;
+                if (S->dist)
+                    vp__dist_step_begin(S);
             } else {
                 vp__tunref(S, loss_t); /* del loss */
                 vp__release_graph(S);
@@ -725,6 +765,7 @@ static vp_status run(sim *S)
 
 static void sim_destroy(sim *S)
 {
+    vp__dist_free(S);
     vp_allocator_free(S->a);
     free(S->t);
     free(S->free_ids);
@@ -828,6 +869,9 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
         s->act_bits != 8)
         return vp_error_set(err, VP_EARG,
                             "activation compression takes 2, 4 or 8 bits");
+    S->n_opt = (uint32_t)g->n_params;
+    if (s->dist && s->dist->strategy != VP_DIST_NONE)
+        return vp__dist_new(S);
     return VP_OK;
 }
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "allocator_internal.h"
-#include "sim_internal.h"
+#include "dist_internal.h"
 
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
 {
@@ -65,7 +65,8 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
     if (!OK(S))
         return NONE;
     uint64_t h = 0, bs = 0;
-    vp_status st = vp__allocator_alloc(S->a, bytes, 0, &h, &bs, S->err);
+    vp_status st = vp__allocator_alloc(S->a, bytes, S->stream, &h, &bs,
+                                       S->err);
     if (st != VP_OK) {
         S->st = st;
         if (st == VP_EOOM) {
@@ -340,6 +341,8 @@ void vp__param_grad(sim *S, uint32_t p, uint32_t gid)
     } else {
         vp__tunref(S, gid);
     }
+    if (S->dist)
+        vp__dist_grad(S, p);
 }
 
 /* A parameter's gradient as the backward op produces it: in the op's

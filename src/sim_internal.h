@@ -15,7 +15,8 @@
  *   ops/pointwise.c     activations, add, mul, dropout, pooling, concat,
  *                       softmax, rope, views
  *   ops/embed_loss.c    embedding, cross-entropy, MSE loss
- *   ops/moe.c           router, dispatch, combine
+ *   ops/moe.c           router, grouped experts
+ *   ops/mla.c           the concatenations of latent attention
  *   ops/lora.c          LoRA and DoRA adapters (peft)
  *   ops/quant.c         quantized base weights (bitsandbytes)
  *   optim.c             optimizer states and step temporaries
@@ -131,6 +132,16 @@ typedef struct sim {
     bool stopped;
     vp_sim_event_fn cb;
     void *ud;
+    /* a data-parallel wrapper (dist_internal.h), NULL on one GPU */
+    struct vp__dist *dist;
+    int32_t stream;          /* the stream the next allocation is on      */
+    /* what the optimizer updates: the parameters (opt_numel NULL), or the
+     * wrapper's tensors (FSDP's shards): n_opt of them, opt_numel[k]
+     * elements of opt_eb bytes, updated this step when opt_on[k] */
+    uint32_t n_opt;
+    const uint64_t *opt_numel;
+    const bool *opt_on;
+    uint8_t opt_eb;
 } sim;
 
 #define OK(S) ((S)->st == VP_OK && !(S)->stopped)
@@ -139,7 +150,8 @@ typedef struct sim {
 
 /* a * b, checked: on overflow S->st is set (VP_EOVERFLOW) and 0 returned. */
 uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b);
-/* Allocate a tensor with one reference; NONE on failure (S->st set). */
+/* Allocate a tensor with one reference on stream S->stream; NONE on
+ * failure (S->st set). */
 uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat);
 void vp__tref(sim *S, uint32_t id);   /* NONE: no-op */
 void vp__tunref(sim *S, uint32_t id); /* frees at the last reference */
@@ -292,8 +304,17 @@ vp__fwd_fn vp__position_bias_fwd;
 vp__bwd_fn vp__position_bias_bwd;
 vp__fwd_fn vp__cast_fwd;
 vp__bwd_fn vp__cast_bwd;
-vp__fwd_fn vp__scale_fwd;
 vp__fwd_fn vp__upsample_fwd;   /* ops/spatial.c                          */
+vp__bwd_fn vp__router_bwd;
+vp__fwd_fn vp__moe_experts_fwd;
+vp__bwd_fn vp__moe_experts_bwd;
+vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
+vp__bwd_fn vp__softcap_bwd;
+vp__fwd_fn vp__scale_fwd;
+vp__bwd_fn vp__scale_bwd;
+vp__fwd_fn vp__mla_q_fwd;     /* ops/mla.c                               */
+vp__fwd_fn vp__mla_k_fwd;
+vp__bwd_fn vp__mla_cat_bwd;
 vp__fwd_fn vp__lora_fwd;       /* ops/lora.c                             */
 vp__bwd_fn vp__lora_bwd;
 

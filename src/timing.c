@@ -4,9 +4,9 @@
  * (linear, convolution, attention) takes its time from the GPU's curves
  * by shape; every other kernel moves about twice (binary ops three
  * times) what it writes at the measured bandwidth of its class. The host
- * dispatches every kernel; a phase takes the longer of the GPU's and the
- * host's time. The optimizer step follows its measured cost per parameter
- * and per tensor. */
+ * issues every kernel at its measured cost (VP_HOST_*) and the GPU runs
+ * each once issued: where the host is slower the GPU waits. The optimizer
+ * step follows its measured cost per parameter and per tensor. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +85,17 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
     [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
     [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
 
+/* The H200 host's seconds per parameter tensor of each optimizer step
+ * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach
+ * fitted on 16 cases, the others read off their one case each with the
+ * fitted fixed cost (for-loop gpt2-small, fused gpt2-small, SGD
+ * resnet50). */
+static const double host_opt_h200[VP_HW_OPTIM__N] = {
+    [VP_HW_OPTIM_ADAMW] = VP_HOST_OPT_TENSOR,
+    [VP_HW_OPTIM_ADAMW_FUSED] = 9.71e-6,
+    [VP_HW_OPTIM_ADAMW_FORLOOP] = 177.27e-6,
+    [VP_HW_OPTIM_SGD] = 7.05e-6};
+
 static void fill_gemm(vp_hw *hw)
 {
     const double rate[VP_HW__DTYPES] = {hw->fp32, hw->tf32, hw->fp16,
@@ -161,8 +172,15 @@ void vp_hw_fill_defaults(vp_hw *hw)
                 hw->optim[o][d] = optim_h200[o][d];
     if (hw->dispatch <= 0.0)
         hw->dispatch = VP_EAGER_OP_OVERHEAD;
-    if (hw->py_op <= 0.0)
-        hw->py_op = VP_PY_OP_OVERHEAD;
+    if (hw->host_fwd <= 0.0)
+        hw->host_fwd = VP_HOST_FWD_KERNEL;
+    if (hw->host_bwd <= 0.0)
+        hw->host_bwd = VP_HOST_BWD_KERNEL;
+    if (hw->host_opt <= 0.0)
+        hw->host_opt = VP_HOST_OPT_FIXED;
+    for (int o = 0; o < VP_HW_OPTIM__N; o++)
+        if (hw->host_opt_tensor[o] <= 0.0)
+            hw->host_opt_tensor[o] = host_opt_h200[o];
     if (hw->sustained <= 0.0 || hw->sustained > 1.0)
         hw->sustained = VP_HW_DEFAULT_SUSTAINED;
     if (hw->optim_bw <= 0.0)
@@ -177,6 +195,7 @@ void vp_hw_fill_defaults(vp_hw *hw)
 typedef struct {
     double mem[2];      /* seconds of its memory-bound kernels            */
     double kernels[2];  /* kernels launched (allocations)                 */
+    double casts;       /* autocast casts among the forward's kernels     */
     double outs[2];     /* allocations a matmul kernel wrote so far       */
 } op_traffic;
 
@@ -301,6 +320,7 @@ static void on_event(const vp_sim_event *ev, void *ud)
     t->kernels[ph] += 1.0;
     double moved, b = (double)ev->bytes;
     if (ev->category == VP_CAT_CAST) {
+        t->casts += 1.0;
         /* an autocast copy: fp32 read, 16-bit written */
         t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
         return;
@@ -411,8 +431,8 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
 }
 
 /* The optimizer step's GPU seconds (its state streamed through memory,
- * the sweep's bytes per parameter) and host seconds (the sweep's cost per
- * tensor: Python's per-tensor work and launches); *unscale gets GradScaler's
+ * the sweep's bytes per parameter) and host seconds (the host model's
+ * fixed cost and its cost per tensor); *unscale gets GradScaler's
  * unscale-and-check pass (amp fp16), after which the host waits for the GPU
  * (found_inf read with .item(), torch/amp/grad_scaler.py _maybe_opt_step). */
 static void optimizer_cost(const vp_graph *g, const vp_setup *s,
@@ -447,7 +467,12 @@ static void optimizer_cost(const vp_graph *g, const vp_setup *s,
     const vp_optim_cost *oc = &hw->optim[v][half];
     *gpu = params * oc->bytes_per_param / hw->optim_bw +
            tensors * oc->gpu_us * 1e-6;
-    *cpu = tensors * oc->cpu_us * 1e-6;
+    /* bitsandbytes' 8-bit step loops over the tensors in Python with one
+     * kernel each (bitsandbytes/optim/optimizer.py Optimizer8bit.step,
+     * update_step): unmeasured, taken at foreach's per-tensor cost rather
+     * than the for-loop's dozen launches */
+    int hv = s->optimizer == VP_OPT_ADAMW_8BIT ? VP_HW_OPTIM_ADAMW : v;
+    *cpu = hw->host_opt + tensors * hw->host_opt_tensor[hv];
     *unscale = 0;
     if (s->precision == VP_PREC_AMP_FP16) {
         /* the fp32 gradients read and written once */
@@ -481,31 +506,50 @@ static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
 }
 
 /* The step's launch queue (docs/STEP_TIME.md): one host thread submits
- * each op's kernels in turn, a forward op through Python (its call's cost
- * py_op and the sweep's per-call cost for each kernel), a backward kernel
- * from autograd's engine at the dispatch cost; the GPU runs them as they
- * arrive. Where the GPU is the slower, the host runs ahead and its later
- * work (the next micro-batch, the optimizer's Python) hides behind the
- * GPU's; where the host is the slower, the GPU idles. */
+ * each op's kernels in turn, a forward kernel through Python (host_fwd
+ * each, the module call and the model's code included), a backward kernel
+ * from autograd's engine (host_bwd); the GPU runs them as they arrive.
+ * Where the GPU is the slower, the host runs ahead and its later work
+ * (the next micro-batch, the optimizer's Python) hides behind the GPU's;
+ * where the host is the slower, the GPU idles. */
 typedef struct {
     const vp_graph *g;
     const vp_setup *s;
     const vp_hw *hw;
     const tctx *c;
     double mb;      /* micro-batches per step (the simulation's totals / mb) */
-    double cpu_fwd; /* host seconds per forward kernel                       */
-    double py_op;   /* host seconds of a forward op's Python call            */
 } qctx;
 
 typedef struct {
     double host, dev; /* when each is next free, seconds into the step */
 } clocks;
 
-/* GPU seconds of op i in phase ph of one micro-batch, its host seconds
- * before its first kernel (*pre) and in all (*host); *rec gets the
- * recomputed forward's share. */
-static double op_cost(const qctx *q, int ph, size_t i, double *pre,
-                      double *host, double *rec)
+/* Kernels the host issues for an op in phase ph of one of mb micro-batches:
+ * its allocations, and one for a forward call that writes in place
+ * (torchvision's ReLU(inplace=True), ResNet's `out += identity`); views
+ * and the input launch nothing. */
+static double host_kernels(const vp_op *o, const op_traffic *t, int ph,
+                           double mb)
+{
+    if (ph != 0 || t->kernels[0] > 0)
+        return t->kernels[ph] / mb;
+    switch (o->kind) {
+    case VP_OP_INPUT:
+    case VP_OP_FLATTEN:
+    case VP_OP_RESHAPE:
+    case VP_OP_PERMUTE:
+    case VP_OP_SELECT:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* GPU seconds of op i in phase ph of one micro-batch, the kernels the
+ * host issues for it (*nk) and its host seconds per kernel (*per); *rec
+ * gets the recomputed forward's share. */
+static double op_cost(const qctx *q, int ph, size_t i, double *nk,
+                      double *per, double *rec)
 {
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
@@ -514,11 +558,8 @@ static double op_cost(const qctx *q, int ph, size_t i, double *pre,
     double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    double k = t->kernels[ph] / q->mb;
-    double per = ph == 0 ? q->cpu_fwd : q->hw->dispatch;
-    double py = ph == 0 && k > 0 ? q->py_op : 0;
-    *pre = py + per;
-    *host = py + k * per;
+    *nk = host_kernels(o, t, ph, q->mb);
+    *per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
     return gpu;
 }
 
@@ -529,11 +570,16 @@ static double run_phase(const qctx *q, int ph, clocks *k)
     double rec = 0;
     for (size_t n = 0; n < q->g->n_ops; n++) {
         size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
-        double pre, host, r;
-        double gpu = op_cost(q, ph, i, &pre, &host, &r);
-        double start = k->host + pre;
-        k->host += host;
-        k->dev = (k->dev > start ? k->dev : start) + gpu;
+        double nk, per, r;
+        double gpu = op_cost(q, ph, i, &nk, &per, &r);
+        /* kernel by kernel: each starts once issued and the GPU is free
+         * (an op that issues none, a view's backward, runs its GPU time
+         * when the GPU is free); nk is the simulator's allocation count */
+        size_t n_k = nk > 1 ? (size_t)(nk + 0.5) : 1;
+        for (size_t j = 0; j < n_k; j++) {
+            k->host += nk * per / (double)n_k;
+            k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / (double)n_k;
+        }
         rec += r;
     }
     return rec;
@@ -547,9 +593,9 @@ static void account(const qctx *q, vp_step_time *out)
     for (int ph = 0; ph < (q->s->inference ? 1 : 2); ph++)
         for (size_t i = 0; i < q->g->n_ops; i++) {
             const vp_op *o = &q->g->ops[i];
-            double mf, mbk, pre, host, rec;
+            double mf, mbk, nk, per, rec;
             matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
-            op_cost(q, ph, i, &pre, &host, &rec);
+            op_cost(q, ph, i, &nk, &per, &rec);
             double mm = (ph == 0 ? mf : mbk) + rec;
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
@@ -557,7 +603,13 @@ static void account(const qctx *q, vp_step_time *out)
                 out->gemm += mm * q->mb;
             flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
             out->memory += q->c->t[i].mem[ph];
-            out->cpu += host * q->mb;
+            out->cpu += nk * per * q->mb;
+            if (ph == 0) {
+                out->host_kernels += nk;
+                out->host_casts += q->c->t[i].casts / q->mb;
+            } else {
+                out->host_bwd_kernels += nk;
+            }
         }
     out->flops = flops * q->mb;
 }
@@ -568,8 +620,11 @@ typedef struct {
 } opt_terms;
 
 /* The optimizer after the last backward: its kernels start once the GPU
- * is free and the host has launched them; GradScaler's check makes the
- * host wait for the GPU first. Returns when the step ends. */
+ * is free and the host has launched them, after the step's fixed Python
+ * (torch/optim/optimizer.py: the parameter groups' tensors gathered and
+ * grouped by device and dtype before the first kernel); GradScaler's
+ * check makes the host wait for the GPU first. Returns when the step
+ * ends. */
 static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
 {
     if (!ot->run)
@@ -579,7 +634,8 @@ static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
         k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
         k.host = k.dev;
     }
-    double dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->gpu;
+    double first = k.host + q->hw->host_opt + per;
+    double dev = (k.dev > first ? k.dev : first) + ot->gpu;
     double host = k.host + ot->cpu;
     return dev > host ? dev : host;
 }
@@ -676,16 +732,14 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     st = vp_simulate(g, &s2, &e, on_event, &c, err);
     if (st != VP_OK)
         goto done;
-    const vp_curve *cc = &hw.mem_kind[VP_HW_MEM_COPY];
-    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum,
-              cc->peak > 0 ? cc->half / cc->peak : 0, hw.py_op};
-    if (q.cpu_fwd < hw.dispatch)
-        q.cpu_fwd = hw.dispatch;
+    qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
     account(&q, out);
     opt_terms ot = {0, 0, 0, !s->inference && s->optimizer != VP_OPT_NONE &&
                                  !s->offload_optimizer};
     if (ot.run)
         optimizer_cost(g, s, &hw, &ot.gpu, &ot.cpu, &ot.unscale);
+    for (size_t p = 0; p < g->n_params; p++)
+        out->host_tensors += g->params[p].trainable ? 1.0 : 0.0;
     timeline(&q, &ot, out);
     /* offloads: what crosses the host link, not overlapped with compute
      * (conservative), and the CPU optimizer's own pass */

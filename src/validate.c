@@ -27,6 +27,7 @@ const char *const vp__dist_strategies[] = {
 const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
                                       NULL};
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
+const char *const vp__case_pgs[] = {"nccl", "fake", NULL};
 
 /* One-GPU precisions: collect.py's names; "fp16-pure" is VP_PREC_FP16. */
 const char *const vp__case_precs[] = {"fp32", "amp-bf16", "amp-fp16",
@@ -76,6 +77,7 @@ static const vp_jfield ROWS_IDENT[] = {
     VP_JROW_STR("model", true, vp_case_in, model),
     ROW_STR("id", id),
     ROW_STR("error", failed),
+    ROW_STR("hf_config", hf_config), /* every kind: vp__case_find_model */
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
@@ -88,7 +90,6 @@ static const vp_jfield ROWS_LATER[] = {
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
-    ROW_LATER("pg"),         ROW_LATER("mesh"),
 };
 
 /* Fine-tuning on several GPUs (the one-GPU rows: validate_ft.c). */
@@ -99,7 +100,7 @@ static const vp_jfield ROWS_RANK_LATER[] = {
     ROW_LATER("setup_peak"), ROW_LATER("total_params"),
     ROW_LATER("peft"),
     /* and encoder-decoder models' (the one-GPU rows: ROWS_SETUP) */
-    ROW_LATER("hf_config"),  ROW_LATER("target"),
+    ROW_LATER("target"),
 };
 
 /* One-GPU setups (training cases and max-batch cases). */
@@ -113,14 +114,13 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_U64("accum", 1, UINT32_MAX, accum),
     ROW_U64("seq", 1, BIG, seq),
     ROW_U64("target", 1, BIG, target),
-    ROW_STR("hf_config", hf_config),
     /* fields of the setups that later versions will model on one GPU */
     ROW_LATER("autocast"), ROW_LATER("fsdp_version"),
     ROW_LATER("param_dtype"), ROW_LATER("reduce_dtype"),
     ROW_LATER("reshard_after_forward"),
     ROW_RANK_ONLY("rank"), ROW_RANK_ONLY("strategy"),
     ROW_RANK_ONLY("local_world"), ROW_RANK_ONLY("mixed_precision"),
-    ROW_RANK_ONLY("run"),
+    ROW_RANK_ONLY("run"), ROW_RANK_ONLY("pg"), ROW_RANK_ONLY("mesh"),
 };
 
 /* What a training case measured (one GPU or one rank). */
@@ -133,7 +133,7 @@ static const vp_jfield ROWS_MEASURED[] = {
     ROW_U64("peak_reserved", 1, BIG, peak_reserved),
     ROW_U64("device_used", 1, BIG, device_used),
     VP_JROW_NUM("step_ms", false, 0, true, 1e9, vp_case_in, step_ms),
-    ROW_INFO("params", VP_JT_U64),
+    ROW_U64("params", 1, BIG, params),
     {.name = "num_alloc_retries", .type = VP_JT_U64, .max = BIG,
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, retries_node)},
 };
@@ -145,6 +145,25 @@ static const vp_jfield ROWS_MAXBATCH[] = {
     ROW_U64("cap", 1, BIG, cap),
     ROW_INFO("probes", VP_JT_U64),
 };
+
+/* An HSDP mesh: [replicate, shard], two positive sizes. */
+static vp_status read_mesh(void *ctx, const vp_jval *v, vp_error *err)
+{
+    vp_case_in *in = ctx;
+    size_t n = json_array_size(v->json);
+    for (size_t i = 0; i < n && n == 2; i++) {
+        json_t *x = json_array_get(v->json, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+            json_integer_value(x) > (json_int_t)VP_VALIDATE_MAX_WORLD)
+            break;
+        in->mesh[i] = (uint64_t)json_integer_value(x);
+    }
+    if (n != 2 || in->mesh[0] == 0 || in->mesh[1] == 0)
+        return vp__jerr(v->doc, v->node, false, VP_ESCHEMA, err,
+                        "'mesh' must be [replicate, shard]: two integers "
+                        "from 1 to %u", VP_VALIDATE_MAX_WORLD);
+    return VP_OK;
+}
 
 /* One rank of a multi-GPU run (collect_dist.py). */
 static const vp_jfield ROWS_RANK[] = {
@@ -173,8 +192,10 @@ static const vp_jfield ROWS_RANK[] = {
     ROW_INFO("error_phase", VP_JT_STRING),
     ROW_INFO("error_alloc", VP_JT_U64),
     ROW_INFO("error_reserved", VP_JT_U64),
-    {.name = "reshard_after_forward", .type = VP_JT_BOOL,
+    {.name = "reshard_after_forward", .type = VP_JT_ANY,
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, reshard_node)},
+    ROW_ENUM("pg", vp__case_pgs, pg),
+    {.name = "mesh", .type = VP_JT_ARRAY, .apply = read_mesh},
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -315,6 +336,7 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
+    in->pg = -1;
     in->retries_node = -1;
     in->set_to_none = true;
     vp__case_ft_init(in);
@@ -483,8 +505,10 @@ static vp_status step_time_metric(const vp_case_in *in, const vp_graph *g,
 }
 
 /* The totals measured (the step time and the phase peaks follow). */
+/* The peaks, and "params": the model's parameters as built, before any
+ * adapters (collect.py and collect_more.py count them before peft). */
 static void case_metrics(const vp_case_in *in, const vp_estimate *e,
-                         vp_case_result *out)
+                         const vp_graph *g, vp_case_result *out)
 {
     const uint64_t pred[] = {e->peak_alloc, e->peak_reserved, e->after_model,
                              e->device_used};
@@ -496,6 +520,9 @@ static void case_metrics(const vp_case_in *in, const vp_estimate *e,
     for (size_t i = 0; i < 4; i++)
         if (meas[i] > 0)
             vp__case_metric(out, names[i], pred[i], meas[i]);
+    uint64_t n = e->params;
+    if (in->params > 0 && vp_graph_num_params(g, &n, NULL) == VP_OK)
+        vp__case_metric(out, "params", n, in->params);
 }
 
 static void step_metrics(const vp_case_in *in, const vp_estimate *e,
@@ -551,7 +578,7 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     st = vp_simulate(g, &s, &e, NULL, NULL, err);
     if (st != VP_OK)
         goto done;
-    case_metrics(in, &e, out);
+    case_metrics(in, &e, g, out);
     vp__case_ft_metrics(in, &e, out);
     st = step_time_metric(in, g, &s, o, out, err);
     if (st == VP_OK)
@@ -576,6 +603,10 @@ vp_status vp_validate_line(const char *json, size_t len,
     if (st != VP_OK && d.root == NULL)
         return st; /* nothing to destroy */
     out->run = (uint32_t)in.run;
+    if (out->kind == VP_GT_RANK) {
+        out->world = (uint32_t)in.world;
+        out->rank = (uint32_t)in.rank;
+    }
     if (st == VP_OK && out->kind == VP_GT_RANK)
         st = vp__validate_rank(&in, o, out, err);
     else if (st == VP_OK && out->kind == VP_GT_GENERATE)

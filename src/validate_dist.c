@@ -1,37 +1,36 @@
-/* Validation of multi-GPU cases (collect_dist.py) against the cluster
- * planner's per-GPU memory model (cluster.h, docs/CLUSTER.md).
+/* Validation of multi-GPU cases (collect_dist.py, collect_dist_more.py)
+ * against the per-rank simulation of their wrapper (dist.h,
+ * docs/DISTRIBUTED.md).
  *
  * A case line is one rank of one data-parallel run: the ground-truth
- * schema plus `world`, `rank`, `strategy` and `mixed_precision`
- * (validate.c reads it). The run is evaluated as the cluster configuration
- * dp = world (tp = pp = cp = ep = 1, one micro-batch of `batch` sequences
- * per rank) on the GPU the runs used (vp_validate_opts.hw), and the most
- * loaded GPU's figures are compared with the rank's measurements:
+ * schema plus `world`, `rank`, `strategy`, `mixed_precision` and the
+ * wrapper's settings (validate.c reads them). The line's rank is
+ * simulated as its run's rank `rank`: the same op rules and allocator
+ * model as one GPU, with the wrapper's events (dist.c). Its figures are
+ * compared as "rankR.peak_alloc", "rankR.peak_reserved",
+ * "rankR.device_used" and "rankR.after_model"; the file reader (the
+ * validate command) compares the run's most loaded rank with the largest
+ * measured one ("largest.*").
  *
- *   peak_alloc    = weights + grads + optimizer + buffers + activations
- *                   + transient   (the caching allocator's bytes, at the
- *                   larger of the forward/backward peak and the optimizer
- *                   step's, docs/CLUSTER.md "Two peaks")
- *   peak_reserved = peak_alloc + overhead (alloc_overhead, 5 %)
- *   device_used   = peak_reserved + NCCL buffers + CUDA context
- *
- * Data parallelism loads every rank alike, so every rank gets the same
- * prediction; the metrics carry the rank ("rank3.peak_alloc"). */
+ * Precision, as the scripts run it: DDP's mixed precision is autocast
+ * (`autocast`, bf16 by default) over fp32 parameters; FSDP's is
+ * MixedPrecision(Policy) with `param_dtype` (bf16 by default) and
+ * `reduce_dtype` (FSDP1: param_dtype's; FSDP2: fp32) over fp32 shards. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "validate_impl.h"
-#include "vramplan/cluster.h"
+#include "vramplan/dist.h"
 
-/* The strategies the model covers, in vp__dist_strategies' order; the
- * others measured (ZeroRedundancyOptimizer, FSDP2) are not modelled yet. */
-#define DIST_N_MODELLED 4
-static const vp_sharding DIST_SHARDING[DIST_N_MODELLED] = {
-    VP_SHARD_DDP, VP_SHARD_DDP, VP_SHARD_FSDP_FULL, VP_SHARD_FSDP_GRAD_OP};
-static const bool DIST_BUCKET_VIEW[DIST_N_MODELLED] = {false, true, false,
-                                                      false};
+/* vp__dist_strategies' order */
+static const vp_dist_strategy STRATEGY[] = {
+    VP_DIST_DDP,       VP_DIST_DDP_BUCKET_VIEW, VP_DIST_FSDP_FULL,
+    VP_DIST_FSDP_GRAD_OP, VP_DIST_DDP_ZERO1,    VP_DIST_FSDP2,
+    VP_DIST_FSDP_HYBRID};
+static const vp_mp_dtype DTYPE[] = {VP_MP_FP32, VP_MP_BF16, VP_MP_FP16};
 
 /* An error at a field of the case. */
 static vp_status at(const vp_case_in *in, const char *field, vp_status code,
@@ -53,57 +52,130 @@ static vp_status at(const vp_case_in *in, const char *field, vp_status code,
                     err, "%s", text);
 }
 
-/* What the per-rank model covers: the strategies above, foreach AdamW
- * (PyTorch's default: the cluster model counts its state and its step's
- * temporary), training steps, and mixed precision as the model applies it
- * (DDP: autocast to bf16 over fp32 parameters; FSDP1: MixedPrecision
- * with bf16 parameters and bf16 reductions). */
-static vp_status check_covered(const vp_case_in *in, vp_error *err)
+/* The precision of a DDP line: autocast over fp32 parameters. */
+static vp_status ddp_precision(const vp_case_in *in, vp_setup *s,
+                               vp_error *err)
 {
-    const char *dt = in->mixed_precision ? "bf16" : "fp32";
-    bool fsdp = in->strategy >= 2;
+    if (in->param_dtype >= 0 || in->reduce_dtype >= 0)
+        return at(in, in->param_dtype >= 0 ? "param_dtype" : "reduce_dtype",
+                  VP_ESCHEMA, err, "'%s' is FSDP's MixedPrecision; DDP runs "
+                  "mixed precision under autocast",
+                  in->param_dtype >= 0 ? "param_dtype" : "reduce_dtype");
+    if (in->autocast >= 0 && !in->mixed_precision)
+        return at(in, "autocast", VP_ERANGE, err,
+                  "autocast contradicts mixed_precision false");
+    if (in->mixed_precision)
+        s->precision = in->autocast == 1 ? VP_PREC_AMP_FP16
+                                         : VP_PREC_AMP_BF16;
+    return VP_OK;
+}
 
-    if (in->strategy >= DIST_N_MODELLED)
-        return at(in, "strategy", VP_EUNSUPPORTED, err,
-                  "strategy '%s' is not supported yet",
-                  vp__dist_strategies[in->strategy]);
-    if (in->fsdp_version > 1)
-        return at(in, "fsdp_version", VP_EUNSUPPORTED, err,
-                  "fsdp_version 2 is not supported yet");
-    if (in->opt > 0)
-        return at(in, "opt", VP_EUNSUPPORTED, err,
-                  "optimizer '%s' is not modelled for multi-GPU cases (the "
-                  "cluster model counts foreach AdamW)",
-                  vp__case_opts[in->opt]);
-    if (in->infer)
-        return at(in, "infer", VP_EUNSUPPORTED, err,
-                  "multi-GPU inference is not modelled");
+/* The precision of an FSDP line: MixedPrecision over fp32 shards. */
+static vp_status fsdp_precision(const vp_case_in *in, vp_dist *d,
+                                vp_error *err)
+{
+    if (in->autocast >= 0)
+        return at(in, "autocast", VP_EUNSUPPORTED, err,
+                  "autocast with FSDP is not modelled (FSDP's mixed "
+                  "precision is param_dtype)");
+    if (!in->mixed_precision) {
+        if ((in->param_dtype >= 0 && in->param_dtype != 0) ||
+            (in->reduce_dtype >= 0 && in->reduce_dtype != 0))
+            return at(in, in->param_dtype > 0 ? "param_dtype"
+                                              : "reduce_dtype",
+                      VP_ERANGE, err, "a 16-bit dtype contradicts "
+                      "mixed_precision false");
+        return VP_OK;
+    }
+    d->param_dtype = in->param_dtype >= 0 ? DTYPE[in->param_dtype]
+                                          : VP_MP_BF16;
+    if (d->param_dtype == VP_MP_FP32)
+        return at(in, "param_dtype", VP_ERANGE, err,
+                  "param_dtype fp32 contradicts mixed_precision true");
+    d->reduce_dtype = in->reduce_dtype >= 0 ? DTYPE[in->reduce_dtype]
+                      : d->strategy == VP_DIST_FSDP2 ? VP_MP_FP32
+                                                     : d->param_dtype;
+    return VP_OK;
+}
+
+/* reshard_after_forward: fully_shard's bool or int; FSDP1's strategies
+ * say it themselves. */
+static vp_status reshard(const vp_case_in *in, vp_dist *d, vp_error *err)
+{
+    if (in->reshard_node < 0)
+        return VP_OK;
+    json_t *v = in->doc->nodes[in->reshard_node].value;
+    bool fsdp1 = vp_dist_is_fsdp(d->strategy) && d->strategy != VP_DIST_FSDP2;
+    if (fsdp1 && json_is_boolean(v)) {
+        bool full = d->strategy == VP_DIST_FSDP_FULL ||
+                    d->strategy == VP_DIST_FSDP_HYBRID;
+        if (json_is_true(v) != full)
+            return at(in, "reshard_after_forward", VP_ERANGE, err,
+                      "reshard_after_forward %s contradicts strategy '%s'",
+                      json_is_true(v) ? "true" : "false",
+                      vp_dist_strategy_name(d->strategy));
+        return VP_OK;
+    }
+    if (d->strategy != VP_DIST_FSDP2)
+        return at(in, "reshard_after_forward", VP_ESCHEMA, err,
+                  "reshard_after_forward is FSDP's");
+    if (json_is_boolean(v)) {
+        d->reshard_after_forward = json_is_true(v) ? 1 : 0;
+        return VP_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 2 ||
+        json_integer_value(v) > (json_int_t)VP_VALIDATE_MAX_WORLD)
+        return at(in, "reshard_after_forward", VP_ESCHEMA, err,
+                  "reshard_after_forward must be true, false or an integer "
+                  "from 2 to %u", VP_VALIDATE_MAX_WORLD);
+    d->reshard_after_forward = (int32_t)json_integer_value(v);
+    return VP_OK;
+}
+
+/* The run the line describes, as a vp_dist (and the precision of s). */
+static vp_status rank_run(const vp_case_in *in, vp_dist *d, vp_setup *s,
+                          vp_error *err)
+{
+    vp_dist_init(d);
+    d->strategy = STRATEGY[in->strategy];
+    d->world = (uint32_t)in->world;
+    d->rank = (uint32_t)in->rank;
+    d->empty_cache_after_wrap = true; /* the scripts' G.cleanup()        */
+    if (in->local_world > in->world)
+        return at(in, "local_world", VP_ERANGE, err,
+                  "local_world %" PRIu64 " is above the world size %" PRIu64,
+                  in->local_world, in->world);
+    if (in->rank >= in->world)
+        return at(in, "rank", VP_ERANGE, err,
+                  "rank %" PRIu64 " is not below the world size %" PRIu64,
+                  in->rank, in->world);
+    if ((in->fsdp_version == 2) != (d->strategy == VP_DIST_FSDP2) &&
+        in->fsdp_version != 0)
+        return at(in, "fsdp_version", VP_ERANGE, err,
+                  "fsdp_version %" PRIu64 " contradicts strategy '%s'",
+                  in->fsdp_version, vp_dist_strategy_name(d->strategy));
+    if (in->mesh[0]) {
+        if (in->mesh[0] * in->mesh[1] != in->world)
+            return at(in, "mesh", VP_ERANGE, err,
+                      "mesh %" PRIu64 " x %" PRIu64 " is not the world of "
+                      "%" PRIu64, in->mesh[0], in->mesh[1], in->world);
+        if (d->strategy != VP_DIST_FSDP2 &&
+            d->strategy != VP_DIST_FSDP_HYBRID)
+            return at(in, "mesh", VP_ESCHEMA, err,
+                      "a 2-D mesh is HSDP's (fsdp-hybrid, fsdp2)");
+        d->shard = (uint32_t)in->mesh[1];
+    } else if (d->strategy == VP_DIST_FSDP_HYBRID) {
+        return at(in, "strategy", VP_ESCHEMA, err,
+                  "fsdp-hybrid needs its 'mesh' [replicate, shard]");
+    }
     if (in->prec >= 0 && (in->prec != 0) != in->mixed_precision)
         return at(in, "prec", VP_ERANGE, err,
                   "prec '%s' contradicts mixed_precision",
                   vp__dist_precs[in->prec]);
-    if (in->autocast >= 0 && (fsdp || !in->mixed_precision || in->autocast))
-        return at(in, "autocast", VP_EUNSUPPORTED, err,
-                  "autocast '%s' is supported with DDP and mixed precision "
-                  "only (bf16)", in->autocast ? "fp16" : "bf16");
-    if (in->param_dtype >= 0 && strcmp(vp__dtypes[in->param_dtype], dt))
-        return at(in, "param_dtype", VP_EUNSUPPORTED, err,
-                  "param_dtype '%s' is not supported yet with this "
-                  "mixed_precision", vp__dtypes[in->param_dtype]);
-    /* FULL_SHARD reshards after the forward, SHARD_GRAD_OP does not */
-    if (in->reshard_node >= 0 &&
-        json_is_true(in->doc->nodes[in->reshard_node].value) !=
-            (in->strategy == 2))
-        return at(in, "reshard_after_forward", VP_EUNSUPPORTED, err,
-                  "reshard_after_forward %s is not supported yet with "
-                  "strategy '%s'",
-                  in->strategy == 2 ? "false" : "true",
-                  vp__dist_strategies[in->strategy]);
-    if (in->reduce_dtype >= 0 && strcmp(vp__dtypes[in->reduce_dtype], dt))
-        return at(in, "reduce_dtype", VP_EUNSUPPORTED, err,
-                  "reduce_dtype '%s' is not supported yet with this "
-                  "mixed_precision", vp__dtypes[in->reduce_dtype]);
-    return VP_OK;
+    vp_status st = vp_dist_is_fsdp(d->strategy)
+                       ? fsdp_precision(in, d, err)
+                       : ddp_precision(in, s, err);
+    return st == VP_OK ? reshard(in, d, err) : st;
 }
 
 static void rank_metric(vp_case_result *r, uint64_t rank, const char *what,
@@ -113,85 +185,126 @@ static void rank_metric(vp_case_result *r, uint64_t rank, const char *what,
 
     if (meas == 0)
         return;
-    snprintf(name, sizeof name, "rank%llu.%s", (unsigned long long)rank,
-             what);
+    snprintf(name, sizeof name, "rank%" PRIu64 ".%s", rank, what);
     vp__case_metric(r, name, pred, meas);
 }
 
-/* The rank's configuration as a cluster plan. */
-static void rank_par(const vp_case_in *in, vp_par *p)
+/* The phase peaks of each step: "rankR.stepN.fwd_peak", ... */
+static void step_metrics(const vp_case_in *in, const vp_estimate *e,
+                         vp_case_result *out)
 {
-    memset(p, 0, sizeof *p);
-    p->dp = (uint32_t)in->world;
-    p->tp = p->pp = p->cp = p->ep = p->vpp = 1;
-    p->schedule = VP_SCHED_1F1B;
-    p->micro_batch = in->batch;
-    p->accum = in->accum ? in->accum : 1;
-    /* DDP: autocast over fp32 parameters; FSDP: MixedPrecision with bf16
-     * parameters, reductions and buffers; without either, fp32 */
-    p->dtype = in->mixed_precision ? VP_DT_BF16 : VP_DT_FP32;
-    p->recompute = in->ckpt ? VP_RC_FULL : VP_RC_NONE;
-    p->sharding = DIST_SHARDING[in->strategy];
-    p->offload = VP_OFFLOAD_NONE;
-    p->bucket_view = DIST_BUCKET_VIEW[in->strategy];
+    static const char *const names[] = {"fwd_peak", "bwd_peak", "opt_peak"};
+    static const vp_phase ph[] = {VP_PHASE_FORWARD, VP_PHASE_BACKWARD,
+                                  VP_PHASE_OPTIMIZER};
+    char what[24];
+
+    for (uint32_t k = 0; k < in->n_steps && k < e->steps; k++) {
+        const uint64_t meas[] = {in->step[k].fwd_peak, in->step[k].bwd_peak,
+                                 in->step[k].opt_peak};
+        for (size_t q = 0; q < 3; q++) {
+            snprintf(what, sizeof what, "step%" PRIu32 ".%s", k + 1,
+                     names[q]);
+            rank_metric(out, in->rank, what, e->step[k].peak[ph[q]],
+                        meas[q]);
+        }
+    }
+}
+
+/* The setup of the line's steps, from o->base. */
+static vp_setup rank_setup(const vp_case_in *in, const vp_validate_opts *o)
+{
+    vp_setup s;
+
+    if (o->base != NULL)
+        s = *o->base;
+    else
+        vp_setup_init(&s);
+    /* the scripts' warm-up made the cuBLAS workspaces of both threads */
+    s.fresh_process = false;
+    if (o->context_bytes)
+        s.context_bytes = o->context_bytes;
+    if (in->opt >= 0) {
+        static const vp_optimizer OPT[] = {VP_OPT_ADAMW, VP_OPT_ADAMW_FUSED,
+                                           VP_OPT_ADAMW_FORLOOP, VP_OPT_SGD,
+                                           VP_OPT_ADAFACTOR};
+        s.optimizer = OPT[in->opt];
+    }
+    if (in->attn >= 0) {
+        s.attn = (vp_attn_impl)in->attn;
+        s.attn_set = true;
+    }
+    s.inference = in->infer;
+    s.accum = in->accum ? (uint32_t)in->accum : 1;
+    s.batch = in->batch;
+    s.seq = in->seq;
+    if (in->n_steps > 0)
+        s.steps = in->n_steps;
+    return s;
+}
+
+static vp_status simulate(const vp_case_in *in, vp_model *m, vp_setup *s,
+                          vp_estimate *e, vp_error *err)
+{
+    vp_graph *g = vp_graph_build(m, s->batch, s->seq, err);
+    if (g == NULL)
+        return err != NULL ? err->code : VP_ESCHEMA;
+    size_t ns = vp_graph_segment_count(g);
+    bool *ck = calloc(ns ? ns : 1, sizeof *ck);
+    vp_status st = VP_OK;
+    if (ck == NULL)
+        st = vp_error_set(err, VP_ENOMEM, "out of memory");
+    if (st == VP_OK && in->ckpt)
+        vp_graph_default_checkpoint(g, ck);
+    s->checkpoint = ck;
+    s->n_checkpoint = ns;
+    if (st == VP_OK)
+        st = vp_simulate(g, s, e, NULL, NULL, err);
+    free(ck);
+    vp_graph_free(g);
+    return st;
 }
 
 vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
                             vp_case_result *out, vp_error *err)
 {
-    uint64_t local = in->local_world ? in->local_world
-                     : in->world < 8 ? in->world : 8;
-    vp_cluster_model *cm = NULL;
-    vp_cluster_mem mem = {0};
-    vp_cluster c;
-    vp_par p;
+    vp_setup s = rank_setup(in, o);
+    vp_dist d;
+    vp_estimate e;
 
-    if (in->world == 1)
-        return at(in, "world", VP_EUNSUPPORTED, err,
-                  "a data-parallel run at world 1 is not modelled yet");
-    if (in->rank >= in->world)
-        return at(in, "rank", VP_ERANGE, err,
-                  "rank %" PRIu64 " is not below the world size %" PRIu64,
-                  in->rank, in->world);
-    if (local > in->world)
-        return at(in, "local_world", VP_ERANGE, err,
-                  "local_world %" PRIu64 " is above the world size %" PRIu64,
-                  local, in->world);
-    vp_status st = check_covered(in, err);
-    if (st == VP_OK && o->hw == NULL)
-        st = vp__jerr(in->doc, 0, false, VP_EUNSUPPORTED, err,
-                      "a multi-GPU case needs the GPU the runs used (an env "
-                      "line naming a known GPU, or --gpu)");
+    if (in->infer)
+        return at(in, "infer", VP_EUNSUPPORTED, err,
+                  "multi-GPU inference is not modelled");
+    vp_status st = rank_run(in, &d, &s, err);
     if (st != VP_OK)
         return st;
+    s.dist = &d;
     vp_model *m = vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
     if (m == NULL)
         return err != NULL ? err->code : VP_EIO;
     if (in->attn >= 0 && m->form == 0)
         m->tf.attn = (vp_attn_impl)in->attn;
-    cm = vp_cluster_model_new(m, in->seq, err);
-    st = cm == NULL ? (err != NULL ? err->code : VP_EUNSUPPORTED) : VP_OK;
+    st = simulate(in, m, &s, &e, err);
     if (st == VP_OK) {
-        vp_cluster_init(&c, o->hw, (uint32_t)in->world, (uint32_t)local);
-        rank_par(in, &p);
-        st = vp_cluster_eval(cm, &c, &p, &mem, NULL, err);
+        /* the scripts reset the peaks after building the wrapper, and
+         * before each phase: the steps' phase peaks, and the reserved
+         * bytes at the end of a step (they never fall) */
+        uint64_t pa = 0, pr = 0;
+        for (uint32_t k = 0; k < e.steps; k++) {
+            for (int ph = VP_PHASE_FORWARD; ph < VP_PHASE__COUNT; ph++)
+                pa = e.step[k].peak[ph] > pa ? e.step[k].peak[ph] : pa;
+            pr = e.step[k].reserved > pr ? e.step[k].reserved : pr;
+        }
+        rank_metric(out, in->rank, "peak_alloc", pa, in->peak_alloc);
+        rank_metric(out, in->rank, "peak_reserved", pr, in->peak_reserved);
+        /* the fake process group shares the GPU with other processes:
+         * the device's use is not this rank's */
+        if (in->pg != 1)
+            rank_metric(out, in->rank, "device_used",
+                        pr + s.context_bytes, in->device_used);
+        rank_metric(out, in->rank, "after_model", e.after_model,
+                    in->after_model);
+        step_metrics(in, &e, out);
     }
-    uint64_t alloc = 0, reserved = 0;
-    const uint64_t parts[] = {mem.weights, mem.grads, mem.optimizer,
-                              mem.buffers, mem.activations, mem.transient};
-    for (size_t i = 0; st == VP_OK && i < sizeof parts / sizeof *parts; i++)
-        if (!vp_add_u64(alloc, parts[i], &alloc))
-            st = vp_error_set(err, VP_EOVERFLOW, "the rank's bytes overflow");
-    if (st == VP_OK && !vp_add_u64(alloc, mem.overhead, &reserved))
-        st = vp_error_set(err, VP_EOVERFLOW, "the rank's bytes overflow");
-    if (st == VP_OK) {
-        rank_metric(out, in->rank, "peak_alloc", alloc, in->peak_alloc);
-        rank_metric(out, in->rank, "peak_reserved", reserved,
-                    in->peak_reserved);
-        rank_metric(out, in->rank, "device_used", mem.total,
-                    in->device_used);
-    }
-    vp_cluster_model_free(cm);
     vp_model_free(m);
     return st;
 }

@@ -86,7 +86,6 @@ const vp_jfield vp__gen_rows[] = {
      .apply = gen_fields},
     VP_JROW_ENUM("cache", false, CACHES, vp_case_in, gen.cache),
     VP_JROW_ENUM("load", false, vp__case_loads, vp_case_in, ft.load),
-    VP_JROW_STR("hf_config", false, vp_case_in, hf_config),
     {.name = "runs", .type = VP_JT_ARRAY, .apply = read_runs},
     ROW_U64("kv_cache_bytes", 1, gen.kv_cache_bytes),
     ROW_U64("after_model", 1, after_model),

@@ -44,18 +44,19 @@ typedef struct vp_gen_in {
 typedef struct vp_case_in {
     const vp_jdoc *doc;
     const char *id, *model, *failed;
+    const char *hf_config;  /* the model's config.json, relative to the
+                               case file's folder; NULL: found by model */
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
+    int pg;                 /* multi-GPU: 0 nccl, 1 fake, -1     */
+    uint64_t mesh[2];       /* HSDP [replicate, shard]; 0: none  */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
     uint64_t target;        /* encoder-decoder: the decoder length      */
-    const char *hf_config;  /* the model's config.json, relative to the
-                               case file's folder (training, max-batch
-                               and generate cases)                      */
     uint64_t max_batch, cap;
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
-    uint64_t device_used;
+    uint64_t device_used, params;
     double budget_gib, step_ms;
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
@@ -69,9 +70,10 @@ extern const char *const vp__case_attns[];  /* sdpa flash efficient eager
 extern const char *const vp__case_opts[];   /* adamw adamw-fused
                                                adamw-forloop sgd adafactor */
 extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
-                                                   fsdp-full fsdp-grad-op,
-                                                   then the measured ones
-                                                   not modelled yet       */
+                                                   fsdp-full fsdp-grad-op
+                                                   ddp-zero1 fsdp2
+                                                   fsdp-hybrid            */
+extern const char *const vp__case_pgs[];    /* nccl fake                 */
 extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
 extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
 extern const char *const vp__case_precs[];  /* collect.py's precisions   */

@@ -319,7 +319,7 @@ vp_status vp__ymap_check(vp_ydoc *d, yaml_node_t *map,
             return vp__yerr(d, kn, VP_ESCHEMA, err,
                             "unknown key '%.64s' in %s (did you mean '%s'?)",
                             k, what, s);
-        char list[300];
+        char list[440];
         list_choices(allowed, list, sizeof list);
         return vp__yerr(d, kn, VP_ESCHEMA, err,
                         "unknown key '%.64s' in %s (expected one of: %s)", k,
@@ -439,6 +439,27 @@ vp_status vp__yget_prob(vp_ydoc *d, yaml_node_t *n, double *out,
     if (x < 0.0 || x >= 1.0)
         return vp__yerr(d, n, VP_ERANGE, err,
                         "a probability must be in [0, 1), got '%.64s'", v);
+    *out = x;
+    return VP_OK;
+}
+
+vp_status vp__yget_pos(vp_ydoc *d, yaml_node_t *n, double max, double *out,
+                       vp_error *err)
+{
+    const char *v = vp__yscalar(n);
+    if (!v || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || !*v)
+        return vp__yerr(d, n, VP_ESCHEMA, err, "expected a number, got %s",
+                        kind_of(n));
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (*end || errno || !isfinite(x))
+        return vp__yerr(d, n, VP_ESCHEMA, err,
+                        "expected a number, got '%.64s'", v);
+    if (x <= 0.0 || x > max)
+        return vp__yerr(d, n, VP_ERANGE, err,
+                        "must be above 0 and at most %g, got '%.64s'", max,
+                        v);
     *out = x;
     return VP_OK;
 }

@@ -50,19 +50,14 @@ vp_status vp__yget_u64(vp_ydoc *d, yaml_node_t *n, uint64_t min, uint64_t max,
 vp_status vp__yget_bool(vp_ydoc *d, yaml_node_t *n, bool *out, vp_error *err);
 vp_status vp__yget_prob(vp_ydoc *d, yaml_node_t *n, double *out,
                         vp_error *err);
+/* A finite number in (0, max]. */
+vp_status vp__yget_pos(vp_ydoc *d, yaml_node_t *n, double max, double *out,
+                       vp_error *err);
 vp_status vp__yget_str(vp_ydoc *d, yaml_node_t *n, const char **out,
                        vp_error *err);
 /* One of choices (NULL-terminated); *out its index. */
 vp_status vp__yget_enum(vp_ydoc *d, yaml_node_t *n, const char *const *choices,
                         int *out, vp_error *err);
-
-/* Optional (req false) or required keys of a Hugging Face config.json
- * mapping, as model.c's readers take them: a positive size up to
- * VP_MAX_DIM, a bool; absent or null leaves *out (model.c). */
-vp_status vp__hf_u64(vp_ydoc *d, yaml_node_t *map, const char *key,
-                     uint64_t *out, bool req, vp_error *err);
-vp_status vp__hf_bool(vp_ydoc *d, yaml_node_t *map, const char *key,
-                      bool *out, vp_error *err);
 
 /* A Hugging Face t5 or mt5 config.json (root) into t, defaulted by the
  * caller (hf_t5.c). */

@@ -19,6 +19,33 @@ Test(cli, help) { GOLDEN("help", 0, "--help"); }
 Test(cli, help_short) { GOLDEN("help", 0, "-h"); }
 Test(cli, estimate_help) { GOLDEN("estimate_help", 0, "estimate", "--help"); }
 
+/* A data-parallel run: the roles table, then the most loaded rank's
+ * report (tests/data/dist/tiny-gpt.yaml; the rules in test_dist.c). */
+Test(cli, estimate_dist_zero1_roles)
+{
+    GOLDEN("estimate_dist_zero1_roles", 0, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--batch", "2", "--strategy",
+           "ddp-zero1", "--world", "2");
+}
+Test(cli, estimate_dist_fsdp2_json)
+{
+    GOLDEN("estimate_dist_fsdp2_json", 0, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--batch", "2", "--strategy",
+           "fsdp2", "--world", "4", "--param-dtype", "bf16", "--format",
+           "json");
+}
+Test(cli, estimate_dist_world_needs_strategy)
+{
+    GOLDEN("estimate_dist_world_needs_strategy", 2, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--world", "2");
+}
+Test(cli, estimate_dist_bad_reshard)
+{
+    GOLDEN("estimate_dist_bad_reshard", 2, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--strategy", "fsdp2",
+           "--world", "4", "--reshard-after-forward", "1");
+}
+
 Test(cli, version)
 {
     cli_run r;

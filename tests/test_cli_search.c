@@ -110,6 +110,15 @@ Test(cli_search, validate_cases_table)
     GOLDEN("search_validate_cases_table", 0, "validate",
            "tests/data/validate/cases.jsonl");
 }
+/* A multi-GPU file: each rank line as its rank, then each run's largest
+ * rank (the most loaded of the ranks simulated against the largest
+ * measured). */
+Test(cli_search, validate_dist_largest_rank)
+{
+    GOLDEN("search_validate_dist_largest", 0, "validate", "--models",
+           "tests/data/dist", "tests/data/dist/largest.jsonl");
+}
+
 Test(cli_search, validate_cases_jsonl)
 {
     GOLDEN("search_validate_cases_jsonl", 0, "validate",

@@ -76,7 +76,7 @@ Test(gpu_profiles, every_file_in_gpus_loads_and_is_named_after_it)
         n++;
     }
     closedir(d);
-    cr_expect_eq(n, 36, "expected 36 shipped profiles (12 GPUs, 24 MIG "
+    cr_expect_eq(n, 37, "expected 37 shipped profiles (13 GPUs, 24 MIG "
                         "slices), found %zu", n);
 }
 

@@ -539,7 +539,7 @@ Test(parse_unknown_key, enum_value_suggests_the_closest)
 Test(parse_unknown_key, enum_value_lists_the_choices)
 {
     expect_bad("unknown-value-enum-list.yaml", VP_ESCHEMA, 12, 9,
-               "(expected one of: layernorm, rmsnorm)");
+               "(expected one of: layernorm, rmsnorm, gemma_rmsnorm)");
 }
 
 Test(parse_unknown_key, unknown_block_suggests_the_closest)
@@ -677,7 +677,8 @@ Test(parse_missing, hf_model_type_lists_the_supported)
 {
     expect_bad("hf-missing-model-type.json", VP_ESCHEMA, 1, 1,
                "missing \"model_type\" (supported: gpt2, llama, mistral, "
-               "mixtral, qwen2, bert, t5, mt5)");
+               "mixtral, qwen2, bert, qwen3, qwen3_moe, qwen2_moe, gemma, "
+               "gemma2, gemma3_text, phi3, deepseek_v3, t5, mt5)");
 }
 
 Test(parse_missing, hf_required_key)
@@ -1390,14 +1391,16 @@ Test(parse_hf_unsupported, model_type_lists_the_supported_ones)
 {
     expect_bad("hf-unsupported-model-type.json", VP_EUNSUPPORTED, 3, 17,
                "unsupported model_type \"whisper\" (supported: gpt2, llama, "
-               "mistral, mixtral, qwen2, bert, t5, mt5)");
+               "mistral, mixtral, qwen2, bert, qwen3, qwen3_moe, qwen2_moe, "
+               "gemma, gemma2, gemma3_text, phi3, deepseek_v3, t5, mt5)");
 }
 
 Test(parse_hf_unsupported, model_type_that_is_a_number)
 {
     expect_bad("hf-type-model-type-number.json", VP_EUNSUPPORTED, 2, 17,
-               "(supported: gpt2, llama, mistral, mixtral, qwen2, bert, t5, "
-               "mt5)");
+               "(supported: gpt2, llama, mistral, mixtral, qwen2, bert, "
+               "qwen3, qwen3_moe, qwen2_moe, gemma, gemma2, gemma3_text, "
+               "phi3, deepseek_v3, t5, mt5)");
 }
 
 Test(parse_hf_unsupported, activation)

@@ -421,6 +421,144 @@ Test(timing, total_is_the_sum_of_the_phases)
     vp_model_free(m);
 }
 
+/* ---- the host (docs/STEP_TIME.md "The host") --------------------------- */
+
+/* A GPU on which every kernel is instant, the host's costs round numbers:
+ * the step is the host's time alone. */
+static vp_hw instant_gpu_hw(void)
+{
+    vp_hw hw = slow_gemm_hw();
+    hw.fp32 = hw.bf16 = hw.fp16 = 1e30;
+    hw.hbm = 1e30;
+    hw.launch = 1e-15;
+    hw.host_fwd = 1e-3;
+    hw.host_bwd = 2e-3;
+    hw.host_opt = 5e-3;
+    hw.host_opt_tensor[VP_HW_OPTIM_ADAMW] = 1e-4;
+    hw.optim[VP_HW_OPTIM_ADAMW][0] = (vp_optim_cost){1e-12, 0, 50};
+    hw.optim_bw = 1e30;
+    return hw;
+}
+
+Test(timing_host, a_host_bound_step_is_the_hosts_time)
+{
+    vp_model *m = load(ONE_LINEAR);
+    vp_hw hw = instant_gpu_hw();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 64;
+    vp_step_time t = timed(m, &s, NULL, &hw);
+    /* one bias-free Linear: one parameter tensor; its output is the
+     * forward's first kernel, its weight and input gradients two of the
+     * backward's */
+    cr_assert_float_eq(t.host_tensors, 1.0, 0.0);
+    cr_assert_geq(t.host_kernels, 2.0);
+    cr_assert_geq(t.host_bwd_kernels, 2.0);
+    cr_assert_float_eq(t.host_casts, 0.0, 0.0);
+    /* forward kernels x 1 ms + backward kernels x 2 ms + the optimizer's
+     * 5 ms + 1 tensor x 0.1 ms (the sweep's cpu_us, 50 us, is not the
+     * host's) */
+    double want = t.host_kernels * 1e-3 + t.host_bwd_kernels * 2e-3 + 5e-3 +
+                  1.0 * 1e-4;
+    near_rel(t.total, want, 1e-9, "host-bound step");
+    near_rel(t.optimizer, 5e-3 + 1e-4, 1e-9, "optimizer's host");
+    vp_model_free(m);
+}
+
+Test(timing_host, the_optimizers_kernels_wait_for_its_python)
+{
+    vp_model *m = load(ONE_LINEAR);
+    vp_hw hw = instant_gpu_hw();
+    /* the optimizer's state streams at 1 GB/s: 4096 x 4096 parameters x
+     * 1000 B = 16.78 s of GPU time, which starts once the host has run the
+     * step's fixed Python (5 ms) and launched the first kernel */
+    hw.optim[VP_HW_OPTIM_ADAMW][0] = (vp_optim_cost){1000, 0, 50};
+    hw.optim_bw = 1e9;
+    hw.dispatch = 1e-5;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 64;
+    vp_step_time t = timed(m, &s, NULL, &hw);
+    double passes = t.host_kernels * 1e-3 + t.host_bwd_kernels * 2e-3;
+    double gpu = 4096.0 * 4096.0 * 1000.0 / 1e9;
+    near_rel(t.total, passes + 5e-3 + 1e-5 + gpu, 1e-9, "step");
+    vp_model_free(m);
+}
+
+Test(timing_host, a_call_that_writes_in_place_issues_one_kernel)
+{
+    /* ResNet-50 (torchvision): 49 ReLU(inplace=True) calls and 16
+     * `out += identity` adds allocate nothing; each issues one kernel */
+    vp_model *m = load("models/resnet50.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    vp_error err;
+    vp_graph *g = vp_graph_build(m, s.batch, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    double relu = 0, add = 0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++) {
+        relu += vp_graph_op(g, i)->kind == VP_OP_RELU;
+        add += vp_graph_op(g, i)->kind == VP_OP_ADD;
+    }
+    vp_graph_free(g);
+    cr_assert_float_eq(relu, 49.0, 0.0);
+    cr_assert_float_eq(add, 16.0, 0.0);
+    vp_step_time t = timed(m, &s, NULL, &hw);
+    /* the fit's counts (calibrate/profiles/h200-host-counts.jsonl,
+     * resnet50-fp32-b64): 309 forward kernels = 244 allocations + 65 */
+    cr_assert_float_eq(t.host_kernels, 244.0 + 65.0, 0.0);
+    cr_assert_float_eq(t.host_bwd_kernels, 397.0, 0.0);
+    cr_assert_float_eq(t.host_tensors, 161.0, 0.0);
+    /* counts are per micro-batch: the same under accumulation */
+    s.accum = 2;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(a.host_kernels, 309.0, 0.0);
+    cr_assert_float_eq(a.host_bwd_kernels, 397.0, 0.0);
+    vp_model_free(m);
+}
+
+Test(timing_host, autocast_casts_are_forward_kernels)
+{
+    /* mlp10: 10 Linears, 9 ReLUs and the loss issue 22 kernels; under
+     * autocast each Linear's weight and bias are cast (20 casts) and the
+     * 16-bit activations add 2 kernels (the fit's counts,
+     * calibrate/profiles/h200-host-counts.jsonl: kernels + casts) */
+    vp_model *m = load("models/mlp10.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(a.host_kernels, 22.0, 0.0);
+    cr_assert_float_eq(a.host_casts, 0.0, 0.0);
+    cr_assert_float_eq(a.host_bwd_kernels, 60.0, 0.0);
+    s.precision = VP_PREC_AMP_BF16;
+    vp_step_time b = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(b.host_casts, 20.0, 0.0);
+    cr_assert_float_eq(b.host_kernels, 44.0, 0.0);
+    cr_assert_float_eq(b.host_bwd_kernels, 81.0, 0.0);
+    vp_model_free(m);
+}
+
+Test(timing_host, h200_defaults_are_the_host_fit)
+{
+    /* calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl */
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_hw_fill_defaults(&hw);
+    cr_assert_float_eq(hw.host_fwd, 30.46e-6, 1e-12);
+    cr_assert_float_eq(hw.host_bwd, 24.43e-6, 1e-12);
+    cr_assert_float_eq(hw.host_opt, 868.4e-6, 1e-12);
+    cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW], 16.93e-6, 1e-12);
+    cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW_FUSED], 9.71e-6,
+                       1e-12);
+    cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW_FORLOOP],
+                       177.27e-6, 1e-12);
+    cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_SGD], 7.05e-6, 1e-12);
+}
+
 /* ---- vp_hw_fill_defaults ----------------------------------------------- */
 
 Test(hw_defaults, fills_an_empty_profile)

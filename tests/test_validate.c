@@ -50,7 +50,7 @@ static vp_status run_first(const char *json, bool first,
                            vp_case_result *r, vp_error *err)
 {
     vp_validate_opts o = {"test", 1, dirs, n_dirs, first, base, hw,
-                          hw != NULL};
+                          hw != NULL, 0};
 
     return vp_validate_line(json, strlen(json), &o, r, err);
 }
@@ -136,7 +136,8 @@ Test(validate, a_peak_case_yields_its_metrics)
     cr_assert_str_eq(r.model, "mlp10");
     static const char *const names[] = {
         "peak_alloc",     "peak_reserved",  "after_model",
-        "device_used",    "step1.fwd_peak", "step1.bwd_peak",
+        "device_used",    "params",         "step1.fwd_peak",
+        "step1.bwd_peak",
         "step1.opt_peak", "step2.fwd_peak", "step2.bwd_peak",
         "step2.opt_peak", "step3.fwd_peak", "step3.bwd_peak",
         "step3.opt_peak", "step4.fwd_peak", "step4.bwd_peak",
@@ -542,7 +543,7 @@ static vp_status strict_line(unsigned n, vp_error *err)
 {
     char *json = line_of(STRICT, n);
     vp_case_result r;
-    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false};
+    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false, 0};
     vp_status st = vp_validate_line(json, strlen(json), &o, &r, err);
 
     free(json);

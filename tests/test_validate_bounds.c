@@ -17,11 +17,16 @@ Test(metric_groups, every_metric_validate_makes_has_its_group)
         int group;
     } m[] = {
         {"peak_alloc", VP_MG_ALLOCATED},
-        {"rank1.peak_alloc", VP_MG_ALLOCATED},
+        {"rank1.peak_alloc", VP_MG_RANK_ALLOCATED},
+        {"largest.peak_alloc", VP_MG_ALLOCATED},
         {"peak_reserved", VP_MG_RESERVED},
-        {"rank12.peak_reserved", VP_MG_RESERVED},
+        {"rank12.peak_reserved", VP_MG_RANK_RESERVED},
+        {"largest.peak_reserved", VP_MG_RESERVED},
         {"device_used", VP_MG_DEVICE_USED},
-        {"rank0.device_used", VP_MG_DEVICE_USED},
+        {"rank0.device_used", VP_MG_RANK_DEVICE_USED},
+        {"largest.device_used", VP_MG_DEVICE_USED},
+        {"rank0.after_model", VP_MG_AFTER_MODEL},
+        {"rank1.step1.fwd_peak", VP_MG_PHASES},
         {"after_model", VP_MG_AFTER_MODEL},
         {"step1.fwd_peak", VP_MG_PHASES},
         {"step16.opt_peak", VP_MG_PHASES},
@@ -38,7 +43,8 @@ Test(metric_groups, names_validate_never_makes_have_none)
 {
     static const char *const bad[] = {
         "peak", "step.fwd_peak", "step1.end", "rank.peak_alloc",
-        "rank1.max_batch", "rank1.step1.fwd_peak", "peak_alloc_steady", ""};
+        "rank1.max_batch", "rank1.step1.end", "largest.after_model",
+        "largest.step1.fwd_peak", "largest.", "peak_alloc_steady", ""};
 
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_assert_eq(vp_metric_group_of(bad[i]), -1, "'%s'", bad[i]);
@@ -126,12 +132,15 @@ Test(bounds_file, outliers_carry_their_error_and_reason)
     cr_assert_float_eq(o->error_pct, 6.83, 1e-9);
     cr_assert_float_eq(o->tolerance_pct, 0.25, 1e-9);
     cr_assert_not_null(strstr(o->reason, "GradScaler"));
-    /* the multi-GPU strategies not modelled yet are listed as such */
+    /* every strategy of the 2-GPU file is simulated: its outliers carry
+     * their errors (DDP's rebuild released early on the measured ranks) */
     f = vp_bounds_find(&b, "h200x2-torch2.11-dist.jsonl");
-    size_t unsupported = 0;
-    for (size_t i = 0; i < f->n_outliers; i++)
-        unsupported += f->outliers[i].unsupported;
-    cr_assert_eq(unsupported, 3);
+    cr_assert_not_null(f);
+    cr_assert_gt(f->n_outliers, 0);
+    for (size_t i = 0; i < f->n_outliers; i++) {
+        cr_assert(!f->outliers[i].unsupported);
+        cr_assert_not_null(strstr(f->outliers[i].reason, "rebuild"));
+    }
     vp_bounds_destroy(&b);
 }
 
@@ -191,7 +200,7 @@ Test(bounds_file, a_whole_file_not_modelled_or_not_of_cases)
                  VP_OK, "%s", err.msg);
     const vp_bounds_file *f = vp_bounds_find(&b, "later.jsonl");
     cr_assert_not_null(f);
-    cr_assert_str_eq(f->not_modelled, "process groups: a later issue");
+    cr_assert_str_eq(f->not_modelled, "fine-tuning on several GPUs: a later issue");
     cr_assert_str_eq(f->not_cases, "");
     f = vp_bounds_find(&b, "sweeps.jsonl");
     cr_assert_str_eq(f->not_cases, "kernel timings, not training cases");

@@ -58,7 +58,35 @@ typedef struct vp_cluster {
     uint64_t nccl_peer_bytes; /* device bytes per all-to-all peer (48 MiB)   */
     double alloc_overhead;    /* fraction added to the allocator's bytes for
                                  fragmentation and caching (default 0.05)     */
+    /* MoE routing under expert parallelism (ep > 1): the tokens the
+     * busiest rank's experts receive, over the balanced share (tokens x
+     * top_k / ep), and the capacity factor of token-dropping routers (0 =
+     * dropless: the load is the imbalance; > 0: each expert's buffer is
+     * that many balanced shares, the rest dropped). Either is capped by
+     * the worst case, every pick of the ep ranks' tokens on one rank
+     * (vp_moe_load). With ep = 1 a rank holds every expert and its rows
+     * are tokens x top_k whatever the routing. */
+    double moe_imbalance;     /* >= 1, or 0 (default): the measured load
+                                 at the plan's ep (vp_moe_measured_load)   */
+    double moe_capacity;      /* 0 or >= 1 (default 0, dropless)            */
 } vp_cluster;
+
+/* The default imbalance: the busiest expert-parallel group's routed
+ * tokens over the balanced share, the largest measured in training steps
+ * of four MoE models on the H200 at that ep (every layer and step of
+ * mixtral-small, qwen3_moe, qwen2_moe and deepseek_v3, random init:
+ * groundtruth/moe/h200-torch2.11-moe-load.jsonl), rounded up: 1.39 at
+ * ep 2, 1.93 at ep 3-4, 2.29 from ep 5 on (measured to ep 8; beyond, the
+ * ep-8 figure). docs/CLUSTER.md "MoE routing". */
+double vp_moe_measured_load(uint32_t ep);
+
+/* The busiest expert-parallel rank's routed rows over the balanced share
+ * under c's assumption for a model of `experts` routed experts, top_k
+ * each, at expert-parallel degree ep; *worst (optional) gets the bound of
+ * every pick on one rank, ep x min(top_k, experts / ep) / top_k. 1 when
+ * ep <= 1 or without experts. */
+double vp_moe_load(const vp_cluster *c, uint64_t experts, uint64_t top_k,
+                   uint32_t ep, double *worst);
 
 /* Defaults for a cluster of `gpus` copies of hw, gpus_per_node per node. */
 void vp_cluster_init(vp_cluster *c, const vp_hw *hw, uint32_t gpus,

@@ -57,9 +57,12 @@
     XX(CROSS_ENTROPY, "cross_entropy")                                       \
     XX(MSE_LOSS, "mse_loss")                                                 \
     XX(ROUTER, "router")               /* MoE gate: top-k of a softmax     */ \
-    XX(MOE_DISPATCH, "moe_dispatch")   /* gather tokens routed to experts  */ \
-    XX(MOE_COMBINE, "moe_combine")     /* weighted scatter-add back        */ \
     XX(ROPE, "rope")                   /* rotary position embedding        */ \
+    XX(MOE_EXPERTS, "moe_experts")     /* fused experts, grouped GEMMs     */ \
+    XX(SOFTCAP, "softcap")             /* cap * tanh(x / cap)              */ \
+    XX(SCALE, "scale")                 /* times a constant                 */ \
+    XX(MLA_Q, "mla_q")                 /* MLA: q = cat(q_pass, rope(q_rot))*/ \
+    XX(MLA_K, "mla_k")                 /* MLA: k = cat(k_pass, k_rot)      */ \
     XX(CROSS_ATTENTION, "cross_attention") /* graph form: q from the first
                                           input, k and v from the second   */ \
     XX(UPSAMPLE, "upsample")           /* nearest or bilinear; the scale in
@@ -67,7 +70,6 @@
     XX(CONV_TRANSPOSE2D, "conv_transpose2d")                                 \
     XX(POSITION_BIAS, "position_bias") /* T5 relative position bias        */ \
     XX(CAST, "cast")                   /* .to(the weights' dtype)          */ \
-    XX(SCALE, "scale")                 /* times a constant                 */ \
     XX(LORA, "lora")                   /* a LoRA adapter on the linear op
                                           inputs[1] (made by fine-tuning
                                           setups, finetune.h)              */
@@ -121,10 +123,14 @@ typedef struct vp_op {
     uint64_t in_features, out_features;   /* linear, conv (channels)        */
     uint32_t kernel, stride, padding, groups;
     uint64_t heads, kv_heads, head_dim;   /* attention                       */
-    uint64_t q_len, kv_len;               /* attention                       */
+    uint64_t v_head_dim;                  /* attention: v's and the output's
+                                             head width, 0 = head_dim (MLA) */
     uint64_t window;                      /* attention: a sliding window of
-                                             this many tokens (generate()'s
-                                             cache and masks), 0 = none     */
+                                             this many tokens (the masks,
+                                             generate()'s cache), 0 = none  */
+    double softcap;                       /* attention scores (eager) or the
+                                             softcap op: its cap            */
+    uint64_t q_len, kv_len;               /* attention                       */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
     double dropout;                       /* dropout p, attention dropout p  */
@@ -142,8 +148,10 @@ typedef struct vp_op {
 } vp_op;
 
 /* Framework behaviours that change what an op allocates (vp_op.flags). */
-#define VP_OPF_KV_COPY 0x1u      /* attention copies k, v contiguous (HF GPT-2
-                                    with use_cache, off under checkpointing) */
+#define VP_OPF_KV_COPY 0x1u      /* attention copies k, v into HF's
+                                    DynamicCache (use_cache in training, off
+                                    under checkpointing): GPT-2's packed
+                                    k, v; the separate ones of the others  */
 #define VP_OPF_HOLD_FWD 0x2u     /* output lives until the model's forward
                                     returns (HF embedding outputs)           */
 #define VP_OPF_MODEL_END 0x4u    /* first op after the model's forward: the
@@ -182,6 +190,14 @@ typedef struct vp_op {
                                     module works sequence-first on transposed
                                     views, copies q, k, v and the output, and
                                     returns its output transposed            */
+/* Newer decoder families (transformer form). */
+#define VP_OPF_NORM_OFFSET 0x8000u /* RMSNorm in fp32 with weight 1 + w,
+                                      the output in the input's dtype
+                                      (HF GemmaRMSNorm)                    */
+#define VP_OPF_NORM_TOPK 0x10000u  /* router: the k weights renormalised  */
+#define VP_OPF_ROUTER_GROUP 0x20000u /* router: DeepSeek-V3's sigmoid scores,
+                                      group top-k (classes: experts, rows:
+                                      groups)                              */
 
 /* Encoder-decoder models and the graph form's newer ops. High bits, apart
  * from the flags above. */
@@ -228,6 +244,12 @@ const vp_segment *vp_graph_segment(const vp_graph *g, size_t i);
 
 /* Trainable parameter elements (shared weights counted once); *out. */
 vp_status vp_graph_num_params(const vp_graph *g, uint64_t *out, vp_error *err);
+/* The trainable parameters one token passes through (*out): of each
+ * mixture of experts' routed experts, top_k of its experts; every other
+ * parameter (the router, shared experts, dense layers) whole. Equal to
+ * vp_graph_num_params for a model without experts. */
+vp_status vp_graph_num_active_params(const vp_graph *g, uint64_t *out,
+                                     vp_error *err);
 uint64_t vp_graph_batch(const vp_graph *g);
 uint64_t vp_graph_seq(const vp_graph *g);
 /* The decoder length of an encoder-decoder graph, 0 for other models. */

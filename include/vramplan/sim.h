@@ -15,6 +15,7 @@
 
 #include "vramplan/allocator.h"
 #include "vramplan/defaults.h"
+#include "vramplan/dist.h"
 #include "vramplan/error.h"
 #include "vramplan/finetune.h"
 #include "vramplan/graph.h"
@@ -176,6 +177,9 @@ typedef struct vp_setup {
                                   LLM.int8), for inference: 1 byte per weight
                                   plus a fp32 scale per row, dequantized per
                                   layer; 0 = off                             */
+    const vp_dist *dist;       /* a data-parallel run (dist.h), simulated as
+                                  its rank dist->rank; NULL or strategy
+                                  NONE: one GPU; borrowed                    */
     vp_finetune ft;            /* frozen parameters, LoRA, a quantized base,
                                   the base dtype and how it is loaded
                                   (finetune.h; default: full fine-tuning,
@@ -284,6 +288,32 @@ typedef void (*vp_sim_event_fn)(const vp_sim_event *ev, void *ud);
 vp_status vp_simulate(const vp_graph *g, const vp_setup *setup,
                       vp_estimate *out, vp_sim_event_fn on_event, void *ud,
                       vp_error *err);
+
+/* One role of a data-parallel run: the ranks whose streams are alike
+ * (the same shards, the same partition), simulated once. */
+typedef struct vp_rank_estimate {
+    uint32_t rank;        /* the role's first rank                          */
+    uint32_t n_ranks;     /* ranks that play it                             */
+    vp_estimate est;      /* its simulation (vp_simulate with that rank)    */
+} vp_rank_estimate;
+
+/* Simulate every role of setup->dist (which must be set, with a strategy
+ * other than NONE). *out (the caller frees it with free()) holds *n
+ * roles in the order of their first rank; *worst is the index of the most
+ * loaded one: the largest peak allocated (then peak reserved, then the
+ * lower rank). dist->rank is ignored. Errors as vp_simulate's, for the
+ * role that failed (VP_EOOM leaves *out NULL). */
+vp_status vp_simulate_ranks(const vp_graph *g, const vp_setup *setup,
+                            vp_rank_estimate **out, size_t *n,
+                            size_t *worst, vp_error *err);
+
+/* The roles of a run without simulating them: *ranks (caller frees) holds
+ * the first rank of each role, *counts the ranks that play it. VP_EARG
+ * for an invalid run (a world or shard size out of range, a mesh that does
+ * not divide the world). */
+vp_status vp_dist_roles(const vp_graph *g, const vp_dist *d,
+                        uint32_t **ranks, uint32_t **counts, size_t *n,
+                        vp_error *err);
 
 const char *vp_precision_name(vp_precision p);
 const char *vp_optimizer_name(vp_optimizer o);

@@ -77,8 +77,10 @@ enum {
 };
 
 /* One optimizer step: the GPU streams bytes_per_param through memory and
- * pays gpu_us per tensor; the host pays cpu_us per tensor to launch it;
- * the step takes the longer of the two. */
+ * pays gpu_us per tensor. cpu_us is the sweep's per-tensor term (timed
+ * with a synchronize, so the longer of the host's and the GPU's); the step
+ * model takes the host's cost from vp_hw.host_opt_tensor, measured on the
+ * host itself. */
 typedef struct vp_optim_cost {
     double bytes_per_param, gpu_us, cpu_us;
 } vp_optim_cost;
@@ -108,10 +110,15 @@ typedef struct vp_hw {
     vp_optim_cost optim[VP_HW_OPTIM__N][2]; /* [variant][fp32, 16-bit]    */
     double dispatch;       /* host seconds per eager PyTorch kernel (0 =
                               VP_EAGER_OP_OVERHEAD)                          */
-    double py_op;          /* host seconds of a model op's Python call in
-                              the forward (module call, framework code),
-                              beyond its kernels' dispatch (0 =
-                              VP_PY_OP_OVERHEAD)                             */
+    /* The host's cost of issuing the step (docs/STEP_TIME.md "The
+     * host"); 0 = the VP_HOST_* defaults. */
+    double host_fwd;       /* seconds per forward kernel issued from Python
+                              (module call, the model's Python, autocast)    */
+    double host_bwd;       /* seconds per backward kernel (autograd engine) */
+    double host_opt;       /* seconds of the optimizer step's fixed Python  */
+    double host_opt_tensor[VP_HW_OPTIM__N]; /* seconds per parameter
+                               tensor by optimizer variant, all the host's
+                               per-tensor work (launches, zero_grad)         */
     double sustained;      /* share of the burst GEMM rate kept when GEMMs
                               run back to back for seconds (power limit);
                               0 = 1                                          */
@@ -125,6 +132,10 @@ typedef struct vp_step_time {
     /* the GPU's kernel time by kind, and the host's dispatch time (the
      * step takes the longer of the two in each phase) */
     double gemm, attention, memory, cpu;
+    /* what the host issues in one micro-batch: forward kernels (calls that
+     * write in place count one), of which autocast casts, backward
+     * kernels; parameter tensors the optimizer steps */
+    double host_kernels, host_casts, host_bwd_kernels, host_tensors;
     double flops;          /* model FLOPs of the step (no recompute)        */
     double mfu;            /* flops / (total x peak of the compute dtype)   */
 } vp_step_time;
@@ -149,13 +160,18 @@ typedef struct vp_step_time {
  * where the profile measured none: the H200 sweep's x.add_(1) loop,
  * 9.26 us (docs/STEP_TIME.md). */
 #define VP_EAGER_OP_OVERHEAD 9.26e-6
-/* Host seconds of one model op's Python in the forward beyond its kernels'
- * dispatch (nn.Module call, the model's own Python): the value with which
- * the launch queue best reproduces the idle GPU time (measured step time
- * less kernel time) of the H200 step profiles, median |error| 1.09 ms over
- * ten cases (docs/STEP_TIME.md). A property of the host and the model
- * code, not of the GPU. */
-#define VP_PY_OP_OVERHEAD 65e-6
+/* The host model of an eager step, fitted on the H200 host's phase times
+ * (calibrate/profiles/h200-host.jsonl, calibrate/fit-host.py; docs/
+ * STEP_TIME.md "The host"): a forward kernel issued from Python costs
+ * 30.5 us whatever the model's code (plain nn.Module or Hugging Face; an
+ * autocast cast as much), a backward kernel 24.4 us (autograd's engine),
+ * the optimizer step 868 us plus, per parameter tensor, 16.93 us for
+ * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
+ * host_opt_h200). */
+#define VP_HOST_FWD_KERNEL 30.46e-6
+#define VP_HOST_BWD_KERNEL 24.43e-6
+#define VP_HOST_OPT_FIXED 868.4e-6
+#define VP_HOST_OPT_TENSOR 16.93e-6
 
 /* The size dependence of a GEMM curve given only its peak (a cited
  * best-shape rate): that of the H200 calibration's bf16 fit

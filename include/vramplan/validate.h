@@ -42,6 +42,9 @@ typedef enum {
 typedef struct vp_metric {
     char name[32];        /* "peak_alloc", "step1.fwd_peak", "step_us",
                              "max_batch", "rank1.peak_reserved",
+                             "largest.peak_alloc" (the run's most loaded
+                             rank, against the largest measured: made by
+                             the file reader from its ranks' lines),
                              "run1.peak", "kv_cache_bytes"               */
     uint64_t predicted;   /* bytes (a batch for max_batch, us for step_us) */
     uint64_t measured;    /* > 0                                         */
@@ -53,6 +56,7 @@ typedef struct vp_case_result {
     char id[128];         /* "" when the line has none                   */
     char model[64];
     uint32_t run;         /* a multi-GPU case's "run", 0 when absent     */
+    uint32_t world, rank; /* a multi-GPU case's (world 0: one GPU)       */
     vp_metric metrics[VP_VALIDATE_MAX_METRICS];
     size_t n_metrics;
 } vp_case_result;
@@ -87,6 +91,11 @@ typedef struct vp_validate_opts {
                                   they are refused), and the step time   */
     bool step_time;            /* add "step_us" (the step-time model on
                                   hw against the measured step_ms)        */
+    uint64_t context_bytes;    /* multi-GPU cases: the CUDA context and
+                                  NCCL's memory outside the allocator (the
+                                  env line's context_used_after_init,
+                                  measured after the process group's
+                                  warm-up); 0: the setup's               */
 } vp_validate_opts;
 
 /* Check and run one case line (not the env line): simulate a training
@@ -137,17 +146,21 @@ void vp_gt_close(vp_gt_file *f);
  * outlier is checked too, not hidden). */
 
 #define VP_METRIC_GROUP_MAP(XX)                                            \
-    XX(ALLOCATED, "allocated")     /* peak_alloc, rankN.peak_alloc      */ \
-    XX(RESERVED, "reserved")       /* peak_reserved, rankN.peak_reserved */ \
-    XX(DEVICE_USED, "device_used") /* device_used, rankN.device_used    */ \
-    XX(AFTER_MODEL, "after_model")                                         \
+    XX(ALLOCATED, "allocated")     /* peak_alloc, largest.peak_alloc    */ \
+    XX(RESERVED, "reserved")       /* peak_reserved, largest.peak_reserved */ \
+    XX(DEVICE_USED, "device_used") /* device_used, largest.device_used  */ \
+    XX(AFTER_MODEL, "after_model") /* after_model, rankN.after_model    */ \
     XX(PHASES, "phases")           /* stepN.fwd_peak, bwd_peak, opt_peak,
                                       runN.peak (a generate() call's)    */ \
     XX(MAX_BATCH, "max_batch")                                             \
     XX(STEP_TIME, "step_time")     /* step_us against step_ms           */ \
-    XX(PARAMS, "params")           /* trainable_params, total_params    */ \
+    XX(PARAMS, "params")           /* params, trainable_params,
+                                      total_params                      */ \
     XX(SETUP, "setup")             /* setup_peak                        */ \
-    XX(KV_CACHE, "kv_cache")       /* kv_cache_bytes of generate()      */
+    XX(KV_CACHE, "kv_cache")       /* kv_cache_bytes of generate()      */ \
+    XX(RANK_ALLOCATED, "rank_allocated")     /* rankN.peak_alloc       */ \
+    XX(RANK_RESERVED, "rank_reserved")       /* rankN.peak_reserved    */ \
+    XX(RANK_DEVICE_USED, "rank_device_used") /* rankN.device_used      */
 
 typedef enum {
 #define VP__MG(name, str) VP_MG_##name,

@@ -15,6 +15,7 @@
 #include "vramplan/allocator.h"
 #include "vramplan/cluster.h"
 #include "vramplan/defaults.h"
+#include "vramplan/dist.h"
 #include "vramplan/error.h"
 #include "vramplan/finetune.h"
 #include "vramplan/gpu.h"

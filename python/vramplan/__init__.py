@@ -19,8 +19,12 @@ attention, keep_grads, inference, expandable_segments, offload_optimizer,
 offload_activations, compress_activations, int8_weights, context,
 cublas_workspace, budget (bytes, "24GiB", or a fraction with gpu), gpu,
 gpu_dir, the fine-tuning setup (lora="r=16,alpha=32,targets=all-linear",
-freeze, quant, double_quant, load, base_dtype), and global_batch for plan.
-An unknown argument raises TypeError.
+freeze, quant, double_quant, load, base_dtype), and global_batch for plan;
+estimate also takes a data-parallel run simulated rank by rank
+(docs/DISTRIBUTED.md): strategy, world, shard, param_dtype, reduce_dtype,
+reshard_after_forward, bucket_cap, rebuild_freed, cpu_offload (the result's
+"dist" lists the rank roles; the rest is the most loaded rank's). An unknown
+argument raises TypeError.
 
 Errors raise vramplan.Error, whose str() is "file:line:col: message" for
 an error in a model or profile file; .code, .path, .line and .column carry
@@ -156,14 +160,20 @@ def _request(command, model, kwargs, extra=()):
     return call(req)
 
 
+_DIST = ("strategy", "world", "shard", "param_dtype", "reduce_dtype",
+         "reshard_after_forward", "bucket_cap", "rebuild_freed", "cpu_offload")
+
+
 def estimate(model, **setup):
     """Simulate training steps of MODEL (or, with generate="prompt=N,new=N",
     model.generate() calls, and cache="dynamic"|"static"). Returns
     peak_alloc, peak_reserved, device_used, by_category, top_layers, steps
     (generate: one per call, and "generate" with the KV cache bytes), and
     fits (False when the steps do not fit in budget; error says where the
-    run stopped)."""
-    return _request("estimate", model, setup)
+    run stopped). With strategy (and world), every rank role of the
+    data-parallel run is simulated: "dist" lists them, the rest is the most
+    loaded rank's."""
+    return _request("estimate", model, setup, extra=_DIST)
 
 
 def maxbatch(model, **setup):

@@ -227,6 +227,96 @@ extern const char *const cli_attns[];      /* vp_attn_impl order      */
     {.id = CLI_O_BUDGET, .name = "budget", .metavar = "SIZE",               \
      .type = CLI_ARG_SIZE, .help = h}
 
+/* ---- data-parallel runs (dist_cli.c) ------------------------------------ */
+
+/* estimate's options of a data-parallel run, rows CLI_DIST_ROWS in its
+ * table; ids after the setup commands' own (estimate_cmd.c checks that
+ * its own end before CLI_O_STRATEGY). */
+enum {
+    CLI_O_STRATEGY = CLI_O__SETUP + 26, CLI_O_WORLD, CLI_O_SHARD,
+    CLI_O_PARAM_DTYPE, CLI_O_REDUCE_DTYPE, CLI_O_BUFFER_DTYPE,
+    CLI_O_RESHARD, CLI_O_BUCKET_CAP, CLI_O_STATIC_GRAPH, CLI_O_FIND_UNUSED,
+    CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
+    CLI_O_NO_LIMIT_AG, CLI_O_FWD_PREFETCH, CLI_O_BWD_PREFETCH,
+    CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O__DIST_END
+};
+_Static_assert((int)CLI_O__DIST_END <= CLI_OPT_HELP,
+               "the data-parallel options' ids run into --help's");
+
+extern const char *const cli_strategies[]; /* vp_dist_strategy order   */
+extern const char *const cli_mp_dtypes[];  /* fp32 bf16 fp16           */
+extern const char *const cli_prefetches[]; /* vp_prefetch order        */
+
+#define CLI_DIST_FLAG(i, n, h)                                              \
+    {.id = i, .name = n, .type = CLI_ARG_FLAG, .only = CLI_CMD_ESTIMATE,    \
+     .help = h}
+#define CLI_DIST_ENUM(i, n, ch, w, h)                                       \
+    {.id = i, .name = n, .metavar = "DT", .type = CLI_ARG_ENUM,             \
+     .choices = ch, .what = w, .only = CLI_CMD_ESTIMATE, .help = h}
+#define CLI_DIST_ROWS                                                       \
+    {.id = CLI_O_STRATEGY, .name = "strategy", .metavar = "S",              \
+     .type = CLI_ARG_ENUM, .choices = cli_strategies,                       \
+     .what = "data-parallel strategy", .only = CLI_CMD_ESTIMATE,            \
+     .help = "a data-parallel wrapper simulated rank by rank: ddp, "        \
+             "ddp-bucket-view, ddp-zero1, fsdp-full, fsdp-grad-op, "        \
+             "fsdp-hybrid, fsdp-no-shard, fsdp2 (default none)"},           \
+    {.id = CLI_O_WORLD, .name = "world", .metavar = "N",                    \
+     .type = CLI_ARG_U64, .min = 1, .max = VP_DIST_MAX_WORLD,               \
+     .only = CLI_CMD_ESTIMATE,                                              \
+     .help = "ranks of the data-parallel group (default 1)"},               \
+    {.id = CLI_O_SHARD, .name = "shard", .metavar = "N",                    \
+     .type = CLI_ARG_U64, .min = 1, .max = VP_DIST_MAX_WORLD,               \
+     .only = CLI_CMD_ESTIMATE,                                              \
+     .help = "HSDP: ranks per shard group (mesh [world/N, N]; "             \
+             "fsdp-hybrid, fsdp2)"},                                        \
+    CLI_DIST_ENUM(CLI_O_PARAM_DTYPE, "param-dtype", cli_mp_dtypes, "dtype", \
+                  "FSDP MixedPrecision param_dtype: fp32, bf16, fp16"),     \
+    CLI_DIST_ENUM(CLI_O_REDUCE_DTYPE, "reduce-dtype", cli_mp_dtypes,        \
+                  "dtype", "FSDP reduce_dtype (default: param_dtype's)"),   \
+    CLI_DIST_ENUM(CLI_O_BUFFER_DTYPE, "buffer-dtype", cli_mp_dtypes,        \
+                  "dtype", "FSDP1 buffer_dtype"),                           \
+    {.id = CLI_O_RESHARD, .name = "reshard-after-forward",                  \
+     .metavar = "R", .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,      \
+     .help = "fsdp2: true (default), false, or N ranks to reshard to"},     \
+    {.id = CLI_O_BUCKET_CAP, .name = "bucket-cap", .metavar = "SIZE",       \
+     .type = CLI_ARG_SIZE, .only = CLI_CMD_ESTIMATE,                        \
+     .help = "DDP bucket_cap_mb as a size (default 25MiB)"},                \
+    CLI_DIST_FLAG(CLI_O_STATIC_GRAPH, "static-graph", "DDP static_graph"),  \
+    CLI_DIST_FLAG(CLI_O_FIND_UNUSED, "find-unused-parameters",              \
+                  "DDP find_unused_parameters"),                            \
+    CLI_DIST_FLAG(CLI_O_NO_BCAST_BUFFERS, "no-broadcast-buffers",           \
+                  "DDP broadcast_buffers=False"),                           \
+    CLI_DIST_FLAG(CLI_O_REBUILD_FREED, "rebuild-freed",                     \
+                  "DDP: the first step's buckets freed at the rebuild (the "\
+                  "default simulates the rank that holds them: the most "   \
+                  "loaded)"),                                               \
+    CLI_DIST_FLAG(CLI_O_OVERLAP_DDP, "overlap-with-ddp",                    \
+                  "ZeroRedundancyOptimizer overlap_with_ddp"),              \
+    CLI_DIST_FLAG(CLI_O_NO_LIMIT_AG, "no-limit-all-gathers",                \
+                  "FSDP1 limit_all_gathers=False"),                         \
+    CLI_DIST_FLAG(CLI_O_FWD_PREFETCH, "forward-prefetch",                   \
+                  "FSDP1 forward_prefetch"),                                \
+    {.id = CLI_O_BWD_PREFETCH, .name = "backward-prefetch", .metavar = "P", \
+     .type = CLI_ARG_ENUM, .choices = cli_prefetches, .what = "prefetch",   \
+     .only = CLI_CMD_ESTIMATE,                                              \
+     .help = "FSDP1 backward_prefetch: pre (default), post, none"},         \
+    CLI_DIST_FLAG(CLI_O_ORIG_PARAMS, "use-orig-params",                     \
+                  "FSDP1 use_orig_params"),                                 \
+    CLI_DIST_FLAG(CLI_O_CPU_OFFLOAD, "cpu-offload",                         \
+                  "fsdp2 CPUOffloadPolicy")
+
+/* The data-parallel run the options describe, into *d (vp_dist_init'ed
+ * first); *set when --strategy names one. -1 to go on, or CLI_USAGE after
+ * the error. */
+int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set);
+
+/* The roles of a run, for the table (after the setup lines), and as the
+ * "dist" object of estimate's JSON. */
+void cli_dist_table(FILE *f, const vp_dist *d, const vp_rank_estimate *r,
+                    size_t n, size_t worst);
+json_t *cli_dist_json(const vp_dist *d, const vp_rank_estimate *r, size_t n,
+                      size_t worst);
+
 /* Apply the given setup options to *s, and --budget (a size, more than 0)
  * when `budget`; -1, or CLI_USAGE after the error. */
 int cli_setup_common(const cli_val *v, bool budget, vp_setup *s);
@@ -247,6 +337,8 @@ typedef struct cli_setup_args {
     uint64_t global_batch;  /* --global-batch, 0 when not given          */
     bool steps_given, precision_given, optimizer_given;
     vp_setup setup;
+    vp_dist dist;           /* estimate's data-parallel run              */
+    bool dist_set;          /* --strategy names one                      */
     char model_buf[CLI_PATH_MAX]; /* MODEL resolved from a name          */
 } cli_setup_args;
 

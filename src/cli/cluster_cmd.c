@@ -46,6 +46,8 @@ typedef struct cargs {
     uint32_t max_gpus;
     double margin;          /* share of each GPU's memory kept free     */
     double days;            /* compare: 0, or the time to finish in     */
+    double moe_imbalance;   /* vp_cluster's MoE routing assumption      */
+    double moe_capacity;
 } cargs;
 
 /* The default safety margin: the share of a GPU kept free, as probe's
@@ -60,7 +62,8 @@ enum {
     O_RECOMPUTE, O_SHARDING, O_VPP, O_SCHEDULE, O_SP, O_NO_SP,
     O_FIRST_LAYERS, O_LAST_LAYERS, O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP,
     O_COMPILE, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
-    O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS
+    O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS, O_MOE_IMBALANCE,
+    O_MOE_CAPACITY
 };
 
 static const char *const PLAN_FORMATS[] = {"table", "json", NULL};
@@ -166,6 +169,13 @@ static const cli_opt OPTS[] = {
     STR(O_MARGIN, "margin", "F", 0,
         "share of each GPU's memory kept free, as the single-GPU probe keeps "
         "its 5 % (default 0.05; 0 fills the GPU; not applied to --memory)"),
+    STR(O_MOE_IMBALANCE, "moe-imbalance", "F", 0,
+        "MoE routing, dropless: the busiest expert-parallel rank's tokens "
+        "over the balanced share, 1 to 64 (default: the largest measured "
+        "at the plan's ep, 1.39 at ep 2 to 2.29 at ep 8 and beyond)"),
+    STR(O_MOE_CAPACITY, "moe-capacity", "F", 0,
+        "MoE routing, token-dropping: the capacity factor each expert's "
+        "buffer holds, 1 to 64 (default: dropless)"),
     STR(O_DAYS, "days", "N", C_COMPARE,
         "also find, per GPU, the fewest GPUs that train on --tokens within N "
         "days (--gpus is then optional)"),
@@ -453,8 +463,9 @@ static bool parse_real(const char *s, bool (*ok)(double), double *out)
 
 static bool margin_ok(double d) { return d >= 0.0 && d < 1.0; }
 static bool days_ok(double d) { return d > 0.0 && d <= 36500.0; }
+static bool load_ok(double d) { return d >= 1.0 && d <= 64.0; }
 
-/* --margin and --days. */
+/* --margin, --days and the MoE routing assumption. */
 static int parse_shares(const cli_val *v, cargs *a)
 {
     if (v[O_MARGIN].given &&
@@ -463,6 +474,14 @@ static int parse_shares(const cli_val *v, cargs *a)
                          "a share from 0 to below 1, e.g. 0.05");
     if (v[O_DAYS].given && !parse_real(v[O_DAYS].text, days_ok, &a->days))
         return bad_value("days", v[O_DAYS].text, "days above 0, e.g. 30");
+    if (v[O_MOE_IMBALANCE].given &&
+        !parse_real(v[O_MOE_IMBALANCE].text, load_ok, &a->moe_imbalance))
+        return bad_value("moe-imbalance", v[O_MOE_IMBALANCE].text,
+                         "a factor from 1 to 64, e.g. 1.25");
+    if (v[O_MOE_CAPACITY].given &&
+        !parse_real(v[O_MOE_CAPACITY].text, load_ok, &a->moe_capacity))
+        return bad_value("moe-capacity", v[O_MOE_CAPACITY].text,
+                         "a factor from 1 to 64, e.g. 1.25");
     return -1;
 }
 
@@ -557,6 +576,7 @@ static int parse_args(int argc, char **argv, unsigned cmd, cargs *a)
     a->tokens = 1e12;
     a->max_gpus = DEFAULT_MAX_GPUS;
     a->margin = DEFAULT_MARGIN;
+    a->moe_imbalance = 0; /* the measured load (vp_moe_measured_load) */
     if ((rc = cli_args_parse(&s, argc, argv, &a->args)) >= 0 ||
         (rc = parse_cluster_lists(v, cmd, a)) >= 0 ||
         (rc = parse_search_lists(v, a)) >= 0 ||
@@ -682,6 +702,8 @@ static int cluster_for(const cargs *a, const char *gpu, uint32_t gpus,
         c->memory = a->memory;
     else /* the safety margin */
         c->memory -= (uint64_t)((double)c->memory * a->margin);
+    c->moe_imbalance = a->moe_imbalance;
+    c->moe_capacity = a->moe_capacity;
     if (a->host_mem)
         c->host_mem = a->host_mem;
     if (a->network)
@@ -847,10 +869,92 @@ static json_t *json_entry(const vp_plan_entry *e)
     return o;
 }
 
+/* The best plan's memory per GPU under the routing assumption and its
+ * bounds: perfectly balanced routing, and every routed pick of the
+ * expert-parallel group's tokens on one rank (vp_moe_load). */
+typedef struct {
+    bool shown;               /* an MoE model with expert parallelism     */
+    double load, worst;       /* the assumed and the worst load factors   */
+    uint64_t balanced, assumed, worst_total; /* memory per GPU, bytes      */
+} moe_bounds;
+
+static vp_status moe_bounds_of(vp_cluster_model *cm, const vp_cluster *c,
+                               const vp_cluster_model_info *in,
+                               const vp_plan_entry *e, moe_bounds *b)
+{
+    memset(b, 0, sizeof *b);
+    b->load = vp_moe_load(c, in->experts, in->top_k, e->par.ep, &b->worst);
+    if (!in->experts || e->par.ep <= 1)
+        return VP_OK;
+    b->shown = true;
+    b->assumed = e->mem.total;
+    vp_cluster cb = *c, cw = *c;
+    cb.moe_imbalance = 1;
+    cb.moe_capacity = 0;
+    /* token-dropping: no rank holds more than the capacity */
+    cw.moe_imbalance = b->worst;
+    if (c->moe_capacity > 0 && c->moe_capacity < b->worst)
+        b->worst = c->moe_capacity;
+    vp_cluster_mem mb, mw;
+    vp_error err;
+    vp_status st = vp_cluster_eval(cm, &cb, &e->par, &mb, NULL, &err);
+    if (st == VP_OK)
+        st = vp_cluster_eval(cm, &cw, &e->par, &mw, NULL, &err);
+    if (st != VP_OK)
+        return st;
+    b->balanced = mb.total;
+    b->worst_total = mw.total;
+    return VP_OK;
+}
+
+static void print_moe_bounds(FILE *o, const vp_cluster *c,
+                             const moe_bounds *b, uint32_t ep)
+{
+    if (!b->shown)
+        return;
+    if (c->moe_capacity > 0)
+        fprintf(o, "  MoE routing  token-dropping, capacity factor %g "
+                   "(--moe-capacity): the busiest EP rank %.2fx the "
+                   "balanced tokens\n",
+                c->moe_capacity, b->load);
+    else if (c->moe_imbalance > 0)
+        fprintf(o, "  MoE routing  dropless, the busiest EP rank %.2fx the "
+                   "balanced tokens (--moe-imbalance %g)\n",
+                b->load, c->moe_imbalance);
+    else
+        fprintf(o, "  MoE routing  dropless, the busiest EP rank %.2fx the "
+                   "balanced tokens (the largest measured at ep %u%s; "
+                   "--moe-imbalance)\n",
+                b->load, ep > 8 ? 8 : ep, ep > 8 ? ", carried over" : "");
+    fprintf(o, "               memory/GPU %.2f GiB; balanced %.2f GiB, "
+               "worst (%s, %.2fx) %.2f GiB%s\n",
+            gib(b->assumed), gib(b->balanced),
+            c->moe_capacity > 0 ? "at the capacity" : "all on one rank",
+            b->worst, gib(b->worst_total),
+            b->worst_total > c->memory ? ": does not fit" : "");
+}
+
+static json_t *json_moe_bounds(const vp_cluster *c, const moe_bounds *b)
+{
+    json_t *o = json_object();
+    cli_jset(o, "routing", json_string(c->moe_capacity > 0 ? "capacity"
+                                                            : "dropless"));
+    cli_jset(o, "imbalance", c->moe_imbalance > 0
+                                 ? cli_jreal(c->moe_imbalance, "%g")
+                                 : json_string("measured"));
+    cli_jset(o, "capacity", cli_jreal(c->moe_capacity, "%g"));
+    cli_jset(o, "load", cli_jreal(b->load, "%.4g"));
+    cli_jset(o, "worst_load", cli_jreal(b->worst, "%.4g"));
+    cli_jset(o, "total", cli_ju64(b->assumed));
+    cli_jset(o, "balanced_total", cli_ju64(b->balanced));
+    cli_jset(o, "worst_total", cli_ju64(b->worst_total));
+    return o;
+}
+
 static int print_plan_json(const cargs *a, const vp_cluster *c,
                            const vp_cluster_model_info *in,
                            const vp_cluster_plan *pl, uint32_t min_gpus,
-                           const vp_cluster_plan *minpl)
+                           const vp_cluster_plan *minpl, const moe_bounds *mb)
 {
     json_t *o = json_object(), *alts = json_array();
 
@@ -874,6 +978,8 @@ static int print_plan_json(const cargs *a, const vp_cluster *c,
         for (size_t i = 0; i < pl->n_alt; i++)
             cli_jpush(alts, json_entry(&pl->alt[i]));
         cli_jset(o, "alternatives", alts);
+        if (mb->shown)
+            cli_jset(o, "moe_routing", json_moe_bounds(c, mb));
     } else {
         json_decref(alts);
         cli_jset(o, "closest", json_entry(&pl->closest));
@@ -986,7 +1092,8 @@ static void print_nothing_fits(FILE *o, const cargs *a, const vp_cluster *c,
 /* The plan as a table, on stderr when an export goes to stdout. */
 static void print_plan_table(const cargs *a, const vp_cluster *c,
                              const vp_cluster_model_info *in,
-                             const vp_cluster_plan *pl, uint32_t min_gpus)
+                             const vp_cluster_plan *pl, uint32_t min_gpus,
+                             const moe_bounds *mb)
 {
     FILE *o = a->export_set ? stderr : stdout;
     char b1[32], b2[32], b3[32], b4[32];
@@ -1015,6 +1122,7 @@ static void print_plan_table(const cargs *a, const vp_cluster *c,
     if (pl[0].found) {
         fprintf(o, "\nBest plan\n");
         print_entry_table(o, c, &pl[0].best);
+        print_moe_bounds(o, c, mb, pl[0].best.par.ep);
         if (pl[0].n_alt)
             print_alternatives(o, &pl[0]);
     } else {
@@ -1059,11 +1167,16 @@ static int run_plan(const cargs *a)
     if (rc < 0 && a->export_set && pl[0].found) {
         rc = write_export(a, cm, &c, &pl[0].best.par);
     } else if (rc < 0) {
+        moe_bounds mb;
         vp_cluster_model_info_get(cm, &in);
+        memset(&mb, 0, sizeof mb);
+        if (pl[0].found &&
+            moe_bounds_of(cm, &c, &in, &pl[0].best, &mb) != VP_OK)
+            mb.shown = false;
         if (a->format == FMT_JSON && !a->export_set)
-            rc = print_plan_json(a, &c, &in, &pl[0], min_gpus, &pl[1]);
+            rc = print_plan_json(a, &c, &in, &pl[0], min_gpus, &pl[1], &mb);
         else
-            print_plan_table(a, &c, &in, pl, min_gpus);
+            print_plan_table(a, &c, &in, pl, min_gpus, &mb);
         if (a->export_set)
             cli_fail("nothing to export: no %s plan fits on %u GPUs",
                      vp_engine_name(vp_export_engine(a->export_fmt)), c.gpus);

@@ -21,8 +21,10 @@ enum {
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
     OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
     OPT_TARGET, OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
-    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE
+    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE, OPT__END
 };
+_Static_assert((int)OPT__END <= (int)CLI_O_STRATEGY,
+               "estimate's own option ids run into the data-parallel ones");
 
 #define NAME_OF(name, str) str,
 const char *const cli_precisions[] = {VP_PRECISION_MAP(NAME_OF) NULL};
@@ -152,6 +154,7 @@ static const cli_opt SETUP_OPTS[] = {
      .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,
      .help = "write one self-contained HTML page: memory over time by "
              "category, the phases, the peak and what holds it"},
+    CLI_DIST_ROWS,
 };
 
 static cli_spec setup_spec(unsigned which, void (*help)(FILE *))
@@ -323,6 +326,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
         return rc;
     if (v[OPT_GPU_DIR].given)
         cli_set_gpu_dir(v[OPT_GPU_DIR].text);
+    if ((rc = cli_dist_parse(v, &a->dist, &a->dist_set)) >= 0)
+        return rc;
     a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
     a->gpu = v[OPT_GPU].given ? v[OPT_GPU].text : NULL;
     a->snapshot = v[OPT_SNAPSHOT].given ? v[OPT_SNAPSHOT].text : NULL;
@@ -411,7 +416,10 @@ typedef struct report {
     const vp_graph *graph;
     const vp_setup *setup;     /* as simulated; checkpoint resolved      */
     const char *checkpoint;    /* the --checkpoint spec, "none" default  */
-    const vp_estimate *est;
+    const vp_estimate *est;    /* a data-parallel run's: its most loaded
+                                  rank's                                */
+    const vp_rank_estimate *roles; /* a data-parallel run's, or NULL    */
+    size_t n_roles, worst;
 } report;
 
 /* A named byte count, shared by the JSON and CSV printers. */
@@ -480,6 +488,16 @@ static const char *category_key(vp_category c)
     return vp_category_name(c);
 }
 
+/* The parameters one token passes through (the routed experts' top_k of
+ * E: vp_graph_num_active_params); the count itself without experts. */
+static uint64_t active_params(const report *r)
+{
+    uint64_t n = r->est->params;
+    if (vp_graph_num_active_params(r->graph, &n, NULL) != VP_OK)
+        n = r->est->params;
+    return n;
+}
+
 static uint32_t report_steps(const vp_estimate *e)
 {
     return e->steps < VP_MAX_STEPS ? e->steps : VP_MAX_STEPS;
@@ -508,8 +526,12 @@ static double share(uint64_t part, uint64_t whole)
 /* --- table ---------------------------------------------------------- */
 
 /* The allocator's settings and the parameter count. */
-static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
+/* The allocator line and the parameters: trainable of total for a
+ * fine-tuning setup, the active ones per token of a mixture of experts. */
+static void table_allocator(FILE *f, const report *r)
 {
+    const vp_setup *s = r->setup;
+    const vp_estimate *e = r->est;
     char a[32], b[32];
     fprintf(f, "allocator    budget %s, expandable segments %s, cuBLAS "
             "workspace %s\n",
@@ -523,11 +545,16 @@ static void table_allocator(FILE *f, const vp_setup *s, const vp_estimate *e)
                 sizeof a), cli_si((double)e->params, "", b, sizeof b));
         fprintf(f, " of %s (%s)\n", cli_commas(e->total_params, a, sizeof a),
                 cli_si((double)e->total_params, "", b, sizeof b));
-    } else {
-        fprintf(f, "parameters   %s (%s)\n",
-                cli_commas(e->params, a, sizeof a),
-                cli_si((double)e->params, "", b, sizeof b));
+        return;
     }
+    uint64_t act = active_params(r);
+    fprintf(f, "parameters   %s (%s)", cli_commas(e->params, a, sizeof a),
+            cli_si((double)e->params, "", b, sizeof b));
+    if (act != e->params) /* a mixture of experts */
+        fprintf(f, ", %s (%s) active per token",
+                cli_commas(act, a, sizeof a),
+                cli_si((double)act, "", b, sizeof b));
+    fprintf(f, "\n");
 }
 
 /* The setup and model state of a generate() estimate. */
@@ -552,7 +579,7 @@ static void table_generate_setup(FILE *f, const report *r)
                 g->padded ? ", padded prompts" : "");
     fprintf(f, "             attention %s\n",
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
-    table_allocator(f, s, e);
+    table_allocator(f, r);
     fprintf(f, "model state  weights %s, KV cache %s when generate() "
             "returns, %s at the peak\n",
             vp_size_format(e->gen.weights, a, sizeof a),
@@ -595,7 +622,7 @@ static void table_setup(FILE *f, const report *r)
             s->attn_set ? vp_attn_impl_name(s->attn) : "as in the model");
     fprintf(f, "             checkpoint %s (%zu of %zu segments)\n",
             r->checkpoint, n_ckpt, vp_graph_segment_count(r->graph));
-    table_allocator(f, s, e);
+    table_allocator(f, r);
     fprintf(f, "model state  weights %s, gradients %s, optimizer %s\n",
             vp_size_format(e->param_bytes, a, sizeof a),
             vp_size_format(e->grad_bytes, b, sizeof b),
@@ -690,6 +717,8 @@ static int print_table(FILE *f, const report *r)
     size_t width = 24;
     char a[32];
 
+    if (r->roles != NULL)
+        cli_dist_table(f, r->setup->dist, r->roles, r->n_roles, r->worst);
     table_setup(f, r);
     table_peaks(f, r);
     table_steps(f, r);
@@ -835,6 +864,9 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model", cli_jstr(vp_graph_model_name(r->graph), SIZE_MAX));
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
+    if (r->roles != NULL)
+        cli_jset(o, "dist", cli_dist_json(r->setup->dist, r->roles,
+                                          r->n_roles, r->worst));
     if (r->setup->generate.prompt)
         cli_jset(o, "generate", json_generate(r));
     cli_jset(o, "params", cli_ju64(e->params));
@@ -842,6 +874,8 @@ static int print_json(FILE *f, const report *r)
         cli_jset(o, "total_params", cli_ju64(e->total_params));
         cli_jset(o, "setup_peak", cli_ju64(e->setup_peak));
         cli_jset(o, "paged_bytes", cli_ju64(e->paged_bytes));
+    } else if (active_params(r) != e->params) {
+        cli_jset(o, "active_params", cli_ju64(active_params(r)));
     }
     total_metrics(e, totals);
     for (size_t i = 0; i < N_TOTALS; i++)
@@ -897,6 +931,17 @@ static int print_csv(FILE *f, const report *r)
             fprintf(f, "steps.%" PRIu32 ".%s,%" PRIu64 "\n", i + 1, m[k].key,
                     m[k].bytes);
     }
+    for (size_t k = 0; r->roles != NULL && k < r->n_roles; k++) {
+        const vp_rank_estimate *x = &r->roles[k];
+        fprintf(f, "rank.%" PRIu32 ".ranks,%" PRIu32 "\n", x->rank,
+                x->n_ranks);
+        fprintf(f, "rank.%" PRIu32 ".peak_alloc,%" PRIu64 "\n", x->rank,
+                x->est.peak_alloc);
+        fprintf(f, "rank.%" PRIu32 ".peak_reserved,%" PRIu64 "\n", x->rank,
+                x->est.peak_reserved);
+    }
+    if (r->roles != NULL)
+        fprintf(f, "most_loaded_rank,%" PRIu32 "\n", r->roles[r->worst].rank);
     return CLI_OK;
 }
 
@@ -1027,16 +1072,38 @@ static int simulate(const cli_setup_args *a, const vp_graph *graph,
     return st != VP_OK ? cli_report(&err, NULL) : -1;
 }
 
+/* A data-parallel run: every role simulated; *d then names the most
+ * loaded rank, whose run simulate() repeats with the recorders. -1 to go
+ * on, or the exit status. */
+static int simulate_roles(const vp_graph *graph, const vp_setup *setup,
+                          vp_dist *d, vp_rank_estimate **roles, size_t *n,
+                          size_t *worst)
+{
+    vp_error err;
+    vp_status st = vp_simulate_ranks(graph, setup, roles, n, worst, &err);
+
+    if (st == VP_EOOM)
+        return cli_report_no_fit(setup, &err);
+    if (st != VP_OK)
+        return cli_report(&err, NULL);
+    d->rank = (*roles)[*worst].rank;
+    return -1;
+}
+
 static int estimate_run(const cli_setup_args *a)
 {
     vp_setup setup = a->setup;
+    vp_dist dist = a->dist;
     vp_graph *graph = NULL;
     bool *ckpt = NULL, *sel = NULL;
+    vp_rank_estimate *roles = NULL;
+    size_t n_roles = 0, worst = 0;
     vp_estimate est;
     vp_error err;
     int rc;
 
     vp_error_clear(&err);
+    setup.dist = a->dist_set ? &dist : NULL;
     vp_model *model = vp_model_load(a->model_path, &err);
     if (model == NULL)
         return cli_report(&err, NULL);
@@ -1045,11 +1112,16 @@ static int estimate_run(const cli_setup_args *a)
     if (graph == NULL)
         rc = cli_report(&err, NULL);
     else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&
+             (!a->dist_set ||
+              (rc = simulate_roles(graph, &setup, &dist, &roles, &n_roles,
+                                   &worst)) < 0) &&
              (rc = simulate(a, graph, &setup, &est)) < 0) {
         report r = {a->model_path, graph, &setup,
-                    a->checkpoint != NULL ? a->checkpoint : "none", &est};
+                    a->checkpoint != NULL ? a->checkpoint : "none", &est,
+                    roles, n_roles, worst};
         rc = PRINTERS[a->format](stdout, &r);
     }
+    free(roles);
     free(ckpt);
     free(sel);
     vp_graph_free(graph);

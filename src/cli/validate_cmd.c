@@ -70,7 +70,12 @@ static void validate_help(FILE *f)
           "The summary gives, per metric group (allocated, reserved,\n"
           "device_used, after_model, phases, max_batch, step_time), the "
           "number of\n"
-          "cases and the median and largest relative error. A documented\n"
+          "cases and the median and largest relative error. A multi-GPU "
+          "line is\n"
+          "simulated as its rank (rank_allocated, rank_reserved,\n"
+          "rank_device_used); each run's most loaded simulated rank is then\n"
+          "compared with its largest measured one (largest.*, in allocated,\n"
+          "reserved and device_used). A documented\n"
           "outlier must keep its known error (within its tolerance) and does "
           "not\n"
           "count towards the bounds.\n"
@@ -87,6 +92,8 @@ typedef struct record {
     int group;
     double err;            /* relative                                    */
     bool outlier;
+    uint32_t world;        /* a rank line's run (0: one GPU)              */
+    uint64_t predicted, measured;
 } record;
 
 typedef struct state {
@@ -139,6 +146,9 @@ static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
     k->group = g;
     k->err = m->rel_err;
     k->outlier = false;
+    k->world = r->world;
+    k->predicted = m->predicted;
+    k->measured = m->measured;
     if (g < 0)
         return true;
     v = realloc(s->all[g], (s->n_all[g] + 1) * sizeof *v);
@@ -380,10 +390,73 @@ static void run_line(state *s, const char *path, const vp_bounds_file *bf,
     }
 }
 
+/* A rank line's figure that the run's largest rank is compared on: its
+ * name after "rankN.", or NULL. */
+static const char *largest_of(const record *r)
+{
+    static const char *const what[] = {"peak_alloc", "peak_reserved",
+                                       "device_used"};
+    const char *dot = strchr(r->metric, '.');
+
+    if (r->world == 0 || strncmp(r->metric, "rank", 4) != 0 || dot == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof what / sizeof what[0]; i++)
+        if (strcmp(dot + 1, what[i]) == 0)
+            return what[i];
+    return NULL;
+}
+
+/* The largest rank of each multi-GPU run in the file (its lines of one id,
+ * run and world): the most loaded of the ranks simulated against the
+ * largest measured, as "largest.peak_alloc" and the like, kept as the
+ * run's figures (the one-GPU metric groups). Bounded by the file's
+ * records. */
+static void add_largest(state *s)
+{
+    size_t n = s->n_rec;
+    bool *done = calloc(n ? n : 1, sizeof *done);
+
+    if (done == NULL) {
+        note_rc(s, cli_fail("out of memory"));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *what = largest_of(&s->rec[i]);
+        if (done[i] || what == NULL)
+            continue;
+        vp_case_result r;
+        vp_metric m;
+        memset(&r, 0, sizeof r);
+        memset(&m, 0, sizeof m);
+        snprintf(r.id, sizeof r.id, "%s", s->rec[i].id);
+        r.run = s->rec[i].run;
+        r.world = s->rec[i].world;
+        for (size_t k = i; k < n; k++) {
+            const record *x = &s->rec[k];
+            const char *w = largest_of(x);
+            if (done[k] || w != what || x->world != r.world ||
+                x->run != r.run || strcmp(x->id, r.id) != 0)
+                continue;
+            done[k] = true;
+            m.predicted = x->predicted > m.predicted ? x->predicted
+                                                     : m.predicted;
+            m.measured = x->measured > m.measured ? x->measured : m.measured;
+        }
+        snprintf(m.name, sizeof m.name, "largest.%s", what);
+        m.rel_err = ((double)m.predicted - (double)m.measured) /
+                    (double)m.measured;
+        print_metric(s, &r, &m, true);
+        if (!keep(s, &r, &m, s->rec[i].line))
+            note_rc(s, cli_fail("out of memory"));
+    }
+    free(done);
+}
+
 static void run_file(state *s, const char *path)
 {
     vp_validate_opts o = {path, 0, s->dirs, s->n_dirs, true,
-                          s->have_gpu ? &s->base : NULL, NULL, s->have_gpu};
+                          s->have_gpu ? &s->base : NULL, NULL, s->have_gpu,
+                          0};
     const vp_bounds_file *bf = s->args->v[O_OUTLIERS].given
                                    ? vp_bounds_find(&s->bounds, path)
                                    : NULL;
@@ -406,6 +479,8 @@ static void run_file(state *s, const char *path)
     }
     env_hw(s, f);
     o.hw = s->have_hw ? &s->hw : NULL;
+    if (vp_gt_file_env(f) != NULL)
+        o.context_bytes = vp_gt_file_env(f)->context_bytes;
     if (vp_gt_file_env(f) != NULL && vp_gt_file_env(f)->warmed_up)
         o.first_in_process = false;
     s->n_rec = 0;
@@ -418,6 +493,7 @@ static void run_file(state *s, const char *path)
         run_line(s, path, bf, json, len, &o);
     }
     vp_gt_close(f);
+    add_largest(s);
     if (s->not_modelled > 0 && !s->jsonl)
         printf("%s: %zu cases not modelled yet (documented: %s)\n", path,
                s->not_modelled, bf->not_modelled);

@@ -13,8 +13,9 @@
  * probabilities; selective recomputation keeps the slots before
  * ATT_PROBS. Flash and efficient: q, k, v, the logsumexp, the output
  * (torch_mha) and the philox seed and offset. */
-enum { ATT_Q, ATT_K, ATT_V, ATT_PROBS, ATT_MASK, ATT_DROPPED };
-enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET, ATT_BIAS };
+enum { ATT_Q, ATT_K, ATT_V, ATT_PROBS, ATT_MASK, ATT_DROPPED, ATT_TANH };
+enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET,
+       ATT_BIAS };
 
 /* The efficient kernel pads the logsumexp's rows to this. */
 #define EFFICIENT_LSE_ROWS 32u
@@ -22,23 +23,28 @@ enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET, ATT_BIAS };
  * workspace beyond an fp32 q and the row sums. */
 #define FUSED_SCRATCH 256u
 
+static bool windowed(const sim *S, const vp_op *o);
 static bool sdpa_gqa(const vp_op *o);
 
 /* The kernel that runs, the one choice for every caller: the setup's or
- * the model's; SDPA by the compute element bytes ce (flash for half
- * inputs, fp32 GQA on the math path, else efficient). An additive bias
+ * the model's. SDPA: a sliding window whose mask cuts is an explicit
+ * mask, which flash cannot take: the memory-efficient kernel; else flash
+ * for 16-bit inputs; grouped KV heads without a mask (HF passes
+ * enable_gqa, sdpa_gqa) in fp32: the math path (traced: Qwen3 fp32, the
+ * fine-tuning cases); else the memory-efficient kernel. An additive bias
  * (the fourth input, T5's position bias, ops/attention_math.c) that needs
- * a gradient sends SDPA to the math kernel unless the setup chose one, and flash takes no mask
- * (traced: T5's self-attention runs math, its cross-attention, whose zero
- * bias needs none, the efficient kernel). */
+ * a gradient sends SDPA to the math kernel unless the setup chose one,
+ * and flash takes no mask (traced: T5's self-attention runs math, its
+ * cross-attention, whose zero bias needs none, the efficient kernel). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 {
     vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
     bool chosen = S->s->attn_set && S->s->attn != VP_ATTN_SDPA;
     if (impl == VP_ATTN_SDPA)
-        impl = ce == 2 ? VP_ATTN_FLASH
-               : sdpa_gqa(o) ? VP_ATTN_MATH
-                             : VP_ATTN_EFFICIENT;
+        impl = windowed(S, o) ? VP_ATTN_EFFICIENT
+               : ce == 2      ? VP_ATTN_FLASH
+               : sdpa_gqa(o)  ? VP_ATTN_MATH
+                              : VP_ATTN_EFFICIENT;
     if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
         return impl;
     if (!chosen && S->g->ops[o->inputs[3]].needs_grad && S->training)
@@ -46,26 +52,42 @@ vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
     return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
 }
 
-/* HF masking_utils (eager attention): the model builds one 4-D float
- * causal mask [B, 1, Sq, Sk] in its dtype before the decoder layers and
- * keeps it until its forward returns (traced: 16,777,216 B for GPT-2
- * B=4, S=1024 fp32). */
+/* Whether a windowed layer's window cuts (shorter than the keys) in a
+ * training or inference step; generate() models its masks, their repeats
+ * and conversions itself (generate.c, mask_needed). */
+static bool windowed(const sim *S, const vp_op *o)
+{
+    return o->window && o->window < o->kv_len && !S->s->generate.prompt;
+}
+
+/* HF masking_utils: the model builds its masks once, before the decoder
+ * layers, and keeps them until its forward returns. Eager attention: one
+ * 4-D float causal mask [B, 1, Sq, Sk] in the model's dtype per kind of
+ * layer, full and sliding (traced: 16,777,216 B for GPT-2 B=4, S=1024
+ * fp32; two for Gemma 2). SDPA: the full layers use is_causal and need
+ * none; sliding layers whose window cuts get a bool mask [B, 1, Sq, Sk]
+ * (create_sliding_window_causal_mask). */
 void vp__attention_model_mask(sim *S)
 {
     const vp_graph *g = S->g;
+    bool full = false, slide = false;
     for (uint32_t i = 0; i < g->n_ops; i++) {
         const vp_op *o = &g->ops[i];
         if (o->kind != VP_OP_ATTENTION || !o->causal)
             continue;
         vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-        if (impl != VP_ATTN_EAGER)
-            return;
+        bool eager = impl == VP_ATTN_EAGER;
+        bool w = windowed(S, o);
+        if ((w && slide) || (!w && (full || !eager)))
+            continue;
         uint64_t e = vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
                               o->kv_len);
-        uint32_t m = vp__talloc(S, vp__mulc(S, e, S->PE), VP_CAT_ACT);
+        uint32_t m = vp__talloc(S, eager ? vp__mulc(S, e, S->PE) : e,
+                                VP_CAT_ACT);
         vp__hold(S, m);
         vp__tunref(S, m);
-        return;
+        full |= !w;
+        slide |= w;
     }
 }
 
@@ -74,7 +96,22 @@ typedef struct {
     uint32_t q, k, v; /* owned references (k, v: NONE when packed)     */
     uint8_t ce;       /* compute bytes per element                     */
     uint64_t bh;      /* batch x heads                                 */
+    uint64_t on;      /* elements of the output before its reshape     */
 } att_in;
+
+/* Elements of q, of k and of v (and the output) of an attention op. */
+static uint64_t att_qn(sim *S, const vp_op *o)
+{
+    return vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
+                    (uint64_t)o->heads * o->head_dim);
+}
+
+static uint64_t att_kn(sim *S, const vp_op *o, bool v)
+{
+    uint64_t d = v && o->v_head_dim ? o->v_head_dim : o->head_dim;
+    return vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
+                    (uint64_t)o->kv_heads * d);
+}
 
 /* Save the materialised kernels' slots; selective recomputation keeps
  * q, k, v only. */
@@ -94,24 +131,43 @@ static void save_materialised(sim *S, const vp__fwd_op *f, uint32_t q,
     S->recompute_slot = -1;
 }
 
-/* HF eager_attention_forward (transformers 5.x, traced on GPT-2): q made
- * contiguous for bmm (saved); q @ k^T; times the scale; plus the float
- * causal mask (the model's dtype, so fp32 under autocast); softmax (fp32
- * under autocast, saved); .type(v.dtype); dropout (mask and output
+/* Gemma 2's attn_logit_softcapping between the scale and the mask:
+ * scores / cap, tanh (saved), * cap (modeling_gemma2.py,
+ * eager_attention_forward; traced). s is replaced. */
+static uint32_t softcap_fwd(sim *S, uint64_t bytes, uint32_t s,
+                            uint32_t *th)
+{
+    uint32_t d = vp__talloc(S, bytes, VP_CAT_TEMP);
+    vp__tunref(S, s);
+    *th = vp__talloc(S, bytes, VP_CAT_ACT);
+    vp__tunref(S, d);
+    return vp__talloc(S, bytes, VP_CAT_TEMP);
+}
+
+/* HF eager_attention_forward (transformers 5.x, traced on GPT-2 and
+ * Gemma 2): q made contiguous for bmm when it is a view of a packed
+ * projection (saved); q @ k^T; times the scale; soft-capping; plus the
+ * float causal mask (the model's dtype, so fp32 under autocast); softmax
+ * (fp32 under autocast, saved); .type(v.dtype); dropout (mask and output
  * saved); probs @ v; transpose(1, 2).reshape() copies the output. */
 static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
 {
     const vp_op *o = f->o;
     uint8_t ce = a->ce;
     uint64_t sc = vp__mulc(S, vp__mulc(S, a->bh, o->q_len), o->kv_len);
-    uint64_t qn = vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
-                           (uint64_t)o->heads * o->head_dim);
+    uint64_t qn = att_qn(S, o);
     uint8_t me = o->causal ? vp__promote(ce, S->PE) : ce;
     uint8_t se = S->amp ? 4 : me;
-    uint32_t qc = vp__talloc(S, vp__mulc(S, qn, ce), VP_CAT_ACT);
+    uint32_t qc = a->q, th = NONE;
+    if (o->n_inputs == 1)
+        qc = vp__talloc(S, vp__mulc(S, qn, ce), VP_CAT_ACT);
+    else
+        vp__tref(S, qc);
     uint32_t s1 = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     uint32_t s2 = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     vp__tunref(S, s1);
+    if (o->softcap > 0)
+        s2 = softcap_fwd(S, vp__mulc(S, sc, ce), s2, &th);
     if (o->causal) {
         uint32_t s3 = vp__talloc(S, vp__mulc(S, sc, me), VP_CAT_TEMP);
         vp__tunref(S, s2);
@@ -130,16 +186,19 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
         dropped = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_ACT);
         vp__tunref(S, pc);
     }
-    uint32_t o4 = vp__talloc(S, vp__mulc(S, qn, ce), VP_CAT_TEMP);
+    uint32_t o4 = vp__talloc(S, vp__mulc(S, a->on, ce), VP_CAT_TEMP);
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
     vp__tunref(S, o4);
-    if (f->sv)
+    if (f->sv) {
         save_materialised(S, f, qc, a->k != NONE ? a->k : a->q, a->v, sm,
                           mask, dropped);
+        vp__save(S, f->i, ATT_TANH, th);
+    }
     vp__tunref(S, qc);
     vp__tunref(S, sm);
     vp__tunref(S, mask);
     vp__tunref(S, dropped);
+    vp__tunref(S, th);
 }
 
 /* Grouped-query attention that SDPA runs with enable_gqa (HF's
@@ -273,7 +332,19 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         rng1 = vp__talloc(S, 8, VP_CAT_ACT);
         rng2 = vp__talloc(S, 8, VP_CAT_ACT);
     }
-    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    /* transformers' sdpa_attention_forward: transpose(1, 2).contiguous()
+     * copies flash's output when its head width is not a power of two,
+     * or v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA;
+     * never for 64, 128, 256; the fp32 MLA case measures none for the
+     * efficient kernel); the kernel keeps its own for backward. Traced
+     * on causal decoders only: the measured U-Nets' non-causal
+     * cross-attention (head width 40, groundtruth/h200-torch2.11-
+     * encdec.jsonl) shows no such copy */
+    bool copy = !mha && o->causal && o->n_inputs == 3 &&
+                impl == VP_ATTN_FLASH &&
+                ((o->head_dim & (o->head_dim - 1)) ||
+                 (o->v_head_dim && o->v_head_dim != o->head_dim));
+    uint32_t ko = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
     uint64_t L = o->q_len;
     if (impl == VP_ATTN_EFFICIENT)
         L = (L + EFFICIENT_LSE_ROWS - 1) / EFFICIENT_LSE_ROWS *
@@ -286,28 +357,127 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
     /* torch_mha (traced): no scratch in the efficient kernel */
     if (!(mha && impl == VP_ATTN_EFFICIENT))
         vp__transient(S, FUSED_SCRATCH);
+    /* a sliding window's bool mask: SDPA converts it to an additive
+     * float bias [B, 1, Sq, Sk] in q's dtype (convert_boolean_attn_mask),
+     * which the efficient kernel's backward reads again */
+    if (copy) {
+        f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    } else {
+        f->out = ko;
+        ko = NONE;
+    }
+    uint32_t bias = NONE;
+    if (windowed(S, o) && impl == VP_ATTN_EFFICIENT)
+        bias = vp__talloc(S, vp__mulc(S, vp__mulc(S, vp__mulc(S,
+                              o->shape[0], o->q_len), o->kv_len), a->ce),
+                          VP_CAT_ACT);
     if (f->sv) {
         vp__save(S, i, ATT_Q, a->q);
         vp__save(S, i, ATT_K, a->k);
         vp__save(S, i, ATT_V, a->v);
         vp__save(S, i, ATT_LSE, lse);
         /* the packed layout hands the output to out_proj, which saves
-         * it (unless frozen); torch_mha's out_proj may save a copy */
-        if (mha || !output_kept(S, i))
+         * it (unless frozen; a copied output: the kernel keeps its
+         * own); torch_mha's out_proj may save a copy */
+        if (ko != NONE)
+            vp__save(S, i, ATT_OUT, ko);
+        else if (mha || !output_kept(S, i))
             vp__save(S, i, ATT_OUT, f->out);
         vp__save(S, i, ATT_RNG_SEED, rng1);
         vp__save(S, i, ATT_RNG_OFFSET, rng2);
+        if (bias != NONE) /* else a T5 bias's (vp__attention_fwd) */
+            vp__save(S, i, ATT_BIAS, bias);
     }
+    vp__tunref(S, bias);
+    vp__tunref(S, ko);
     vp__tunref(S, lse);
     vp__tunref(S, rng1);
     vp__tunref(S, rng2);
 }
 
-/* HF GPT-2 with use_cache (VP_OPF_KV_COPY; off under checkpointing). */
+/* HF's DynamicCache in training (VP_OPF_KV_COPY; off under
+ * checkpointing): GPT-2's packed k, v, or the separate ones. */
 static bool kv_copy(const sim *S, const vp_op *o)
 {
+    /* a peft model with LoRA adapters: the separate k, v copies are not
+     * in the measured steps (the fine-tuning set's Llama, Qwen2 and
+     * Mistral LoRA/DoRA runs; frozen-parameter runs without peft have
+     * them); GPT-2's packed ones are */
+    if (o->n_inputs == 3 && S->s->ft.lora.r > 0)
+        return false;
     return (o->flags & VP_OPF_KV_COPY) &&
            !(o->segment >= 0 && S->ckpt[o->segment]);
+}
+
+/* Whether k and v are copied to every head: HF's repeat_kv (eager, and
+ * SDPA with a mask: transformers passes enable_gqa only without one);
+ * the math kernel's repeat_interleave (enable_gqa) is math_fwd's own. */
+static bool att_repeats(const sim *S, const vp_op *o, vp_attn_impl impl)
+{
+    if (o->n_inputs != 3 || o->kv_heads >= o->heads)
+        return false;
+    return impl == VP_ATTN_EAGER ||
+           (impl == VP_ATTN_EFFICIENT && windowed(S, o));
+}
+
+/* HF DynamicCache in training (use_cache; off under checkpointing, read
+ * off the Llama, Qwen3 and Gemma traces): update() is cat([], k) and
+ * cat([], v), copies that the cache keeps until the model's output is
+ * dropped, v promoted to k's dtype (fp32 after the rotary embedding under
+ * autocast); the attention reads the copies (repeated for eager GQA). */
+static void cache_kv(sim *S, const vp_op *o, att_in *a, bool rep,
+                     uint32_t *kr, uint32_t *vr)
+{
+    uint8_t ke = S->out_eb[o->inputs[1]];
+    uint8_t ve = vp__promote(ke, S->out_eb[o->inputs[2]]);
+    uint64_t kn = att_kn(S, o, false), vn = att_kn(S, o, true);
+    uint32_t kc = vp__talloc(S, vp__mulc(S, kn, ke), VP_CAT_ACT);
+    uint32_t vc = vp__talloc(S, vp__mulc(S, vn, ve), VP_CAT_ACT);
+    vp__hold(S, kc);
+    vp__hold(S, vc);
+    vp__tunref(S, a->k);
+    vp__tunref(S, a->v);
+    vp__tunref(S, *kr);
+    vp__tunref(S, *vr);
+    *kr = *vr = NONE;
+    uint64_t r = rep ? o->heads / o->kv_heads : 1;
+    uint32_t c[2] = {kc, vc};
+    uint8_t e[2] = {ke, ve};
+    uint64_t n[2] = {kn, vn};
+    uint32_t *dst[2] = {&a->k, &a->v}, *reps[2] = {kr, vr};
+    for (int j = 0; j < 2; j++) {
+        uint32_t src = c[j];
+        if (r > 1) { /* repeat_kv of the cached tensor */
+            src = *reps[j] = vp__talloc(S, vp__mulc(S, vp__mulc(S, n[j], r),
+                                                    e[j]), VP_CAT_TEMP);
+        }
+        if (e[j] != a->ce) {
+            *dst[j] = vp__talloc(S, vp__mulc(S, vp__mulc(S, n[j], r),
+                                             a->ce), VP_CAT_ACT);
+        } else {
+            vp__tref(S, src);
+            *dst[j] = src;
+        }
+    }
+    vp__tunref(S, kc);
+    vp__tunref(S, vc);
+}
+
+/* Eager attention with fewer KV heads than heads: repeat_kv copies k
+ * (or v) to every head in its dtype (a local freed when the attention
+ * function returns), then autocast casts the copy for the matmul (saved).
+ * *rep the copy (NONE when it is the cast itself). */
+static uint32_t repeat_kv(sim *S, const vp_op *o, uint32_t in, bool v,
+                          uint8_t ce, uint32_t *rep)
+{
+    uint64_t n = vp__mulc(S, att_kn(S, o, v), o->heads / o->kv_heads);
+    uint8_t eb = S->out_eb[in];
+    *rep = vp__talloc(S, vp__mulc(S, n, eb), VP_CAT_TEMP);
+    if (eb == ce) {
+        vp__tref(S, *rep);
+        return *rep;
+    }
+    return vp__talloc(S, vp__mulc(S, n, ce), VP_CAT_ACT);
 }
 
 void vp__attention_fwd(sim *S, vp__fwd_op *f)
@@ -315,17 +485,25 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     const vp_op *o = f->o;
     att_in a;
     a.ce = S->amp ? 2 : f->eb0;
+    vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
+    bool rep = att_repeats(S, o, impl);
+    uint32_t kr = NONE, vr = NONE;
     a.q = vp__cast_input(S, f->in0, a.ce);
     a.k = a.v = NONE;
-    if (o->n_inputs >= 3) {
+    if (rep) {
+        a.k = repeat_kv(S, o, o->inputs[1], false, a.ce, &kr);
+        a.v = repeat_kv(S, o, o->inputs[2], true, a.ce, &vr);
+    } else if (o->n_inputs >= 3) {
         a.k = vp__cast_input(S, o->inputs[1], a.ce);
         a.v = vp__cast_input(S, o->inputs[2], a.ce);
     }
     a.bh = vp__mulc(S, o->shape[0], o->heads);
-    uint64_t kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
-                            (uint64_t)o->kv_heads * o->head_dim);
+    a.on = f->n;
+    uint64_t kvn = att_kn(S, o, false);
     bool copy = kv_copy(S, o) && f->mode == MODE_SAVE;
-    if (copy) {
+    if (copy && o->n_inputs == 3)
+        cache_kv(S, o, &a, rep, &kr, &vr);
+    else if (copy) {
         /* HF DynamicCache (use_cache): the copies live in the cache
          * until the model's output is dropped; separate projections'
          * outputs die once copied (T5, traced) */
@@ -342,7 +520,6 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     uint32_t mask = NONE, mcast = NONE, cond = NONE;
     if (o->n_inputs >= 4)
         vp__attention_bias_fwd(S, f, a.ce, &mask, &mcast, &cond);
-    vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
     f->oeb = a.ce;
     f->ol = 0;
     if (impl == VP_ATTN_EAGER)
@@ -365,6 +542,8 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     vp__tunref(S, a.q);
     vp__tunref(S, a.k);
     vp__tunref(S, a.v);
+    vp__tunref(S, kr);
+    vp__tunref(S, vr);
 }
 
 /* ---- backward ---------------------------------------------------------------- */
@@ -374,8 +553,41 @@ typedef struct {
     uint8_t ce;
     vp_attn_impl impl;
     uint64_t bh, qn, kvn; /* batch x heads; elements of q, of k (or v)  */
+    uint64_t vn, on;      /* elements of v, of the output                */
     uint32_t dq, dk, dv;  /* the gradients made                          */
+    uint8_t kge;          /* bytes per element of dk, dv                 */
 } att_grads;
+
+/* repeat_kv's backward (eager, fewer KV heads): the per-head grad (ce)
+ * cast back to the copy's dtype (ToCopyBackward), then summed over the
+ * heads sharing it. */
+static uint32_t unrepeat_kv(sim *S, const vp_op *o, uint32_t g, uint64_t kn,
+                            uint8_t ce, uint8_t eb)
+{
+    uint64_t n = vp__mulc(S, kn, o->heads / o->kv_heads);
+    if (eb != ce) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, n, eb), VP_CAT_TEMP);
+        vp__tunref(S, g);
+        g = c;
+    }
+    uint32_t r = vp__talloc(S, vp__mulc(S, kn, eb), VP_CAT_TEMP);
+    vp__tunref(S, g);
+    return r;
+}
+
+/* The backward of the soft-capping: * cap, tanh, / cap (one new grad
+ * each); the saved tanh is dropped. ga is replaced. */
+static uint32_t softcap_bwd(sim *S, uint32_t i, uint64_t bytes, uint32_t ga)
+{
+    for (int k = 0; k < 3; k++) {
+        uint32_t n = vp__talloc(S, bytes, VP_CAT_TEMP);
+        vp__tunref(S, ga);
+        ga = n;
+        if (k == 1)
+            vp__drop_saved(S, i, ATT_TANH);
+    }
+    return ga;
+}
 
 /* Its backward, node by node: the output's cast back, probs @ v (its
  * grad_out copied contiguous: it comes back through HF's transpose), the
@@ -450,10 +662,13 @@ static void eager_bwd(sim *S, vp__bwd_op *b, att_grads *d)
     uint64_t sc = vp__mulc(S, vp__mulc(S, d->bh, o->q_len), o->kv_len);
     uint8_t me = o->causal ? vp__promote(ce, S->PE) : ce;
     uint8_t se = S->amp ? 4 : me;
-    uint32_t t = vp__talloc(S, vp__mulc(S, d->qn, ce), VP_CAT_TEMP);
+    bool rep = o->n_inputs == 3 && o->kv_heads < o->heads;
+    uint64_t r = rep ? o->heads / o->kv_heads : 1;
+    uint32_t t = vp__talloc(S, vp__mulc(S, d->on, ce), VP_CAT_TEMP);
     vp__tunref(S, b->gy);
     b->gy = NONE;
-    d->dv = vp__talloc(S, vp__mulc(S, d->kvn, ce), VP_CAT_TEMP);
+    d->dv = vp__talloc(S, vp__mulc(S, vp__mulc(S, d->vn, r), ce),
+                       VP_CAT_TEMP);
     uint32_t ga = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     vp__tunref(S, t);
     vp__drop_saved(S, i, ATT_V);
@@ -479,13 +694,21 @@ static void eager_bwd(sim *S, vp__bwd_op *b, att_grads *d)
         vp__tunref(S, ga);
         ga = g5;
     }
+    if (o->softcap > 0)
+        ga = softcap_bwd(S, i, vp__mulc(S, sc, ce), ga);
     uint32_t g6 = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     vp__tunref(S, ga);
     d->dq = vp__talloc(S, vp__mulc(S, d->qn, ce), VP_CAT_TEMP);
-    d->dk = vp__talloc(S, vp__mulc(S, d->kvn, ce), VP_CAT_TEMP);
+    d->dk = vp__talloc(S, vp__mulc(S, vp__mulc(S, d->kvn, r), ce),
+                       VP_CAT_TEMP);
     vp__tunref(S, g6);
     vp__drop_saved(S, i, ATT_Q);
     vp__drop_saved(S, i, ATT_K);
+    if (rep) {
+        d->kge = S->out_eb[o->inputs[1]];
+        d->dk = unrepeat_kv(S, o, d->dk, d->kvn, ce, d->kge);
+        d->dv = unrepeat_kv(S, o, d->dv, d->vn, ce, d->kge);
+    }
 }
 
 /* The fused kernels' own scratch after dq, dk, dv: their fp32
@@ -560,8 +783,10 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     d.bh = vp__mulc(S, o->shape[0], o->heads);
     d.qn = vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
                     (uint64_t)o->heads * o->head_dim);
-    d.kvn = vp__mulc(S, vp__mulc(S, o->shape[0], o->kv_len),
-                     (uint64_t)o->kv_heads * o->head_dim);
+    d.kvn = att_kn(S, o, false);
+    d.vn = att_kn(S, o, true);
+    d.on = b->n;
+    d.kge = d.ce;
     d.impl = vp__attention_impl(S, o, d.ce);
     bool math = bias_math(o, d.impl); /* attention_math.c */
     /* torch_mha: the efficient kernel wants grad_out in [B, L, h, d]
@@ -578,9 +803,17 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     } else if (d.impl == VP_ATTN_MATH) {
         math_bwd(S, b, &d);
     } else {
+        uint64_t r = att_repeats(S, o, d.impl) ? o->heads / o->kv_heads : 1;
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);
-        d.dk = vp__talloc(S, vp__mulc(S, d.kvn, d.ce), VP_CAT_TEMP);
-        d.dv = vp__talloc(S, vp__mulc(S, d.kvn, d.ce), VP_CAT_TEMP);
+        d.dk = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.kvn, r), d.ce),
+                          VP_CAT_TEMP);
+        d.dv = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.vn, r), d.ce),
+                          VP_CAT_TEMP);
+        if (r > 1) {
+            d.kge = S->out_eb[o->inputs[1]];
+            d.dk = unrepeat_kv(S, o, d.dk, d.kvn, d.ce, d.kge);
+            d.dv = unrepeat_kv(S, o, d.dv, d.vn, d.ce, d.kge);
+        }
     }
     if (mha_eff) {
         /* delta = (grad_out * out).sum(-1) in fp32 (traced on the
@@ -604,11 +837,23 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     } else if (o->n_inputs == 1) {
         packed_input_grad(S, b, &d);
     } else {
+        uint8_t ve = d.kge;
+        if (kv_copy(S, o) && o->n_inputs == 3) { /* ToCopy: the cache's v */
+            ve = vp__promote(S->out_eb[o->inputs[1]],
+                             S->out_eb[o->inputs[2]]);
+            if (ve != d.kge) {
+                uint32_t c = vp__talloc(S, vp__mulc(S, d.vn, ve),
+                                        VP_CAT_TEMP);
+                vp__tunref(S, d.dv);
+                d.dv = c;
+            }
+        }
         /* math's grads are [B, h, L, d], and so are k's and v's through
-         * the cache's cat: the projections' views copy them */
-        bool kvs = math || kv_copy(S, o);
+         * a bias-carrying attention's cache copies (T5): the projections'
+         * views copy them */
+        bool kvs = math || (kv_copy(S, o) && o->n_inputs >= 4);
         vp__give_grad_l(S, o->inputs[0], d.dq, d.ce, math);
-        vp__give_grad_l(S, o->inputs[1], d.dk, d.ce, kvs);
-        vp__give_grad_l(S, o->inputs[2], d.dv, d.ce, kvs);
+        vp__give_grad_l(S, o->inputs[1], d.dk, d.kge, kvs);
+        vp__give_grad_l(S, o->inputs[2], d.dv, ve, kvs);
     }
 }

@@ -1,7 +1,7 @@
 /* Op rules: SDPA's math kernel as PyTorch 2.11 runs it, and the additive
  * bias of T5's attention. Read from the allocator traces of T5 and mT5
  * (groundtruth/traces/t5-base-amp-bf16-b2-s256-t64, mt5-small-bf16-b2-
- * s256-t64-ckpt; docs/SIMULATION_NOTES.md §12) and PyTorch
+ * s256-t64-ckpt; docs/SIMULATION_NOTES.md §13) and PyTorch
  * aten/src/ATen/native/transformers/attention.cpp
  * (_scaled_dot_product_attention_math: q, k, v upcast to fp32, q and k
  * each times sqrt(scale), matmul, add_ of the mask, _safe_softmax,

@@ -4,7 +4,7 @@
  * cast to wo's dtype (T5DenseActDense.forward) and the scaling of the
  * decoder's output (T5ForConditionalGeneration.forward). Read from the
  * allocator traces groundtruth/traces/t5-base-amp-bf16-b2-s256-t64 and
- * mt5-small-bf16-b2-s256-t64-ckpt (docs/SIMULATION_NOTES.md §12). */
+ * mt5-small-bf16-b2-s256-t64-ckpt (docs/SIMULATION_NOTES.md §13). */
 #include "../sim_internal.h"
 
 /* What T5LayerNorm's graph keeps: the fp32 input (pow's), the input
@@ -168,8 +168,3 @@ void vp__cast_bwd(sim *S, vp__bwd_op *b)
     b->gxs = b->gstr;
 }
 
-/* x * constant: a new tensor; its backward one like the input */
-void vp__scale_fwd(sim *S, vp__fwd_op *f)
-{
-    f->out = vp__talloc(S, vp__mulc(S, f->n, f->eb0), VP_CAT_ACT);
-}

@@ -10,8 +10,9 @@
  * and the reciprocal standard deviation (per row, fp32). */
 enum { NORM_X, NORM_MEAN, NORM_RSTD };
 /* What LlamaRMSNorm's autograd graph keeps: x.float(), the rsqrt per row,
- * and the normalised h cast back (the weight multiply's operand). */
-enum { RMS_XF, RMS_RSTD, RMS_H };
+ * and the normalised h cast back (the weight multiply's operand);
+ * GemmaRMSNorm's h stays fp32 and 1 + w is kept too. */
+enum { RMS_XF, RMS_RSTD, RMS_H, RMS_W1 };
 
 void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
 {
@@ -40,6 +41,38 @@ void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
     vp__tunref(S, x);
 }
 
+/* HF GemmaRMSNorm (Gemma 1-3; traced): x.float(), pow, mean, + eps,
+ * rsqrt (saved), x * rsqrt (saved), 1 + weight.float() (saved), the
+ * product in fp32, .type_as(x). */
+static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint64_t n = f->n;
+    uint32_t xf = vp__cast_input(S, f->in0, 4);
+    vp__transient(S, vp__mulc(S, n, 4)); /* pow(2) */
+    uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    uint32_t h = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_ACT);
+    uint32_t w1 = vp__talloc(S, vp__mulc(S, n / o->rows, 4), VP_CAT_ACT);
+    f->out = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_ACT);
+    f->oeb = 4;
+    if (f->eb0 != 4) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, n, f->eb0), VP_CAT_ACT);
+        vp__tunref(S, f->out);
+        f->out = c;
+        f->oeb = f->eb0;
+    }
+    if (f->sv) {
+        vp__save(S, f->i, RMS_XF, xf);
+        vp__save(S, f->i, RMS_RSTD, r);
+        vp__save(S, f->i, RMS_H, h);
+        vp__save(S, f->i, RMS_W1, w1);
+    }
+    vp__tunref(S, w1);
+    vp__tunref(S, h);
+    vp__tunref(S, r);
+    vp__tunref(S, xf);
+}
+
 /* HF LlamaRMSNorm: x.float(), pow, mean, rsqrt, mul, .to(dtype),
  * weight * h */
 void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
@@ -52,6 +85,10 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
     uint32_t i = f->i;
     uint8_t eb0 = f->eb0;
     uint64_t n = f->n;
+    if (o->flags & VP_OPF_NORM_OFFSET) {
+        gemma_rmsnorm_fwd(S, f);
+        return;
+    }
     uint32_t xf = vp__cast_input(S, f->in0, 4);
     vp__transient(S, vp__mulc(S, n, 4)); /* pow(2) */
     uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
@@ -90,8 +127,13 @@ void vp__norm_bwd(sim *S, vp__bwd_op *b)
     uint8_t ce = S->amp ? 4 : b->eb0;
     bool ln = o->kind == VP_OP_LAYERNORM;
     if (o->kind == VP_OP_RMSNORM) {
+        /* GemmaRMSNorm: type_as's backward casts the grad to fp32 */
+        uint32_t g32 = (o->flags & VP_OPF_NORM_OFFSET) && b->oeb != 4
+                           ? vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP)
+                           : NONE;
         vp__transient(S, vp__mulc(S, n, 4));
         vp__transient(S, vp__mulc(S, n, 4));
+        vp__tunref(S, g32);
     }
     /* layer_norm_backward_cuda: X.expect_contiguous() first, then dX,
      * dgamma, dbeta; the kernel copies a strided dY */

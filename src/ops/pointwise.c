@@ -303,3 +303,70 @@ void vp__elementwise_bwd(sim *S, vp__bwd_op *b)
     if (b->ig0)
         b->gx = vp__grad_like(S, b->in0, b->eb0);
 }
+
+/* x * c by a constant tensor (Gemma's embedding scale): a new output;
+ * MulBackward keeps the constant only. With VP_OPF_KV_COPY, HF
+ * DynamicCache's copy cat([], x) (MLA's latent and rotary key): made and
+ * kept by the cache only while it is on (use_cache: not under
+ * checkpointing), else x itself. */
+void vp__scale_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    if ((o->flags & VP_OPF_KV_COPY) &&
+        (f->mode != MODE_SAVE || (o->segment >= 0 && S->ckpt[o->segment]))) {
+        vp__alias_input(S, f);
+        return;
+    }
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->eb0), VP_CAT_ACT);
+    if (o->flags & VP_OPF_KV_COPY)
+        vp__hold(S, f->out);
+}
+
+/* the constant's product makes a new gradient; the cache's cat hands on
+ * a view */
+void vp__scale_bwd(sim *S, vp__bwd_op *b)
+{
+    if (!(b->o->flags & VP_OPF_KV_COPY)) {
+        vp__elementwise_bwd(S, b);
+        return;
+    }
+    if (b->ig0) {
+        vp__tref(S, b->gy);
+        b->gx = b->gy;
+        b->gxe = b->oeb;
+    }
+}
+
+/* Gemma 2's final_logit_softcapping (modeling_gemma2.py,
+ * Gemma2ForCausalLM.forward): logits / cap, tanh (saved by its
+ * backward), * cap, each a new tensor in the logits' dtype. */
+enum { SOFTCAP_TANH };
+
+void vp__softcap_fwd(sim *S, vp__fwd_op *f)
+{
+    uint64_t bytes = vp__mulc(S, f->n, f->eb0);
+    uint32_t d = vp__talloc(S, bytes, VP_CAT_TEMP);
+    uint32_t th = vp__talloc(S, bytes, VP_CAT_ACT);
+    vp__tunref(S, d);
+    f->out = vp__talloc(S, bytes, VP_CAT_ACT);
+    if (f->sv)
+        vp__save(S, f->i, SOFTCAP_TANH, th);
+    vp__tunref(S, th);
+}
+
+/* * cap, tanh and / cap backward: one new gradient each */
+void vp__softcap_bwd(sim *S, vp__bwd_op *b)
+{
+    uint64_t bytes = vp__mulc(S, b->n, b->oeb);
+    uint32_t g1 = vp__talloc(S, bytes, VP_CAT_TEMP);
+    vp__tunref(S, b->gy);
+    b->gy = NONE;
+    uint32_t g2 = vp__talloc(S, bytes, VP_CAT_TEMP);
+    vp__tunref(S, g1);
+    vp__drop_saved(S, b->i, SOFTCAP_TANH);
+    if (b->ig0) {
+        b->gx = vp__talloc(S, bytes, VP_CAT_TEMP);
+        b->gxe = b->oeb;
+    }
+    vp__tunref(S, g2);
+}

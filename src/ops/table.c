@@ -34,10 +34,13 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_SOFTMAX] = {vp__softmax_fwd, vp__elementwise_bwd, 0},
     [VP_OP_CROSS_ENTROPY] = {vp__loss_fwd, vp__loss_bwd, VP__TRAIT_LOSS},
     [VP_OP_MSE_LOSS] = {vp__loss_fwd, vp__loss_bwd, VP__TRAIT_LOSS},
-    [VP_OP_ROUTER] = {vp__router_fwd, vp__elementwise_bwd, 0},
-    [VP_OP_MOE_DISPATCH] = {vp__moe_dispatch_fwd, vp__elementwise_bwd, 0},
-    [VP_OP_MOE_COMBINE] = {vp__moe_combine_fwd, vp__moe_combine_bwd, 0},
+    [VP_OP_ROUTER] = {vp__router_fwd, vp__router_bwd, 0},
     [VP_OP_ROPE] = {vp__rope_fwd, vp__rope_bwd, 0},
+    [VP_OP_MOE_EXPERTS] = {vp__moe_experts_fwd, vp__moe_experts_bwd, 0},
+    [VP_OP_SOFTCAP] = {vp__softcap_fwd, vp__softcap_bwd, 0},
+    [VP_OP_SCALE] = {vp__scale_fwd, vp__scale_bwd, 0},
+    [VP_OP_MLA_Q] = {vp__mla_q_fwd, vp__mla_cat_bwd, 0},
+    [VP_OP_MLA_K] = {vp__mla_k_fwd, vp__mla_cat_bwd, 0},
     [VP_OP_PERMUTE] = {vp__view_fwd, vp__view_bwd, PASS},
     [VP_OP_SELECT] = {vp__view_fwd, vp__elementwise_bwd, PASS},
     [VP_OP_CROSS_ATTENTION] = {NULL, NULL, 0}, /* built of linears and a
@@ -47,6 +50,5 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_POSITION_BIAS] = {vp__position_bias_fwd, vp__position_bias_bwd,
                              0},
     [VP_OP_CAST] = {vp__cast_fwd, vp__cast_bwd, PASS},
-    [VP_OP_SCALE] = {vp__scale_fwd, vp__elementwise_bwd, 0},
     [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
 };

@@ -93,6 +93,28 @@ class Estimate(unittest.TestCase):
         self.assertEqual(e["budget"], c["setup"]["budget"])
         self.assertEqual(e["device_used"], c["device_used"])
 
+    def test_data_parallel_run_matches_the_command_line(self):
+        e = vramplan.estimate("gpt2-small", batch=2, seq=256,
+                              strategy="fsdp2", world=4,
+                              param_dtype="bf16")
+        c, rc = cli_json("estimate", "models/gpt2-small.yaml", "--batch",
+                         "2", "--seq", "256", "--strategy", "fsdp2",
+                         "--world", "4", "--param-dtype", "bf16")
+        self.assertEqual(rc, 0)
+        self.assertEqual(e["peak_alloc"], c["peak_alloc"])
+        self.assertEqual(e["dist"]["roles"], c["dist"]["roles"])
+        self.assertEqual(e["dist"]["most_loaded_rank"],
+                         c["dist"]["most_loaded_rank"])
+        self.assertEqual(sum(r["ranks"] for r in e["dist"]["roles"]), 4)
+
+    def test_data_parallel_fields_need_a_strategy(self):
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("gpt2-small", world=2)
+        self.assertIn("strategy", str(cm.exception))
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("gpt2-small", strategy="zero3")
+        self.assertIn("zero3", str(cm.exception))
+
 
 class Generate(unittest.TestCase):
     ARGS = ("--batch", "8", "--precision", "bf16", "--generate",

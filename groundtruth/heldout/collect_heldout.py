@@ -4,14 +4,14 @@ Shapes and settings that no rule was developed against: other sizes of the same 
 targets and dtypes, other generate() lengths and caches, other wrappers' worlds. The protocol, fields and runners
 are collect_more.py's and collect_dist_more.py's (imported); only the cases are new.
 
-    python3 groundtruth/collect_heldout.py OUTDIR single [filter]   # lora, families, generate -> OUTDIR/heldout-*.jsonl
-    python3 groundtruth/collect_heldout.py OUTDIR configs           # OUTDIR/hf_configs/<model>.json of every case
-    python3 groundtruth/collect_heldout.py OUT.jsonl fake W R       # FSDP1/FSDP2 rank R of a fake world of W
-    torchrun --nproc_per_node=1 groundtruth/collect_heldout.py OUT.jsonl nccl   # DDP/ZeRO1/FSDP2 at world 1
+    python3 groundtruth/heldout/collect_heldout.py OUTDIR single [filter]   # lora, families, generate -> OUTDIR/heldout-*.jsonl
+    python3 groundtruth/heldout/collect_heldout.py OUTDIR configs           # OUTDIR/hf_configs/<model>.json of every case
+    python3 groundtruth/heldout/collect_heldout.py OUT.jsonl fake W R       # FSDP1/FSDP2 rank R of a fake world of W
+    torchrun --nproc_per_node=1 groundtruth/heldout/collect_heldout.py OUT.jsonl nccl   # DDP/ZeRO1/FSDP2 at world 1
 """
 import json, os, signal, sys, time, traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # collect_more.py
 import collect_more as M  # noqa: E402
 
 M.LORA_TARGETS["phi3-qkvo"] = ["qkv_proj", "o_proj"]

@@ -1,0 +1,76 @@
+"""Fit the host (Python) cost model of an eager training step (docs/STEP_TIME.md "The host").
+
+    python3 calibrate/fit-host.py calibrate/profiles/h200-host.jsonl calibrate/profiles/h200-host-counts.jsonl
+
+The first file is vp-host.py's output (host seconds of each phase, measured without synchronizing); the second
+gives, for the same cases, the counts vramplan's step model issues (vp_step_time's host_calls, host_kernels,
+host_casts, host_bwd_kernels, host_tensors of one micro-batch). Each phase's cost is a weighted least-squares fit
+(relative error) of the measured host time on the counts:
+
+    forward   = (kernels + casts) x per_kernel                    (every kernel issued from Python)
+    backward  = backward kernels x per_bwd_kernel             (autograd engine: one node per kernel)
+    optimizer = fixed + tensors x per_tensor                  (foreach AdamW + zero_grad, fp32 and bf16 state)
+    and for each other optimizer its per_tensor = (host time - fixed) / tensors of its case (one each)
+
+Cases left out of a phase, and why: checkpointed cases (torch.utils.checkpoint saves the CUDA RNG state per
+segment, which waits for the GPU: their host times are the GPU's); the optimizer of amp fp16 (GradScaler reads
+found_inf with .item(), a synchronize) and of the other optimizers (one case each; their per-tensor cost is read off
+that case with the fixed cost fitted on foreach). Prints the constants in microseconds and each phase's median and max relative error, and, as a check
+of the forward's form, the fit with a cost per call and per cast apart (both come out as a kernel's or less:
+neither the module call nor the model's code, plain nn.Module or Hugging Face, adds a cost of its own).
+"""
+import json
+import sys
+
+
+def solve(X, y):
+    """Least squares of X b = y weighted by 1/y (relative error), by the normal equations."""
+    n = len(X[0])
+    A = [[sum(r[i] * r[j] / v ** 2 for r, v in zip(X, y)) for j in range(n)] for i in range(n)]
+    c = [sum(r[i] / v for r, v in zip(X, y)) for i in range(n)]
+    M = [a + [b] for a, b in zip(A, c)]
+    for i in range(n):
+        p = max(range(i, n), key=lambda k: abs(M[k][i]))
+        M[i], M[p] = M[p], M[i]
+        for k in range(n):
+            if k != i:
+                f = M[k][i] / M[i][i]
+                M[k] = [a - f * b for a, b in zip(M[k], M[i])]
+    return [M[i][n] / M[i][i] for i in range(n)]
+
+
+def report(name, X, y, b, labels):
+    err = sorted(abs(sum(u * v for u, v in zip(r, b)) / t - 1) for r, t in zip(X, y))
+    terms = ", ".join("%s %.2f us" % (l, v * 1e6) for l, v in zip(labels, b))
+    print("%-9s %s  (%d cases: median %.1f %%, max %.1f %%)" % (name, terms, len(y), 100 * err[len(err) // 2],
+                                                               100 * err[-1]))
+
+
+def main():
+    host = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    cnt = {d["case"]: d for d in map(json.loads, filter(str.strip, open(sys.argv[2])))}
+    rows = [(h, cnt[h["case"]]) for h in host if "error" not in h and h["case"] in cnt]
+    free = [(h, c) for h, c in rows if "ckpt" not in h["case"]]
+    y = [h["fwd_ms"] * 1e-3 for h, c in free]
+    X = [[c["kernels"] + c["casts"]] for h, c in free]
+    report("forward", X, y, solve(X, y), ["per kernel"])
+    X = [[c["calls"], c["kernels"], c["casts"]] for h, c in free]
+    report("(check)", X, y, solve(X, y), ["per call", "per kernel", "per cast"])
+    X = [[c["bwd_kernels"]] for h, c in free]
+    y = [h["bwd_ms"] * 1e-3 for h, c in free]
+    report("backward", X, y, solve(X, y), ["per kernel"])
+    foreach = [(h, c) for h, c in free if "fp16" not in h["case"] and
+               not any(o in h["case"] for o in ("-sgd", "-adamw-fused", "-adamw-forloop"))]
+    X = [[1, c["tensors"]] for h, c in foreach]
+    y = [h["opt_ms"] * 1e-3 for h, c in foreach]
+    b = solve(X, y)
+    report("optimizer", X, y, b, ["fixed", "per tensor"])
+    for h, c in free:
+        for o in ("-sgd", "-adamw-fused", "-adamw-forloop"):
+            if o in h["case"] and "fp16" not in h["case"]:
+                print("%-9s %s: per tensor %.2f us (%s)" % ("", o[1:], (h["opt_ms"] * 1e-3 - b[0]) / c["tensors"] * 1e6,
+                                                             h["case"]))
+
+
+if __name__ == "__main__":
+    main()

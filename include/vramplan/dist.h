@@ -1,0 +1,135 @@
+/* vramplan: PyTorch's data-parallel wrappers, simulated rank by rank.
+ *
+ * A data-parallel run is simulated as the event stream of one rank: the
+ * same op rules and caching-allocator model as one GPU (sim.h), with the
+ * wrapper's own allocations and frees added where its source makes them
+ * (DDP's buckets, ZeroRedundancyOptimizer's partition, FSDP's flat
+ * parameters, all-gather and reduce-scatter buffers on their own
+ * streams). Ranks that hold the same shapes make the same stream: they
+ * share a role, simulated once. docs/DISTRIBUTED.md gives every rule with
+ * its source (file and function of PyTorch 2.11).
+ *
+ *   vp_dist d; vp_dist_init(&d);
+ *   d.strategy = VP_DIST_FSDP2; d.world = 8; d.param_dtype = VP_MP_BF16;
+ *   vp_setup s; vp_setup_init(&s); s.dist = &d; ...
+ *   vp_rank_estimate *r; size_t n; size_t worst;
+ *   vp_simulate_ranks(g, &s, &r, &n, &worst, &err);   // one per role
+ */
+#ifndef VRAMPLAN_DIST_H
+#define VRAMPLAN_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramplan/error.h"
+
+#define VP_DIST_STRATEGY_MAP(XX)                                           \
+    XX(NONE, "none")                  /* one GPU                        */ \
+    XX(DDP, "ddp")                    /* DistributedDataParallel        */ \
+    XX(DDP_BUCKET_VIEW, "ddp-bucket-view") /* gradient_as_bucket_view   */ \
+    XX(DDP_ZERO1, "ddp-zero1")        /* DDP + ZeroRedundancyOptimizer  */ \
+    XX(FSDP_FULL, "fsdp-full")        /* FSDP1 FULL_SHARD               */ \
+    XX(FSDP_GRAD_OP, "fsdp-grad-op")  /* FSDP1 SHARD_GRAD_OP            */ \
+    XX(FSDP_HYBRID, "fsdp-hybrid")    /* FSDP1 HYBRID_SHARD             */ \
+    XX(FSDP_NO_SHARD, "fsdp-no-shard") /* FSDP1 NO_SHARD                */ \
+    XX(FSDP2, "fsdp2")                /* fully_shard                    */
+
+typedef enum {
+#define VP__DS(name, str) VP_DIST_##name,
+    VP_DIST_STRATEGY_MAP(VP__DS)
+#undef VP__DS
+    VP_DIST__COUNT
+} vp_dist_strategy;
+
+/* MixedPrecision / MixedPrecisionPolicy dtypes; NONE: the parameters'
+ * own dtype. */
+#define VP_MP_DTYPE_MAP(XX)                                                \
+    XX(NONE, "none")                                                       \
+    XX(FP32, "fp32")                                                       \
+    XX(BF16, "bf16")                                                       \
+    XX(FP16, "fp16")
+
+typedef enum {
+#define VP__MPD(name, str) VP_MP_##name,
+    VP_MP_DTYPE_MAP(VP__MPD)
+#undef VP__MPD
+    VP_MP__COUNT
+} vp_mp_dtype;
+
+/* FSDP1 backward_prefetch. */
+#define VP_PREFETCH_MAP(XX)                                                \
+    XX(PRE, "pre")   /* BackwardPrefetch.BACKWARD_PRE (the default here)  */ \
+    XX(POST, "post") /* BackwardPrefetch.BACKWARD_POST                    */ \
+    XX(NONE, "none")
+
+typedef enum {
+#define VP__PF(name, str) VP_PREFETCH_##name,
+    VP_PREFETCH_MAP(VP__PF)
+#undef VP__PF
+    VP_PREFETCH__COUNT
+} vp_prefetch;
+
+/* Largest data-parallel world a run may name. */
+#define VP_DIST_MAX_WORLD 65536u
+/* DDP's bucket_cap_mb default (25 MiB) and its first rebuilt bucket
+ * (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB). */
+#define VP_DDP_BUCKET_CAP ((uint64_t)25 * 1048576)
+#define VP_DDP_FIRST_BUCKET ((uint64_t)1048576)
+
+/* A data-parallel run and the rank simulated. Initialise with
+ * vp_dist_init, then change fields. FSDP wraps every segment of the graph
+ * (a decoder layer, as transformer_auto_wrap_policy or fully_shard per
+ * layer does) and the root module. */
+typedef struct vp_dist {
+    vp_dist_strategy strategy;
+    uint32_t world;            /* ranks of the data-parallel group (>= 1)    */
+    uint32_t rank;             /* the rank simulated, 0..world-1             */
+    uint32_t shard;            /* HYBRID_SHARD / FSDP2 on a 2-D mesh: ranks
+                                  per shard group (the mesh's last dim);
+                                  0 = world (no replication)                 */
+    vp_mp_dtype param_dtype;   /* FSDP MixedPrecision(Policy) param_dtype   */
+    vp_mp_dtype reduce_dtype;  /* reduce_dtype; NONE: param_dtype's          */
+    vp_mp_dtype buffer_dtype;  /* FSDP1 buffer_dtype; NONE: param_dtype's    */
+    int32_t reshard_after_forward; /* FSDP2: 1 True, 0 False, n >= 2 the
+                                      int (reshard to n ranks); -1 default
+                                      (True)                                */
+    uint64_t bucket_cap;       /* DDP bucket_cap_mb in bytes (25 MiB)        */
+    uint64_t first_bucket;     /* DDP's first rebuilt bucket (1 MiB)         */
+    bool static_graph;         /* DDP static_graph                           */
+    bool find_unused;          /* DDP find_unused_parameters                 */
+    bool broadcast_buffers;    /* DDP broadcast_buffers (default true)       */
+    bool rebuild_held;         /* DDP: the rank simulated still holds the
+                                  iteration-1 buckets when the second step
+                                  rebuilds them (ProcessGroupNCCL releases
+                                  them from its watchdog thread, late on
+                                  some rank): the most loaded rank (default
+                                  true)                                      */
+    bool overlap_with_ddp;     /* ZeroRedundancyOptimizer overlap_with_ddp   */
+    bool limit_all_gathers;    /* FSDP1 (default true)                       */
+    bool forward_prefetch;     /* FSDP1 (default false)                      */
+    vp_prefetch backward_prefetch; /* FSDP1 (default BACKWARD_PRE)           */
+    bool use_orig_params;      /* FSDP1 (default false)                      */
+    bool cpu_offload;          /* FSDP2 CPUOffloadPolicy                     */
+    bool empty_cache_after_wrap; /* the script calls torch.cuda.empty_cache()
+                                    once the wrapper is built (the
+                                    ground-truth protocol, collect_dist.py)  */
+} vp_dist;
+
+/* Defaults: no strategy, world 1, rank 0, no mixed precision, DDP's 25
+ * MiB buckets, BACKWARD_PRE, limit_all_gathers, broadcast_buffers, the
+ * rebuild held. */
+void vp_dist_init(vp_dist *d);
+
+const char *vp_dist_strategy_name(vp_dist_strategy s);
+const char *vp_mp_dtype_name(vp_mp_dtype d);
+const char *vp_prefetch_name(vp_prefetch p);
+/* Parse names as printed above; VP_EARG if unknown. */
+vp_status vp_dist_strategy_parse(const char *s, vp_dist_strategy *out);
+vp_status vp_mp_dtype_parse(const char *s, vp_mp_dtype *out);
+vp_status vp_prefetch_parse(const char *s, vp_prefetch *out);
+
+/* Whether the strategy is one of FSDP's (1 or 2). */
+bool vp_dist_is_fsdp(vp_dist_strategy s);
+
+#endif

@@ -1,0 +1,140 @@
+/* estimate's data-parallel run: its options (CLI_DIST_ROWS) into a
+ * vp_dist, and the report of its roles (the ranks simulated, and the most
+ * loaded one, whose full report follows). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define NAME_OF(name, str) str,
+const char *const cli_strategies[] = {VP_DIST_STRATEGY_MAP(NAME_OF) NULL};
+const char *const cli_prefetches[] = {VP_PREFETCH_MAP(NAME_OF) NULL};
+#undef NAME_OF
+/* vp_mp_dtype order, less NONE */
+const char *const cli_mp_dtypes[] = {"fp32", "bf16", "fp16", NULL};
+
+/* --reshard-after-forward: true, false, or a number of ranks >= 2. */
+static int parse_reshard(const char *t, int32_t *out)
+{
+    char *end;
+    unsigned long n;
+
+    if (strcmp(t, "true") == 0 || strcmp(t, "false") == 0) {
+        *out = t[0] == 't';
+        return -1;
+    }
+    n = strtoul(t, &end, 10);
+    if (*t < '0' || *t > '9' || *end != '\0' || n < 2 ||
+        n > VP_DIST_MAX_WORLD)
+        return cli_usage_error("invalid value '%s' for "
+                               "--reshard-after-forward (true, false, or "
+                               "2 to %u ranks)", t, VP_DIST_MAX_WORLD);
+    *out = (int32_t)n;
+    return -1;
+}
+
+int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set)
+{
+    vp_dist_init(d);
+    *set = v[CLI_O_STRATEGY].given &&
+           v[CLI_O_STRATEGY].choice != VP_DIST_NONE;
+    for (int id = CLI_O_WORLD; id < CLI_O__DIST_END; id++)
+        if (v[id].given && !*set)
+            return cli_usage_error("--%s needs --strategy",
+                                   id == CLI_O_WORLD ? "world"
+                                                     : "its option");
+    if (!*set)
+        return -1;
+    d->strategy = (vp_dist_strategy)v[CLI_O_STRATEGY].choice;
+    d->world = v[CLI_O_WORLD].given ? (uint32_t)v[CLI_O_WORLD].u : 1;
+    d->shard = v[CLI_O_SHARD].given ? (uint32_t)v[CLI_O_SHARD].u : 0;
+    if (v[CLI_O_PARAM_DTYPE].given)
+        d->param_dtype = (vp_mp_dtype)(v[CLI_O_PARAM_DTYPE].choice + 1);
+    if (v[CLI_O_REDUCE_DTYPE].given)
+        d->reduce_dtype = (vp_mp_dtype)(v[CLI_O_REDUCE_DTYPE].choice + 1);
+    if (v[CLI_O_BUFFER_DTYPE].given)
+        d->buffer_dtype = (vp_mp_dtype)(v[CLI_O_BUFFER_DTYPE].choice + 1);
+    int rc;
+    if (v[CLI_O_RESHARD].given &&
+        (rc = parse_reshard(v[CLI_O_RESHARD].text,
+                            &d->reshard_after_forward)) >= 0)
+        return rc;
+    if (v[CLI_O_BUCKET_CAP].given) {
+        if (v[CLI_O_BUCKET_CAP].u == 0)
+            return cli_usage_error("--bucket-cap must be more than 0 bytes");
+        d->bucket_cap = v[CLI_O_BUCKET_CAP].u;
+    }
+    d->static_graph = v[CLI_O_STATIC_GRAPH].given;
+    d->find_unused = v[CLI_O_FIND_UNUSED].given;
+    d->broadcast_buffers = !v[CLI_O_NO_BCAST_BUFFERS].given;
+    d->rebuild_held = !v[CLI_O_REBUILD_FREED].given;
+    d->overlap_with_ddp = v[CLI_O_OVERLAP_DDP].given;
+    d->limit_all_gathers = !v[CLI_O_NO_LIMIT_AG].given;
+    d->forward_prefetch = v[CLI_O_FWD_PREFETCH].given;
+    if (v[CLI_O_BWD_PREFETCH].given)
+        d->backward_prefetch = (vp_prefetch)v[CLI_O_BWD_PREFETCH].choice;
+    d->use_orig_params = v[CLI_O_ORIG_PARAMS].given;
+    d->cpu_offload = v[CLI_O_CPU_OFFLOAD].given;
+    return -1;
+}
+
+/* "0" or "1-6" */
+static const char *rank_span(const vp_rank_estimate *r, char *buf, size_t n)
+{
+    if (r->n_ranks == 1)
+        snprintf(buf, n, "%" PRIu32, r->rank);
+    else
+        snprintf(buf, n, "%" PRIu32 " and %" PRIu32 " more", r->rank,
+                 r->n_ranks - 1);
+    return buf;
+}
+
+void cli_dist_table(FILE *f, const vp_dist *d, const vp_rank_estimate *r,
+                    size_t n, size_t worst)
+{
+    char a[32], b[32], c[48];
+
+    fprintf(f, "data parallel %s over %" PRIu32 " ranks",
+            vp_dist_strategy_name(d->strategy), d->world);
+    if (d->shard && d->shard != d->world)
+        fprintf(f, " (shard groups of %" PRIu32 ")", d->shard);
+    if (d->param_dtype)
+        fprintf(f, ", param_dtype %s, reduce_dtype %s",
+                vp_mp_dtype_name(d->param_dtype),
+                vp_mp_dtype_name(d->reduce_dtype ? d->reduce_dtype
+                                                 : d->param_dtype));
+    fprintf(f, "\n%zu rank role%s simulated:\n", n, n == 1 ? "" : "s");
+    for (size_t k = 0; k < n; k++)
+        fprintf(f, "  rank %-18s peak allocated %11s, reserved %11s%s\n",
+                rank_span(&r[k], c, sizeof c),
+                vp_size_format(r[k].est.peak_alloc, a, sizeof a),
+                vp_size_format(r[k].est.peak_reserved, b, sizeof b),
+                k == worst ? "  (most loaded)" : "");
+    fprintf(f, "the report below is rank %" PRIu32 "'s\n\n", r[worst].rank);
+}
+
+json_t *cli_dist_json(const vp_dist *d, const vp_rank_estimate *r, size_t n,
+                      size_t worst)
+{
+    json_t *o = json_object(), *roles = json_array();
+
+    cli_jset(o, "strategy", json_string(vp_dist_strategy_name(d->strategy)));
+    cli_jset(o, "world", cli_ju64(d->world));
+    cli_jset(o, "shard", cli_ju64(d->shard ? d->shard : d->world));
+    cli_jset(o, "param_dtype", json_string(vp_mp_dtype_name(d->param_dtype)));
+    cli_jset(o, "reduce_dtype",
+             json_string(vp_mp_dtype_name(d->reduce_dtype)));
+    for (size_t k = 0; k < n; k++) {
+        json_t *x = json_object();
+        cli_jset(x, "rank", cli_ju64(r[k].rank));
+        cli_jset(x, "ranks", cli_ju64(r[k].n_ranks));
+        cli_jset(x, "peak_alloc", cli_ju64(r[k].est.peak_alloc));
+        cli_jset(x, "peak_reserved", cli_ju64(r[k].est.peak_reserved));
+        cli_jset(x, "device_used", cli_ju64(r[k].est.device_used));
+        cli_jpush(roles, x);
+    }
+    cli_jset(o, "roles", roles);
+    cli_jset(o, "most_loaded_rank", cli_ju64(r[worst].rank));
+    return o;
+}

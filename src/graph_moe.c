@@ -1,0 +1,114 @@
+/* Mixture-of-experts layers as transformers 5.x builds them (Mixtral,
+ * Qwen2-MoE, Qwen3-MoE, DeepSeek-V3): the router (gate), the routed
+ * experts held as two stacked parameters (gate_up_proj [E, 2I, H],
+ * down_proj [E, H, I]) and run as one grouped GEMM each over the tokens
+ * sorted by expert (integrations/moe.py, grouped_mm_experts_forward; the
+ * default experts implementation on a GPU with torch._grouped_mm), then
+ * the shared experts. The experts' sizes depend only on tokens x top_k,
+ * not on how the router spreads them (docs/SIMULATION_NOTES.md §12). */
+#include <stdio.h>
+
+#include "graph_tf.h"
+
+bool vp__tf_layer_moe(const vp_tf *t, uint64_t l)
+{
+    const vp_tf_ext *x = &t->x;
+    if (!t->experts || l < x->dense_layers)
+        return false;
+    return x->moe_every <= 1 || (l + 1) % x->moe_every == 0;
+}
+
+/* The router: gate logits [tokens, E], then the top-k weights [tokens,
+ * k] (modeling_<family>.py: Qwen3MoeTopKRouter, DeepseekV3TopkRouter). */
+static vp_status router(vp__tb *c, uint32_t x, uint64_t tokens,
+                        uint32_t *route)
+{
+    const vp_tf *t = c->t;
+    uint32_t logits;
+    VP_TRY(vp__tb_linear(c, x, "mlp.gate", t->experts, false, &logits));
+    vp_op o;
+    vp__tb_op(&o, VP_OP_ROUTER);
+    o.n_inputs = 1;
+    o.inputs[0] = logits;
+    vp__tb_shape(&o, 2, tokens, t->top_k, 0, 0);
+    o.classes = t->experts;
+    o.top_k = (uint32_t)t->top_k;
+    if (t->x.norm_topk)
+        o.flags |= VP_OPF_NORM_TOPK;
+    if (t->x.router == VP_ROUTER_SIGMOID_GROUP) {
+        o.flags |= VP_OPF_ROUTER_GROUP;
+        o.rows = t->x.n_group;
+    }
+    return vp__tb_push(c, &o, "mlp.route", route);
+}
+
+/* The routed experts: the tokens gathered in expert order, gate_up, the
+ * gated activation, down, the routing weights, back to token order and
+ * summed over the k experts of each token. */
+static vp_status experts(vp__tb *c, uint32_t x, uint32_t route,
+                         uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    const vp_op *xo = &c->g->ops[x];
+    uint64_t gu, dn;
+    if (!vp_mul_u64(t->experts, 2 * t->expert_ffn, &gu) ||
+        !vp_mul_u64(gu, t->hidden, &gu) ||
+        !vp_mul_u64(t->experts, t->expert_ffn, &dn) ||
+        !vp_mul_u64(dn, t->hidden, &dn))
+        return vp__tb_overflow(c, "the experts' weights");
+    vp_op o;
+    vp__tb_op(&o, VP_OP_MOE_EXPERTS);
+    o.n_inputs = 2;
+    o.inputs[0] = x;
+    o.inputs[1] = route;
+    o.ndim = xo->ndim;
+    for (uint32_t i = 0; i < xo->ndim; i++)
+        o.shape[i] = xo->shape[i];
+    o.classes = t->experts;
+    o.top_k = (uint32_t)t->top_k;
+    o.in_features = t->hidden;
+    o.out_features = t->expert_ffn;
+    VP_TRY(vp__tb_named(c, &o, "mlp.experts"));
+    VP_TRY(vp__tb_param(c, &o, "gate_up_proj", gu));
+    VP_TRY(vp__tb_param(c, &o, "down_proj", dn));
+    return vp__tb_push(c, &o, "mlp.experts", out);
+}
+
+/* The shared experts' MLP on the layer's input (one MLP of their summed
+ * inner size). */
+static vp_status shared_mlp(vp__tb *c, uint32_t x, uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    uint64_t f = t->x.shared_ffn;
+    if (!f && !vp_mul_u64(t->shared_experts, t->expert_ffn, &f))
+        return vp__tb_overflow(c, "the shared experts");
+    return vp__tb_mlp(c, x, f, "mlp.shared_expert.", out);
+}
+
+/* Qwen2MoeSparseMoeBlock.forward: the shared expert first, then the
+ * router and the experts, then sigmoid(shared_expert_gate(x)) scales the
+ * shared output, added to the experts'. DeepseekV3MoE.forward: the router
+ * and the experts, then the shared experts on the block's input. */
+vp_status vp__tb_moe(vp__tb *c, uint32_t x, uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    const vp_op *xo = &c->g->ops[x];
+    uint64_t tokens = xo->shape[0] * xo->shape[1]; /* numel / hidden */
+    uint32_t route, y, s = 0, g;
+    if (t->x.shared_gate)
+        VP_TRY(shared_mlp(c, x, &s));
+    VP_TRY(router(c, x, tokens, &route));
+    VP_TRY(experts(c, x, route, &y));
+    if (!t->shared_experts) {
+        *out = y;
+        return VP_OK;
+    }
+    if (t->x.shared_gate) {
+        VP_TRY(vp__tb_linear(c, x, "mlp.shared_expert_gate", 1, false, &g));
+        VP_TRY(vp__tb_unary(c, VP_OP_SIGMOID, g, "mlp.shared_gate_act", &g));
+        VP_TRY(vp__tb_binary(c, VP_OP_MUL, s, g, "mlp.shared_scale", &s));
+    } else {
+        VP_TRY(shared_mlp(c, x, &s));
+    }
+    return vp__tb_binary(c, VP_OP_ADD, y, s, "mlp.shared_add", out);
+}

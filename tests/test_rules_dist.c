@@ -1,0 +1,139 @@
+/* Rules of the per-rank memory of the cluster planner that make mutants
+ * found untested (scripts/mutants.tsv; docs/MUTANTS.md). Expected values
+ * are worked out by hand from DeepSpeed's sources (the rule's citation in
+ * src/cluster_mem.c). Run from the repository root. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "cluster_util.h"
+
+/* The H100 profile of test_cluster.c (80 GB, NVLink 450 GB/s). */
+static void h100(vp_hw *h)
+{
+    memset(h, 0, sizeof *h);
+    strcpy(h->name, "h100-80g");
+    h->memory = 80ull << 30;
+    h->context = 718077952;
+    h->fp32 = 67e12;
+    h->tf32 = 494.7e12;
+    h->bf16 = 989.4e12;
+    h->fp16 = 989.4e12;
+    h->fp8 = 1978.9e12;
+    h->hbm = 3.35e12;
+    h->host = 55e9;
+    h->nvlink = 450e9;
+    h->network = 50e9;
+    h->eff_max = 1.0;
+    h->mem_eff = 1.0;
+    vp_hw_fill_defaults(h);
+}
+
+static vp_cluster_mem eval_mem(const char *model, uint64_t seq,
+                               uint32_t gpus, vp_sharding sh, uint64_t *P)
+{
+    vp_model *m = load(model);
+    vp_error err;
+    vp_cluster_model *cm = vp_cluster_model_new(m, seq, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    *P = in.params;
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, gpus, 8);
+    vp_par p = par(gpus, 1, 1, sh);
+    vp_cluster_mem mem;
+    cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK, "%s",
+                 err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+    return mem;
+}
+
+/* DeepSpeed ZeRO-2 with overlap_comm (deepspeed/runtime/zero/
+ * stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__: "the buffers used
+ * for overlapping ... 4.5x of the reduce_bucket_size"; reduce_bucket_size
+ * 5e8 elements, capped here at the model's 5e7-element buckets): 4.5 x
+ * 5e7 x 2 B = 450,000,000 B of bf16 gradient buffers. gpt2-small (P =
+ * 124439808) on 4 GPUs, 64 tokens, every layer recomputed: the optimizer
+ * step is the peak (its fp32 conversion of the gradient partition, 6 P /
+ * 4 = 187 MB, beats the ~110 MB of activations): 2 P weights + 2 P / 4
+ * gradients + 12 P / 4 Adam state + 6 P / 4 + the buffers = 7 P +
+ * 450,000,000 B. */
+Test(rules_dist, zero2_overlap_buffers_are_4_5_buckets)
+{
+    uint64_t P;
+    vp_cluster_mem a =
+        eval_mem("models/gpt2-small.yaml", 64, 4, VP_SHARD_ZERO2, &P);
+    cr_assert_eq(P, 124439808u);
+    cr_expect_eq(a.buffers, 450000000u, "buffers %llu",
+                 (unsigned long long)a.buffers);
+    cr_expect_eq(a.weights + a.grads + a.optimizer + a.buffers + a.transient,
+                 7 * P + 450000000u);
+    cr_expect_eq(a.activations, 0u);
+}
+
+/* DeepSpeed ZeRO-3 steps the rank's partition in sub-groups of at most
+ * sub_group_size = 1e9 elements (deepspeed/runtime/zero/stage3.py,
+ * _create_fp16_sub_groups and _prepare_fp32_grad_for_sub_group; default
+ * in zero/config.py): the step's temporary is one sub-group's bf16 flat
+ * gradient and its fp32 copy, (2 + 4) x 1e9 = 6e9 B, however large the
+ * partition. llama-2-7b on 2 GPUs holds 3.37e9 parameters per rank, so
+ * uncapped it would be 2.0e10 B. */
+Test(rules_dist, zero3_steps_in_sub_groups)
+{
+    uint64_t P;
+    vp_cluster_mem a =
+        eval_mem("models/llama-2-7b.yaml", 64, 2, VP_SHARD_ZERO3, &P);
+    cr_assert_gt(P / 2, 1000000000u);
+    cr_expect_eq(a.transient, 6000000000u, "transient %llu",
+                 (unsigned long long)a.transient);
+}
+
+/* The collectives' bandwidth within a node is NVLink x nvlink_eff (0.8,
+ * src/cluster.c vp_cluster_init; docs/CLUSTER.md): an all-gather of 1 GiB
+ * over the 8 GPUs of an H100 node (450 GB/s) is a ring of 7 steps; NCCL's
+ * Simple protocol is the fastest at this size (src/cluster_coll.c,
+ * ring_time): bus bandwidth 450 x 0.8 = 360 GB/s, algorithm bandwidth
+ * 360 x 8 / 7 GB/s, latency 8.4 us (base) + 7 x 3.4 us (NVLink hops) =
+ * 32.2 us: 32.2e-6 + 2^30 x 7 / (8 x 360e9) s = 2.6419e-3 s. (LL128:
+ * 360 x 0.92 GB/s and 14 + 7 x 1.9 us, 2.84e-3 s; LL: at most 87.7
+ * GB/s.) */
+Test(rules_dist, nvlink_collectives_at_80_percent)
+{
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    double bytes = 1073741824.0;
+    double want = 32.2e-6 + bytes * 7.0 / (8.0 * 360e9);
+    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 8, 1);
+    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
+              want);
+}
+
+/* Across nodes a rank's traffic leaves through its own NIC: a profile
+ * without one gets 400 Gb/s (50e9 B/s) on a Hopper-class GPU (bf16 of at
+ * least 900 TFLOP/s; src/cluster.c vp_cluster_init), used at net_eff =
+ * 0.85: 42.5e9 B/s. An all-gather of 1 GiB between 2 ranks 8 apart (one
+ * per node) is one ring step over the network; NCCL's Simple protocol
+ * is the fastest (src/cluster_coll.c ring_time): algorithm bandwidth
+ * 42.5e9 x 2 B/s, latency 8.4 us (base) + 14.0 us (one network hop, a
+ * rank per node: the tree's network latency) = 22.4 us. (LL128: 0.92 of
+ * the bandwidth and 22.5 us; LL: half of it.) */
+Test(rules_dist, network_collectives_at_85_percent_of_the_nic)
+{
+    vp_hw hw;
+    h100(&hw);
+    hw.network = 0;
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 16, 8);
+    double bytes = 1073741824.0;
+    double want = 22.4e-6 + bytes / (2.0 * 42.5e9);
+    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 2, 8);
+    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
+              want);
+}
