@@ -27,7 +27,7 @@ typedef struct request {
 
 /* Every key a request may hold (plan also takes global_batch). */
 static const char *const KEYS[] = {
-    "command", "model", "batch", "seq", "precision", "optimizer",
+    "command", "model", "batch", "seq", "target", "precision", "optimizer",
     "checkpoint", "selective", "accum", "steps", "attention", "keep_grads",
     "inference", "expandable_segments", "offload_optimizer",
     "offload_activations", "compress_activations", "int8_weights",
@@ -206,6 +206,8 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
         st = get_count(v, key, 1, UINT32_MAX, &s->batch, err);
     } else if (strcmp(key, "seq") == 0) {
         st = get_count(v, key, 1, UINT32_MAX, &s->seq, err);
+    } else if (strcmp(key, "target") == 0) {
+        st = get_count(v, key, 1, UINT32_MAX, &s->target, err);
     } else if (strcmp(key, "accum") == 0 || strcmp(key, "steps") == 0) {
         bool acc = key[0] == 'a';
         st = get_count(v, key, 1, acc ? UINT32_MAX : VP_MAX_STEPS, &n, err);
@@ -533,7 +535,8 @@ static vp_status run_roles(request *r, const vp_graph *g, json_t *res,
 static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
                               vp_error *err)
 {
-    vp_graph *g = vp_graph_build(m, r->setup.batch, r->setup.seq, err);
+    vp_graph *g = vp_graph_build_target(m, r->setup.batch, r->setup.seq,
+                                        r->setup.target, err);
     if (!g)
         return err ? err->code : VP_ENOMEM;
     bool *ck = NULL, *sel = NULL;

@@ -907,6 +907,13 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
                      m->name ? m->name : "?", vp_model_form(m));
         return NULL;
     }
+    if (m->tf.type == VP_TF_ENCDEC) {
+        vp_error_set(err, VP_EUNSUPPORTED,
+                     "cluster plans do not model encoder-decoder "
+                     "transformers ('%s') yet",
+                     m->name ? m->name : "?");
+        return NULL;
+    }
     vp_cluster_model *cm = calloc(1, sizeof *cm);
     if (!cm) {
         vp_error_set(err, VP_ENOMEM, "out of memory");

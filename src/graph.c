@@ -24,6 +24,7 @@ const vp_segment *vp_graph_segment(const vp_graph *g, size_t i)
 }
 uint64_t vp_graph_batch(const vp_graph *g) { return g->batch; }
 uint64_t vp_graph_seq(const vp_graph *g) { return g->seq; }
+uint64_t vp_graph_target(const vp_graph *g) { return g->target; }
 const char *vp_graph_model_name(const vp_graph *g) { return g->model_name; }
 
 void vp_graph_default_checkpoint(const vp_graph *g, bool *out)
@@ -114,6 +115,11 @@ static void op_flops(const vp_graph *g, vp_op *op)
         break;
     case VP_OP_CONV2D:
         f = 2.0 * out * (double)op->in_features / (double)op->groups *
+            (double)op->kernel * (double)op->kernel;
+        b = f * (in_grad ? 2.0 : 1.0);
+        break;
+    case VP_OP_CONV_TRANSPOSE2D: /* every input element meets the filter */
+        f = 2.0 * in0 * (double)op->out_features / (double)op->groups *
             (double)op->kernel * (double)op->kernel;
         b = f * (in_grad ? 2.0 : 1.0);
         break;
@@ -264,7 +270,7 @@ vp_status vp__graph_add_segment(vp_graph *g, const char *name, uint32_t first,
 
 /* tf: the transformer description to build, NULL for the model's form. */
 static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
-                       uint64_t seq, vp_error *err)
+                       uint64_t seq, uint64_t target, vp_error *err)
 {
     vp_error_clear(err);
     if (batch == 0) {
@@ -278,6 +284,8 @@ static vp_graph *build(const vp_model *m, const vp_tf *tf, uint64_t batch,
     }
     g->batch = batch;
     g->seq = seq ? seq : m->seq;
+    if (tf && tf->type == VP_TF_ENCDEC)
+        g->target = target ? target : m->target ? m->target : g->seq;
     g->model_name = vp__arena_strdup(&g->arena, m->name);
     g->path = m->path ? vp__arena_strdup(&g->arena, m->path) : NULL;
     if (tf) {
@@ -301,13 +309,20 @@ fail:
 vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
                          vp_error *err)
 {
-    return build(m, m->form == 0 ? &m->tf : NULL, batch, seq, err);
+    return build(m, m->form == 0 ? &m->tf : NULL, batch, seq, 0, err);
+}
+
+vp_graph *vp_graph_build_target(const vp_model *m, uint64_t batch,
+                                uint64_t seq, uint64_t target,
+                                vp_error *err)
+{
+    return build(m, m->form == 0 ? &m->tf : NULL, batch, seq, target, err);
 }
 
 vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
                              uint64_t batch, uint64_t seq, vp_error *err)
 {
-    return build(m, t, batch, seq, err);
+    return build(m, t, batch, seq, 0, err);
 }
 
 vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
@@ -326,7 +341,8 @@ vp_graph *vp__graph_rebuild(const vp_graph *g, uint64_t batch, uint64_t seq,
     m.name = g->model_name;
     m.path = g->path;
     m.seq = g->seq;
-    return build(&m, &g->tf, batch, seq, err);
+    m.target = g->target; /* an encoder-decoder keeps its decoder length */
+    return build(&m, &g->tf, batch, seq, g->target, err);
 }
 
 vp_status vp_graph_checkpoint_select(const vp_graph *g, const char *spec,

@@ -15,7 +15,8 @@
 #define MAX_LOCALS_SUGGESTED 64
 
 static const char *const GRAPH_KEYS[] = {"consts", "input", "input_kind",
-                                         "blocks", "ops", "checkpoint", NULL};
+                                         "context", "blocks", "ops",
+                                         "checkpoint", NULL};
 static const char *const BLOCK_KEYS[] = {"params", "ops", NULL};
 static const char *const CALL_KEYS[] = {"name", "block", "repeat", "with",
                                         "input", "hold_input", NULL};
@@ -81,7 +82,8 @@ static vp_status str(gc *c, yaml_node_t *n, const char **out)
     return *out ? VP_OK : nomem(c);
 }
 
-/* A reference by name to an earlier entry of the list, or `$input`. */
+/* A reference by name to an earlier entry of the list, `$input` or
+ * `$context`. */
 static vp_status resolve(gc *c, const locals *l, yaml_node_t *n, int32_t *out)
 {
     const char *name = vp__yscalar(n);
@@ -90,6 +92,14 @@ static vp_status resolve(gc *c, const locals *l, yaml_node_t *n, int32_t *out)
                         "an input must be the name of an op");
     if (!strcmp(name, "$input")) {
         *out = VP_GREF_INPUT;
+        return VP_OK;
+    }
+    if (!strcmp(name, "$context")) {
+        if (!c->f->context)
+            return vp__yerr(c->d, n, VP_ESCHEMA, c->err,
+                            "'$context' needs the graph's 'context' (the "
+                            "shape of the model's second input)");
+        *out = VP_GREF_CONTEXT;
         return VP_OK;
     }
     for (uint32_t i = l->n; i-- > 0;) {
@@ -580,6 +590,43 @@ static vp_status patterns(gc *c, yaml_node_t *gn)
     return VP_OK;
 }
 
+/* A shape: a list of size expressions (the `input`, the `context`). */
+static vp_status shape_list(gc *c, yaml_node_t *in, const char *key,
+                            vp_gexpr **out, uint32_t *ndim)
+{
+    vp_ydoc *d = c->d;
+    *out = alloc(c, VP_MAX_DIMS, sizeof **out);
+    if (!*out)
+        return nomem(c);
+    for (yaml_node_item_t *it = in->data.sequence.items.start;
+         it < in->data.sequence.items.top; it++) {
+        if (*ndim == VP_MAX_DIMS)
+            return vp__yerr(d, in, VP_ESCHEMA, c->err, "at most %d dims",
+                            VP_MAX_DIMS);
+        VP_TRY(expr(c, vp__ynode(d, *it), &(*out)[*ndim]));
+        (*ndim)++;
+    }
+    if (*ndim == 0)
+        return vp__yerr(d, in, VP_ESCHEMA, c->err, "'%s' is empty", key);
+    return VP_OK;
+}
+
+/* `context`: the shape of a second float input (the conditioning that
+ * cross-attention reads, e.g. [batch, 77, 768]), optional. */
+static vp_status context(gc *c, yaml_node_t *gn)
+{
+    yaml_node_t *cn = vp__ymap_get(c->d, gn, "context", NULL);
+    if (!cn)
+        return VP_OK;
+    if (cn->type != YAML_SEQUENCE_NODE)
+        return vp__yerr(c->d, cn, VP_ESCHEMA, c->err,
+                        "'context' is the second input's shape as a list, "
+                        "e.g. [batch, 77, 768]");
+    c->f->context_at = vp__ypos(cn);
+    return shape_list(c, cn, "context", &c->f->context,
+                      &c->f->context_ndim);
+}
+
 static vp_status input(gc *c, yaml_node_t *gn)
 {
     vp_ydoc *d = c->d;
@@ -590,19 +637,7 @@ static vp_status input(gc *c, yaml_node_t *gn)
                         "graph needs 'input': the input's shape as a list, "
                         "e.g. [batch, 3, image, image]");
     f->input_at = vp__ypos(in);
-    f->input = alloc(c, VP_MAX_DIMS, sizeof *f->input);
-    if (!f->input)
-        return nomem(c);
-    for (yaml_node_item_t *it = in->data.sequence.items.start;
-         it < in->data.sequence.items.top; it++) {
-        if (f->input_ndim == VP_MAX_DIMS)
-            return vp__yerr(d, in, VP_ESCHEMA, c->err, "at most %d dims",
-                            VP_MAX_DIMS);
-        VP_TRY(expr(c, vp__ynode(d, *it), &f->input[f->input_ndim]));
-        f->input_ndim++;
-    }
-    if (f->input_ndim == 0)
-        return vp__yerr(d, in, VP_ESCHEMA, c->err, "'input' is empty");
+    VP_TRY(shape_list(c, in, "input", &f->input, &f->input_ndim));
     f->input_kind = VP_VAL_FLOAT;
     yaml_node_t *ik = vp__ymap_get(d, gn, "input_kind", NULL);
     if (ik) {
@@ -618,6 +653,7 @@ static vp_status compile(gc *c, yaml_node_t *gn)
 {
     VP_TRY(vp__ymap_check(c->d, gn, GRAPH_KEYS, "graph", c->err));
     VP_TRY(consts(c, gn));
+    VP_TRY(context(c, gn));
     VP_TRY(blocks(c, gn));
     VP_TRY(patterns(c, gn));
     VP_TRY(input(c, gn));

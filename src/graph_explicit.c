@@ -19,6 +19,7 @@ typedef struct scope {
     vp_expr_var vars[VP_GFORM_MAX_VARS];
     size_t n_vars;
     uint32_t input;              /* the list's input op                  */
+    uint32_t context;            /* the model's `context` input, NO_OP   */
     uint32_t *made;              /* per entry of the list: its op        */
     int depth;
     bool top;
@@ -128,7 +129,9 @@ static const char *full_name(gb *b, scope *s, const char *leaf)
 /* The op an entry's reference names. */
 static uint32_t ref_op(const scope *s, int32_t ref)
 {
-    return ref == VP_GREF_INPUT ? s->input : s->made[ref];
+    return ref == VP_GREF_INPUT     ? s->input
+           : ref == VP_GREF_CONTEXT ? s->context
+                                    : s->made[ref];
 }
 
 static vp_status param(gb *b, vp_op *o, const char *leaf, uint64_t numel,
@@ -219,15 +222,21 @@ static vp_status window(opb *c, uint64_t k, uint64_t st, uint64_t pad,
     return VP_OK;
 }
 
-static vp_status build_conv2d(opb *c)
+/* conv2d and conv_transpose2d: out, kernel, stride, padding, groups and
+ * the bias; the output's sides, (H + 2p - k) / s + 1 for a convolution,
+ * (H - 1) s - 2p + k for a transposed one (torch.nn.ConvTranspose2d
+ * without output_padding); the weight, [out, in / groups, k, k] or [in,
+ * out / groups, k, k]: as many elements either way. */
+static vp_status build_conv(opb *c)
 {
     vp_op *o = &c->o;
     const vp_op *x = c->x;
+    bool tr = o->kind == VP_OP_CONV_TRANSPOSE2D;
     if (x->ndim != 4)
         return AT_ENTRY(c, VP_ESCHEMA,
-                        "conv2d needs a 4-d input [N, C, H, W]; '%.64s' has "
+                        "%s needs a 4-d input [N, C, H, W]; '%.64s' has "
                         "%u dims",
-                        x->name, x->ndim);
+                        vp_op_kind_name(o->kind), x->name, x->ndim);
     uint64_t v, k, st, pad, grp, w = 0, kk = 0;
     VP_TRY(attr_size(c, VP_GK_OUT, 0, 1, &v));
     VP_TRY(attr_size(c, VP_GK_KERNEL, 0, 1, &k));
@@ -238,8 +247,17 @@ static vp_status build_conv2d(opb *c)
     if (ch % grp || v % grp)
         return out_of_range(c, c->e->at,
                             "channels are not a multiple of groups");
-    VP_TRY(window(c, k, st, pad,
-                  "the kernel is larger than the padded image"));
+    if (!tr)
+        VP_TRY(window(c, k, st, pad,
+                      "the kernel is larger than the padded image"));
+    for (int i = 2; i < 4 && tr; i++) {
+        uint64_t h = 0;
+        VP_TRY(mul2(c, x->shape[i] - 1, st, &h));
+        if (h + k <= 2 * pad) /* all below 2^41: no overflow */
+            return out_of_range(c, c->e->at,
+                                "the padding removes the whole output");
+        o->shape[i] = h + k - 2 * pad;
+    }
     VP_TRY(mul2(c, k, k, &kk));
     if (k > UINT32_MAX || st > UINT32_MAX || pad > UINT32_MAX ||
         grp > UINT32_MAX)
@@ -422,6 +440,7 @@ static vp_status build_attention(opb *c)
         VP_TRY(param(b, &q, "bias", qkv, true, NULL));
     uint32_t qi, ci;
     VP_TRY(push(b, &q, c->e->at, &qi));
+    c->x = &g->ops[c->ins[0]]; /* the push may have moved the ops */
     vp_op core = attention_core(c, &a, qi, qd);
     VP_TRY(push(b, &core, c->e->at, &ci));
     vp_op po = c->o;
@@ -440,6 +459,102 @@ static vp_status build_attention(opb *c)
     if (attr_bool(c, VP_GK_HOLD_INPUT, false))
         hold_input(b, c->ins[0], c->out);
     c->pushed = true;
+    return VP_OK;
+}
+
+/* A projection of op `in` (last dim in_f) to out_f features, named
+ * NAME.leaf, with its weight and (bias) its bias; pushed. */
+static vp_status projection(opb *c, uint32_t in, uint64_t in_f, uint64_t out_f,
+                            const char *leaf, bool bias, uint32_t *out)
+{
+    gb *b = c->b;
+    const vp_op *x = &b->g->ops[in];
+    vp_op p = c->o;
+    uint64_t w = 0;
+    p.kind = VP_OP_LINEAR;
+    p.n_params = 0;
+    p.n_inputs = 1;
+    p.inputs[0] = in;
+    p.ndim = x->ndim;
+    memcpy(p.shape, x->shape, sizeof p.shape);
+    p.shape[p.ndim - 1] = out_f;
+    p.name = vp__arena_printf(&b->g->arena, "%s.%s", c->o.name, leaf);
+    p.in_features = in_f;
+    p.out_features = out_f;
+    VP_TRY(mul2(c, in_f, out_f, &w));
+    VP_TRY(param(b, &p, "weight", w, true, NULL));
+    if (bias)
+        VP_TRY(param(b, &p, "bias", out_f, true, NULL));
+    return push(b, &p, c->e->at, out);
+}
+
+/* cross_attention on inputs [x, context]: separate q (of x), k and v (of
+ * the context) projections, the core (queries x's length, keys the
+ * context's), the output projection back to x's width. q, k and v are
+ * locals of the module's forward until it returns (diffusers
+ * AttnProcessor2_0.__call__). */
+static vp_status build_cross_attention(opb *c)
+{
+    gb *b = c->b;
+    const vp_op *x = c->x;
+    if (c->n_in != 2)
+        return AT_ENTRY(c, VP_ESCHEMA,
+                        "cross_attention needs 'inputs': [queries, context]");
+    const vp_op *ctx = &b->g->ops[c->ins[1]];
+    if (x->ndim != 3 || ctx->ndim != 3 || ctx->shape[0] != x->shape[0])
+        return AT_ENTRY(c, VP_ESCHEMA,
+                        "cross_attention needs [batch, seq, dim] inputs of "
+                        "the same batch; '%.64s' and '%.64s' are not",
+                        x->name, ctx->name);
+    att_sizes a;
+    VP_TRY(attention_sizes(c, &a));
+    if (a.mha)
+        return out_of_range(c, vp__gattr(c->e, VP_GK_LAYOUT)->at,
+                            "cross_attention has separate projections: "
+                            "layout packed only");
+    bool bias = attr_bool(c, VP_GK_BIAS, true);
+    uint64_t qd = 0, kvd = 0;
+    VP_TRY(mul2(c, a.heads, a.hd, &qd));
+    VP_TRY(mul2(c, a.kvh, a.hd, &kvd));
+    uint64_t cd = ctx->shape[2], kv_len = ctx->shape[1];
+    uint32_t q, k, v, ci;
+    VP_TRY(projection(c, c->ins[0], c->last, qd, "to_q", bias, &q));
+    VP_TRY(projection(c, c->ins[1], cd, kvd, "to_k", bias, &k));
+    VP_TRY(projection(c, c->ins[1], cd, kvd, "to_v", bias, &v));
+    c->x = &b->g->ops[c->ins[0]]; /* the pushes may have moved the ops */
+    vp_op core = attention_core(c, &a, q, qd);
+    core.n_inputs = 3;
+    core.inputs[1] = k;
+    core.inputs[2] = v;
+    core.kv_len = kv_len;
+    VP_TRY(push(b, &core, c->e->at, &ci));
+    VP_TRY(projection(c, ci, qd, c->last, "to_out", bias, &c->out));
+    uint32_t held[] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        hold_input(b, held[i], c->out);
+    if (attr_bool(c, VP_GK_HOLD_INPUT, false))
+        hold_input(b, c->ins[0], c->out);
+    c->pushed = true;
+    return VP_OK;
+}
+
+/* upsample: F.interpolate(scale_factor=scale, mode=nearest|bilinear) of
+ * [N, C, H, W] */
+static vp_status build_upsample(opb *c)
+{
+    vp_op *o = &c->o;
+    if (c->x->ndim != 4)
+        return AT_ENTRY(c, VP_ESCHEMA, "upsample needs [N, C, H, W]");
+    uint64_t f;
+    VP_TRY(attr_size(c, VP_GK_SCALE, 2, 1, &f));
+    for (int i = 2; i < 4; i++)
+        VP_TRY(mul2(c, c->x->shape[i], f, &o->shape[i]));
+    if (f > UINT32_MAX)
+        return out_of_range(c, c->e->at, "scale must be below 2^32");
+    o->stride = (uint32_t)f;
+    const vp_gattr *m = vp__gattr(c->e, VP_GK_MODE);
+    if (m && m->e == 1)
+        o->flags |= VP_OPF_BILINEAR;
     return VP_OK;
 }
 
@@ -669,7 +784,7 @@ const vp_gkind vp__gkinds[VP_OP__COUNT] = {
                       REQ(OUT), build_linear},
     [VP_OP_CONV2D] = {KEYS(VP_GK_OUT, VP_GK_KERNEL, VP_GK_STRIDE,
                            VP_GK_PADDING, VP_GK_GROUPS, VP_GK_BIAS),
-                      false, REQ(OUT) | REQ(KERNEL), build_conv2d},
+                      false, REQ(OUT) | REQ(KERNEL), build_conv},
     [VP_OP_BATCHNORM2D] = {NOKEYS, false, 0, build_batchnorm2d},
     [VP_OP_LAYERNORM] = {KEYS(VP_GK_BIAS), false, 0, build_norm},
     [VP_OP_RMSNORM] = {NOKEYS, false, 0, build_norm},
@@ -704,11 +819,23 @@ const vp_gkind vp__gkinds[VP_OP__COUNT] = {
     [VP_OP_SOFTMAX] = {NOKEYS, false, 0, build_softmax},
     [VP_OP_CROSS_ENTROPY] = {NOKEYS, false, 0, build_loss},
     [VP_OP_MSE_LOSS] = {NOKEYS, false, 0, build_loss},
+    [VP_OP_CROSS_ATTENTION] = {KEYS(VP_GK_HEADS, VP_GK_KV_HEADS,
+                                    VP_GK_HEAD_DIM, VP_GK_IMPL,
+                                    VP_GK_DROPOUT, VP_GK_BIAS,
+                                    VP_GK_HOLD_INPUT),
+                               true, REQ(HEADS), build_cross_attention},
+    [VP_OP_UPSAMPLE] = {KEYS(VP_GK_SCALE, VP_GK_MODE), false, 0,
+                        build_upsample},
+    [VP_OP_CONV_TRANSPOSE2D] = {KEYS(VP_GK_OUT, VP_GK_KERNEL, VP_GK_STRIDE,
+                                     VP_GK_PADDING, VP_GK_GROUPS,
+                                     VP_GK_BIAS),
+                                false, REQ(OUT) | REQ(KERNEL), build_conv},
 };
 
 static const char *const IMPLS[] = {"sdpa", "flash", "efficient", "eager",
                                     "math", NULL};
 static const char *const LAYOUTS[] = {"packed", "torch_mha", NULL};
+static const char *const MODES[] = {"nearest", "bilinear", NULL};
 
 static const struct {
     const char *name;
@@ -724,7 +851,10 @@ vp_gvalue vp__gkey_value(vp_gkey k) { return GKEYS[k].value; }
 
 const char *const *vp__gkey_choices(vp_gkey k)
 {
-    return k == VP_GK_IMPL ? IMPLS : k == VP_GK_LAYOUT ? LAYOUTS : NULL;
+    return k == VP_GK_IMPL     ? IMPLS
+           : k == VP_GK_LAYOUT ? LAYOUTS
+           : k == VP_GK_MODE   ? MODES
+                               : NULL;
 }
 
 const vp_gattr *vp__gattr(const vp_gentry *e, vp_gkey key)
@@ -863,6 +993,7 @@ static vp_status call_block(gb *b, scope *s, const vp_gentry *e,
     scope inner;
     memset(&inner, 0, sizeof inner);
     inner.depth = s->depth + 1;
+    inner.context = s->context;
     memcpy(inner.vars, s->vars, s->n_vars * sizeof s->vars[0]);
     inner.n_vars = s->n_vars;
     VP_TRY(bind_params(b, s, e, &inner));
@@ -998,20 +1129,23 @@ static vp_status check_size(gb *b)
 
 /* ---- the graph -------------------------------------------------------------- */
 
-/* The input op: the graph's `input` shape in this instantiation. */
-static vp_status input_op(gb *b, scope *top, uint32_t *out)
+/* An input op: the graph's `input` (or `context`, always float) shape in
+ * this instantiation. */
+static vp_status input_op(gb *b, scope *top, bool ctx, uint32_t *out)
 {
     const vp_gform *f = b->f;
     vp_op o;
     memset(&o, 0, sizeof o);
     o.kind = VP_OP_INPUT;
-    o.value = f->input_kind;
-    o.name = "input";
-    for (uint32_t i = 0; i < f->input_ndim; i++) {
-        VP_TRY(size_of(b, top, &f->input[i], 1, &o.shape[o.ndim]));
+    o.value = ctx ? VP_VAL_FLOAT : f->input_kind;
+    o.name = ctx ? "context" : "input";
+    const vp_gexpr *dims = ctx ? f->context : f->input;
+    uint32_t n = ctx ? f->context_ndim : f->input_ndim;
+    for (uint32_t i = 0; i < n; i++) {
+        VP_TRY(size_of(b, top, &dims[i], 1, &o.shape[o.ndim]));
         o.ndim++;
     }
-    return push(b, &o, f->input_at, out);
+    return push(b, &o, ctx ? f->context_at : f->input_at, out);
 }
 
 vp_status vp__build_explicit(vp_graph *g, const vp_gform *f, const char *path,
@@ -1025,7 +1159,7 @@ vp_status vp__build_explicit(vp_graph *g, const vp_gform *f, const char *path,
     memset(&top, 0, sizeof top);
     top.prefix = "";
     top.top = true;
-    top.input = NO_OP;
+    top.input = top.context = NO_OP;
     top.vars[top.n_vars++] = (vp_expr_var){"batch", (int64_t)g->batch};
     top.vars[top.n_vars++] = (vp_expr_var){"seq", (int64_t)g->seq};
     top.vars[top.n_vars++] = (vp_expr_var){"image", (int64_t)g->seq};
@@ -1035,8 +1169,10 @@ vp_status vp__build_explicit(vp_graph *g, const vp_gform *f, const char *path,
         top.vars[top.n_vars++] = (vp_expr_var){f->const_names[i], v};
     }
     uint32_t x;
-    VP_TRY(input_op(&b, &top, &x));
+    VP_TRY(input_op(&b, &top, false, &x));
     top.input = x;
+    if (f->context)
+        VP_TRY(input_op(&b, &top, true, &top.context));
     top.made = malloc((f->ops.n ? f->ops.n : 1) * sizeof *top.made);
     if (!top.made)
         return vp_error_set(err, VP_ENOMEM, "out of memory");

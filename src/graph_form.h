@@ -47,7 +47,9 @@ typedef struct vp_gexpr {
     XX(START, "start", EXPR)                                               \
     XX(SHAPE, "shape", LIST)                                               \
     XX(DIMS, "dims", LIST)                                                 \
-    XX(INDEX, "index", EXPR)
+    XX(INDEX, "index", EXPR)                                               \
+    XX(SCALE, "scale", EXPR)                                               \
+    XX(MODE, "mode", ENUM)
 
 typedef enum {
 #define VP__GK(name, str, type) VP_GK_##name,
@@ -72,6 +74,9 @@ typedef enum {
 /* A reference to an earlier entry of the same list: its index, or
  * VP_GREF_INPUT for `$input` (the list's input). */
 #define VP_GREF_INPUT (-1)
+/* `$context`: the model's second input (the graph's `context`), from any
+ * list (cross-attention's keys and values) */
+#define VP_GREF_CONTEXT (-2)
 
 typedef struct vp_gattr {
     vp_gkey key;
@@ -128,6 +133,10 @@ typedef struct vp_gform {
     uint32_t input_ndim;
     vp_srcpos input_at;
     vp_value_kind input_kind;
+    vp_gexpr *context;     /* the second input's dims (cross-attention's
+                              keys and values), NULL: none             */
+    uint32_t context_ndim;
+    vp_srcpos context_at;
     uint32_t n_blocks;
     vp_gblock *blocks;
     bool has_patterns;     /* `checkpoint` given                           */

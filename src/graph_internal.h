@@ -14,6 +14,7 @@ struct vp_graph {
     vp_arena arena;
     const char *model_name;
     uint64_t batch, seq;
+    uint64_t target; /* encoder-decoder: the decoder length; else 0 */
     vp_op *ops;
     size_t n_ops, cap_ops;
     vp_param *params;
@@ -102,6 +103,10 @@ vp_graph *vp__graph_build_tf(const vp_tf *t, const vp_model *m,
  * estimate (docs/LIMITS.md). */
 vp_status vp__graph_search_check(const vp_graph *g, vp_error *err);
 
+/* The encoder-decoder builder (graph_encdec.c), called by
+ * vp__build_transformer for VP_TF_ENCDEC. */
+vp_status vp__build_encdec(vp_graph *g, const vp_tf *t, const char *path,
+                           vp_error *err);
 /* The model g was built from (a transformer description), instantiated
  * again for another batch and sequence length; NULL with *err set
  * (VP_EUNSUPPORTED for a graph-form model). */

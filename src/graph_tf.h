@@ -1,6 +1,7 @@
 /* The transformer form's builder (graph_transformer.c) and the blocks of
  * the newer families built apart (graph_moe.c: mixture-of-experts layers;
- * graph_mla.c: multi-head latent attention): the builder's state and its
+ * graph_mla.c: multi-head latent attention; graph_encdec.c: the
+ * encoder-decoders): the builder's state and its
  * primitives, each appending one op in execution order. Not installed. */
 #ifndef VRAMPLAN_GRAPH_TF_H
 #define VRAMPLAN_GRAPH_TF_H
@@ -30,6 +31,15 @@ vp_status vp__tb_param(vp__tb *c, vp_op *o, const char *leaf, uint64_t numel);
 /* nn.Linear on the last dim of in: out_f outputs, with a bias or not. */
 vp_status vp__tb_linear(vp__tb *c, uint32_t in, const char *leaf,
                         uint64_t out_f, bool bias, uint32_t *idx);
+/* The same with the weight of parameter tied_weight (>= 0) instead of
+ * its own (an encoder-decoder's tied head, graph_encdec.c). */
+vp_status vp__tb_linear_tied(vp__tb *c, uint32_t in, const char *leaf,
+                             uint64_t out_f, bool bias, int64_t tied_weight,
+                             uint32_t *idx);
+/* o named scope.leaf with one parameter, its "weight" (numel elements),
+ * trainable or not (graph_encdec.c: embeddings, position bias). */
+vp_status vp__tb_weight(vp__tb *c, vp_op *o, const char *leaf, uint64_t numel,
+                        bool trainable);
 /* The model's norm (or an RMSNorm, rms) over the last dim of in. */
 vp_status vp__tb_norm(vp__tb *c, uint32_t in, const char *leaf, bool rms,
                       uint32_t *idx);
@@ -38,6 +48,9 @@ vp_status vp__tb_unary(vp__tb *c, vp_op_kind k, uint32_t in,
                        const char *leaf, uint32_t *idx);
 vp_status vp__tb_binary(vp__tb *c, vp_op_kind k, uint32_t a, uint32_t b,
                         const char *leaf, uint32_t *idx);
+/* Dropout of probability p on in. */
+vp_status vp__tb_dropout(vp__tb *c, uint32_t in, const char *leaf, double p,
+                         uint32_t *idx);
 /* The model's MLP of inner size f on x (leaf names start with pre). */
 vp_status vp__tb_mlp(vp__tb *c, uint32_t x, uint64_t f, const char *pre,
                      uint32_t *out);

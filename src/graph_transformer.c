@@ -622,6 +622,8 @@ static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
 vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
                                 vp_error *err)
 {
+    if (t->type == VP_TF_ENCDEC)
+        return vp__build_encdec(g, t, path, err);
     tb c = {g, t, err, "", path, 0};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
@@ -683,6 +685,13 @@ vp_status vp__tb_linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     return linear(c, in, leaf, out_f, bias, -1, idx);
 }
 
+vp_status vp__tb_linear_tied(tb *c, uint32_t in, const char *leaf,
+                             uint64_t out_f, bool bias, int64_t tied_weight,
+                             uint32_t *idx)
+{
+    return linear(c, in, leaf, out_f, bias, tied_weight, idx);
+}
+
 vp_status vp__tb_norm(tb *c, uint32_t in, const char *leaf, bool rms,
                       uint32_t *idx)
 {
@@ -702,10 +711,23 @@ vp_status vp__tb_unary(tb *c, vp_op_kind k, uint32_t in, const char *leaf,
     return unary(c, k, in, leaf, idx);
 }
 
+vp_status vp__tb_dropout(tb *c, uint32_t in, const char *leaf, double p,
+                         uint32_t *idx)
+{
+    return dropout(c, in, leaf, p, idx);
+}
+
 vp_status vp__tb_binary(tb *c, vp_op_kind k, uint32_t a, uint32_t b,
                         const char *leaf, uint32_t *idx)
 {
     return binary(c, k, a, b, leaf, idx);
+}
+
+vp_status vp__tb_weight(tb *c, vp_op *o, const char *leaf, uint64_t numel,
+                        bool trainable)
+{
+    VP_TRY(named(c, o, leaf));
+    return add_param(c, o, "weight", numel, trainable);
 }
 
 vp_status vp__tb_mlp(tb *c, uint32_t x, uint64_t f, const char *pre,

@@ -8,7 +8,8 @@
 #include "hf_config.h"
 
 static const char *const TOP_KEYS[] = {"name", "description", "source", "seq",
-                                       "transformer", "graph", NULL};
+                                       "target", "transformer", "graph",
+                                       NULL};
 static const char *const TF_KEYS[] = {
     "type", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn",
     "vocab", "positions", "max_positions", "norm", "norm_bias", "activation",
@@ -16,7 +17,8 @@ static const char *const TF_KEYS[] = {
     "embedding_norm", "final_norm", "dropout", "attention", "head",
     "num_labels", "moe", "qk_norm", "embedding_scale", "post_norms",
     "packed_qkv", "fused_gate_up", "softcap", "sliding_window",
-    "full_attention_every", "sliding_window_from", "mla", NULL};
+    "full_attention_every", "sliding_window_from", "mla", "encoder_decoder",
+    NULL};
 static const char *const DROPOUT_KEYS[] = {"embedding", "attention",
                                            "residual", NULL};
 static const char *const MOE_KEYS[] = {
@@ -28,7 +30,11 @@ static const char *const MLA_KEYS[] = {"q_lora_rank", "kv_lora_rank",
                                        "qk_nope_dim", "qk_rope_dim",
                                        "v_head_dim", NULL};
 static const char *const ROUTERS[] = {"softmax", "sigmoid_group", NULL};
-static const char *const TF_TYPES[] = {"decoder", "encoder", NULL};
+static const char *const TF_TYPES[] = {"decoder", "encoder",
+                                       "encoder-decoder", NULL};
+static const char *const ENCDEC_KEYS[] = {
+    "decoder_layers", "relative_buckets", "relative_max_distance",
+    "scale_decoder_outputs", "gated_ffn", "ffn_cast", NULL};
 static const char *const POSITIONS[] = {"learned", "rotary", NULL};
 static const char *const NORMS[] = {"layernorm", "rmsnorm", "gemma_rmsnorm",
                                     NULL};
@@ -127,6 +133,9 @@ static const tf_keys DEEPSEEK_KEYS = {"hidden_size", "num_attention_heads",
                                       "num_hidden_layers",
                                       "num_experts_per_tok",
                                       "n_routed_experts", false};
+/* t5 and mt5 (hf_t5.c); errors point at their keys. */
+static const tf_keys T5_KEYS = {"d_model", "num_heads", "num_heads", "d_kv",
+                                "num_layers", NULL, NULL, false};
 
 /* The value node of `key` in map (or under its `moe:` map), else map. */
 static yaml_node_t *key_at(vp_ydoc *d, yaml_node_t *map, const char *key,
@@ -244,7 +253,7 @@ static vp_status tf_validate(vp_ydoc *d, yaml_node_t *at, vp_tf *t,
                         "heads x head_dim (%llu x %llu) overflows 64 bits",
                         (unsigned long long)t->heads,
                         (unsigned long long)t->head_dim);
-    if (!t->rotary && t->max_positions == 0)
+    if (!t->rotary && t->max_positions == 0 && !t->rel_buckets)
         return vp__yerr(d, at, VP_ESCHEMA, err,
                         "learned positions need max_positions");
     if (t->experts) {
@@ -297,6 +306,56 @@ static void tf_defaults(vp_tf *t)
     t->norm_bias = true;
     t->attn = VP_ATTN_SDPA;
     t->head = VP_HEAD_CAUSAL_LM;
+}
+
+/* The `encoder_decoder` map of an encoder-decoder (T5-style: pre-norm
+ * blocks, relative position bias, cross-attention in the decoder). */
+static vp_status parse_encdec(vp_ydoc *d, yaml_node_t *tn, vp_tf *t,
+                              vp_error *err)
+{
+    yaml_node_t *ek = NULL;
+    yaml_node_t *en = vp__ymap_get(d, tn, "encoder_decoder", &ek);
+    if (t->type != VP_TF_ENCDEC) {
+        if (en)
+            return vp__yerr(d, ek, VP_ESCHEMA, err,
+                            "'encoder_decoder' needs type encoder-decoder");
+        return VP_OK;
+    }
+    t->dec_layers = t->layers;
+    t->rel_buckets = 32;
+    t->rel_max_distance = 128;
+    t->scale_out = t->tied;
+    t->t5_ff_cast = true;
+    if (en) {
+        VP_TRY(vp__ymap_check(d, en, ENCDEC_KEYS, "encoder_decoder", err));
+        fields ef = {d, en, err};
+        VP_TRY(opt_u64(&ef, "decoder_layers", 1, &t->dec_layers));
+        VP_TRY(opt_u64(&ef, "relative_buckets", 1, &t->rel_buckets));
+        VP_TRY(opt_u64(&ef, "relative_max_distance", 1,
+                       &t->rel_max_distance));
+        VP_TRY(opt_bool(&ef, "scale_decoder_outputs", &t->scale_out));
+        VP_TRY(opt_bool(&ef, "gated_ffn", &t->gated_ffn));
+        VP_TRY(opt_bool(&ef, "ffn_cast", &t->t5_ff_cast));
+    }
+    yaml_node_t *pk = NULL;
+    if (!vp__ymap_get(d, tn, "max_positions", &pk))
+        vp__ymap_get(d, tn, "positions", &pk);
+    if (t->rotary || pk)
+        return vp__yerr(d, pk ? pk : tn, VP_ESCHEMA, err,
+                        "an encoder-decoder has relative positions (T5): "
+                        "give neither 'positions' nor 'max_positions'");
+    if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU)
+        return vp__yerr(d, vp__ymap_get(d, tn, "activation", NULL),
+                        VP_ESCHEMA, err,
+                        "an encoder-decoder names its MLP's activation "
+                        "(relu, gelu, gelu_tanh, silu); a gated MLP is "
+                        "encoder_decoder: {gated_ffn: true}");
+    if (t->dec_layers > VP_MAX_REPEAT)
+        return vp__yerr(d, en, VP_ELIMIT, err,
+                        "%llu decoder layers is more than the limit of %u",
+                        (unsigned long long)t->dec_layers, VP_MAX_REPEAT);
+    t->scale_out = t->scale_out && t->tied;
+    return VP_OK;
 }
 
 /* A u32 field (a layer count or a period). */
@@ -390,7 +449,7 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
                         "(decoder or encoder)");
     VP_TRY(vp__yget_enum(d, tyn, TF_TYPES, &v, err));
     t->type = (vp_tf_type)v;
-    t->final_norm = t->type == VP_TF_DECODER;
+    t->final_norm = t->type != VP_TF_ENCODER;
     if (t->type == VP_TF_ENCODER)
         t->head = VP_HEAD_MASKED_LM;
     VP_TRY(req_u64(&f, "hidden", &t->hidden, "transformer"));
@@ -440,6 +499,7 @@ static vp_status parse_transformer(vp_model *m, vp_ydoc *d, yaml_node_t *tn,
     if (mn)
         VP_TRY(parse_moe(d, mn, t, err));
     VP_TRY(parse_tf_ext(&f, t));
+    VP_TRY(parse_encdec(d, tn, t, err));
     t->line = (uint32_t)tn->start_mark.line + 1;
     t->col = (uint32_t)tn->start_mark.column + 1;
     return tf_validate(d, tn, t, &YAML_KEYS, err);
@@ -743,6 +803,8 @@ static const struct hf_type_row {
     {"gemma3_text", vp__hf_gemma3_text, &HF_KEYS},
     {"phi3", vp__hf_phi3, &HF_KEYS},
     {"deepseek_v3", vp__hf_deepseek_v3, &DEEPSEEK_KEYS},
+    {"t5", NULL, &T5_KEYS}, /* encoder-decoders: parse_hf_t5 */
+    {"mt5", NULL, &T5_KEYS},
 };
 #define N_HF_READERS (sizeof HF_READERS / sizeof HF_READERS[0])
 
@@ -777,6 +839,19 @@ static vp_status hf_type(vp_ydoc *d, yaml_node_t *root,
                     tv ? tv : "?", list);
 }
 
+#define T5_DEFAULT_SEQ 512u /* T5's pre-training length (n_positions) */
+
+static vp_status parse_hf_t5(vp_model *m, vp_ydoc *d, yaml_node_t *root,
+                             const char *type, vp_error *err)
+{
+    vp_tf *t = &m->tf;
+    VP_TRY(vp__hf_t5(d, root, type, t, err));
+    t->line = (uint32_t)root->start_mark.line + 1;
+    t->col = (uint32_t)root->start_mark.column + 1;
+    m->seq = T5_DEFAULT_SEQ;
+    return tf_validate(d, root, t, &T5_KEYS, err);
+}
+
 static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
 {
     yaml_node_t *root = vp__ydoc_root(d);
@@ -789,6 +864,8 @@ static vp_status parse_hf(vp_model *m, vp_ydoc *d, vp_error *err)
     tf_defaults(t);
     t->qkv_bias = true;
     fields f = {d, root, err};
+    if (!row->read) /* t5, mt5: hf_t5.c */
+        return parse_hf_t5(m, d, root, row->type, err);
     VP_TRY(row->read(&f, t, err));
     VP_TRY(vp__hf_bool(&f, "tie_word_embeddings", &t->tied));
     /* PretrainedConfig's eos_token_id (None by default): what
@@ -847,6 +924,10 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
     yaml_node_t *sn = vp__ymap_get(d, root, "seq", NULL);
     if (sn)
         VP_TRY(vp__yget_u64(d, sn, 1, VP_MAX_DIM, &m->seq, err));
+    yaml_node_t *tgk = NULL;
+    yaml_node_t *tgn = vp__ymap_get(d, root, "target", &tgk);
+    if (tgn)
+        VP_TRY(vp__yget_u64(d, tgn, 1, VP_MAX_DIM, &m->target, err));
     yaml_node_t *tk = NULL, *gk = NULL;
     yaml_node_t *tn = vp__ymap_get(d, root, "transformer", &tk);
     yaml_node_t *gn = vp__ymap_get(d, root, "graph", &gk);
@@ -860,7 +941,12 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
     if (tn) {
         m->form = 0;
         VP_TRY(parse_transformer(m, d, tn, err));
-        if (sn && !m->tf.rotary && m->seq > m->tf.max_positions)
+        if (tgn && m->tf.type != VP_TF_ENCDEC)
+            return vp__yerr(d, tgk, VP_ESCHEMA, err,
+                            "'target' (the decoder length) is for an "
+                            "encoder-decoder transformer");
+        if (sn && !m->tf.rotary && !m->tf.rel_buckets &&
+            m->seq > m->tf.max_positions)
             return vp__yerr(d, sn, VP_ERANGE, err,
                             "seq %llu is longer than the model's %llu "
                             "learned positions",
@@ -871,6 +957,10 @@ static vp_status parse_yaml_model(vp_model *m, vp_ydoc *d, vp_error *err)
         return VP_OK;
     }
     m->form = 1;
+    if (tgn)
+        return vp__yerr(d, tgk, VP_ESCHEMA, err,
+                        "'target' (the decoder length) is for an "
+                        "encoder-decoder transformer");
     if (!sn)
         return vp__yerr(d, root, VP_ESCHEMA, err,
                         "a graph model needs 'seq' (its default sequence "

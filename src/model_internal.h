@@ -11,7 +11,9 @@
 #include "vramplan/graph.h"
 #include "vramplan/model.h"
 
-typedef enum { VP_TF_DECODER, VP_TF_ENCODER } vp_tf_type;
+/* decoder (GPT, Llama), encoder (BERT), or an encoder and a decoder with
+ * cross-attention (T5; graph_encdec.c) */
+typedef enum { VP_TF_DECODER, VP_TF_ENCODER, VP_TF_ENCDEC } vp_tf_type;
 typedef enum { VP_NORM_LAYERNORM, VP_NORM_RMSNORM } vp_norm_kind;
 typedef enum {
     VP_ACT_GELU, VP_ACT_GELU_TANH, VP_ACT_RELU, VP_ACT_SILU, VP_ACT_SWIGLU,
@@ -86,6 +88,15 @@ typedef struct vp_tf {
                            (eos_token_id null or absent): generate()'s
                            min-length processors are not made          */
     uint32_t line, col; /* where the description starts */
+    /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
+     * dec_layers decoder layers; T5's relative position bias (rel_buckets
+     * buckets up to rel_max_distance, computed by the first layer of each
+     * stack) when rel_buckets > 0; scale_out: the decoder's output times
+     * hidden^-0.5 before a tied head (T5); gated_ffn: the MLP is
+     * act(wi_0 x) * wi_1 x (T5DenseGatedActDense); t5_ff_cast: its hidden
+     * state is cast to wo's dtype before wo (T5DenseActDense) */
+    uint64_t dec_layers, rel_buckets, rel_max_distance;
+    bool scale_out, gated_ffn, t5_ff_cast;
     vp_tf_ext x;        /* the newer families' features (hf_families.c) */
 } vp_tf;
 
@@ -95,6 +106,7 @@ struct vp_model {
     const char *path;
     int form; /* 0 transformer, 1 graph */
     uint64_t seq;
+    uint64_t target; /* encoder-decoder: default decoder length (0: seq) */
     vp_tf tf;                     /* the transformer form               */
     const struct vp_gform *gform; /* the graph form, compiled (in arena) */
 };

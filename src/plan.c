@@ -41,8 +41,9 @@ typedef struct {
  * checkpoint mask, and time it. */
 static vp_status evaluate(pctx *c, vp_plan_candidate *k, const char *spec)
 {
-    vp_graph *g = vp_graph_build(c->m, k->micro_batch, c->req->base.seq,
-                                 c->err);
+    vp_graph *g = vp_graph_build_target(c->m, k->micro_batch,
+                                        c->req->base.seq,
+                                        c->req->base.target, c->err);
     if (!g)
         return c->err ? c->err->code : VP_ESCHEMA;
     if (vp__graph_search_check(g, c->err) != VP_OK) {

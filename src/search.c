@@ -12,7 +12,8 @@ vp_status vp_fits(const vp_model *m, const vp_setup *setup, uint64_t batch,
                   vp_error *err)
 {
     *fits = false;
-    vp_graph *g = vp_graph_build(m, batch, setup->seq, err);
+    vp_graph *g = vp_graph_build_target(m, batch, setup->seq, setup->target,
+                                        err);
     if (!g) {
         if (err && err->code == VP_EOVERFLOW) {
             vp_error_clear(err);
@@ -657,7 +658,8 @@ vp_status vp_checkpoint_auto_sel(const vp_model *m, const vp_setup *setup,
     if (setup->alloc.limit == 0)
         return vp_error_set(err, VP_EARG,
                             "--checkpoint auto needs a memory budget");
-    vp_graph *g = vp_graph_build(m, setup->batch, setup->seq, err);
+    vp_graph *g = vp_graph_build_target(m, setup->batch, setup->seq,
+                                        setup->target, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
     if (vp__graph_search_check(g, err) != VP_OK) {

@@ -14,6 +14,9 @@
 /* Kinds of Python references (struct vp__pyhold). */
 enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
 
+/* Modules built with a weight of their own that tying frees (T5: 3). */
+#define MAX_TIED_LATE 4
+
 /* Tensors of the input batch: the inputs and the losses' targets. */
 #define MAX_BATCH 8
 
@@ -288,6 +291,11 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
     /* inputs from outside the segment are passed with refs_of == 0 */
     for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
         vp__fwd(S, i, MODE_RECOMPUTE, refs_of);
+    /* the counts hold for this recomputation only: an op of this segment
+     * that a later one consumes (T5's position bias) is from outside when
+     * that one recomputes */
+    for (uint32_t i = seg->first_op; i <= seg->last_op; i++)
+        refs_of[i] = 0;
     pyhold_release(S, -1, -1); /* early stop unwinds the Python frames */
     vp__clear_cast_cache(S);
 }
@@ -409,6 +417,41 @@ static uint32_t build_bytes(const sim *S, const vp_param *pp)
     return pb;
 }
 
+/* The weights that modules tied to an earlier embedding are built with
+ * (VP_OPF_TIED_LATE, HF T5: each stack's embed_tokens and lm_head), in
+ * the build dtype (teb bytes, as construct's tied head): each made once
+ * the parameters of the ops up to its own are, all freed when the model
+ * ties them once built, the last made first (traced:
+ * groundtruth/traces/t5-base-*). late[0 .. *nl) are those made so far (at
+ * most MAX_TIED_LATE); p is the next parameter to be made (n_params: the
+ * end). On the meta device they take no memory (the caller skips). */
+static void tied_late(sim *S, size_t p, uint32_t teb, uint32_t *late,
+                      size_t *nl)
+{
+    const vp_graph *g = S->g;
+    size_t seen = 0;
+    for (uint32_t i = 0; i < g->n_ops && *nl < MAX_TIED_LATE && OK(S); i++) {
+        const vp_op *o = &g->ops[i];
+        if (!(o->flags & VP_OPF_TIED_LATE) || seen++ < *nl)
+            continue;
+        if (p < g->n_params && g->params[p].op <= i)
+            return;
+        uint64_t w = o->kind == VP_OP_EMBEDDING
+                         ? vp__mulc(S, o->classes, o->shape[o->ndim - 1])
+                         : vp__mulc(S, o->in_features, o->out_features);
+        late[(*nl)++] = vp__talloc(S, vp__mulc(S, w, teb), VP_CAT_TEMP);
+    }
+}
+
+static void tied_late_free(sim *S, uint32_t *late, size_t nl)
+{
+    if (!nl)
+        return;
+    vp__tunref(S, late[nl - 1]);
+    for (size_t k = 0; k + 1 < nl; k++)
+        vp__tunref(S, late[k]);
+}
+
 /* Construction, in parameter order (the adapters come later). A head
  * tied to the embedding (HF tie_weights) is first built with a weight of
  * its own, in the build dtype, which tying frees: a transient that leaves
@@ -431,6 +474,9 @@ static void construct(sim *S, uint32_t *built)
                            (S->dist && S->dist->model_eb == 4)
                        ? 4
                        : S->PE;
+    bool meta = S->s->ft.load == VP_LOAD_META;
+    uint32_t late[MAX_TIED_LATE];
+    size_t nl = 0;
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
         if (p < g->n_params && g->params[p].adapter)
             continue;
@@ -448,6 +494,8 @@ static void construct(sim *S, uint32_t *built)
         }
         if (p == g->n_params)
             break;
+        if (!meta)
+            tied_late(S, p, teb, late, &nl);
         const vp_param *pp = &g->params[p];
         if (pp->quant)
             vp__quant_load(S, (uint32_t)p);
@@ -459,6 +507,9 @@ static void construct(sim *S, uint32_t *built)
             tied = NONE;
         }
     }
+    if (!meta)
+        tied_late(S, g->n_params, teb, late, &nl);
+    tied_late_free(S, late, nl);
 }
 
 /* model.to(half) after an fp32 build, parameter by parameter (the half

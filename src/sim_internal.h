@@ -319,6 +319,17 @@ vp__bwd_fn vp__embedding_bwd;
 vp__fwd_fn vp__loss_fwd;       /* cross-entropy, MSE                     */
 vp__bwd_fn vp__loss_bwd;
 vp__fwd_fn vp__router_fwd;     /* ops/moe.c                              */
+vp__fwd_fn vp__moe_dispatch_fwd;
+vp__fwd_fn vp__moe_combine_fwd;
+vp__bwd_fn vp__moe_combine_bwd;
+vp__fwd_fn vp__t5norm_fwd;     /* ops/encdec.c: T5LayerNorm (rmsnorm with
+                                  VP_OPF_T5_NORM)                        */
+vp__bwd_fn vp__t5norm_bwd;
+vp__fwd_fn vp__position_bias_fwd;
+vp__bwd_fn vp__position_bias_bwd;
+vp__fwd_fn vp__cast_fwd;
+vp__bwd_fn vp__cast_bwd;
+vp__fwd_fn vp__upsample_fwd;   /* ops/spatial.c                          */
 vp__bwd_fn vp__router_bwd;
 vp__fwd_fn vp__moe_experts_fwd;
 vp__bwd_fn vp__moe_experts_bwd;
@@ -348,8 +359,21 @@ uint8_t vp__promoted_eb(const sim *S, const vp__fwd_op *f);
  * before the first layer (ops/attention.c). */
 void vp__attention_model_mask(sim *S);
 /* The attention kernel that runs: the setup's or the model's choice, SDPA
- * resolved by the compute element bytes ce. */
+ * resolved by the compute element bytes ce, GQA and an additive bias
+ * (ops/attention.c). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
+/* SDPA's math kernel and an additive attention bias (ops/attention_math.c):
+ * the bias's mask (owned *mask, the
+ * autocast copy *cast, the causal condition *cond to save after the
+ * kernel's slots, with vp__attention_bias_save); the kernel's forward on
+ * q, k, v (k and v contiguous: copied by the cache) and backward. */
+void vp__attention_bias_fwd(sim *S, vp__fwd_op *f, uint8_t ce, uint32_t *mask,
+                            uint32_t *cast, uint32_t *cond);
+void vp__attention_bias_save(sim *S, uint32_t op, uint32_t cond);
+void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
+                            uint32_t v, bool kv_contig, uint8_t ce);
+void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
+                            uint32_t *dk, uint32_t *dv);
 /* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
 uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
 

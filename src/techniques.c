@@ -23,7 +23,8 @@ static vp_status eval_variant(const vp_model *m, const variant *v,
     r->applicable = v->applicable;
     if (!v->applicable)
         return VP_OK;
-    vp_graph *g = vp_graph_build(m, v->s.batch, v->s.seq, err);
+    vp_graph *g = vp_graph_build_target(m, v->s.batch, v->s.seq, v->s.target,
+                                        err);
     if (!g) {
         if (err && err->code == VP_EOVERFLOW) {
             vp_error_clear(err);

@@ -226,6 +226,7 @@ static double matmul_outputs(const vp_op *o, int ph)
     switch (o->kind) {
     case VP_OP_LINEAR:
     case VP_OP_CONV2D:
+    case VP_OP_CONV_TRANSPOSE2D:
         return ph == 0 ? 1 : 2;
     case VP_OP_ATTENTION:
         if (o->attn_impl == VP_ATTN_EAGER || o->attn_impl == VP_ATTN_MATH)
@@ -411,7 +412,8 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
         *b = gemm_gpu(c, gap, n, k, m);
         if (o->flops_bwd > 1.5 * o->flops_fwd)
             *b += gemm_gpu(c, gap, m, k, n);
-    } else if (o->kind == VP_OP_CONV2D) {
+    } else if (o->kind == VP_OP_CONV2D ||
+               o->kind == VP_OP_CONV_TRANSPOSE2D) {
         /* cuDNN in NCHW: a flat share of the fp32 peak (VP_CONV_FP32_SHARE) */
         double r = VP_CONV_FP32_SHARE * hw->fp32;
         double top = vp_hw_matmul_rate(hw, s->precision);

@@ -77,7 +77,7 @@ static const vp_jfield ROWS_IDENT[] = {
     VP_JROW_STR("model", true, vp_case_in, model),
     VP_JROW_STR("id", true, vp_case_in, id), /* results are named by it */
     ROW_STR("error", failed),
-    ROW_STR("hf_config", hf_config),
+    ROW_STR("hf_config", hf_config), /* every kind: vp__case_find_model */
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
@@ -87,7 +87,6 @@ static const vp_jfield ROWS_IDENT[] = {
 /* Fields later versions will read: refused by name, never ignored. */
 static const vp_jfield ROWS_LATER[] = {
     ROW_LATER("generate"),   ROW_LATER("cache"),
-    ROW_LATER("target"),
     /* and those of groundtruth/README.md's newer sets */
     ROW_LATER("runs"),
     ROW_LATER("kv_cache_bytes"), ROW_LATER("ms_per_token"),
@@ -100,6 +99,8 @@ static const vp_jfield ROWS_RANK_LATER[] = {
     ROW_LATER("load"),       ROW_LATER("trainable_params"),
     ROW_LATER("setup_peak"), ROW_LATER("total_params"),
     ROW_LATER("peft"),
+    /* and encoder-decoder models' (the one-GPU rows: ROWS_SETUP) */
+    ROW_LATER("target"),
 };
 
 /* One-GPU setups (training cases and max-batch cases). */
@@ -112,6 +113,7 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_BOOL("infer", infer),
     ROW_U64("accum", 1, UINT32_MAX, accum),
     ROW_U64("seq", 1, BIG, seq),
+    ROW_U64("target", 1, BIG, target),
     /* fields of the setups that later versions will model on one GPU */
     ROW_LATER("autocast"), ROW_LATER("fsdp_version"),
     ROW_LATER("param_dtype"), ROW_LATER("reduce_dtype"),
@@ -346,7 +348,7 @@ static vp_status read_case(const char *json, size_t len,
     copy_str(out->model, sizeof out->model,
              json_object_get(d->root, "model"));
     size_t n = schema_of(out->kind, rows);
-    in->gen.cache = in->gen.load = -1;
+    in->gen.cache = -1;
     st = vp__jschema_check(d, 0, rows, n,
                            out->kind == VP_GT_RANK ? "a multi-GPU case"
                            : out->kind == VP_GT_MAXBATCH ? "a max-batch case"
@@ -362,30 +364,37 @@ static vp_status read_case(const char *json, size_t len,
 
 /* ---- one GPU ------------------------------------------------------------- */
 
-/* The case's hf_config, joined to the case file's folder. */
-static vp_model *hf_config_model(const vp_case_in *in, const char *case_path,
+/* A case's "hf_config": a Hugging Face config.json, relative to the
+ * folder of the case file `file` (or absolute); errors at the field. */
+static vp_model *hf_config_model(const vp_case_in *in, const char *file,
                                  vp_error *err)
 {
+    const char *slash = file ? strrchr(file, '/') : NULL;
+    int dl = slash && in->hf_config[0] != '/' ? (int)(slash - file + 1) : 0;
+    int at = vp__jdoc_member(in->doc, 0, "hf_config");
     char path[1024];
-    const char *slash = case_path ? strrchr(case_path, '/') : NULL;
-    int n = in->hf_config[0] == '/' || !slash
-                ? snprintf(path, sizeof path, "%s", in->hf_config)
-                : snprintf(path, sizeof path, "%.*s/%s",
-                           (int)(slash - case_path), case_path,
-                           in->hf_config);
-    if (n < 0 || (size_t)n >= sizeof path) {
-        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
-                 VP_ELIMIT, err, "the config's path is longer than %zu "
-                 "bytes", sizeof path - 1);
+
+    int w = snprintf(path, sizeof path, "%.*s%s", dl, file ? file : "",
+                     in->hf_config);
+    if (w < 0 || (size_t)w >= sizeof path) {
+        vp__jerr(in->doc, at, false, VP_ELIMIT, err,
+                 "the config's path is too long");
         return NULL;
     }
     if (access(path, R_OK) != 0) {
-        vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "hf_config"), false,
-                 VP_EIO, err, "config '%s' not found (looked for %s)",
+        vp__jerr(in->doc, at, false, VP_EIO, err, "hf_config '%s' not "
+                 "found (looked for %s, beside the case file)",
                  in->hf_config, path);
         return NULL;
     }
-    return vp_model_load(path, err);
+    vp_model *m = vp_model_load(path, err);
+    if (m == NULL && err != NULL) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        vp__jerr(in->doc, at, false, err->code, err, "hf_config '%s': %s",
+                 path, msg);
+    }
+    return m;
 }
 
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
@@ -451,6 +460,7 @@ static vp_setup case_setup(const vp_case_in *in, const vp_validate_opts *o)
     s.accum = in->accum ? (uint32_t)in->accum : 1;
     s.batch = in->batch;
     s.seq = in->seq;
+    s.target = in->target;
     if (in->n_steps > 0)
         s.steps = in->n_steps;
     vp__case_ft_setup(in, &s);
@@ -544,9 +554,17 @@ static vp_status run_case(const vp_case_in *in, const vp_validate_opts *o,
     bool *ck = NULL;
     vp_status st;
 
-    vp_graph *g = vp_graph_build(m, s.batch, s.seq, err);
+    vp_graph *g = vp_graph_build_target(m, s.batch, s.seq, s.target, err);
     if (g == NULL)
         return err != NULL ? err->code : VP_ESCHEMA;
+    if (in->target && vp_graph_target(g) == 0) {
+        vp_graph_free(g);
+        return vp__jerr(in->doc, vp__jdoc_member(in->doc, 0, "target"),
+                        false, VP_ESCHEMA, err,
+                        "'target' is the decoder length of an "
+                        "encoder-decoder model; '%s' has no decoder of its "
+                        "own", in->model);
+    }
     size_t ns = vp_graph_segment_count(g);
     ck = calloc(ns ? ns : 1, sizeof *ck);
     if (ck == NULL) {

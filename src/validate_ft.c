@@ -17,9 +17,10 @@ static const vp_base_dtype BASE_MAP[] = {VP_BASE_FP32, VP_BASE_BF16,
 static const char *const QUANTS[] = {"nf4", "fp4", "int8", NULL};
 static const vp_quant QUANT_MAP[] = {VP_QUANT_NF4, VP_QUANT_FP4,
                                      VP_QUANT_INT8};
-static const char *const LOADS[] = {"dtype", "fp32-then-cast", "meta", NULL};
-static const vp_load LOAD_MAP[] = {VP_LOAD_DTYPE, VP_LOAD_FP32_CAST,
-                                   VP_LOAD_META};
+const char *const vp__case_loads[] = {"dtype", "fp32-then-cast", "meta",
+                                     NULL};
+const vp_load vp__case_load_map[] = {VP_LOAD_DTYPE, VP_LOAD_FP32_CAST,
+                                     VP_LOAD_META};
 
 #define N(rows) (sizeof rows / sizeof rows[0])
 
@@ -135,7 +136,7 @@ const vp_jfield vp__case_ft_rows[] = {
     {.name = "freeze", .type = VP_JT_ARRAY, .apply = read_freeze},
     FT_ENUM("base_dtype", BASE_DTYPES, base_dtype),
     FT_ENUM("quant", QUANTS, quant),
-    FT_ENUM("load", LOADS, load),
+    FT_ENUM("load", vp__case_loads, load),
     FT_U64("trainable_params", trainable),
     FT_U64("total_params", total),
     FT_U64("setup_peak", setup_peak),
@@ -161,7 +162,7 @@ void vp__case_ft_setup(const vp_case_in *in, vp_setup *s)
     s->ft = c->f;
     s->ft.load = c->base_dtype < 0 ? VP_LOAD_FP32_CAST : VP_LOAD_DTYPE;
     if (c->load >= 0)
-        s->ft.load = LOAD_MAP[c->load];
+        s->ft.load = vp__case_load_map[c->load];
     if (c->quant >= 0)
         s->ft.quant = QUANT_MAP[c->quant];
     if (c->base_dtype >= 0) {

@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "validate_impl.h"
 #include "vramplan/defaults.h"
@@ -25,7 +24,6 @@ static const char *const CACHES[] = {
     VP_CACHE_MAP(VP__CACHE)
 #undef VP__CACHE
     NULL};
-static const char *const LOADS[] = {"dtype", "fp32-then-cast", NULL};
 
 /* ---- the schema ------------------------------------------------------------ */
 
@@ -87,7 +85,7 @@ const vp_jfield vp__gen_rows[] = {
     {.name = "generate", .type = VP_JT_OBJECT, .required = true,
      .apply = gen_fields},
     VP_JROW_ENUM("cache", false, CACHES, vp_case_in, gen.cache),
-    VP_JROW_ENUM("load", false, LOADS, vp_case_in, gen.load),
+    VP_JROW_ENUM("load", false, vp__case_loads, vp_case_in, ft.load),
     {.name = "runs", .type = VP_JT_ARRAY, .apply = read_runs},
     ROW_U64("kv_cache_bytes", 1, gen.kv_cache_bytes),
     ROW_U64("after_model", 1, after_model),
@@ -137,14 +135,6 @@ static vp_status check_runs(const vp_case_in *in, vp_error *err)
 
 /* ---- running a case -------------------------------------------------------- */
 
-/* The case's model: its hf_config beside the case file (named at the
- * field when missing), else found by name (vp__case_find_model). */
-static vp_model *case_model(const vp_case_in *in, const vp_validate_opts *o,
-                            vp_error *err)
-{
-    return vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
-}
-
 /* The setup run_generate measured: bf16 weights built in their dtype,
  * no_grad, after collect_more.py's warm-up (the workspaces exist). */
 static vp_status case_setup(const vp_case_in *in, const vp_validate_opts *o,
@@ -157,11 +147,11 @@ static vp_status case_setup(const vp_case_in *in, const vp_validate_opts *o,
         return vp__jerr(d, vp__jdoc_member(d, 0, "infer"), false, VP_ERANGE,
                         err, "generate() runs under no_grad: 'infer' must "
                         "be true");
-    if (g->load == 1)
+    if (in->ft.load >= 0 && vp__case_load_map[in->ft.load] != VP_LOAD_DTYPE)
         return vp__jerr(d, vp__jdoc_member(d, 0, "load"), false,
-                        VP_EUNSUPPORTED, err, "generate() after building "
-                        "the weights in fp32 and casting them is not "
-                        "modelled (load \"dtype\" is)");
+                        VP_EUNSUPPORTED, err, "generate() after loading the "
+                        "weights as \"%s\" is not modelled (load \"dtype\" "
+                        "is)", vp__case_loads[in->ft.load]);
     if (o->base != NULL)
         *s = *o->base;
     else
@@ -223,7 +213,7 @@ vp_status vp__validate_generate(const vp_case_in *in,
         st = case_setup(in, o, &s, err);
     if (st != VP_OK)
         return st;
-    vp_model *m = case_model(in, o, err);
+    vp_model *m = vp__case_find_model(in, o->dirs, o->n_dirs, o->path, err);
     if (m == NULL)
         return err != NULL ? err->code : VP_EIO;
     vp_graph *g = vp_graph_build(m, s.batch, s.seq, err);

@@ -32,7 +32,7 @@ typedef struct vp_run_in {
 typedef struct vp_gen_in {
     uint64_t prompt, new_tokens;
     bool sample, pad;
-    int cache, load;          /* choices, -1 when absent               */
+    int cache;                /* its choice, -1 when absent            */
     uint64_t kv_cache_bytes;
     uint32_t n_runs;
     vp_run_in run[VP_MAX_STEPS];
@@ -53,6 +53,7 @@ typedef struct vp_case_in {
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;
+    uint64_t target;        /* encoder-decoder: the decoder length      */
     uint64_t max_batch, cap;
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
     uint64_t device_used, params;
@@ -78,11 +79,11 @@ extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */
 extern const char *const vp__case_precs[];  /* collect.py's precisions   */
 extern const vp_precision vp__case_prec_map[]; /* their vp_precision     */
 
-/* The case's model: its hf_config (relative to the folder of the case
- * file `path`), else the first of dirs that holds NAME.yaml or NAME.json
- * (vp_model_load), else the hf_configs/NAME.json beside the case file (a
- * ground-truth folder's configs); VP_EIO naming it, at the case's "model"
- * (or "hf_config"), when none does. */
+/* The case's model: its "hf_config" (relative to the folder of the case
+ * file `path`; VP_EIO at that field when missing), else the first of dirs
+ * that holds NAME.yaml or NAME.json (vp_model_load), else the
+ * hf_configs/NAME.json beside the case file (a ground-truth folder's
+ * configs); VP_EIO naming it, at the case's "model", when none does. */
 vp_model *vp__case_find_model(const vp_case_in *in, const char *const *dirs,
                               size_t n_dirs, const char *path,
                               vp_error *err);
@@ -107,6 +108,10 @@ void vp__case_metric(vp_case_result *r, const char *name, uint64_t pred,
 /* The fine-tuning fields of one-GPU cases (validate_ft.c): their rows,
  * their defaults, the setup they make, and the figures they check. */
 extern const vp_jfield vp__case_ft_rows[];
+/* "load"'s choices (dtype, fp32-then-cast, meta) and their vp_load: one
+ * field for training and generate cases (in->ft.load). */
+extern const char *const vp__case_loads[];
+extern const vp_load vp__case_load_map[];
 extern const size_t vp__case_ft_n;
 void vp__case_ft_init(vp_case_in *in);
 void vp__case_ft_setup(const vp_case_in *in, vp_setup *s);

@@ -487,7 +487,7 @@ vp_status vp__yget_enum(vp_ydoc *d, yaml_node_t *n, const char *const *choices,
             }
         }
     }
-    char list[300];
+    char list[400]; /* with the message around it, within vp_error.msg */
     list_choices(choices, list, sizeof list);
     const char *s = v ? vp__suggest(v, choices) : NULL;
     if (s)

@@ -59,6 +59,12 @@ vp_status vp__yget_str(vp_ydoc *d, yaml_node_t *n, const char **out,
 vp_status vp__yget_enum(vp_ydoc *d, yaml_node_t *n, const char *const *choices,
                         int *out, vp_error *err);
 
+/* A Hugging Face t5 or mt5 config.json (root) into t, defaulted by the
+ * caller (hf_t5.c). */
+struct vp_tf;
+vp_status vp__hf_t5(vp_ydoc *d, yaml_node_t *root, const char *type,
+                    struct vp_tf *t, vp_error *err);
+
 /* Compile a model's `graph:` mapping gn (graph_compile.c): *out is made
  * in arena a and keeps nothing of the document. */
 struct vp_gform;

@@ -450,6 +450,18 @@ Test(generate_errors, an_endless_generation_is_refused, .timeout = 10)
     cr_expect(strstr(err.msg, "op forwards") != NULL, "%s", err.msg);
 }
 
+/* "load" is the training cases' field (validate_ft.c's choices); only
+ * weights made in their dtype are modelled with generate() */
+Test(generate_case, a_load_other_than_dtype_is_refused_by_name)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = CASE_HEAD "\"generate\": {\"prompt\": 100, "
+                       "\"new_tokens\": 10}, \"load\": \"meta\"}";
+    cr_assert_eq(gen_line(json, &r, &err), VP_EUNSUPPORTED, "%s", err.msg);
+    cr_expect(strstr(err.msg, "\"meta\"") != NULL, "%s", err.msg);
+}
+
 Test(generate_case, a_missing_hf_config_is_named_at_its_field)
 {
     vp_case_result r;

@@ -77,6 +77,31 @@ PARAMS_TEST(gpt2_medium_measured, "gpt2-medium", 354823168ULL)
  * (decoder weight tied to the word embedding) = 109514298. */
 PARAMS_TEST(bert_base_measured, "bert-base", 109514298ULL)
 
+/* T5ForConditionalGeneration (t5-base config, transformers 5.17): measured
+ * in groundtruth/h200-torch2.11-families.jsonl. Shared embedding 32128*768;
+ * 12 encoder blocks of 4*768*768 attention + 2*768*3072 MLP + 2*768 norms;
+ * 12 decoder blocks with a second attention and norm; 2 * 32*12 relative
+ * position biases; 2 final norms: 222903552. */
+PARAMS_TEST(t5_base_measured, "t5-base", 222903552ULL)
+
+/* ---- counted from the architecture -------------------------------------- */
+
+/* unet-sd-like, as groundtruth/collect_encdec.py builds it in torch: per
+ * ResnetBlock2D(ci, c) 2ci + 9ci*c + c + 2c + 9c^2 + c (+ ci*c + c for a
+ * 1x1 shortcut when ci != c); per Transformer2DModel(c) three LayerNorms
+ * 6c, GroupNorm 2c, proj_in and proj_out 2(c^2 + c), self-attention 4c^2,
+ * cross-attention 2c^2 + 2*768c, GEGLU 2(4c^2 + 4c) + 4c^2 + c; conv_in
+ * 4*320*9 + 320, two downsamples and two upsample convs 9c^2 + c,
+ * norm_out 640, conv_out 320*4*9 + 4; channels 320, 640, 1280 with the
+ * skips of diffusers' layout: 600553604. */
+PARAMS_TEST(unet_sd_like, "unet-sd-like", 600553604ULL)
+/* unet-seg (milesial/Pytorch-UNet UNet(3, 2, bilinear=False)): per
+ * DoubleConv(i, o) 9io + 9o^2 (no conv bias) + 4o (two BatchNorms); inc
+ * (3, 64), down (64, 128) ... (512, 1024); per up level a 2x2
+ * ConvTranspose2d(2c, c) 8c^2 + c and DoubleConv(2c, c) for c = 512 ...
+ * 64; outc 64*2 + 2: 31037698. */
+PARAMS_TEST(unet_seg, "unet-seg", 31037698ULL)
+
 /* ---- published --------------------------------------------------------- */
 
 /* Hugging Face openai-community/gpt2-large model card (774M); exact count

@@ -576,7 +576,7 @@ Test(validate_schema, an_unknown_field_is_named_at_its_key)
 Test(validate_schema, fields_of_later_versions_are_refused_by_name)
 {
     static const char *const later[] = {
-        "cache", "target", "autocast",
+        "cache", "autocast",
         "fsdp_version", "param_dtype", "reduce_dtype",
         "reshard_after_forward"};
 
@@ -595,8 +595,80 @@ Test(validate_schema, fields_of_later_versions_are_refused_by_name)
     }
 }
 
-/* the fine-tuning fields are read (validate_ft.c): a wrong shape is an
- * error naming the field, at its value */
+/* Encoder-decoder cases: the decoder length `target`, the model by its
+ * config.json (`hf_config`, relative to the case file's folder: here the
+ * working directory) and how its weights were made (`load`). */
+Test(validate_encdec, hf_config_and_target_run)
+{
+    vp_case_result r;
+    vp_error err;
+    /* the measured model state of t5-base in fp32: 222903552 x 4 bytes */
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, \"seq\": "
+                       "64, \"target\": 16, \"load\": \"dtype\", "
+                       "\"hf_config\": \"tests/data/hf/t5-base.json\", "
+                       "\"after_model\": 891614208}";
+    cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+    const vp_metric *am = must_metric(&r, "after_model");
+    cr_expect_float_eq(am->rel_err, 0.0, 1e-12);
+}
+
+Test(validate_encdec, target_needs_an_encoder_decoder)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"gpt2-small\", \"batch\": 1, "
+                       "\"seq\": 64, \"target\": 16}";
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA);
+    cr_expect_not_null(strstr(err.msg, "has no decoder of its own"), "%s",
+                       err.msg);
+}
+
+Test(validate_encdec, hf_config_that_is_missing_is_named)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
+                       "\"hf_config\": \"tests/data/hf/none.json\"}";
+    cr_assert_neq(run_line(json, &r, &err), VP_OK);
+    cr_expect_not_null(strstr(err.msg, "tests/data/hf/none.json"), "%s",
+                       err.msg);
+}
+
+/* "load" is fine-tuning's load mode (validate_ft.c): one of its choices */
+Test(validate_encdec, load_is_one_of_its_choices)
+{
+    vp_case_result r;
+    vp_error err;
+    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
+                       "\"load\": \"disk\"}";
+    cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA, "%s", err.msg);
+    cr_expect_not_null(strstr(err.msg, "fp32-then-cast"), "%s", err.msg);
+}
+
+/* t5-base in bf16, load "dtype" (from_config(dtype=...): the families
+ * file's lines) never holds the model in fp32 while it is made; built in
+ * fp32 and cast ("fp32-then-cast", a line without base_dtype) it holds all
+ * of it, 222903552 x 4 bytes, before the cast (setup_peak compared with
+ * that figure: below it, then at least it) */
+Test(validate_encdec, load_dtype_builds_without_an_fp32_model)
+{
+    static const char *const loads[] = {"dtype", "fp32-then-cast"};
+    for (size_t i = 0; i < 2; i++) {
+        char json[256];
+        vp_case_result r;
+        vp_error err;
+        snprintf(json, sizeof json, "{\"model\": \"t5-base\", \"batch\": "
+                 "1, \"seq\": 64, \"target\": 16, \"prec\": \"bf16\", "
+                 "\"load\": \"%s\", \"setup_peak\": 891614208}", loads[i]);
+        cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
+        double e = must_metric(&r, "setup_peak")->rel_err;
+        if (i == 0)
+            cr_expect_lt(e, 0.0, "%s: %f", loads[i], e);
+        else
+            cr_expect_geq(e, 0.0, "%s: %f", loads[i], e);
+    }
+}
+
 Test(validate_schema, fine_tuning_fields_are_read_strictly)
 {
     static const char *const ft[] = {"lora", "base_dtype", "freeze",

@@ -22,8 +22,10 @@
 #define VP_OP_MAX_PARAMS 4
 
 /* The op kinds. The graph form (docs/MODEL_FORMAT.md) offers those from
- * linear to mse_loss, in this order; the others are made by the
- * transformer form. */
+ * linear to mse_loss, in this order, and cross_attention, upsample and
+ * conv_transpose2d; the others are made by the transformer form
+ * (cross_attention only in the graph form, which builds it of linears
+ * and an attention core). */
 #define VP_OP_KIND_MAP(XX)                                                   \
     XX(INPUT, "input")                 /* data fed to the model            */ \
     XX(LINEAR, "linear")                                                     \
@@ -61,6 +63,13 @@
     XX(SCALE, "scale")                 /* times a constant                 */ \
     XX(MLA_Q, "mla_q")                 /* MLA: q = cat(q_pass, rope(q_rot))*/ \
     XX(MLA_K, "mla_k")                 /* MLA: k = cat(k_pass, k_rot)      */ \
+    XX(CROSS_ATTENTION, "cross_attention") /* graph form: q from the first
+                                          input, k and v from the second   */ \
+    XX(UPSAMPLE, "upsample")           /* nearest or bilinear; the scale in
+                                          `stride`                         */ \
+    XX(CONV_TRANSPOSE2D, "conv_transpose2d")                                 \
+    XX(POSITION_BIAS, "position_bias") /* T5 relative position bias        */ \
+    XX(CAST, "cast")                   /* .to(the weights' dtype)          */ \
     XX(LORA, "lora")                   /* a LoRA adapter on the linear op
                                           inputs[1] (made by fine-tuning
                                           setups, finetune.h)              */
@@ -190,6 +199,20 @@ typedef struct vp_op {
                                       group top-k (classes: experts, rows:
                                       groups)                              */
 
+/* Encoder-decoder models and the graph form's newer ops. High bits, apart
+ * from the flags above. */
+#define VP_OPF_T5_NORM 0x10000000u /* T5LayerNorm (HF modeling_t5.py): the
+                                      variance in fp32, the input times its
+                                      rsqrt, cast to a half weight's dtype,
+                                      times the weight                   */
+#define VP_OPF_BILINEAR 0x20000000u /* upsample: bilinear (else nearest)  */
+#define VP_OPF_TIED_LATE 0x40000000u /* an embedding or head tied to an
+                                      earlier embedding, built with its own
+                                      weight (fp32, classes x dim or in x
+                                      out) that the tying after the whole
+                                      model is built frees (HF T5: both
+                                      stacks' embed_tokens and lm_head)   */
+
 typedef struct vp_segment {
     const char *name;   /* "h.3", "layer2"                                   */
     uint32_t first_op, last_op;            /* inclusive range               */
@@ -204,6 +227,12 @@ typedef struct vp_graph vp_graph;
  * for sizes past 64 bits, VP_ELIMIT for more than VP_MAX_OPS ops. */
 vp_graph *vp_graph_build(const vp_model *m, uint64_t batch, uint64_t seq,
                          vp_error *err);
+/* The same with the decoder length of an encoder-decoder model (T5):
+ * `target` tokens (0: the model's default, its `target`, else seq).
+ * Models without a decoder of their own ignore it. */
+vp_graph *vp_graph_build_target(const vp_model *m, uint64_t batch,
+                                uint64_t seq, uint64_t target,
+                                vp_error *err);
 void vp_graph_free(vp_graph *g);
 
 size_t vp_graph_op_count(const vp_graph *g);
@@ -223,6 +252,8 @@ vp_status vp_graph_num_active_params(const vp_graph *g, uint64_t *out,
                                      vp_error *err);
 uint64_t vp_graph_batch(const vp_graph *g);
 uint64_t vp_graph_seq(const vp_graph *g);
+/* The decoder length of an encoder-decoder graph, 0 for other models. */
+uint64_t vp_graph_target(const vp_graph *g);
 const char *vp_graph_model_name(const vp_graph *g);
 /* The segments that "--checkpoint all" wraps: the model's declared
  * checkpoint units (every transformer layer; for graphs the `checkpoint`

@@ -143,6 +143,8 @@ vp_status vp_generate_parse(const char *spec, vp_generate *out,
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
     uint64_t seq;              /* sequence length / image side; 0 = default    */
+    uint64_t target;           /* decoder length of an encoder-decoder model;
+                                  0 = the model's (vp_graph_build_target)      */
     vp_precision precision;
     vp_optimizer optimizer;
     vp_attn_impl attn;         /* overrides the model's implementation         */

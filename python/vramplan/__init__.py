@@ -141,7 +141,7 @@ def call(request):
                 err.path.decode("utf-8", "replace"), err.line, err.col)
 
 
-_SETUP = {"batch", "seq", "precision", "optimizer", "checkpoint",
+_SETUP = {"batch", "seq", "target", "precision", "optimizer", "checkpoint",
           "selective", "accum", "steps", "attention", "keep_grads",
           "inference", "expandable_segments", "offload_optimizer",
           "offload_activations", "compress_activations", "int8_weights",

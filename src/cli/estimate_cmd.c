@@ -20,7 +20,7 @@ enum {
     OPT_CUBLAS_WORKSPACE, OPT_EXPANDABLE, OPT_SELECTIVE, OPT_OFFLOAD_OPT,
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
     OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
-    OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
+    OPT_TARGET, OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
     OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE, OPT__END
 };
 _Static_assert((int)OPT__END <= (int)CLI_O_STRATEGY,
@@ -70,6 +70,9 @@ static const char *const BASE_DTYPES[] = {"fp32", "bf16", "fp16", NULL};
 static const cli_opt SETUP_OPTS[] = {
     CLI_ROW_BATCH,
     CLI_ROW_SEQ,
+    U64(OPT_TARGET, 0, "target", 1, UINT64_MAX,
+        "decoder length of an encoder-decoder model (default: the model's "
+        "target, else seq)"),
     CLI_ROW_PRECISION("one of:" VP_PRECISION_MAP(LIST_ITEM) " (default fp32)"),
     CLI_ROW_OPTIMIZER("one of:" VP_OPTIMIZER_MAP(LIST_ITEM)
                       " (default adamw)"),
@@ -202,6 +205,8 @@ static void apply_setup(const cli_val *v, vp_setup *s)
     if (v[CLI_O_KEEP_GRADS].given)
         s->set_to_none = v[OPT_SET_TO_NONE].at > v[CLI_O_KEEP_GRADS].at;
     s->inference = v[OPT_INFERENCE].given;
+    if (v[OPT_TARGET].given)
+        s->target = v[OPT_TARGET].u;
     if (v[OPT_CONTEXT].given)
         s->context_bytes = v[OPT_CONTEXT].u;
     if (v[OPT_CUBLAS_WORKSPACE].given)
@@ -603,9 +608,13 @@ static void table_setup(FILE *f, const report *r)
         table_generate_setup(f, r);
         return;
     }
-    fprintf(f, "setup        batch %" PRIu64 ", seq %" PRIu64 ", %s, %s%s, "
+    char tg[40] = "";
+    if (vp_graph_target(r->graph)) /* an encoder-decoder's decoder length */
+        snprintf(tg, sizeof tg, ", target %" PRIu64,
+                 vp_graph_target(r->graph));
+    fprintf(f, "setup        batch %" PRIu64 ", seq %" PRIu64 "%s, %s, %s%s, "
             "accum %" PRIu32 ", %" PRIu32 " steps\n",
-            vp_graph_batch(r->graph), vp_graph_seq(r->graph),
+            vp_graph_batch(r->graph), vp_graph_seq(r->graph), tg,
             vp_precision_name(s->precision), vp_optimizer_name(s->optimizer),
             s->inference ? ", inference" : "", s->accum, s->steps);
     fprintf(f, "             zero_grad(set_to_none=%s), attention %s\n",
@@ -766,6 +775,8 @@ static json_t *json_setup(const report *r)
 
     cli_jset(o, "batch", cli_ju64(vp_graph_batch(r->graph)));
     cli_jset(o, "seq", cli_ju64(vp_graph_seq(r->graph)));
+    if (vp_graph_target(r->graph))
+        cli_jset(o, "target", cli_ju64(vp_graph_target(r->graph)));
     cli_jset(o, "precision", json_string(vp_precision_name(s->precision)));
     bool gen = s->generate.prompt > 0; /* no_grad: no optimizer */
     cli_jset(o, "optimizer", gen ? json_null()
@@ -1099,7 +1110,8 @@ static int estimate_run(const cli_setup_args *a)
     vp_model *model = vp_model_load(a->model_path, &err);
     if (model == NULL)
         return cli_report(&err, NULL);
-    graph = vp_graph_build(model, setup.batch, setup.seq, &err);
+    graph = vp_graph_build_target(model, setup.batch, setup.seq,
+                                  setup.target, &err);
     if (graph == NULL)
         rc = cli_report(&err, NULL);
     else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&

@@ -26,21 +26,30 @@ enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET,
 static bool windowed(const sim *S, const vp_op *o);
 static bool sdpa_gqa(const vp_op *o);
 
-/* SDPA's choice: a sliding window whose mask cuts is an explicit mask,
- * which flash cannot take: the memory-efficient kernel; else flash for
- * 16-bit inputs; grouped KV heads without a mask (HF passes enable_gqa,
- * sdpa_gqa) in fp32: the math path (traced: Qwen3 fp32, the fine-tuning
- * cases); else the memory-efficient kernel. */
+/* The kernel that runs, the one choice for every caller: the setup's or
+ * the model's. SDPA: a sliding window whose mask cuts is an explicit
+ * mask, which flash cannot take: the memory-efficient kernel; else flash
+ * for 16-bit inputs; grouped KV heads without a mask (HF passes
+ * enable_gqa, sdpa_gqa) in fp32: the math path (traced: Qwen3 fp32, the
+ * fine-tuning cases); else the memory-efficient kernel. An additive bias
+ * (the fourth input, T5's position bias, ops/attention_math.c) that needs
+ * a gradient sends SDPA to the math kernel unless the setup chose one,
+ * and flash takes no mask (traced: T5's self-attention runs math, its
+ * cross-attention, whose zero bias needs none, the efficient kernel). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 {
     vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-    if (impl != VP_ATTN_SDPA)
+    bool chosen = S->s->attn_set && S->s->attn != VP_ATTN_SDPA;
+    if (impl == VP_ATTN_SDPA)
+        impl = windowed(S, o) ? VP_ATTN_EFFICIENT
+               : ce == 2      ? VP_ATTN_FLASH
+               : sdpa_gqa(o)  ? VP_ATTN_MATH
+                              : VP_ATTN_EFFICIENT;
+    if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
         return impl;
-    if (windowed(S, o))
-        return VP_ATTN_EFFICIENT;
-    return ce == 2 ? VP_ATTN_FLASH
-           : sdpa_gqa(o) ? VP_ATTN_MATH
-                         : VP_ATTN_EFFICIENT;
+    if (!chosen && S->g->ops[o->inputs[3]].needs_grad && S->training)
+        return VP_ATTN_MATH;
+    return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
 }
 
 /* Whether a windowed layer's window cuts (shorter than the keys) in a
@@ -282,6 +291,15 @@ static void math_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     vp__tunref(S, dropped);
 }
 
+/* The math kernel with an additive bias (T5's position bias, the fourth
+ * input; ops/attention_math.c) or without one (math_fwd: GQA, torch_mha,
+ * a kernel chosen by the setup). */
+static bool bias_math(const vp_op *o, vp_attn_impl impl)
+{
+    return impl == VP_ATTN_MATH && o->n_inputs >= 4 &&
+           !(o->flags & VP_OPF_TORCH_MHA);
+}
+
 /* Whether a consumer of the attention's output (out_proj) saves it for its
  * weight's gradient: then the packed layout needs no save of its own for
  * it; a frozen out_proj keeps only its weight, and the fused kernel's own
@@ -318,8 +336,12 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
      * copies flash's output when its head width is not a power of two,
      * or v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA;
      * never for 64, 128, 256; the fp32 MLA case measures none for the
-     * efficient kernel); the kernel keeps its own for backward */
-    bool copy = !mha && o->n_inputs == 3 && impl == VP_ATTN_FLASH &&
+     * efficient kernel); the kernel keeps its own for backward. Traced
+     * on causal decoders only: the measured U-Nets' non-causal
+     * cross-attention (head width 40, groundtruth/h200-torch2.11-
+     * encdec.jsonl) shows no such copy */
+    bool copy = !mha && o->causal && o->n_inputs == 3 &&
+                impl == VP_ATTN_FLASH &&
                 ((o->head_dim & (o->head_dim - 1)) ||
                  (o->v_head_dim && o->v_head_dim != o->head_dim));
     uint32_t ko = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
@@ -363,7 +385,8 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
             vp__save(S, i, ATT_OUT, f->out);
         vp__save(S, i, ATT_RNG_SEED, rng1);
         vp__save(S, i, ATT_RNG_OFFSET, rng2);
-        vp__save(S, i, ATT_BIAS, bias);
+        if (bias != NONE) /* else a T5 bias's (vp__attention_fwd) */
+            vp__save(S, i, ATT_BIAS, bias);
     }
     vp__tunref(S, bias);
     vp__tunref(S, ko);
@@ -470,31 +493,52 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     if (rep) {
         a.k = repeat_kv(S, o, o->inputs[1], false, a.ce, &kr);
         a.v = repeat_kv(S, o, o->inputs[2], true, a.ce, &vr);
-    } else if (o->n_inputs == 3) {
+    } else if (o->n_inputs >= 3) {
         a.k = vp__cast_input(S, o->inputs[1], a.ce);
         a.v = vp__cast_input(S, o->inputs[2], a.ce);
     }
     a.bh = vp__mulc(S, o->shape[0], o->heads);
     a.on = f->n;
     uint64_t kvn = att_kn(S, o, false);
-    if (kv_copy(S, o) && f->mode == MODE_SAVE && o->n_inputs == 3)
+    bool copy = kv_copy(S, o) && f->mode == MODE_SAVE;
+    if (copy && o->n_inputs == 3)
         cache_kv(S, o, &a, rep, &kr, &vr);
-    else if (kv_copy(S, o) && f->mode == MODE_SAVE) {
+    else if (copy) {
         /* HF DynamicCache (use_cache): the copies live in the cache
-         * until the model's output is dropped */
-        a.k = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
-        a.v = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+         * until the model's output is dropped; separate projections'
+         * outputs die once copied (T5, traced) */
+        uint32_t k = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+        uint32_t v = vp__talloc(S, vp__mulc(S, kvn, a.ce), VP_CAT_ACT);
+        vp__tunref(S, a.k);
+        vp__tunref(S, a.v);
+        a.k = k;
+        a.v = v;
         vp__hold(S, a.k);
         vp__hold(S, a.v);
     }
+    /* an additive bias (T5's position bias): attention_math.c */
+    uint32_t mask = NONE, mcast = NONE, cond = NONE;
+    if (o->n_inputs >= 4)
+        vp__attention_bias_fwd(S, f, a.ce, &mask, &mcast, &cond);
     f->oeb = a.ce;
     f->ol = 0;
     if (impl == VP_ATTN_EAGER)
         eager_fwd(S, f, &a);
+    else if (bias_math(o, impl))
+        vp__attention_math_fwd(S, f, a.q, a.k != NONE ? a.k : a.q,
+                               a.v != NONE ? a.v : a.q, copy, a.ce);
     else if (impl == VP_ATTN_MATH)
         math_fwd(S, f, &a);
     else
         fused_fwd(S, f, &a, impl);
+    if (f->sv && mask != NONE && impl != VP_ATTN_MATH &&
+        impl != VP_ATTN_EAGER)
+        vp__save(S, f->i, ATT_BIAS, mcast != NONE ? mcast : mask);
+    if (f->sv)
+        vp__attention_bias_save(S, f->i, cond);
+    vp__tunref(S, cond);
+    vp__tunref(S, mcast);
+    vp__tunref(S, mask);
     vp__tunref(S, a.q);
     vp__tunref(S, a.k);
     vp__tunref(S, a.v);
@@ -744,6 +788,7 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     d.on = b->n;
     d.kge = d.ce;
     d.impl = vp__attention_impl(S, o, d.ce);
+    bool math = bias_math(o, d.impl); /* attention_math.c */
     /* torch_mha: the efficient kernel wants grad_out in [B, L, h, d]
      * order; it comes back sequence-first (the permute's grad) */
     bool mha_eff = mha && d.impl == VP_ATTN_EFFICIENT;
@@ -753,6 +798,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
     uint32_t delta = NONE;
     if (d.impl == VP_ATTN_EAGER) {
         eager_bwd(S, b, &d);
+    } else if (math) {
+        vp__attention_math_bwd(S, b, d.ce, &d.dq, &d.dk, &d.dv);
     } else if (d.impl == VP_ATTN_MATH) {
         math_bwd(S, b, &d);
     } else {
@@ -778,7 +825,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         vp__tunref(S, s1);
         vp__tunref(S, t);
     }
-    kernel_bwd_scratch(S, o, &d);
+    if (!math)
+        kernel_bwd_scratch(S, o, &d);
     vp__tunref(S, delta);
     vp__tunref(S, gcopy);
     vp__tunref(S, b->gy);
@@ -790,7 +838,7 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         packed_input_grad(S, b, &d);
     } else {
         uint8_t ve = d.kge;
-        if (kv_copy(S, o)) { /* ToCopy to the cache's v, then v's dtype */
+        if (kv_copy(S, o) && o->n_inputs == 3) { /* ToCopy: the cache's v */
             ve = vp__promote(S->out_eb[o->inputs[1]],
                              S->out_eb[o->inputs[2]]);
             if (ve != d.kge) {
@@ -800,8 +848,12 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
                 d.dv = c;
             }
         }
-        vp__give_grad(S, o->inputs[0], d.dq, d.ce);
-        vp__give_grad(S, o->inputs[1], d.dk, d.kge);
-        vp__give_grad(S, o->inputs[2], d.dv, ve);
+        /* math's grads are [B, h, L, d], and so are k's and v's through
+         * a bias-carrying attention's cache copies (T5): the projections'
+         * views copy them */
+        bool kvs = math || (kv_copy(S, o) && o->n_inputs >= 4);
+        vp__give_grad_l(S, o->inputs[0], d.dq, d.ce, math);
+        vp__give_grad_l(S, o->inputs[1], d.dk, d.kge, kvs);
+        vp__give_grad_l(S, o->inputs[2], d.dv, ve, kvs);
     }
 }

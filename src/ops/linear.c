@@ -63,6 +63,13 @@ static void bias_staging(sim *S, uint64_t rows, uint64_t out)
     vp__tunref(S, b);
 }
 
+/* conv2d, and conv_transpose2d (cuDNN runs its forward as a convolution's
+ * data gradient, with the same workspaces in the rule below) */
+static bool is_conv(const vp_op *o)
+{
+    return o->kind == VP_OP_CONV2D || o->kind == VP_OP_CONV_TRANSPOSE2D;
+}
+
 /* ---- cuDNN convolution workspaces --------------------------------------- */
 
 typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
@@ -259,7 +266,7 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
         vp__tunref(S, f->out);
         f->out = c;
     }
-    if (o->kind == VP_OP_CONV2D)
+    if (is_conv(o))
         vp__transient(S, conv_ws(S, o, ce, CONV_FWD));
     if (f->sv) {
         if (p.mm && xo->needs_grad)
@@ -270,7 +277,7 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
          * even when the input needs no gradient (traced on ResNet-50 and
          * ViT's patchify conv); linear's mm saves it only for the input's
          * gradient */
-        if (!p.mm && (xo->needs_grad || o->kind == VP_OP_CONV2D))
+        if (!p.mm && (xo->needs_grad || is_conv(o)))
             vp__save(S, i, LIN_W, w);
     }
     vp__tunref(S, x);
@@ -322,7 +329,7 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
 {
     const vp_graph *g = S->g;
     const vp_op *o = b->o;
-    bool conv = o->kind == VP_OP_CONV2D;
+    bool conv = is_conv(o);
     uint32_t pw = o->params[0];
     bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
     uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
@@ -339,6 +346,15 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
             vp__transient(S, conv_ws(S, o, ce, CONV_BWD_FILTER));
     }
     vp__tunref(S, gc);
+    /* In a checkpointed segment the recomputed tensors the node saved die
+     * as its apply returns, before the engine's validate_outputs sums the
+     * bias gradient: torch.utils.checkpoint's unpack_hook hands out the
+     * last reference (holder.handles[gid] = None), where a plain node's
+     * SavedVariables live until release_variables() after
+     * validate_outputs (engine.cpp evaluate_function). Traced:
+     * vit-b16-amp-bf16-b32-ckpt (SIMULATION_NOTES.md §11.4). */
+    if (o->segment >= 0 && S->ckpt[o->segment])
+        vp__release_saved(S, b->i);
     if (tb) {
         uint32_t pb = o->params[1];
         uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
@@ -368,7 +384,7 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
         return;
     }
     uint32_t i = b->i, in0 = b->in0;
-    bool conv = o->kind == VP_OP_CONV2D;
+    bool conv = is_conv(o);
     uint8_t ce = S->amp ? 2 : b->eb0;
     uint64_t rows = o->in_features ? g->ops[in0].numel / o->in_features : 0;
     /* the forward's matmul path, and torch_mha's in_proj, whose grad

@@ -78,6 +78,10 @@ static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
 void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
+    if (o->flags & VP_OPF_T5_NORM) { /* T5LayerNorm: ops/encdec.c */
+        vp__t5norm_fwd(S, f);
+        return;
+    }
     uint32_t i = f->i;
     uint8_t eb0 = f->eb0;
     uint64_t n = f->n;
@@ -115,6 +119,10 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
 void vp__norm_bwd(sim *S, vp__bwd_op *b)
 {
     const vp_op *o = b->o;
+    if (o->flags & VP_OPF_T5_NORM) {
+        vp__t5norm_bwd(S, b);
+        return;
+    }
     uint64_t n = b->n;
     uint8_t ce = S->amp ? 4 : b->eb0;
     bool ln = o->kind == VP_OP_LAYERNORM;

@@ -43,5 +43,12 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_MLA_K] = {vp__mla_k_fwd, vp__mla_cat_bwd, 0},
     [VP_OP_PERMUTE] = {vp__view_fwd, vp__view_bwd, PASS},
     [VP_OP_SELECT] = {vp__view_fwd, vp__elementwise_bwd, PASS},
+    [VP_OP_CROSS_ATTENTION] = {NULL, NULL, 0}, /* built of linears and a
+                                                  core */
+    [VP_OP_UPSAMPLE] = {vp__upsample_fwd, vp__elementwise_bwd, 0},
+    [VP_OP_CONV_TRANSPOSE2D] = {vp__linear_fwd, vp__linear_bwd, 0},
+    [VP_OP_POSITION_BIAS] = {vp__position_bias_fwd, vp__position_bias_bwd,
+                             0},
+    [VP_OP_CAST] = {vp__cast_fwd, vp__cast_bwd, PASS},
     [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
 };

@@ -34,6 +34,20 @@ class Estimate(unittest.TestCase):
         self.assertEqual(len(e["steps"]), 4)
         self.assertTrue(e["fits"])
 
+    def test_target_is_the_decoder_length(self):
+        e = vramplan.estimate("t5-base", batch=8, seq=512, target=64,
+                              precision="amp-bf16")
+        c, rc = cli_json("estimate", "models/t5-base.yaml", "--batch", "8",
+                         "--seq", "512", "--target", "64", "--precision",
+                         "amp-bf16")
+        self.assertEqual(rc, 0)
+        self.assertEqual(c["setup"]["target"], 64)
+        self.assertEqual(e["peak_alloc"], c["peak_alloc"])
+        # activations dominate here: a 4x longer decoder needs more
+        longer = vramplan.estimate("t5-base", batch=8, seq=512, target=256,
+                                   precision="amp-bf16")
+        self.assertGreater(longer["peak_alloc"], e["peak_alloc"])
+
     def test_lora_matches_the_command_line(self):
         e = vramplan.estimate("gpt2-small", batch=2, seq=256,
                               precision="amp-bf16", base_dtype="bf16",
