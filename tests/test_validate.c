@@ -603,7 +603,7 @@ Test(validate_encdec, hf_config_and_target_run)
     vp_case_result r;
     vp_error err;
     /* the measured model state of t5-base in fp32: 222903552 x 4 bytes */
-    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, \"seq\": "
+    const char *json = "{\"id\": \"t\", \"model\": \"t5-base\", \"batch\": 1, \"seq\": "
                        "64, \"target\": 16, \"load\": \"dtype\", "
                        "\"hf_config\": \"tests/data/hf/t5-base.json\", "
                        "\"after_model\": 891614208}";
@@ -616,7 +616,7 @@ Test(validate_encdec, target_needs_an_encoder_decoder)
 {
     vp_case_result r;
     vp_error err;
-    const char *json = "{\"model\": \"gpt2-small\", \"batch\": 1, "
+    const char *json = "{\"id\": \"t\", \"model\": \"gpt2-small\", \"batch\": 1, "
                        "\"seq\": 64, \"target\": 16}";
     cr_assert_eq(run_line(json, &r, &err), VP_ESCHEMA);
     cr_expect_not_null(strstr(err.msg, "has no decoder of its own"), "%s",
@@ -627,7 +627,7 @@ Test(validate_encdec, hf_config_that_is_missing_is_named)
 {
     vp_case_result r;
     vp_error err;
-    const char *json = "{\"model\": \"t5-base\", \"batch\": 1, "
+    const char *json = "{\"id\": \"t\", \"model\": \"t5-base\", \"batch\": 1, "
                        "\"hf_config\": \"tests/data/hf/none.json\"}";
     cr_assert_neq(run_line(json, &r, &err), VP_OK);
     cr_expect_not_null(strstr(err.msg, "tests/data/hf/none.json"), "%s",
@@ -657,7 +657,7 @@ Test(validate_encdec, load_dtype_builds_without_an_fp32_model)
         char json[256];
         vp_case_result r;
         vp_error err;
-        snprintf(json, sizeof json, "{\"model\": \"t5-base\", \"batch\": "
+        snprintf(json, sizeof json, "{\"id\": \"t\", \"model\": \"t5-base\", \"batch\": "
                  "1, \"seq\": 64, \"target\": 16, \"prec\": \"bf16\", "
                  "\"load\": \"%s\", \"setup_peak\": 891614208}", loads[i]);
         cr_assert_eq(run_line(json, &r, &err), VP_OK, "%s", err.msg);
