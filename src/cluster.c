@@ -896,6 +896,16 @@ static vp_status dense_mix(const vp_cluster_model *cm, gscan *dense,
     return VP_OK;
 }
 
+/* A per-layer figure x1 (unsharded) and x2 (at tensor-parallel degree t2)
+ * split into its replicated part r and its part s that tensor parallelism
+ * shards: x2 = r + s / t2, clamped to 0 <= s <= x1. */
+static vp__split tp_split(double x1, double x2, double t2)
+{
+    double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
+    sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
+    return (vp__split){x1 - sh, sh};
+}
+
 vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
                                        vp_error *err)
 {
@@ -976,57 +986,31 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
     cm->n_hgemm = shp[0].n_hgemm;
     vp__fused *fz[3] = {&cm->fz_emb, &cm->fz_layer, &cm->fz_head};
     for (int r = 0; r < 3; r++) {
-        for (int q = 0; q < 2; q++) {
-            double x1 = shp[0].fz[r][q], x2 = shp[1].fz[r][q];
-            double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
-            sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
-            vp__split v = {x1 - sh, sh};
-            if (q == 0)
-                fz[r]->elems = v;
-            else
-                fz[r]->masks = v;
-        }
+        fz[r]->elems = tp_split(shp[0].fz[r][0], shp[1].fz[r][0], t2);
+        fz[r]->masks = tp_split(shp[0].fz[r][1], shp[1].fz[r][1], t2);
         fz[r]->kernels = shp[0].fz[r][2];
     }
-    double pairs[6][2] = {{shp[0].lin_in, shp[1].lin_in},
-                          {shp[0].gated, shp[1].gated},
-                          {shp[0].mm_out, shp[1].mm_out},
-                          {shp[0].keep[0], shp[1].keep[0]},
-                          {shp[0].keep[1], shp[1].keep[1]},
-                          {shp[0].keep[2], shp[1].keep[2]}};
-    vp__split *dst[6] = {&cm->lin_in, &cm->gated, &cm->sac, &cm->keep,
-                         &cm->keep_mask, &cm->keep_exp};
-    for (int q = 0; q < 6; q++) {
-        double x1 = pairs[q][0], x2 = pairs[q][1];
-        double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;
-        sh = sh < 0 ? 0 : sh > x1 ? x1 : sh;
-        *dst[q] = (vp__split){x1 - sh, sh};
-    }
-#define SPLIT(dst, field)                                                  \
-    do {                                                                   \
-        double x1 = s[0].field, x2 = s[1].field;                           \
-        double sh = t2 > 1 ? (x1 - x2) * t2 / (t2 - 1) : 0;                \
-        if (sh < 0)                                                        \
-            sh = 0;                                                        \
-        if (sh > x1)                                                       \
-            sh = x1;                                                       \
-        (dst).s = sh;                                                      \
-        (dst).r = x1 - sh;                                                 \
-    } while (0)
-    SPLIT(cm->p_layer, p_layer);
-    SPLIT(cm->p_exp, p_exp);
-    SPLIT(cm->p_word, p_word);
-    SPLIT(cm->p_emb_other, p_emb_other);
-    SPLIT(cm->p_head_word, p_head_word);
-    SPLIT(cm->p_head_other, p_head_other);
-    SPLIT(cm->flin_f, flin_f);
-    SPLIT(cm->flin_b, flin_b);
-    SPLIT(cm->fattn_f, fattn_f);
-    SPLIT(cm->fattn_b, fattn_b);
-    SPLIT(cm->fexp_f, fexp_f);
-    SPLIT(cm->fexp_b, fexp_b);
-    SPLIT(cm->fhead_f, fhead_f);
-    SPLIT(cm->fhead_b, fhead_b);
+    cm->lin_in = tp_split(shp[0].lin_in, shp[1].lin_in, t2);
+    cm->gated = tp_split(shp[0].gated, shp[1].gated, t2);
+    cm->sac = tp_split(shp[0].mm_out, shp[1].mm_out, t2);
+    cm->keep = tp_split(shp[0].keep[0], shp[1].keep[0], t2);
+    cm->keep_mask = tp_split(shp[0].keep[1], shp[1].keep[1], t2);
+    cm->keep_exp = tp_split(shp[0].keep[2], shp[1].keep[2], t2);
+#define SPLIT(field) cm->field = tp_split(s[0].field, s[1].field, t2)
+    SPLIT(p_layer);
+    SPLIT(p_exp);
+    SPLIT(p_word);
+    SPLIT(p_emb_other);
+    SPLIT(p_head_word);
+    SPLIT(p_head_other);
+    SPLIT(flin_f);
+    SPLIT(flin_b);
+    SPLIT(fattn_f);
+    SPLIT(fattn_b);
+    SPLIT(fexp_f);
+    SPLIT(fexp_b);
+    SPLIT(fhead_f);
+    SPLIT(fhead_b);
 #undef SPLIT
     cm->n_lin = s[0].n_lin;
     cm->n_attn = s[0].n_attn;
