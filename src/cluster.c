@@ -1279,3 +1279,8 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     return VP_OK;
 #undef BAD
 }
+
+void vp__local_tf(vp_tf *tf, const vp_model *m, uint32_t t)
+{
+    make_local(tf, m, t);
+}

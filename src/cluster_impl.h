@@ -175,6 +175,9 @@ static inline bool vp__on(vp_switch s, bool dflt)
     return s == VP_AUTO ? dflt : s == VP_ON;
 }
 
+/* The description of one tensor-parallel rank's share (heads, ffn and
+ * vocab divided by t) of two layers of m (a value). */
+void vp__local_tf(vp_tf *tf, const vp_model *m, uint32_t t);
 vp_status vp__act_get(vp_cluster_model *cm, int cls, uint32_t cp,
                       const vp__act **out, vp_error *err);
 void vp__evctx_init(vp__evctx *x, const vp_cluster_model *cm,

@@ -171,6 +171,9 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
         return &vp__dist_fsdp1_rules;
     case VP_DIST_FSDP2:
         return &vp__dist_fsdp2_rules;
+    case VP_DIST_MEGATRON_DDP:
+    case VP_DIST_MEGATRON_DISTOPT:
+        return &vp__dist_megatron_rules;
     default:
         return NULL;
     }
@@ -480,6 +483,11 @@ void vp__dist_grad(sim *S, uint32_t p)
 void vp__dist_zero_grad(sim *S)
 {
     HOOK(zero_grad, S);
+}
+
+void vp__dist_opt_begin(sim *S)
+{
+    HOOK(opt_begin, S);
 }
 
 /* ---- helpers ----------------------------------------------------------- */

@@ -63,6 +63,7 @@ typedef struct vp__dist_rules {
     void (*unit_bwd_end)(sim *S, uint32_t u);
     void (*grad_ready)(sim *S, uint32_t p);   /* p's gradient is complete */
     void (*zero_grad)(sim *S);
+    void (*opt_begin)(sim *S);                /* before optimizer.step()  */
     void (*destroy)(vp__dist *d);
 } vp__dist_rules;
 
@@ -89,6 +90,7 @@ struct vp__dist {
 extern const vp__dist_rules vp__dist_ddp_rules;   /* dist_ddp.c */
 extern const vp__dist_rules vp__dist_fsdp1_rules; /* dist_fsdp.c */
 extern const vp__dist_rules vp__dist_fsdp2_rules; /* dist_fsdp2.c */
+extern const vp__dist_rules vp__dist_megatron_rules; /* dist_megatron.c */
 
 /* ---- what sim.c calls (dist.c) ----------------------------------------- */
 
@@ -109,6 +111,7 @@ void vp__dist_bwd_end(sim *S);
 void vp__dist_bwd_op(sim *S, uint32_t op, bool after);
 void vp__dist_grad(sim *S, uint32_t p);
 void vp__dist_zero_grad(sim *S);
+void vp__dist_opt_begin(sim *S);
 
 /* ---- helpers for the rules (dist.c) ------------------------------------ */
 

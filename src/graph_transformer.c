@@ -553,6 +553,17 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     return VP_OK;
 }
 
+/* A pipeline stage's input (tf.stage_in): the hidden states the
+ * previous stage sends, [B, S, hidden] in the activations' dtype. */
+static vp_status stage_input(tb *c, uint64_t B, uint64_t S, uint32_t *x)
+{
+    vp_op o;
+    op_init(&o, VP_OP_INPUT);
+    o.value = VP_VAL_FLOAT;
+    set_shape(&o, 3, B, S, c->t->hidden, 0);
+    return push(c, &o, "pipe_recv", x);
+}
+
 /* A sequence-classification head: BERT's pooler on the first token, or
  * the score of the last token (HF ...ForSequenceClassification). */
 static vp_status classifier(tb *c, uint32_t x, uint64_t B, uint32_t *logits)
@@ -627,8 +638,11 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     tb c = {g, t, err, "", path, 0};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
-    uint32_t x, wte;
-    VP_TRY(embeddings(&c, B, S, &x, &wte));
+    uint32_t x, wte = 0;
+    if (t->stage_in)
+        VP_TRY(stage_input(&c, B, S, &x));
+    else
+        VP_TRY(embeddings(&c, B, S, &x, &wte));
     for (uint64_t l = 0; l < t->layers; l++) {
         c.layer = l;
         snprintf(c.scope, sizeof c.scope, "layers.%llu",
@@ -639,6 +653,14 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
                                      true, err));
     }
     c.scope[0] = '\0';
+    if (t->stage_out) {
+        /* the stage's forward returns after its last layer: what the
+         * model keeps until its forward returns (HOLD_FWD) is dropped
+         * with the output sent, no later */
+        for (size_t i = 0; i < g->n_ops; i++)
+            g->ops[i].flags &= ~VP_OPF_HOLD_FWD;
+        return VP_OK;
+    }
     if (t->final_norm)
         VP_TRY(norm(&c, x, "final_norm", &x));
     size_t head_first = g->n_ops;

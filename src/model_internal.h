@@ -87,6 +87,10 @@ typedef struct vp_tf {
     bool no_eos;        /* a config.json with no end-of-sequence token
                            (eos_token_id null or absent): generate()'s
                            min-length processors are not made          */
+    /* a pipeline stage's share (megatron.c): stage_in, the input is the
+     * previous stage's hidden states (no embeddings); stage_out, the
+     * output is the last layer's (no final norm, head or loss) */
+    bool stage_in, stage_out;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

@@ -18,7 +18,7 @@ enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
 #define MAX_TIED_LATE 4
 
 /* Tensors of the input batch: the inputs and the losses' targets. */
-#define MAX_BATCH 8
+#define MAX_BATCH VP__MAX_BATCH
 
 /* ---- references held by Python variables and checkpointed segments ------ */
 
@@ -333,14 +333,11 @@ static void forward_pass(sim *S)
     S->cur_op_idx = -1;
 }
 
-static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
+/* The backward from the gradients already given (grad_t of the loss, or
+ * of a pipeline stage's output). */
+static void backward_ops(sim *S, uint32_t *refs_of)
 {
     const vp_graph *g = S->g;
-    S->cur_op = "loss";
-    uint32_t seed = vp__talloc(S, 4, VP_CAT_TEMP); /* ones */
-    uint32_t div = vp__talloc(S, 4, VP_CAT_TEMP);  /* loss / accum */
-    vp__tunref(S, seed);
-    S->grad_t[loss] = div;
     if (S->dist)
         vp__dist_bwd_begin(S);
     int32_t active_seg = -1;
@@ -375,6 +372,17 @@ static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
         vp__dist_bwd_end(S);
     S->cur_op = "";
 }
+
+static void backward_pass(sim *S, uint32_t loss, uint32_t *refs_of)
+{
+    S->cur_op = "loss";
+    uint32_t seed = vp__talloc(S, 4, VP_CAT_TEMP); /* ones */
+    uint32_t div = vp__talloc(S, 4, VP_CAT_TEMP);  /* loss / accum */
+    vp__tunref(S, seed);
+    S->grad_t[loss] = div;
+    backward_ops(S, refs_of);
+}
+
 static void zero_grad(sim *S)
 {
     if (S->dist)
@@ -1005,7 +1013,9 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
         S.cb = on_event;
         S.ud = ud;
         S.hooks = hooks;
-        st = s->generate.prompt ? vp__generate_run(&S) : run(&S);
+        st = s->generate.prompt ? vp__generate_run(&S)
+             : s->pipe          ? vp__pipe_run(&S)
+                                : run(&S);
     }
     vp_allocator_stats as;
     if (S.a) {
@@ -1088,3 +1098,23 @@ vp_status vp__simulate_hooked(const vp_graph *g, const vp_setup *s,
     vp_graph_free(ft);
     return st;
 }
+
+/* ---- for a pipeline stage's schedule (sim_pipe.c) ------------------------ */
+
+void vp__sim_alloc_batch(sim *S, uint32_t *batch, size_t *nb)
+{
+    alloc_batch(S, batch, nb);
+}
+
+void vp__sim_phase(sim *S, vp_phase ph) { phase_begin(S, ph); }
+
+void vp__sim_forward(sim *S) { forward_pass(S); }
+
+void vp__sim_backward(sim *S, uint32_t *refs_of) { backward_ops(S, refs_of); }
+
+void vp__sim_loss_backward(sim *S, uint32_t loss, uint32_t *refs_of)
+{
+    backward_pass(S, loss, refs_of);
+}
+
+void vp__sim_zero_grad(sim *S) { zero_grad(S); }

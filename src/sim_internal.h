@@ -408,6 +408,20 @@ uint64_t vp__allocated(sim *S);
  * the training steps (generate.c). */
 vp_status vp__generate_run(sim *S);
 
+/* ---- a pipeline stage (sim_pipe.c; sim.c's pieces it runs) ------------- */
+
+#define VP__MAX_BATCH 8 /* input tensors of a micro-batch */
+/* The steps of a pipeline stage's schedule (setup.pipe), instead of the
+ * one-GPU loop. */
+vp_status vp__pipe_run(sim *S);
+void vp__sim_alloc_batch(sim *S, uint32_t *batch, size_t *nb);
+void vp__sim_phase(sim *S, vp_phase ph);
+void vp__sim_forward(sim *S);
+/* The backward from the gradients given in grad_t. */
+void vp__sim_backward(sim *S, uint32_t *refs_of);
+void vp__sim_loss_backward(sim *S, uint32_t loss, uint32_t *refs_of);
+void vp__sim_zero_grad(sim *S);
+
 /* ---- the optimizer (optim.c) -------------------------------------------- */
 
 /* optimizer.step(): the state at the first step, the step's temporaries,

@@ -468,6 +468,40 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
                          const vp_par *p, vp_export_format f, char *buf,
                          size_t n, size_t *len, vp_error *err);
 
+/* ---- a Megatron-LM rank, simulated (megatron.c) ------------------------ */
+
+/* One pipeline stage's rank of a Megatron-LM layout, simulated: the
+ * stage's layers (tensor-parallel shards: heads/tp, ffn/tp, vocab/tp), the
+ * embedding on the first stage, the head and loss on the last, under the
+ * 1F1B schedule (vp_pipeline) with Megatron's bf16 parameters, fp32
+ * gradient buffer and (distributed) optimizer states, through the
+ * simulator and the allocator model. docs/DISTRIBUTED.md "Megatron-LM". */
+typedef struct vp_stage_sim {
+    uint32_t stage;          /* 0-based                                     */
+    uint32_t layers;         /* decoder layers on the stage                 */
+    uint32_t in_flight;      /* micro-batches whose forwards are alive at
+                                once (min(pp - stage, m))                   */
+    uint32_t simulated_mb;   /* micro-batches simulated per step (the
+                                schedule's steady pairs repeat: at most
+                                in_flight + 1)                              */
+    uint64_t params;         /* parameter elements on the rank              */
+    uint64_t peak_alloc;     /* allocated bytes at the peak                 */
+    uint64_t peak_reserved;  /* the allocator's reserved bytes              */
+    uint64_t by_category[8]; /* live at the peak (vp_category order)       */
+    uint64_t total;          /* peak reserved + NCCL + context: the GPU's
+                                bytes                                       */
+} vp_stage_sim;
+
+/* Simulate stage `stage` of a Megatron layout (sharding megatron-ddp or
+ * distributed-optimizer, 1F1B or one stage, bf16/fp16/fp32). Layouts the
+ * simulated path does not model yet (sequence or context parallelism,
+ * experts, interleaving, fp8, offload) are VP_EUNSUPPORTED naming the
+ * feature. */
+vp_status vp_cluster_stage_sim(vp_cluster_model *cm,
+                               const vp_cluster *c, const vp_par *p,
+                               uint32_t stage, vp_stage_sim *out,
+                               vp_error *err);
+
 /* ---- names ------------------------------------------------------------- */
 
 vp_engine vp_sharding_engine(vp_sharding s);

@@ -33,7 +33,9 @@
     XX(FSDP_GRAD_OP, "fsdp-grad-op")  /* FSDP1 SHARD_GRAD_OP            */ \
     XX(FSDP_HYBRID, "fsdp-hybrid")    /* FSDP1 HYBRID_SHARD             */ \
     XX(FSDP_NO_SHARD, "fsdp-no-shard") /* FSDP1 NO_SHARD                */ \
-    XX(FSDP2, "fsdp2")                /* fully_shard                    */
+    XX(FSDP2, "fsdp2")                /* fully_shard                    */ \
+    XX(MEGATRON_DDP, "megatron-ddp")  /* Megatron-LM DDP, fp32 main grads */ \
+    XX(MEGATRON_DISTOPT, "megatron-distopt") /* + distributed optimizer */
 
 typedef enum {
 #define VP__DS(name, str) VP_DIST_##name,

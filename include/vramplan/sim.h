@@ -139,6 +139,20 @@ typedef struct vp_generate {
 vp_status vp_generate_parse(const char *spec, vp_generate *out,
                             vp_error *err);
 
+/* A pipeline stage under the 1F1B schedule (Megatron-LM's
+ * forward_backward_pipelining_without_interleaving): stage `stage` of
+ * `stages` runs min(stages - stage - 1, m) warm-up forwards, then one
+ * forward and one backward in turn, then the remaining backwards, with m
+ * = the setup's accum micro-batches; the saved tensors of every forward
+ * not yet backwarded stay alive (docs/DISTRIBUTED.md "Megatron-LM").
+ * The graph is the stage's: a stage after the first takes the previous
+ * stage's hidden states as its input; a stage before the last has no
+ * loss, its backward starts from the gradient of its output, received in
+ * the activations' dtype. */
+typedef struct vp_pipeline {
+    uint32_t stages, stage;
+} vp_pipeline;
+
 /* A training setup. Initialise with vp_setup_init, then change fields. */
 typedef struct vp_setup {
     uint64_t batch;            /* micro-batch size (>= 1)                      */
@@ -195,6 +209,8 @@ typedef struct vp_setup {
                                   the base dtype and how it is loaded
                                   (finetune.h; default: full fine-tuning,
                                   loaded in the training dtype)           */
+    const vp_pipeline *pipe;   /* a pipeline stage's schedule (training,
+                                  NULL: none); borrowed                     */
     vp_generate generate;      /* generate() instead of training or
                                   inference steps when prompt > 0; `steps`
                                   is then the number of generate() calls   */

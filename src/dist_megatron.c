@@ -1,0 +1,140 @@
+/* Megatron-LM's data-parallel wrapper and optimizer, one rank: the
+ * contiguous fp32 gradient buffer of its DistributedDataParallel (each
+ * parameter's `main_grad` a view of it), the backward post-hook that adds
+ * each gradient into it and frees `.grad`, and the fp32 main parameters
+ * and Adam states, whole (Float16OptimizerWithFloat16Params) or sharded
+ * over the data-parallel ranks (DistributedOptimizer). Sources
+ * (NVIDIA/Megatron-LM, megatron/core), docs/DISTRIBUTED.md "Megatron-LM":
+ *   distributed/distributed_data_parallel.py  DistributedDataParallel.
+ *       __init__ (the buffers), _make_backward_post_hook
+ *   distributed/param_and_grad_buffer.py      _ParamAndGradBuffer.__init__
+ *       (grad_data in fp32 with grad_reduce_in_fp32 / --accumulate-
+ *       allreduce-grads-in-fp32; param_data only with the distributed
+ *       optimizer: the bf16 parameters moved into one buffer)
+ *   optimizer/distrib_optimizer.py            _build_model_and_main_param_
+ *       groups (shard_model_param.clone().float() per local shard)
+ *   optimizer/optimizer.py                    Float16OptimizerWithFloat16
+ *       Params (main_param = param.detach().clone().float();
+ *       _copy_model_grads_to_main_grads)
+ *   training/arguments.py                     bf16 sets accumulate_allreduce_
+ *       grads_in_fp32
+ * The fused Adam (Apex / Transformer Engine FusedAdam) steps in place:
+ * its two moments, fp32, made at the first step; no temporaries. */
+#include <stdlib.h>
+
+#include "dist_internal.h"
+
+typedef struct {
+    uint64_t numel;  /* trainable elements of the rank (its stage)       */
+    uint64_t shard;  /* elements its optimizer steps                     */
+    bool on;         /* the optimizer's one tensor is stepped            */
+    uint8_t grad_eb; /* the gradient buffer's bytes per element          */
+    uint32_t buf;    /* the gradient buffer                              */
+    uint32_t main;   /* fp16: the fp32 main gradients of a step           */
+} meg;
+
+static vp_status meg_init(sim *S, vp__dist *d)
+{
+    const vp_graph *g = S->g;
+    if (S->amp)
+        return vp_error_set(S->err, VP_EARG,
+                            "Megatron-LM runs its module in bf16 or fp16 "
+                            "(--bf16), not under autocast: use precision "
+                            "bf16, fp16 or fp32");
+    if (S->s->optimizer != VP_OPT_ADAMW_FUSED)
+        return vp_error_set(S->err, VP_EARG,
+                            "Megatron-LM's optimizer is the fused Adam "
+                            "(adamw-fused)");
+    meg *m = calloc(1, sizeof *m);
+    if (!m)
+        return vp_error_set(S->err, VP_ENOMEM, "out of memory");
+    d->impl = m;
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (g->params[p].trainable && !vp__dist_is_buffer(g, p) &&
+            !vp_add_u64(m->numel, g->params[p].numel, &m->numel))
+            return vp_error_set(S->err, VP_EOVERFLOW,
+                                "the parameters overflow 64 bits");
+    /* the distributed optimizer's shard: the buffer split in dp equal
+     * parts (padded to a multiple of dp) */
+    m->shard = d->cfg->strategy == VP_DIST_MEGATRON_DISTOPT
+                   ? (m->numel + d->group - 1) / d->group
+                   : m->numel;
+    m->on = true;
+    m->buf = m->main = NONE;
+    /* arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; fp16
+     * keeps the buffer in fp16 (the flag's default) */
+    m->grad_eb = S->s->precision == VP_PREC_FP16 ? 2 : 4;
+    S->n_opt = 1;
+    S->opt_numel = &m->shard;
+    S->opt_on = &m->on;
+    S->opt_eb = 4;
+    return VP_OK;
+}
+
+/* DistributedDataParallel.__init__ then the optimizer's constructor: the
+ * parameters converted (model.bfloat16(), before DDP wraps it); with the
+ * distributed optimizer moved into one param_data buffer (each copied in,
+ * the original freed); the gradient buffer; the fp32 main parameters. */
+static void meg_wrap(sim *S, uint32_t *model)
+{
+    vp__dist *d = S->dist;
+    meg *m = d->impl;
+    const vp_graph *g = S->g;
+    vp__model_convert(S, model);
+    uint64_t pe = d->model_eb;
+    if (d->cfg->strategy == VP_DIST_MEGATRON_DISTOPT && OK(S)) {
+        vp__dist_alloc(S, vp__mulc(S, m->numel, pe), VP_CAT_PARAM,
+                       VP_STREAM_DEFAULT, "megatron param_data");
+        for (uint32_t p = 0; p < g->n_params; p++)
+            if (g->params[p].trainable && !vp__dist_is_buffer(g, p))
+                vp__dist_free_id(S, &model[p]);
+    }
+    m->buf = vp__dist_alloc(S, vp__mulc(S, m->numel, m->grad_eb), VP_CAT_GRAD,
+                            VP_STREAM_DEFAULT, "megatron grad_data");
+    if (pe != 4)
+        vp__dist_alloc(S, vp__mulc(S, m->shard, 4), VP_CAT_OPTIM,
+                       VP_STREAM_DEFAULT, "megatron main params");
+}
+
+/* _make_backward_post_hook: main_grad.add_(grad); grad = None. */
+static void meg_grad_ready(sim *S, uint32_t p)
+{
+    if (S->pgrad[p] != NONE) {
+        uint32_t id = S->pgrad[p];
+        S->pgrad[p] = NONE;
+        vp__tunref(S, id);
+    }
+}
+
+/* A 16-bit gradient buffer: _copy_model_grads_to_main_grads (optimizer.
+ * py; distrib_optimizer.py for the shard) sets each fp32 main parameter's
+ * .grad to main_grad.float(), a copy, dropped by the next step's
+ * optimizer.zero_grad() (train_step's start). */
+static void meg_opt_begin(sim *S)
+{
+    meg *m = S->dist->impl;
+    if (m->grad_eb != 4)
+        m->main = vp__dist_alloc(S, vp__mulc(S, m->shard, 4), VP_CAT_TEMP,
+                                 VP_STREAM_DEFAULT, "megatron main grads");
+}
+
+static void meg_zero_grad(sim *S)
+{
+    meg *m = S->dist->impl;
+    vp__dist_free_id(S, &m->main);
+}
+
+static void meg_destroy(vp__dist *d)
+{
+    free(d->impl);
+    d->impl = NULL;
+}
+
+const vp__dist_rules vp__dist_megatron_rules = {
+    .init = meg_init,
+    .wrap = meg_wrap,
+    .grad_ready = meg_grad_ready,
+    .opt_begin = meg_opt_begin,
+    .zero_grad = meg_zero_grad,
+    .destroy = meg_destroy,
+};

@@ -1,0 +1,159 @@
+/* A Megatron-LM rank simulated: the graph of one pipeline stage's
+ * tensor-parallel rank, run through the simulator with Megatron's
+ * wrapper (dist_megatron.c) and the 1F1B schedule (sim_pipe.c).
+ * docs/DISTRIBUTED.md "Megatron-LM" gives each rule and its source. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster_impl.h"
+
+/* What the simulated path does not model yet, named; NULL if none. */
+static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
+{
+    if (p->sharding != VP_SHARD_MEGATRON && p->sharding != VP_SHARD_DISTOPT)
+        return "a sharding other than Megatron's (megatron-ddp, "
+               "distributed-optimizer)";
+    if (p->sp)
+        return "sequence parallelism";
+    if (p->cp > 1)
+        return "context parallelism";
+    if (cm->experts || p->ep > 1)
+        return "mixture-of-experts layers";
+    if (p->vpp > 1 || p->schedule == VP_SCHED_INTERLEAVED)
+        return "the interleaved schedule";
+    if (p->pp > 1 && p->schedule == VP_SCHED_GPIPE)
+        return "GPipe (Megatron runs 1F1B)";
+    if (p->dtype == VP_DT_FP8)
+        return "fp8";
+    if (p->offload != VP_OFFLOAD_NONE)
+        return "offload";
+    return NULL;
+}
+
+static vp_precision precision_of(vp_dtype d)
+{
+    return d == VP_DT_FP16 ? VP_PREC_FP16
+           : d == VP_DT_FP32 ? VP_PREC_FP32
+                             : VP_PREC_BF16;
+}
+
+/* The stage's layers (vp__stage_layers: first, last, middle). */
+static uint32_t layers_of(const vp_cluster_model *cm, const vp_par *p,
+                          uint32_t stage)
+{
+    double l0, l1, lm;
+    vp__stage_layers(cm, p, &l0, &l1, &lm);
+    double l = stage == 0 ? l0 : stage + 1 == p->pp ? l1 : lm;
+    return (uint32_t)l;
+}
+
+/* The stage's graph: the tensor-parallel rank's share of its layers; the
+ * embedding on the first stage, the final norm, head and loss on the
+ * last. A tied head on a later stage than the embedding keeps its own
+ * copy of the word embeddings (Megatron's setup_embeddings_and_output_
+ * layer: the last stage's output_layer weight, synchronised with the
+ * first stage's). */
+static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
+                             uint32_t stage, uint32_t layers, vp_error *err)
+{
+    vp_tf tf;
+    vp__local_tf(&tf, cm->m, p->tp);
+    tf.layers = layers;
+    tf.stage_in = stage > 0;
+    tf.stage_out = stage + 1 < p->pp;
+    if (tf.stage_in)
+        tf.tied = false;
+    return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq, err);
+}
+
+/* Micro-batches simulated: the warm-up's w forwards, then 1F1B pairs.
+ * From the second pair on every pair starts from the state the previous
+ * one started from (the same micro-batches' tensors in flight, the
+ * gradients accumulated in place in the fp32 buffer), so the pairs after
+ * it add nothing (tests/test_megatron.c checks it); the cooldown's
+ * backwards only free. */
+static uint64_t simulated_mb(uint64_t m, uint64_t w)
+{
+    return m < w + 2 ? m : w + 2;
+}
+
+static void fill(vp_stage_sim *out, const vp_estimate *e, const vp_graph *g)
+{
+    out->peak_alloc = e->peak_alloc;
+    out->peak_reserved = e->peak_reserved;
+    for (int k = 0; k < VP_CAT__COUNT && k < 8; k++)
+        out->by_category[k] = e->by_category[k];
+    (void)vp_graph_num_params(g, &out->params, NULL);
+}
+
+vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
+                               const vp_par *p, uint32_t stage,
+                               vp_stage_sim *out, vp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    vp_cluster_mem mem;
+    vp_cluster_time tm;
+    vp_status st = vp_cluster_eval(cm, c, p, &mem, &tm, err);
+    if (st != VP_OK)
+        return st;
+    const char *why = unsupported(cm, p);
+    if (why)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "a simulated Megatron rank with %s is not "
+                            "modelled yet", why);
+    if (stage >= p->pp)
+        return vp_error_set(err, VP_EARG, "stage %u is not one of %u", stage,
+                            p->pp);
+    out->stage = stage;
+    out->layers = layers_of(cm, p, stage);
+    uint64_t w = p->pp - stage - 1 < p->accum ? p->pp - stage - 1 : p->accum;
+    out->in_flight = (uint32_t)(w + 1 < p->accum ? w + 1 : p->accum);
+    out->simulated_mb = (uint32_t)simulated_mb(p->accum, w);
+    vp_graph *g = stage_graph(cm, p, stage, out->layers, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    bool *all = malloc((g->n_segs ? g->n_segs : 1) * sizeof *all);
+    if (!all) {
+        vp_graph_free(g);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < g->n_segs; k++)
+        all[k] = true;
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = p->sharding == VP_SHARD_DISTOPT ? VP_DIST_MEGATRON_DISTOPT
+                                                 : VP_DIST_MEGATRON_DDP;
+    d.world = p->dp;
+    vp_pipeline pl = {p->pp, stage};
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = p->micro_batch;
+    s.seq = cm->seq;
+    s.precision = precision_of(p->dtype);
+    s.optimizer = VP_OPT_ADAMW_FUSED;
+    s.accum = out->simulated_mb;
+    s.steps = 2;
+    s.context_bytes = 0;
+    s.skip_breakdown = true;
+    s.dist = &d;
+    s.pipe = &pl;
+    if (p->recompute == VP_RC_FULL) {
+        s.checkpoint = all;
+        s.n_checkpoint = g->n_segs;
+    } else if (p->recompute == VP_RC_SELECTIVE) {
+        s.selective = all;
+        s.n_selective = g->n_segs;
+    }
+    vp_estimate e;
+    st = vp_simulate(g, &s, &e, NULL, NULL, err);
+    if (st == VP_OK) {
+        fill(out, &e, g);
+        uint64_t t = e.peak_reserved;
+        if (!vp_add_u64(t, mem.nccl, &t) || !vp_add_u64(t, mem.context, &t))
+            st = vp_error_set(err, VP_EOVERFLOW, "a stage's bytes overflow");
+        out->total = t;
+    }
+    free(all);
+    vp_graph_free(g);
+    return st;
+}
