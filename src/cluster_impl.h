@@ -175,6 +175,20 @@ static inline bool vp__on(vp_switch s, bool dflt)
     return s == VP_AUTO ? dflt : s == VP_ON;
 }
 
+/* Megatron's fused-kernel bytes of a layer over the simulated layer's
+ * (the model's own ops) at p's micro-batch and degrees, minus 1
+ * (cluster_mem.c): 0 where the model's ops save what the engine's
+ * kernels save (Korthikanti et al.'s models). */
+double vp__fused_layer_gap(const vp_cluster_model *cm, const vp__act *a,
+                           const vp_par *p);
+/* Candidates of a search re-evaluated by simulation (cluster_search.c):
+ * the fastest family bests, at least 20. */
+#define VP__VERIFY_TOP 24
+/* Replace e's memory by its most loaded simulated rank's (megatron.c)
+ * when vp_cluster_stage_sim models its layout (e->simulated), and set
+ * e->fits from it; otherwise leave e as fitted. */
+vp_status vp__plan_simulate(vp_cluster_model *cm, const vp_cluster *c,
+                            vp_plan_entry *e, vp_error *err);
 /* The description of one tensor-parallel rank's share (heads, ffn and
  * vocab divided by t) of two layers of m (a value). */
 void vp__local_tf(vp_tf *tf, const vp_model *m, uint32_t t);

@@ -338,6 +338,40 @@ static double vsplit_of(const vp__split *q, double t, bool sp)
     return sp ? (q->r + q->s) / t : q->r + q->s / t;
 }
 
+/* What a layer keeps in Megatron / Transformer Engine: the tensors its
+ * fused kernels save (saved_op), the linears' inputs in one byte under
+ * fp8 (the fp8 copy the GEMM read), and the materialised scores: softmax
+ * output, dropout mask and output, 5as^2b/t (Korthikanti et al. 2022,
+ * Table 2); *att the scores' part. */
+static double fused_layer(const vp_cluster_model *cm, const vp__act *a,
+                          const vp_par *p, double *att)
+{
+    double t = (double)p->tp, bcp = (double)p->micro_batch / p->cp;
+    bool sp = p->sp;
+    double eb = a->resid_bytes;
+    double lin = bcp * vsplit_of(&cm->lin_in, t, sp);
+    double keep = bcp * vsplit_of(&cm->keep, t, sp);
+    double mask = bcp * vsplit_of(&cm->keep_mask, t, sp);
+    double s2 = 0;
+    if (cm->at_eager) {
+        double heads = cm->at_heads / t;
+        s2 = bcp * (heads < 1 ? 1 : heads) * cm->at_q * cm->at_kv *
+             (cm->at_dropout > 0 ? 2 * eb + 1 : eb);
+    }
+    *att = s2;
+    return eb * keep + (p->dtype == VP_DT_FP8 ? 1.0 : eb) * lin + mask + s2;
+}
+
+double vp__fused_layer_gap(const vp_cluster_model *cm, const vp__act *a,
+                           const vp_par *p)
+{
+    double att;
+    double b = (double)p->micro_batch, t = (double)p->tp;
+    double sim = vp__fitv(&a->q[VP__Q_LAYER], b, t, p->sp);
+    double fused = fused_layer(cm, a, p, &att);
+    return sim > 0 ? fused / sim - 1 : 1;
+}
+
 /* The activation terms of one micro-batch. */
 typedef struct {
     double saved, trans, emb, head_saved, head_peak, extra;
@@ -356,26 +390,8 @@ static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
     double att = vp__fitv(&a->q[VP__Q_ATTN_INT], b, t, sp);
     double extra = vp__fitv(&a->q[VP__Q_EXTRA], b, t, sp);
     vp_engine e = vp_sharding_engine(p->sharding);
-    if (e != VP_ENGINE_TORCH) {
-        /* Megatron / Transformer Engine: the tensors its fused kernels
-         * save (saved_op), the linears' inputs in one byte under fp8 (the
-         * fp8 copy the GEMM read), and the materialised scores: softmax
-         * output, dropout mask and output, 5as^2b/t (Korthikanti et al.
-         * 2022, Table 2) */
-        double eb = a->resid_bytes;
-        double lin = bcp * vsplit_of(&cm->lin_in, t, sp);
-        double keep = bcp * vsplit_of(&cm->keep, t, sp);
-        double mask = bcp * vsplit_of(&cm->keep_mask, t, sp);
-        double s2 = 0;
-        if (cm->at_eager) {
-            double heads = cm->at_heads / t;
-            s2 = bcp * (heads < 1 ? 1 : heads) * cm->at_q * cm->at_kv *
-                 (cm->at_dropout > 0 ? 2 * eb + 1 : eb);
-        }
-        layer = eb * keep + (p->dtype == VP_DT_FP8 ? 1.0 : eb) * lin +
-                mask + s2;
-        att = s2;
-    }
+    if (e != VP_ENGINE_TORCH)
+        layer = fused_layer(cm, a, p, &att);
     /* the busiest expert-parallel rank's experts keep more rows than the
      * balanced share the model was built with (vp_moe_load) */
     double f = vp_moe_load(x->c, cm->experts, cm->top_k, p->ep, NULL);

@@ -40,7 +40,7 @@ static uint32_t divisors(uint64_t n, uint64_t *out)
 typedef struct {
     vp_cluster_plan *out;
     uint32_t cap; /* best + alternatives kept */
-    vp_plan_entry top[VP_CLUSTER_TOP + 1];
+    vp_plan_entry top[VP__VERIFY_TOP];
     uint32_t n;
     bool have_closest;
 } ranking;
@@ -408,6 +408,36 @@ static vp_status layout(sctx *s, vp_par *p)
     return VP_OK;
 }
 
+/* The fastest candidates (VP__VERIFY_TOP family bests) re-evaluated by
+ * simulation where it models their layout (megatron.c); those that do
+ * not fit then are dropped (the first of them is the closest when none
+ * is left); the first `shown` are kept. */
+static vp_status verify(sctx *s, uint32_t shown)
+{
+    ranking *r = &s->r;
+    uint32_t kept = 0;
+    vp_plan_entry near;
+    bool dropped = false;
+    for (uint32_t i = 0; i < r->n; i++) {
+        vp_plan_entry e = r->top[i];
+        vp_status st = vp__plan_simulate(s->cm, s->c, &e, s->err);
+        if (st != VP_OK)
+            return st;
+        if (e.fits) {
+            r->top[kept++] = e;
+        } else if (!dropped || overshoot(s, &e.mem) < overshoot(s, &near.mem)) {
+            near = e;
+            dropped = true;
+        }
+    }
+    if (kept == 0 && dropped) {
+        s->out->closest = near;
+        r->have_closest = true;
+    }
+    r->n = kept < shown ? kept : shown;
+    return VP_OK;
+}
+
 vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
                             const vp_search_opts *o, vp_cluster_plan *out,
                             vp_error *err)
@@ -439,7 +469,8 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     out->gpus = c->gpus;
     out->global_batch = s.G;
     s.r.out = out;
-    s.r.cap = 1 + (o->top < VP_CLUSTER_TOP ? o->top : VP_CLUSTER_TOP);
+    uint32_t shown = 1 + (o->top < VP_CLUSTER_TOP ? o->top : VP_CLUSTER_TOP);
+    s.r.cap = VP__VERIFY_TOP;
     vp__evctx_init(&s.x, cm, c);
     bool dts[VP_DT__COUNT], any = false;
     for (int i = 0; i < VP_DT__COUNT; i++)
@@ -520,6 +551,9 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
             return st;
         vp__evaluate(&s.x, a, &out->closest.par, NULL, &out->closest.time);
     }
+    vp_status vst = verify(&s, shown);
+    if (vst != VP_OK)
+        return vst;
     out->sims = cm->sims - sims0;
     if (s.r.n > 0) {
         out->found = true;

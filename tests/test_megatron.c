@@ -243,3 +243,77 @@ Test(megatron, unsupported_layouts_are_named)
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
+
+/* The search simulates its candidates where the simulated rank stands for
+ * Megatron's: the best plan of a pinned published layout (R 175B, no
+ * sequence parallelism, 1F1B) reports the most loaded simulated stage. */
+Test(megatron_search, best_plan_memory_from_the_simulation)
+{
+    vp_model *m = load(T175);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    a100(&c, 1024);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.global_batch = 1536;
+    o.tp = 8;
+    o.pp = 16;
+    o.cp = 1;
+    o.vpp = 1;
+    o.sp = 0;
+    o.micro_batch = 1;
+    o.recompute = VP_RC_FULL;
+    o.sharding = VP_SHARD_MEGATRON;
+    o.dtypes[VP_DT_BF16] = true;
+    vp_cluster_plan pl;
+    vp_error err;
+    cr_assert_eq(vp_cluster_search(cm, &c, &o, &pl, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert(pl.found);
+    cr_assert(pl.best.simulated);
+    cr_assert(pl.best.fits);
+    uint64_t worst = 0;
+    uint32_t at = 0;
+    for (uint32_t s = 0; s < 16; s++) {
+        vp_stage_sim r;
+        sim_stage(cm, &c, &pl.best.par, s, &r);
+        if (r.total > worst) {
+            worst = r.total;
+            at = s;
+        }
+    }
+    cr_assert_eq(pl.best.mem.total, worst);
+    cr_assert_eq(pl.best.mem.stage, at);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Where the model's own ops keep more than Megatron's fused kernels
+ * (GPT-2's tanh GELU in Python, eager softmax without dropout...), the
+ * simulated graph does not stand for Megatron's rank: the fitted figure
+ * stays. */
+Test(megatron_search, fitted_where_the_ops_are_not_megatrons)
+{
+    vp_model *m = load("models/gpt2-medium.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    a100(&c, 8);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.tp = 1;
+    o.pp = 1;
+    o.sharding = VP_SHARD_DISTOPT;
+    vp_cluster_plan pl;
+    vp_error err;
+    cr_assert_eq(vp_cluster_search(cm, &c, &o, &pl, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert(pl.found);
+    cr_assert_not(pl.best.simulated);
+    vp_stage_sim r;
+    sim_stage(cm, &c, &pl.best.par, 0, &r);
+    /* the model's ops keep well over the fused kernels' count */
+    cr_assert_gt((double)r.by_category[VP_CAT_ACT],
+                 1.1 * (double)pl.best.mem.activations);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}

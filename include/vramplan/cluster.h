@@ -394,6 +394,8 @@ typedef struct vp_plan_entry {
     vp_cluster_mem mem;
     vp_cluster_time time;
     bool fits;
+    bool simulated;     /* mem is the simulated most loaded rank's
+                           (vp_cluster_stage_sim), not the fitted figure  */
     char reason[200];   /* why it lost against the best (empty: best)     */
 } vp_plan_entry;
 

@@ -741,8 +741,9 @@ static void print_entry_table(FILE *f, const vp_cluster *c,
                 gib(m->total > c->memory ? m->total - c->memory : 0),
                 gib(c->memory));
     fprintf(f, "  memory/GPU   %.2f GiB of %.2f GiB on stage %u (%.1f "
-               "micro-batches in flight)\n",
-            gib(m->total), gib(c->memory), m->stage, m->in_flight);
+               "micro-batches in flight)%s\n",
+            gib(m->total), gib(c->memory), m->stage, m->in_flight,
+            e->simulated ? ", simulated" : "");
     fprintf(f, "               weights %.2f, gradients %.2f, optimizer "
                "%.2f, buffers %.2f,\n",
             gib(m->weights), gib(m->grads), gib(m->optimizer),
@@ -795,6 +796,7 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
              json_string(vp_engine_name(vp_sharding_engine(p->sharding))));
     cli_jset(o, "offload", json_string(vp_offload_name(p->offload)));
     cli_jset(o, "fits", json_boolean(e->fits));
+    cli_jset(o, "memory_simulated", json_boolean(e->simulated));
     cli_jset(o, "first_stage_layers", cli_ju64(p->first_layers));
     cli_jset(o, "last_stage_layers", cli_ju64(p->last_layers));
     cli_jset(o, "overlap_dp", json_string(switch_name(p->overlap_dp)));
