@@ -483,9 +483,8 @@ typedef struct vp_stage_sim {
     uint32_t layers;         /* decoder layers on the stage                 */
     uint32_t in_flight;      /* micro-batches whose forwards are alive at
                                 once (min(pp - stage, m))                   */
-    uint32_t simulated_mb;   /* micro-batches simulated per step (the
-                                schedule's steady pairs repeat: at most
-                                in_flight + 1)                              */
+    uint32_t simulated_mb;   /* micro-batches simulated per step: all,
+                                up to VP_MAX_ACCUM_UNSTEADY                 */
     uint64_t params;         /* parameter elements on the rank              */
     uint64_t peak_alloc;     /* allocated bytes at the peak                 */
     uint64_t peak_reserved;  /* the allocator's reserved bytes              */
