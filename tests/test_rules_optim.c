@@ -46,3 +46,21 @@ Test(rules_optim, adafactor_factors_the_second_moment)
     cr_expect_eq(e.optim_bytes, 2 * 33280ULL + 27136ULL, "optim_bytes %llu",
                  (unsigned long long)e.optim_bytes);
 }
+
+/* bitsandbytes AdamW8bit (optim/optimizer.py, Optimizer2State.init_state,
+ * not paged): a parameter of 4096 values or more keeps two uint8 moments
+ * (torch.zeros_like) and two fp32 absmax tensors of one value per 2048
+ * (blocks = n // 2048, one more for a remainder), and the first such
+ * parameter moves the two 256-value fp32 maps (1 KiB each) to the GPU.
+ * A 4096 x 4096 weight: 2 x 16 MiB + 2 x 8192 x 4 B; the 2560 x 4096
+ * head: 2 x 10 MiB + 2 x 5120 x 4 B. Blocks of 256 would make the absmax
+ * tensors 8 times larger (256 KiB and 160 KiB). */
+Test(rules_optim, adamw_8bit_absmax_per_2048_values)
+{
+    vp_estimate e = simulate_mlp(VP_OPT_ADAMW_8BIT);
+    uint64_t fc = 2 * 16 * MIB + 2 * 32768ULL;
+    uint64_t head = 2 * 10 * MIB + 2 * 20480ULL;
+    cr_expect_eq(e.optim_bytes, 2 * fc + head + 2 * 1024ULL,
+                 "optim_bytes %llu", (unsigned long long)e.optim_bytes);
+    cr_expect_eq(e.paged_bytes, 0);
+}

@@ -479,9 +479,11 @@ static void techniques_table(const cli_setup_args *a, const vp_model *model,
     char b1[32], b2[32], b3[32];
 
     printf("model        %s (%s)\n", vp_model_name(model), a->model_path);
-    printf("setup        batch %" PRIu64 ", %s, %s, %" PRIu32 " steps, "
-           "budget %s%s%s\n",
-           a->setup.batch, vp_precision_name(a->setup.precision),
+    printf("setup        batch %" PRIu64 ", seq %" PRIu64 ", %s, %s, %" PRIu32
+           " steps, budget %s%s%s\n",
+           a->setup.batch,
+           a->setup.seq ? a->setup.seq : vp_model_default_seq(model),
+           vp_precision_name(a->setup.precision),
            vp_optimizer_name(a->setup.optimizer), a->setup.steps,
            vp_size_format(a->setup.alloc.limit, b1, sizeof b1),
            hw ? ", gpu " : "", hw ? hw->name : "");

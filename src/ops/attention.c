@@ -399,12 +399,6 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
  * checkpointing): GPT-2's packed k, v, or the separate ones. */
 static bool kv_copy(const sim *S, const vp_op *o)
 {
-    /* a peft model with LoRA adapters: the separate k, v copies are not
-     * in the measured steps (the fine-tuning set's Llama, Qwen2 and
-     * Mistral LoRA/DoRA runs; frozen-parameter runs without peft have
-     * them); GPT-2's packed ones are */
-    if (o->n_inputs == 3 && S->s->ft.lora.r > 0)
-        return false;
     return (o->flags & VP_OPF_KV_COPY) &&
            !(o->segment >= 0 && S->ckpt[o->segment]);
 }

@@ -143,11 +143,27 @@ void vp__gelu_tanh_bwd(sim *S, vp__bwd_op *b)
     }
 }
 
-/* HF apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, in fp32 under
- * autocast (cos and sin are fp32). */
+/* The dtype of HF's cos and sin: the rotary embedding computes them in
+ * fp32 and returns cos.to(x.dtype), sin.to(x.dtype), x the embedding's
+ * output (transformers models/llama/modeling_llama.py and phi3/
+ * modeling_phi3.py, *RotaryEmbedding.forward, called with inputs_embeds
+ * in *Model.forward): fp32 for an fp32 embedding (also a quantized base's,
+ * upcast by prepare_model_for_kbit_training), bf16 for a bf16 model under
+ * autocast. A graph without a token embedding: fp32 under autocast. */
+static uint8_t rotary_eb(const sim *S, uint8_t eb0)
+{
+    for (size_t i = 0; i < S->g->n_ops; i++)
+        if (S->g->ops[i].kind == VP_OP_EMBEDDING && S->out_eb[i])
+            return S->out_eb[i];
+    return S->amp ? 4 : eb0;
+}
+
+/* HF apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, promoted to the
+ * wider of q's and cos's dtypes (fp32 under autocast over an fp32 model,
+ * q's bf16 over a bf16 one). */
 void vp__rope_fwd(sim *S, vp__fwd_op *f)
 {
-    uint8_t re = S->amp ? 4 : f->eb0;
+    uint8_t re = vp__promote(f->eb0, rotary_eb(S, f->eb0));
     vp__transient(S, vp__mulc(S, f->n, re));
     vp__transient(S, vp__mulc(S, f->n, f->eb0));
     f->oeb = re;
