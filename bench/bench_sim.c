@@ -212,8 +212,8 @@ static int bench_one(const setup_row *row, double sort_keys_s)
     return 0;
 }
 
-/* bench_sim --once: one simulation of each setup, no timing and no
- * baselines: the run to profile with callgrind
+/* bench_sim --once [K]: one simulation of each setup (of setup K alone,
+ * from 0), no timing and no baselines: the run to profile with callgrind
  * (valgrind --tool=callgrind --toggle-collect=vp_simulate). */
 static int once(const setup_row *row)
 {
@@ -249,7 +249,8 @@ int main(int argc, char **argv)
     size_t nrows = sizeof rows / sizeof rows[0];
     if (argc > 1 && strcmp(argv[1], "--once") == 0) {
         for (size_t i = 0; i < nrows; i++)
-            if (once(&rows[i]))
+            if ((argc < 3 || strtoul(argv[2], NULL, 10) == i) &&
+                once(&rows[i]))
                 return 1;
         return 0;
     }
