@@ -166,25 +166,34 @@ typedef struct {
     vp_precision prec;
 } setup_row;
 
+/* A setup's model, graph and setup (the layer breakdown off); false with
+ * the message printed. */
+static bool setup_of(const setup_row *row, vp_model **m, vp_graph **g,
+                     vp_setup *s)
+{
+    vp_error err;
+    *m = vp_model_load(row->model, &err);
+    *g = *m ? vp_graph_build(*m, row->batch, row->seq, &err) : NULL;
+    if (!*g) {
+        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
+        vp_model_free(*m);
+        return false;
+    }
+    vp_setup_init(s);
+    s->batch = row->batch;
+    s->precision = row->prec;
+    s->skip_breakdown = true;
+    return true;
+}
+
 static int bench_one(const setup_row *row, double sort_keys_s)
 {
     vp_error err;
-    vp_model *m = vp_model_load(row->model, &err);
-    if (!m) {
-        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        return 1;
-    }
-    vp_graph *g = vp_graph_build(m, row->batch, row->seq, &err);
-    if (!g) {
-        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        vp_model_free(m);
-        return 1;
-    }
+    vp_model *m;
+    vp_graph *g;
     vp_setup s;
-    vp_setup_init(&s);
-    s.batch = row->batch;
-    s.precision = row->prec;
-    s.skip_breakdown = true;
+    if (!setup_of(row, &m, &g, &s))
+        return 1;
     vp_estimate e;
     recorder R;
     memset(&R, 0, sizeof R);
@@ -218,18 +227,11 @@ static int bench_one(const setup_row *row, double sort_keys_s)
 static int once(const setup_row *row)
 {
     vp_error err;
-    vp_model *m = vp_model_load(row->model, &err);
-    vp_graph *g = m ? vp_graph_build(m, row->batch, row->seq, &err) : NULL;
-    if (!g) {
-        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        vp_model_free(m);
-        return 1;
-    }
+    vp_model *m;
+    vp_graph *g;
     vp_setup s;
-    vp_setup_init(&s);
-    s.batch = row->batch;
-    s.precision = row->prec;
-    s.skip_breakdown = true;
+    if (!setup_of(row, &m, &g, &s))
+        return 1;
     vp_estimate e;
     int rc = vp_simulate(g, &s, &e, NULL, NULL, &err) ? 1 : 0;
     printf("  %-22s %7llu events\n", row->model + strlen("models/"),

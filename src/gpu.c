@@ -1064,58 +1064,89 @@ static void put_membound_row(FILE *f, const void *fit)
 
 /* A section of fits by name (gemm, membound), or by name and by two
  * sub-names (attention: forward/backward, optimizer: fp32/bf16 state):
- * fits[i] or fits[i][j], of `size` bytes each, with its points at offset
- * `at`. Only the fits with points are written, by put (which ends the
- * line); nothing at all when none has. */
+ * the array at offset `fits` of vp_gpu_measured, fits[i] or fits[i][j]
+ * of `size` bytes each, with its points at offset `at`. Only the fits
+ * with points are written, by put (which ends the line); nothing at all
+ * when none has. */
 typedef struct {
     const char *head;        /* the comment and the section's key */
     const char *const *names;
     const char *const *sub;  /* the two sub-names, NULL: none     */
     int n;
-    const void *fits;
-    size_t size, at;
+    size_t fits, size, at;
     void (*put)(FILE *f, const void *fit);
 } fit_grid;
 
-static const void *grid_fit(const fit_grid *g, int i, int j)
+enum { GRID_GEMM, GRID_ATTENTION, GRID_MEMBOUND, GRID_OPTIMIZER };
+
+static const fit_grid GRIDS[] = {
+    [GRID_GEMM] = {"  # rate(W) = peak_tflops * W^h / (W^h + half_gflop^h), "
+                   "h = exponent, W = 2mnk / 1e9\n  gemm:\n",
+                   DTYPE_NAMES, NULL, VP_GPU__DTYPES,
+                   offsetof(vp_gpu_measured, gemm), sizeof(vp_gpu_gemm_fit),
+                   offsetof(vp_gpu_gemm_fit, points), put_gemm_row},
+    [GRID_ATTENTION] = {"  # rate as for gemm, W = the call's GFLOP: "
+                        "4bhs^2d (/2 causal), x2.5 bwd\n  attention:\n",
+                        ATTN_NAMES, PHASE_NAMES, VP_GPU__ATTN,
+                        offsetof(vp_gpu_measured, attention),
+                        sizeof(vp_gpu_gemm_fit),
+                        offsetof(vp_gpu_gemm_fit, points), put_gemm_row},
+    [GRID_MEMBOUND] = {"  # time_us = fixed_us + bytes / (peak_gbps 1e3), "
+                       "bytes read + written\n  membound:\n",
+                       MEM_NAMES, NULL, VP_GPU__MEM,
+                       offsetof(vp_gpu_measured, membound),
+                       sizeof(vp_gpu_rate_fit),
+                       offsetof(vp_gpu_rate_fit, points), put_membound_row},
+    [GRID_OPTIMIZER] = {"  # time_us = numel bytes_per_param / copy "
+                        "bandwidth + tensors us_per_tensor\n  optimizer:\n",
+                        OPTIM_NAMES, STATE_NAMES, VP_GPU__OPTIM,
+                        offsetof(vp_gpu_measured, optimizer),
+                        sizeof(vp_gpu_optim_fit),
+                        offsetof(vp_gpu_optim_fit, points), put_optim_row},
+};
+
+static const void *grid_fit(const vp_gpu_measured *m, const fit_grid *g,
+                            int i, int j)
 {
     size_t k = g->sub ? (size_t)i * 2 + (size_t)j : (size_t)i;
-    return (const char *)g->fits + k * g->size;
+    return (const char *)m + g->fits + k * g->size;
 }
 
 /* Has fits[i] (j < 0), or fits[i][j], points? */
-static bool grid_has(const fit_grid *g, int i, int j)
+static bool grid_has(const vp_gpu_measured *m, const fit_grid *g, int i,
+                     int j)
 {
     if (j < 0 && g->sub)
-        return grid_has(g, i, 0) || grid_has(g, i, 1);
+        return grid_has(m, g, i, 0) || grid_has(m, g, i, 1);
     uint32_t points;
-    memcpy(&points, (const char *)grid_fit(g, i, j < 0 ? 0 : j) + g->at,
+    memcpy(&points, (const char *)grid_fit(m, g, i, j < 0 ? 0 : j) + g->at,
            sizeof points);
     return points != 0;
 }
 
-static void write_grid(FILE *f, const fit_grid *g)
+static void write_grid(FILE *f, const vp_gpu_measured *m, int which)
 {
+    const fit_grid *g = &GRIDS[which];
     bool any = false;
     for (int i = 0; i < g->n; i++)
-        any |= grid_has(g, i, -1);
+        any |= grid_has(m, g, i, -1);
     if (!any)
         return;
     fputs(g->head, f);
     for (int i = 0; i < g->n; i++) {
-        if (!grid_has(g, i, -1))
+        if (!grid_has(m, g, i, -1))
             continue;
         if (!g->sub) {
             fprintf(f, "    %s: ", g->names[i]);
-            g->put(f, grid_fit(g, i, 0));
+            g->put(f, grid_fit(m, g, i, 0));
             continue;
         }
         fprintf(f, "    %s:\n", g->names[i]);
         for (int j = 0; j < 2; j++) {
-            if (!grid_has(g, i, j))
+            if (!grid_has(m, g, i, j))
                 continue;
             fprintf(f, "      %s: ", g->sub[j]);
-            g->put(f, grid_fit(g, i, j));
+            g->put(f, grid_fit(m, g, i, j));
         }
     }
 }
@@ -1123,26 +1154,9 @@ static void write_grid(FILE *f, const fit_grid *g)
 /* The PyTorch sweep's sections (attention, membound, optimizer). */
 static void write_sweep(FILE *f, const vp_gpu_measured *m)
 {
-    const fit_grid attention = {
-        "  # rate as for gemm, W = the call's GFLOP: 4bhs^2d (/2 causal), x2.5 "
-        "bwd\n  attention:\n",
-        ATTN_NAMES, PHASE_NAMES, VP_GPU__ATTN, m->attention,
-        sizeof m->attention[0][0], offsetof(vp_gpu_gemm_fit, points),
-        put_gemm_row};
-    write_grid(f, &attention);
-    const fit_grid membound = {
-        "  # time_us = fixed_us + bytes / (peak_gbps 1e3), bytes read + "
-        "written\n  membound:\n",
-        MEM_NAMES, NULL, VP_GPU__MEM, m->membound, sizeof m->membound[0],
-        offsetof(vp_gpu_rate_fit, points), put_membound_row};
-    write_grid(f, &membound);
-    const fit_grid optimizer = {
-        "  # time_us = numel bytes_per_param / copy bandwidth + tensors "
-        "us_per_tensor\n  optimizer:\n",
-        OPTIM_NAMES, STATE_NAMES, VP_GPU__OPTIM, m->optimizer,
-        sizeof m->optimizer[0][0], offsetof(vp_gpu_optim_fit, points),
-        put_optim_row};
-    write_grid(f, &optimizer);
+    write_grid(f, m, GRID_ATTENTION);
+    write_grid(f, m, GRID_MEMBOUND);
+    write_grid(f, m, GRID_OPTIMIZER);
     put_stat(f, 2, "dispatch_us", &m->dispatch_us);
 }
 
@@ -1177,12 +1191,7 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
         for (int b = 0; b < VP_GPU__BWS; b++)
             put_stat(f, 4, BW_NAMES[b], &m->bw_gbps[b]);
     }
-    const fit_grid gemm = {
-        "  # rate(W) = peak_tflops * W^h / (W^h + half_gflop^h), h = "
-        "exponent, W = 2mnk / 1e9\n  gemm:\n",
-        DTYPE_NAMES, NULL, VP_GPU__DTYPES, m->gemm, sizeof m->gemm[0],
-        offsetof(vp_gpu_gemm_fit, points), put_gemm_row};
-    write_grid(f, &gemm);
+    write_grid(f, m, GRID_GEMM);
     put_stat(f, 2, "bf16_sustained_tflops", &m->bf16_sustained_tflops);
     write_sweep(f, m);
     any = false;
