@@ -232,7 +232,8 @@ run: deps
 # (tests/python) and the install test (tests/install), which installs into
 # a temporary directory. Then every ground-truth file is validated against
 # its bounds (ACCURACY_CHECK).
-TEST_SCRIPTS := tests/python/run.sh tests/install/run.sh tests/fuzz/run.sh
+TEST_SCRIPTS := tests/python/run.sh tests/install/run.sh tests/fuzz/run.sh \
+                tests/style/run.sh
 TEST_VARS = VRAMPLAN_BIN=./$(BIN) VRAMPLAN_LIB=$(CURDIR)/$(SHLIB) \
             VRAMPLAN_FAKE_NVML=$(CURDIR)/$(FAKE_NVML) PYTHON=$(PYTHON) \
             VP_SANITIZE=$(SANITIZE) VP_SAN_FLAGS='$(SAN_FLAGS)' CC='$(CC)' \

@@ -166,25 +166,34 @@ typedef struct {
     vp_precision prec;
 } setup_row;
 
+/* A setup's model, graph and setup (the layer breakdown off); false with
+ * the message printed. */
+static bool setup_of(const setup_row *row, vp_model **m, vp_graph **g,
+                     vp_setup *s)
+{
+    vp_error err;
+    *m = vp_model_load(row->model, &err);
+    *g = *m ? vp_graph_build(*m, row->batch, row->seq, &err) : NULL;
+    if (!*g) {
+        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
+        vp_model_free(*m);
+        return false;
+    }
+    vp_setup_init(s);
+    s->batch = row->batch;
+    s->precision = row->prec;
+    s->skip_breakdown = true;
+    return true;
+}
+
 static int bench_one(const setup_row *row, double sort_keys_s)
 {
     vp_error err;
-    vp_model *m = vp_model_load(row->model, &err);
-    if (!m) {
-        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        return 1;
-    }
-    vp_graph *g = vp_graph_build(m, row->batch, row->seq, &err);
-    if (!g) {
-        fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        vp_model_free(m);
-        return 1;
-    }
+    vp_model *m;
+    vp_graph *g;
     vp_setup s;
-    vp_setup_init(&s);
-    s.batch = row->batch;
-    s.precision = row->prec;
-    s.skip_breakdown = true;
+    if (!setup_of(row, &m, &g, &s))
+        return 1;
     vp_estimate e;
     recorder R;
     memset(&R, 0, sizeof R);
@@ -212,17 +221,45 @@ static int bench_one(const setup_row *row, double sort_keys_s)
     return 0;
 }
 
-int main(void)
+/* bench_sim --once [K]: one simulation of each setup (of setup K alone,
+ * from 0), no timing and no baselines: the run to profile with callgrind
+ * (valgrind --tool=callgrind --toggle-collect=vp_simulate). */
+static int once(const setup_row *row)
+{
+    vp_error err;
+    vp_model *m;
+    vp_graph *g;
+    vp_setup s;
+    if (!setup_of(row, &m, &g, &s))
+        return 1;
+    vp_estimate e;
+    int rc = vp_simulate(g, &s, &e, NULL, NULL, &err) ? 1 : 0;
+    printf("  %-22s %7llu events\n", row->model + strlen("models/"),
+           (unsigned long long)e.events);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv)
 {
     static const setup_row rows[] = {
         {"models/llama-3-70b.yaml", 1, 2048, VP_PREC_AMP_BF16},
         {"models/llama-3-8b.yaml", 2, 2048, VP_PREC_AMP_BF16},
         {"models/gpt2-small.yaml", 8, 1024, VP_PREC_FP32},
     };
+    size_t nrows = sizeof rows / sizeof rows[0];
+    if (argc > 1 && strcmp(argv[1], "--once") == 0) {
+        for (size_t i = 0; i < nrows; i++)
+            if ((argc < 3 || strtoul(argv[2], NULL, 10) == i) &&
+                once(&rows[i]))
+                return 1;
+        return 0;
+    }
     double keys = sort_rate();
     printf("simulator benchmark (one core)\n");
     printf("  reference      qsort %.3g keys/s (2^20 64-bit keys)\n", keys);
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    for (size_t i = 0; i < nrows; i++)
         if (bench_one(&rows[i], keys))
             return 1;
     return 0;

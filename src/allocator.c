@@ -579,24 +579,66 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
     t->count++;
 }
 
+/* Take out x, the first block of its class: it has no left child, and it
+ * hangs on the left spine from the root; the next block is the first of
+ * its right subtree, or its parent when it has none. One walk down the
+ * spine, no key compared. */
+static void t_erase_first(vp_allocator *a, tree *t, uint32_t x, slot sl)
+{
+    blk *b = &a->b[x];
+    uint32_t *link = &sl.d->root[sl.c], parent = NIL;
+    while (*link != x) {
+        parent = *link;
+        link = &a->b[parent].left;
+    }
+    *link = b->right;
+    b->right = NIL;
+    if (*link != NIL) {
+        sl.d->first[sl.c] = c_first(a, *link);
+    } else if (parent != NIL) {
+        sl.d->first[sl.c] = parent;
+    } else {
+        sl.d->first[sl.c] = NIL;
+        sl.d->used[sl.c / 64] &= ~((uint64_t)1 << (sl.c % 64));
+    }
+    sl.d->count--;
+    t->count--;
+}
+
 static void t_erase(vp_allocator *a, tree *t, uint32_t x)
 {
     blk *b = &a->b[x];
     bool bs = t->by_size;
     slot sl = slot_of(t, b);
+    if (sl.d->first[sl.c] == x) {
+        t_erase_first(a, t, x, sl);
+        return;
+    }
     uint32_t *link = &sl.d->root[sl.c];
     while (*link != x) /* x is on this path: keys are unique */
         link = child(a, *link, sl.z, b->addr, bs);
     *link = c_merge(a, b->left, b->right);
-    b->left = b->right = NIL;
-    if (sl.d->root[sl.c] == NIL) {
-        sl.d->first[sl.c] = NIL;
-        sl.d->used[sl.c / 64] &= ~((uint64_t)1 << (sl.c % 64));
-    } else if (sl.d->first[sl.c] == x) {
-        sl.d->first[sl.c] = c_first(a, sl.d->root[sl.c]);
-    }
+    b->left = b->right = NIL; /* x was not first: the class keeps it */
     sl.d->count--;
     t->count--;
+}
+
+/* Block x, the first of its class in the free tree t, loses its first
+ * `size` bytes (a split keeps the rest in x). When the rest is in the
+ * same class it is still below every other block of the class (smaller
+ * than x was, and x was first): its place in the order does not change,
+ * and it stays where it is (true). Otherwise nothing changes (false). */
+static bool t_shrink_first(vp_allocator *a, tree *t, uint32_t x,
+                           uint64_t size)
+{
+    blk *b = &a->b[x];
+    slot sl = slot_of(t, b);
+    if (!t->by_size || sl.d->first[sl.c] != x ||
+        size_class(b->size - size) != sl.c)
+        return false;
+    b->addr += size;
+    b->size -= size;
+    return true;
 }
 
 /* The first block of directory i or of a later one, NIL if none. */
@@ -750,7 +792,8 @@ static uint64_t expandable_size(const vp_allocator *a, uint32_t i)
     return s;
 }
 
-/* get_free_block: best fit in the pool, or NIL. Takes it out of the tree. */
+/* get_free_block: best fit in the pool, or NIL. It stays in the tree
+ * (alloc_found_block takes it out). */
 static uint32_t get_free_block(vp_allocator *a, const req *r)
 {
     tree *t = &a->pools[r->pool].free_t;
@@ -779,7 +822,6 @@ static uint32_t get_free_block(vp_allocator *a, const req *r)
         vp_add_u64(r->size, a->cfg.max_non_split_rounding, &lim) &&
         x->size >= lim)
         return NIL;
-    t_erase(a, t, it);
     return it;
 }
 
@@ -1133,10 +1175,14 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
 }
 
 /* alloc_found_block: split if asked, mark allocated, count. Block i is in
- * no tree; a spare slot has been reserved. */
+ * the pool's free tree if `in_tree` (get_free_block's), in no tree
+ * otherwise; a spare slot has been reserved. A split keeps the rest in
+ * i, which stays in the tree where its order allows (t_shrink_first). */
 static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
-                                  const req *r, uint64_t nbytes)
+                                  const req *r, uint64_t nbytes,
+                                  bool in_tree)
 {
+    tree *t = &a->pools[a->b[i].pool].free_t;
     if (should_split(a, &a->b[i], r->size)) {
         uint32_t n = new_block(a);
         blk *rem = &a->b[i], *x = &a->b[n];
@@ -1150,10 +1196,16 @@ static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
             a->b[x->prev].next = n;
         x->next = i;
         rem->prev = n;
-        rem->addr += r->size;
-        rem->size -= r->size;
-        t_insert(a, &a->pools[rem->pool].free_t, i);
+        if (!in_tree || !t_shrink_first(a, t, i, r->size)) {
+            if (in_tree)
+                t_erase(a, t, i);
+            rem->addr += r->size;
+            rem->size -= r->size;
+            t_insert(a, t, i);
+        }
         i = n;
+    } else if (in_tree) {
+        t_erase(a, t, i);
     }
     blk *x = &a->b[i];
     x->allocated = 1;
@@ -1286,6 +1338,7 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
 
     uint32_t i = get_free_block(a, &r);
+    bool in_tree = i != NIL;
     if (i == NIL) {
         ab_result res = alloc_block(a, &r, false, &i);
         if (res == AB_OOM && release_available_cached_blocks(a, &r))
@@ -1308,7 +1361,7 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                 a->st.reserved);
         }
     }
-    i = alloc_found_block(a, i, &r, nbytes);
+    i = alloc_found_block(a, i, &r, nbytes, in_tree);
     *handle = ((uint64_t)a->b[i].gen << 32) | ((uint64_t)i + 1);
     *block_size = a->b[i].size;
     return VP_OK;

@@ -435,6 +435,15 @@ static void put(json_t *o, const char *key, json_t *v)
     json_object_set_new(o, key, v);
 }
 
+/* The three peaks every answer gives, in this order. */
+static void put_peaks(json_t *o, uint64_t alloc, uint64_t reserved,
+                      uint64_t device_used)
+{
+    put(o, "peak_alloc", num(alloc));
+    put(o, "peak_reserved", num(reserved));
+    put(o, "device_used", num(device_used));
+}
+
 static json_t *generate_json(const vp_gen_estimate *g)
 {
     json_t *o = json_object();
@@ -454,9 +463,7 @@ static json_t *estimate_json(const vp_estimate *e, bool generate)
     put(o, "params", num(e->params));
     put(o, "total_params", num(e->total_params));
     put(o, "setup_peak", num(e->setup_peak));
-    put(o, "peak_alloc", num(e->peak_alloc));
-    put(o, "peak_reserved", num(e->peak_reserved));
-    put(o, "device_used", num(e->device_used));
+    put_peaks(o, e->peak_alloc, e->peak_reserved, e->device_used);
     put(o, "peak_step", num(e->peak_step));
     put(o, "peak_phase", json_string(vp_phase_name(e->peak_phase)));
     put(o, "peak_op", json_string(e->peak_op));
@@ -519,9 +526,8 @@ static vp_status run_roles(request *r, const vp_graph *g, json_t *res,
         json_t *x = json_object();
         put(x, "rank", num(roles[k].rank));
         put(x, "ranks", num(roles[k].n_ranks));
-        put(x, "peak_alloc", num(roles[k].est.peak_alloc));
-        put(x, "peak_reserved", num(roles[k].est.peak_reserved));
-        put(x, "device_used", num(roles[k].est.device_used));
+        const vp_estimate *re = &roles[k].est;
+        put_peaks(x, re->peak_alloc, re->peak_reserved, re->device_used);
         json_array_append_new(a, x);
     }
     put(o, "roles", a);
@@ -594,18 +600,18 @@ static vp_status run_maxbatch(const request *r, const vp_model *m,
 
 static json_t *candidate_json(const vp_plan_candidate *k)
 {
-    json_t *o = json_object();
-    put(o, "precision", json_string(vp_precision_name(k->precision)));
-    put(o, "optimizer", json_string(vp_optimizer_name(k->optimizer)));
-    put(o, "offload_optimizer", json_boolean(k->offload));
-    put(o, "checkpoint", json_string(vp_ckpt_mode_name(k->ckpt)));
-    put(o, "checkpointed", num(k->n_checkpointed));
-    put(o, "micro_batch", num(k->micro_batch));
-    put(o, "accum", num(k->accum));
-    put(o, "fits", json_boolean(k->fits));
-    put(o, "peak_alloc", num(k->peak_alloc));
-    put(o, "peak_reserved", num(k->peak_reserved));
-    put(o, "device_used", num(k->device_used));
+    /* the setup (names from the library's tables: plain ASCII) */
+    json_t *o = json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:o, s:b}",
+                          "precision", vp_precision_name(k->precision),
+                          "optimizer", vp_optimizer_name(k->optimizer),
+                          "offload_optimizer", (int)k->offload,
+                          "checkpoint", vp_ckpt_mode_name(k->ckpt),
+                          "checkpointed", num(k->n_checkpointed),
+                          "micro_batch", num(k->micro_batch),
+                          "accum", num(k->accum), "fits", (int)k->fits);
+    if (!o)
+        return NULL;
+    put_peaks(o, k->peak_alloc, k->peak_reserved, k->device_used);
     put(o, "step_seconds", json_real(k->time.total));
     put(o, "samples_per_s", json_real(k->samples_per_s));
     put(o, "mfu", json_real(k->time.mfu));

@@ -896,6 +896,12 @@ static vp_status dense_mix(const vp_cluster_model *cm, gscan *dense,
     return VP_OK;
 }
 
+/* The model's dimensions that vp_tf, vp_cluster_model and
+ * vp_cluster_model_info all name alike (the layers are L in the second). */
+#define CLUSTER_DIMS(X)                                                    \
+    X(hidden) X(heads) X(kv_heads) X(head_dim) X(ffn) X(vocab) X(experts)   \
+    X(top_k)
+
 /* A per-layer figure x1 (unsharded) and x2 (at tensor-parallel degree t2)
  * split into its replicated part r and its part s that tensor parallelism
  * shards: x2 = r + s / t2, clamped to 0 <= s <= x1. */
@@ -935,14 +941,9 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
         cm->seq = VP_DEFAULT_SEQ;
     const vp_tf *t = &m->tf;
     cm->L = t->layers;
-    cm->hidden = t->hidden;
-    cm->heads = t->heads;
-    cm->kv_heads = t->kv_heads;
-    cm->head_dim = t->head_dim;
-    cm->ffn = t->ffn;
-    cm->vocab = t->vocab;
-    cm->experts = t->experts;
-    cm->top_k = t->top_k;
+#define VP__COPY(f) cm->f = t->f;
+    CLUSTER_DIMS(VP__COPY)
+#undef VP__COPY
     cm->attn = t->attn;
     cm->t2 = tp_unit(t);
     make_local(&cm->local[0], m, 1);
@@ -1057,14 +1058,9 @@ void vp_cluster_model_info_get(const vp_cluster_model *cm,
     out->name = vp_model_name(cm->m);
     out->seq = cm->seq;
     out->layers = cm->L;
-    out->hidden = cm->hidden;
-    out->heads = cm->heads;
-    out->kv_heads = cm->kv_heads;
-    out->head_dim = cm->head_dim;
-    out->ffn = cm->ffn;
-    out->vocab = cm->vocab;
-    out->experts = cm->experts;
-    out->top_k = cm->top_k;
+#define VP__COPY(f) out->f = cm->f;
+    CLUSTER_DIMS(VP__COPY)
+#undef VP__COPY
     out->params = cm->params;
     out->layer_params = cm->layer_params;
     out->embed_params = cm->embed_params;

@@ -421,6 +421,13 @@ void vp__dist_step_begin(sim *S)
         S->cur_op = was_;                                                  \
     } while (0)
 
+void vp__dist_impl_free(vp__dist *d, void *const *arrays, size_t n)
+{
+    vp__free_each(arrays, n);
+    free(d->impl);
+    d->impl = NULL;
+}
+
 void vp__dist_fwd_begin(sim *S)
 {
     for (uint32_t p = 0; p < S->g->n_params; p++)
@@ -433,16 +440,26 @@ void vp__dist_fwd_end(sim *S)
     HOOK(fwd_end, S);
 }
 
-void vp__dist_fwd_op(sim *S, uint32_t op, bool after)
+/* The unit of op's segment when op is where a pass enters it (before its
+ * first op in the forward, before its last in the backward) or leaves it
+ * (after its last op, after its first); UINT32_MAX otherwise. */
+static uint32_t unit_edge(const sim *S, uint32_t op, bool after, bool bwd)
 {
     const vp_graph *g = S->g;
     int32_t seg = g->ops[op].segment;
     if (seg < 0)
-        return;
-    uint32_t u = (uint32_t)S->dist->unit_of_seg[seg];
-    if (!after && op == g->segs[seg].first_op)
+        return UINT32_MAX;
+    uint32_t edge =
+        after != bwd ? g->segs[seg].last_op : g->segs[seg].first_op;
+    return op == edge ? (uint32_t)S->dist->unit_of_seg[seg] : UINT32_MAX;
+}
+
+void vp__dist_fwd_op(sim *S, uint32_t op, bool after)
+{
+    uint32_t u = unit_edge(S, op, after, false);
+    if (u != UINT32_MAX && !after)
         HOOK(unit_fwd_begin, S, u);
-    else if (after && op == g->segs[seg].last_op)
+    else if (u != UINT32_MAX)
         HOOK(unit_fwd_end, S, u);
 }
 
@@ -458,14 +475,10 @@ void vp__dist_bwd_end(sim *S)
 
 void vp__dist_bwd_op(sim *S, uint32_t op, bool after)
 {
-    const vp_graph *g = S->g;
-    int32_t seg = g->ops[op].segment;
-    if (seg < 0)
-        return;
-    uint32_t u = (uint32_t)S->dist->unit_of_seg[seg];
-    if (!after && op == g->segs[seg].last_op)
+    uint32_t u = unit_edge(S, op, after, true);
+    if (u != UINT32_MAX && !after)
         HOOK(unit_bwd_begin, S, u);
-    else if (after && op == g->segs[seg].first_op)
+    else if (u != UINT32_MAX)
         HOOK(unit_bwd_end, S, u);
 }
 

@@ -173,21 +173,12 @@ static vp_status ddp_init(sim *S, vp__dist *d)
 static void ddp_destroy(vp__dist *d)
 {
     ddp *z = d->impl;
-    if (!z)
-        return;
-    free(z->order);
-    free(z->bucket_of);
-    free(z->members);
-    free(z->first);
-    free(z->bucket);
-    free(z->left);
-    free(z->held);
-    free(z->owner);
-    free(z->owned);
-    free(z->on);
-    free(z->mask);
-    free(z);
-    d->impl = NULL;
+    if (z) {
+        void *arrays[] = {z->order, z->bucket_of, z->members, z->first,
+                          z->bucket, z->left, z->held, z->owner, z->owned,
+                          z->on, z->mask};
+        vp__dist_impl_free(d, arrays, sizeof arrays / sizeof arrays[0]);
+    }
 }
 
 /* ---- buckets ---------------------------------------------------------- */

@@ -107,14 +107,10 @@ static vp_status f1_init(sim *S, vp__dist *d)
 static void f1_destroy(vp__dist *d)
 {
     fsdp1 *f = d->impl;
-    if (!f)
-        return;
-    free(f->u);
-    free(f->numel);
-    free(f->shard);
-    free(f->on);
-    free(f);
-    d->impl = NULL;
+    if (f) {
+        void *arrays[] = {f->u, f->numel, f->shard, f->on};
+        vp__dist_impl_free(d, arrays, sizeof arrays / sizeof arrays[0]);
+    }
 }
 
 static uint64_t unsharded_numel(sim *S, uint32_t u)
@@ -345,17 +341,4 @@ static void f1_zero_grad(sim *S)
     }
 }
 
-const vp__dist_rules vp__dist_fsdp1_rules = {
-    .init = f1_init,
-    .wrap = f1_wrap,
-    .fwd_begin = f1_fwd_begin,
-    .fwd_end = f1_fwd_end,
-    .unit_fwd_begin = f1_unit_fwd_begin,
-    .unit_fwd_end = f1_unit_fwd_end,
-    .bwd_begin = f1_bwd_begin,
-    .bwd_end = f1_bwd_end,
-    .unit_bwd_begin = f1_unit_bwd_begin,
-    .unit_bwd_end = f1_unit_bwd_end,
-    .zero_grad = f1_zero_grad,
-    .destroy = f1_destroy,
-};
+const vp__dist_rules vp__dist_fsdp1_rules = VP__DIST_UNIT_RULES(f1);

@@ -101,16 +101,10 @@ static vp_status f2_init(sim *S, vp__dist *d)
 static void f2_destroy(vp__dist *d)
 {
     fsdp2 *f = d->impl;
-    if (!f)
-        return;
-    free(f->g);
-    free(f->shard);
-    free(f->full);
-    free(f->post);
-    free(f->local);
-    free(f->on);
-    free(f);
-    d->impl = NULL;
+    if (f) {
+        void *arrays[] = {f->g, f->shard, f->full, f->post, f->local, f->on};
+        vp__dist_impl_free(d, arrays, sizeof arrays / sizeof arrays[0]);
+    }
 }
 
 static uint64_t padded_of(sim *S, uint32_t p, uint32_t world)
@@ -412,17 +406,4 @@ static void f2_zero_grad(sim *S)
     memset(f->on, 0, S->g->n_params * sizeof *f->on);
 }
 
-const vp__dist_rules vp__dist_fsdp2_rules = {
-    .init = f2_init,
-    .wrap = f2_wrap,
-    .fwd_begin = f2_fwd_begin,
-    .fwd_end = f2_fwd_end,
-    .unit_fwd_begin = f2_unit_fwd_begin,
-    .unit_fwd_end = f2_unit_fwd_end,
-    .bwd_begin = f2_bwd_begin,
-    .bwd_end = f2_bwd_end,
-    .unit_bwd_begin = f2_unit_bwd_begin,
-    .unit_bwd_end = f2_unit_bwd_end,
-    .zero_grad = f2_zero_grad,
-    .destroy = f2_destroy,
-};
+const vp__dist_rules vp__dist_fsdp2_rules = VP__DIST_UNIT_RULES(f2);

@@ -67,6 +67,18 @@ typedef struct vp__dist_rules {
     void (*destroy)(vp__dist *d);
 } vp__dist_rules;
 
+/* The rules of a scheme that acts at every unit boundary (FSDP1, FSDP2),
+ * from its functions named p_init, p_wrap, ..., p_destroy. */
+#define VP__DIST_UNIT_RULES(p)                                             \
+    {                                                                      \
+        .init = p##_init, .wrap = p##_wrap, .fwd_begin = p##_fwd_begin,    \
+        .fwd_end = p##_fwd_end, .unit_fwd_begin = p##_unit_fwd_begin,      \
+        .unit_fwd_end = p##_unit_fwd_end, .bwd_begin = p##_bwd_begin,      \
+        .bwd_end = p##_bwd_end, .unit_bwd_begin = p##_unit_bwd_begin,      \
+        .unit_bwd_end = p##_unit_bwd_end, .zero_grad = p##_zero_grad,      \
+        .destroy = p##_destroy,                                            \
+    }
+
 struct vp__dist {
     const vp_dist *cfg;
     const vp__dist_rules *rules;
@@ -120,6 +132,10 @@ uint32_t vp__dist_alloc(sim *S, uint64_t bytes, vp_category cat, int stream,
                         const char *what);
 /* Free (NONE: nothing) and set *id to NONE. */
 void vp__dist_free_id(sim *S, uint32_t *id);
+
+/* A scheme's destroy: frees its state's n arrays, then the state (d->impl)
+ * itself. */
+void vp__dist_impl_free(vp__dist *d, void *const *arrays, size_t n);
 /* The first dimension of a parameter (chunked by FSDP2 and padded by
  * dim-0 sharding): a weight's rows as torch stores them. */
 uint64_t vp__param_dim0(const vp_graph *g, uint32_t p);

@@ -15,20 +15,11 @@
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const load_names[] = {
-#define VP__NAME(name, str) [VP_LOAD_##name] = str,
-    VP_LOAD_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_LOAD_MAP(VP__NAME_STR)};
 static const char *const quant_names[] = {
-#define VP__NAME(name, str) [VP_QUANT_##name] = str,
-    VP_QUANT_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_QUANT_MAP(VP__NAME_STR)};
 static const char *const base_dtype_names[] = {
-#define VP__NAME(name, str) [VP_BASE_##name] = str,
-    VP_BASE_DTYPE_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_BASE_DTYPE_MAP(VP__NAME_STR)};
 
 _Static_assert(COUNT(load_names) == VP_LOAD__COUNT, "load names");
 _Static_assert(COUNT(quant_names) == VP_QUANT__COUNT, "quant names");
@@ -50,63 +41,12 @@ bool vp_finetune_active(const vp_finetune *f)
            f->load != VP_LOAD_DTYPE;
 }
 
-static const char *name_of(const char *const *names, size_t n, int v)
-{
-    return v >= 0 && (size_t)v < n ? names[v] : "unknown";
-}
-
-static int index_of(const char *const *names, size_t n, const char *s)
-{
-    for (size_t i = 0; s != NULL && i < n; i++)
-        if (strcmp(names[i], s) == 0)
-            return (int)i;
-    return -1;
-}
-
-const char *vp_load_name(vp_load l)
-{
-    return name_of(load_names, COUNT(load_names), (int)l);
-}
-
-const char *vp_quant_name(vp_quant q)
-{
-    return name_of(quant_names, COUNT(quant_names), (int)q);
-}
-
-const char *vp_base_dtype_name(vp_base_dtype d)
-{
-    return name_of(base_dtype_names, COUNT(base_dtype_names), (int)d);
-}
-
-vp_status vp_load_parse(const char *s, vp_load *out)
-{
-    int i = index_of(load_names, COUNT(load_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_load)i;
-    return VP_OK;
-}
-
-vp_status vp_quant_parse(const char *s, vp_quant *out)
-{
-    int i = index_of(quant_names, COUNT(quant_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_quant)i;
-    return VP_OK;
-}
-
-vp_status vp_base_dtype_parse(const char *s, vp_base_dtype *out)
-{
-    int i = index_of(base_dtype_names, COUNT(base_dtype_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_base_dtype)i;
-    return VP_OK;
-}
+VP__ENUM_NAME_FN(vp_load, vp_load, load_names)
+VP__ENUM_NAME_FN(vp_quant, vp_quant, quant_names)
+VP__ENUM_NAME_FN(vp_base_dtype, vp_base_dtype, base_dtype_names)
+VP__ENUM_PARSE_FN(vp_load, vp_load, load_names)
+VP__ENUM_PARSE_FN(vp_quant, vp_quant, quant_names)
+VP__ENUM_PARSE_FN(vp_base_dtype, vp_base_dtype, base_dtype_names)
 
 /* ---- the LoRA spec ---------------------------------------------------- */
 
@@ -248,7 +188,7 @@ vp_status vp_lora_parse(const char *spec, vp_lora *out, vp_error *err)
         if (eq != NULL)
             *eq = '\0';
         in_targets = strcmp(item, "targets") == 0;
-        int k = index_of(LORA_KEYS, COUNT(LORA_KEYS) - 1, item);
+        int k = vp__enum_index(LORA_KEYS, COUNT(LORA_KEYS) - 1, item);
         if (k >= 0 && (seen >> k & 1u))
             return vp_error_set(err, VP_EARG, "--lora: '%s' is given twice",
                                 item);

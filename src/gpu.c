@@ -4,6 +4,7 @@
  * gpus/ follows it. Errors point at the offending node (file:line:col). */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -234,6 +235,31 @@ static vp_status opt_stat(vp_ydoc *d, yaml_node_t *map, const char *key,
 /* The measured section                                                 */
 /* ------------------------------------------------------------------ */
 
+/* A required number of a fit, at least min. */
+static vp_status need_double(vp_ydoc *d, yaml_node_t *n, const char *key,
+                             const char *what, double min, double *out,
+                             vp_error *err)
+{
+    yaml_node_t *v;
+    VP_TRY(need(d, n, key, what, &v, err));
+    return get_double(d, v, min, out, err);
+}
+
+/* What a fit ends with, both optional: its rms_rel_err and the points it
+ * was fitted to (1 when absent). */
+static vp_status fit_quality(vp_ydoc *d, yaml_node_t *n, double *rms_rel_err,
+                             uint32_t *points, vp_error *err)
+{
+    yaml_node_t *v;
+    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
+        VP_TRY(get_double(d, v, 0.0, rms_rel_err, err));
+    uint64_t u = 1;
+    if ((v = vp__ymap_get(d, n, "points", NULL)))
+        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
+    *points = (uint32_t)u;
+    return VP_OK;
+}
+
 static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
                             vp_error *err)
 {
@@ -242,11 +268,11 @@ static vp_status parse_gemm(vp_ydoc *d, yaml_node_t *n, vp_gpu_gemm_fit *g,
                                        "best_tflops", "points",
                                        "k_half",      NULL};
     VP_TRY(vp__ymap_check(d, n, keys, "a GEMM curve", err));
+    VP_TRY(need_double(d, n, "peak_tflops", "a GEMM curve", 1e-6,
+                       &g->peak_tflops, err));
+    VP_TRY(need_double(d, n, "half_gflop", "a GEMM curve", 0.0,
+                       &g->half_gflop, err));
     yaml_node_t *v;
-    VP_TRY(need(d, n, "peak_tflops", "a GEMM curve", &v, err));
-    VP_TRY(get_double(d, v, 1e-6, &g->peak_tflops, err));
-    VP_TRY(need(d, n, "half_gflop", "a GEMM curve", &v, err));
-    VP_TRY(get_double(d, v, 0.0, &g->half_gflop, err));
     g->exponent = 1.0;
     if ((v = vp__ymap_get(d, n, "exponent", NULL)))
         VP_TRY(get_double(d, v, 0.01, &g->exponent, err));
@@ -275,17 +301,11 @@ static vp_status parse_coll(vp_ydoc *d, yaml_node_t *n, vp_gpu_coll_fit *c,
     VP_TRY(need(d, n, "ranks", "a collective fit", &v, err));
     VP_TRY(vp__yget_u64(d, v, 2, 1u << 20, &u, err));
     c->ranks = (uint32_t)u;
-    VP_TRY(need(d, n, "latency_us", "a collective fit", &v, err));
-    VP_TRY(get_double(d, v, 0.0, &c->latency_us, err));
-    VP_TRY(need(d, n, "bandwidth_gbps", "a collective fit", &v, err));
-    VP_TRY(get_double(d, v, 1e-9, &c->bandwidth_gbps, err));
-    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        VP_TRY(get_double(d, v, 0.0, &c->rms_rel_err, err));
-    u = 1;
-    if ((v = vp__ymap_get(d, n, "points", NULL)))
-        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
-    c->points = (uint32_t)u;
-    return VP_OK;
+    VP_TRY(need_double(d, n, "latency_us", "a collective fit", 0.0,
+                       &c->latency_us, err));
+    VP_TRY(need_double(d, n, "bandwidth_gbps", "a collective fit", 1e-9,
+                       &c->bandwidth_gbps, err));
+    return fit_quality(d, n, &c->rms_rel_err, &c->points, err);
 }
 
 static vp_status parse_rate(vp_ydoc *d, yaml_node_t *n, vp_gpu_rate_fit *r,
@@ -294,18 +314,10 @@ static vp_status parse_rate(vp_ydoc *d, yaml_node_t *n, vp_gpu_rate_fit *r,
     const char *const keys[] = {unit, "fixed_us", "rms_rel_err", "points",
                                 NULL};
     VP_TRY(vp__ymap_check(d, n, keys, "a rate fit", err));
-    yaml_node_t *v;
-    VP_TRY(need(d, n, unit, "a rate fit", &v, err));
-    VP_TRY(get_double(d, v, 1e-6, &r->peak, err));
-    VP_TRY(need(d, n, "fixed_us", "a rate fit", &v, err));
-    VP_TRY(get_double(d, v, 0.0, &r->fixed_us, err));
-    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        VP_TRY(get_double(d, v, 0.0, &r->rms_rel_err, err));
-    uint64_t u = 1;
-    if ((v = vp__ymap_get(d, n, "points", NULL)))
-        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
-    r->points = (uint32_t)u;
-    return VP_OK;
+    VP_TRY(need_double(d, n, unit, "a rate fit", 1e-6, &r->peak, err));
+    VP_TRY(need_double(d, n, "fixed_us", "a rate fit", 0.0, &r->fixed_us,
+                       err));
+    return fit_quality(d, n, &r->rms_rel_err, &r->points, err);
 }
 
 static vp_status parse_mem_rate(vp_ydoc *d, yaml_node_t *n,
@@ -332,18 +344,11 @@ static vp_status parse_optim_one(vp_ydoc *d, yaml_node_t *n,
     static const char *const keys[] = {"bytes_per_param", "us_per_tensor",
                                        "rms_rel_err", "points", NULL};
     VP_TRY(vp__ymap_check(d, n, keys, "an optimizer fit", err));
-    yaml_node_t *v;
-    VP_TRY(need(d, n, "bytes_per_param", "an optimizer fit", &v, err));
-    VP_TRY(get_double(d, v, 1e-6, &o->bytes_per_param, err));
-    VP_TRY(need(d, n, "us_per_tensor", "an optimizer fit", &v, err));
-    VP_TRY(get_double(d, v, 0.0, &o->us_per_tensor, err));
-    if ((v = vp__ymap_get(d, n, "rms_rel_err", NULL)))
-        VP_TRY(get_double(d, v, 0.0, &o->rms_rel_err, err));
-    uint64_t u = 1;
-    if ((v = vp__ymap_get(d, n, "points", NULL)))
-        VP_TRY(vp__yget_u64(d, v, 1, 100000, &u, err));
-    o->points = (uint32_t)u;
-    return VP_OK;
+    VP_TRY(need_double(d, n, "bytes_per_param", "an optimizer fit", 1e-6,
+                       &o->bytes_per_param, err));
+    VP_TRY(need_double(d, n, "us_per_tensor", "an optimizer fit", 0.0,
+                       &o->us_per_tensor, err));
+    return fit_quality(d, n, &o->rms_rel_err, &o->points, err);
 }
 
 static vp_status parse_optim(vp_ydoc *d, yaml_node_t *n,
@@ -1019,79 +1024,139 @@ static void put_gemm(FILE *f, const vp_gpu_gemm_fit *g)
     fprintf(f, ", points: %u}\n", g->points);
 }
 
+/* A fit of two constants: {k1: v1, k2: v2, rms_rel_err: .., points: ..} */
+static void put_fit2(FILE *f, const char *k1, double v1, const char *k2,
+                     double v2, double rms_rel_err, uint32_t points)
+{
+    fprintf(f, "{%s: ", k1);
+    put_num(f, v1);
+    fprintf(f, ", %s: ", k2);
+    put_num(f, v2);
+    fputs(", rms_rel_err: ", f);
+    put_num(f, rms_rel_err);
+    fprintf(f, ", points: %u}", points);
+}
+
 static void put_rate(FILE *f, const char *unit, const vp_gpu_rate_fit *r)
 {
-    fprintf(f, "{%s: ", unit);
-    put_num(f, r->peak);
-    fputs(", fixed_us: ", f);
-    put_num(f, r->fixed_us);
-    fputs(", rms_rel_err: ", f);
-    put_num(f, r->rms_rel_err);
-    fprintf(f, ", points: %u}", r->points);
+    put_fit2(f, unit, r->peak, "fixed_us", r->fixed_us, r->rms_rel_err,
+             r->points);
+}
+
+static void put_gemm_row(FILE *f, const void *fit)
+{
+    put_gemm(f, fit);
+}
+
+static void put_optim_row(FILE *f, const void *fit)
+{
+    const vp_gpu_optim_fit *o = fit;
+    put_fit2(f, "bytes_per_param", o->bytes_per_param, "us_per_tensor",
+             o->us_per_tensor, o->rms_rel_err, o->points);
+    fputc('\n', f);
+}
+
+static void put_membound_row(FILE *f, const void *fit)
+{
+    put_rate(f, "peak_gbps", fit);
+    fputc('\n', f);
+}
+
+/* A section of fits by name (gemm, membound), or by name and by two
+ * sub-names (attention: forward/backward, optimizer: fp32/bf16 state):
+ * the array at offset `fits` of vp_gpu_measured, fits[i] or fits[i][j]
+ * of `size` bytes each, with its points at offset `at`. Only the fits
+ * with points are written, by put (which ends the line); nothing at all
+ * when none has. */
+typedef struct {
+    const char *head;        /* the comment and the section's key */
+    const char *const *names;
+    const char *const *sub;  /* the two sub-names, NULL: none     */
+    int n;
+    size_t fits, size, at;
+    void (*put)(FILE *f, const void *fit);
+} fit_grid;
+
+enum { GRID_GEMM, GRID_ATTENTION, GRID_MEMBOUND, GRID_OPTIMIZER };
+
+static const fit_grid GRIDS[] = {
+    [GRID_GEMM] = {"  # rate(W) = peak_tflops * W^h / (W^h + half_gflop^h), "
+                   "h = exponent, W = 2mnk / 1e9\n  gemm:\n",
+                   DTYPE_NAMES, NULL, VP_GPU__DTYPES,
+                   offsetof(vp_gpu_measured, gemm), sizeof(vp_gpu_gemm_fit),
+                   offsetof(vp_gpu_gemm_fit, points), put_gemm_row},
+    [GRID_ATTENTION] = {"  # rate as for gemm, W = the call's GFLOP: "
+                        "4bhs^2d (/2 causal), x2.5 bwd\n  attention:\n",
+                        ATTN_NAMES, PHASE_NAMES, VP_GPU__ATTN,
+                        offsetof(vp_gpu_measured, attention),
+                        sizeof(vp_gpu_gemm_fit),
+                        offsetof(vp_gpu_gemm_fit, points), put_gemm_row},
+    [GRID_MEMBOUND] = {"  # time_us = fixed_us + bytes / (peak_gbps 1e3), "
+                       "bytes read + written\n  membound:\n",
+                       MEM_NAMES, NULL, VP_GPU__MEM,
+                       offsetof(vp_gpu_measured, membound),
+                       sizeof(vp_gpu_rate_fit),
+                       offsetof(vp_gpu_rate_fit, points), put_membound_row},
+    [GRID_OPTIMIZER] = {"  # time_us = numel bytes_per_param / copy "
+                        "bandwidth + tensors us_per_tensor\n  optimizer:\n",
+                        OPTIM_NAMES, STATE_NAMES, VP_GPU__OPTIM,
+                        offsetof(vp_gpu_measured, optimizer),
+                        sizeof(vp_gpu_optim_fit),
+                        offsetof(vp_gpu_optim_fit, points), put_optim_row},
+};
+
+static const void *grid_fit(const vp_gpu_measured *m, const fit_grid *g,
+                            int i, int j)
+{
+    size_t k = g->sub ? (size_t)i * 2 + (size_t)j : (size_t)i;
+    return (const char *)m + g->fits + k * g->size;
+}
+
+/* Has fits[i] (j < 0), or fits[i][j], points? */
+static bool grid_has(const vp_gpu_measured *m, const fit_grid *g, int i,
+                     int j)
+{
+    if (j < 0 && g->sub)
+        return grid_has(m, g, i, 0) || grid_has(m, g, i, 1);
+    uint32_t points;
+    memcpy(&points, (const char *)grid_fit(m, g, i, j < 0 ? 0 : j) + g->at,
+           sizeof points);
+    return points != 0;
+}
+
+static void write_grid(FILE *f, const vp_gpu_measured *m, int which)
+{
+    const fit_grid *g = &GRIDS[which];
+    bool any = false;
+    for (int i = 0; i < g->n; i++)
+        any |= grid_has(m, g, i, -1);
+    if (!any)
+        return;
+    fputs(g->head, f);
+    for (int i = 0; i < g->n; i++) {
+        if (!grid_has(m, g, i, -1))
+            continue;
+        if (!g->sub) {
+            fprintf(f, "    %s: ", g->names[i]);
+            g->put(f, grid_fit(m, g, i, 0));
+            continue;
+        }
+        fprintf(f, "    %s:\n", g->names[i]);
+        for (int j = 0; j < 2; j++) {
+            if (!grid_has(m, g, i, j))
+                continue;
+            fprintf(f, "      %s: ", g->sub[j]);
+            g->put(f, grid_fit(m, g, i, j));
+        }
+    }
 }
 
 /* The PyTorch sweep's sections (attention, membound, optimizer). */
 static void write_sweep(FILE *f, const vp_gpu_measured *m)
 {
-    bool any = false;
-    for (int i = 0; i < VP_GPU__ATTN; i++)
-        any |= m->attention[i][0].points || m->attention[i][1].points;
-    if (any) {
-        fputs("  # rate as for gemm, W = the call's GFLOP: 4bhs^2d (/2 "
-              "causal), x2.5 bwd\n  attention:\n",
-              f);
-        for (int i = 0; i < VP_GPU__ATTN; i++) {
-            if (!m->attention[i][0].points && !m->attention[i][1].points)
-                continue;
-            fprintf(f, "    %s:\n", ATTN_NAMES[i]);
-            for (int ph = 0; ph < 2; ph++) {
-                if (!m->attention[i][ph].points)
-                    continue;
-                fprintf(f, "      %s: ", PHASE_NAMES[ph]);
-                put_gemm(f, &m->attention[i][ph]);
-            }
-        }
-    }
-    any = false;
-    for (int i = 0; i < VP_GPU__MEM; i++)
-        any |= m->membound[i].points != 0;
-    if (any) {
-        fputs("  # time_us = fixed_us + bytes / (peak_gbps 1e3), bytes read "
-              "+ written\n  membound:\n",
-              f);
-        for (int i = 0; i < VP_GPU__MEM; i++) {
-            if (!m->membound[i].points)
-                continue;
-            fprintf(f, "    %s: ", MEM_NAMES[i]);
-            put_rate(f, "peak_gbps", &m->membound[i]);
-            fputc('\n', f);
-        }
-    }
-    any = false;
-    for (int i = 0; i < VP_GPU__OPTIM; i++)
-        any |= m->optimizer[i][0].points || m->optimizer[i][1].points;
-    if (any) {
-        fputs("  # time_us = numel bytes_per_param / copy bandwidth + "
-              "tensors us_per_tensor\n  optimizer:\n",
-              f);
-        for (int i = 0; i < VP_GPU__OPTIM; i++) {
-            if (!m->optimizer[i][0].points && !m->optimizer[i][1].points)
-                continue;
-            fprintf(f, "    %s:\n", OPTIM_NAMES[i]);
-            for (int d = 0; d < 2; d++) {
-                const vp_gpu_optim_fit *o = &m->optimizer[i][d];
-                if (!o->points)
-                    continue;
-                fprintf(f, "      %s: {bytes_per_param: ", STATE_NAMES[d]);
-                put_num(f, o->bytes_per_param);
-                fputs(", us_per_tensor: ", f);
-                put_num(f, o->us_per_tensor);
-                fputs(", rms_rel_err: ", f);
-                put_num(f, o->rms_rel_err);
-                fprintf(f, ", points: %u}\n", o->points);
-            }
-        }
-    }
+    write_grid(f, m, GRID_ATTENTION);
+    write_grid(f, m, GRID_MEMBOUND);
+    write_grid(f, m, GRID_OPTIMIZER);
     put_stat(f, 2, "dispatch_us", &m->dispatch_us);
 }
 
@@ -1126,20 +1191,7 @@ static void write_measured(FILE *f, const vp_gpu_measured *m)
         for (int b = 0; b < VP_GPU__BWS; b++)
             put_stat(f, 4, BW_NAMES[b], &m->bw_gbps[b]);
     }
-    any = false;
-    for (int t = 0; t < VP_GPU__DTYPES; t++)
-        any |= m->gemm[t].points != 0;
-    if (any) {
-        fputs("  # rate(W) = peak_tflops * W^h / (W^h + half_gflop^h), h = "
-              "exponent, W = 2mnk / 1e9\n  gemm:\n",
-              f);
-        for (int t = 0; t < VP_GPU__DTYPES; t++) {
-            if (!m->gemm[t].points)
-                continue;
-            fprintf(f, "    %s: ", DTYPE_NAMES[t]);
-            put_gemm(f, &m->gemm[t]);
-        }
-    }
+    write_grid(f, m, GRID_GEMM);
     put_stat(f, 2, "bf16_sustained_tflops", &m->bf16_sustained_tflops);
     write_sweep(f, m);
     any = false;

@@ -5,6 +5,7 @@
  * so a new precision or optimizer needs no change here. */
 #include <string.h>
 
+#include "util.h"
 #include "vramplan/defaults.h"
 #include "vramplan/graph.h"
 #include "vramplan/sim.h"
@@ -13,34 +14,19 @@
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const precision_names[] = {
-#define VP__NAME(name, str) [VP_PREC_##name] = str,
-    VP_PRECISION_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_PRECISION_MAP(VP__NAME_STR)};
 
 static const char *const optimizer_names[] = {
-#define VP__NAME(name, str) [VP_OPT_##name] = str,
-    VP_OPTIMIZER_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_OPTIMIZER_MAP(VP__NAME_STR)};
 
 static const char *const cache_names[] = {
-#define VP__NAME(name, str) [VP_CACHE_##name] = str,
-    VP_CACHE_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_CACHE_MAP(VP__NAME_STR)};
 
 static const char *const category_names[] = {
-#define VP__NAME(name, str) [VP_CAT_##name] = str,
-    VP_CATEGORY_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_CATEGORY_MAP(VP__NAME_STR)};
 
 static const char *const op_kind_names[] = {
-#define VP__NAME(name, str) [VP_OP_##name] = str,
-    VP_OP_KIND_MAP(VP__NAME)
-#undef VP__NAME
-};
+    VP_OP_KIND_MAP(VP__NAME_STR)};
 
 /* vp_phase and vp_attn_impl have no map in their headers. */
 static const char *const phase_names[] = {
@@ -65,97 +51,18 @@ _Static_assert(COUNT(cache_names) == VP_CACHE__COUNT, "cache names");
 _Static_assert(COUNT(op_kind_names) == VP_OP__COUNT, "op kind names");
 _Static_assert(COUNT(phase_names) == VP_PHASE__COUNT, "phase names");
 
-/* names[v], or "unknown" for a value outside the table. */
-static const char *name_of(const char *const *names, size_t n, int v)
-{
-    return v >= 0 && (size_t)v < n ? names[v] : "unknown";
-}
+VP__ENUM_NAME_FN(vp_precision, vp_precision, precision_names)
+VP__ENUM_NAME_FN(vp_optimizer, vp_optimizer, optimizer_names)
+VP__ENUM_NAME_FN(vp_category, vp_category, category_names)
+VP__ENUM_NAME_FN(vp_phase, vp_phase, phase_names)
+VP__ENUM_NAME_FN(vp_op_kind, vp_op_kind, op_kind_names)
+VP__ENUM_NAME_FN(vp_attn_impl, vp_attn_impl, attn_names)
+VP__ENUM_NAME_FN(vp_cache_impl, vp_cache_impl, cache_names)
 
-/* The index of s in names, or -1. */
-static int index_of(const char *const *names, size_t n, const char *s)
-{
-    if (s == NULL)
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(names[i], s) == 0)
-            return (int)i;
-    return -1;
-}
-
-const char *vp_precision_name(vp_precision p)
-{
-    return name_of(precision_names, COUNT(precision_names), (int)p);
-}
-
-const char *vp_optimizer_name(vp_optimizer o)
-{
-    return name_of(optimizer_names, COUNT(optimizer_names), (int)o);
-}
-
-const char *vp_category_name(vp_category c)
-{
-    return name_of(category_names, COUNT(category_names), (int)c);
-}
-
-const char *vp_phase_name(vp_phase p)
-{
-    return name_of(phase_names, COUNT(phase_names), (int)p);
-}
-
-const char *vp_op_kind_name(vp_op_kind k)
-{
-    return name_of(op_kind_names, COUNT(op_kind_names), (int)k);
-}
-
-const char *vp_attn_impl_name(vp_attn_impl a)
-{
-    return name_of(attn_names, COUNT(attn_names), (int)a);
-}
-
-const char *vp_cache_impl_name(vp_cache_impl c)
-{
-    return name_of(cache_names, COUNT(cache_names), (int)c);
-}
-
-vp_status vp_precision_parse(const char *s, vp_precision *out)
-{
-    int i = index_of(precision_names, COUNT(precision_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_precision)i;
-    return VP_OK;
-}
-
-vp_status vp_optimizer_parse(const char *s, vp_optimizer *out)
-{
-    int i = index_of(optimizer_names, COUNT(optimizer_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_optimizer)i;
-    return VP_OK;
-}
-
-vp_status vp_attn_impl_parse(const char *s, vp_attn_impl *out)
-{
-    int i = index_of(attn_names, COUNT(attn_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_attn_impl)i;
-    return VP_OK;
-}
-
-vp_status vp_cache_impl_parse(const char *s, vp_cache_impl *out)
-{
-    int i = index_of(cache_names, COUNT(cache_names), s);
-
-    if (i < 0)
-        return VP_EARG;
-    *out = (vp_cache_impl)i;
-    return VP_OK;
-}
+VP__ENUM_PARSE_FN(vp_precision, vp_precision, precision_names)
+VP__ENUM_PARSE_FN(vp_optimizer, vp_optimizer, optimizer_names)
+VP__ENUM_PARSE_FN(vp_attn_impl, vp_attn_impl, attn_names)
+VP__ENUM_PARSE_FN(vp_cache_impl, vp_cache_impl, cache_names)
 
 void vp_setup_init(vp_setup *s)
 {

@@ -430,34 +430,42 @@ static uint32_t build_bytes(const sim *S, const vp_param *pp)
  * the build dtype (teb bytes, as construct's tied head): each made once
  * the parameters of the ops up to its own are, all freed when the model
  * ties them once built, the last made first (traced:
- * groundtruth/traces/t5-base-*). late[0 .. *nl) are those made so far (at
- * most MAX_TIED_LATE); p is the next parameter to be made (n_params: the
- * end). On the meta device they take no memory (the caller skips). */
-static void tied_late(sim *S, size_t p, uint32_t teb, uint32_t *late,
-                      size_t *nl)
+ * groundtruth/traces/t5-base-*). L holds those made so far (at most
+ * MAX_TIED_LATE) and the op the scan resumes at, so that construction
+ * reads the ops once, not once per parameter; p is the next parameter to
+ * be made (n_params: the end). On the meta device they take no memory
+ * (the caller skips). */
+typedef struct {
+    uint32_t t[MAX_TIED_LATE]; /* the tensors made so far */
+    size_t n;
+    uint32_t next_op; /* where the scan for the next one resumes */
+} tied_lates;
+
+static void tied_late(sim *S, size_t p, uint32_t teb, tied_lates *L)
 {
     const vp_graph *g = S->g;
-    size_t seen = 0;
-    for (uint32_t i = 0; i < g->n_ops && *nl < MAX_TIED_LATE && OK(S); i++) {
+    uint32_t i = L->next_op;
+    for (; i < g->n_ops && L->n < MAX_TIED_LATE && OK(S); i++) {
         const vp_op *o = &g->ops[i];
-        if (!(o->flags & VP_OPF_TIED_LATE) || seen++ < *nl)
+        if (!(o->flags & VP_OPF_TIED_LATE))
             continue;
         if (p < g->n_params && g->params[p].op <= i)
-            return;
+            break;
         uint64_t w = o->kind == VP_OP_EMBEDDING
                          ? vp__mulc(S, o->classes, o->shape[o->ndim - 1])
                          : vp__mulc(S, o->in_features, o->out_features);
-        late[(*nl)++] = vp__talloc(S, vp__mulc(S, w, teb), VP_CAT_TEMP);
+        L->t[L->n++] = vp__talloc(S, vp__mulc(S, w, teb), VP_CAT_TEMP);
     }
+    L->next_op = i;
 }
 
-static void tied_late_free(sim *S, uint32_t *late, size_t nl)
+static void tied_late_free(sim *S, const tied_lates *L)
 {
-    if (!nl)
+    if (!L->n)
         return;
-    vp__tunref(S, late[nl - 1]);
-    for (size_t k = 0; k + 1 < nl; k++)
-        vp__tunref(S, late[k]);
+    vp__tunref(S, L->t[L->n - 1]);
+    for (size_t k = 0; k + 1 < L->n; k++)
+        vp__tunref(S, L->t[k]);
 }
 
 /* Construction, in parameter order (the adapters come later). A head
@@ -483,8 +491,7 @@ static void construct(sim *S, uint32_t *built)
                        ? 4
                        : S->PE;
     bool meta = S->s->ft.load == VP_LOAD_META;
-    uint32_t late[MAX_TIED_LATE];
-    size_t nl = 0;
+    tied_lates late = {.n = 0, .next_op = 0};
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
         if (p < g->n_params && g->params[p].adapter)
             continue;
@@ -503,7 +510,7 @@ static void construct(sim *S, uint32_t *built)
         if (p == g->n_params)
             break;
         if (!meta)
-            tied_late(S, p, teb, late, &nl);
+            tied_late(S, p, teb, &late);
         const vp_param *pp = &g->params[p];
         if (pp->quant)
             vp__quant_load(S, (uint32_t)p);
@@ -516,8 +523,8 @@ static void construct(sim *S, uint32_t *built)
         }
     }
     if (!meta)
-        tied_late(S, g->n_params, teb, late, &nl);
-    tied_late_free(S, late, nl);
+        tied_late(S, g->n_params, teb, &late);
+    tied_late_free(S, &late);
 }
 
 /* model.to(half) after an fp32 build, parameter by parameter (the half
@@ -806,29 +813,12 @@ static void sim_destroy(sim *S)
 {
     vp__dist_free(S);
     vp_allocator_free(S->a);
-    free(S->t);
-    free(S->free_ids);
-    free(S->out_t);
-    free(S->out_eb);
-    free(S->lay);
-    free(S->glay);
-    free(S->saved);
-    free(S->n_saved);
-    free(S->grad_t);
-    free(S->consumers);
-    free(S->reload);
-    free(S->sel);
-    free(S->int8);
-    free(S->opc);
-    free(S->leaf);
-    free(S->pgrad);
-    free(S->cast);
-    free(S->st1);
-    free(S->st2);
-    free(S->ckpt);
-    free(S->held);
-    free(S->ckin);
-    free(S->ph);
+    void *arrays[] = {S->t, S->free_ids, S->out_t, S->out_eb,
+                      S->lay, S->glay, S->saved, S->n_saved, S->grad_t,
+                      S->consumers, S->reload, S->sel, S->int8, S->opc,
+                      S->leaf, S->pgrad, S->cast, S->st1, S->st2,
+                      S->ckpt, S->held, S->ckin, S->ph};
+    vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
 
 static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,

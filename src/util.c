@@ -247,6 +247,25 @@ static size_t edit_distance(const char *a, const char *b)
     return prev[lb];
 }
 
+void vp__free_each(void *const *ptrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ptrs[i]);
+}
+
+const char *vp__enum_name(const char *const *names, size_t n, int v)
+{
+    return v >= 0 && (size_t)v < n ? names[v] : "unknown";
+}
+
+int vp__enum_index(const char *const *names, size_t n, const char *s)
+{
+    for (size_t i = 0; s != NULL && i < n; i++)
+        if (strcmp(names[i], s) == 0)
+            return (int)i;
+    return -1;
+}
+
 const char *vp__suggest(const char *word, const char *const *cands)
 {
     const char *best = NULL;

@@ -85,6 +85,39 @@ vp_status vp__error_at_pos(vp_error *err, vp_status code, const char *path,
 #endif
     ;
 
+/* free() each of ptrs[0 .. n). */
+void vp__free_each(void *const *ptrs, size_t n);
+
+/* ---- enum names: a table of strings indexed by the enum's values ------- */
+/* The callback of a public X-macro map (VP_PRECISION_MAP, ...) that keeps
+ * the strings: {VP_PRECISION_MAP(VP__NAME_STR)} is the names table in the
+ * map's order, which is the enum's (the enum is generated from the same
+ * map). */
+#define VP__NAME_STR(name, str) str,
+/* names[v], or "unknown" for a value outside the table. */
+const char *vp__enum_name(const char *const *names, size_t n, int v);
+/* The index of s in names, or -1 (s NULL or not there). */
+int vp__enum_index(const char *const *names, size_t n, const char *s);
+
+/* The public name function of an enum, `const char *stem_name(type)`,
+ * and its parser, `vp_status stem_parse(const char *, type *)` (VP_EARG
+ * for a string that is not a name), over a static array `table`. */
+#define VP__ENUM_NAME_FN(type, stem, table)                                \
+    const char *stem##_name(type v)                                        \
+    {                                                                      \
+        return vp__enum_name(table, sizeof table / sizeof table[0],        \
+                             (int)v);                                      \
+    }
+#define VP__ENUM_PARSE_FN(type, stem, table)                               \
+    vp_status stem##_parse(const char *s, type *out)                       \
+    {                                                                      \
+        int i_ = vp__enum_index(table, sizeof table / sizeof table[0], s); \
+        if (i_ < 0)                                                        \
+            return VP_EARG;                                                \
+        *out = (type)i_;                                                   \
+        return VP_OK;                                                      \
+    }
+
 /* Closest of candidates to word, or NULL if nothing is close. */
 const char *vp__suggest(const char *word, const char *const *candidates);
 

@@ -297,3 +297,14 @@ void cli_opts_help(FILE *f, const cli_spec *s)
         help_wrap(f, o->help);
     }
 }
+
+void cli_help_page(FILE *f, const char *head, const cli_opt *opts, size_t n,
+                   const char *tail)
+{
+    cli_spec s = {opts, n, 0, 0, NULL, false, NULL};
+
+    fputs(head, f);
+    cli_opts_help(f, &s);
+    fputs(tail, f);
+    cli_exit_help(f);
+}

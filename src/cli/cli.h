@@ -150,6 +150,11 @@ void cli_args_free(cli_args *a);
 /* The options of a command for --help: "  -b, --batch N   help", wrapped
  * at 79 columns. */
 void cli_opts_help(FILE *f, const cli_spec *spec);
+/* A command's whole help page: `head` (usage and description, ending with
+ * "Options:\n"), the n options of opts (all of them: no command filter),
+ * `tail`, then the exit statuses (cli_exit_help). */
+void cli_help_page(FILE *f, const char *head, const cli_opt *opts, size_t n,
+                   const char *tail);
 
 /* "a, b or c" from a NULL-terminated list, into buf. */
 const char *cli_list_words(const char *const *words, char *buf, size_t n);

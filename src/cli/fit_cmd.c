@@ -27,38 +27,36 @@ static const cli_opt OPTS[] = {
 
 static void fit_help(FILE *f)
 {
-    cli_spec s = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 0, NULL, false,
-                  NULL};
-
-    fputs("Usage: vramplan fit MEASURED.jsonl... [OPTIONS]\n"
-          "\n"
-          "Fit the simulator's framework constants to measured runs in the\n"
-          "ground-truth schema (shared/groundtruth: one JSON object a line, "
-          "the\n"
-          "first holding the environment), by least squares on relative "
-          "errors:\n"
-          "\n"
-          "  context_bytes   the CUDA context and libraries outside "
-          "PyTorch's\n"
-          "                  allocator: device_used = peak_reserved + "
-          "context\n"
-          "\n"
-          "The constant is fitted to the measured reserved and device bytes; "
-          "the\n"
-          "residuals printed are those of the simulated device_used (each "
-          "case\n"
-          "simulated as `vramplan validate` does) before and after the fit.\n"
-          "The cuBLAS workspace is not fitted: PyTorch sets it exactly (32 "
-          "MiB\n"
-          "from compute capability 9.0, else 8519680 B). Case lines are "
-          "checked\n"
-          "as validate checks them; max-batch and multi-GPU lines are "
-          "skipped.\n"
-          "\n"
-          "Options:\n", f);
-    cli_opts_help(f, &s);
-    fputc('\n', f);
-    cli_exit_help(f);
+    cli_help_page(
+        f,
+        "Usage: vramplan fit MEASURED.jsonl... [OPTIONS]\n"
+        "\n"
+        "Fit the simulator's framework constants to measured runs in the\n"
+        "ground-truth schema (shared/groundtruth: one JSON object a line, "
+        "the\n"
+        "first holding the environment), by least squares on relative "
+        "errors:\n"
+        "\n"
+        "  context_bytes   the CUDA context and libraries outside "
+        "PyTorch's\n"
+        "                  allocator: device_used = peak_reserved + "
+        "context\n"
+        "\n"
+        "The constant is fitted to the measured reserved and device bytes; "
+        "the\n"
+        "residuals printed are those of the simulated device_used (each "
+        "case\n"
+        "simulated as `vramplan validate` does) before and after the fit.\n"
+        "The cuBLAS workspace is not fitted: PyTorch sets it exactly (32 "
+        "MiB\n"
+        "from compute capability 9.0, else 8519680 B). Case lines are "
+        "checked\n"
+        "as validate checks them; max-batch and multi-GPU lines are "
+        "skipped.\n"
+        "\n"
+        "Options:\n",
+        OPTS, sizeof OPTS / sizeof OPTS[0],
+        "\n");
 }
 
 /* The profile to start from: --gpu, else the one of the first file's env

@@ -49,38 +49,36 @@ static const cli_opt OPTS[] = {
 
 static void validate_help(FILE *f)
 {
-    cli_spec s = {OPTS, sizeof OPTS / sizeof OPTS[0], 0, 0, NULL, false,
-                  NULL};
-
-    fputs("Usage: vramplan validate FILE.jsonl... [OPTIONS]\n"
-          "\n"
-          "Simulate every case of ground-truth files (the schema of\n"
-          "shared/groundtruth: one JSON object a line, the first holding the\n"
-          "environment) and compare the predicted peaks with the measured "
-          "ones.\n"
-          "A case's model NAME is looked up as NAME.yaml, then NAME.json (a\n"
-          "Hugging Face config), in each --models DIR in order, then in "
-          "models/.\n"
-          "Case lines are strict JSON (at most 1 MiB a line); an unknown or\n"
-          "mistyped field is an error at its line and column.\n"
-          "\n"
-          "Options:\n", f);
-    cli_opts_help(f, &s);
-    fputs("\n"
-          "The summary gives, per metric group (allocated, reserved,\n"
-          "device_used, after_model, phases, max_batch, step_time), the "
-          "number of\n"
-          "cases and the median and largest relative error. A multi-GPU "
-          "line is\n"
-          "simulated as its rank (rank_allocated, rank_reserved,\n"
-          "rank_device_used); each run's most loaded simulated rank is then\n"
-          "compared with its largest measured one (largest.*, in allocated,\n"
-          "reserved and device_used). A documented\n"
-          "outlier must keep its known error (within its tolerance) and does "
-          "not\n"
-          "count towards the bounds.\n"
-          "\n", f);
-    cli_exit_help(f);
+    cli_help_page(
+        f,
+        "Usage: vramplan validate FILE.jsonl... [OPTIONS]\n"
+        "\n"
+        "Simulate every case of ground-truth files (the schema of\n"
+        "shared/groundtruth: one JSON object a line, the first holding the\n"
+        "environment) and compare the predicted peaks with the measured "
+        "ones.\n"
+        "A case's model NAME is looked up as NAME.yaml, then NAME.json (a\n"
+        "Hugging Face config), in each --models DIR in order, then in "
+        "models/.\n"
+        "Case lines are strict JSON (at most 1 MiB a line); an unknown or\n"
+        "mistyped field is an error at its line and column.\n"
+        "\n"
+        "Options:\n",
+        OPTS, sizeof OPTS / sizeof OPTS[0],
+        "\n"
+        "The summary gives, per metric group (allocated, reserved,\n"
+        "device_used, after_model, phases, max_batch, step_time), the "
+        "number of\n"
+        "cases and the median and largest relative error. A multi-GPU "
+        "line is\n"
+        "simulated as its rank (rank_allocated, rank_reserved,\n"
+        "rank_device_used); each run's most loaded simulated rank is then\n"
+        "compared with its largest measured one (largest.*, in allocated,\n"
+        "reserved and device_used). A documented\n"
+        "outlier must keep its known error (within its tolerance) and does "
+        "not\n"
+        "count towards the bounds.\n"
+        "\n");
 }
 
 /* ---- what a run keeps ------------------------------------------------------ */
