@@ -518,3 +518,54 @@ Test(generate_cache, a_static_sliding_prefill_attends_over_the_prompt)
     /* 3 layers x (K + V) x 1 head x 8 dims x 2 B x 2 sequences x W */
     cr_expect_eq(e.gen.kv_cache_bytes, 3ull * 2 * 8 * 2 * 2 * 4096);
 }
+
+/* ---- multi-head latent attention (DeepSeek-V3) ---------------------------------- */
+
+/* tests/data/good/hf-deepseek-v3.json: 2 layers, 4 heads, kv_lora_rank
+ * 32, qk_rope_head_dim 8, qk_nope_head_dim 16, v_head_dim 16. */
+#define DEEPSEEK "tests/data/good/hf-deepseek-v3.json"
+
+/* transformers 5.17 DeepseekV3Attention caches the normed latent (32) as
+ * the layer's keys and the roped rotary key (8) as its values, one head
+ * each: 40 elements a token and layer, not the heads' k and v. */
+Test(generate_mla, the_cache_holds_the_latent_and_the_rotary_key)
+{
+    vp_setup s;
+    gen_setup(&s, 4, "prompt=100,new=10");
+    vp_estimate e = simulate(DEEPSEEK, &s);
+    cr_expect_eq(e.gen.kv_cache_bytes, 2ull * 4 * 109 * (32 + 8) * 2);
+}
+
+typedef struct {
+    const char *op;
+    uint32_t step;
+    uint64_t bytes[16]; /* allocations by op, in order */
+    uint32_t n;
+} op_allocs;
+
+static void collect_op(const vp_sim_event *ev, void *ud)
+{
+    op_allocs *a = ud;
+    if (!ev->is_free && ev->step == a->step && strcmp(ev->op, a->op) == 0 &&
+        a->n < 16)
+        a->bytes[a->n++] = ev->bytes;
+}
+
+/* expand_kv runs kv_b_proj over every cached token: its output is
+ * [B, keys, heads x (nope + v)] in each forward, 100 keys in the prefill,
+ * then 101 to 109 in the decode steps. */
+Test(generate_mla, kv_b_proj_expands_every_cached_token)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    op_allocs a = {.op = "layers.1.attn.kv_b_proj", .step = 1};
+    gen_setup(&s, 4, "prompt=100,new=10");
+    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &a, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(a.n, 10);
+    for (uint32_t t = 0; t < a.n; t++)
+        cr_expect_eq(a.bytes[t], 4ull * (100 + t) * 4 * (16 + 16) * 2,
+                     "forward %u: %llu bytes", t,
+                     (unsigned long long)a.bytes[t]);
+}
