@@ -184,11 +184,11 @@ static void model_mask(vp__gen *G, uint64_t q, bool prefill)
         vp__tunref(S, t1);
         G->fmask[k] = vp__talloc(S, vp__mulc(S, grid, G->B), VP_CAT_ACT);
         vp__tunref(S, t2);
-        if (eg) { /* one float mask of the model's (ops/attention.c) */
-            vp__attention_model_mask(S);
+        if (eg) { /* eager_mask: as a float mask of the model's dtype */
+            uint32_t fm = vp__talloc(S, vp__mulc(S, vp__mulc(S, grid, G->B),
+                                                 S->PE), VP_CAT_ACT);
             vp__tunref(S, G->fmask[k]);
-            G->fmask[k] = NONE;
-            return;
+            G->fmask[k] = fm;
         }
     }
 }
@@ -236,8 +236,9 @@ static void attention(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
     }
     bool eg = eager(G), masked = G->fmask[L->window != 0] != NONE;
     uint32_t rk = NONE, rv = NONE, conv = NONE;
-    if ((eg || masked) && o->kv_heads < o->heads) {
-        /* repeat_kv: [B, kv_heads, kv, d] expanded to every head */
+    if (!eg && masked && o->kv_heads < o->heads) {
+        /* repeat_kv: [B, kv_heads, kv, d] expanded to every head (eager
+         * attention's own: ops/attention.c) */
         uint64_t rep = o->heads / o->kv_heads;
         rk = vp__talloc(S, vp__mulc(S, vp__mulc(S, kv, L->kb), rep),
                         VP_CAT_TEMP);
@@ -287,7 +288,7 @@ static void forward(vp__gen *G, bool prefill)
     for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
         if (i == G->loss_op)
             continue;
-        if (i == G->logits_op) { /* the base model has returned */
+        if (i == G->head_op) { /* the base model has returned */
             vp__tunref(S, cs[0]);
             vp__tunref(S, cs[1]);
             cs[0] = cs[1] = NONE;
@@ -314,7 +315,7 @@ static void forward(vp__gen *G, bool prefill)
         default:
             vp__fwd(S, i, MODE_SAVE, NULL);
         }
-        G->flops += op_flops(G, g, i, i == G->logits_op ? 1 : q);
+        G->flops += op_flops(G, g, i, i >= G->head_op ? 1 : q);
     }
     vp__release_pyholds(S);
     vp__release_held(S);
@@ -516,16 +517,19 @@ static vp_status graphs_init(vp__gen *G, const vp_graph *g)
     if (!G->gd)
         return S->err ? S->err->code : VP_ENOMEM;
     VP_ASSERT(G->gp->n_ops == g->n_ops && G->gd->n_ops == g->n_ops);
-    G->loss_op = G->logits_op = NONE;
+    G->loss_op = G->logits_op = G->head_op = NONE;
     for (uint32_t i = 0; i < g->n_ops; i++) {
         G->gp->ops[i].flags &= ~VP_OPF_KV_COPY; /* the cache's cat is it */
         G->gd->ops[i].flags &= ~VP_OPF_KV_COPY;
+        if (G->head_op == NONE && (g->ops[i].flags & VP_OPF_MODEL_END))
+            G->head_op = i;
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS) {
             G->loss_op = i;
             G->logits_op = g->ops[i].inputs[0];
         }
     }
-    VP_ASSERT(G->loss_op != NONE);
+    VP_ASSERT(G->loss_op != NONE && G->head_op != NONE &&
+              G->head_op <= G->logits_op);
     G->vocab = g->tf.vocab;
     G->eos = !g->tf.no_eos;
     return VP_OK;

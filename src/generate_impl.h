@@ -45,7 +45,10 @@ typedef struct vp__gen {
     uint32_t *layer_of;       /* per op: its layer, NONE               */
     uint8_t *role;            /* per op: its vp__gen_role              */
     uint64_t rope_dim;        /* the rotary embedding's width          */
-    uint32_t logits_op;       /* the lm_head                           */
+    uint32_t head_op;         /* the lm_head: from it on, the last
+                                 position only (logits_to_keep = 1)   */
+    uint32_t logits_op;       /* the final logits (after Gemma 2's
+                                 soft-capping)                         */
     uint32_t loss_op;         /* the loss (not run)                    */
     uint64_t B, P, N;         /* sequences, prompt, new tokens         */
     uint64_t lmax;            /* a static cache's length: P + N - 1    */

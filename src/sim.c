@@ -52,6 +52,12 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
     }
 }
 
+void vp__hold_layer(sim *S, uint32_t id, int32_t seg)
+{
+    if (seg >= 0)
+        pyhold_push(S, id, PH_LAYER, seg);
+}
+
 void vp__release_pyholds(sim *S)
 {
     pyhold_release(S, -1, -1);
