@@ -569,3 +569,99 @@ Test(generate_mla, kv_b_proj_expands_every_cached_token)
                      "forward %u: %llu bytes", t,
                      (unsigned long long)a.bytes[t]);
 }
+
+/* ---- Gemma 2: soft-capping, alternating sliding layers, eager --------------------- */
+
+/* tests/data/good/hf-gemma2.json: 4 layers (sliding, full, sliding,
+ * full; window 64), 4 heads of 16 dims, 2 KV heads, vocabulary 1000,
+ * final_logit_softcapping 30, attn_logit_softcapping 50. */
+#define GEMMA2 "tests/data/good/hf-gemma2.json"
+
+typedef struct {
+    uint64_t bytes;   /* allocations of this size ...                  */
+    uint32_t n;       /* ... counted                                    */
+    uint64_t largest; /* the largest allocation of logit_softcap        */
+} g2_sizes;
+
+static void g2_count(const vp_sim_event *ev, void *ud)
+{
+    g2_sizes *c = ud;
+    if (ev->is_free || ev->step != 1)
+        return;
+    if (ev->bytes == c->bytes)
+        c->n++;
+    if (strcmp(ev->op, "logit_softcap") == 0 && ev->bytes > c->largest)
+        c->largest = ev->bytes;
+}
+
+static vp_status gemma2_run(uint64_t batch, const char *spec, vp_estimate *e,
+                            vp_sim_event_fn cb, void *ud, vp_error *err)
+{
+    vp_setup s;
+    gen_setup(&s, batch, spec);
+    s.attn = VP_ATTN_EAGER;
+    s.attn_set = true;
+    return run(GEMMA2, &s, e, cb, ud, err);
+}
+
+/* Gemma2ForCausalLM soft-caps the logits it makes: with
+ * logits_to_keep = 1 those of the last position, B x 1 x V (the division
+ * and tanh in bf16: 2 x 1000 x 2 B), never B x P x V. */
+Test(generate_gemma2, the_capped_head_makes_the_last_positions_logits_only)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_sizes c = {0};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=4", &e, g2_count, &c, &err),
+                 VP_OK, "%s", err.msg);
+    cr_expect_eq(c.largest, 2 * 1000 * 2, "%llu",
+                 (unsigned long long)c.largest);
+}
+
+/* Eager attention takes create_causal_mask's and
+ * create_sliding_window_causal_mask's masks, both as float masks of the
+ * model's dtype [B, 1, P, P]: two of 2 x 100 x 100 x 2 B in the prefill. */
+Test(generate_gemma2, eager_makes_the_full_and_the_sliding_float_mask)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_sizes c = {.bytes = 2 * 100 * 100 * 2};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=1", &e, g2_count, &c, &err),
+                 VP_OK, "%s", err.msg);
+    cr_expect_eq(c.n, 2, "%u", c.n);
+}
+
+typedef struct {
+    uint64_t tensor;  /* the attention weights of layers.0's prefill     */
+    bool freed_in_attn, freed;
+} g2_weights;
+
+/* The weights are the last B x H x P x P bf16 tensor the core makes. */
+static void g2_weights_ev(const vp_sim_event *ev, void *ud)
+{
+    g2_weights *w = ud;
+    if (ev->step != 1)
+        return;
+    if (!ev->is_free && !w->freed &&
+        strcmp(ev->op, "layers.0.attn.core") == 0 &&
+        ev->bytes == 2ull * 4 * 100 * 100 * 2)
+        w->tensor = ev->tensor;
+    if (ev->is_free && ev->tensor == w->tensor && !w->freed) {
+        w->freed = true;
+        w->freed_in_attn = strncmp(ev->op, "layers.0.attn.", 14) == 0;
+    }
+}
+
+/* `hidden_states, _ = self.self_attn(...)`: without autograd the
+ * attention's returned weights live until the decoder layer returns, past
+ * the attention (traced on gemma2-2b generate()). */
+Test(generate_gemma2, eager_weights_live_until_the_layer_returns)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_weights w = {0};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=1", &e, g2_weights_ev, &w,
+                            &err), VP_OK, "%s", err.msg);
+    cr_assert(w.freed);
+    cr_expect_not(w.freed_in_attn);
+}
