@@ -58,6 +58,11 @@ void vp__hold_layer(sim *S, uint32_t id, int32_t seg)
         pyhold_push(S, id, PH_LAYER, seg);
 }
 
+void vp__hold_until(sim *S, uint32_t id, uint32_t op)
+{
+    pyhold_push(S, id, PH_UNTIL, (int32_t)op);
+}
+
 void vp__release_pyholds(sim *S)
 {
     pyhold_release(S, -1, -1);

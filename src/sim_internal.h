@@ -400,6 +400,8 @@ void vp__release_pyholds(sim *S);
 /* Keep a tensor as a local of layer (segment) seg until it returns
  * (seg < 0: not kept). */
 void vp__hold_layer(sim *S, uint32_t id, int32_t seg);
+/* Keep a tensor until op `op` has run (a caller's local, as hold_until). */
+void vp__hold_until(sim *S, uint32_t id, uint32_t op);
 /* The model's weights, loaded as setup.ft.load says (built in their dtype
  * as from_pretrained(dtype=...) does, or in fp32 and cast), adapters
  * added. */

@@ -539,7 +539,7 @@ Test(generate_mla, the_cache_holds_the_latent_and_the_rotary_key)
 typedef struct {
     const char *op;
     uint32_t step;
-    uint64_t bytes[16]; /* allocations by op, in order */
+    uint64_t bytes[32]; /* allocations by op, in order */
     uint32_t n;
 } op_allocs;
 
@@ -547,7 +547,7 @@ static void collect_op(const vp_sim_event *ev, void *ud)
 {
     op_allocs *a = ud;
     if (!ev->is_free && ev->step == a->step && strcmp(ev->op, a->op) == 0 &&
-        a->n < 16)
+        a->n < 32)
         a->bytes[a->n++] = ev->bytes;
 }
 
@@ -664,4 +664,31 @@ Test(generate_gemma2, eager_weights_live_until_the_layer_returns)
                             &err), VP_OK, "%s", err.msg);
     cr_assert(w.freed);
     cr_expect_not(w.freed_in_attn);
+}
+
+/* DeepseekV3TopkRouter: F.linear(x.float(), W.float()) without autograd,
+ * so the router's logits are fp32 (400 tokens x 8 experts x 4 B), and the
+ * experts' rows times those fp32 weights are fp32 too (800 rows x 64 x
+ * 4 B, the product and its reordering; traced on deepseek-v3-small). */
+Test(generate_mla, the_deepseek_router_and_the_weighting_run_in_fp32)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    op_allocs gate = {.op = "layers.1.mlp.gate", .step = 1};
+    gen_setup(&s, 4, "prompt=100,new=1");
+    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &gate, &err), VP_OK, "%s",
+                 err.msg);
+    /* the input's and the weight's fp32 copies, then the logits */
+    cr_assert_eq(gate.n, 3);
+    cr_expect_eq(gate.bytes[0], 400ull * 64 * 4);
+    cr_expect_eq(gate.bytes[1], 8ull * 64 * 4);
+    cr_expect_eq(gate.bytes[2], 400ull * 8 * 4);
+    op_allocs ex = {.op = "layers.1.mlp.experts", .step = 1};
+    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &ex, &err), VP_OK, "%s",
+                 err.msg);
+    uint32_t fp32_rows = 0;
+    for (uint32_t k = 0; k < ex.n; k++)
+        fp32_rows += ex.bytes[k] == 800ull * 64 * 4;
+    cr_expect_eq(fp32_rows, 2, "%u", fp32_rows);
 }
