@@ -551,18 +551,27 @@ static void collect_op(const vp_sim_event *ev, void *ud)
         a->bytes[a->n++] = ev->bytes;
 }
 
+/* The allocations op makes in the first generate() call of the DeepSeek
+ * model, 4 sequences. */
+static op_allocs deepseek_allocs(const char *op, const char *spec)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    op_allocs a = {.op = op, .step = 1};
+    gen_setup(&s, 4, spec);
+    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &a, &err), VP_OK, "%s",
+                 err.msg);
+    return a;
+}
+
 /* expand_kv runs kv_b_proj over every cached token: its output is
  * [B, keys, heads x (nope + v)] in each forward, 100 keys in the prefill,
  * then 101 to 109 in the decode steps. */
 Test(generate_mla, kv_b_proj_expands_every_cached_token)
 {
-    vp_setup s;
-    vp_estimate e;
-    vp_error err;
-    op_allocs a = {.op = "layers.1.attn.kv_b_proj", .step = 1};
-    gen_setup(&s, 4, "prompt=100,new=10");
-    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &a, &err), VP_OK, "%s",
-                 err.msg);
+    op_allocs a = deepseek_allocs("layers.1.attn.kv_b_proj",
+                                  "prompt=100,new=10");
     cr_assert_eq(a.n, 10);
     for (uint32_t t = 0; t < a.n; t++)
         cr_expect_eq(a.bytes[t], 4ull * (100 + t) * 4 * (16 + 16) * 2,
@@ -672,21 +681,13 @@ Test(generate_gemma2, eager_weights_live_until_the_layer_returns)
  * 4 B, the product and its reordering; traced on deepseek-v3-small). */
 Test(generate_mla, the_deepseek_router_and_the_weighting_run_in_fp32)
 {
-    vp_setup s;
-    vp_estimate e;
-    vp_error err;
-    op_allocs gate = {.op = "layers.1.mlp.gate", .step = 1};
-    gen_setup(&s, 4, "prompt=100,new=1");
-    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &gate, &err), VP_OK, "%s",
-                 err.msg);
+    op_allocs gate = deepseek_allocs("layers.1.mlp.gate", "prompt=100,new=1");
     /* the input's and the weight's fp32 copies, then the logits */
     cr_assert_eq(gate.n, 3);
     cr_expect_eq(gate.bytes[0], 400ull * 64 * 4);
     cr_expect_eq(gate.bytes[1], 8ull * 64 * 4);
     cr_expect_eq(gate.bytes[2], 400ull * 8 * 4);
-    op_allocs ex = {.op = "layers.1.mlp.experts", .step = 1};
-    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &ex, &err), VP_OK, "%s",
-                 err.msg);
+    op_allocs ex = deepseek_allocs("layers.1.mlp.experts", "prompt=100,new=1");
     uint32_t fp32_rows = 0;
     for (uint32_t k = 0; k < ex.n; k++)
         fp32_rows += ex.bytes[k] == 800ull * 64 * 4;
