@@ -41,7 +41,7 @@ static uint32_t kv_alloc(sim *S, uint64_t tokens, uint64_t per_token)
 }
 
 /* The cache update of layer L for q new tokens; returns the key length
- * the layer's attention sees. */
+ * the layer's attention sees (also kept in L->kv). */
 static uint64_t cache_update(vp__gen *G, vp__gen_layer *L, uint64_t q)
 {
     sim *S = G->S;
@@ -57,7 +57,7 @@ static uint64_t cache_update(vp__gen *G, vp__gen_layer *L, uint64_t q)
         }
         /* a prefill longer than the window attends over all its keys
          * (StaticSlidingWindowLayer.update returns them; measured) */
-        return q > n ? q : n;
+        return L->kv = q > n ? q : n;
     }
     /* torch.cat([self.keys, key_states]), then the old tensor freed by
      * the assignment; a sliding layer keeps a view of the last
@@ -71,7 +71,7 @@ static uint64_t cache_update(vp__gen *G, vp__gen_layer *L, uint64_t q)
     L->v = v;
     L->stored = n;
     L->view = L->window && n > L->window - 1 ? L->window - 1 : n;
-    return n;
+    return L->kv = n;
 }
 
 /* The key length layer L's attention will see in a forward of q tokens,
@@ -95,6 +95,45 @@ static void rebind(sim *S, uint32_t in, uint32_t cache)
     vp__tref(S, cache);
     S->out_t[in] = cache;
     vp__tunref(S, old);
+}
+
+/* Op i of an MLA layer made to cover kv tokens instead of the forward's
+ * new ones: the cached latent and rotary key, kv_b_proj's expansion of the
+ * latent, the keys and the values (DeepseekV3Attention.expand_kv runs on
+ * every cached token). Its shape is [B, tokens, width]. */
+static void over_keys(vp__gen *G, vp_graph *g, uint32_t i, uint64_t kv)
+{
+    vp_op *o = &g->ops[i];
+    o->shape[1] = kv;
+    o->numel = vp__mulc(G->S, vp__mulc(G->S, G->B, kv), o->shape[2]);
+}
+
+/* MLA's cache (transformers 5.17 DeepseekV3Attention.forward, traced in
+ * groundtruth/traces/deepseek-v3-small-gen-b4-p512-n8-dynamic):
+ * `k_pass, k_rot = past_key_values.update(k_pass, k_rot, layer_idx)` with
+ * k_pass the normed latent [B, 1, q, kv_lora_rank] and k_rot the roped
+ * rotary key [B, 1, q, qk_rope_head_dim], so the layer's keys are the
+ * latent and its values the rotary key; the update (at the latent) makes
+ * both, then the reassignment frees the forward's own latent and rotary
+ * key. Op i's output becomes the cache's tensor. */
+static void mla_cache(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
+{
+    sim *S = G->S;
+    vp__gen_layer *L = &G->layers[G->layer_of[i]];
+    const vp_op *o = &g->ops[i];
+    bool key = G->role[i] == VP__GEN_MLA_K;
+    S->cur_op = o->name;
+    S->cur_op_idx = (int32_t)i;
+    if (key)
+        cache_update(G, L, q);
+    uint32_t t = key ? L->k : L->v;
+    for (uint32_t c = 0; c < S->consumers[i]; c++)
+        vp__tref(S, t);
+    S->out_t[i] = t;
+    S->out_eb[i] = G->ce;
+    S->lay[i] = 0;
+    over_keys(G, g, i, L->kv);
+    vp__tunref(S, S->out_t[o->inputs[0]]);
 }
 
 /* ---- one forward -------------------------------------------------------------- */
@@ -145,11 +184,11 @@ static void model_mask(vp__gen *G, uint64_t q, bool prefill)
         vp__tunref(S, t1);
         G->fmask[k] = vp__talloc(S, vp__mulc(S, grid, G->B), VP_CAT_ACT);
         vp__tunref(S, t2);
-        if (eg) { /* one float mask of the model's (ops/attention.c) */
-            vp__attention_model_mask(S);
+        if (eg) { /* eager_mask: as a float mask of the model's dtype */
+            uint32_t fm = vp__talloc(S, vp__mulc(S, vp__mulc(S, grid, G->B),
+                                                 S->PE), VP_CAT_ACT);
             vp__tunref(S, G->fmask[k]);
-            G->fmask[k] = NONE;
-            return;
+            G->fmask[k] = fm;
         }
     }
 }
@@ -162,7 +201,7 @@ static void model_mask(vp__gen *G, uint64_t q, bool prefill)
 static void rotary(vp__gen *G, uint64_t q, uint32_t cs[2])
 {
     sim *S = G->S;
-    uint64_t d = G->gd->ops[G->layers[0].op].head_dim;
+    uint64_t d = G->rope_dim;
     uint64_t n = vp__mulc(S, G->B, q), nd = vp__mulc(S, n, d);
     uint32_t pos = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP);
     uint32_t fr = vp__talloc(S, vp__mulc(S, nd / 2 + nd % 2, 4), VP_CAT_TEMP);
@@ -189,16 +228,17 @@ static void attention(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
     sim *S = G->S;
     vp__gen_layer *L = &G->layers[G->layer_of[i]];
     vp_op *o = &g->ops[i];
-    uint64_t kv = cache_update(G, L, q);
+    uint64_t kv = L->mla ? L->kv : cache_update(G, L, q);
     o->kv_len = kv;
-    if (o->n_inputs == 3) {
+    if (!L->mla && o->n_inputs == 3) {
         rebind(S, o->inputs[1], L->k);
         rebind(S, o->inputs[2], L->v);
     }
     bool eg = eager(G), masked = G->fmask[L->window != 0] != NONE;
     uint32_t rk = NONE, rv = NONE, conv = NONE;
-    if ((eg || masked) && o->kv_heads < o->heads) {
-        /* repeat_kv: [B, kv_heads, kv, d] expanded to every head */
+    if (!eg && masked && o->kv_heads < o->heads) {
+        /* repeat_kv: [B, kv_heads, kv, d] expanded to every head (eager
+         * attention's own: ops/attention.c) */
         uint64_t rep = o->heads / o->kv_heads;
         rk = vp__talloc(S, vp__mulc(S, vp__mulc(S, kv, L->kb), rep),
                         VP_CAT_TEMP);
@@ -216,14 +256,18 @@ static void attention(vp__gen *G, vp_graph *g, uint32_t i, uint64_t q)
 }
 
 /* FLOPs of op i in a forward of q tokens (attention over its key
- * length). */
-static double op_flops(const vp__gen *G, const vp_op *o, uint64_t q)
+ * length; MLA's expansion over the keys instead of the q tokens the graph
+ * counted). */
+static double op_flops(const vp__gen *G, const vp_graph *g, uint32_t i,
+                       uint64_t q)
 {
+    const vp_op *o = &g->ops[i];
+    if (G->role[i] == VP__GEN_OVER_KV)
+        return o->flops_fwd / (double)q * (double)o->shape[1];
     if (o->kind != VP_OP_ATTENTION)
         return o->flops_fwd;
     double f = 4.0 * (double)o->shape[0] * (double)o->heads * (double)q *
                (double)o->kv_len * (double)o->head_dim;
-    (void)G;
     return o->causal && q == o->kv_len ? f / 2.0 : f;
 }
 
@@ -244,7 +288,7 @@ static void forward(vp__gen *G, bool prefill)
     for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
         if (i == G->loss_op)
             continue;
-        if (i == G->logits_op) { /* the base model has returned */
+        if (i == G->head_op) { /* the base model has returned */
             vp__tunref(S, cs[0]);
             vp__tunref(S, cs[1]);
             cs[0] = cs[1] = NONE;
@@ -256,11 +300,22 @@ static void forward(vp__gen *G, bool prefill)
             if (g->tf.rotary)
                 rotary(G, q, cs);
         }
-        if (G->layer_of[i] != NONE)
+        switch (G->role[i]) {
+        case VP__GEN_ATTN:
             attention(G, g, i, q);
-        else
+            break;
+        case VP__GEN_MLA_K:
+        case VP__GEN_MLA_V:
+            mla_cache(G, g, i, q);
+            break;
+        case VP__GEN_OVER_KV:
+            over_keys(G, g, i, G->layers[G->layer_of[i]].kv);
             vp__fwd(S, i, MODE_SAVE, NULL);
-        G->flops += op_flops(G, &g->ops[i], i == G->logits_op ? 1 : q);
+            break;
+        default:
+            vp__fwd(S, i, MODE_SAVE, NULL);
+        }
+        G->flops += op_flops(G, g, i, i >= G->head_op ? 1 : q);
     }
     vp__release_pyholds(S);
     vp__release_held(S);
@@ -360,42 +415,82 @@ static void one_call(vp__gen *G, uint32_t call)
 
 /* ---- setting up ----------------------------------------------------------------- */
 
+/* An MLA attention op a (graph_mla.c): its cache takes the place of the
+ * latent and the rotary key the k concatenation reads (through kv_b_proj
+ * for the latent); those two, kv_b_proj, k and v run over the keys. */
+static vp_status mla_init(vp__gen *G, uint32_t a, uint32_t l)
+{
+    const vp_graph *g = G->gd;
+    const vp_op *o = &g->ops[a];
+    uint32_t kst = o->inputs[1], kvb = g->ops[kst].inputs[0];
+    uint32_t rot = g->ops[kst].inputs[1], lat = g->ops[kvb].inputs[0];
+    uint32_t over[] = {lat, rot, kvb, kst, o->inputs[2]};
+    if (g->ops[lat].kind != VP_OP_SCALE || g->ops[rot].kind != VP_OP_SCALE)
+        return vp_error_set(G->S->err, VP_EUNSUPPORTED,
+                            "generate: attention '%s' is not multi-head "
+                            "latent attention as transformers builds it",
+                            o->name);
+    for (size_t k = 0; k < sizeof over / sizeof *over; k++) {
+        if (g->ops[over[k]].ndim != 3)
+            return vp_error_set(G->S->err, VP_EUNSUPPORTED,
+                                "generate: MLA op '%s' is not [batch, "
+                                "tokens, width]", g->ops[over[k]].name);
+        G->layer_of[over[k]] = l;
+        G->role[over[k]] = k == 0   ? VP__GEN_MLA_K
+                           : k == 1 ? VP__GEN_MLA_V
+                                    : VP__GEN_OVER_KV;
+    }
+    vp__gen_layer *L = &G->layers[l];
+    L->mla = true;
+    L->kb = vp__mulc(G->S, G->B, vp__mulc(G->S, g->ops[lat].shape[2], G->ce));
+    L->vb = vp__mulc(G->S, G->B, vp__mulc(G->S, g->ops[rot].shape[2], G->ce));
+    G->rope_dim = g->ops[rot].shape[2];
+    return VP_OK;
+}
+
 /* The cache geometry of every attention layer (kvcache.c), in bytes per
- * token of all sequences. */
+ * token of all sequences; each op's role. */
 static vp_status layers_init(vp__gen *G)
 {
     sim *S = G->S;
     vp_kv_layout kv;
+    size_t n = G->gd->n_ops;
     vp_status st = vp_kv_layout_from_graph(G->gd, &kv, S->err);
     if (st != VP_OK)
         return st;
     G->layers = calloc(kv.n_layers, sizeof *G->layers);
-    G->layer_of = malloc(G->gd->n_ops * sizeof *G->layer_of);
-    if (!G->layers || !G->layer_of) {
+    G->layer_of = malloc(n * sizeof *G->layer_of);
+    G->role = calloc(n, 1);
+    if (!G->layers || !G->layer_of || !G->role) {
         vp_kv_layout_destroy(&kv);
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
     }
     G->n_layers = kv.n_layers;
-    uint32_t l = 0;
-    for (uint32_t i = 0; i < G->gd->n_ops; i++) {
-        const vp_op *o = &G->gd->ops[i];
+    for (uint32_t i = 0; i < n; i++)
         G->layer_of[i] = NONE;
+    uint32_t l = 0;
+    for (uint32_t i = 0; i < n && st == VP_OK; i++) {
+        const vp_op *o = &G->gd->ops[i];
         if (o->kind != VP_OP_ATTENTION || !o->causal || l >= kv.n_layers)
             continue;
         const vp_kv_layer *y = &kv.layer[l];
         vp__gen_layer *L = &G->layers[l];
-        uint64_t heads = y->kind == VP_KV_MLA ? 1 : y->kv_heads;
         L->op = i;
         L->k = L->v = NONE;
         L->window = y->kind == VP_KV_SLIDING ? y->window : 0;
-        L->kb = vp__mulc(S, vp__mulc(S, G->B, heads),
+        L->kb = vp__mulc(S, vp__mulc(S, G->B, y->kv_heads),
                          vp__mulc(S, y->key_dim, G->ce));
-        L->vb = vp__mulc(S, vp__mulc(S, G->B, heads),
+        L->vb = vp__mulc(S, vp__mulc(S, G->B, y->kv_heads),
                          vp__mulc(S, y->value_dim, G->ce));
-        G->layer_of[i] = l++;
+        G->rope_dim = o->head_dim;
+        G->layer_of[i] = l;
+        G->role[i] = VP__GEN_ATTN;
+        if (o->n_inputs == 3 && G->gd->ops[o->inputs[1]].kind == VP_OP_MLA_K)
+            st = mla_init(G, i, l);
+        l++;
     }
     vp_kv_layout_destroy(&kv);
-    return S->st;
+    return st != VP_OK ? st : S->st;
 }
 
 /* The causal LM's loss and lm_head; the prefill and decode instances,
@@ -422,16 +517,19 @@ static vp_status graphs_init(vp__gen *G, const vp_graph *g)
     if (!G->gd)
         return S->err ? S->err->code : VP_ENOMEM;
     VP_ASSERT(G->gp->n_ops == g->n_ops && G->gd->n_ops == g->n_ops);
-    G->loss_op = G->logits_op = NONE;
+    G->loss_op = G->logits_op = G->head_op = NONE;
     for (uint32_t i = 0; i < g->n_ops; i++) {
         G->gp->ops[i].flags &= ~VP_OPF_KV_COPY; /* the cache's cat is it */
         G->gd->ops[i].flags &= ~VP_OPF_KV_COPY;
+        if (G->head_op == NONE && (g->ops[i].flags & VP_OPF_MODEL_END))
+            G->head_op = i;
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS) {
             G->loss_op = i;
             G->logits_op = g->ops[i].inputs[0];
         }
     }
-    VP_ASSERT(G->loss_op != NONE);
+    VP_ASSERT(G->loss_op != NONE && G->head_op != NONE &&
+              G->head_op <= G->logits_op);
     G->vocab = g->tf.vocab;
     G->eos = !g->tf.no_eos;
     return VP_OK;
@@ -509,6 +607,7 @@ vp_status vp__generate_run(sim *S)
     S->cur_op = "";
     free(G.layers);
     free(G.layer_of);
+    free(G.role);
     vp_graph_free(G.gp);
     vp_graph_free(G.gd);
     return st;

@@ -16,9 +16,24 @@ typedef struct vp__gen_layer {
     uint32_t k, v;   /* the K and V tensors, NONE before the first update */
     uint64_t view;   /* tokens the next update appends to            */
     uint64_t stored; /* tokens the tensors hold                      */
+    uint64_t kv;     /* the key length the last update gave          */
     uint64_t kb, vb; /* bytes per token of K and of V, all sequences  */
     uint64_t window; /* sliding window, 0: full attention            */
+    bool mla;        /* multi-head latent attention: K is the normed
+                        latent, V the rotary key (one head each)     */
 } vp__gen_layer;
+
+/* What an op is to generate(): most run as in the graph; an attention
+ * updates its layer's cache first; under MLA the cache takes the place of
+ * the latent and the rotary key, and the ops that expand the cached latent
+ * run over the key length instead of the new tokens. */
+typedef enum {
+    VP__GEN_OP,       /* as in the graph                             */
+    VP__GEN_ATTN,     /* an attention layer: the cache update first  */
+    VP__GEN_MLA_K,    /* MLA: the latent the cache's keys take       */
+    VP__GEN_MLA_V,    /* MLA: the rotary key the cache's values take */
+    VP__GEN_OVER_KV   /* MLA: kv_b_proj and its views, over the keys */
+} vp__gen_role;
 
 typedef struct vp__gen {
     sim *S;
@@ -28,7 +43,12 @@ typedef struct vp__gen {
     vp__gen_layer *layers;
     uint32_t n_layers;
     uint32_t *layer_of;       /* per op: its layer, NONE               */
-    uint32_t logits_op;       /* the lm_head                           */
+    uint8_t *role;            /* per op: its vp__gen_role              */
+    uint64_t rope_dim;        /* the rotary embedding's width          */
+    uint32_t head_op;         /* the lm_head: from it on, the last
+                                 position only (logits_to_keep = 1)   */
+    uint32_t logits_op;       /* the final logits (after Gemma 2's
+                                 soft-capping)                         */
     uint32_t loss_op;         /* the loss (not run)                    */
     uint64_t B, P, N;         /* sequences, prompt, new tokens         */
     uint64_t lmax;            /* a static cache's length: P + N - 1    */

@@ -36,6 +36,7 @@ static vp_status router(vp__tb *c, uint32_t x, uint64_t tokens,
     if (t->x.norm_topk)
         o.flags |= VP_OPF_NORM_TOPK;
     if (t->x.router == VP_ROUTER_SIGMOID_GROUP) {
+        c->g->ops[logits].flags |= VP_OPF_FP32_LINEAR;
         o.flags |= VP_OPF_ROUTER_GROUP;
         o.rows = t->x.n_group;
     }
@@ -110,5 +111,13 @@ vp_status vp__tb_moe(vp__tb *c, uint32_t x, uint32_t *out)
     } else {
         VP_TRY(shared_mlp(c, x, &s));
     }
-    return vp__tb_binary(c, VP_OP_ADD, y, s, "mlp.shared_add", out);
+    VP_TRY(vp__tb_binary(c, VP_OP_ADD, y, s, "mlp.shared_add", out));
+    /* DeepseekV3MoE.forward keeps router_logits, topk_indices and
+     * topk_weights in locals until it returns (traced: deepseek-v3-small
+     * generate(), live at the experts' peak) */
+    if (t->x.router == VP_ROUTER_SIGMOID_GROUP) {
+        c->g->ops[c->g->ops[route].inputs[0]].hold_until = *out;
+        c->g->ops[route].hold_until = *out;
+    }
+    return VP_OK;
 }

@@ -52,6 +52,17 @@ static void pyhold_release(sim *S, int kind, int32_t seg)
     }
 }
 
+void vp__hold_layer(sim *S, uint32_t id, int32_t seg)
+{
+    if (seg >= 0)
+        pyhold_push(S, id, PH_LAYER, seg);
+}
+
+void vp__hold_until(sim *S, uint32_t id, uint32_t op)
+{
+    pyhold_push(S, id, PH_UNTIL, (int32_t)op);
+}
+
 void vp__release_pyholds(sim *S)
 {
     pyhold_release(S, -1, -1);

@@ -397,6 +397,11 @@ void vp__quant_linear_bwd(sim *S, vp__bwd_op *b);
 void vp__fwd(sim *S, uint32_t i, vp__fwd_mode mode, const uint32_t *refs_of);
 /* Drop every Python reference (the forward returned). */
 void vp__release_pyholds(sim *S);
+/* Keep a tensor as a local of layer (segment) seg until it returns
+ * (seg < 0: not kept). */
+void vp__hold_layer(sim *S, uint32_t id, int32_t seg);
+/* Keep a tensor until op `op` has run (a caller's local, as hold_until). */
+void vp__hold_until(sim *S, uint32_t id, uint32_t op);
 /* The model's weights, loaded as setup.ft.load says (built in their dtype
  * as from_pretrained(dtype=...) does, or in fp32 and cast), adapters
  * added. */

@@ -518,3 +518,178 @@ Test(generate_cache, a_static_sliding_prefill_attends_over_the_prompt)
     /* 3 layers x (K + V) x 1 head x 8 dims x 2 B x 2 sequences x W */
     cr_expect_eq(e.gen.kv_cache_bytes, 3ull * 2 * 8 * 2 * 2 * 4096);
 }
+
+/* ---- multi-head latent attention (DeepSeek-V3) ---------------------------------- */
+
+/* tests/data/good/hf-deepseek-v3.json: 2 layers, 4 heads, kv_lora_rank
+ * 32, qk_rope_head_dim 8, qk_nope_head_dim 16, v_head_dim 16. */
+#define DEEPSEEK "tests/data/good/hf-deepseek-v3.json"
+
+/* transformers 5.17 DeepseekV3Attention caches the normed latent (32) as
+ * the layer's keys and the roped rotary key (8) as its values, one head
+ * each: 40 elements a token and layer, not the heads' k and v. */
+Test(generate_mla, the_cache_holds_the_latent_and_the_rotary_key)
+{
+    vp_setup s;
+    gen_setup(&s, 4, "prompt=100,new=10");
+    vp_estimate e = simulate(DEEPSEEK, &s);
+    cr_expect_eq(e.gen.kv_cache_bytes, 2ull * 4 * 109 * (32 + 8) * 2);
+}
+
+typedef struct {
+    const char *op;
+    uint32_t step;
+    uint64_t bytes[32]; /* allocations by op, in order */
+    uint32_t n;
+} op_allocs;
+
+static void collect_op(const vp_sim_event *ev, void *ud)
+{
+    op_allocs *a = ud;
+    if (!ev->is_free && ev->step == a->step && strcmp(ev->op, a->op) == 0 &&
+        a->n < 32)
+        a->bytes[a->n++] = ev->bytes;
+}
+
+/* The allocations op makes in the first generate() call of the DeepSeek
+ * model, 4 sequences. */
+static op_allocs deepseek_allocs(const char *op, const char *spec)
+{
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    op_allocs a = {.op = op, .step = 1};
+    gen_setup(&s, 4, spec);
+    cr_assert_eq(run(DEEPSEEK, &s, &e, collect_op, &a, &err), VP_OK, "%s",
+                 err.msg);
+    return a;
+}
+
+/* expand_kv runs kv_b_proj over every cached token: its output is
+ * [B, keys, heads x (nope + v)] in each forward, 100 keys in the prefill,
+ * then 101 to 109 in the decode steps. */
+Test(generate_mla, kv_b_proj_expands_every_cached_token)
+{
+    op_allocs a = deepseek_allocs("layers.1.attn.kv_b_proj",
+                                  "prompt=100,new=10");
+    cr_assert_eq(a.n, 10);
+    for (uint32_t t = 0; t < a.n; t++)
+        cr_expect_eq(a.bytes[t], 4ull * (100 + t) * 4 * (16 + 16) * 2,
+                     "forward %u: %llu bytes", t,
+                     (unsigned long long)a.bytes[t]);
+}
+
+/* ---- Gemma 2: soft-capping, alternating sliding layers, eager --------------------- */
+
+/* tests/data/good/hf-gemma2.json: 4 layers (sliding, full, sliding,
+ * full; window 64), 4 heads of 16 dims, 2 KV heads, vocabulary 1000,
+ * final_logit_softcapping 30, attn_logit_softcapping 50. */
+#define GEMMA2 "tests/data/good/hf-gemma2.json"
+
+typedef struct {
+    uint64_t bytes;   /* allocations of this size ...                  */
+    uint32_t n;       /* ... counted                                    */
+    uint64_t largest; /* the largest allocation of logit_softcap        */
+} g2_sizes;
+
+static void g2_count(const vp_sim_event *ev, void *ud)
+{
+    g2_sizes *c = ud;
+    if (ev->is_free || ev->step != 1)
+        return;
+    if (ev->bytes == c->bytes)
+        c->n++;
+    if (strcmp(ev->op, "logit_softcap") == 0 && ev->bytes > c->largest)
+        c->largest = ev->bytes;
+}
+
+static vp_status gemma2_run(uint64_t batch, const char *spec, vp_estimate *e,
+                            vp_sim_event_fn cb, void *ud, vp_error *err)
+{
+    vp_setup s;
+    gen_setup(&s, batch, spec);
+    s.attn = VP_ATTN_EAGER;
+    s.attn_set = true;
+    return run(GEMMA2, &s, e, cb, ud, err);
+}
+
+/* Gemma2ForCausalLM soft-caps the logits it makes: with
+ * logits_to_keep = 1 those of the last position, B x 1 x V (the division
+ * and tanh in bf16: 2 x 1000 x 2 B), never B x P x V. */
+Test(generate_gemma2, the_capped_head_makes_the_last_positions_logits_only)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_sizes c = {0};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=4", &e, g2_count, &c, &err),
+                 VP_OK, "%s", err.msg);
+    cr_expect_eq(c.largest, 2 * 1000 * 2, "%llu",
+                 (unsigned long long)c.largest);
+}
+
+/* Eager attention takes create_causal_mask's and
+ * create_sliding_window_causal_mask's masks, both as float masks of the
+ * model's dtype [B, 1, P, P]: two of 2 x 100 x 100 x 2 B in the prefill. */
+Test(generate_gemma2, eager_makes_the_full_and_the_sliding_float_mask)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_sizes c = {.bytes = 2 * 100 * 100 * 2};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=1", &e, g2_count, &c, &err),
+                 VP_OK, "%s", err.msg);
+    cr_expect_eq(c.n, 2, "%u", c.n);
+}
+
+typedef struct {
+    uint64_t tensor;  /* the attention weights of layers.0's prefill     */
+    bool freed_in_attn, freed;
+} g2_weights;
+
+/* The weights are the last B x H x P x P bf16 tensor the core makes. */
+static void g2_weights_ev(const vp_sim_event *ev, void *ud)
+{
+    g2_weights *w = ud;
+    if (ev->step != 1)
+        return;
+    if (!ev->is_free && !w->freed &&
+        strcmp(ev->op, "layers.0.attn.core") == 0 &&
+        ev->bytes == 2ull * 4 * 100 * 100 * 2)
+        w->tensor = ev->tensor;
+    if (ev->is_free && ev->tensor == w->tensor && !w->freed) {
+        w->freed = true;
+        w->freed_in_attn = strncmp(ev->op, "layers.0.attn.", 14) == 0;
+    }
+}
+
+/* `hidden_states, _ = self.self_attn(...)`: without autograd the
+ * attention's returned weights live until the decoder layer returns, past
+ * the attention (traced on gemma2-2b generate()). */
+Test(generate_gemma2, eager_weights_live_until_the_layer_returns)
+{
+    vp_estimate e;
+    vp_error err;
+    g2_weights w = {0};
+    cr_assert_eq(gemma2_run(2, "prompt=100,new=1", &e, g2_weights_ev, &w,
+                            &err), VP_OK, "%s", err.msg);
+    cr_assert(w.freed);
+    cr_expect_not(w.freed_in_attn);
+}
+
+/* DeepseekV3TopkRouter: F.linear(x.float(), W.float()) without autograd,
+ * so the router's logits are fp32 (400 tokens x 8 experts x 4 B), and the
+ * experts' rows times those fp32 weights are fp32 too (800 rows x 64 x
+ * 4 B, the product and its reordering; traced on deepseek-v3-small). */
+Test(generate_mla, the_deepseek_router_and_the_weighting_run_in_fp32)
+{
+    op_allocs gate = deepseek_allocs("layers.1.mlp.gate", "prompt=100,new=1");
+    /* the input's and the weight's fp32 copies, then the logits */
+    cr_assert_eq(gate.n, 3);
+    cr_expect_eq(gate.bytes[0], 400ull * 64 * 4);
+    cr_expect_eq(gate.bytes[1], 8ull * 64 * 4);
+    cr_expect_eq(gate.bytes[2], 400ull * 8 * 4);
+    op_allocs ex = deepseek_allocs("layers.1.mlp.experts", "prompt=100,new=1");
+    uint32_t fp32_rows = 0;
+    for (uint32_t k = 0; k < ex.n; k++)
+        fp32_rows += ex.bytes[k] == 800ull * 64 * 4;
+    cr_expect_eq(fp32_rows, 2, "%u", fp32_rows);
+}

@@ -198,6 +198,8 @@ typedef struct vp_op {
 #define VP_OPF_ROUTER_GROUP 0x20000u /* router: DeepSeek-V3's sigmoid scores,
                                       group top-k (classes: experts, rows:
                                       groups)                              */
+#define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
+                                      DeepSeek-V3's router gate          */
 
 /* Encoder-decoder models and the graph form's newer ops. High bits, apart
  * from the flags above. */

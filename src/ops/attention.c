@@ -157,7 +157,6 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     uint64_t sc = vp__mulc(S, vp__mulc(S, a->bh, o->q_len), o->kv_len);
     uint64_t qn = att_qn(S, o);
     uint8_t me = o->causal ? vp__promote(ce, S->PE) : ce;
-    uint8_t se = S->amp ? 4 : me;
     uint32_t qc = a->q, th = NONE;
     if (o->n_inputs == 1)
         qc = vp__talloc(S, vp__mulc(S, qn, ce), VP_CAT_ACT);
@@ -168,18 +167,27 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     vp__tunref(S, s1);
     if (o->softcap > 0)
         s2 = softcap_fwd(S, vp__mulc(S, sc, ce), s2, &th);
+    if (!f->sv) { /* tanh's output is saved only for the backward */
+        vp__tunref(S, th);
+        th = NONE;
+    }
     if (o->causal) {
         uint32_t s3 = vp__talloc(S, vp__mulc(S, sc, me), VP_CAT_TEMP);
         vp__tunref(S, s2);
         s2 = s3;
     }
-    uint32_t sm = vp__talloc(S, vp__mulc(S, sc, se), VP_CAT_ACT);
-    vp__tunref(S, s2);
+    /* softmax(dtype=torch.float32): a fp32 copy of 16-bit scores, then
+     * the fp32 softmax (traced on Gemma 2 in bf16) */
+    uint32_t s4 = me != 4 ? vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP)
+                          : NONE;
+    uint32_t sm = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_ACT);
+    vp__tunref(S, s4);
     uint32_t pc = sm;
-    if (se != ce)
+    if (ce != 4)
         pc = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     else
         vp__tref(S, sm);
+    vp__tunref(S, s2);
     uint32_t mask = NONE, dropped = pc;
     if (o->dropout > 0) {
         mask = vp__talloc(S, sc, VP_CAT_ACT);
@@ -193,6 +201,11 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
         save_materialised(S, f, qc, a->k != NONE ? a->k : a->q, a->v, sm,
                           mask, dropped);
         vp__save(S, f->i, ATT_TANH, th);
+    } else {
+        /* the attention returns its weights, which the decoder layer
+         * keeps in a local (`hidden_states, _ = self.self_attn(...)`)
+         * until it returns (traced: Gemma 2 generate()) */
+        vp__hold_layer(S, dropped, o->segment);
     }
     vp__tunref(S, qc);
     vp__tunref(S, sm);

@@ -205,6 +205,33 @@ static lin_path linear_path(const sim *S, const vp_op *o, uint32_t in0)
     return p;
 }
 
+/* F.linear(x.type(torch.float32), W.type(torch.float32)) outside
+ * autocast and without autograd (transformers 5.17 modeling_deepseek_v3.py
+ * DeepseekV3TopkRouter.forward; traced on deepseek-v3-small generate()
+ * and its bf16 training): fp32 copies of a 16-bit input and weight, the
+ * output in fp32, the copies dropped. Under autocast the linear runs in
+ * the autocast dtype as any other; with autograd the 16-bit path is kept
+ * (its backward is not traced). */
+static bool fp32_linear_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    if (!(o->flags & VP_OPF_FP32_LINEAR) || S->amp || f->sv ||
+        o->n_params != 1)
+        return false;
+    const vp_param *pw = &S->g->params[o->params[0]];
+    uint32_t x = vp__cast_input(S, f->in0, 4);
+    uint32_t w = vp__param_bytes(S, pw) != 4
+                     ? vp__talloc(S, vp__mulc(S, pw->numel, 4), VP_CAT_TEMP)
+                     : NONE;
+    workspace_fwd(S, false);
+    f->oeb = 4;
+    f->ol = 0;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, 4), VP_CAT_ACT);
+    vp__tunref(S, x);
+    vp__tunref(S, w);
+    return true;
+}
+
 void vp__linear_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_graph *g = S->g;
@@ -213,6 +240,8 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
         vp__quant_linear_fwd(S, f); /* ops/quant.c */
         return;
     }
+    if (fp32_linear_fwd(S, f))
+        return;
     uint32_t i = f->i, in0 = f->in0;
     bool bias = o->n_params > 1;
     uint8_t ce = S->amp ? 2 : f->eb0; /* compute dtype */
