@@ -1,0 +1,136 @@
+/* Rules of the op families that make mutants found untested
+ * (scripts/mutants.tsv; docs/MUTANTS.md), read from the simulated event
+ * stream of one op (vp_simulate's callback): the exact sizes and order of
+ * the allocations inside it, worked out by hand from the PyTorch or
+ * transformers code the rule cites. Run from the repository root. */
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define MAX_EV 64
+
+typedef struct {
+    bool is_free;
+    uint64_t bytes;
+    uint64_t tensor;
+    vp_category cat;
+} op_event;
+
+/* The events of one op in step 1's forward. */
+typedef struct {
+    const char *op;
+    op_event ev[MAX_EV];
+    size_t n;
+} op_stream;
+
+static void record(const vp_sim_event *ev, void *ud)
+{
+    op_stream *s = ud;
+    if (ev->step != 1 || ev->phase != VP_PHASE_FORWARD || !ev->op ||
+        strcmp(ev->op, s->op) != 0)
+        return;
+    cr_assert_lt(s->n, MAX_EV, "more than %d events in %s", MAX_EV, s->op);
+    s->ev[s->n++] = (op_event){ev->is_free, ev->bytes, ev->tensor,
+                               ev->category};
+}
+
+/* tests/data/good/tf-small.yaml (hidden 64, 4 heads, seq 64, causal)
+ * at batch 2 with eager attention forced, one step; the events of
+ * layers.0.attn.core whose size is `a` or `b` bytes, in order. */
+static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
+                           op_event *out)
+{
+    vp_error err;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.steps = 1;
+    s.precision = prec;
+    s.attn = VP_ATTN_EAGER;
+    s.attn_set = true;
+    static op_stream st;
+    memset(&st, 0, sizeof st);
+    st.op = "layers.0.attn.core";
+    vp_estimate e;
+    vp_status rc = vp_simulate(g, &s, &e, record, &st, &err);
+    cr_assert_eq(rc, VP_OK, "vp_simulate: %s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].bytes == a || st.ev[i].bytes == b)
+            out[n++] = st.ev[i];
+    return n;
+}
+
+static void expect_event(const op_event *e, size_t i, bool is_free,
+                         uint64_t bytes, vp_category cat)
+{
+    cr_expect_eq(e[i].is_free, is_free, "event %zu: %s expected", i,
+                 is_free ? "a free" : "an allocation");
+    cr_expect_eq(e[i].bytes, bytes, "event %zu: %llu B, expected %llu", i,
+                 (unsigned long long)e[i].bytes,
+                 (unsigned long long)bytes);
+    cr_expect_eq(e[i].cat, cat, "event %zu: category %d, expected %d", i,
+                 (int)e[i].cat, (int)cat);
+}
+
+/* transformers' eager_attention_forward (modeling_llama.py:
+ * `attn_weights = torch.matmul(query, key_states.transpose(2, 3)) *
+ * scaling`; modeling_gpt2.py: the matmul, then `attn_weights /
+ * torch.full(...)`), then `attn_weights + causal_mask`, then
+ * `nn.functional.softmax(attn_weights, dim=-1)`. Each line makes a new
+ * B x h x Sq x Sk tensor (aten's bmm, mul/div, add and _softmax are
+ * out-of-place) and the name's previous tensor dies when it is rebound:
+ * the matmul's scores and the scaled scores are live together, then the
+ * scaled and the masked ones, then the masked scores and the softmax
+ * (saved for the backward). fp32, B = 2, h = 4, S = 64: 2 x 4 x 64 x 64
+ * x 4 B = 131072 B each. */
+Test(rules_ops, eager_attention_scores_are_two_temporaries_then_mask_then_softmax)
+{
+    const uint64_t sc = 2ull * 4 * 64 * 64 * 4;
+    op_event e[MAX_EV];
+    size_t n = eager_scores(VP_PREC_FP32, sc, sc, e);
+    cr_assert_eq(n, 7, "%zu score-sized events, expected 7", n);
+    expect_event(e, 0, false, sc, VP_CAT_TEMP);  /* q @ k^T           */
+    expect_event(e, 1, false, sc, VP_CAT_TEMP);  /* * scaling         */
+    expect_event(e, 2, true, sc, VP_CAT_TEMP);   /* the matmul's dies */
+    expect_event(e, 3, false, sc, VP_CAT_TEMP);  /* + causal_mask     */
+    expect_event(e, 4, true, sc, VP_CAT_TEMP);   /* the scaled dies   */
+    expect_event(e, 5, false, sc, VP_CAT_ACT);   /* softmax, saved    */
+    expect_event(e, 6, true, sc, VP_CAT_TEMP);   /* the masked dies   */
+    cr_expect_eq(e[2].tensor, e[0].tensor, "the first free is the matmul's");
+    cr_expect_eq(e[4].tensor, e[1].tensor, "the second is the scaled one");
+    cr_expect_eq(e[6].tensor, e[3].tensor, "the third is the masked one");
+}
+
+/* The same under autocast to bf16 (torch/csrc/autograd autocast_mode.cpp:
+ * matmul is in the lower-precision list, softmax in the fp32 list): the
+ * matmul and the scaling stay bf16 (2 x 4 x 64 x 64 x 2 = 65536 B); the
+ * causal mask is built in the parameters' dtype, fp32, so the sum is
+ * promoted to fp32 (131072 B); softmax runs in fp32 and is saved; then
+ * `.to(value_states.dtype)` casts the probabilities back to bf16 for the
+ * second matmul (65536 B). */
+Test(rules_ops, eager_attention_scores_under_autocast_promote_at_the_mask)
+{
+    const uint64_t h = 2ull * 4 * 64 * 64 * 2, f = 2 * h;
+    op_event e[MAX_EV];
+    size_t n = eager_scores(VP_PREC_AMP_BF16, h, f, e);
+    cr_assert_eq(n, 8, "%zu score-sized events, expected 8", n);
+    expect_event(e, 0, false, h, VP_CAT_TEMP);   /* bf16 q @ k^T         */
+    expect_event(e, 1, false, h, VP_CAT_TEMP);   /* bf16 * scaling       */
+    expect_event(e, 2, true, h, VP_CAT_TEMP);
+    expect_event(e, 3, false, f, VP_CAT_TEMP);   /* + fp32 mask: fp32    */
+    expect_event(e, 4, true, h, VP_CAT_TEMP);
+    expect_event(e, 5, false, f, VP_CAT_ACT);    /* fp32 softmax, saved  */
+    expect_event(e, 6, true, f, VP_CAT_TEMP);
+    expect_event(e, 7, false, h, VP_CAT_TEMP);   /* .to(bf16)            */
+}
