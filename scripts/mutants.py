@@ -49,7 +49,7 @@ MAKE = os.environ.get("MAKE", "make")
 PYTHON = os.environ.get("PYTHON", "python3")
 # Checks that usually kill a simulator rule first; the rest follow in
 # name order. The checks that killed most run first as the run goes.
-FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_sim", "test_published", "test_cluster",
+FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_rules_ops", "test_sim", "test_published", "test_cluster",
          "test_techniques", "test_cluster_time", "test_timing",
          "test_validate_dist", "test_allocator", "test_serve", "test_cli"]
 # The checks a rule's file is most likely caught by, tried right after the

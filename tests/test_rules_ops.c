@@ -14,12 +14,13 @@
 
 typedef struct {
     bool is_free;
-    uint64_t bytes;
+    uint64_t bytes; /* the request; a free gives its block's size */
     uint64_t tensor;
     vp_category cat;
+    vp_phase phase;
 } op_event;
 
-/* The events of one op in step 1's forward. */
+/* The events of one op in step 1 (its forward and its backward). */
 typedef struct {
     const char *op;
     op_event ev[MAX_EV];
@@ -29,23 +30,21 @@ typedef struct {
 static void record(const vp_sim_event *ev, void *ud)
 {
     op_stream *s = ud;
-    if (ev->step != 1 || ev->phase != VP_PHASE_FORWARD || !ev->op ||
-        strcmp(ev->op, s->op) != 0)
+    if (ev->step != 1 || !ev->op || strcmp(ev->op, s->op) != 0)
         return;
     cr_assert_lt(s->n, MAX_EV, "more than %d events in %s", MAX_EV, s->op);
     s->ev[s->n++] = (op_event){ev->is_free, ev->bytes, ev->tensor,
-                               ev->category};
+                               ev->category, ev->phase};
 }
 
-/* tests/data/good/tf-small.yaml (hidden 64, 4 heads, seq 64, causal)
- * at batch 2 with eager attention forced, one step; the events of
- * layers.0.attn.core whose size is `a` or `b` bytes, in order. */
-static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
-                           op_event *out)
+/* One training step of a model file at batch 2 (fp32 unless prec says),
+ * the events of its op `op` into *st. */
+static void simulate_op(const char *model, const char *op, vp_precision prec,
+                        vp_attn_impl attn, bool attn_set, op_stream *st)
 {
     vp_error err;
     memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
+    vp_model *m = vp_model_load(model, &err);
     cr_assert_not_null(m, "%s", err.msg);
     vp_graph *g = vp_graph_build(m, 2, 0, &err);
     cr_assert_not_null(g, "%s", err.msg);
@@ -54,19 +53,31 @@ static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
     s.batch = 2;
     s.steps = 1;
     s.precision = prec;
-    s.attn = VP_ATTN_EAGER;
-    s.attn_set = true;
-    static op_stream st;
-    memset(&st, 0, sizeof st);
-    st.op = "layers.0.attn.core";
+    s.attn = attn;
+    s.attn_set = attn_set;
+    memset(st, 0, sizeof *st);
+    st->op = op;
     vp_estimate e;
-    vp_status rc = vp_simulate(g, &s, &e, record, &st, &err);
+    vp_status rc = vp_simulate(g, &s, &e, record, st, &err);
     cr_assert_eq(rc, VP_OK, "vp_simulate: %s", err.msg);
+    cr_assert_gt(st->n, 0, "no event of %s", op);
     vp_graph_free(g);
     vp_model_free(m);
+}
+
+/* tests/data/good/tf-small.yaml (hidden 64, 4 heads, seq 64, causal)
+ * at batch 2 with eager attention forced, one step; the events of
+ * layers.0.attn.core whose size is `a` or `b` bytes, in order. */
+static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
+                           op_event *out)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/tf-small.yaml", "layers.0.attn.core", prec,
+                VP_ATTN_EAGER, true, &st);
     size_t n = 0;
     for (size_t i = 0; i < st.n; i++)
-        if (st.ev[i].bytes == a || st.ev[i].bytes == b)
+        if (st.ev[i].phase == VP_PHASE_FORWARD &&
+            (st.ev[i].bytes == a || st.ev[i].bytes == b))
             out[n++] = st.ev[i];
     return n;
 }
@@ -133,4 +144,33 @@ Test(rules_ops, eager_attention_scores_under_autocast_promote_at_the_mask)
     expect_event(e, 5, false, f, VP_CAT_ACT);    /* fp32 softmax, saved  */
     expect_event(e, 6, true, f, VP_CAT_TEMP);
     expect_event(e, 7, false, h, VP_CAT_TEMP);   /* .to(bf16)            */
+}
+
+/* cudnn_batch_norm in training (aten/src/ATen/native/cudnn/BatchNorm.cpp):
+ * the output in the input's dtype, and save_mean and save_var, one fp32
+ * value per channel, which autograd keeps for cudnn_batch_norm_backward.
+ * tests/data/good/conv-pool.yaml's bn1 at batch 2: 16 channels of 32 x 32,
+ * the output 2 x 16 x 32 x 32 x 4 = 131072 B, the statistics 16 x 4 =
+ * 64 B each; both live until the op's backward, none freed in the
+ * forward. */
+Test(rules_ops, batch_norm_keeps_its_mean_and_inverse_std_for_the_backward)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/conv-pool.yaml", "bn1", VP_PREC_FP32,
+                VP_ATTN_SDPA, false, &st);
+    const op_event *e = st.ev;
+    cr_assert_geq(st.n, 3);
+    expect_event(e, 0, false, 131072, VP_CAT_ACT);
+    expect_event(e, 1, false, 64, VP_CAT_ACT);
+    expect_event(e, 2, false, 64, VP_CAT_ACT);
+    size_t freed = 0;
+    for (size_t i = 3; i < st.n; i++) {
+        cr_expect(!(e[i].is_free && e[i].phase == VP_PHASE_FORWARD),
+                  "event %zu: a free in bn1's forward", i);
+        if (e[i].is_free && e[i].phase == VP_PHASE_BACKWARD &&
+            (e[i].tensor == e[1].tensor || e[i].tensor == e[2].tensor))
+            freed++;
+    }
+    cr_expect_eq(freed, 2, "%zu of the two statistics freed in bn1's "
+                 "backward", freed);
 }
