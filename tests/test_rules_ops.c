@@ -174,3 +174,34 @@ Test(rules_ops, batch_norm_keeps_its_mean_and_inverse_std_for_the_backward)
     cr_expect_eq(freed, 2, "%zu of the two statistics freed in bn1's "
                  "backward", freed);
 }
+
+/* embedding_dense_backward (aten/src/ATen/native/cuda/Embedding.cu and
+ * EmbeddingBackwardKernel.cu, embedding_backward_cuda_kernel; traced in
+ * docs/SIMULATION_NOTES.md §3.6): the indices sorted through int64
+ * buffers of one value per token (the sorted indices, their original
+ * positions, the segment offsets and the sort's scratch), one at a time;
+ * then the per-segment fp32 partial sums, tokens / NROWS_PER_THREAD (10)
+ * + min(tokens, vocab) rows of the embedding width; then the dense fp32
+ * gradient of the whole table; the partial sums die. tf-small's
+ * embed_tokens at batch 2 x 64 tokens: N = 128, 128 x 8 = 1024 B per sort
+ * buffer; (128 / 10 + 128) x 64 x 4 = 35840 B; 1000 x 64 x 4 = 256000 B. */
+Test(rules_ops, embedding_backward_sorts_then_sums_segments)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/tf-small.yaml", "embed_tokens",
+                VP_PREC_FP32, VP_ATTN_SDPA, false, &st);
+    op_event e[MAX_EV];
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == VP_PHASE_BACKWARD)
+            e[n++] = st.ev[i];
+    cr_assert_geq(n, 11, "%zu backward events, expected 11 (then the "
+                  "incoming gradient's free)", n);
+    for (size_t k = 0; k < 4; k++) {
+        expect_event(e, 2 * k, false, 1024, VP_CAT_TEMP);
+        expect_event(e, 2 * k + 1, true, 1024, VP_CAT_TEMP);
+    }
+    expect_event(e, 8, false, 35840, VP_CAT_TEMP);
+    expect_event(e, 9, false, 256000, VP_CAT_TEMP);
+    expect_event(e, 10, true, 35840, VP_CAT_TEMP);
+}
