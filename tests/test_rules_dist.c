@@ -30,8 +30,20 @@ static void h100(vp_hw *h)
     vp_hw_fill_defaults(h);
 }
 
+static vp_cluster_mem eval_mem_dt(const char *model, uint64_t seq,
+                                  uint32_t gpus, vp_sharding sh,
+                                  vp_dtype dt, uint64_t *P);
+
 static vp_cluster_mem eval_mem(const char *model, uint64_t seq,
                                uint32_t gpus, vp_sharding sh, uint64_t *P)
+{
+    return eval_mem_dt(model, seq, gpus, sh, VP_DT_BF16, P);
+}
+
+/* One GPU's memory of the configuration par() makes, in dtype dt. */
+static vp_cluster_mem eval_mem_dt(const char *model, uint64_t seq,
+                                  uint32_t gpus, vp_sharding sh,
+                                  vp_dtype dt, uint64_t *P)
 {
     vp_model *m = load(model);
     vp_error err;
@@ -45,6 +57,7 @@ static vp_cluster_mem eval_mem(const char *model, uint64_t seq,
     vp_cluster c;
     vp_cluster_init(&c, &hw, gpus, 8);
     vp_par p = par(gpus, 1, 1, sh);
+    p.dtype = dt;
     vp_cluster_mem mem;
     cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK, "%s",
                  err.msg);
@@ -136,4 +149,42 @@ Test(rules_dist, network_collectives_at_85_percent_of_the_nic)
     double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 2, 8);
     cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
               want);
+}
+
+/* DeepSpeed ZeRO-3's gathered parameters and gradient bucket (defaults
+ * of deepspeed/runtime/zero/config.py: stage3_max_live_parameters 1e9,
+ * stage3_prefetch_bucket_size 5e7, reduce_bucket_size 5e8 elements;
+ * src/cluster_mem.c stage_states). A llama-2-70b layer holds
+ * 2 x 8192^2 + 2 x 8192 x 1024 (q, o; GQA k, v) + 3 x 8192 x 28672 (MLP)
+ * + 2 x 8192 (norms) = 855,654,400 parameters: two layers in flight
+ * (1.71e9) are over the live cap, so 1e9 + 5e7 elements are gathered (the
+ * largest tensor, 8192 x 28672, is smaller), and the reduce bucket is full
+ * at 5e8: 2 B x 1.05e9 + 2 B x 5e8 = 3.1e9 B of bf16 buffers. At 4096
+ * tokens on 8 GPUs the backward (6.0e9 B of activations) is the peak, so
+ * they are in the figure. */
+Test(rules_dist, zero3_gathers_live_and_prefetch_and_one_reduce_bucket)
+{
+    uint64_t P;
+    vp_cluster_mem a =
+        eval_mem("models/llama-2-70b.yaml", 4096, 8, VP_SHARD_ZERO3, &P);
+    cr_assert_gt(a.activations, 0u, "the optimizer step is the peak");
+    cr_expect_eq(a.buffers, 3100000000u, "buffers %llu",
+                 (unsigned long long)a.buffers);
+}
+
+/* Megatron-LM with fp16 (docs/api-guide/dist_optimizer.md, the
+ * non-distributed optimizer): fp16 parameters and gradients (2 + 2 B),
+ * then 16 B of optimizer state per parameter: the fp32 main parameters
+ * (4), their fp32 gradients (4), Adam's two fp32 moments (8); 20 B in
+ * all. gpt2-small (P = 124,439,808) on one GPU: 16 P = 1,991,036,928 B. */
+Test(rules_dist, megatron_fp16_keeps_20_bytes_per_parameter)
+{
+    uint64_t P;
+    vp_cluster_mem a = eval_mem_dt("models/gpt2-small.yaml", 64, 1,
+                                   VP_SHARD_MEGATRON, VP_DT_FP16, &P);
+    cr_assert_eq(P, 124439808u);
+    cr_expect_eq(a.weights, 2 * P);
+    cr_expect_eq(a.grads, 2 * P);
+    cr_expect_eq(a.optimizer, 16 * P, "optimizer %llu",
+                 (unsigned long long)a.optimizer);
 }
