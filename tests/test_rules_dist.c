@@ -188,3 +188,24 @@ Test(rules_dist, megatron_fp16_keeps_20_bytes_per_parameter)
     cr_expect_eq(a.optimizer, 16 * P, "optimizer %llu",
                  (unsigned long long)a.optimizer);
 }
+
+/* A small collective runs NCCL's LL protocol (NVIDIA/nccl src/graph/
+ * tuning.cc, ncclTunerConstantsDefaults; src/cluster_coll.c ring_time):
+ * an all-gather of 64 KiB over the 8 GPUs of an H100 node is a ring of 7
+ * steps; LL's latency is its ring base 6.6 us + 7 NVLink hops of 0.6 us =
+ * 10.8 us (LL128: 14 + 7 x 1.9 = 27.3 us; Simple: 8.4 + 7 x 3.4 = 32.2
+ * us), and its bus bandwidth half the link's, 0.5 x 360 GB/s, capped at
+ * llMaxBws' one-node 87.7 GB/s: algorithm bandwidth 87.7 x 8 / 7 GB/s.
+ * 10.8e-6 + 65536 x 7 / (8 x 87.7e9) s = 11.454 us. */
+Test(rules_dist, small_collectives_run_ll_at_its_latency_and_bandwidth_cap)
+{
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    double bytes = 65536.0;
+    double want = 10.8e-6 + bytes * 7.0 / (8.0 * 87.7e9);
+    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 8, 1);
+    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
+              want);
+}
