@@ -209,3 +209,39 @@ Test(rules_dist, small_collectives_run_ll_at_its_latency_and_bandwidth_cap)
     cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
               want);
 }
+
+/* DDP all-reduces the fp32 gradients in 25 MiB buckets as the backward
+ * makes them (torch/nn/parallel/distributed.py, bucket_cap_mb = 25), so
+ * only the last bucket's all-reduce is exposed when the backward is
+ * longer than all of them (src/cluster_time.c dp_flat). gpt2-small's
+ * 124,439,808 fp32 gradients, 497,759,232 B: 19 buckets of 26,197,854.3 B.
+ * On the 8 GPUs of an H100 node an all-reduce is a ring of 14 steps; NCCL's
+ * LL128 is the fastest at this size: 14 + 14 x 1.9 = 40.6 us and 0.92 x
+ * 360 GB/s of bus bandwidth, x 8 / 14 for the algorithm's (Simple: 8.4 +
+ * 14 x 3.4 = 56 us at 360 GB/s; LL: capped at 87.7 GB/s). With 16
+ * sequences of 1024 tokens per GPU the backward (~0.1 s) hides the other
+ * 18: 40.6e-6 + 26197854.3 x 14 / (8 x 0.92 x 360e9) s = 179.03 us. */
+Test(rules_dist, ddp_exposes_only_the_last_25_mib_bucket)
+{
+    vp_model *m = load("models/gpt2-small.yaml");
+    vp_error err;
+    vp_cluster_model *cm = vp_cluster_model_new(m, 1024, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_par p = par(8, 1, 1, VP_SHARD_DDP);
+    p.micro_batch = 16;
+    p.recompute = VP_RC_NONE;
+    vp_cluster_mem mem;
+    vp_cluster_time t;
+    cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, &t, &err), VP_OK, "%s",
+                 err.msg);
+    double bucket = 124439808.0 * 4 / 19;
+    double want = 40.6e-6 + bucket * 14.0 / (8.0 * 0.92 * 360e9);
+    cr_expect(fabs(t.dp_comm - want) <= 1e-9 * want,
+              "%.9g s exposed, expected %.9g s", t.dp_comm, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
