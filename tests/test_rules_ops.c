@@ -205,3 +205,58 @@ Test(rules_ops, embedding_backward_sorts_then_sums_segments)
     expect_event(e, 9, false, 256000, VP_CAT_TEMP);
     expect_event(e, 10, true, 35840, VP_CAT_TEMP);
 }
+
+/* Allocations of op `op` in step 1's backward phase. */
+typedef struct {
+    const char *op;
+    size_t allocs;
+} bwd_count;
+
+static void count_bwd(const vp_sim_event *ev, void *ud)
+{
+    bwd_count *c = ud;
+    if (ev->step == 1 && ev->phase == VP_PHASE_BACKWARD && !ev->is_free &&
+        ev->op && strcmp(ev->op, c->op) == 0)
+        c->allocs++;
+}
+
+static size_t checkpointed_bwd_allocs(const char *op)
+{
+    vp_error err;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    bool ck[64] = {false};
+    size_t ns = vp_graph_segment_count(g);
+    cr_assert_leq(ns, 64);
+    vp_graph_default_checkpoint(g, ck);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.steps = 1;
+    s.checkpoint = ck;
+    s.n_checkpoint = ns;
+    bwd_count c = {op, 0};
+    vp_estimate e;
+    cr_assert_eq(vp_simulate(g, &s, &e, count_bwd, &c, &err), VP_OK,
+                 "vp_simulate: %s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return c.allocs;
+}
+
+/* torch.utils.checkpoint (non-reentrant, early stop on by default:
+ * set_checkpoint_early_stop, _StopRecomputationError raised by the
+ * unpack hook once every saved tensor is back): a layer's recomputation
+ * ends at its last op that saves something. In tf-small's checkpointed
+ * layer 0 that is mlp.proj (a linear: it saves its input); the
+ * residual add after it saves nothing and is not recomputed, so it
+ * allocates nothing in the backward, while the attention's residual add,
+ * inside the recomputed range, makes its output again (32768 B). */
+Test(rules_ops, checkpoint_recomputation_stops_at_the_last_op_that_saves)
+{
+    cr_expect_eq(checkpointed_bwd_allocs("layers.0.mlp.residual"), 0);
+    cr_expect_eq(checkpointed_bwd_allocs("layers.0.attn.residual"), 1);
+}
