@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vramplan/vramplan.h"
@@ -259,4 +260,66 @@ Test(rules_ops, checkpoint_recomputation_stops_at_the_last_op_that_saves)
 {
     cr_expect_eq(checkpointed_bwd_allocs("layers.0.mlp.residual"), 0);
     cr_expect_eq(checkpointed_bwd_allocs("layers.0.attn.residual"), 1);
+}
+
+/* The library workspaces of a fresh process, in order (the event stream's
+ * VP_CAT_WORKSPACE allocations over two steps). */
+typedef struct {
+    uint64_t bytes[8];
+    uint32_t step[8];
+    vp_phase phase[8];
+    char op[8][40];
+    size_t n;
+} ws_events;
+
+static void record_ws(const vp_sim_event *ev, void *ud)
+{
+    ws_events *w = ud;
+    if (ev->is_free || ev->category != VP_CAT_WORKSPACE || w->n >= 8)
+        return;
+    w->bytes[w->n] = ev->bytes;
+    w->step[w->n] = ev->step;
+    w->phase[w->n] = ev->phase;
+    snprintf(w->op[w->n], sizeof w->op[0], "%s", ev->op ? ev->op : "");
+    w->n++;
+}
+
+/* aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per handle
+ * and stream, getChosenWorkspaceSize 32 MiB on sm90 (the main thread's,
+ * made by the process's first GEMM, before the model: the setup), and
+ * a cuBLASLt workspace of getCUDABlasLtWorkspaceSize, 1 MiB, made by the
+ * first addmm (a linear with a bias runs cublasLt's bias epilogue,
+ * gemm_and_bias); the autograd engine's backward thread has its own
+ * handle, so the first backward GEMM (tf-small's untied lm_head) makes a
+ * second 32 MiB workspace. All are kept: step 2 makes none. */
+Test(rules_ops, cublas_workspaces_per_thread_and_the_lt_one_at_the_first_addmm)
+{
+    vp_error err;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.steps = 2;
+    ws_events w;
+    memset(&w, 0, sizeof w);
+    vp_estimate e;
+    cr_assert_eq(vp_simulate(g, &s, &e, record_ws, &w, &err), VP_OK,
+                 "vp_simulate: %s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    cr_assert_eq(w.n, 3, "%zu workspaces, expected 3", w.n);
+    cr_expect_eq(w.bytes[0], 32ull << 20);
+    cr_expect_eq(w.phase[0], VP_PHASE_SETUP);
+    cr_expect_eq(w.bytes[1], 1ull << 20);
+    cr_expect_eq(w.step[1], 1);
+    cr_expect_eq(w.phase[1], VP_PHASE_FORWARD);
+    cr_expect_str_eq(w.op[1], "layers.0.attn.q_proj");
+    cr_expect_eq(w.bytes[2], 32ull << 20);
+    cr_expect_eq(w.step[2], 1);
+    cr_expect_eq(w.phase[2], VP_PHASE_BACKWARD);
+    cr_expect_str_eq(w.op[2], "lm_head");
 }
