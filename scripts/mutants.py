@@ -488,11 +488,13 @@ def main():
     hints = {k.rstrip("*"): r for k, r in prev.items()
              if r["status"] == "killed"}
     if a.merge:
+        # every earlier row, the selected ones too until they are rerun
+        # (an interrupted run keeps the rows it has not reached)
         for m in muts:
             pid = m["id"]
-            if pid in prev and not any(x["id"] == pid for x in sel):
+            if pid in prev:
                 results[pid] = prev[pid]
-            elif pid + "*" in prev and not any(x["id"] == pid for x in sel):
+            elif pid + "*" in prev:
                 results[pid] = prev[pid + "*"]
         for r in results.values():  # the earlier killers run first
             if r["status"] == "killed" and r["by"]:
