@@ -22,7 +22,11 @@ killed the most mutations so far run first. A mutation is
 Before the mutations, the unmutated copy must pass every check (the
 baseline), or nothing is run. The report (Markdown) goes to
 scripts/mutants.report.md, or --report FILE (--merge keeps its rows of
-the mutations not run now, marked *: rerun a few after a fix); the exit status is 0 when no
+the mutations not run now, and of the selected ones until they are
+rerun, marked *: rerun a few after a fix). The checks run most likely
+killer first: the test that killed the mutation in the report alone,
+the rule file's usual killers (BY_FILE), then the rest by kills so far.
+The exit status is 0 when no
 mutation survived outside the list of explained survivors
 (scripts/mutants.survivors: id, tab, why no test can see it), and every
 mutation applied and compiled.
