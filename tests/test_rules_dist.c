@@ -30,6 +30,23 @@ static void h100(vp_hw *h)
     vp_hw_fill_defaults(h);
 }
 
+/* vp_coll_time of an all-gather of `bytes` over n ranks `stride` apart on
+ * a cluster of `gpus` H100s, 8 a node (default_nic: the profile names no
+ * network, vp_cluster_init's default), against want, to 1e-9. */
+static void expect_all_gather(bool default_nic, uint32_t gpus, double bytes,
+                              uint32_t n, uint32_t stride, double want)
+{
+    vp_hw hw;
+    h100(&hw);
+    if (default_nic)
+        hw.network = 0;
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, gpus, 8);
+    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, n, stride);
+    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
+              want);
+}
+
 static vp_cluster_mem eval_mem_dt(const char *model, uint64_t seq,
                                   uint32_t gpus, vp_sharding sh,
                                   vp_dtype dt, uint64_t *P);
@@ -117,15 +134,9 @@ Test(rules_dist, zero3_steps_in_sub_groups)
  * GB/s.) */
 Test(rules_dist, nvlink_collectives_at_80_percent)
 {
-    vp_hw hw;
-    h100(&hw);
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, 8, 8);
     double bytes = 1073741824.0;
-    double want = 32.2e-6 + bytes * 7.0 / (8.0 * 360e9);
-    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 8, 1);
-    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
-              want);
+    expect_all_gather(false, 8, bytes, 8, 1,
+                      32.2e-6 + bytes * 7.0 / (8.0 * 360e9));
 }
 
 /* Across nodes a rank's traffic leaves through its own NIC: a profile
@@ -139,16 +150,8 @@ Test(rules_dist, nvlink_collectives_at_80_percent)
  * the bandwidth and 22.5 us; LL: half of it.) */
 Test(rules_dist, network_collectives_at_85_percent_of_the_nic)
 {
-    vp_hw hw;
-    h100(&hw);
-    hw.network = 0;
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, 16, 8);
     double bytes = 1073741824.0;
-    double want = 22.4e-6 + bytes / (2.0 * 42.5e9);
-    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 2, 8);
-    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
-              want);
+    expect_all_gather(true, 16, bytes, 2, 8, 22.4e-6 + bytes / (2.0 * 42.5e9));
 }
 
 /* DeepSpeed ZeRO-3's gathered parameters and gradient bucket (defaults
@@ -199,15 +202,9 @@ Test(rules_dist, megatron_fp16_keeps_20_bytes_per_parameter)
  * 10.8e-6 + 65536 x 7 / (8 x 87.7e9) s = 11.454 us. */
 Test(rules_dist, small_collectives_run_ll_at_its_latency_and_bandwidth_cap)
 {
-    vp_hw hw;
-    h100(&hw);
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, 8, 8);
     double bytes = 65536.0;
-    double want = 10.8e-6 + bytes * 7.0 / (8.0 * 87.7e9);
-    double t = vp_coll_time(&c, VP_COLL_ALL_GATHER, bytes, 8, 1);
-    cr_expect(fabs(t - want) <= 1e-9 * want, "%.9g s, expected %.9g s", t,
-              want);
+    expect_all_gather(false, 8, bytes, 8, 1,
+                      10.8e-6 + bytes * 7.0 / (8.0 * 87.7e9));
 }
 
 /* DDP all-reduces the fp32 gradients in 25 MiB buckets as the backward

@@ -38,32 +38,59 @@ static void record(const vp_sim_event *ev, void *ud)
                                ev->category, ev->phase};
 }
 
-/* One training step of a model file at batch 2 (fp32 unless prec says),
- * the events of its op `op` into *st. */
-static void simulate_op(const char *model, const char *op, vp_precision prec,
-                        vp_attn_impl attn, bool attn_set, op_stream *st)
+#define TF_SMALL "tests/data/good/tf-small.yaml"
+
+/* A setup at batch 2, one step, fp32, the model's attention. */
+static vp_setup setup_b2(void)
+{
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.steps = 1;
+    return s;
+}
+
+/* Simulate a model file under setup *s (every layer checkpointed when
+ * ckpt_all), its events to fn. */
+static void run_model(const char *model, vp_setup *s, bool ckpt_all,
+                      vp_sim_event_fn fn, void *ud)
 {
     vp_error err;
     memset(&err, 0, sizeof err);
     vp_model *m = vp_model_load(model, &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 0, &err);
+    vp_graph *g = vp_graph_build(m, s->batch, 0, &err);
     cr_assert_not_null(g, "%s", err.msg);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = 2;
-    s.steps = 1;
+    bool ck[64] = {false};
+    if (ckpt_all) {
+        size_t ns = vp_graph_segment_count(g);
+        cr_assert_leq(ns, 64);
+        vp_graph_default_checkpoint(g, ck);
+        s->checkpoint = ck;
+        s->n_checkpoint = ns;
+    }
+    vp_estimate e;
+    vp_status rc = vp_simulate(g, s, &e, fn, ud, &err);
+    cr_assert_eq(rc, VP_OK, "vp_simulate: %s", err.msg);
+    s->checkpoint = NULL;
+    s->n_checkpoint = 0;
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* One training step of a model file at batch 2 (fp32 unless prec says),
+ * the events of its op `op` into *st. */
+static void simulate_op(const char *model, const char *op, vp_precision prec,
+                        vp_attn_impl attn, bool attn_set, op_stream *st)
+{
+    vp_setup s = setup_b2();
     s.precision = prec;
     s.attn = attn;
     s.attn_set = attn_set;
     memset(st, 0, sizeof *st);
     st->op = op;
-    vp_estimate e;
-    vp_status rc = vp_simulate(g, &s, &e, record, st, &err);
-    cr_assert_eq(rc, VP_OK, "vp_simulate: %s", err.msg);
+    run_model(model, &s, false, record, st);
     cr_assert_gt(st->n, 0, "no event of %s", op);
-    vp_graph_free(g);
-    vp_model_free(m);
 }
 
 /* tests/data/good/tf-small.yaml (hidden 64, 4 heads, seq 64, causal)
@@ -73,7 +100,7 @@ static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
                            op_event *out)
 {
     static op_stream st;
-    simulate_op("tests/data/good/tf-small.yaml", "layers.0.attn.core", prec,
+    simulate_op(TF_SMALL, "layers.0.attn.core", prec,
                 VP_ATTN_EAGER, true, &st);
     size_t n = 0;
     for (size_t i = 0; i < st.n; i++)
@@ -189,7 +216,7 @@ Test(rules_ops, batch_norm_keeps_its_mean_and_inverse_std_for_the_backward)
 Test(rules_ops, embedding_backward_sorts_then_sums_segments)
 {
     static op_stream st;
-    simulate_op("tests/data/good/tf-small.yaml", "embed_tokens",
+    simulate_op(TF_SMALL, "embed_tokens",
                 VP_PREC_FP32, VP_ATTN_SDPA, false, &st);
     op_event e[MAX_EV];
     size_t n = 0;
@@ -223,28 +250,9 @@ static void count_bwd(const vp_sim_event *ev, void *ud)
 
 static size_t checkpointed_bwd_allocs(const char *op)
 {
-    vp_error err;
-    memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 0, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    bool ck[64] = {false};
-    size_t ns = vp_graph_segment_count(g);
-    cr_assert_leq(ns, 64);
-    vp_graph_default_checkpoint(g, ck);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = 2;
-    s.steps = 1;
-    s.checkpoint = ck;
-    s.n_checkpoint = ns;
+    vp_setup s = setup_b2();
     bwd_count c = {op, 0};
-    vp_estimate e;
-    cr_assert_eq(vp_simulate(g, &s, &e, count_bwd, &c, &err), VP_OK,
-                 "vp_simulate: %s", err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
+    run_model(TF_SMALL, &s, true, count_bwd, &c);
     return c.allocs;
 }
 
@@ -294,23 +302,11 @@ static void record_ws(const vp_sim_event *ev, void *ud)
  * second 32 MiB workspace. All are kept: step 2 makes none. */
 Test(rules_ops, cublas_workspaces_per_thread_and_the_lt_one_at_the_first_addmm)
 {
-    vp_error err;
-    memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 0, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = 2;
+    vp_setup s = setup_b2();
     s.steps = 2;
     ws_events w;
     memset(&w, 0, sizeof w);
-    vp_estimate e;
-    cr_assert_eq(vp_simulate(g, &s, &e, record_ws, &w, &err), VP_OK,
-                 "vp_simulate: %s", err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
+    run_model(TF_SMALL, &s, false, record_ws, &w);
     cr_assert_eq(w.n, 3, "%zu workspaces, expected 3", w.n);
     cr_expect_eq(w.bytes[0], 32ull << 20);
     cr_expect_eq(w.phase[0], VP_PHASE_SETUP);

@@ -12,23 +12,28 @@
 
 #define MIB ((uint64_t)1 << 20)
 
-static vp_estimate simulate_mlp_setup(vp_optimizer opt, bool offload);
-
-static vp_estimate simulate_mlp(vp_optimizer opt)
+/* Simulate a model file under setup *s, its events to fn (may be NULL). */
+static vp_estimate run_model(const char *model, const vp_setup *s,
+                             vp_sim_event_fn fn, void *ud)
 {
-    return simulate_mlp_setup(opt, false);
+    vp_error err;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load(model, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, s->batch, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_estimate e;
+    vp_status st = vp_simulate(g, s, &e, fn, ud, &err);
+    cr_assert_eq(st, VP_OK, "vp_simulate: %s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return e;
 }
 
 /* mlp-sim at batch 1024, two steps, with the optimizer on the GPU or
  * offloaded to the host. */
 static vp_estimate simulate_mlp_setup(vp_optimizer opt, bool offload)
 {
-    vp_error err;
-    memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load("tests/data/good/mlp-sim.yaml", &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 1024, 0, &err);
-    cr_assert_not_null(g, "%s", err.msg);
     vp_setup s;
     vp_setup_init(&s);
     s.batch = 1024;
@@ -36,12 +41,12 @@ static vp_estimate simulate_mlp_setup(vp_optimizer opt, bool offload)
     s.steps = 2;
     s.optimizer = opt;
     s.offload_optimizer = offload;
-    vp_estimate e;
-    vp_status st = vp_simulate(g, &s, &e, NULL, NULL, &err);
-    cr_assert_eq(st, VP_OK, "vp_simulate: %s", err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
-    return e;
+    return run_model("tests/data/good/mlp-sim.yaml", &s, NULL, NULL);
+}
+
+static vp_estimate simulate_mlp(vp_optimizer opt)
+{
+    return simulate_mlp_setup(opt, false);
 }
 
 /* torch.optim.Adafactor (torch/optim/_adafactor.py, Adafactor._init_group):
@@ -80,23 +85,13 @@ static void record_state(const vp_sim_event *ev, void *ud)
  * (128 + 64) x 4 + 4 = 772 B. (Full variances: 256004 and 32772 B.) */
 Test(rules_optim, adafactor_factors_an_embedding_table)
 {
-    vp_error err;
-    memset(&err, 0, sizeof err);
-    vp_model *m = vp_model_load("tests/data/good/tf-small.yaml", &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 0, &err);
-    cr_assert_not_null(g, "%s", err.msg);
     vp_setup s;
     vp_setup_init(&s);
     s.batch = 2;
     s.steps = 1;
     s.optimizer = VP_OPT_ADAFACTOR;
     state_allocs a = {0};
-    vp_estimate e;
-    cr_assert_eq(vp_simulate(g, &s, &e, record_state, &a, &err), VP_OK,
-                 "vp_simulate: %s", err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
+    run_model("tests/data/good/tf-small.yaml", &s, record_state, &a);
     cr_assert_geq(a.n, 2, "%zu state allocations", a.n);
     cr_expect_eq(a.bytes[0], 4260u, "token table: %llu B",
                  (unsigned long long)a.bytes[0]);
