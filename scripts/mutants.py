@@ -22,7 +22,11 @@ killed the most mutations so far run first. A mutation is
 Before the mutations, the unmutated copy must pass every check (the
 baseline), or nothing is run. The report (Markdown) goes to
 scripts/mutants.report.md, or --report FILE (--merge keeps its rows of
-the mutations not run now, marked *: rerun a few after a fix); the exit status is 0 when no
+the mutations not run now, and of the selected ones until they are
+rerun, marked *: rerun a few after a fix). The checks run most likely
+killer first: the test that killed the mutation in the report alone,
+the rule file's usual killers (BY_FILE), then the rest by kills so far.
+The exit status is 0 when no
 mutation survived outside the list of explained survivors
 (scripts/mutants.survivors: id, tab, why no test can see it), and every
 mutation applied and compiled.
@@ -49,9 +53,17 @@ MAKE = os.environ.get("MAKE", "make")
 PYTHON = os.environ.get("PYTHON", "python3")
 # Checks that usually kill a simulator rule first; the rest follow in
 # name order. The checks that killed most run first as the run goes.
-FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_sim", "test_published", "test_cluster",
+FIRST = ["accuracy", "test_rules_optim", "test_rules_dist", "test_rules_ops", "test_sim", "test_published", "test_cluster",
          "test_techniques", "test_cluster_time", "test_timing",
          "test_validate_dist", "test_allocator", "test_serve", "test_cli"]
+# The checks a rule's file is most likely caught by, tried right after the
+# mutation's killer of the last report (the cluster planner's rules are not
+# in the simulator that validate runs).
+BY_FILE = [(r"src/cluster", ["test_rules_dist", "test_cluster",
+                             "test_cluster_time"]),
+           (r"src/(serve|kvcache)", ["test_serve"]),
+           (r"src/optim", ["test_rules_optim"]),
+           (r"src/timing", ["test_timing", "test_published"])]
 SCRIPTS = ["tests/python/run.sh", "tests/install/run.sh"]
 KILLS = {}  # check -> mutations it killed in this run
 
@@ -164,7 +176,8 @@ def gt_files():
     out = []
     for pat in (gt + "/*.jsonl", gt + "/dist/*.jsonl",
                 TREE + "/groundtruth/*.jsonl",
-                TREE + "/groundtruth/dist/*.jsonl"):
+                TREE + "/groundtruth/dist/*.jsonl",
+                TREE + "/groundtruth/heldout/*.jsonl"):
         out += sorted(glob.glob(pat))
     return out
 
@@ -181,12 +194,17 @@ def first_failure(out):
     return m.group(1) if m else "(exit status)"
 
 
-def run_check(name, timeout):
+def run_check(name, timeout, first_gt=None):
     """Runs one check in the scratch tree: None when it passes, else what
-    failed."""
+    failed. name is "accuracy" (first_gt: the ground-truth file to try
+    first), a test binary, "BINARY::suite::test" (that test alone), or a
+    test script."""
     env = test_env()
     if name == "accuracy":
-        for f in gt_files():
+        files = gt_files()
+        if first_gt:
+            files.sort(key=lambda f: not f.endswith(first_gt))
+        for f in files:
             p = subprocess.run(["./vramplan", "validate", "--gpu", "h200",
                                 "--outliers", "groundtruth/bounds.json", f],
                                cwd=TREE, stdout=subprocess.DEVNULL,
@@ -212,12 +230,16 @@ def run_check(name, timeout):
         if rc == 0 and m and m.group(1) == "0":
             return None
         return first_failure(out)
+    name, _, test = name.partition("::")
     binary = "build/tests/" + name
     rc, out = sh([MAKE, "-s", "--no-print-directory", binary], env=env,
                  timeout=timeout)
     if rc != 0:
         return "BUILD: " + out.strip().splitlines()[-1][:160]
-    rc, out = sh(["./" + binary, "--fail-fast"], timeout=timeout, env=env)
+    args = ["--fail-fast"]
+    if test:
+        args.append("--filter=" + test.replace("::", "/", 1))
+    rc, out = sh(["./" + binary] + args, timeout=timeout, env=env)
     if rc == 0 and "Failing: 0" in out:
         return None
     return first_failure(out)
@@ -229,16 +251,26 @@ def build(timeout):
     return rc, out
 
 
-def run_checks(order, timeout, stop_first=True):
-    """The checks in order: (killer, detail, seconds) or None."""
-    for name in order:
+def run_checks(order, timeout, hint=None):
+    """The checks in order, until one fails: (check, detail, seconds) or
+    None. hint: the mutation's killer in the last report (a check and its
+    test or ground-truth file): that test alone runs first, and the
+    accuracy gate tries that file first."""
+    first_gt, pre = None, []
+    if hint and hint.get("by") == "accuracy":
+        m = re.match(r"(?:shared/)?groundtruth/\S+?\.jsonl", hint["detail"])
+        first_gt = m.group(0).split("groundtruth/", 1)[1] if m else None
+    elif hint and hint.get("by") in order and \
+            re.fullmatch(r"\w+::\w+", hint.get("detail", "")):
+        pre = [hint["by"] + "::" + hint["detail"]]
+    for name in pre + order:
         t0 = time.time()
         try:
-            fail = run_check(name, timeout)
+            fail = run_check(name, timeout, first_gt)
         except subprocess.TimeoutExpired:
             fail = f"timed out after {timeout} s"
         if fail is not None:
-            return name, fail, time.time() - t0
+            return name.partition("::")[0], fail, time.time() - t0
     return None
 
 
@@ -255,7 +287,15 @@ def force_relink():
             os.remove(p)
 
 
-def mutate(m, order, timeout):
+def order_for(m, order):
+    """The checks for mutation m: the ones its file is most likely caught
+    by first, then the rest in the run's order."""
+    first = [c for pat, cs in BY_FILE if re.match(pat, m["file"])
+             for c in cs if c in order]
+    return first + [c for c in order if c not in first]
+
+
+def mutate(m, order, timeout, hint=None):
     path = os.path.join(TREE, m["file"])
     if not os.path.isfile(path):
         return {"status": "stale", "detail": "no such file"}
@@ -285,7 +325,7 @@ def mutate(m, order, timeout):
             return {"status": "invalid",
                     "detail": (err[0] if err else out[-200:]).strip(),
                     "secs": time.time() - t0}
-        res = run_checks(order, timeout)
+        res = run_checks(order_for(m, order), timeout, hint)
     finally:
         with open(path, "w") as f:
             f.write(text)
@@ -295,6 +335,10 @@ def mutate(m, order, timeout):
                     f.write(data)
                 os.utime(p, ns=(pst.st_atime_ns, pst.st_mtime_ns))
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        elif not obj:
+            # a header: what was compiled with the mutated copy is newer
+            # than its restored time; make the header newer still
+            os.utime(path)
         force_relink()
     if res is None:
         return {"status": "survived", "secs": time.time() - t0}
@@ -444,13 +488,17 @@ def main():
         baseline_s = time.time() - t0
         print(f"mutants: baseline passes ({baseline_s:.0f} s)", flush=True)
     results = {}
+    prev = read_report(a.report)
+    hints = {k.rstrip("*"): r for k, r in prev.items()
+             if r["status"] == "killed"}
     if a.merge:
-        prev = read_report(a.report)
+        # every earlier row, the selected ones too until they are rerun
+        # (an interrupted run keeps the rows it has not reached)
         for m in muts:
             pid = m["id"]
-            if pid in prev and not any(x["id"] == pid for x in sel):
+            if pid in prev:
                 results[pid] = prev[pid]
-            elif pid + "*" in prev and not any(x["id"] == pid for x in sel):
+            elif pid + "*" in prev:
                 results[pid] = prev[pid + "*"]
         for r in results.values():  # the earlier killers run first
             if r["status"] == "killed" and r["by"]:
@@ -459,7 +507,7 @@ def main():
         order.sort(key=lambda c: (-KILLS.get(c, 0),
                                   static.index(c) if c in static else 0))
     for i, m in enumerate(sel, 1):
-        r = mutate(m, order, a.timeout)
+        r = mutate(m, order, a.timeout, hints.get(m["id"]))
         results[m["id"]] = r
         extra = r.get("by", "")
         if r["status"] == "survived":

@@ -636,3 +636,37 @@ Test(hw_defaults, leaves_rates_and_names_alone)
     cr_assert_float_eq(hw.launch, 5e-6, 0.0);
     cr_assert_eq(hw.memory, 80ull << 30);
 }
+
+/* A GPU profile that measured no memory-bound kernel classes runs each at
+ * the H200 sweep's bandwidth for that class over copy's (scripts/
+ * h200_sweeps.py; src/timing.c vp_hw_mem_share): copy 4279 GB/s, add
+ * 4298, gelu 3083, silu 3949, layernorm 2674, softmax 1270, to_fp32 2111,
+ * cross_entropy 333, Python RMSNorm 264. The shares are those ratios to
+ * four decimals, so each class's bandwidth is copy's times the ratio
+ * within half a unit of the fourth decimal. */
+Test(timing_defaults, unmeasured_kernel_classes_at_the_h200_sweep_ratios)
+{
+    static const double gbps[VP_HW_MEM__N] = {
+        [VP_HW_MEM_COPY] = 4279, [VP_HW_MEM_ADD] = 4298,
+        [VP_HW_MEM_GELU] = 3083, [VP_HW_MEM_SILU] = 3949,
+        [VP_HW_MEM_LAYERNORM] = 2674, [VP_HW_MEM_SOFTMAX] = 1270,
+        [VP_HW_MEM_CAST] = 2111, [VP_HW_MEM_CROSS_ENTROPY] = 333,
+        [VP_HW_MEM_RMSNORM_PY] = 264};
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    strcpy(hw.name, "no-sweep");
+    hw.fp32 = 67e12;
+    hw.bf16 = 989.4e12;
+    hw.hbm = 3.35e12;
+    hw.eff_max = 1.0;
+    hw.mem_eff = 0.9;
+    vp_hw_fill_defaults(&hw);
+    double copy = hw.mem_kind[VP_HW_MEM_COPY].peak;
+    cr_assert_gt(copy, 0.0);
+    for (int k = 0; k < VP_HW_MEM__N; k++) {
+        double share = hw.mem_kind[k].peak / copy;
+        double want = gbps[k] / gbps[VP_HW_MEM_COPY];
+        cr_expect(fabs(share - want) <= 5e-5, "class %d: %.6f of copy, "
+                  "the sweep's %.6f", k, share, want);
+    }
+}

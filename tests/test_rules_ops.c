@@ -1,0 +1,321 @@
+/* Rules of the op families that make mutants found untested
+ * (scripts/mutants.tsv; docs/MUTANTS.md), read from the simulated event
+ * stream of one op (vp_simulate's callback): the exact sizes and order of
+ * the allocations inside it, worked out by hand from the PyTorch or
+ * transformers code the rule cites. Run from the repository root. */
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define MAX_EV 64
+
+typedef struct {
+    bool is_free;
+    uint64_t bytes; /* the request; a free gives its block's size */
+    uint64_t tensor;
+    vp_category cat;
+    vp_phase phase;
+} op_event;
+
+/* The events of one op in step 1 (its forward and its backward). */
+typedef struct {
+    const char *op;
+    op_event ev[MAX_EV];
+    size_t n;
+} op_stream;
+
+static void record(const vp_sim_event *ev, void *ud)
+{
+    op_stream *s = ud;
+    if (ev->step != 1 || !ev->op || strcmp(ev->op, s->op) != 0)
+        return;
+    cr_assert_lt(s->n, MAX_EV, "more than %d events in %s", MAX_EV, s->op);
+    s->ev[s->n++] = (op_event){ev->is_free, ev->bytes, ev->tensor,
+                               ev->category, ev->phase};
+}
+
+#define TF_SMALL "tests/data/good/tf-small.yaml"
+
+/* A setup at batch 2, one step, fp32, the model's attention. */
+static vp_setup setup_b2(void)
+{
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.steps = 1;
+    return s;
+}
+
+/* Simulate a model file under setup *s (every layer checkpointed when
+ * ckpt_all), its events to fn. */
+static void run_model(const char *model, vp_setup *s, bool ckpt_all,
+                      vp_sim_event_fn fn, void *ud)
+{
+    vp_error err;
+    memset(&err, 0, sizeof err);
+    vp_model *m = vp_model_load(model, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, s->batch, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    bool ck[64] = {false};
+    if (ckpt_all) {
+        size_t ns = vp_graph_segment_count(g);
+        cr_assert_leq(ns, 64);
+        vp_graph_default_checkpoint(g, ck);
+        s->checkpoint = ck;
+        s->n_checkpoint = ns;
+    }
+    vp_estimate e;
+    vp_status rc = vp_simulate(g, s, &e, fn, ud, &err);
+    cr_assert_eq(rc, VP_OK, "vp_simulate: %s", err.msg);
+    s->checkpoint = NULL;
+    s->n_checkpoint = 0;
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* One training step of a model file at batch 2 (fp32 unless prec says),
+ * the events of its op `op` into *st. */
+static void simulate_op(const char *model, const char *op, vp_precision prec,
+                        vp_attn_impl attn, bool attn_set, op_stream *st)
+{
+    vp_setup s = setup_b2();
+    s.precision = prec;
+    s.attn = attn;
+    s.attn_set = attn_set;
+    memset(st, 0, sizeof *st);
+    st->op = op;
+    run_model(model, &s, false, record, st);
+    cr_assert_gt(st->n, 0, "no event of %s", op);
+}
+
+/* tests/data/good/tf-small.yaml (hidden 64, 4 heads, seq 64, causal)
+ * at batch 2 with eager attention forced, one step; the events of
+ * layers.0.attn.core whose size is `a` or `b` bytes, in order. */
+static size_t eager_scores(vp_precision prec, uint64_t a, uint64_t b,
+                           op_event *out)
+{
+    static op_stream st;
+    simulate_op(TF_SMALL, "layers.0.attn.core", prec,
+                VP_ATTN_EAGER, true, &st);
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == VP_PHASE_FORWARD &&
+            (st.ev[i].bytes == a || st.ev[i].bytes == b))
+            out[n++] = st.ev[i];
+    return n;
+}
+
+static void expect_event(const op_event *e, size_t i, bool is_free,
+                         uint64_t bytes, vp_category cat)
+{
+    cr_expect_eq(e[i].is_free, is_free, "event %zu: %s expected", i,
+                 is_free ? "a free" : "an allocation");
+    cr_expect_eq(e[i].bytes, bytes, "event %zu: %llu B, expected %llu", i,
+                 (unsigned long long)e[i].bytes,
+                 (unsigned long long)bytes);
+    cr_expect_eq(e[i].cat, cat, "event %zu: category %d, expected %d", i,
+                 (int)e[i].cat, (int)cat);
+}
+
+/* transformers' eager_attention_forward (modeling_llama.py:
+ * `attn_weights = torch.matmul(query, key_states.transpose(2, 3)) *
+ * scaling`; modeling_gpt2.py: the matmul, then `attn_weights /
+ * torch.full(...)`), then `attn_weights + causal_mask`, then
+ * `nn.functional.softmax(attn_weights, dim=-1)`. Each line makes a new
+ * B x h x Sq x Sk tensor (aten's bmm, mul/div, add and _softmax are
+ * out-of-place) and the name's previous tensor dies when it is rebound:
+ * the matmul's scores and the scaled scores are live together, then the
+ * scaled and the masked ones, then the masked scores and the softmax
+ * (saved for the backward). fp32, B = 2, h = 4, S = 64: 2 x 4 x 64 x 64
+ * x 4 B = 131072 B each. */
+Test(rules_ops, eager_attention_scores_are_two_temporaries_then_mask_then_softmax)
+{
+    const uint64_t sc = 2ull * 4 * 64 * 64 * 4;
+    op_event e[MAX_EV];
+    size_t n = eager_scores(VP_PREC_FP32, sc, sc, e);
+    cr_assert_eq(n, 7, "%zu score-sized events, expected 7", n);
+    expect_event(e, 0, false, sc, VP_CAT_TEMP);  /* q @ k^T           */
+    expect_event(e, 1, false, sc, VP_CAT_TEMP);  /* * scaling         */
+    expect_event(e, 2, true, sc, VP_CAT_TEMP);   /* the matmul's dies */
+    expect_event(e, 3, false, sc, VP_CAT_TEMP);  /* + causal_mask     */
+    expect_event(e, 4, true, sc, VP_CAT_TEMP);   /* the scaled dies   */
+    expect_event(e, 5, false, sc, VP_CAT_ACT);   /* softmax, saved    */
+    expect_event(e, 6, true, sc, VP_CAT_TEMP);   /* the masked dies   */
+    cr_expect_eq(e[2].tensor, e[0].tensor, "the first free is the matmul's");
+    cr_expect_eq(e[4].tensor, e[1].tensor, "the second is the scaled one");
+    cr_expect_eq(e[6].tensor, e[3].tensor, "the third is the masked one");
+}
+
+/* The same under autocast to bf16 (torch/csrc/autograd autocast_mode.cpp:
+ * matmul is in the lower-precision list, softmax in the fp32 list): the
+ * matmul and the scaling stay bf16 (2 x 4 x 64 x 64 x 2 = 65536 B); the
+ * causal mask is built in the parameters' dtype, fp32, so the sum is
+ * promoted to fp32 (131072 B); softmax runs in fp32 and is saved; then
+ * `.to(value_states.dtype)` casts the probabilities back to bf16 for the
+ * second matmul (65536 B). */
+Test(rules_ops, eager_attention_scores_under_autocast_promote_at_the_mask)
+{
+    const uint64_t h = 2ull * 4 * 64 * 64 * 2, f = 2 * h;
+    op_event e[MAX_EV];
+    size_t n = eager_scores(VP_PREC_AMP_BF16, h, f, e);
+    cr_assert_eq(n, 8, "%zu score-sized events, expected 8", n);
+    expect_event(e, 0, false, h, VP_CAT_TEMP);   /* bf16 q @ k^T         */
+    expect_event(e, 1, false, h, VP_CAT_TEMP);   /* bf16 * scaling       */
+    expect_event(e, 2, true, h, VP_CAT_TEMP);
+    expect_event(e, 3, false, f, VP_CAT_TEMP);   /* + fp32 mask: fp32    */
+    expect_event(e, 4, true, h, VP_CAT_TEMP);
+    expect_event(e, 5, false, f, VP_CAT_ACT);    /* fp32 softmax, saved  */
+    expect_event(e, 6, true, f, VP_CAT_TEMP);
+    expect_event(e, 7, false, h, VP_CAT_TEMP);   /* .to(bf16)            */
+}
+
+/* cudnn_batch_norm in training (aten/src/ATen/native/cudnn/BatchNorm.cpp):
+ * the output in the input's dtype, and save_mean and save_var, one fp32
+ * value per channel, which autograd keeps for cudnn_batch_norm_backward.
+ * tests/data/good/conv-pool.yaml's bn1 at batch 2: 16 channels of 32 x 32,
+ * the output 2 x 16 x 32 x 32 x 4 = 131072 B, the statistics 16 x 4 =
+ * 64 B each; both live until the op's backward, none freed in the
+ * forward. */
+Test(rules_ops, batch_norm_keeps_its_mean_and_inverse_std_for_the_backward)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/conv-pool.yaml", "bn1", VP_PREC_FP32,
+                VP_ATTN_SDPA, false, &st);
+    const op_event *e = st.ev;
+    cr_assert_geq(st.n, 3);
+    expect_event(e, 0, false, 131072, VP_CAT_ACT);
+    expect_event(e, 1, false, 64, VP_CAT_ACT);
+    expect_event(e, 2, false, 64, VP_CAT_ACT);
+    size_t freed = 0;
+    for (size_t i = 3; i < st.n; i++) {
+        cr_expect(!(e[i].is_free && e[i].phase == VP_PHASE_FORWARD),
+                  "event %zu: a free in bn1's forward", i);
+        if (e[i].is_free && e[i].phase == VP_PHASE_BACKWARD &&
+            (e[i].tensor == e[1].tensor || e[i].tensor == e[2].tensor))
+            freed++;
+    }
+    cr_expect_eq(freed, 2, "%zu of the two statistics freed in bn1's "
+                 "backward", freed);
+}
+
+/* embedding_dense_backward (aten/src/ATen/native/cuda/Embedding.cu and
+ * EmbeddingBackwardKernel.cu, embedding_backward_cuda_kernel; traced in
+ * docs/SIMULATION_NOTES.md §3.6): the indices sorted through int64
+ * buffers of one value per token (the sorted indices, their original
+ * positions, the segment offsets and the sort's scratch), one at a time;
+ * then the per-segment fp32 partial sums, tokens / NROWS_PER_THREAD (10)
+ * + min(tokens, vocab) rows of the embedding width; then the dense fp32
+ * gradient of the whole table; the partial sums die. tf-small's
+ * embed_tokens at batch 2 x 64 tokens: N = 128, 128 x 8 = 1024 B per sort
+ * buffer; (128 / 10 + 128) x 64 x 4 = 35840 B; 1000 x 64 x 4 = 256000 B. */
+Test(rules_ops, embedding_backward_sorts_then_sums_segments)
+{
+    static op_stream st;
+    simulate_op(TF_SMALL, "embed_tokens",
+                VP_PREC_FP32, VP_ATTN_SDPA, false, &st);
+    op_event e[MAX_EV];
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == VP_PHASE_BACKWARD)
+            e[n++] = st.ev[i];
+    cr_assert_geq(n, 11, "%zu backward events, expected 11 (then the "
+                  "incoming gradient's free)", n);
+    for (size_t k = 0; k < 4; k++) {
+        expect_event(e, 2 * k, false, 1024, VP_CAT_TEMP);
+        expect_event(e, 2 * k + 1, true, 1024, VP_CAT_TEMP);
+    }
+    expect_event(e, 8, false, 35840, VP_CAT_TEMP);
+    expect_event(e, 9, false, 256000, VP_CAT_TEMP);
+    expect_event(e, 10, true, 35840, VP_CAT_TEMP);
+}
+
+/* Allocations of op `op` in step 1's backward phase. */
+typedef struct {
+    const char *op;
+    size_t allocs;
+} bwd_count;
+
+static void count_bwd(const vp_sim_event *ev, void *ud)
+{
+    bwd_count *c = ud;
+    if (ev->step == 1 && ev->phase == VP_PHASE_BACKWARD && !ev->is_free &&
+        ev->op && strcmp(ev->op, c->op) == 0)
+        c->allocs++;
+}
+
+static size_t checkpointed_bwd_allocs(const char *op)
+{
+    vp_setup s = setup_b2();
+    bwd_count c = {op, 0};
+    run_model(TF_SMALL, &s, true, count_bwd, &c);
+    return c.allocs;
+}
+
+/* torch.utils.checkpoint (non-reentrant, early stop on by default:
+ * set_checkpoint_early_stop, _StopRecomputationError raised by the
+ * unpack hook once every saved tensor is back): a layer's recomputation
+ * ends at its last op that saves something. In tf-small's checkpointed
+ * layer 0 that is mlp.proj (a linear: it saves its input); the
+ * residual add after it saves nothing and is not recomputed, so it
+ * allocates nothing in the backward, while the attention's residual add,
+ * inside the recomputed range, makes its output again (32768 B). */
+Test(rules_ops, checkpoint_recomputation_stops_at_the_last_op_that_saves)
+{
+    cr_expect_eq(checkpointed_bwd_allocs("layers.0.mlp.residual"), 0);
+    cr_expect_eq(checkpointed_bwd_allocs("layers.0.attn.residual"), 1);
+}
+
+/* The library workspaces of a fresh process, in order (the event stream's
+ * VP_CAT_WORKSPACE allocations over two steps). */
+typedef struct {
+    uint64_t bytes[8];
+    uint32_t step[8];
+    vp_phase phase[8];
+    char op[8][40];
+    size_t n;
+} ws_events;
+
+static void record_ws(const vp_sim_event *ev, void *ud)
+{
+    ws_events *w = ud;
+    if (ev->is_free || ev->category != VP_CAT_WORKSPACE || w->n >= 8)
+        return;
+    w->bytes[w->n] = ev->bytes;
+    w->step[w->n] = ev->step;
+    w->phase[w->n] = ev->phase;
+    snprintf(w->op[w->n], sizeof w->op[0], "%s", ev->op ? ev->op : "");
+    w->n++;
+}
+
+/* aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per handle
+ * and stream, getChosenWorkspaceSize 32 MiB on sm90 (the main thread's,
+ * made by the process's first GEMM, before the model: the setup), and
+ * a cuBLASLt workspace of getCUDABlasLtWorkspaceSize, 1 MiB, made by the
+ * first addmm (a linear with a bias runs cublasLt's bias epilogue,
+ * gemm_and_bias); the autograd engine's backward thread has its own
+ * handle, so the first backward GEMM (tf-small's untied lm_head) makes a
+ * second 32 MiB workspace. All are kept: step 2 makes none. */
+Test(rules_ops, cublas_workspaces_per_thread_and_the_lt_one_at_the_first_addmm)
+{
+    vp_setup s = setup_b2();
+    s.steps = 2;
+    ws_events w;
+    memset(&w, 0, sizeof w);
+    run_model(TF_SMALL, &s, false, record_ws, &w);
+    cr_assert_eq(w.n, 3, "%zu workspaces, expected 3", w.n);
+    cr_expect_eq(w.bytes[0], 32ull << 20);
+    cr_expect_eq(w.phase[0], VP_PHASE_SETUP);
+    cr_expect_eq(w.bytes[1], 1ull << 20);
+    cr_expect_eq(w.step[1], 1);
+    cr_expect_eq(w.phase[1], VP_PHASE_FORWARD);
+    cr_expect_str_eq(w.op[1], "layers.0.attn.q_proj");
+    cr_expect_eq(w.bytes[2], 32ull << 20);
+    cr_expect_eq(w.step[2], 1);
+    cr_expect_eq(w.phase[2], VP_PHASE_BACKWARD);
+    cr_expect_str_eq(w.op[2], "lm_head");
+}
