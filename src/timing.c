@@ -93,8 +93,9 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
  * elements, and 16-bit, through ATen's NCHW kernels
  * (batch_norm_collect_statistics + batch_norm_transform_input + the
  * running statistics; batch_norm_backward), 5.840 and 8.654 ms: 5.00 /
- * 10.19 and 8.21 / 12.17 ns per element at 4580.28 GB/s. */
-static const double bn_h200[2][2] = {{22.90, 46.69}, {37.60, 55.73}};
+ * 10.19 and 8.21 / 12.17 ps per element at 4580.28 GB/s (calibrate/
+ * fit-kernels.py). */
+static const double bn_h200[2][2] = {{22.90, 46.69}, {37.61, 55.73}};
 
 /* The H200 host's seconds per parameter tensor of each optimizer step
  * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach

@@ -159,10 +159,10 @@ typedef struct vp_step_time {
  * memory-efficient kernel in fp32 (fmha_cutlassF_f32 / fmha_cutlassB_f32,
  * CUDA-core FMA): on the H200 (calibrate/profiles/h200-kernels-
  * byname.jsonl, gpt2-small-fp32-b8) 7.690 ms forward and 15.488 ms
- * backward over 154.6 and 386.5 GFLOP, 20.10 and 24.96 TFLOP/s: these
+ * backward over 154.6 and 386.5 GFLOP, 20.11 and 24.96 TFLOP/s: these
  * shares of the fp32 GEMM peak (50.10 TFLOP/s). */
-#define VP_ATTN_FP32_FWD_SHARE 0.4012
-#define VP_ATTN_FP32_BWD_SHARE 0.4981
+#define VP_ATTN_FP32_FWD_SHARE 0.4013
+#define VP_ATTN_FP32_BWD_SHARE 0.4982
 /* A CPU AdamW step (DeepSpeed's CPUAdam) streams about 16 bytes per
  * parameter through host memory; 20 GB/s is a host-memory figure for one
  * process (documented estimate, not measured here). */
