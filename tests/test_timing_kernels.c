@@ -184,3 +184,40 @@ Test(timing_kernels, in_place_relu_moves_what_an_out_of_place_one_does)
     cr_assert_gt(in.memory, 0.0);
     near_rel(in.memory, out.memory, 1e-12, "memory-bound time");
 }
+
+/* One training step of model `path` at batch b in fp32. */
+static vp_step_time train(const char *path, uint64_t b, const vp_hw *hw)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, b, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = b;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return t;
+}
+
+Test(timing_kernels, a_forked_output_adds_one_gradient_sum)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time fork = train("tests/data/timing/residual-fork.yaml", 64, &hw);
+    vp_step_time chain =
+        train("tests/data/timing/residual-chain.yaml", 64, &hw);
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    const vp_curve *cp = &f.mem_kind[VP_HW_MEM_COPY];
+    double own = cp->half / cp->peak - f.dispatch;
+    if (own < gap_of(&hw))
+        own = gap_of(&hw);
+    /* fc1's fp32 output, 64 x 2048, read twice and written once */
+    double bytes = 3.0 * 64 * 2048 * 4;
+    double want = bytes / f.mem_kind[VP_HW_MEM_ADD].peak + own;
+    near_rel(fork.memory - chain.memory, want, 1e-9, "gradient sum");
+}
