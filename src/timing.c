@@ -540,27 +540,69 @@ static void conv_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
         *b += conv_gemm(c, gap, m, k, n);
 }
 
+/* A linear's forward and backward GEMMs: the forward, the weight
+ * gradient (k over m) and, when the input needs one (the graph's backward
+ * FLOPs say), the input gradient (m x n @ n x k); unaligned 16-bit rows at
+ * their measured rates. */
+static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                        double *f, double *b)
+{
+    const vp_curve *c = &x->hw->gemm[gemm_dtype(s->precision)];
+    double m = (double)o->numel / (double)o->out_features;
+    double n = (double)o->out_features, k = (double)o->in_features;
+    int al = unaligned_class(s, o->out_features, o->in_features);
+    *f = unaligned(c, al, GEMM_FWD, gemm_gpu(c, x->gap, m, n, k), m * n * k);
+    *b = unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, x->gap, n, k, m), n * k * m);
+    if (o->flops_bwd > 1.5 * o->flops_fwd)
+        *b += unaligned(c, al, GEMM_DGRAD, gemm_gpu(c, x->gap, m, k, n),
+                        m * k * n);
+}
+
+/* The attention core's seconds: the kernel the simulator runs (sim.c
+ * attn_impl_of: the user's choice or the model's). Eager attention is two
+ * batched matmuls over the whole (masked) score matrix; SDPA on fp32
+ * inputs the memory-efficient kernel in fp32 (CUDA-core FMA,
+ * fmha_cutlassF/B_f32) at its measured shares of the fp32 GEMM peak
+ * (VP_ATTN_FP32_FWD_SHARE, _BWD_); on 16-bit inputs cuDNN's kernel on
+ * Hopper and later (x->sdpa_cudnn), flash before, at their curves. */
+static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                           double *f, double *b)
+{
+    const vp_hw *hw = x->hw;
+    vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+    if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
+        const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
+        double bh = (double)o->shape[0] * (double)o->heads;
+        double q = (double)o->q_len, kv = (double)o->kv_len;
+        double d = (double)o->head_dim;
+        *f = gemm_gpu(c, x->gap, bh * q, kv, d) +
+             gemm_gpu(c, x->gap, bh * q, d, kv);
+        *b = 2.0 * *f;
+        return;
+    }
+    if (s->precision == VP_PREC_FP32) {
+        double r = hw->gemm[VP_HW_FP32].peak;
+        *f = r > 0 ? o->flops_fwd / (VP_ATTN_FP32_FWD_SHARE * r) : 0;
+        *b = r > 0 ? o->flops_bwd / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
+        return;
+    }
+    int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
+               : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
+               : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
+                                         : VP_HW_ATTN_FLASH;
+    *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
+    *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+}
+
 /* Forward and backward matmul seconds of one op. */
 static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                         double *f, double *b)
 {
     const vp_hw *hw = x->hw;
     double gap = x->gap;
-    const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
     *f = *b = 0;
     if (o->kind == VP_OP_LINEAR && o->out_features && o->in_features) {
-        double m = (double)o->numel / (double)o->out_features;
-        double n = (double)o->out_features, k = (double)o->in_features;
-        int al = unaligned_class(s, o->out_features, o->in_features);
-        *f = gemm_gpu(c, gap, m, n, k);
-        /* weight gradient (k over m) and, when the input needs one (the
-         * graph's backward FLOPs say), input gradient (m x n @ n x k) */
-        *b = unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, gap, n, k, m),
-                       n * k * m);
-        *f = unaligned(c, al, GEMM_FWD, *f, m * n * k);
-        if (o->flops_bwd > 1.5 * o->flops_fwd)
-            *b += unaligned(c, al, GEMM_DGRAD,
-                            gemm_gpu(c, gap, m, k, n), m * k * n);
+        linear_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_CONV2D ||
                o->kind == VP_OP_CONV_TRANSPOSE2D) {
         conv_time(hw, s, o, gap, f, b);
@@ -573,34 +615,7 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
         *f = cp->peak > 0 ? e * bn_h200[half][0] + gap : 0;
         *b = cp->peak > 0 ? e * bn_h200[half][1] + gap : 0;
     } else if (o->kind == VP_OP_ATTENTION) {
-        /* the kernel the simulator runs (sim.c attn_impl_of): the user's
-         * choice or the model's; SDPA dispatches flash for 16-bit inputs
-         * and the memory-efficient kernel otherwise */
-        vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
-        if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
-            /* two batched matmuls over the whole (masked) score matrix */
-            double bh = (double)o->shape[0] * (double)o->heads;
-            double q = (double)o->q_len, kv = (double)o->kv_len;
-            double d = (double)o->head_dim;
-            *f = gemm_gpu(c, gap, bh * q, kv, d) + gemm_gpu(c, gap, bh * q, d, kv);
-            *b = 2.0 * *f;
-            return;
-        }
-        if (s->precision == VP_PREC_FP32) {
-            /* fp32 inputs: the memory-efficient kernel in fp32 (CUDA-core
-             * FMA, fmha_cutlassF/B_f32) at its measured shares of the
-             * fp32 GEMM peak (VP_ATTN_FP32_FWD_SHARE, _BWD_) */
-            double r = hw->gemm[VP_HW_FP32].peak;
-            *f = r > 0 ? o->flops_fwd / (VP_ATTN_FP32_FWD_SHARE * r) : 0;
-            *b = r > 0 ? o->flops_bwd / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
-            return;
-        }
-        int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
-                   : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
-                   : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
-                                             : VP_HW_ATTN_FLASH;
-        *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
-        *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+        attention_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
         /* HF's RMSNorm in Python: the sweep's rate per byte of its input
          * and output (fp32 inside); the backward retraces it twice */
