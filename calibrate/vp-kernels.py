@@ -11,6 +11,8 @@ line:
 kernels counts every GPU activity (kernels, memsets, copies) of the unsynchronized step; busy_ms sums their durations;
 span_ms runs from the first one's start to the last one's end; the gaps between consecutive activities are split at
 gap_us (10 us): the small ones are the GPU's own time between back-to-back kernels, the large ones waits for the host.
+by_name sums the unsynchronized step's activities by kernel name (cut at NAME_CHARS characters): which kernels the
+step's GPU time is made of (GEMM, attention, cross-entropy, elementwise), to compare with the model's kinds.
 """
 import importlib.util
 import json
@@ -29,6 +31,7 @@ H = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(H)  # its setup() and batch_of(): the case as collect.py runs it
 
 GAP_US = 10.0
+NAME_CHARS = 160
 
 
 def step(c, st):
@@ -54,6 +57,18 @@ def opt_step(c, st):
     else:
         opt.step()
     opt.zero_grad(set_to_none=c.get("set_to_none", True))
+
+
+def by_name(prof):
+    """{kernel name: [count, ms]} of the profiled GPU activities."""
+    out = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = e.name[:NAME_CHARS]
+            c = out.setdefault(k, [0, 0.0])
+            c[0] += 1
+            c[1] += (e.time_range.end - e.time_range.start) / 1e3
+    return out
 
 
 def gpu_events(prof):
@@ -94,6 +109,7 @@ def kernel_profile(c):
         step(c, st)
         torch.cuda.synchronize()
     ev = gpu_events(p)
+    names = by_name(p)
     busy = sum(e - s for s, e in ev)
     small = large = 0.0
     ns = nl = 0
@@ -107,7 +123,7 @@ def kernel_profile(c):
             nl += 1
     r = dict(kind="kernel_profile", case=c["id"], kernels=len(ev), busy_ms=busy / 1e3,
              span_ms=(ev[-1][1] - ev[0][0]) / 1e3 if ev else 0.0, gap_small_ms=small / 1e3, gaps_small=ns,
-             gap_large_ms=large / 1e3, gaps_large=nl, phase_kernels=phase_counts(c, st))
+             gap_large_ms=large / 1e3, gaps_large=nl, phase_kernels=phase_counts(c, st), by_name=names)
     del st
     G.cleanup()
     return r

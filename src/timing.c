@@ -85,6 +85,18 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
     [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
     [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
 
+/* Batch norm over NCHW activations in training mode (batch statistics),
+ * bytes at the copy bandwidth per element of its output, forward and
+ * backward: the H200 step profiles (calibrate/profiles/h200-kernels-
+ * byname.jsonl, resnet50 at batch 64) give fp32, through cuDNN
+ * (bn_fw_tr_1C11 / bn_bw_1C11), 3.556 and 7.250 ms over 7.113e8
+ * elements, and 16-bit, through ATen's NCHW kernels
+ * (batch_norm_collect_statistics + batch_norm_transform_input + the
+ * running statistics; batch_norm_backward), 5.840 and 8.654 ms: 5.00 /
+ * 10.19 and 8.21 / 12.17 ps per element at 4580.28 GB/s (calibrate/
+ * fit-kernels.py). */
+static const double bn_h200[2][2] = {{22.90, 46.69}, {37.61, 55.73}};
+
 /* The H200 host's seconds per parameter tensor of each optimizer step
  * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach
  * fitted on 16 cases, the others read off their one case each with the
@@ -197,6 +209,8 @@ typedef struct {
     double kernels[2];  /* kernels launched (allocations)                 */
     double casts;       /* autocast casts among the forward's kernels     */
     double outs[2];     /* allocations a matmul kernel wrote so far       */
+    double out_bytes;   /* its largest forward allocation: its output     */
+    uint32_t consumers; /* ops that take its output and need a gradient    */
 } op_traffic;
 
 typedef struct {
@@ -210,6 +224,7 @@ typedef struct {
     uint32_t step;
     double gap;         /* GPU seconds between kernels                     */
     double own;         /* a memory-bound kernel's own fixed GPU seconds   */
+    bool sdpa_cudnn;    /* SDPA runs cuDNN attention on 16-bit inputs      */
 } tctx;
 
 static int ptr_cmp(const void *a, const void *b)
@@ -320,6 +335,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
         return; /* a library's scratch: no kernel of its own */
     t->kernels[ph] += 1.0;
     double moved, b = (double)ev->bytes;
+    if (ph == 0 && b > t->out_bytes)
+        t->out_bytes = b;
     if (ev->category == VP_CAT_CAST) {
         t->casts += 1.0;
         /* an autocast copy: fp32 read, 16-bit written */
@@ -331,9 +348,59 @@ static void on_event(const vp_sim_event *ev, void *ud)
         return;
     }
     int k = mem_class(o, &moved);
-    if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY)
+    if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY ||
+        o->kind == VP_OP_BATCHNORM2D)
         return; /* timed as a whole op (matmul_time) */
     t->mem[ph] += kernel_time(c, k, moved * b);
+}
+
+/* The forward kernels of in-place calls (torchvision's ReLU(inplace=True),
+ * ResNet's `out += identity`): they allocate nothing, so the simulator
+ * shows no kernel, but each reads and writes its input's output (that of
+ * the op it aliases) once per micro-batch. */
+static void inplace_kernels(tctx *c, double micro_batches)
+{
+    for (size_t i = 0; i < c->g->n_ops; i++) {
+        const vp_op *o = &c->g->ops[i];
+        op_traffic *t = &c->t[i];
+        if (!o->inplace || t->kernels[0] > 0 || o->n_inputs == 0 ||
+            o->inputs[0] >= c->g->n_ops)
+            continue;
+        t->out_bytes = c->t[o->inputs[0]].out_bytes;
+        double moved;
+        int k = mem_class(o, &moved);
+        t->mem[0] += micro_batches * kernel_time(c, k, moved * t->out_bytes);
+    }
+}
+
+/* Autograd sums the gradients of an output that feeds several ops (a
+ * residual stream, ResNet's identity): each gradient after the first is
+ * added into the first in place (torch/csrc/autograd/input_buffer.cpp
+ * InputBuffer::add; the simulator allocates nothing for it), one binary
+ * kernel over the output's bytes per extra consumer that needs a
+ * gradient, once per micro-batch. The host's per-kernel cost was fitted
+ * on the allocations, so this adds GPU time only. */
+static void grad_sums(tctx *c, double micro_batches)
+{
+    const vp_graph *g = c->g;
+    for (size_t j = 0; j < g->n_ops; j++) {
+        const vp_op *o = &g->ops[j];
+        if (!o->needs_grad)
+            continue;
+        for (uint32_t a = 0; a < o->n_inputs; a++) {
+            uint32_t in = o->inputs[a];
+            bool first = true; /* count a producer once per consumer */
+            for (uint32_t p = 0; p < a; p++)
+                if (o->inputs[p] == in)
+                    first = false;
+            if (!first || in >= g->n_ops || !g->ops[in].needs_grad)
+                continue;
+            op_traffic *t = &c->t[in];
+            if (t->consumers++ > 0)
+                t->mem[1] += micro_batches *
+                             kernel_time(c, VP_HW_MEM_ADD, 3.0 * t->out_bytes);
+        }
+    }
 }
 
 /* Accumulation's steady state (vp__sim_hooks): t as the last two
@@ -397,50 +464,158 @@ static double gemm_gpu(const vp_curve *c, double gap, double m, double n,
     return t + gap;
 }
 
-/* Forward and backward matmul seconds of one op. */
-static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
-                        double gap, double *f, double *b)
+/* 16-bit GEMMs whose operands' rows are not 16-byte aligned (a row of
+ * n or k elements, n x 2 bytes not a multiple of 16: GPT-2's 50257-token
+ * head, BERT's 30522) cannot use cuBLAS's TMA tensor-core kernels
+ * (cuBLAS documentation, "Tensor Core Usage": pointers and leading
+ * dimensions 16-byte aligned); the step profiles ran them as
+ * cutlass_75_tensorop_bf16_s1688gemm_*_align1 (2-byte rows) and
+ * cutlass_80_*_align2 (4-byte rows). Their rates, as shares of the
+ * 16-bit GEMM peak (calibrate/vp-gemm-align.py on the H200,
+ * calibrate/profiles/h200-gemm-align.jsonl: median over m 4096-32768, d
+ * 768 and 1024; vocabulary 50257 and 30522 against 50304 and 30528):
+ * forward, input gradient, weight gradient. 8-byte rows, unmeasured, take
+ * the 4-byte rates; fp32 GEMMs (SIMT) showed no difference. */
+enum { GEMM_FWD, GEMM_DGRAD, GEMM_WGRAD };
+static const double unaligned_share[2][3] = {
+    {0.1280, 0.1873, 0.1991},  /* 2-byte rows: 93.6, 137.0, 145.6 TFLOP/s */
+    {0.3205, 0.3343, 0.3297}}; /* 4-byte rows: 234.4, 244.5, 241.2        */
+
+/* The alignment class of a 16-bit linear's rows: -1 aligned, 0 rows of
+ * an odd number of elements, 1 of an even number not a multiple of 8. */
+static int unaligned_class(const vp_setup *s, uint64_t n, uint64_t k)
 {
-    const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
+    if (gemm_dtype(s->precision) == VP_HW_FP32)
+        return -1;
+    uint64_t x = n | k;
+    if (x % 8 == 0)
+        return -1;
+    return x % 2 ? 0 : 1;
+}
+
+/* A GEMM's seconds `t` (the aligned curve's) in alignment class al:
+ * at least its FLOPs (2 mnk) at the unaligned kernel's rate. */
+static double unaligned(const vp_curve *c, int al, int form, double t,
+                        double mnk)
+{
+    if (al < 0 || c->peak <= 0)
+        return t;
+    double u = 2.0 * mnk / (unaligned_share[al][form] * c->peak);
+    return u > t ? u : t;
+}
+
+/* A convolution in PyTorch's NCHW layout (docs/STEP_TIME.md
+ * "Convolutions"): cuDNN runs it as an implicit GEMM in NHWC (the
+ * sm90_xmma_fprop/dgrad/wgrad_implicit_gemm kernels of the step
+ * profiles), m = N Ho Wo output pixels, n = the output channels, k = the
+ * FLOPs' inner size (Cin / groups x kernel^2), at VP_CONV_GEMM_SHARE of
+ * the GEMM curve of its dtype (TF32 for fp32: torch.backends.cudnn.
+ * allow_tf32 defaults to True), and converts the output (the forward) and
+ * its gradient (the backward) between the layouts (cuDNN's
+ * nchwToNhwcKernel / nhwcToNchwKernel): a copy of those bytes. */
+static double conv_gemm(const vp_curve *c, double gap, double m, double n,
+                        double k)
+{
+    double t = gemm_gpu(c, gap, m, n, k);
+    return t > gap ? (t - gap) / VP_CONV_GEMM_SHARE + gap : t;
+}
+
+static void conv_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
+                      double gap, double *f, double *b)
+{
+    int dt = gemm_dtype(s->precision);
+    if (dt == VP_HW_FP32 && hw->gemm[VP_HW_TF32].peak > 0)
+        dt = VP_HW_TF32;
+    const vp_curve *c = &hw->gemm[dt];
+    double n = (double)o->out_features;
+    double m = n > 0 ? (double)o->numel / n : 0;
+    double k = m > 0 && n > 0 ? o->flops_fwd / (2.0 * m * n) : 0;
+    double eb = s->precision == VP_PREC_FP32 ? 4.0 : 2.0;
+    const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
+    double layout = cp->peak > 0 ? 2.0 * (double)o->numel * eb / cp->peak
+                                 : 0;
+    *f = conv_gemm(c, gap, m, n, k) + layout;
+    *b = conv_gemm(c, gap, n, k, m) + layout;
+    if (o->flops_bwd > 1.5 * o->flops_fwd)
+        *b += conv_gemm(c, gap, m, k, n);
+}
+
+/* A linear's forward and backward GEMMs: the forward, the weight
+ * gradient (k over m) and, when the input needs one (the graph's backward
+ * FLOPs say), the input gradient (m x n @ n x k); unaligned 16-bit rows at
+ * their measured rates. */
+static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                        double *f, double *b)
+{
+    const vp_curve *c = &x->hw->gemm[gemm_dtype(s->precision)];
+    double m = (double)o->numel / (double)o->out_features;
+    double n = (double)o->out_features, k = (double)o->in_features;
+    int al = unaligned_class(s, o->out_features, o->in_features);
+    *f = unaligned(c, al, GEMM_FWD, gemm_gpu(c, x->gap, m, n, k), m * n * k);
+    *b = unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, x->gap, n, k, m), n * k * m);
+    if (o->flops_bwd > 1.5 * o->flops_fwd)
+        *b += unaligned(c, al, GEMM_DGRAD, gemm_gpu(c, x->gap, m, k, n),
+                        m * k * n);
+}
+
+/* The attention core's seconds: the kernel the simulator runs (sim.c
+ * attn_impl_of: the user's choice or the model's). Eager attention is two
+ * batched matmuls over the whole (masked) score matrix; SDPA on fp32
+ * inputs the memory-efficient kernel in fp32 (CUDA-core FMA,
+ * fmha_cutlassF/B_f32) at its measured shares of the fp32 GEMM peak
+ * (VP_ATTN_FP32_FWD_SHARE, _BWD_); on 16-bit inputs cuDNN's kernel on
+ * Hopper and later (x->sdpa_cudnn), flash before, at their curves. */
+static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                           double *f, double *b)
+{
+    const vp_hw *hw = x->hw;
+    vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+    if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
+        const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
+        double bh = (double)o->shape[0] * (double)o->heads;
+        double q = (double)o->q_len, kv = (double)o->kv_len;
+        double d = (double)o->head_dim;
+        *f = gemm_gpu(c, x->gap, bh * q, kv, d) +
+             gemm_gpu(c, x->gap, bh * q, d, kv);
+        *b = 2.0 * *f;
+        return;
+    }
+    if (s->precision == VP_PREC_FP32) {
+        double r = hw->gemm[VP_HW_FP32].peak;
+        *f = r > 0 ? o->flops_fwd / (VP_ATTN_FP32_FWD_SHARE * r) : 0;
+        *b = r > 0 ? o->flops_bwd / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
+        return;
+    }
+    int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
+               : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
+               : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
+                                         : VP_HW_ATTN_FLASH;
+    *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
+    *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+}
+
+/* Forward and backward matmul seconds of one op. */
+static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                        double *f, double *b)
+{
+    const vp_hw *hw = x->hw;
+    double gap = x->gap;
     *f = *b = 0;
     if (o->kind == VP_OP_LINEAR && o->out_features && o->in_features) {
-        double m = (double)o->numel / (double)o->out_features;
-        double n = (double)o->out_features, k = (double)o->in_features;
-        *f = gemm_gpu(c, gap, m, n, k);
-        /* weight gradient (k over m) and, when the input needs one (the
-         * graph's backward FLOPs say), input gradient (m x n @ n x k) */
-        *b = gemm_gpu(c, gap, n, k, m);
-        if (o->flops_bwd > 1.5 * o->flops_fwd)
-            *b += gemm_gpu(c, gap, m, k, n);
+        linear_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_CONV2D ||
                o->kind == VP_OP_CONV_TRANSPOSE2D) {
-        /* cuDNN in NCHW: a flat share of the fp32 peak (VP_CONV_FP32_SHARE) */
-        double r = VP_CONV_FP32_SHARE * hw->fp32;
-        double top = vp_hw_matmul_rate(hw, s->precision);
-        if (r <= 0 || r > top)
-            r = top;
-        *f = r > 0 ? o->flops_fwd / r : 0;
-        *b = r > 0 ? o->flops_bwd / r : 0;
+        conv_time(hw, s, o, gap, f, b);
+    } else if (o->kind == VP_OP_BATCHNORM2D) {
+        /* NCHW batch norm in training mode, per element at the H200
+         * profile's rates as bytes at the copy bandwidth (bn_h200) */
+        const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
+        int half = s->precision != VP_PREC_FP32;
+        double e = (double)o->numel / (cp->peak > 0 ? cp->peak : 1);
+        *f = cp->peak > 0 ? e * bn_h200[half][0] + gap : 0;
+        *b = cp->peak > 0 ? e * bn_h200[half][1] + gap : 0;
     } else if (o->kind == VP_OP_ATTENTION) {
-        /* the kernel the simulator runs (sim.c attn_impl_of): the user's
-         * choice or the model's; SDPA dispatches flash for 16-bit inputs
-         * and the memory-efficient kernel otherwise */
-        vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
-        if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
-            /* two batched matmuls over the whole (masked) score matrix */
-            double bh = (double)o->shape[0] * (double)o->heads;
-            double q = (double)o->q_len, kv = (double)o->kv_len;
-            double d = (double)o->head_dim;
-            *f = gemm_gpu(c, gap, bh * q, kv, d) + gemm_gpu(c, gap, bh * q, d, kv);
-            *b = 2.0 * *f;
-            return;
-        }
-        int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
-                   : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
-                   : s->precision == VP_PREC_FP32 ? VP_HW_ATTN_EFFICIENT
-                                                  : VP_HW_ATTN_FLASH;
-        *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
-        *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+        attention_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
         /* HF's RMSNorm in Python: the sweep's rate per byte of its input
          * and output (fp32 inside); the backward retraces it twice */
@@ -453,13 +628,20 @@ static void matmul_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
         *f = t;
         *b = 2.0 * t;
     } else if (o->kind == VP_OP_CROSS_ENTROPY) {
-        /* by the bytes of its logits (the sweep's convention): the forward
-         * and the backward each about one such pass */
-        double e = o->upcast_logits ? 4.0 : s->precision == VP_PREC_FP32 ? 4.0
-                                                                         : 2.0;
-        double bytes = (double)o->rows * (double)o->classes * e;
+        /* the sweep's op (scripts/h200_sweeps.py sweep_membound):
+         * F.cross_entropy(logits.float(), labels) on 16-bit logits, its
+         * bytes 2 per logit: the upcast HF's loss makes and the loss. fp32
+         * logits skip the cast (6 bytes a logit at the to_fp32 rate). The
+         * backward (nll, log_softmax and the cast's backward) about one
+         * such pass. */
+        double rc = (double)o->rows * (double)o->classes;
         const vp_curve *ce = &hw->mem_kind[VP_HW_MEM_CROSS_ENTROPY];
-        *f = *b = (ce->peak > 0 ? bytes / ce->peak : 0) + gap;
+        const vp_curve *cast = &hw->mem_kind[VP_HW_MEM_CAST];
+        double t = ce->peak > 0 ? 2.0 * rc / ce->peak : 0;
+        if (s->precision == VP_PREC_FP32 && cast->peak > 0 &&
+            6.0 * rc / cast->peak < t)
+            t -= 6.0 * rc / cast->peak;
+        *f = *b = t + gap;
     }
 }
 
@@ -587,7 +769,7 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
     double mf, mbk;
-    matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+    matmul_time(q->c, q->s, o, &mf, &mbk);
     double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
@@ -627,7 +809,7 @@ static void account(const qctx *q, vp_step_time *out)
         for (size_t i = 0; i < q->g->n_ops; i++) {
             const vp_op *o = &q->g->ops[i];
             double mf, mbk, nk, per, rec;
-            matmul_time(q->hw, q->s, o, q->c->gap, &mf, &mbk);
+            matmul_time(q->c, q->s, o, &mf, &mbk);
             op_cost(q, ph, i, &nk, &per, &rec);
             double mm = (ph == 0 ? mf : mbk) + rec;
             if (o->kind == VP_OP_ATTENTION)
@@ -751,6 +933,12 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     c.hw = &hw;
     c.step = VP_STEADY_STEPS; /* the steady step is timed */
     c.gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    /* PyTorch's SDPA tries cuDNN attention first on Hopper and later
+     * (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp priority
+     * order, check_cudnn_hardware_support: sm90+); the H200 step profiles
+     * ran cudnn_generated_fort_native_sdpa_sm90_flash kernels. gpu.c
+     * gives exactly those profiles a cuDNN attention rate. */
+    c.sdpa_cudnn = hw0->attn[VP_HW_ATTN_CUDNN][0].peak > 0;
     const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
     c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch : 0;
     if (c.own < c.gap)
@@ -769,6 +957,9 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     if (st != VP_OK)
         goto done;
     qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
+    inplace_kernels(&c, q.mb);
+    if (!s->inference)
+        grad_sums(&c, q.mb);
     account(&q, out);
     opt_terms ot = {0, 0, 0, !s->inference && s->optimizer != VP_OPT_NONE &&
                                  !s->offload_optimizer};

@@ -147,11 +147,22 @@ typedef struct vp_step_time {
 #define VP_HW_DEFAULT_EFF_MAX 0.8
 #define VP_HW_DEFAULT_F_HALF 1e10
 #define VP_HW_DEFAULT_MEM_EFF 0.8
-/* Convolutions in PyTorch's default NCHW layout through cuDNN ran at about
- * 1.2 x the GPU's fp32 (non-tensor-core) peak whatever the precision: the
- * resnet50 cases took as long in AMP bf16 and bf16 as in fp32 (TF32),
- * ~80 TFLOP/s on an H200, far below the tensor-core rates. */
-#define VP_CONV_FP32_SHARE 1.2
+/* cuDNN's convolutions in NCHW (the implicit-GEMM fprop/dgrad/wgrad
+ * kernels and the GEMMs it runs 1x1 convolutions as) against the GEMM
+ * curve of their dtype at the same m, n, k: resnet50 on the H200
+ * (calibrate/profiles/h200-kernels-byname.jsonl) 7.55 ms modelled for
+ * 10.83 measured in fp32 (TF32) at batch 64, 4.08 for 5.60 in AMP bf16
+ * at batch 64, 4.84 for 6.98 in the bf16 forward at batch 256: 0.70, 0.73,
+ * 0.69 of the curve's rate. */
+#define VP_CONV_GEMM_SHARE 0.71
+/* Scaled-dot-product attention on fp32 inputs runs PyTorch's
+ * memory-efficient kernel in fp32 (fmha_cutlassF_f32 / fmha_cutlassB_f32,
+ * CUDA-core FMA): on the H200 (calibrate/profiles/h200-kernels-
+ * byname.jsonl, gpt2-small-fp32-b8) 7.690 ms forward and 15.488 ms
+ * backward over 154.6 and 386.5 GFLOP, 20.11 and 24.96 TFLOP/s: these
+ * shares of the fp32 GEMM peak (50.10 TFLOP/s). */
+#define VP_ATTN_FP32_FWD_SHARE 0.4013
+#define VP_ATTN_FP32_BWD_SHARE 0.4982
 /* A CPU AdamW step (DeepSpeed's CPUAdam) streams about 16 bytes per
  * parameter through host memory; 20 GB/s is a host-memory figure for one
  * process (documented estimate, not measured here). */

@@ -1,0 +1,223 @@
+/* The step-time model's kernel rules measured on the H200
+ * (docs/STEP_TIME.md "One GPU"): 16-bit GEMMs with unaligned rows at their
+ * measured rates, fp32 attention, SDPA's cuDNN kernel on Hopper, batch
+ * norm per element, in-place calls. Each test times a one-op graph (or
+ * two that differ by one op) in inference, where the GPU's time of the
+ * kind is exactly the rule's. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+static vp_hw gpu(const char *name)
+{
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load(name, &err);
+    cr_assert_not_null(p, "%s: %s", name, err.msg);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(p, VP_GPU_BF16, &hw);
+    vp_gpu_free(p);
+    return hw;
+}
+
+/* The forward of model `path` at batch b in precision p, forward only. */
+static vp_step_time forward(const char *path, uint64_t b, vp_precision p,
+                            const vp_hw *hw, vp_graph **gout)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, b, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = b;
+    s.precision = p;
+    s.inference = true;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_model_free(m);
+    if (gout)
+        *gout = g;
+    else
+        vp_graph_free(g);
+    return t;
+}
+
+static void near_rel(double got, double want, double tol, const char *what)
+{
+    cr_assert(fabs(got - want) <= tol * fabs(want),
+              "%s: got %.9g, expected %.9g (tolerance %g relative)", what,
+              got, want, tol);
+}
+
+static double gap_of(const vp_hw *hw)
+{
+    return hw->launch > 0 ? hw->launch : VP_GPU_KERNEL_GAP;
+}
+
+/* The aligned curve's GEMM seconds (timing.c gemm_gpu). */
+static double curve_gemm(const vp_hw *hw, int dt, double m, double n,
+                         double k)
+{
+    vp_hw f = *hw;
+    vp_hw_fill_defaults(&f);
+    const vp_curve *c = &f.gemm[dt];
+    return 2.0 * m * n * k / c->peak * (k + c->kh) / k + gap_of(hw);
+}
+
+Test(timing_kernels, unaligned_bf16_head_runs_at_the_measured_align1_rate)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t =
+        forward("tests/data/timing/head-50257.yaml", 8192, VP_PREC_BF16, &hw,
+                NULL);
+    /* calibrate/profiles/h200-gemm-align.jsonl: 93.6 TFLOP/s forward,
+     * 0.1280 of the bf16 peak */
+    double want = 2.0 * 8192 * 768 * 50257 / (0.1280 * hw.gemm[VP_HW_BF16].peak);
+    near_rel(t.gemm, want, 1e-9, "gemm");
+}
+
+Test(timing_kernels, padded_head_runs_on_the_curve)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t =
+        forward("tests/data/timing/head-50304.yaml", 8192, VP_PREC_BF16, &hw,
+                NULL);
+    near_rel(t.gemm, curve_gemm(&hw, VP_HW_BF16, 8192, 50304, 768), 1e-9,
+             "gemm");
+}
+
+Test(timing_kernels, fp32_head_pays_nothing_for_unaligned_rows)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t =
+        forward("tests/data/timing/head-50257.yaml", 4096, VP_PREC_FP32, &hw,
+                NULL);
+    near_rel(t.gemm, curve_gemm(&hw, VP_HW_FP32, 4096, 50257, 768), 1e-9,
+             "gemm");
+}
+
+/* Sum of vp_curve_time over the graph's attention forwards, or of their
+ * FLOPs over `rate` when rate > 0. */
+static double attention_time(const vp_graph *g, const vp_curve *c,
+                             double rate)
+{
+    double s = 0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++) {
+        const vp_op *o = vp_graph_op(g, i);
+        if (o->kind == VP_OP_ATTENTION)
+            s += rate > 0 ? o->flops_fwd / rate : vp_curve_time(c, o->flops_fwd);
+    }
+    cr_assert_gt(s, 0.0);
+    return s;
+}
+
+Test(timing_kernels, fp32_attention_runs_at_its_measured_share)
+{
+    vp_hw hw = gpu("h200");
+    vp_graph *g;
+    vp_step_time t = forward("models/gpt2-small.yaml", 2, VP_PREC_FP32, &hw, &g);
+    double rate = VP_ATTN_FP32_FWD_SHARE * hw.gemm[VP_HW_FP32].peak;
+    near_rel(t.attention, attention_time(g, NULL, rate), 1e-9, "attention");
+    vp_graph_free(g);
+}
+
+Test(timing_kernels, sdpa_runs_cudnn_on_hopper)
+{
+    vp_hw hw = gpu("h200");
+    vp_graph *g;
+    vp_step_time t =
+        forward("models/gpt2-small.yaml", 2, VP_PREC_AMP_BF16, &hw, &g);
+    near_rel(t.attention,
+             attention_time(g, &hw.attn[VP_HW_ATTN_CUDNN][0], 0), 1e-9,
+             "attention");
+    vp_graph_free(g);
+}
+
+Test(timing_kernels, sdpa_runs_flash_before_hopper)
+{
+    vp_hw hw = gpu("a100-80g");
+    vp_graph *g;
+    vp_step_time t =
+        forward("models/gpt2-small.yaml", 2, VP_PREC_AMP_BF16, &hw, &g);
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    near_rel(t.attention, attention_time(g, &f.attn[VP_HW_ATTN_FLASH][0], 0),
+             1e-9, "attention");
+    vp_graph_free(g);
+}
+
+Test(timing_kernels, batch_norm_costs_its_elements_at_the_profile_rate)
+{
+    vp_hw hw = gpu("h200");
+    vp_graph *g;
+    vp_step_time with =
+        forward("tests/data/timing/bn.yaml", 16, VP_PREC_FP32, &hw, &g);
+    vp_step_time without =
+        forward("tests/data/timing/conv.yaml", 16, VP_PREC_FP32, &hw, NULL);
+    uint64_t numel = 0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++)
+        if (vp_graph_op(g, i)->kind == VP_OP_BATCHNORM2D)
+            numel = vp_graph_op(g, i)->numel;
+    cr_assert_eq(numel, 16u * 64 * 56 * 56);
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    /* fp32 (cuDNN) forward: 5.00 ns per element, 22.90 bytes at the copy
+     * bandwidth */
+    double want = (double)numel * 22.90 / f.mem_kind[VP_HW_MEM_COPY].peak +
+                  gap_of(&hw);
+    near_rel(with.gemm - without.gemm, want, 1e-9, "batch norm");
+    vp_graph_free(g);
+}
+
+Test(timing_kernels, in_place_relu_moves_what_an_out_of_place_one_does)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time in = forward("tests/data/timing/relu-inplace-true.yaml",
+                              1024, VP_PREC_BF16, &hw, NULL);
+    vp_step_time out = forward("tests/data/timing/relu-inplace-false.yaml",
+                               1024, VP_PREC_BF16, &hw, NULL);
+    cr_assert_gt(in.memory, 0.0);
+    near_rel(in.memory, out.memory, 1e-12, "memory-bound time");
+}
+
+/* One training step of model `path` at batch b in fp32. */
+static vp_step_time train(const char *path, uint64_t b, const vp_hw *hw)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, b, 0, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = b;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return t;
+}
+
+Test(timing_kernels, a_forked_output_adds_one_gradient_sum)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time fork = train("tests/data/timing/residual-fork.yaml", 64, &hw);
+    vp_step_time chain =
+        train("tests/data/timing/residual-chain.yaml", 64, &hw);
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    const vp_curve *cp = &f.mem_kind[VP_HW_MEM_COPY];
+    double own = cp->half / cp->peak - f.dispatch;
+    if (own < gap_of(&hw))
+        own = gap_of(&hw);
+    /* fc1's fp32 output, 64 x 2048, read twice and written once */
+    double bytes = 3.0 * 64 * 2048 * 4;
+    double want = bytes / f.mem_kind[VP_HW_MEM_ADD].peak + own;
+    near_rel(fork.memory - chain.memory, want, 1e-9, "gradient sum");
+}
