@@ -344,6 +344,8 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.softcap = t->x.attn_softcap;
     if (t->type == VP_TF_DECODER)
         o.flags |= VP_OPF_KV_COPY;
+    if (!t->rotary) /* GPT-2 and BERT: softmax in the scores' dtype */
+        o.flags |= VP_OPF_SOFTMAX_NATIVE;
     uint32_t a;
     VP_TRY(push(c, &o, "attn.core", &a));
     VP_TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));

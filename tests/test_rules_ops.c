@@ -157,7 +157,9 @@ Test(rules_ops, eager_attention_scores_are_two_temporaries_then_mask_then_softma
  * causal mask is built in the parameters' dtype, fp32, so the sum is
  * promoted to fp32 (131072 B); softmax runs in fp32 and is saved; then
  * `.to(value_states.dtype)` casts the probabilities back to bf16 for the
- * second matmul (65536 B). */
+ * second matmul (65536 B). The masked scores die only when the name is
+ * rebound, after the whole right-hand side `softmax(...).to(...)` has run:
+ * the cast is allocated before the masked scores are freed. */
 Test(rules_ops, eager_attention_scores_under_autocast_promote_at_the_mask)
 {
     const uint64_t h = 2ull * 4 * 64 * 64 * 2, f = 2 * h;
@@ -170,8 +172,9 @@ Test(rules_ops, eager_attention_scores_under_autocast_promote_at_the_mask)
     expect_event(e, 3, false, f, VP_CAT_TEMP);   /* + fp32 mask: fp32    */
     expect_event(e, 4, true, h, VP_CAT_TEMP);
     expect_event(e, 5, false, f, VP_CAT_ACT);    /* fp32 softmax, saved  */
-    expect_event(e, 6, true, f, VP_CAT_TEMP);
-    expect_event(e, 7, false, h, VP_CAT_TEMP);   /* .to(bf16)            */
+    expect_event(e, 6, false, h, VP_CAT_TEMP);   /* .to(bf16)            */
+    expect_event(e, 7, true, f, VP_CAT_TEMP);    /* the masked dies      */
+    cr_expect_eq(e[7].tensor, e[3].tensor, "the last free is the masked one");
 }
 
 /* cudnn_batch_norm in training (aten/src/ATen/native/cudnn/BatchNorm.cpp):

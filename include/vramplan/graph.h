@@ -198,6 +198,9 @@ typedef struct vp_op {
 #define VP_OPF_ROUTER_GROUP 0x20000u /* router: DeepSeek-V3's sigmoid scores,
                                       group top-k (classes: experts, rows:
                                       groups)                              */
+#define VP_OPF_SOFTMAX_NATIVE 0x40000u /* eager attention: softmax in the
+                                         scores' dtype (GPT-2, BERT), not
+                                         softmax(dtype=torch.float32)    */
 #define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
                                       DeepSeek-V3's router gate          */
 

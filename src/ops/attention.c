@@ -144,6 +144,20 @@ static uint32_t softcap_fwd(sim *S, uint64_t bytes, uint32_t s,
     return vp__talloc(S, bytes, VP_CAT_TEMP);
 }
 
+/* The softmax's dtype in eager attention. The rotary families' and
+ * DeepSeek's eager_attention_forward (transformers 5.x modeling_llama.py,
+ * modeling_gemma2.py, ...) call softmax(..., dtype=torch.float32): fp32
+ * always, from an fp32 copy of 16-bit scores. GPT-2's and BERT's
+ * (modeling_gpt2.py eager_attention_forward, BertSelfAttention) call
+ * softmax(scores) (VP_OPF_SOFTMAX_NATIVE): the scores' dtype, fp32 under
+ * autocast (softmax is in its fp32 list). */
+static uint8_t softmax_es(const sim *S, const vp_op *o, uint8_t me)
+{
+    if (o->flags & VP_OPF_SOFTMAX_NATIVE)
+        return S->amp ? 4 : me;
+    return 4;
+}
+
 /* HF eager_attention_forward (transformers 5.x, traced on GPT-2 and
  * Gemma 2): q made contiguous for bmm when it is a view of a packed
  * projection (saved); q @ k^T; times the scale; soft-capping; plus the
@@ -178,12 +192,14 @@ static void eager_fwd(sim *S, vp__fwd_op *f, const att_in *a)
     }
     /* softmax(dtype=torch.float32): a fp32 copy of 16-bit scores, then
      * the fp32 softmax (traced on Gemma 2 in bf16) */
-    uint32_t s4 = me != 4 ? vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_TEMP)
-                          : NONE;
-    uint32_t sm = vp__talloc(S, vp__mulc(S, sc, 4), VP_CAT_ACT);
+    uint8_t se = softmax_es(S, o, me);
+    uint32_t s4 = se != me && !(o->flags & VP_OPF_SOFTMAX_NATIVE)
+                      ? vp__talloc(S, vp__mulc(S, sc, se), VP_CAT_TEMP)
+                      : NONE;
+    uint32_t sm = vp__talloc(S, vp__mulc(S, sc, se), VP_CAT_ACT);
     vp__tunref(S, s4);
     uint32_t pc = sm;
-    if (ce != 4)
+    if (se != ce)
         pc = vp__talloc(S, vp__mulc(S, sc, ce), VP_CAT_TEMP);
     else
         vp__tref(S, sm);
@@ -668,7 +684,7 @@ static void eager_bwd(sim *S, vp__bwd_op *b, att_grads *d)
     uint8_t ce = d->ce;
     uint64_t sc = vp__mulc(S, vp__mulc(S, d->bh, o->q_len), o->kv_len);
     uint8_t me = o->causal ? vp__promote(ce, S->PE) : ce;
-    uint8_t se = S->amp ? 4 : me;
+    uint8_t se = softmax_es(S, o, me);
     bool rep = o->n_inputs == 3 && o->kv_heads < o->heads;
     uint64_t r = rep ? o->heads / o->kv_heads : 1;
     uint32_t t = vp__talloc(S, vp__mulc(S, d->on, ce), VP_CAT_TEMP);
