@@ -257,6 +257,8 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
     int rc_lo = 0, rc_hi = VP_RC__COUNT - 1;
     if (s->o->recompute >= 0)
         rc_lo = rc_hi = s->o->recompute;
+    if (s->cm->whole) /* graph-form: no recomputation (vp__whole_check) */
+        rc_lo = rc_hi = VP_RC_NONE;
     for (uint32_t bi = 0; bi < nb; bi++) {
         if (s->o->micro_batch && bs[bi] != s->o->micro_batch)
             continue;
@@ -325,6 +327,8 @@ static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
         return false;
     if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
         return false;
+    if (s->cm->whole && (e == VP_ENGINE_MEGATRON || p->dtype == VP_DT_FP8))
+        return false; /* vp__whole_check */
     uint32_t D = p->dp * p->cp;
     switch (e) {
     case VP_ENGINE_TORCH:
@@ -420,6 +424,11 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
         return vp_error_set(err, VP_EARG,
                             "the GPU profile '%s' has no memory bandwidth",
                             c->hw.name);
+    if (cm->whole) {
+        vp_status st = vp__whole_opts_check(cm, o, err);
+        if (st != VP_OK)
+            return st;
+    }
     sctx s;
     memset(&s, 0, sizeof s);
     s.cm = cm;
@@ -431,7 +440,11 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.check = o->first_layers || o->last_layers || o->overlap_dp ||
               o->overlap_tp || o->overlap_ep || o->compile;
     s.G = o->global_batch;
-    if (s.G == 0) {
+    if (s.G == 0 && cm->whole) {
+        /* a graph-form model: 32 samples per GPU, Goyal et al. 2017's
+         * per-worker batch (ImageNet in 1 hour, section 5) */
+        s.G = (uint64_t)VP_WHOLE_SAMPLES_PER_GPU * c->gpus;
+    } else if (s.G == 0) {
         s.G = ((uint64_t)1 << 22) / cm->seq;
         if (s.G == 0)
             s.G = 1;

@@ -285,6 +285,11 @@ typedef struct vp_cluster_model_info {
     uint64_t max_positions;
     bool rmsnorm, gated_mlp, rotary, bias, tied;
     double attn_dropout, hidden_dropout;
+    /* a graph-form model planned whole: data parallelism, ZeRO or FSDP
+     * only; `layers` are its units (checkpoint segments), seq its image
+     * side or sequence, and a "token" (tokens_per_s, flops_per_token,
+     * compare's --tokens) is a sample */
+    bool whole;
 } vp_cluster_model_info;
 
 void vp_cluster_model_info_get(const vp_cluster_model *cm,

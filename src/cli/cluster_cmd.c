@@ -1098,15 +1098,27 @@ static void print_plan_table(const cargs *a, const vp_cluster *c,
     FILE *o = a->export_set ? stderr : stdout;
     char b1[32], b2[32], b3[32], b4[32];
 
-    fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
-               " layers, seq %" PRIu64 "\n",
-            in->name, a->model, si((double)in->params, b1, sizeof b1),
-            in->layers, in->seq);
-    fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global batch %"
-               PRIu64 " sequences (%s tokens)\n",
-            c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
-            pl[0].global_batch,
-            si((double)pl[0].global_batch * (double)in->seq, b2, sizeof b2));
+    if (in->whole) {
+        fprintf(o, "model        %s (%s): %s parameters, graph form planned "
+                   "whole (%" PRIu64 " units), seq %" PRIu64 "\n",
+                in->name, a->model, si((double)in->params, b1, sizeof b1),
+                in->layers, in->seq);
+        fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
+                   "batch %" PRIu64 " samples\n",
+                c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
+                pl[0].global_batch);
+    } else {
+        fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
+                   " layers, seq %" PRIu64 "\n",
+                in->name, a->model, si((double)in->params, b1, sizeof b1),
+                in->layers, in->seq);
+        fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
+                   "batch %" PRIu64 " sequences (%s tokens)\n",
+                c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
+                pl[0].global_batch,
+                si((double)pl[0].global_batch * (double)in->seq, b2,
+                   sizeof b2));
+    }
     if (a->memory)
         fprintf(o, "memory       %.2f GiB usable per GPU (--memory)\n",
                 gib(c->memory));
