@@ -921,20 +921,14 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
                                        vp_error *err)
 {
     vp_error_clear(err);
-    if (m->form != 0)
+    /* not one repeated decoder layer: the whole model (cluster_graph.c) */
+    if (m->form != 0 || m->tf.type == VP_TF_ENCDEC)
         return vp__cluster_whole_new(m, seq, err);
     if (m->tf.layers < 1) {
         vp_error_set(err, VP_EUNSUPPORTED,
                      "cluster plans need a transformer model; '%s' is a "
                      "%s description",
                      m->name ? m->name : "?", vp_model_form(m));
-        return NULL;
-    }
-    if (m->tf.type == VP_TF_ENCDEC) {
-        vp_error_set(err, VP_EUNSUPPORTED,
-                     "cluster plans do not model encoder-decoder "
-                     "transformers ('%s') yet",
-                     m->name ? m->name : "?");
         return NULL;
     }
     vp_cluster_model *cm = calloc(1, sizeof *cm);

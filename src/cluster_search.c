@@ -495,7 +495,8 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
             for (uint32_t k = 0; k < nd; k++) {
                 uint32_t pp = (uint32_t)dv[k];
                 uint64_t tcp = (uint64_t)tp * cp * pp;
-                if ((o->pp && pp != o->pp) || N % tcp || pp > cm->L)
+                if ((o->pp && pp != o->pp) || N % tcp || pp > cm->L ||
+                    (cm->whole && pp > 1)) /* vp__whole_check */
                     continue;
                 uint32_t dp = (uint32_t)(N / tcp);
                 if ((o->dp && dp != o->dp) || s.G % dp)

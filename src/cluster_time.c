@@ -270,10 +270,11 @@ static void whole_unit(tctx *k, ltime *o)
     o->gemm_b = 2 * g + (conv > 0 ? k->b * w->conv_b / conv : 0);
     if (w->conv_f > 0 && conv > o->best_rate)
         o->best_rate = conv;
-    attention(k, o);
+    attention(k, o); /* one attention core (cluster_graph.c), times n_attn */
     if (cm->fattn_f.r > 0 && o->attn_f > 0 &&
         k->b * cm->fattn_f.r / o->attn_f > o->best_rate)
         o->best_rate = k->b * cm->fattn_f.r / o->attn_f;
+    o->attn_f *= cm->n_attn, o->attn_b *= cm->n_attn;
     memory(k, o);
     /* the host issues the micro-batch's kernels one by one (timing.c's
      * host model: host_fwd, host_bwd per kernel): a floor under each

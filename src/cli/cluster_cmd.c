@@ -93,7 +93,8 @@ static const cli_opt OPTS[] = {
     U64(O_NODES_OF, "nodes-of", "N", 1, MAX_DEGREE,
         "GPUs per node, joined by NVLink (default 8)"),
     U64(O_GLOBAL_BATCH, "global-batch", "B", 1, UINT32_MAX,
-        "sequences per optimizer step (default: 4M tokens / seq)"),
+        "sequences per optimizer step (default: 4M tokens / seq; "
+        "graph-form models: 32 samples per GPU)"),
     U64(O_SEQ, "seq", "S", 1, UINT32_MAX,
         "sequence length (default: the model's)"),
     STR(O_TOKENS, "tokens", "N", C_COMPARE,
@@ -1099,8 +1100,8 @@ static void print_plan_table(const cargs *a, const vp_cluster *c,
     char b1[32], b2[32], b3[32], b4[32];
 
     if (in->whole) {
-        fprintf(o, "model        %s (%s): %s parameters, graph form planned "
-                   "whole (%" PRIu64 " units), seq %" PRIu64 "\n",
+        fprintf(o, "model        %s (%s): %s parameters, planned whole as "
+                   "%" PRIu64 " units, seq %" PRIu64 "\n",
                 in->name, a->model, si((double)in->params, b1, sizeof b1),
                 in->layers, in->seq);
         fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
@@ -1397,11 +1398,12 @@ static void compare_table(const cargs *a, const vp_cluster_model_info *in,
 
     char gbs[64] = "no global batch (no layout fits)";
     if (gb) /* 0: no cell had a layout to take it from */
-        snprintf(gbs, sizeof gbs, "global batch %" PRIu64 " sequences", gb);
-    printf("%s%s%s (%s parameters, seq %" PRIu64 "), %s, %s tokens\n",
+        snprintf(gbs, sizeof gbs, "global batch %" PRIu64 " %s", gb,
+                 in->whole ? "samples" : "sequences");
+    printf("%s%s%s (%s parameters, seq %" PRIu64 "), %s, %s %s\n",
            md ? "**" : "", in->name, md ? "**" : "",
            si((double)in->params, b1, sizeof b1), in->seq, gbs,
-           si(a->tokens, b2, sizeof b2));
+           si(a->tokens, b2, sizeof b2), in->whole ? "samples" : "tokens");
     if (a->memory)
         printf("GPU memory: --memory %.2f GiB per GPU\n\n", gib(a->memory));
     else
