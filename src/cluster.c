@@ -796,6 +796,17 @@ vp_status vp__act_get(vp_cluster_model *cm, int cls, uint32_t cp,
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     a->cls = cls;
     a->cp = cp;
+    a->resid_bytes = cls_resid_bytes(cls);
+    if (cm->whole) { /* a graph-form model, simulated whole */
+        vp_status st = vp__whole_act(cm, a, err);
+        if (st != VP_OK) {
+            free(a);
+            return st;
+        }
+        cm->act[cm->n_act++] = a;
+        *out = a;
+        return VP_OK;
+    }
     uint64_t sl = cm->seq / cp;
     double q[2][2][VP__Q_COUNT]; /* [b-1][ti] */
     int nt = cm->t2 > 1 ? 2 : 1;
@@ -916,18 +927,14 @@ vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
                                        vp_error *err)
 {
     vp_error_clear(err);
-    if (m->form != 0 || m->tf.layers < 1) {
+    /* not one repeated decoder layer: the whole model (cluster_graph.c) */
+    if (m->form != 0 || m->tf.type == VP_TF_ENCDEC)
+        return vp__cluster_whole_new(m, seq, err);
+    if (m->tf.layers < 1) {
         vp_error_set(err, VP_EUNSUPPORTED,
                      "cluster plans need a transformer model; '%s' is a "
                      "%s description",
                      m->name ? m->name : "?", vp_model_form(m));
-        return NULL;
-    }
-    if (m->tf.type == VP_TF_ENCDEC) {
-        vp_error_set(err, VP_EUNSUPPORTED,
-                     "cluster plans do not model encoder-decoder "
-                     "transformers ('%s') yet",
-                     m->name ? m->name : "?");
         return NULL;
     }
     vp_cluster_model *cm = calloc(1, sizeof *cm);
@@ -1048,6 +1055,7 @@ void vp_cluster_model_free(vp_cluster_model *cm)
     for (size_t i = 0; i < cm->n_act; i++)
         free(cm->act[i]);
     free(cm->act);
+    vp__whole_free(cm->whole);
     free(cm);
 }
 
@@ -1066,7 +1074,9 @@ void vp_cluster_model_info_get(const vp_cluster_model *cm,
     out->embed_params = cm->embed_params;
     out->head_params = cm->head_params;
     out->tp_unit = cm->t2;
-    out->flops_per_token = cm->flops_per_sample / (double)cm->seq;
+    out->whole = cm->whole != NULL;
+    out->flops_per_token = cm->flops_per_sample /
+                           (out->whole ? 1.0 : (double)cm->seq);
     const vp_tf *t = &cm->m->tf;
     out->max_positions = t->rotary ? cm->seq : t->max_positions;
     out->rmsnorm = t->norm == VP_NORM_RMSNORM;
@@ -1151,6 +1161,8 @@ bool vp__cp_valid(const vp_cluster_model *cm, uint32_t cp)
 {
     if (cp == 1)
         return true;
+    if (cm->whole)
+        return false;
     if (cm->attn == VP_ATTN_EAGER || cm->attn == VP_ATTN_MATH)
         return false;
     return cm->seq % (2ull * cp) == 0;
@@ -1171,6 +1183,8 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
         (unsigned)p->sharding >= VP_SHARD__COUNT ||
         (unsigned)p->offload >= VP_OFFLOAD__COUNT)
         BAD("invalid enumeration value in the configuration");
+    if (cm->whole && vp__whole_check(cm, p, err) != VP_OK)
+        return VP_EARG;
     uint64_t prod = (uint64_t)p->dp * p->tp * p->pp * p->cp;
     if (prod != c->gpus)
         BAD("dp %u x tp %u x pp %u x cp %u = %llu, not the %u GPUs", p->dp,

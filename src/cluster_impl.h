@@ -89,11 +89,27 @@ typedef struct vp__act {
     int cls;
     uint32_t cp;
     double resid_bytes; /* bytes per element of the residual stream */
+    double host_k[2];   /* graph-form models: kernels the host issues for
+                           one micro-batch, forward and backward (timing.c's
+                           host model; independent of the batch)         */
     vp__fit q[VP__Q_COUNT];
 } vp__act;
 
+/* A graph-form model planned whole (cluster_graph.c): what the
+ * evaluator needs beyond the fields it shares with transformers. */
+typedef struct vp__whole {
+    vp__gemm *gemm;     /* linear layers and materialised attention
+                           scores, rows per sample, merged by shape      */
+    size_t n_gemm;
+    double conv_f, conv_b; /* convolution FLOPs of one sample            */
+    double unit_max;    /* parameters of the largest unit (segment)      */
+    double big;         /* elements of the largest parameter tensor      */
+} vp__whole;
+
 struct vp_cluster_model {
     const vp_model *m;
+    vp__whole *whole;  /* graph-form models: planned whole (NULL: a
+                          transformer, the per-layer fits)               */
     vp_tf local[2];   /* the model with two layers, at t = 1 and t = t2:
                          plain values, built with vp__graph_build_tf     */
     uint64_t seq, L, hidden, heads, kv_heads, head_dim, ffn, vocab;
@@ -208,5 +224,23 @@ double vp__dtype_rate(const vp_hw *hw, vp_dtype d, bool linear);
 bool vp__offload_allowed(vp_sharding s, vp_offload o);
 bool vp__tp_valid(const vp_cluster_model *cm, uint32_t t);
 bool vp__cp_valid(const vp_cluster_model *cm, uint32_t cp);
+
+/* Graph-form models planned whole (cluster_graph.c). The default global
+ * batch: samples per GPU (Goyal et al. 2017, "Accurate, Large Minibatch
+ * SGD: Training ImageNet in 1 Hour", n = 32 images per worker). */
+#define VP_WHOLE_SAMPLES_PER_GPU 32
+vp_cluster_model *vp__cluster_whole_new(const vp_model *m, uint64_t seq,
+                                        vp_error *err);
+void vp__whole_free(vp__whole *w);
+/* The activation entry a->cls of a whole model: its step simulated at
+ * micro-batch 1 and 2. */
+vp_status vp__whole_act(vp_cluster_model *cm, vp__act *a, vp_error *err);
+/* VP_EUNSUPPORTED naming what a whole model cannot do (tp, pp, cp, ep,
+ * sp, Megatron, recomputation, fp8, torch.compile) and why. */
+vp_status vp__whole_check(const vp_cluster_model *cm, const vp_par *p,
+                          vp_error *err);
+/* The same for a search's pins. */
+vp_status vp__whole_opts_check(const vp_cluster_model *cm,
+                               const vp_search_opts *o, vp_error *err);
 
 #endif

@@ -111,6 +111,8 @@ static inline double sim_grad_share(const vp_par *p)
 static double largest_tensor(const vp_cluster_model *cm, double t)
 {
     double big = 0;
+    if (cm->whole) /* a graph-form model (cluster_graph.c) */
+        return cm->whole->big;
     for (size_t i = 0; i < cm->n_gemm; i++) {
         const vp__gemm *g = &cm->gemm[i];
         double n = g->n * g->k / (g->split == VP__SPLIT_NONE ? 1 : t);
@@ -306,6 +308,8 @@ static void stage_params(const vp__evctx *x, const vp_par *p, vp__stages *o)
     o->pe0 = o->l0 * Pe, o->pe1 = o->l1 * Pe, o->pem = o->lm * Pe;
     o->pu = Pl + Pe;
     o->pr = Pemb + Phead;
+    if (cm->whole) /* units of unequal size: the largest is gathered */
+        o->pu = cm->whole->unit_max;
     if (p->sharding == VP_SHARD_ZERO3) {
         if (Pemb > o->pu)
             o->pu = Pemb;
@@ -384,6 +388,17 @@ static void act_terms(const vp__evctx *x, const vp__act *a, const vp_par *p,
 {
     const vp_cluster_model *cm = x->cm;
     double b = (double)p->micro_batch, t = (double)p->tp;
+    if (cm->whole) {
+        /* a graph-form model simulated whole, in the PyTorch module
+         * every engine it allows runs: its saved bytes shared by its
+         * units (the evaluator's layers), no recomputation */
+        memset(o, 0, sizeof *o);
+        o->saved = vp__fitv(&a->q[VP__Q_LAYER], b, 1, false) /
+                   (double)cm->L;
+        o->trans = vp__fitv(&a->q[VP__Q_EXTRA], b, 1, false);
+        o->gx = vp__fitv(&a->q[VP__Q_LAYER_GRAD], b, 1, false);
+        return;
+    }
     bool sp = p->sp;
     double bcp = b / p->cp;
     double layer = vp__fitv(&a->q[VP__Q_LAYER], b, t, sp);

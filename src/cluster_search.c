@@ -257,6 +257,8 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
     int rc_lo = 0, rc_hi = VP_RC__COUNT - 1;
     if (s->o->recompute >= 0)
         rc_lo = rc_hi = s->o->recompute;
+    if (s->cm->whole) /* graph-form: no recomputation (vp__whole_check) */
+        rc_lo = rc_hi = VP_RC_NONE;
     for (uint32_t bi = 0; bi < nb; bi++) {
         if (s->o->micro_batch && bs[bi] != s->o->micro_batch)
             continue;
@@ -325,6 +327,8 @@ static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
         return false;
     if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
         return false;
+    if (s->cm->whole && (e == VP_ENGINE_MEGATRON || p->dtype == VP_DT_FP8))
+        return false; /* vp__whole_check */
     uint32_t D = p->dp * p->cp;
     switch (e) {
     case VP_ENGINE_TORCH:
@@ -450,6 +454,11 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
         return vp_error_set(err, VP_EARG,
                             "the GPU profile '%s' has no memory bandwidth",
                             c->hw.name);
+    if (cm->whole) {
+        vp_status st = vp__whole_opts_check(cm, o, err);
+        if (st != VP_OK)
+            return st;
+    }
     sctx s;
     memset(&s, 0, sizeof s);
     s.cm = cm;
@@ -461,7 +470,11 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.check = o->first_layers || o->last_layers || o->overlap_dp ||
               o->overlap_tp || o->overlap_ep || o->compile;
     s.G = o->global_batch;
-    if (s.G == 0) {
+    if (s.G == 0 && cm->whole) {
+        /* a graph-form model: 32 samples per GPU, Goyal et al. 2017's
+         * per-worker batch (ImageNet in 1 hour, section 5) */
+        s.G = (uint64_t)VP_WHOLE_SAMPLES_PER_GPU * c->gpus;
+    } else if (s.G == 0) {
         s.G = ((uint64_t)1 << 22) / cm->seq;
         if (s.G == 0)
             s.G = 1;
@@ -513,7 +526,8 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
             for (uint32_t k = 0; k < nd; k++) {
                 uint32_t pp = (uint32_t)dv[k];
                 uint64_t tcp = (uint64_t)tp * cp * pp;
-                if ((o->pp && pp != o->pp) || N % tcp || pp > cm->L)
+                if ((o->pp && pp != o->pp) || N % tcp || pp > cm->L ||
+                    (cm->whole && pp > 1)) /* vp__whole_check */
                     continue;
                 uint32_t dp = (uint32_t)(N / tcp);
                 if ((o->dp && dp != o->dp) || s.G % dp)

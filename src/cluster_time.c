@@ -93,8 +93,9 @@ static void attention(tctx *k, ltime *o)
     if (!cm->at_eager) {
         /* a fused kernel per context-parallel chunk: Transformer
          * Engine's cuDNN attention, PyTorch SDPA's flash */
-        int impl = k->eng == VP_ENGINE_TORCH ? VP_HW_ATTN_FLASH
-                                              : VP_HW_ATTN_CUDNN;
+        int impl = k->eng == VP_ENGINE_TORCH || cm->whole
+                       ? VP_HW_ATTN_FLASH
+                       : VP_HW_ATTN_CUDNN;
         const vp_curve *cf = &x->hw.attn[impl][0], *cb = &x->hw.attn[impl][1];
         if (k->p->dtype == VP_DT_FP32)
             cf = cb = k->mm;
@@ -248,6 +249,48 @@ static void layer(tctx *k, ltime *o)
     default:
         break;
     }
+}
+
+/* One unit (of cm->L) of a graph-form model planned whole
+ * (cluster_graph.c): the whole graph's GEMM shapes on the linear curve,
+ * its convolutions at VP_CONV_FP32_SHARE of the fp32 peak as the
+ * single-GPU model times them (timing.c matmul_time), its attention cores
+ * and memory-bound kernels, shared by the units. */
+static void whole_unit(tctx *k, ltime *o)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    const vp__whole *w = cm->whole;
+    memset(o, 0, sizeof *o);
+    double conv = VP_CONV_FP32_SHARE * k->x->hw.fp32;
+    double top = vp__dtype_rate(&k->x->hw, k->p->dtype, false);
+    if (conv <= 0 || conv > top)
+        conv = top;
+    double g = gemms(k, w->gemm, w->n_gemm, &o->best_rate);
+    o->gemm_f = g + (conv > 0 ? k->b * w->conv_f / conv : 0);
+    o->gemm_b = 2 * g + (conv > 0 ? k->b * w->conv_b / conv : 0);
+    if (w->conv_f > 0 && conv > o->best_rate)
+        o->best_rate = conv;
+    attention(k, o); /* one attention core (cluster_graph.c), times n_attn */
+    if (cm->fattn_f.r > 0 && o->attn_f > 0 &&
+        k->b * cm->fattn_f.r / o->attn_f > o->best_rate)
+        o->best_rate = k->b * cm->fattn_f.r / o->attn_f;
+    o->attn_f *= cm->n_attn, o->attn_b *= cm->n_attn;
+    memory(k, o);
+    /* the host issues the micro-batch's kernels one by one (timing.c's
+     * host model: host_fwd, host_bwd per kernel): a floor under each
+     * phase, binding for small batches of small ops */
+    double hf = k->a->host_k[0] * k->x->hw.host_fwd;
+    double hb = k->a->host_k[1] * k->x->hw.host_bwd;
+    double gf = o->gemm_f + o->attn_f + o->mem_f;
+    double gb = o->gemm_b + o->attn_b + o->mem_b;
+    double sf = gf > 0 && hf > gf ? hf / gf : 1;
+    double sb = gb > 0 && hb > gb ? hb / gb : 1;
+    /* the kinds stretched in proportion: the GPU waits between them */
+    o->gemm_f *= sf, o->attn_f *= sf, o->mem_f *= sf;
+    o->gemm_b *= sb, o->attn_b *= sb, o->mem_b *= sb;
+    double u = (double)cm->L;
+    o->gemm_f /= u, o->gemm_b /= u, o->attn_f /= u, o->attn_b /= u;
+    o->mem_f /= u, o->mem_b /= u;
 }
 
 /* Embedding and head of one micro-batch: compute and exposed TP comm. */
@@ -513,13 +556,17 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     k.sus = x->hw.sustained;
     k.sp = p->sp;
     k.eng = vp_sharding_engine(p->sharding);
-    k.fused = k.eng != VP_ENGINE_TORCH || p->compile;
+    /* a graph-form model runs as the PyTorch module in every engine */
+    k.fused = !cm->whole && (k.eng != VP_ENGINE_TORCH || p->compile);
     k.lin = x->lin[p->dtype];
     k.mm = x->mm[p->dtype];
     double m = (double)p->accum, pp = p->pp, v = p->vpp;
 
     ltime L;
-    layer(&k, &L);
+    if (cm->whole)
+        whole_unit(&k, &L);
+    else
+        layer(&k, &L);
     ends E;
     double best = L.best_rate;
     ends_time(&k, &E, &best);
@@ -621,7 +668,8 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
         step = tm->model_flops / (peak * tm->mfu_bound);
     tm->step = step;
     tm->samples_per_s = gbatch / step;
-    tm->tokens_per_s = gbatch * (double)cm->seq / step;
+    /* a graph-form model's token is a sample (vp_cluster_model_info) */
+    tm->tokens_per_s = gbatch * (cm->whole ? 1.0 : (double)cm->seq) / step;
     double recf = p->recompute == VP_RC_FULL ? cm->rec_full_per_sample
                   : p->recompute == VP_RC_SELECTIVE ? cm->rec_sel_per_sample
                                                     : 0;

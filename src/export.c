@@ -431,6 +431,14 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
                            p->tp, p->pp, p->cp);
     vp_cluster_model_info in;
     vp_cluster_model_info_get(cm, &in);
+    if (f == VP_EXPORT_TORCHRUN && in.whole)
+        return unsupported(err, "the torchrun export writes a Hugging Face "
+                                "Trainer command for decoder-only "
+                                "transformers; '%s' is planned whole (a "
+                                "graph-form or encoder-decoder model; the "
+                                "DeepSpeed export does not depend on the "
+                                "model)",
+                           in.name);
     vp_status st;
     switch (f) {
     case VP_EXPORT_DEEPSPEED:

@@ -79,13 +79,21 @@ static void eval_ok(vp_cluster_model *cm, const vp_cluster *c,
 
 /* ---- the model ------------------------------------------------------- */
 
-Test(cluster_model, rejects_graph_models)
+/* Graph-form and encoder-decoder models are planned whole
+ * (tests/test_cluster_graph.c) */
+Test(cluster_model, plans_graph_and_encoder_decoder_models_whole)
 {
-    vp_model *m = load("models/resnet50.yaml");
-    vp_error err;
-    cr_assert_null(vp_cluster_model_new(m, 0, &err));
-    cr_assert_eq(err.code, VP_EUNSUPPORTED);
-    vp_model_free(m);
+    static const char *const paths[] = {"models/resnet50.yaml",
+                                        "models/t5-base.yaml"};
+    for (size_t i = 0; i < 2; i++) {
+        vp_model *m = load(paths[i]);
+        vp_cluster_model *cm = cmodel(m);
+        vp_cluster_model_info in;
+        vp_cluster_model_info_get(cm, &in);
+        cr_assert(in.whole, "%s", paths[i]);
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
 }
 
 Test(cluster_model, parameters_match_the_graph)

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vramplan/vramplan.h"
@@ -378,6 +379,89 @@ Test(encdec_graph, only_the_decoder_caches_keys_and_values)
               VP_OPF_KV_COPY);
     cr_expect(find(g, "decoder.block.0.cross_attn.core")->flags &
               VP_OPF_KV_COPY);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* ---- the math kernel in a checkpointed forward ------------------------- */
+
+/* Bytes the encoder's first self-attention core holds (its own
+ * allocations) when it allocates the probabilities' cast back to bf16:
+ * step 1's forward. */
+typedef struct {
+    const char *core;
+    uint64_t cast_bytes, live, at_cast;
+    uint64_t handles[64], sizes[64];
+    size_t n;
+    bool seen;
+} core_watch;
+
+static void watch_core(const vp_sim_event *ev, void *ud)
+{
+    core_watch *w = ud;
+    if (ev->step != 1 || ev->phase != VP_PHASE_FORWARD || w->seen ||
+        !ev->op || strcmp(ev->op, w->core))
+        return;
+    if (ev->is_free) {
+        for (size_t i = 0; i < w->n; i++)
+            if (w->handles[i] == ev->tensor) {
+                w->live -= w->sizes[i];
+                w->handles[i] = UINT64_MAX;
+            }
+        return;
+    }
+    cr_assert_lt(w->n, 64);
+    w->handles[w->n] = ev->tensor;
+    w->sizes[w->n++] = ev->bytes;
+    w->live += ev->bytes;
+    if (ev->bytes == w->cast_bytes) {
+        w->at_cast = w->live;
+        w->seen = true;
+    }
+}
+
+/* Under checkpointing nothing is saved (non-reentrant checkpoint's
+ * saved-tensor hooks keep none), so what only autograd would hold dies
+ * with its last C++ reference (attention.cpp _scaled_dot_product_
+ * attention_math): matmul's contiguous copies of q and k with the
+ * matmul, the softmax output when `attn = at::dropout(attn, ...)`
+ * replaces it, the dropout mask with native_dropout's tuple. At the
+ * cast the core holds its locals only: q, k, v upcast to fp32 and q
+ * scaled (4 x B·H·S·D x 4 B), the dropout output (B·H·S·S x 4 B) and
+ * the cast (B·H·S·S x 2 B). Measured: ho-flan-t5-base-bf16-b16-ckpt's
+ * step-1 forward peak, 1238646272 B, predicted 1238662656 B. */
+Test(encdec_ckpt, math_attention_keeps_only_its_locals)
+{
+    vp_model *m = load("models/t5-base.yaml");
+    const uint64_t B = 2, S = 256, H = 12, D = 64; /* S != 2D: sizes differ */
+    vp_graph *g = build(m, B, S, 32);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = B;
+    s.seq = S;
+    s.target = 32;
+    s.precision = VP_PREC_BF16;
+    s.optimizer = VP_OPT_NONE;
+    s.attn = VP_ATTN_SDPA;
+    s.attn_set = true;
+    bool *ck = calloc(vp_graph_segment_count(g), sizeof *ck);
+    cr_assert_not_null(ck);
+    vp_graph_default_checkpoint(g, ck);
+    s.checkpoint = ck;
+    s.n_checkpoint = vp_graph_segment_count(g);
+    core_watch w;
+    memset(&w, 0, sizeof w);
+    w.core = find(g, "encoder.block.0.self_attn.core")->name;
+    uint64_t P = B * H * S * S;
+    w.cast_bytes = 2 * P;
+    vp_estimate e;
+    vp_error err;
+    cr_assert_eq(vp_simulate(g, &s, &e, watch_core, &w, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert(w.seen);
+    cr_assert_eq(w.at_cast, 4 * (B * H * S * D * 4) + 4 * P + 2 * P,
+                 "%llu", (unsigned long long)w.at_cast);
+    free(ck);
     vp_graph_free(g);
     vp_model_free(m);
 }

@@ -264,10 +264,14 @@ typedef struct vp_cluster_model vp_cluster_model;
  * model's) need: parameter and FLOP counts of the layers, embedding and
  * head (from the graph at tensor-parallel degrees 1 and t2). Activation
  * quantities are simulated lazily, once per (precision class, context-
- * parallel degree). m must outlive the result (borrowed). Returns NULL with
- * *err: VP_EUNSUPPORTED for models that are not transformers, graph errors
- * (VP_ERANGE, VP_EOVERFLOW), VP_ENOMEM. Release with
- * vp_cluster_model_free. */
+ * parallel degree). A graph-form or encoder-decoder model is planned whole
+ * (vp_cluster_model_info.whole): its graph simulated at micro-batch 1 and 2,
+ * data parallelism, ZeRO and FSDP only (vp_par_check refuses tp, pp, cp,
+ * ep, sp, Megatron, recomputation, fp8 and torch.compile by name); its
+ * units are its checkpoint segments. m must outlive the result
+ * (borrowed). Returns NULL with *err: VP_EUNSUPPORTED for a transformer
+ * description without layers, graph errors (VP_ERANGE, VP_EOVERFLOW),
+ * VP_ENOMEM. Release with vp_cluster_model_free. */
 vp_cluster_model *vp_cluster_model_new(const vp_model *m, uint64_t seq,
                                        vp_error *err);
 void vp_cluster_model_free(vp_cluster_model *cm);
@@ -285,6 +289,11 @@ typedef struct vp_cluster_model_info {
     uint64_t max_positions;
     bool rmsnorm, gated_mlp, rotary, bias, tied;
     double attn_dropout, hidden_dropout;
+    /* a graph-form or encoder-decoder model planned whole: data
+     * parallelism, ZeRO or FSDP only; `layers` are its units (checkpoint segments), seq its image
+     * side or sequence, and a "token" (tokens_per_s, flops_per_token,
+     * compare's --tokens) is a sample */
+    bool whole;
 } vp_cluster_model_info;
 
 void vp_cluster_model_info_get(const vp_cluster_model *cm,

@@ -93,7 +93,8 @@ static const cli_opt OPTS[] = {
     U64(O_NODES_OF, "nodes-of", "N", 1, MAX_DEGREE,
         "GPUs per node, joined by NVLink (default 8)"),
     U64(O_GLOBAL_BATCH, "global-batch", "B", 1, UINT32_MAX,
-        "sequences per optimizer step (default: 4M tokens / seq)"),
+        "sequences per optimizer step (default: 4M tokens / seq; "
+        "graph-form models: 32 samples per GPU)"),
     U64(O_SEQ, "seq", "S", 1, UINT32_MAX,
         "sequence length (default: the model's)"),
     STR(O_TOKENS, "tokens", "N", C_COMPARE,
@@ -1100,15 +1101,27 @@ static void print_plan_table(const cargs *a, const vp_cluster *c,
     FILE *o = a->export_set ? stderr : stdout;
     char b1[32], b2[32], b3[32], b4[32];
 
-    fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
-               " layers, seq %" PRIu64 "\n",
-            in->name, a->model, si((double)in->params, b1, sizeof b1),
-            in->layers, in->seq);
-    fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global batch %"
-               PRIu64 " sequences (%s tokens)\n",
-            c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
-            pl[0].global_batch,
-            si((double)pl[0].global_batch * (double)in->seq, b2, sizeof b2));
+    if (in->whole) {
+        fprintf(o, "model        %s (%s): %s parameters, planned whole as "
+                   "%" PRIu64 " units, seq %" PRIu64 "\n",
+                in->name, a->model, si((double)in->params, b1, sizeof b1),
+                in->layers, in->seq);
+        fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
+                   "batch %" PRIu64 " samples\n",
+                c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
+                pl[0].global_batch);
+    } else {
+        fprintf(o, "model        %s (%s): %s parameters, %" PRIu64
+                   " layers, seq %" PRIu64 "\n",
+                in->name, a->model, si((double)in->params, b1, sizeof b1),
+                in->layers, in->seq);
+        fprintf(o, "cluster      %u x %s (%.2f GiB), %u per node; global "
+                   "batch %" PRIu64 " sequences (%s tokens)\n",
+                c->gpus, c->hw.name, gib(c->hw.memory), c->gpus_per_node,
+                pl[0].global_batch,
+                si((double)pl[0].global_batch * (double)in->seq, b2,
+                   sizeof b2));
+    }
     if (a->memory)
         fprintf(o, "memory       %.2f GiB usable per GPU (--memory)\n",
                 gib(c->memory));
@@ -1387,11 +1400,12 @@ static void compare_table(const cargs *a, const vp_cluster_model_info *in,
 
     char gbs[64] = "no global batch (no layout fits)";
     if (gb) /* 0: no cell had a layout to take it from */
-        snprintf(gbs, sizeof gbs, "global batch %" PRIu64 " sequences", gb);
-    printf("%s%s%s (%s parameters, seq %" PRIu64 "), %s, %s tokens\n",
+        snprintf(gbs, sizeof gbs, "global batch %" PRIu64 " %s", gb,
+                 in->whole ? "samples" : "sequences");
+    printf("%s%s%s (%s parameters, seq %" PRIu64 "), %s, %s %s\n",
            md ? "**" : "", in->name, md ? "**" : "",
            si((double)in->params, b1, sizeof b1), in->seq, gbs,
-           si(a->tokens, b2, sizeof b2));
+           si(a->tokens, b2, sizeof b2), in->whole ? "samples" : "tokens");
     if (a->memory)
         printf("GPU memory: --memory %.2f GiB per GPU\n\n", gib(a->memory));
     else

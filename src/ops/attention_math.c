@@ -130,11 +130,27 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
     uint32_t scores = vp__talloc(S, p4, VP_CAT_TEMP);
     if (!kv_contig)
         vp__tunref(S, keyt);
+    /* Nothing saved (a checkpointed forward: torch.utils.checkpoint's
+     * saved-tensor hooks keep none): what only autograd would have kept
+     * dies with its last C++ reference. matmul's contiguous operands are
+     * temporaries of the call; `attn = at::dropout(attn, ...)` drops the
+     * softmax output, and native_dropout's mask is a temporary of the
+     * tuple (attention.cpp _scaled_dot_product_attention_math). */
+    if (!f->sv) {
+        vp__tunref(S, qc);
+        vp__tunref(S, kc);
+        qc = kc = NONE;
+    }
     uint32_t sm = safe_softmax(S, scores, p4, vp__mulc(S, z.bh, o->q_len));
     uint32_t dm = NONE, dd = sm;
     if (o->dropout > 0) {
         dm = vp__talloc(S, P, VP_CAT_ACT);
         dd = vp__talloc(S, p4, VP_CAT_ACT);
+        if (!f->sv) {
+            vp__tunref(S, sm);
+            vp__tunref(S, dm);
+            sm = dm = NONE;
+        }
     } else {
         vp__tref(S, sm);
     }
@@ -147,6 +163,10 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
     else
         vp__tref(S, vc);
     uint32_t bo = vp__talloc(S, aq4, VP_CAT_TEMP);
+    if (!f->sv) { /* v's contiguous operand, a temporary of the matmul */
+        vp__tunref(S, vc);
+        vc = NONE;
+    }
     uint32_t out = bo;
     if (up)
         out = vp__talloc(S, vp__mulc(S, aq, ce), VP_CAT_TEMP);
