@@ -233,14 +233,41 @@ static const char *find_calibrate(const char *given, char *buf, size_t n)
     return "vp-calibrate";
 }
 
-static char *read_all(const char *path, size_t *len)
+/* A regular file, opened without waiting: a FIFO with no writer would
+ * block the open, a device (/dev/zero) never ends (docs/LIMITS.md). */
+static FILE *open_regular(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_fail("cannot open '%s': %s", path,
-                strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl;
+    const char *why = NULL;
+    struct stat st;
+    FILE *f = NULL;
+
+    if (fd < 0) {
+        cli_fail("cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
+    if (fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(st.st_mode))
+        why = "it is a directory";
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file (a FIFO, socket or device)";
+    else if ((fl = fcntl(fd, F_GETFL)) < 0 ||
+             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
+             (f = fdopen(fd, "rb")) == NULL)
+        why = strerror(errno);
+    if (why != NULL) {
+        cli_fail("cannot read '%s': %s", path, why);
+        close(fd);
+    }
+    return f;
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = open_regular(path);
+    if (!f)
+        return NULL;
     buffer b = {0};
     char chunk[65536];
     size_t n;
