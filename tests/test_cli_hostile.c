@@ -60,6 +60,19 @@ Test(hostile, case_accum_past_32_bits, .timeout = 120)
            H "case-accum-33bit.jsonl");
 }
 
+/* The review's `accum` 10^6 case line, which hung validate and fit: the
+ * closed form makes it one simulation (0.2 s). */
+Test(hostile, case_accum_a_million_ends, .timeout = 120)
+{
+    GOLDEN("hostile_case_accum_1e6", 0, "validate",
+           H "case-accum-1e6.jsonl");
+}
+
+Test(hostile, fit_case_accum_a_million_ends, .timeout = 120)
+{
+    GOLDEN("hostile_fit_case_accum_1e6", 0, "fit", H "case-accum-1e6.jsonl");
+}
+
 Test(hostile, case_measured_zero, .timeout = 120)
 {
     GOLDEN("hostile_case_measured_zero", 3, "validate",
