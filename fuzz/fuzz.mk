@@ -15,7 +15,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 10
 FUZZ_TIMEOUT ?= 5
 FUZZ_RSS_MB ?= 1024
-FUZZ_HARNESSES := model sim case gpu units
+FUZZ_HARNESSES := model sim case gpu units lengths config
 FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow \
             -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -g -O1 -Iinclude $(PKG_CFLAGS) $(FUZZ_SAN)
@@ -69,6 +69,12 @@ fuzz-seeds:
 	        n=$$((n + 1)); i=$$((i + 1)); \
 	        printf '%s' "$$l" > build/fuzz/seeds/case/c$$i; \
 	    done < "$$f"; \
+	done; \
+	for f in tests/data/batching/*.txt; do \
+	    i=$$((i + 1)); cp "$$f" build/fuzz/seeds/lengths/l$$i; \
+	done; \
+	for f in tests/data/hf/*.json tests/data/good/hf-*.json; do \
+	    i=$$((i + 1)); cp "$$f" build/fuzz/seeds/config/h$$i; \
 	done; \
 	for s in 1 1.5GiB 80GB 0 1e400 -3 24G 512MiB 1KiB 18446744073709551615 \
 	         allocated=0.01/0.1 max_batch=1.5; do \
