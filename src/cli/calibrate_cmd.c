@@ -233,63 +233,23 @@ static const char *find_calibrate(const char *given, char *buf, size_t n)
     return "vp-calibrate";
 }
 
-/* A regular file, opened without waiting: a FIFO with no writer would
- * block the open, a device (/dev/zero) never ends (docs/LIMITS.md). */
-static FILE *open_regular(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl;
-    const char *why = NULL;
-    struct stat st;
-    FILE *f = NULL;
-
-    if (fd < 0) {
-        cli_fail("cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fstat(fd, &st) != 0)
-        why = strerror(errno);
-    else if (S_ISDIR(st.st_mode))
-        why = "it is a directory";
-    else if (!S_ISREG(st.st_mode))
-        why = "not a regular file (a FIFO, socket or device)";
-    else if ((fl = fcntl(fd, F_GETFL)) < 0 ||
-             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
-             (f = fdopen(fd, "rb")) == NULL)
-        why = strerror(errno);
-    if (why != NULL) {
-        cli_fail("cannot read '%s': %s", path, why);
-        close(fd);
-    }
-    return f;
-}
-
+/* The file whole (a regular file: a FIFO or a device is refused rather
+ * than waited on, docs/LIMITS.md). */
 static char *read_all(const char *path, size_t *len)
 {
-    FILE *f = open_regular(path);
-    if (!f)
-        return NULL;
-    buffer b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (buf_add(&b, chunk, n) != 0) {
-            cli_fail("'%s' is over %u bytes", path,
-                    MAX_RAW_BYTES);
-            free(b.data);
-            fclose(f);
-            return NULL;
-        }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad) {
-        cli_fail("cannot read '%s'", path);
-        free(b.data);
+    vp_error err;
+    char *data;
+
+    if (vp_file_read(path, MAX_RAW_BYTES, &data, len, &err) != VP_OK) {
+        cli_fail("%s", err.msg);
         return NULL;
     }
-    if (!b.data && buf_add(&b, "", 0) != 0)
+    if (*len > MAX_RAW_BYTES) {
+        cli_fail("'%s' is over %u bytes", path, MAX_RAW_BYTES);
+        free(data);
         return NULL;
-    *len = b.len;
-    return b.data;
+    }
+    return data;
 }
 
 static int write_file(const char *path, const char *data, size_t len)
