@@ -1,7 +1,8 @@
 # Fuzzing (docs/LIMITS.md, "Fuzzing").
 #
 #   make fuzz             the libFuzzer harnesses (clang), build/fuzz/fuzz_*
-#   make fuzz-run         each harness for FUZZ_SECONDS (default 10) from
+#   make fuzz-run         each harness (FUZZ_RUN: some) for FUZZ_SECONDS
+#                         (default 10) from
 #                         its seeds (models/, tests/data) and fuzz/corpus/,
 #                         with its dictionary; a crash, a leak, a run over
 #                         FUZZ_TIMEOUT s or FUZZ_RSS_MB MiB fails
@@ -81,10 +82,12 @@ fuzz-seeds:
 	    i=$$((i + 1)); printf '%s' "$$s" > build/fuzz/seeds/units/u$$i; \
 	done
 
-# FUZZ_DIR (default build/fuzz/work) keeps what each run adds to its corpus.
+# FUZZ_DIR (default build/fuzz/work) keeps what each run adds to its corpus;
+# FUZZ_RUN picks harnesses (default all).
 FUZZ_DIR ?= build/fuzz/work
+FUZZ_RUN ?= $(FUZZ_HARNESSES)
 fuzz-run: fuzz fuzz-seeds
-	@set -e; for h in $(FUZZ_HARNESSES); do \
+	@set -e; for h in $(FUZZ_RUN); do \
 	    mkdir -p $(FUZZ_DIR)/$$h fuzz/corpus/$$h; \
 	    echo "    FUZZ $$h ($(FUZZ_SECONDS) s)"; \
 	    ./build/fuzz/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) \

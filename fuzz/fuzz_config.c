@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vp_error err;
     vp_kv_layout kv;
 
-    (void)vp_kv_layout_from_hf_buf((const char *)data, size, "config.json",
-                                   &kv, &err);
+    if (vp_kv_layout_from_hf_buf((const char *)data, size, "config.json",
+                                  &kv, &err) == VP_OK)
+        vp_kv_layout_destroy(&kv);
     return 0;
 }

@@ -130,6 +130,8 @@ Test(limits, config_of_exactly_4_mib_loads)
 
     cr_expect_eq(vp_kv_layout_from_hf_buf(buf, 4 * MiB, "c.json", &kv, &err),
                  VP_OK, "%s", err.msg);
+    cr_expect_eq(kv.n_layers, 24, "gpt2-medium's layers");
+    vp_kv_layout_destroy(&kv);
     free(buf);
 }
 
