@@ -424,17 +424,16 @@ static uint32_t build_bytes(const sim *S, const vp_param *pp)
  * ties them once built, the last made first (traced:
  * groundtruth/traces/t5-base-*). late[0 .. *nl) are those made so far (at
  * most MAX_TIED_LATE); p is the next parameter to be made (n_params: the
- * end). On the meta device they take no memory (the caller skips). */
-static void tied_late(sim *S, size_t p, uint32_t teb, uint32_t *late,
-                      size_t *nl)
+ * end). tl[0 .. ntl) are the graph's first MAX_TIED_LATE such ops (found
+ * once: a scan of the ops for each parameter was quadratic). On the meta
+ * device they take no memory (the caller skips). */
+static void tied_late(sim *S, size_t p, uint32_t teb, const uint32_t *tl,
+                      size_t ntl, uint32_t *late, size_t *nl)
 {
     const vp_graph *g = S->g;
-    size_t seen = 0;
-    for (uint32_t i = 0; i < g->n_ops && *nl < MAX_TIED_LATE && OK(S); i++) {
-        const vp_op *o = &g->ops[i];
-        if (!(o->flags & VP_OPF_TIED_LATE) || seen++ < *nl)
-            continue;
-        if (p < g->n_params && g->params[p].op <= i)
+    while (*nl < ntl && OK(S)) {
+        const vp_op *o = &g->ops[tl[*nl]];
+        if (p < g->n_params && g->params[p].op <= tl[*nl])
             return;
         uint64_t w = o->kind == VP_OP_EMBEDDING
                          ? vp__mulc(S, o->classes, o->shape[o->ndim - 1])
@@ -475,8 +474,11 @@ static void construct(sim *S, uint32_t *built)
                        ? 4
                        : S->PE;
     bool meta = S->s->ft.load == VP_LOAD_META;
-    uint32_t late[MAX_TIED_LATE];
-    size_t nl = 0;
+    uint32_t late[MAX_TIED_LATE], tl[MAX_TIED_LATE];
+    size_t nl = 0, ntl = 0;
+    for (uint32_t i = 0; i < g->n_ops && ntl < MAX_TIED_LATE; i++)
+        if (g->ops[i].flags & VP_OPF_TIED_LATE)
+            tl[ntl++] = i;
     for (size_t p = 0; p <= g->n_params && OK(S); p++) {
         if (p < g->n_params && g->params[p].adapter)
             continue;
@@ -495,7 +497,7 @@ static void construct(sim *S, uint32_t *built)
         if (p == g->n_params)
             break;
         if (!meta)
-            tied_late(S, p, teb, late, &nl);
+            tied_late(S, p, teb, tl, ntl, late, &nl);
         const vp_param *pp = &g->params[p];
         if (pp->quant)
             vp__quant_load(S, (uint32_t)p);
@@ -508,7 +510,7 @@ static void construct(sim *S, uint32_t *built)
         }
     }
     if (!meta)
-        tied_late(S, g->n_params, teb, late, &nl);
+        tied_late(S, g->n_params, teb, tl, ntl, late, &nl);
     tied_late_free(S, late, nl);
 }
 
