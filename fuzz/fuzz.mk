@@ -96,7 +96,7 @@ fuzz-run: fuzz fuzz-seeds
 	        -dict=fuzz/dict/$$h.dict -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_DIR)/$$h- \
 	        $(FUZZ_DIR)/$$h build/fuzz/seeds/$$h fuzz/corpus/$$h \
-	        2>&1 | grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss|==|SUMMARY|artifact|Done)' || true; \
+	        2>&1 | grep -E '^(#[0-9]+[[:space:]]+(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|==|SUMMARY|artifact|Done)' || true; \
 	    ls $(FUZZ_DIR)/$$h-* >/dev/null 2>&1 && \
 	        { echo "fuzz: $$h found an input: $$(ls $(FUZZ_DIR)/$$h-*)"; exit 1; }; \
 	done; echo "fuzz: nothing found"
