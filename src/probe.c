@@ -629,6 +629,9 @@ static _Noreturn void keeper(char *const *argv, int devnull, int out_w,
             ;
         _exit(127);
     }
+    /* the command's pid (its process group) before exec's report ends */
+    while (write(stat_w, &c, sizeof c) < 0 && errno == EINTR)
+        ;
     close(devnull);
     close(out_w);
     close(err_w);
@@ -816,12 +819,41 @@ static vp_status open_log(const vp_exec_config *cfg, const char *ext,
 
 typedef struct trial_run {
     pid_t keeper;
-    int stat_fd;     /* the command's wait status comes here */
+    pid_t command;   /* its process group, 0 if unknown      */
+    int stat_fd;     /* its pid, then its wait status        */
     int status;      /* the command's, else the keeper's     */
     bool have_status;
     double t_end;
     bool timed_out, cancelled;
 } trial_run;
+
+/* The command's pid, the first word on the keeper's pipe: it comes at
+ * once after the fork (or the pipe closes: the keeper could not fork). */
+static void command_pid(trial_run *t)
+{
+    struct pollfd pf = {t->stat_fd, POLLIN, 0};
+    ssize_t got;
+
+    t->command = 0;
+    while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+        ;
+    do
+        got = read(t->stat_fd, &t->command, sizeof t->command);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof t->command)
+        t->command = 0;
+}
+
+/* sig to every process below the keeper; while the command runs, to its
+ * process group too, which catches at once a child it is forking as the
+ * scan of /proc passes (its pid stays its group's until it is reaped, and
+ * the status comes as it is reaped). */
+static void signal_trial(const trial_run *t, bool ended, int sig)
+{
+    if (!ended && t->command > 0)
+        kill(-t->command, sig);
+    vp__proc_tree_signal(t->keeper, sig);
+}
 
 /* Pump the trial's output into its logs until the command has ended, the
  * pipes are closed and nothing is left below the keeper. On cancel or
@@ -843,7 +875,7 @@ static void supervise(trial_run *t, stream *sv, const vp_exec_config *cfg,
             ended = true;
             t->t_end = now;
             if (term_at == 0) {
-                vp__proc_tree_signal(t->keeper, SIGTERM); /* strays */
+                signal_trial(t, true, SIGTERM); /* strays */
                 term_at = now;
             }
         }
@@ -855,12 +887,12 @@ static void supervise(trial_run *t, stream *sv, const vp_exec_config *cfg,
             else if (deadline > 0 && now >= deadline)
                 t->timed_out = true;
             if (t->cancelled || t->timed_out) {
-                vp__proc_tree_signal(t->keeper, SIGTERM);
+                signal_trial(t, false, SIGTERM);
                 term_at = now;
             }
         }
         if (term_at > 0 && now >= term_at + cfg->grace_s) {
-            vp__proc_tree_signal(t->keeper, SIGKILL); /* and new ones */
+            signal_trial(t, ended, SIGKILL); /* and new ones */
             if (kill_at == 0)
                 kill_at = now;
         }
@@ -1034,6 +1066,7 @@ vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
     t.stat_fd = f.stat[0];
     f.stat[0] = -1;
     exec_errno = exec_outcome(&f.rep[0]);
+    command_pid(&t);
 
     supervise(&t, sv, cfg, t0);
     close_fd(&t.stat_fd);
