@@ -1,7 +1,8 @@
 # Fuzzing (docs/LIMITS.md, "Fuzzing").
 #
 #   make fuzz             the libFuzzer harnesses (clang), build/fuzz/fuzz_*
-#   make fuzz-run         each harness for FUZZ_SECONDS (default 10) from
+#   make fuzz-run         each harness (FUZZ_RUN: some) for FUZZ_SECONDS
+#                         (default 10) from
 #                         its seeds (models/, tests/data) and fuzz/corpus/,
 #                         with its dictionary; a crash, a leak, a run over
 #                         FUZZ_TIMEOUT s or FUZZ_RSS_MB MiB fails
@@ -15,7 +16,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 10
 FUZZ_TIMEOUT ?= 5
 FUZZ_RSS_MB ?= 1024
-FUZZ_HARNESSES := model sim case gpu units
+FUZZ_HARNESSES := model sim case gpu units lengths config
 FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow \
             -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -g -O1 -Iinclude $(PKG_CFLAGS) $(FUZZ_SAN)
@@ -70,15 +71,23 @@ fuzz-seeds:
 	        printf '%s' "$$l" > build/fuzz/seeds/case/c$$i; \
 	    done < "$$f"; \
 	done; \
+	for f in tests/data/batching/*.txt; do \
+	    i=$$((i + 1)); cp "$$f" build/fuzz/seeds/lengths/l$$i; \
+	done; \
+	for f in tests/data/hf/*.json tests/data/good/hf-*.json; do \
+	    i=$$((i + 1)); cp "$$f" build/fuzz/seeds/config/h$$i; \
+	done; \
 	for s in 1 1.5GiB 80GB 0 1e400 -3 24G 512MiB 1KiB 18446744073709551615 \
 	         allocated=0.01/0.1 max_batch=1.5; do \
 	    i=$$((i + 1)); printf '%s' "$$s" > build/fuzz/seeds/units/u$$i; \
 	done
 
-# FUZZ_DIR (default build/fuzz/work) keeps what each run adds to its corpus.
+# FUZZ_DIR (default build/fuzz/work) keeps what each run adds to its corpus;
+# FUZZ_RUN picks harnesses (default all).
 FUZZ_DIR ?= build/fuzz/work
+FUZZ_RUN ?= $(FUZZ_HARNESSES)
 fuzz-run: fuzz fuzz-seeds
-	@set -e; for h in $(FUZZ_HARNESSES); do \
+	@set -e; for h in $(FUZZ_RUN); do \
 	    mkdir -p $(FUZZ_DIR)/$$h fuzz/corpus/$$h; \
 	    echo "    FUZZ $$h ($(FUZZ_SECONDS) s)"; \
 	    ./build/fuzz/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) \
@@ -87,7 +96,7 @@ fuzz-run: fuzz fuzz-seeds
 	        -dict=fuzz/dict/$$h.dict -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_DIR)/$$h- \
 	        $(FUZZ_DIR)/$$h build/fuzz/seeds/$$h fuzz/corpus/$$h \
-	        2>&1 | grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss|==|SUMMARY|artifact|Done)' || true; \
+	        2>&1 | grep -E '^(#[0-9]+[[:space:]]+(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|==|SUMMARY|artifact|Done)' || true; \
 	    ls $(FUZZ_DIR)/$$h-* >/dev/null 2>&1 && \
 	        { echo "fuzz: $$h found an input: $$(ls $(FUZZ_DIR)/$$h-*)"; exit 1; }; \
 	done; echo "fuzz: nothing found"

@@ -694,8 +694,13 @@ vp_status vp_api_call(const char *request_json, char **response,
     *response = NULL;
     if (!request_json)
         return vp_error_set(err, VP_EARG, "no request");
+    size_t len = strnlen(request_json, (size_t)VP_API_MAX_REQUEST + 1);
+    if (len > VP_API_MAX_REQUEST)
+        return vp_error_at(err, VP_ELIMIT, "<request>", 0, 0, 0,
+                           "a request is at most %u bytes "
+                           "(VP_API_MAX_REQUEST)", VP_API_MAX_REQUEST);
     json_error_t je;
-    json_t *root = json_loads(request_json, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(request_json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return vp_error_at(err, VP_ESYNTAX, "<request>", (uint32_t)je.line,
                            (uint32_t)je.column, 1, "%s", je.text);

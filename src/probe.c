@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probe_impl.h"
 #include "vramplan/probe.h"
 
 const char *vp_trial_outcome_name(vp_trial_outcome o)
@@ -296,49 +298,79 @@ bool vp_probe_oom_text(const char *text, size_t len)
 #define SCAN_LINE_MAX 65536 /* longer lines are scanned in overlapping parts */
 #define SCAN_OVERLAP 256
 
+void vp__oom_scan_init(vp__oom_scan *s)
+{
+    s->len = 0;
+    s->found = false;
+}
+
+/* Scan the complete lines of what came; keep the last partial line (a
+ * line longer than SCAN_LINE_MAX: scanned, its last SCAN_OVERLAP bytes
+ * kept). */
+void vp__oom_scan_feed(vp__oom_scan *s, const char *p, size_t n)
+{
+    while (n > 0 && !s->found) {
+        size_t take = sizeof s->buf - s->len, len, start;
+
+        if (take > n)
+            take = n;
+        memcpy(s->buf + s->len, p, take);
+        p += take;
+        n -= take;
+        len = s->len + take;
+        start = len;
+        while (start > 0 && s->buf[start - 1] != '\n' &&
+               s->buf[start - 1] != '\r')
+            start--;
+        if (start == 0 && len > SCAN_LINE_MAX) {
+            s->found = vp_probe_oom_text(s->buf, len);
+            memmove(s->buf, s->buf + len - SCAN_OVERLAP, SCAN_OVERLAP);
+            s->len = SCAN_OVERLAP;
+        } else {
+            s->found = vp_probe_oom_text(s->buf, start);
+            memmove(s->buf, s->buf + start, len - start);
+            s->len = len - start;
+        }
+    }
+}
+
+bool vp__oom_scan_end(vp__oom_scan *s)
+{
+    if (!s->found)
+        s->found = vp_probe_oom_text(s->buf, s->len);
+    s->len = 0;
+    return s->found;
+}
+
 bool vp_probe_oom_file(const char *path)
 {
-    char *buf;
-    size_t len = 0, n, start;
+    vp__oom_scan *s;
+    char buf[65536];
     bool found = false;
     int fd;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    buf = malloc(2 * SCAN_LINE_MAX);
-    if (buf == NULL) {
+    s = malloc(sizeof *s);
+    if (s == NULL) {
         close(fd);
         return false;
     }
+    vp__oom_scan_init(s);
     for (;;) {
-        ssize_t got = read(fd, buf + len, 2 * SCAN_LINE_MAX - len);
+        ssize_t got = read(fd, buf, sizeof buf);
 
         if (got < 0 && errno == EINTR)
             continue;
-        if (got <= 0) {
-            found = found || vp_probe_oom_text(buf, len);
+        if (got <= 0)
             break;
-        }
-        n = len + (size_t)got;
-        /* scan the complete lines; keep the last partial one */
-        start = n;
-        while (start > 0 && buf[start - 1] != '\n' && buf[start - 1] != '\r')
-            start--;
-        if (start == 0 && n > SCAN_LINE_MAX) {
-            /* one very long line: scan it, keep an overlap */
-            found = found || vp_probe_oom_text(buf, n);
-            memmove(buf, buf + n - SCAN_OVERLAP, SCAN_OVERLAP);
-            len = SCAN_OVERLAP;
-        } else {
-            found = found || vp_probe_oom_text(buf, start);
-            memmove(buf, buf + start, n - start);
-            len = n - start;
-        }
-        if (found)
+        vp__oom_scan_feed(s, buf, (size_t)got);
+        if (s->found)
             break;
     }
-    free(buf);
+    found = vp__oom_scan_end(s);
+    free(s);
     close(fd);
     return found;
 }
@@ -559,18 +591,140 @@ fail:
     _exit(127);
 }
 
+/* The keeper, between fork and its end: only async-signal-safe calls. A
+ * child subreaper in its own process group that runs the command (in a
+ * process group of its own too), reaps every process the command leaves
+ * to it, sends the command's wait status on stat_w and ends when it has
+ * no child left. Signals from a terminal or from the command's group do
+ * not end it; the caller ends the processes below it (probe_tree.c). */
+static _Noreturn void keeper(char *const *argv, int devnull, int out_w,
+                             int err_w, int report_w, int stat_w)
+{
+    static const int ignored[] = {SIGINT, SIGQUIT, SIGHUP, SIGTERM, SIGPIPE,
+                                  SIGTSTP, SIGTTIN, SIGTTOU};
+    struct sigaction sa;
+    pid_t c, w;
+    int st, e;
+
+    setpgid(0, 0);
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = SIG_IGN;
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        sigaction(ignored[i], &sa, NULL);
+    sa.sa_handler = SIG_DFL; /* SIGCHLD ignored would reap them unseen */
+    sigaction(SIGCHLD, &sa, NULL);
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) != 0) {
+        e = errno;
+        while (write(report_w, &e, sizeof e) < 0 && errno == EINTR)
+            ;
+        _exit(127);
+    }
+    c = fork();
+    if (c == 0)
+        child_exec(argv, devnull, out_w, err_w, report_w);
+    if (c < 0) {
+        e = errno;
+        while (write(report_w, &e, sizeof e) < 0 && errno == EINTR)
+            ;
+        _exit(127);
+    }
+    /* the command's pid (its process group) before exec's report ends */
+    while (write(stat_w, &c, sizeof c) < 0 && errno == EINTR)
+        ;
+    close(devnull);
+    close(out_w);
+    close(err_w);
+    close(report_w);
+    for (;;) {
+        w = waitpid(-1, &st, 0);
+        if (w == c) {
+            while (write(stat_w, &st, sizeof st) < 0 && errno == EINTR)
+                ;
+        } else if (w < 0 && errno != EINTR) {
+            _exit(0); /* ECHILD: nothing is left below */
+        }
+    }
+}
+
 typedef struct stream {
-    int fd;      /* read end of the pipe, -1 once at EOF */
-    int log;     /* log file                             */
+    int fd;             /* read end of the pipe, -1 once at EOF       */
+    int log;            /* log file                                   */
     bool log_ok;
+    uint64_t head;      /* bytes written to the log's head            */
+    uint64_t total;     /* bytes the command wrote                    */
+    char *tail;         /* ring of the last VP_PROBE_LOG_TAIL bytes
+                           past the head                              */
+    size_t tail_at;     /* where the ring's next byte goes            */
+    vp__oom_scan *scan; /* stderr: every byte is scanned              */
 } stream;
 
-/* Move what is ready on the pipes into the logs; wait at most `wait`
- * seconds for something to happen. */
-static void pump(stream *sv, int n, double wait)
+static void log_write(stream *s, const char *p, size_t n)
 {
-    struct pollfd pf[2];
-    int np = 0, map[2];
+    if (s->log_ok && n > 0 && !write_all(s->log, p, n))
+        s->log_ok = false;
+}
+
+/* n more bytes of the command's output: all to the OOM scan; the first
+ * VP_PROBE_LOG_HEAD to the log, the rest through the ring. */
+static void keep(stream *s, const char *p, size_t n)
+{
+    size_t k;
+
+    s->total += n;
+    if (s->scan != NULL)
+        vp__oom_scan_feed(s->scan, p, n);
+    if (s->head < VP_PROBE_LOG_HEAD) {
+        k = VP_PROBE_LOG_HEAD - s->head < n
+                ? (size_t)(VP_PROBE_LOG_HEAD - s->head)
+                : n;
+        log_write(s, p, k);
+        s->head += k;
+        p += k;
+        n -= k;
+    }
+    if (n >= VP_PROBE_LOG_TAIL) {
+        memcpy(s->tail, p + n - VP_PROBE_LOG_TAIL, VP_PROBE_LOG_TAIL);
+        s->tail_at = 0;
+        return;
+    }
+    k = VP_PROBE_LOG_TAIL - s->tail_at < n ? VP_PROBE_LOG_TAIL - s->tail_at
+                                            : n;
+    memcpy(s->tail + s->tail_at, p, k);
+    memcpy(s->tail, p + k, n - k);
+    s->tail_at = (s->tail_at + n) % VP_PROBE_LOG_TAIL;
+}
+
+/* The ring after the head, with a line saying how much was cut between. */
+static void keep_end(stream *s)
+{
+    uint64_t past = s->total - s->head;
+    char note[200];
+    int len;
+
+    if (past < VP_PROBE_LOG_TAIL) {
+        log_write(s, s->tail, (size_t)past);
+        return;
+    }
+    if (past > VP_PROBE_LOG_TAIL) {
+        len = snprintf(note, sizeof note,
+                       "\n[vramplan: %" PRIu64 " bytes cut here; the log "
+                       "keeps the first %u and the last %u of %" PRIu64
+                       " bytes]\n",
+                       past - VP_PROBE_LOG_TAIL, (unsigned)VP_PROBE_LOG_HEAD,
+                       (unsigned)VP_PROBE_LOG_TAIL, s->total);
+        log_write(s, note, (size_t)len);
+    }
+    log_write(s, s->tail + s->tail_at, VP_PROBE_LOG_TAIL - s->tail_at);
+    log_write(s, s->tail, s->tail_at);
+}
+
+/* Move what is ready on the pipes into the logs; wait at most `wait`
+ * seconds for something to happen there or on wake_fd (not read). */
+static void pump(stream *sv, int n, int wake_fd, double wait)
+{
+    struct pollfd pf[3];
+    int np = 0, map[3];
     char buf[65536];
 
     for (int i = 0; i < n; i++)
@@ -580,18 +734,25 @@ static void pump(stream *sv, int n, double wait)
             pf[np].revents = 0;
             map[np++] = i;
         }
+    if (wake_fd >= 0) {
+        pf[np].fd = wake_fd;
+        pf[np].events = POLLIN;
+        pf[np].revents = 0;
+        map[np++] = -1;
+    }
     if (np == 0) {
-        sleep_s(wait < 0.01 ? wait : 0.01); /* only the exit to wait for */
+        sleep_s(wait < 0.01 ? wait : 0.01); /* only the exits to wait for */
         return;
     }
     if (poll(pf, (nfds_t)np, (int)(wait * 1000.0 + 0.5)) <= 0)
         return; /* timeout, or EINTR: the caller looks again */
     for (int k = 0; k < np; k++) {
-        stream *s = &sv[map[k]];
+        stream *s;
         ssize_t got;
 
-        if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        if (map[k] < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
+        s = &sv[map[k]];
         got = read(s->fd, buf, sizeof buf);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
@@ -599,8 +760,7 @@ static void pump(stream *sv, int n, double wait)
             close_fd(&s->fd);
             continue;
         }
-        if (s->log_ok && !write_all(s->log, buf, (size_t)got))
-            s->log_ok = false;
+        keep(s, buf, (size_t)got);
     }
 }
 
@@ -612,9 +772,8 @@ static bool pipes_open(const stream *sv, int n)
     return false;
 }
 
-/* Whether the leader has ended, without reaping it: while it is a zombie
- * its pid stays reserved, so kill(-pid) cannot reach another group. */
-static bool leader_ended(pid_t pid)
+/* Whether pid has ended, without reaping it. */
+static bool has_ended(pid_t pid)
 {
     siginfo_t si;
 
@@ -627,10 +786,20 @@ static bool leader_ended(pid_t pid)
     }
 }
 
-static void group_kill(pid_t pid, int sig)
+/* The command's wait status from the keeper, if it has come (the pipe is
+ * closed then); EOF without one: the keeper ended first. */
+static bool command_ended(int *stat_fd, int *status, bool *have)
 {
-    if (kill(-pid, sig) != 0 && errno == ESRCH)
-        kill(pid, sig); /* setpgid may not have happened yet */
+    ssize_t got;
+
+    if (*stat_fd < 0)
+        return true;
+    got = read(*stat_fd, status, sizeof *status);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+        return false;
+    *have = got == (ssize_t)sizeof *status;
+    close_fd(stat_fd);
+    return true;
 }
 
 static vp_status open_log(const vp_exec_config *cfg, const char *ext,
@@ -648,12 +817,51 @@ static vp_status open_log(const vp_exec_config *cfg, const char *ext,
     return VP_OK;
 }
 
-/* Pump the trial's output into its logs until the leader has ended and the
- * pipes are closed; on cancel or timeout, SIGTERM the group and SIGKILL it
- * after the grace period. */
-static void supervise(pid_t pid, stream *sv, const vp_exec_config *cfg,
-                      double t0, double *t_end, bool *timed_out,
-                      bool *cancelled)
+typedef struct trial_run {
+    pid_t keeper;
+    pid_t command;   /* its process group, 0 if unknown      */
+    int stat_fd;     /* its pid, then its wait status        */
+    int status;      /* the command's, else the keeper's     */
+    bool have_status;
+    double t_end;
+    bool timed_out, cancelled;
+} trial_run;
+
+/* The command's pid, the first word on the keeper's pipe: it comes at
+ * once after the fork (or the pipe closes: the keeper could not fork). */
+static void command_pid(trial_run *t)
+{
+    struct pollfd pf = {t->stat_fd, POLLIN, 0};
+    ssize_t got;
+
+    t->command = 0;
+    while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+        ;
+    do
+        got = read(t->stat_fd, &t->command, sizeof t->command);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof t->command)
+        t->command = 0;
+}
+
+/* sig to every process below the keeper; while the command runs, to its
+ * process group too, which catches at once a child it is forking as the
+ * scan of /proc passes (its pid stays its group's until it is reaped, and
+ * the status comes as it is reaped). */
+static void signal_trial(const trial_run *t, bool ended, int sig)
+{
+    if (!ended && t->command > 0)
+        kill(-t->command, sig);
+    vp__proc_tree_signal(t->keeper, sig);
+}
+
+/* Pump the trial's output into its logs until the command has ended, the
+ * pipes are closed and nothing is left below the keeper. On cancel or
+ * timeout every process below the keeper gets SIGTERM, and SIGKILL from
+ * the grace period on; when the command ends, so do the processes it left
+ * behind. */
+static void supervise(trial_run *t, stream *sv, const vp_exec_config *cfg,
+                      double t0)
 {
     double deadline = cfg->timeout_s > 0 ? t0 + cfg->timeout_s : 0;
     double term_at = 0, kill_at = 0;
@@ -662,38 +870,60 @@ static void supervise(pid_t pid, stream *sv, const vp_exec_config *cfg,
     for (;;) {
         double now = now_s(), wait = 0.05;
 
-        if (!ended && leader_ended(pid)) {
+        if (!ended && command_ended(&t->stat_fd, &t->status,
+                                    &t->have_status)) {
             ended = true;
-            *t_end = now;
-            if (!pipes_open(sv, 2))
-                break; /* strays that closed the pipes: the caller SIGKILLs */
+            t->t_end = now;
             if (term_at == 0) {
-                group_kill(pid, SIGTERM); /* strays holding the pipes */
+                signal_trial(t, true, SIGTERM); /* strays */
                 term_at = now;
             }
         }
-        if (ended && !pipes_open(sv, 2))
+        if (ended && !pipes_open(sv, 2) && has_ended(t->keeper))
             break;
         if (!ended && term_at == 0) {
             if (cfg->cancel != NULL && *cfg->cancel)
-                *cancelled = true;
+                t->cancelled = true;
             else if (deadline > 0 && now >= deadline)
-                *timed_out = true;
-            if (*cancelled || *timed_out) {
-                group_kill(pid, SIGTERM);
+                t->timed_out = true;
+            if (t->cancelled || t->timed_out) {
+                signal_trial(t, false, SIGTERM);
                 term_at = now;
             }
         }
-        if (term_at > 0 && kill_at == 0 && now >= term_at + cfg->grace_s) {
-            group_kill(pid, SIGKILL);
-            kill_at = now;
+        if (term_at > 0 && now >= term_at + cfg->grace_s) {
+            signal_trial(t, ended, SIGKILL); /* and new ones */
+            if (kill_at == 0)
+                kill_at = now;
         }
         if (kill_at > 0 && ended && now >= kill_at + cfg->grace_s)
-            break; /* pipes held by processes outside the group: give up */
+            break; /* pipes held by processes outside the tree: give up */
         if (deadline > 0 && !ended && term_at == 0 && deadline - now < wait)
             wait = deadline - now;
-        pump(sv, 2, wait > 0 ? wait : 0);
+        pump(sv, 2, t->stat_fd, wait > 0 ? wait : 0);
     }
+}
+
+/* Nothing left below the keeper, then the keeper reaped; VP_EIO if it
+ * was lost. */
+static vp_status end_keeper(trial_run *t, vp_error *err)
+{
+    int kst;
+
+    while (!has_ended(t->keeper)) {
+        vp__proc_tree_signal(t->keeper, SIGKILL);
+        sleep_s(0.005);
+    }
+    for (;;) {
+        if (waitpid(t->keeper, &kst, 0) == t->keeper)
+            break;
+        if (errno != EINTR)
+            return vp_error_set(err, VP_EIO, "lost the trial's process "
+                                "(%s; is SIGCHLD ignored?)", strerror(errno));
+    }
+    if (!t->have_status)
+        t->status = kst;
+    return VP_OK;
 }
 
 /* The trial's outcome from its wait status; an OOM is decided later from
@@ -713,10 +943,9 @@ static void set_outcome(vp_exec_result *out, const char *cmd, int status,
 
         out->exec_failed = true;
         out->exec_errno = exec_errno;
-        if (err_log->log_ok && len > 0)
-            write_all(err_log->log, msg, (size_t)len < sizeof msg
-                                             ? (size_t)len
-                                             : sizeof msg - 1);
+        if (len > 0)
+            keep(err_log, msg, (size_t)len < sizeof msg ? (size_t)len
+                                                        : sizeof msg - 1);
         out->outcome = VP_TRIAL_ERROR;
     } else if (cancelled) {
         out->outcome = VP_TRIAL_CANCELLED;
@@ -729,18 +958,75 @@ static void set_outcome(vp_exec_result *out, const char *cmd, int status,
     }
 }
 
+/* The pipes and the ring and scan buffers of one trial. */
+typedef struct trial_fds {
+    int out_p[2], err_p[2], rep[2], stat[2], devnull;
+} trial_fds;
+
+static vp_status open_fds(trial_fds *f, stream *sv, vp_error *err)
+{
+    f->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (f->devnull < 0 || cloexec_pipe(f->out_p) != 0 ||
+        cloexec_pipe(f->err_p) != 0 || cloexec_pipe(f->rep) != 0 ||
+        cloexec_pipe(f->stat) != 0 ||
+        fcntl(f->stat[0], F_SETFL, O_NONBLOCK) != 0)
+        return vp_error_set(err, VP_EIO, "cannot create pipes: %s",
+                            strerror(errno));
+    sv[0].tail = malloc(VP_PROBE_LOG_TAIL);
+    sv[1].tail = malloc(VP_PROBE_LOG_TAIL);
+    sv[1].scan = malloc(sizeof *sv[1].scan);
+    if (sv[0].tail == NULL || sv[1].tail == NULL || sv[1].scan == NULL)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    vp__oom_scan_init(sv[1].scan);
+    return VP_OK;
+}
+
+static void close_fds(trial_fds *f, stream *sv)
+{
+    for (int i = 0; i < 2; i++) {
+        close_fd(&f->out_p[i]);
+        close_fd(&f->err_p[i]);
+        close_fd(&f->rep[i]);
+        close_fd(&f->stat[i]);
+        close_fd(&sv[i].fd);
+        free(sv[i].tail);
+        free(sv[i].scan);
+    }
+    close_fd(&f->devnull);
+}
+
+/* exec's outcome: EOF (the command runs) or the child's errno. */
+static int exec_outcome(int *fd)
+{
+    int e = 0;
+
+    for (;;) {
+        ssize_t got = read(*fd, &e, sizeof e);
+
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got != (ssize_t)sizeof e)
+            e = 0;
+        break;
+    }
+    close_fd(fd);
+    return e;
+}
+
 vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
                         vp_exec_result *out, vp_error *err)
 {
-    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rep[2] = {-1, -1};
-    int devnull = -1, exec_errno = 0, status = 0;
-    stream sv[2] = {{-1, -1, true}, {-1, -1, true}};
-    double t0, t_end = 0;
-    bool timed_out = false, cancelled = false;
+    trial_fds f = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, -1};
+    stream sv[2] = {{-1, -1, true, 0, 0, NULL, 0, NULL},
+                    {-1, -1, true, 0, 0, NULL, 0, NULL}};
+    trial_run t;
+    int exec_errno = 0;
+    bool oom = false;
+    double t0;
     vp_status st;
-    pid_t pid;
 
     memset(out, 0, sizeof *out);
+    memset(&t, 0, sizeof t);
     out->outcome = VP_TRIAL_ERROR;
     out->exit_code = -1;
     vp_error_clear(err);
@@ -754,84 +1040,59 @@ vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
     if (st == VP_OK)
         st = open_log(cfg, "err", out->err_path, sizeof out->err_path,
                       &sv[1].log, err);
+    if (st == VP_OK)
+        st = open_fds(&f, sv, err);
     if (st != VP_OK)
         goto done;
-    devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devnull < 0 || cloexec_pipe(out_p) != 0 ||
-        cloexec_pipe(err_p) != 0 || cloexec_pipe(rep) != 0) {
-        st = vp_error_set(err, VP_EIO, "cannot create pipes: %s",
-                          strerror(errno));
-        goto done;
-    }
 
     t0 = now_s();
-    pid = fork();
-    if (pid < 0) {
+    t.keeper = fork();
+    if (t.keeper < 0) {
         st = vp_error_set(err, VP_EIO, "cannot fork: %s", strerror(errno));
         goto done;
     }
-    if (pid == 0)
-        child_exec(argv, devnull, out_p[1], err_p[1], rep[1]);
-    setpgid(pid, pid); /* also here, so that no kill can miss the group */
-    close_fd(&out_p[1]);
-    close_fd(&err_p[1]);
-    close_fd(&rep[1]);
-    close_fd(&devnull);
-    sv[0].fd = out_p[0];
-    sv[1].fd = err_p[0];
-    out_p[0] = err_p[0] = -1;
+    if (t.keeper == 0)
+        keeper(argv, f.devnull, f.out_p[1], f.err_p[1], f.rep[1],
+               f.stat[1]);
+    setpgid(t.keeper, t.keeper); /* also here: no signal can miss it */
+    close_fd(&f.out_p[1]);
+    close_fd(&f.err_p[1]);
+    close_fd(&f.rep[1]);
+    close_fd(&f.stat[1]);
+    close_fd(&f.devnull);
+    sv[0].fd = f.out_p[0];
+    sv[1].fd = f.err_p[0];
+    f.out_p[0] = f.err_p[0] = -1;
+    t.stat_fd = f.stat[0];
+    f.stat[0] = -1;
+    exec_errno = exec_outcome(&f.rep[0]);
+    command_pid(&t);
 
-    /* exec's outcome: EOF (it ran) or the child's errno */
-    for (;;) {
-        ssize_t got = read(rep[0], &exec_errno, sizeof exec_errno);
-
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got != (ssize_t)sizeof exec_errno)
-            exec_errno = 0;
-        break;
-    }
-    close_fd(&rep[0]);
-
-    supervise(pid, sv, cfg, t0, &t_end, &timed_out, &cancelled);
-    /* the leader is still unreaped, so its group id is still its own */
-    group_kill(pid, SIGKILL);
-    for (;;) {
-        if (waitpid(pid, &status, 0) == pid)
-            break;
-        if (errno != EINTR) {
-            st = vp_error_set(err, VP_EIO, "lost the trial's process "
-                              "(%s; is SIGCHLD ignored?)", strerror(errno));
-            goto done;
-        }
-    }
-    if (t_end == 0)
-        t_end = now_s();
-
-    out->seconds = t_end - t0;
-    set_outcome(out, argv[0], status, exec_errno, cancelled, timed_out,
-                &sv[1]);
-    if (!sv[0].log_ok || !sv[1].log_ok) {
+    supervise(&t, sv, cfg, t0);
+    close_fd(&t.stat_fd);
+    st = end_keeper(&t, err);
+    if (st != VP_OK)
+        goto done;
+    if (t.t_end == 0)
+        t.t_end = now_s();
+    out->seconds = t.t_end - t0;
+    set_outcome(out, argv[0], t.status, exec_errno, t.cancelled,
+                t.timed_out, &sv[1]);
+    oom = vp__oom_scan_end(sv[1].scan);
+    keep_end(&sv[0]);
+    keep_end(&sv[1]);
+    if (!sv[0].log_ok || !sv[1].log_ok)
         st = vp_error_set(err, VP_EIO, "cannot write the trial's output "
                           "to %s", cfg->log_dir);
-    }
 
 done:
-    close_fd(&sv[0].fd);
-    close_fd(&sv[1].fd);
     if (sv[0].log >= 0 && close(sv[0].log) != 0 && st == VP_OK)
         st = vp_error_set(err, VP_EIO, "cannot write '%s'", out->out_path);
     if (sv[1].log >= 0 && close(sv[1].log) != 0 && st == VP_OK)
         st = vp_error_set(err, VP_EIO, "cannot write '%s'", out->err_path);
-    close_fd(&out_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[0]);
-    close_fd(&err_p[1]);
-    close_fd(&rep[0]);
-    close_fd(&rep[1]);
-    close_fd(&devnull);
+    close_fds(&f, sv);
     if (st == VP_OK && out->outcome == VP_TRIAL_ERROR && !out->exec_failed &&
-        !cancelled && !timed_out && vp_probe_oom_file(out->err_path))
+        !t.cancelled && !t.timed_out && oom)
         out->outcome = VP_TRIAL_OOM;
     return st;
 }

@@ -299,6 +299,7 @@ uint32_t vp__weight_cast(sim *S, uint32_t p)
     if (S->cast[p] == NONE) {
         const vp_param *pp = &S->g->params[p];
         S->cast[p] = vp__talloc(S, vp__mulc(S, pp->numel, 2), VP_CAT_CAST);
+        S->n_cast += S->cast[p] != NONE;
     }
     return S->cast[p];
 }
@@ -313,10 +314,13 @@ void vp__release_op_casts(sim *S)
 void vp__clear_cast_cache(sim *S)
 {
     size_t np = S->g->n_params;
-    for (size_t p = 0; p < np && OK(S); p++) {
+    /* in parameter order, up to the last cached cast (a scan of every
+     * parameter at each checkpointed segment was quadratic) */
+    for (size_t p = 0; p < np && S->n_cast > 0 && OK(S); p++) {
         if (S->cast[p] != NONE) {
             uint32_t id = S->cast[p];
             S->cast[p] = NONE;
+            S->n_cast--;
             vp__tunref(S, id);
         }
     }

@@ -84,6 +84,7 @@ typedef struct sim {
     uint32_t *consumers;
     /* per param */
     uint32_t *pgrad, *cast, *st1, *st2;
+    size_t n_cast;    /* cast[] entries that are not NONE */
     bool *ckpt;       /* per segment */
     uint32_t *held;   /* tensors kept until the model output is dropped */
     struct {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "vramplan/resource.h"
 
 _Noreturn void vp__abort(const char *file, int line, const char *expr)
 {
@@ -153,6 +154,13 @@ vp_status vp__read_file(const char *path, size_t max, char **buf,
     *buf = b;
     *len = n;
     return VP_OK;
+}
+
+vp_status vp_file_read(const char *path, size_t max, char **buf,
+                       size_t *len, vp_error *err)
+{
+    vp_error_clear(err);
+    return vp__read_file(path, max, buf, len, err);
 }
 
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)

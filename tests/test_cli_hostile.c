@@ -60,6 +60,19 @@ Test(hostile, case_accum_past_32_bits, .timeout = 120)
            H "case-accum-33bit.jsonl");
 }
 
+/* The review's `accum` 10^6 case line, which hung validate and fit: the
+ * closed form makes it one simulation (0.2 s). */
+Test(hostile, case_accum_a_million_ends, .timeout = 120)
+{
+    GOLDEN("hostile_case_accum_1e6", 0, "validate",
+           H "case-accum-1e6.jsonl");
+}
+
+Test(hostile, fit_case_accum_a_million_ends, .timeout = 120)
+{
+    GOLDEN("hostile_fit_case_accum_1e6", 0, "fit", H "case-accum-1e6.jsonl");
+}
+
 Test(hostile, case_measured_zero, .timeout = 120)
 {
     GOLDEN("hostile_case_measured_zero", 3, "validate",
@@ -115,20 +128,48 @@ Test(hostile, directory_says_why, .timeout = 120)
     GOLDEN("hostile_model_directory", 2, "estimate", "tests/data/hostile");
 }
 
-Test(hostile, fifo_is_refused_without_waiting, .timeout = 120)
+/* The command args (NULL-terminated, at most 8) with "@" replaced by a
+ * FIFO named `name` that nothing writes: refused at once, not waited on. */
+static void expect_fifo_refused(const char *name, const char *const *args)
 {
-    char path[] = "/tmp/vramplan-fifo-XXXXXX";
-    cr_assert_not_null(mkdtemp(path));
-    char fifo[64];
-    snprintf(fifo, sizeof fifo, "%s/model.yaml", path);
-    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    char path[] = "/tmp/vramplan-fifo-XXXXXX", fifo[64];
+    const char *argv[9];
+    size_t n = 0;
     cli_run r;
-    cli_exec((const char *const[]){"estimate", fifo, NULL}, &r);
+
+    cr_assert_not_null(mkdtemp(path));
+    snprintf(fifo, sizeof fifo, "%s/%s", path, name);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    for (; args[n] != NULL && n < 8; n++)
+        argv[n] = strcmp(args[n], "@") == 0 ? fifo : args[n];
+    argv[n] = NULL;
+    cli_exec(argv, &r);
     unlink(fifo);
     rmdir(path);
     cr_expect_eq(r.status, 2, "status %d: %s", r.status, r.err);
     cr_expect(strstr(r.err, "not a regular file") != NULL, "%s", r.err);
     cli_run_free(&r);
+}
+
+Test(hostile, fifo_is_refused_without_waiting, .timeout = 120)
+{
+    expect_fifo_refused("model.yaml",
+                        (const char *const[]){"estimate", "@", NULL});
+}
+
+/* calibrate's own inputs (--from-raw, --sweep) blocked on a FIFO. */
+Test(hostile, calibrate_from_a_fifo_is_refused_without_waiting,
+     .timeout = 120)
+{
+    expect_fifo_refused("raw.jsonl",
+                        (const char *const[]){"calibrate", "--from-raw", "@",
+                                              "--gpu", "h200", NULL});
+}
+
+Test(hostile, calibrate_from_a_directory_says_why, .timeout = 120)
+{
+    GOLDEN("hostile_calibrate_directory", 2, "calibrate", "--from-raw",
+           "tests/data/hostile", "--gpu", "h200");
 }
 
 /* One 400 KB line in a model: the error shows a window of it. */

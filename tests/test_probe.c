@@ -781,6 +781,104 @@ Test(probe_exec, timeout_kills_the_children_too)
     orphan_case("detached", "hang", 0.5, VP_TRIAL_TIMEOUT);
 }
 
+/* Gone and reaped when the trial returns: not even a zombie is left. */
+static void assert_gone_now(pid_t pid)
+{
+    errno = 0;
+    cr_assert_eq(kill(pid, 0), -1, "process %d outlived the trial",
+                 (int)pid);
+    cr_assert_eq(errno, ESRCH);
+}
+
+static void setsid_case(const char *then, double timeout,
+                        vp_trial_outcome want)
+{
+    char pidfile[128];
+    char *argv[] = {DATA "orphan.sh", pidfile, "setsid", (char *)then, NULL};
+    vp_exec_result r;
+
+    snprintf(pidfile, sizeof pidfile, "%s/child.pid", g_dir);
+    r = run_cmd(argv, timeout, 0.5);
+    cr_assert_eq(r.outcome, want, "%s", vp_trial_outcome_name(r.outcome));
+    assert_gone_now(read_pid(pidfile));
+    assert_no_children();
+}
+
+Test(probe_exec, kills_a_double_forked_setsid_grandchild)
+{
+    setsid_case("exit", 10, VP_TRIAL_OK);
+}
+
+Test(probe_exec, timeout_kills_a_double_forked_setsid_grandchild)
+{
+    setsid_case("hang", 1.0, VP_TRIAL_TIMEOUT);
+}
+
+static char *slurp_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long len;
+
+    cr_assert_not_null(f, "cannot open %s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    len = ftell(f);
+    cr_assert_geq(len, 0);
+    rewind(f);
+    buf = malloc((size_t)len + 1);
+    cr_assert_not_null(buf);
+    *n = fread(buf, 1, (size_t)len, f);
+    cr_assert_eq(*n, (size_t)len);
+    buf[*n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+Test(probe_exec, a_100_mb_log_is_capped_and_its_oom_still_found)
+{
+    char *argv[] = {DATA "chatty.sh", "100", NULL};
+    const char *oom_line = "torch.OutOfMemoryError: CUDA out of memory. "
+                           "Tried to allocate 2.00 GiB\n";
+    uint64_t total = 100u * 1048576u + strlen(oom_line) + strlen("last line\n");
+    char note[200];
+    vp_exec_result r = run_cmd(argv, 60, 1);
+    size_t n;
+    char *log;
+
+    cr_assert_eq(r.outcome, VP_TRIAL_OOM, "%s",
+                 vp_trial_outcome_name(r.outcome));
+    log = slurp_all(r.err_path, &n);
+    snprintf(note, sizeof note,
+             "\n[vramplan: %" PRIu64 " bytes cut here; the log keeps the "
+             "first 1048576 and the last 1048576 of %" PRIu64 " bytes]\n",
+             total - VP_PROBE_LOG_HEAD - VP_PROBE_LOG_TAIL, total);
+    cr_assert_eq(n, VP_PROBE_LOG_HEAD + strlen(note) + VP_PROBE_LOG_TAIL);
+    cr_assert(memcmp(log + VP_PROBE_LOG_HEAD, note, strlen(note)) == 0,
+              "no note where the log was cut");
+    cr_assert(strncmp(log, "step 17/1000", 12) == 0);
+    cr_assert_str_eq(log + n - 10, "last line\n");
+    cr_assert_null(strstr(log, "OutOfMemoryError"), "the OOM line was in "
+                   "the cut part: found in the stream, not the log");
+    free(log);
+    assert_no_children();
+}
+
+Test(probe_exec, a_log_within_the_cap_is_whole)
+{
+    char *argv[] = {DATA "chatty.sh", "1", NULL};
+    vp_exec_result r = run_cmd(argv, 60, 1);
+    size_t n;
+    char *log;
+
+    cr_assert_eq(r.outcome, VP_TRIAL_OOM);
+    log = slurp_all(r.err_path, &n);
+    cr_assert_eq(n, 1048576u + strlen("torch.OutOfMemoryError: CUDA "
+                 "out of memory. Tried to allocate 2.00 GiB\nlast line\n"));
+    cr_assert_not_null(strstr(log, "OutOfMemoryError"));
+    cr_assert_null(strstr(log, "bytes cut here"));
+    free(log);
+}
+
 Test(probe_exec, no_descriptor_leaks_into_the_command)
 {
     char fdarg[16];

@@ -27,7 +27,12 @@
 
 #include "vramplan/error.h"
 
-/* Run the request. On VP_OK, or VP_EOOM for an estimate that does not fit
+/* The longest request: a request is a setup of a few hundred bytes (a
+ * model is named or given as a file, never inline). */
+#define VP_API_MAX_REQUEST (1u << 20)
+
+/* Run the request (at most VP_API_MAX_REQUEST bytes: VP_ELIMIT past it,
+ * before any parsing). On VP_OK, or VP_EOOM for an estimate that does not fit
  * in its budget (the response then says "fits": false with the figures up
  * to the failure), *response is a JSON object (NUL-terminated, release
  * with vp_api_free). On other errors *response is NULL and *err says why,

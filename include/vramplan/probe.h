@@ -174,16 +174,25 @@ typedef struct vp_exec_result {
     char err_path[1024];
 } vp_exec_result;
 
-/* Run argv (argv[0] looked up in PATH; no shell) in a new process group,
- * stdin from /dev/null, stdout and stderr through pipes into
- * LOG_DIR/NAME.out and LOG_DIR/NAME.err, no other descriptors inherited.
- * At the time limit, or when *cancel becomes non-zero, the whole group
+/* What a trial's log keeps of each stream: the first VP_PROBE_LOG_HEAD
+ * bytes and the last VP_PROBE_LOG_TAIL, with a line between them saying
+ * how many bytes were cut (the OOM detection reads every byte). */
+#define VP_PROBE_LOG_HEAD (1u << 20)
+#define VP_PROBE_LOG_TAIL (1u << 20)
+
+/* Run argv (argv[0] looked up in PATH; no shell) under a keeper process, a
+ * child subreaper (Linux PR_SET_CHILD_SUBREAPER): every process the command
+ * starts stays below the keeper, setsid or double-forked ones included.
+ * The command gets its own process group, stdin from /dev/null, stdout
+ * and stderr through pipes into LOG_DIR/NAME.out and LOG_DIR/NAME.err
+ * (capped: VP_PROBE_LOG_HEAD), no other descriptors inherited. At the time
+ * limit, or when *cancel becomes non-zero, every process below the keeper
  * gets SIGTERM and, grace_s later, SIGKILL. When the command exits,
- * whatever it left running in its process group is sent SIGTERM, then
- * SIGKILL. No zombie is left; EINTR is retried. The outcome follows the
- * rules above (vp_probe_oom_file on its stderr). Returns VP_OK (whatever
- * the command did), VP_EIO when a log file cannot be written or a
- * process cannot be created, VP_EARG for an empty argv. */
+ * whatever it left running gets SIGTERM, then SIGKILL. It returns when
+ * none of them is left, reaped; EINTR is retried. The outcome follows the
+ * rules above (vp_probe_oom_text on every line of its stderr). Returns
+ * VP_OK (whatever the command did), VP_EIO when a log file cannot be
+ * written or a process cannot be created, VP_EARG for an empty argv. */
 vp_status vp_probe_exec(char *const *argv, const vp_exec_config *cfg,
                         vp_exec_result *out, vp_error *err);
 

@@ -23,6 +23,14 @@
 
 #include "vramplan/error.h"
 
+/* Read an input file whole: a regular file only (a FIFO would block, a
+ * device such as /dev/zero never ends, a directory says so: VP_EIO with
+ * the reason), at most max + 1 bytes of it into *buf (malloc'ed, NUL-
+ * terminated; free it) and their number into *len, so that a caller
+ * refuses *len > max. VP_ENOMEM. */
+vp_status vp_file_read(const char *path, size_t max, char **buf,
+                       size_t *len, vp_error *err);
+
 typedef enum {
     VP_RES_GPU,   /* GPU profiles: NAME.yaml under gpus/   */
     VP_RES_MODEL, /* model files:  NAME.yaml under models/ */

@@ -233,36 +233,23 @@ static const char *find_calibrate(const char *given, char *buf, size_t n)
     return "vp-calibrate";
 }
 
+/* The file whole (a regular file: a FIFO or a device is refused rather
+ * than waited on, docs/LIMITS.md). */
 static char *read_all(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_fail("cannot open '%s': %s", path,
-                strerror(errno));
+    vp_error err;
+    char *data;
+
+    if (vp_file_read(path, MAX_RAW_BYTES, &data, len, &err) != VP_OK) {
+        cli_fail("%s", err.msg);
         return NULL;
     }
-    buffer b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (buf_add(&b, chunk, n) != 0) {
-            cli_fail("'%s' is over %u bytes", path,
-                    MAX_RAW_BYTES);
-            free(b.data);
-            fclose(f);
-            return NULL;
-        }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad) {
-        cli_fail("cannot read '%s'", path);
-        free(b.data);
+    if (*len > MAX_RAW_BYTES) {
+        cli_fail("'%s' is over %u bytes", path, MAX_RAW_BYTES);
+        free(data);
         return NULL;
     }
-    if (!b.data && buf_add(&b, "", 0) != 0)
-        return NULL;
-    *len = b.len;
-    return b.data;
+    return data;
 }
 
 static int write_file(const char *path, const char *data, size_t len)

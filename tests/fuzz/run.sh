@@ -14,6 +14,8 @@ for bin in $VP_FUZZ_REPLAYS; do
     model | sim) inputs+=(models/mlp10.yaml models/gpt2-small.yaml) ;;
     gpu) inputs+=(gpus/h200.yaml) ;;
     case) inputs+=(tests/data/validate/cases.jsonl) ;;
+    lengths) inputs+=(tests/data/batching/hist.txt tests/data/batching/crlf.txt) ;;
+    config) inputs+=(tests/data/hf/gpt2-medium.json tests/data/hf/deepseek-v3.json) ;;
     esac
     if out=$(timeout 60 "./$bin" "${inputs[@]}" 2>&1); then
         echo "[PASS] fuzz::$h: $out"
