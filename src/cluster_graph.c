@@ -66,6 +66,9 @@ static bool scan_work(const vp_graph *g, vp_cluster_model *cm, vp__whole *w)
                    o->kind == VP_OP_CONV_TRANSPOSE2D) {
             w->conv_f += o->flops_fwd;
             w->conv_b += o->flops_bwd;
+            w->conv_el += (double)o->numel;
+        } else if (o->kind == VP_OP_BATCHNORM2D) {
+            w->bn_el += (double)o->numel;
         } else if (o->kind == VP_OP_ATTENTION) {
             if (o->attn_impl == VP_ATTN_EAGER || o->attn_impl == VP_ATTN_MATH) {
                 double bh = (double)o->shape[0] * (double)o->heads;

@@ -93,9 +93,15 @@ static void attention(tctx *k, ltime *o)
     if (!cm->at_eager) {
         /* a fused kernel per context-parallel chunk: Transformer
          * Engine's cuDNN attention, PyTorch SDPA's flash */
-        int impl = k->eng == VP_ENGINE_TORCH || cm->whole
-                       ? VP_HW_ATTN_FLASH
-                       : VP_HW_ATTN_CUDNN;
+        int impl = k->eng == VP_ENGINE_TORCH ? VP_HW_ATTN_FLASH
+                                             : VP_HW_ATTN_CUDNN;
+        /* a graph-form model is timed as the single-GPU model times it
+         * (timing.c attention_time): PyTorch 2.11's SDPA runs cuDNN
+         * attention on 16-bit inputs where the profile has its curve */
+        if (cm->whole && x->hw.attn[VP_HW_ATTN_CUDNN][0].peak <= 0)
+            impl = VP_HW_ATTN_FLASH;
+        else if (cm->whole)
+            impl = VP_HW_ATTN_CUDNN;
         const vp_curve *cf = &x->hw.attn[impl][0], *cb = &x->hw.attn[impl][1];
         if (k->p->dtype == VP_DT_FP32)
             cf = cb = k->mm;
@@ -251,17 +257,35 @@ static void layer(tctx *k, ltime *o)
     }
 }
 
+/* What the single-GPU model adds for NCHW convolutions and batch norms
+ * (timing.c conv_time, bn_h200): each convolution's layout conversion,
+ * its output twice at the copy bandwidth in each direction, and the batch
+ * norms' kernels per element, both linear in the micro-batch. */
+static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
+{
+    const vp_curve *cp = &k->x->hw.mem_kind[VP_HW_MEM_COPY];
+    if (cp->peak <= 0)
+        return;
+    bool half = k->p->dtype != VP_DT_FP32;
+    double lay = k->b * 2.0 * w->conv_el * (half ? 2.0 : 4.0) / cp->peak;
+    o->gemm_f += lay;
+    o->gemm_b += lay;
+    o->mem_f += k->b * w->bn_el * vp__bn_copy_bytes(half, false) / cp->peak;
+    o->mem_b += k->b * w->bn_el * vp__bn_copy_bytes(half, true) / cp->peak;
+}
+
 /* One unit (of cm->L) of a graph-form model planned whole
  * (cluster_graph.c): the whole graph's GEMM shapes on the linear curve,
- * its convolutions at VP_CONV_FP32_SHARE of the fp32 peak as the
- * single-GPU model times them (timing.c matmul_time), its attention cores
+ * its convolutions as cuDNN's implicit GEMMs at VP_CONV_GEMM_SHARE of
+ * the dtype's GEMM curve at its peak (timing.c conv_time times them by
+ * shape; their layout copies in whole_nchw), its attention cores
  * and memory-bound kernels, shared by the units. */
 static void whole_unit(tctx *k, ltime *o)
 {
     const vp_cluster_model *cm = k->x->cm;
     const vp__whole *w = cm->whole;
     memset(o, 0, sizeof *o);
-    double conv = VP_CONV_FP32_SHARE * k->x->hw.fp32;
+    double conv = VP_CONV_GEMM_SHARE * k->lin->peak;
     double top = vp__dtype_rate(&k->x->hw, k->p->dtype, false);
     if (conv <= 0 || conv > top)
         conv = top;
@@ -276,6 +300,7 @@ static void whole_unit(tctx *k, ltime *o)
         o->best_rate = k->b * cm->fattn_f.r / o->attn_f;
     o->attn_f *= cm->n_attn, o->attn_b *= cm->n_attn;
     memory(k, o);
+    whole_nchw(k, w, o);
     /* the host issues the micro-batch's kernels one by one (timing.c's
      * host model: host_fwd, host_bwd per kernel): a floor under each
      * phase, binding for small batches of small ops */

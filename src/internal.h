@@ -20,6 +20,13 @@
 #include "util.h"
 #include "vramplan/vramplan.h"
 
+/* ---- single-GPU kernel rules shared with the cluster planner (timing.c) */
+
+/* NCHW batch norm in training mode: its forward (bwd false) or backward
+ * kernels' seconds per element, as bytes at the copy bandwidth (the H200
+ * profiles' bn_h200), fp32 (cuDNN) or 16-bit (ATen). */
+double vp__bn_copy_bytes(bool half, bool bwd);
+
 /* ---- simulation with micro-batch hooks (sim.c) ----------------------- */
 
 /* For a caller that sums what the events of a step cost (timing.c) and

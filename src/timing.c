@@ -97,6 +97,11 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
  * fit-kernels.py). */
 static const double bn_h200[2][2] = {{22.90, 46.69}, {37.61, 55.73}};
 
+double vp__bn_copy_bytes(bool half, bool bwd)
+{
+    return bn_h200[half ? 1 : 0][bwd ? 1 : 0];
+}
+
 /* The H200 host's seconds per parameter tensor of each optimizer step
  * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach
  * fitted on 16 cases, the others read off their one case each with the
