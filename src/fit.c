@@ -73,7 +73,7 @@ typedef int (*jac_fn)(const gsl_vector *x, void *data, gsl_matrix *j);
 
 /* Solve for p parameters from x[] (in/out) with n residuals. *chisq gets
  * the final sum of squares and sd[] (may be NULL) the standard errors,
- * scaled by the residual variance when n > p. */
+ * scaled by the residual variance (NaN when n == p: the fit is exact). */
 static vp_status nl_solve(size_t n, size_t p, double *x, resid_fn f,
                           jac_fn df, void *data, double *chisq, double *sd,
                           const char *what, vp_error *err)
@@ -122,7 +122,7 @@ static vp_status nl_solve(size_t n, size_t p, double *x, resid_fn f,
     if (sd) {
         gsl_matrix *jac = gsl_multifit_nlinear_jac(w);
         gsl_multifit_nlinear_covar(jac, 0.0, cov);
-        double scale = n > p ? c2 / (double)(n - p) : 1.0;
+        double scale = n > p ? c2 / (double)(n - p) : NAN; /* exact fit */
         for (size_t i = 0; i < p; i++)
             sd[i] = sqrt(gsl_matrix_get(cov, i, i) * scale);
     }
@@ -791,27 +791,28 @@ vp_status vp_calib_reduce(const vp_calib *c, const char *source,
 /* Framework constants from measured runs                               */
 /* ------------------------------------------------------------------ */
 
-typedef struct {
-    const double *res, *dev; /* measured reserved and device bytes */
-    size_t n;
-} ctx_data;
-
-static int ctx_f(const gsl_vector *x, void *data, gsl_vector *f)
+/* The context that minimises the relative errors of device_used =
+ * reserved + context over the cases, in closed form (the model is linear
+ * in it): the weighted least squares with weights 1 / device_i^2,
+ *     c = sum w_i (device_i - reserved_i) / sum w_i,
+ * its standard error sqrt(chi^2 / (n - 1) / sum w_i) from two cases on
+ * (with one the fit is exact and the error undefined: NaN). */
+static void context_lsq(const double *res, const double *dev, size_t n,
+                        double *c, double *sd)
 {
-    const ctx_data *d = data;
-    double c = gsl_vector_get(x, 0);
-    for (size_t i = 0; i < d->n; i++)
-        gsl_vector_set(f, i, (d->res[i] + c - d->dev[i]) / d->dev[i]);
-    return GSL_SUCCESS;
-}
-
-static int ctx_df(const gsl_vector *x, void *data, gsl_matrix *j)
-{
-    (void)x;
-    const ctx_data *d = data;
-    for (size_t i = 0; i < d->n; i++)
-        gsl_matrix_set(j, i, 0, 1.0 / d->dev[i]);
-    return GSL_SUCCESS;
+    double sw = 0, swy = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = 1.0 / (dev[i] * dev[i]);
+        sw += w;
+        swy += w * (dev[i] - res[i]);
+    }
+    *c = swy / sw;
+    double chi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = (res[i] + *c - dev[i]) / dev[i];
+        chi += r * r;
+    }
+    *sd = n > 1 ? sqrt(chi / (double)(n - 1) / sw) : NAN;
 }
 
 static const vp_metric *metric_named(const vp_case_result *r,
@@ -969,10 +970,9 @@ vp_status vp_fit_framework(const char *const *files, size_t n_files,
         res[i] = (double)out->cases[i].measured_reserved;
         dev[i] = (double)out->cases[i].measured_device;
     }
-    ctx_data d = {res, dev, n};
-    double x = (double)context_before, chisq = 0.0, sd = 0.0;
-    vp_status st = nl_solve(n, 1, &x, ctx_f, ctx_df, &d, &chisq, &sd,
-                            "context fit", err);
+    double x = 0.0, sd = 0.0;
+    vp_status st = VP_OK;
+    context_lsq(res, dev, n, &x, &sd);
     free(res);
     free(dev);
     if (st == VP_OK && !(x > 0.0 && x < 64.0 * (double)VP_GiB))

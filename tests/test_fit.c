@@ -60,6 +60,17 @@ Test(fit_framework, matches_the_closed_form)
     double want = num / den;
     cr_expect(fabs((double)r.context_after - want) < 2.0, "%llu vs %.1f",
               (unsigned long long)r.context_after, want);
+    /* its standard error: sqrt(chi^2 / (n - 1) / sum(1 / dev_i^2)) */
+    double chi = 0;
+    for (size_t i = 0; i < r.n_cases; i++) {
+        double dev = (double)r.cases[i].measured_device,
+               res = (double)r.cases[i].measured_reserved;
+        chi += ((res + want - dev) / dev) * ((res + want - dev) / dev);
+    }
+    cr_assert_gt(r.n_cases, 1);
+    double se = sqrt(chi / (double)(r.n_cases - 1) / den);
+    cr_expect(fabs(r.context_sd_bytes - se) <= 1e-9 * se, "%.3f vs %.3f",
+              r.context_sd_bytes, se);
     /* the starting point does not matter */
     vp_fit_result r2;
     cr_assert_eq(vp_fit_framework(files, 1, DIRS, 1, 4 * VP_GiB, &r2, &err),

@@ -383,7 +383,8 @@ typedef struct vp_fit_result {
                              or that could not be simulated               */
     char skip_note[300];  /* the first skipped case and why ("" if none) */
     uint64_t context_before, context_after; /* bytes                      */
-    double context_sd_bytes;                /* standard error of the fit  */
+    double context_sd_bytes;                /* standard error of the fit;
+                                               NaN with one case (exact) */
     double rms_before, rms_after;           /* of the relative errors     */
     double median_abs_before, median_abs_after;
     double max_abs_before, max_abs_after;

@@ -2,6 +2,7 @@
  * context outside the allocator) to measured training runs. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,10 +108,14 @@ static void print_fit(const vp_fit_result *r, const vp_gpu_profile *p)
     }
     if (r->skipped)
         printf("skipped %zu cases (first: %s)\n", r->skipped, r->skip_note);
-    printf("context_bytes: %" PRIu64 " -> %" PRIu64 " (standard error %.0f "
-           "B)%s%s\n",
-           r->context_before, r->context_after, r->context_sd_bytes,
-           p ? ", profile " : "", p ? vp_gpu_name(p) : "");
+    char se[64];
+    if (isfinite(r->context_sd_bytes))
+        snprintf(se, sizeof se, "standard error %.0f B", r->context_sd_bytes);
+    else
+        snprintf(se, sizeof se, "exact for one case: no standard error");
+    printf("context_bytes: %" PRIu64 " -> %" PRIu64 " (%s)%s%s\n",
+           r->context_before, r->context_after, se, p ? ", profile " : "",
+           p ? vp_gpu_name(p) : "");
     print_summary("before", r->median_abs_before, r->max_abs_before,
                   r->rms_before, r->n_cases);
     print_summary("after", r->median_abs_after, r->max_abs_after,
@@ -143,7 +148,8 @@ static int write_profile(const cli_args *a, vp_gpu_profile *p,
     snprintf(m.framework_source, sizeof m.framework_source,
              "vramplan fit: %zu cases of %s; device_used = peak_reserved + "
              "context, least squares on relative errors (standard error "
-             "%.0f B)", r->n_cases, list, r->context_sd_bytes);
+             "%.0f B)", r->n_cases, list,
+             isfinite(r->context_sd_bytes) ? r->context_sd_bytes : 0.0);
     vp_status st = vp_gpu_measured_set(p, &m, &err);
     if (st == VP_OK && !(f = fopen(out, "w")))
         st = vp_error_set(&err, VP_EIO, "cannot write '%s': %s", out,
