@@ -1,8 +1,9 @@
 /* Calibration and fitting: vp-calibrate's raw output, the GEMM efficiency
  * curves and collective latency/bandwidth fits, and the framework
- * constants fitted to measured training runs. Least squares through GSL
- * (gsl_multifit_nlinear, trust region), on relative residuals so that a
- * small shape weighs as much as a large one. */
+ * constants fitted to measured training runs. Least squares on relative
+ * residuals, so that a small shape weighs as much as a large one: the
+ * curves through GSL (gsl_multifit_nlinear, trust region), the context,
+ * which is linear, in closed form. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
