@@ -296,11 +296,10 @@ typedef struct vp_sim_event {
     uint64_t seq;            /* event number                                */
     bool is_free;
     uint64_t bytes;          /* an allocation: the bytes requested; a free:
-                                the block's size, the request rounded up
-                                by the allocator (512 B, 2 MiB above 1 MiB),
-                                so that summing frees against allocations
-                                gives the allocator's own counter only
-                                through `allocated`, which is exact         */
+                                the block's size (the request rounded up
+                                to 512 B, or a whole block whose remainder
+                                was too small to split); `allocated` is
+                                the allocator's exact counter              */
     vp_category category;
     vp_phase phase;
     uint32_t step;           /* 1-based                                    */
