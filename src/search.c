@@ -456,15 +456,9 @@ typedef struct {
 
 static void ck_free(ck_work *w)
 {
-    free(w->save);
-    free(w->save_s);
-    free(w->cost);
-    free(w->cost_s);
-    free(w->mask);
-    free(w->one);
-    free(w->sel);
-    free(w->choice);
-    free(w->rep);
+    void *const arrays[] = {w->save, w->save_s, w->cost, w->cost_s, w->mask,
+                            w->one,  w->sel,    w->choice, w->rep};
+    vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
 
 static vp_status ck_alloc(ck_work *w, size_t n, vp_error *err)

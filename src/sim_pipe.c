@@ -70,16 +70,10 @@ static void swap_ctx(sim *S, mbctx *c)
 
 static void ctx_free(mbctx *c)
 {
-    free(c->out_t);
-    free(c->saved);
-    free(c->out_eb);
-    free(c->lay);
-    free(c->n_saved);
-    free(c->reload);
-    free(c->held);
-    free(c->leaf);
-    free(c->ckin);
-    free(c->ph);
+    void *const arrays[] = {c->out_t,   c->saved,  c->out_eb, c->lay,
+                            c->n_saved, c->reload, c->held,   c->leaf,
+                            c->ckin,    c->ph};
+    vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
 
 static bool ctx_init(mbctx *c, size_t no)
