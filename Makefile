@@ -76,7 +76,8 @@ ifneq ($(strip $(SANITIZE)),)
   ifneq ($(filter undefined,$(subst $(comma), ,$(SANITIZE))),)
     SAN_FLAGS += -fsanitize=float-cast-overflow
   endif
-  TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:malloc_context_size=2 \
+              LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
               UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 else
   BUILD := build
