@@ -98,10 +98,10 @@ static void attention(tctx *k, ltime *o)
         /* a graph-form model is timed as the single-GPU model times it
          * (timing.c attention_time): PyTorch 2.11's SDPA runs cuDNN
          * attention on 16-bit inputs where the profile has its curve */
-        if (cm->whole && x->hw.attn[VP_HW_ATTN_CUDNN][0].peak <= 0)
-            impl = VP_HW_ATTN_FLASH;
-        else if (cm->whole)
-            impl = VP_HW_ATTN_CUDNN;
+        if (cm->whole)
+            impl = x->hw.attn[VP_HW_ATTN_CUDNN][0].peak > 0
+                       ? VP_HW_ATTN_CUDNN
+                       : VP_HW_ATTN_FLASH;
         const vp_curve *cf = &x->hw.attn[impl][0], *cb = &x->hw.attn[impl][1];
         if (k->p->dtype == VP_DT_FP32)
             cf = cb = k->mm;
@@ -267,7 +267,7 @@ static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
     if (cp->peak <= 0)
         return;
     bool half = k->p->dtype != VP_DT_FP32;
-    double lay = k->b * 2.0 * w->conv_el * (half ? 2.0 : 4.0) / cp->peak;
+    double lay = k->b * vp__conv_layout_bytes(w->conv_el, half) / cp->peak;
     o->gemm_f += lay;
     o->gemm_b += lay;
     o->mem_f += k->b * w->bn_el * vp__bn_copy_bytes(half, false) / cp->peak;

@@ -27,6 +27,11 @@
  * profiles' bn_h200), fp32 (cuDNN) or 16-bit (ATen). */
 double vp__bn_copy_bytes(bool half, bool bwd);
 
+/* cuDNN's NCHW layout conversion around a convolution of `numel` output
+ * elements, in each direction: the output written and read once more
+ * (16-bit or fp32), in bytes at the copy bandwidth (timing.c conv_time). */
+double vp__conv_layout_bytes(double numel, bool half);
+
 /* ---- simulation with micro-batch hooks (sim.c) ----------------------- */
 
 /* For a caller that sums what the events of a step cost (timing.c) and

@@ -102,6 +102,11 @@ double vp__bn_copy_bytes(bool half, bool bwd)
     return bn_h200[half ? 1 : 0][bwd ? 1 : 0];
 }
 
+double vp__conv_layout_bytes(double numel, bool half)
+{
+    return 2.0 * numel * (half ? 2.0 : 4.0);
+}
+
 /* The H200 host's seconds per parameter tensor of each optimizer step
  * (calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl): foreach
  * fitted on 16 cases, the others read off their one case each with the
@@ -535,10 +540,12 @@ static void conv_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
     double n = (double)o->out_features;
     double m = n > 0 ? (double)o->numel / n : 0;
     double k = m > 0 && n > 0 ? o->flops_fwd / (2.0 * m * n) : 0;
-    double eb = s->precision == VP_PREC_FP32 ? 4.0 : 2.0;
     const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
-    double layout = cp->peak > 0 ? 2.0 * (double)o->numel * eb / cp->peak
-                                 : 0;
+    double layout =
+        cp->peak > 0 ? vp__conv_layout_bytes((double)o->numel,
+                                             s->precision != VP_PREC_FP32) /
+                           cp->peak
+                     : 0;
     *f = conv_gemm(c, gap, m, n, k) + layout;
     *b = conv_gemm(c, gap, n, k, m) + layout;
     if (o->flops_bwd > 1.5 * o->flops_fwd)
