@@ -510,6 +510,20 @@ static void dp_sharded(tctx *k, const window *w, double *lf, double *lb,
     if (p->sharding == VP_SHARD_FSDP_GRAD_OP)
         agb = 0; /* kept from the forward */
     double cf = *lf, cb = *lb;
+    if (p->sharding != VP_SHARD_ZERO3) {
+        /* FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
+         * each gathered unit is copied out into its parameters on the
+         * compute stream (foreach_all_gather_copy_out, split_with_sizes_
+         * copy: read and written), and its gradients into the reduce-
+         * scatter input on that stream (foreach_reduce, torch._chunk_cat:
+         * read in the parameter dtype, written in the reduce dtype).
+         * FSDP1's flat parameter is gathered in place: timed as FSDP2. */
+        double out = memtime(x, 2 * pb * Pl, 1);
+        cf += out;
+        if (agb > 0)
+            cb += out;
+        rs += memtime(x, (pb + gb) * Pl, 1);
+    }
     if (p->sharding == VP_SHARD_ZERO3 && !vp__on(p->overlap_dp, true)) {
         /* no prefetch: each sub-module waits for its gather
          * (fetch_sub_module); the reduce-scatter still overlaps the next
