@@ -342,6 +342,79 @@ Test(mfu, search_stays_under_the_bound)
     }
 }
 
+/* Every plan `plan` prints for the bundled models (the best and each
+ * alternative, or the closest configuration when none fits), on 8 and
+ * 256 GPUs with every precision: MFU above zero and at most its bound,
+ * the bound below one, the compute split adding up to compute +
+ * recompute, and the parts of the step (compute, recompute, exposed TP,
+ * CP, EP, PP and data-parallel communication, bubble, optimizer,
+ * offload) adding up to the step unless the bound raised it */
+static void check_entry(const char *what, const vp_plan_entry *e)
+{
+    const vp_cluster_time *t = &e->time;
+    cr_assert_gt(t->mfu, 0.0, "%s", what);
+    cr_assert_leq(t->mfu, t->mfu_bound * (1 + 1e-9), "%s: MFU %g over %g",
+                  what, t->mfu, t->mfu_bound);
+    cr_assert_lt(t->mfu_bound, 1.0, "%s", what);
+    double split = t->gemm + t->attention + t->memory;
+    cr_assert(fabs(split - t->compute - t->recompute) <=
+                  1e-6 * (t->compute + t->recompute),
+              "%s: GEMM + attention + memory %g vs %g", what, split,
+              t->compute + t->recompute);
+    double parts = t->compute + t->recompute + t->tp_comm + t->cp_comm +
+                   t->ep_comm + t->pp_comm + t->bubble + t->dp_comm +
+                   t->optimizer + t->offload;
+    bool at_bound = fabs(t->mfu / t->mfu_bound - 1) < 1e-9;
+    cr_assert(at_bound || fabs(parts / t->step - 1) < 1e-6,
+              "%s: parts %g s vs step %g s", what, parts, t->step);
+}
+
+Test(mfu, every_printed_plan_of_the_bundled_models, .timeout = 300)
+{
+    static const char *models[] = {
+        "bert-base", "bert-large", "deepseek-v3", "gpt2-large",
+        "gpt2-medium", "gpt2-small", "gpt2-xl", "llama-1b",
+        "llama-2-13b", "llama-2-70b", "llama-2-7b", "llama-3-70b",
+        "llama-3-8b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "mlp10",
+        "qwen2-0.5b", "resnet152", "resnet50", "t5-base", "unet-sd-like",
+        "unet-seg", "vit-b16", "vit-l16"};
+    const uint32_t gpus[] = {8, 256};
+    size_t checked = 0;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "models/%s.yaml", models[i]);
+        vp_model *m = load(path);
+        vp_cluster_model *cm = cmodel(m);
+        for (int g = 0; g < 2; g++) {
+            vp_cluster c = cluster(gpus[g]);
+            vp_search_opts o;
+            vp_search_opts_init(&o);
+            for (int d = 0; d < VP_DT__COUNT; d++)
+                o.dtypes[d] = true;
+            o.top = 5;
+            vp_cluster_plan *pl = calloc(1, sizeof *pl);
+            vp_error err;
+            cr_assert_eq(vp_cluster_search(cm, &c, &o, pl, &err), VP_OK,
+                         "%s: %s", path, err.msg);
+            char what[128];
+            snprintf(what, sizeof what, "%s on %u", models[i], gpus[g]);
+            if (!pl->found) {
+                check_entry(what, &pl->closest);
+                checked++;
+            } else {
+                check_entry(what, &pl->best);
+                for (size_t a = 0; a < pl->n_alt; a++)
+                    check_entry(what, &pl->alt[a]);
+                checked += 1 + pl->n_alt;
+            }
+            free(pl);
+        }
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+    cr_assert_gt(checked, 100);
+}
+
 /* ---- the search's pins ----------------------------------------------- */
 
 static vp_cluster_plan *search(vp_cluster_model *cm, const vp_cluster *c,
