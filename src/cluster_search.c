@@ -235,6 +235,12 @@ static int all_schedules(const sctx *s, uint32_t pp, uint64_t m,
         sched[n] = VP_SCHED_GPIPE;
         vpp[n++] = 1;
     }
+    /* DualPipe only when pinned: no engine vramplan exports runs it */
+    if (s->o->schedule == VP_SCHED_DUALPIPE && e != VP_ENGINE_DEEPSPEED &&
+        pp % 2 == 0 && m % 2 == 0 && m >= 2 * (uint64_t)pp && n < cap) {
+        sched[n] = VP_SCHED_DUALPIPE;
+        vpp[n++] = 1;
+    }
     if (e == VP_ENGINE_DEEPSPEED || m % pp)
         return n;
     /* every stage holds at least v layers (the last the fewest) */

@@ -204,7 +204,10 @@ static void comms(tctx *k, ltime *o)
         double xe = k->b * k->sl * (double)cm->top_k * h * k->e /
                     (k->sp ? k->t : 1.0);
         double a2a = 2 * vp__coll(&g, VP_COLL_ALL_TO_ALL, xe);
-        if (vp__on(p->overlap_ep, false)) {
+        /* DualPipe overlaps each chunk's all-to-alls with the paired
+         * chunk's compute (DeepSeek-V3 report, section 3.2.1) */
+        if (vp__on(p->overlap_ep, false) ||
+            p->schedule == VP_SCHED_DUALPIPE) {
             o->ep_f = pos(a2a - (o->gemm_f + o->attn_f + o->mem_f));
             o->ep_b = pos(a2a - (o->gemm_b + o->attn_b + o->mem_b));
         } else {
@@ -546,8 +549,9 @@ static double p2p(tctx *k)
     if (p->pp <= 1)
         return 0;
     vp_engine e = k->eng;
-    if (e == VP_ENGINE_MEGATRON && p->schedule == VP_SCHED_INTERLEAVED)
-        return 0;
+    if ((e == VP_ENGINE_MEGATRON && p->schedule == VP_SCHED_INTERLEAVED) ||
+        p->schedule == VP_SCHED_DUALPIPE)
+        return 0; /* DualPipe batches its sends with the paired chunk's */
     vp__group g;
     vp__group_shape(k->x->c, 2,
                     (double)p->tp * p->cp * p->dp, &g);
@@ -638,6 +642,17 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     double pp2 = p2p(&k);
     double tmb = tst + pp2;
     double pipe = one ? m * tmb : (m + (pp - 1) / v) * tmb;
+    if (!one && p->schedule == VP_SCHED_DUALPIPE) {
+        /* DeepSeek-V3 report Table 2: bubble (PP/2 - 1)(F&B + B - 3W)
+         * with F, B the slowest stage's forward and full backward chunk
+         * (in the proportion of its layers'), F&B the two overlapped
+         * (their compute: F + B) and W its weight gradients (half the
+         * layers' backward GEMMs) */
+        pipe = m * tmb + vp_pipeline_bubble_time(p->schedule, p->pp, 1,
+                                                 tst * slf / per,
+                                                 tst * slb / per,
+                                                 lmax * L.gemm_b / 2);
+    }
     double dpx = dp_flat(&k, &w);
     /* tied embeddings on two stages: their gradients all-reduced */
     if (cm->tied && p->pp > 1) {

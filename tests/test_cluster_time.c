@@ -211,6 +211,124 @@ Test(layouts, uneven_stages_split_the_rest_evenly)
     vp_model_free(m);
 }
 
+/* ---- DualPipe (DeepSeek-V3 report, Table 2; deepseek-ai/DualPipe) ---- */
+
+/* The bubbles of Table 2, in seconds, for chunks of F = 1, B = 2, W = 1 */
+Test(dualpipe, bubble_of_table_2)
+{
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_1F1B, 8, 1, 1, 2, 1), 7 * 3.0,
+        1e-12);
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_INTERLEAVED, 8, 3, 1, 2, 1), 7.0,
+        1e-12);
+    /* (PP/2 - 1)(F&B + B - 3W) with F&B = F + B */
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_DUALPIPE, 8, 1, 1, 2, 1),
+        3 * (3.0 + 2 - 3), 1e-12);
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_DUALPIPE, 2, 1, 1, 2, 1), 0.0,
+        1e-12);
+}
+
+/* PP + 1 chunks of activations on every rank */
+Test(dualpipe, activations_of_pp_plus_one_chunks)
+{
+    for (uint32_t k = 0; k < 8; k++)
+        cr_assert_float_eq(
+            vp_pipeline_in_flight(VP_SCHED_DUALPIPE, 8, 64, 1, k), 9.0,
+            1e-12);
+}
+
+/* dualpipe.py step(): an even pp, an even number of micro-batches, at
+ * least 2 pp of them */
+Test(dualpipe, needs_even_stages_and_enough_micro_batches)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_error err;
+    vp_cluster c6 = cluster(48);
+    vp_par p = par(1, 8, 6, VP_SHARD_MEGATRON);
+    p.schedule = VP_SCHED_DUALPIPE;
+    p.accum = 12;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_OK, "%s", err.msg);
+    p.accum = 11;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_EARG);
+    p.accum = 10;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_EARG);
+    vp_cluster c3 = cluster(24);
+    p = par(1, 8, 3, VP_SHARD_MEGATRON);
+    p.schedule = VP_SCHED_DUALPIPE;
+    p.accum = 12;
+    cr_assert_eq(eval_err(cm, &c3, &p, &err), VP_EARG);
+    cr_assert(strstr(err.msg, "DualPipe"), "%s", err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Against 1F1B on the same layout: twice the model states on a rank (it
+ * holds stages k and p - 1 - k), one more micro-batch of activations on
+ * the first, the same work per micro-batch, a smaller bubble and the
+ * pipeline sends hidden */
+Test(dualpipe, memory_and_time_against_1f1b)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(1, 8, 8, VP_SHARD_MEGATRON);
+    p.accum = 32;
+    p.recompute = VP_RC_SELECTIVE;
+    vp_cluster_mem m1, md;
+    vp_cluster_time t1, td;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    p.schedule = VP_SCHED_DUALPIPE;
+    eval_ok(cm, &c, &p, &md, &td);
+    /* 96 layers over 8 stages: 12 a stage, 24 on a DualPipe rank */
+    double r = (double)md.weights / (double)m1.weights;
+    cr_assert(r > 1.9 && r < 2.1, "weights %g x", r);
+    cr_assert_eq(md.stage, 0u);
+    cr_assert_float_eq(md.in_flight, m1.in_flight + 1, 1e-12);
+    cr_assert_float_eq(td.compute, t1.compute, 1e-9 * t1.compute);
+    cr_assert_float_eq(td.pp_comm, 0.0, 1e-12);
+    cr_assert_gt(t1.pp_comm, 0.0);
+    /* (p/2 - 1)(F + 2B - 3W) against (p - 1)(F + B + sends), where
+     * F + 2B - 3W < 2 (F + B): below 2 (p/2 - 1)/(p - 1) of it */
+    cr_assert_lt(td.bubble, 2 * 3.0 / 7.0 * t1.bubble,
+                 "bubble %g vs 1F1B %g", td.bubble, t1.bubble);
+    cr_assert_gt(td.bubble, 0.0);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* A pinned DualPipe layout is searched; the Megatron export refuses it */
+Test(dualpipe, pinned_in_the_search_refused_by_megatron_export)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(512);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.tp = 8;
+    o.pp = 8;
+    o.schedule = VP_SCHED_DUALPIPE;
+    o.engines[VP_ENGINE_MEGATRON] = true;
+    vp_cluster_plan *pl = calloc(1, sizeof *pl);
+    vp_error err;
+    cr_assert_eq(vp_cluster_search(cm, &c, &o, pl, &err), VP_OK, "%s",
+                 err.msg);
+    const vp_plan_entry *e = pl->found ? &pl->best : &pl->closest;
+    cr_assert_eq(e->par.schedule, VP_SCHED_DUALPIPE);
+    char buf[4096];
+    size_t len;
+    cr_assert_eq(vp_export_plan(cm, &c, &e->par, VP_EXPORT_MEGATRON, buf,
+                                sizeof buf, &len, &err),
+                 VP_EUNSUPPORTED);
+    cr_assert(strstr(err.msg, "DualPipe"), "%s", err.msg);
+    free(pl);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* FSDP with tensor parallelism (torchtitan's 2-D) and DeepSpeed ZeRO
  * with it (Megatron-DeepSpeed) are planned and timed */
 Test(layouts, fsdp_and_zero_compose_with_tp)

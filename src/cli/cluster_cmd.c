@@ -124,7 +124,7 @@ static const cli_opt OPTS[] = {
     U64(O_VPP, "vpp", "N", 1, 1024,
         "pin the model chunks per pipeline stage (> 1: interleaved)"),
     STR(O_SCHEDULE, "schedule", "NAME", 0,
-        "pin the pipeline schedule: 1f1b, gpipe, interleaved"),
+        "pin the pipeline schedule: 1f1b, gpipe, interleaved, dualpipe"),
     FLAG(O_SP, "sp", "pin sequence parallelism on (needs --tp > 1)"),
     FLAG(O_NO_SP, "no-sp", "pin sequence parallelism off"),
     U64(O_FIRST_LAYERS, "first-stage-layers", "N", 1, 1u << 20,
@@ -424,7 +424,7 @@ static int parse_step_pins(const cli_val *v, cargs *a)
         vp_schedule sc;
         if (vp_schedule_parse(v[O_SCHEDULE].text, &sc) != VP_OK)
             return bad_value("schedule", v[O_SCHEDULE].text,
-                             "1f1b, gpipe or interleaved");
+                             "1f1b, gpipe, interleaved or dualpipe");
         o->schedule = (int)sc;
     }
     if (v[O_SP].given || v[O_NO_SP].given)
@@ -1043,6 +1043,8 @@ static void print_alternatives(FILE *o, const vp_cluster_plan *pl)
             snprintf(sch, sizeof sch, "-");
         else if (p->schedule == VP_SCHED_INTERLEAVED)
             snprintf(sch, sizeof sch, "il%u", p->vpp);
+        else if (p->schedule == VP_SCHED_DUALPIPE)
+            snprintf(sch, sizeof sch, "dual"); /* the column's width */
         else
             snprintf(sch, sizeof sch, "%s", vp_schedule_name(p->schedule));
         fprintf(o, "  %4u %2u%s %3u %3u %3u %-5s %4" PRIu64
