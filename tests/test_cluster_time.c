@@ -423,6 +423,95 @@ Test(overlap, tp_comm_overlap)
     vp_model_free(m);
 }
 
+/* Expert all-to-alls behind the layer's compute (--overlap-ep on):
+ * less exposed, never more than without */
+Test(overlap, ep_all_to_all_overlap)
+{
+    vp_model *m = load("tests/data/cluster/moe-e64.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(64, 1, 1, VP_SHARD_DISTOPT);
+    p.ep = 8;
+    vp_cluster_mem mem;
+    vp_cluster_time off, on;
+    eval_ok(cm, &c, &p, &mem, &off);
+    p.overlap_ep = VP_ON;
+    eval_ok(cm, &c, &p, &mem, &on);
+    cr_assert_gt(off.ep_comm, 0.0);
+    cr_assert_lt(on.ep_comm, off.ep_comm);
+    cr_assert_float_eq(on.compute, off.compute, 1e-12 * off.compute);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- the PyTorch engine (torchtitan's options) ----------------------- */
+
+static void torch_eval(vp_cluster_model *cm, vp_recompute rc, vp_dtype dt,
+                       bool compile, vp_cluster_mem *mem, vp_cluster_time *t)
+{
+    vp_cluster c = cluster(8);
+    vp_par p = par(8, 1, 1, VP_SHARD_FSDP_FULL);
+    p.recompute = rc;
+    p.dtype = dt;
+    p.compile = compile;
+    eval_ok(cm, &c, &p, mem, t);
+}
+
+/* Selective recomputation in the torch engine is torchtitan's op-level
+ * policy: part of the forward again (less than full recomputation), and
+ * activations between none and full */
+Test(torch_engine, selective_recomputation)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem mn, ms, mf;
+    vp_cluster_time tn, ts, tf;
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, false, &mn, &tn);
+    torch_eval(cm, VP_RC_SELECTIVE, VP_DT_BF16, false, &ms, &ts);
+    torch_eval(cm, VP_RC_FULL, VP_DT_BF16, false, &mf, &tf);
+    cr_assert_float_eq(tn.recompute, 0.0, 1e-12);
+    cr_assert_gt(ts.recompute, 0.0);
+    cr_assert_lt(ts.recompute, tf.recompute);
+    cr_assert_lt(ms.activations, mn.activations);
+    cr_assert_gt(ms.activations, mf.activations);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* torch.compile fuses the memory-bound kernels (less memory-bound time,
+ * the same GEMMs); the memory is eager's */
+Test(torch_engine, compile_fuses_memory_bound_kernels)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem me, mc;
+    vp_cluster_time te, tc;
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, false, &me, &te);
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, true, &mc, &tc);
+    cr_assert_lt(tc.memory, te.memory);
+    cr_assert_float_eq(tc.gemm, te.gemm, 1e-12 * te.gemm);
+    cr_assert_eq(mc.total, me.total);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* float8 linears in the torch engine: the linears' GEMMs at the fp8
+ * curve (faster), the rest as bf16 */
+Test(torch_engine, float8_linears)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem mb, m8;
+    vp_cluster_time tb, t8;
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, true, &mb, &tb);
+    torch_eval(cm, VP_RC_NONE, VP_DT_FP8, true, &m8, &t8);
+    cr_assert_lt(t8.gemm, 0.8 * tb.gemm, "fp8 %g s, bf16 %g s", t8.gemm,
+                 tb.gemm);
+    cr_assert_float_eq(t8.attention, tb.attention, 1e-12 * tb.attention);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* ---- the MFU bound --------------------------------------------------- */
 
 /* No plan the search picks claims more MFU than the GPU's GEMM curve
