@@ -1276,6 +1276,9 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     }
     if (p->compile && e != VP_ENGINE_TORCH)
         BAD("torch.compile applies to the PyTorch engine");
+    if (p->mtp && (cm->whole || p->mtp > 8))
+        BAD("multi-token prediction takes 1 to 8 modules after a "
+            "decoder-only transformer");
     if ((unsigned)p->overlap_dp > VP_OFF || (unsigned)p->overlap_tp > VP_OFF ||
         (unsigned)p->overlap_ep > VP_OFF)
         BAD("invalid overlap switch in the configuration");

@@ -325,6 +325,20 @@ static void stage_params(const vp__evctx *x, const vp_par *p, vp__stages *o)
     o->pd1 = o->l1 * Pl + Phead + (one ? Pemb : 0);
     o->pdm = o->lm * Pl;
     o->pe0 = o->l0 * Pe, o->pe1 = o->l1 * Pe, o->pem = o->lm * Pe;
+    if (p->mtp) {
+        /* multi-token prediction (DeepSeek-V3 report section 2.2;
+         * Megatron-Core MultiTokenPredictionBlock on the last stage): D
+         * modules of a transformer layer, two RMSNorms and the 2h x h
+         * projection eh_proj (column-parallel), the embedding and the
+         * output head shared */
+        double D = p->mtp, h = (double)cm->hidden;
+        o->pd1 += D * (Pl + 2 * h * h / t + 2 * h);
+        o->pe1 += D * Pe;
+        o->l1 += D;
+        if (one) {
+            o->pd0 = o->pd1, o->pe0 = o->pe1, o->l0 = o->l1;
+        }
+    }
     if (p->schedule == VP_SCHED_DUALPIPE && !one) {
         /* DualPipe: rank k holds stages k and p - 1 - k (2x parameters,
          * DeepSeek-V3 report Table 2): the first and last ranks both
@@ -592,18 +606,24 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
     /* DualPipe's end ranks run chunks of both ends (an upper bound: every
      * chunk counted with the embedding's and the head's bytes) */
     bool ends2 = p->schedule == VP_SCHED_DUALPIPE;
+    /* each multi-token prediction module runs the head again on the last
+     * stage and keeps its projection's input (2h per token) */
+    double mtp_act = p->mtp * (at.head_saved + 2.0 * b * sl * h * ab /
+                                                   (p->sp ? t : 1.0));
     for (int i = 0; i < (mid ? 3 : 2); i++) {
         k[i].stage = sts[i];
         k[i].in_flight = vp_pipeline_in_flight(p->schedule, p->pp, p->accum,
                                                p->vpp, sts[i]);
         if (one) {
-            k[i].act = P.l0 * at.saved + at.emb + at.head_saved;
+            k[i].act = P.l0 * at.saved + at.emb + at.head_saved + mtp_act;
             k[i].tr = trl + extra_bufs;
         } else {
             k[i].act = k[i].in_flight *
                        (lay[i] * at.saved +
                         (i == 0 || (ends2 && i == 1) ? at.emb : 0) +
-                        (i == 1 || (ends2 && i == 0) ? at.head_saved : 0));
+                        (i == 1 || (ends2 && i == 0)
+                             ? at.head_saved + mtp_act
+                             : 0));
             k[i].tr = (i == 1 ? trl : at.trans) + extra_bufs;
         }
         peaks(&k[i]);

@@ -635,8 +635,19 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
         dp_sharded(&k, &w, &slf, &slb, &first);
     double per = slf + slb;
     bool one = p->pp == 1;
-    double s0 = l0 * per + E.emb + E.emb_comm + (one ? E.head : 0) + first;
-    double s1 = l1 * per + E.head + (one ? E.emb + E.emb_comm : 0) + first;
+    /* multi-token prediction: its layers are in l1 (stage_params); the
+     * head again and the 2h x h projection, forward and backward */
+    double mtpg = 0, mtph = 0;
+    if (p->mtp) {
+        const vp__gemm pr = {(double)cm->seq, k.h, 2 * k.h, 1,
+                             VP__SPLIT_COL, false};
+        mtpg = p->mtp * (E.gemm + 3 * gemms(&k, &pr, 1, &best));
+        mtph = mtpg + p->mtp * E.mh;
+    }
+    double s0 = l0 * per + E.emb + E.emb_comm + (one ? E.head + mtph : 0) +
+                first;
+    double s1 = l1 * per + E.head + mtph +
+                (one ? E.emb + E.emb_comm : 0) + first;
     double sm = lm > 0 ? lm * per + first : 0;
     double tst = maxd(maxd(s0, s1), sm);
     double pp2 = p2p(&k);
@@ -700,10 +711,11 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     tm->cp_comm = m * ls * (L.cp_f + L.cp_b + full * L.cp_f);
     tm->recompute = m * ls * (L.rec_gemm + L.rec_attn + L.rec_mem);
     tm->gemm = m * (ls * (L.gemm_f + L.gemm_b + L.rec_gemm) +
-                    (has_head ? E.gemm : 0));
+                    (has_head ? E.gemm + mtpg : 0));
     tm->attention = m * ls * (L.attn_f + L.attn_b + L.rec_attn);
     tm->memory = m * (ls * (L.mem_f + L.mem_b + L.rec_mem) +
-                      (has_emb ? E.me : 0) + (has_head ? E.mh : 0));
+                      (has_emb ? E.me : 0) +
+                      (has_head ? E.mh + mtph - mtpg : 0));
     tm->compute = tm->gemm + tm->attention + tm->memory - tm->recompute;
     tm->dp_comm = dpx;
     if (sharded)

@@ -273,6 +273,8 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
             p->last_layers);
     if (p->cp > 1)
         put(s, "    --context-parallel-size %u \\\n", p->cp);
+    if (p->mtp)
+        put(s, "    --mtp-num-layers %u \\\n", p->mtp);
     if (p->dtype == VP_DT_BF16)
         put(s, "    --bf16 \\\n");
     else if (p->dtype == VP_DT_FP16)

@@ -69,3 +69,13 @@ Test(cli_pins, dualpipe_megatron_export_refused)
            "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8",
            "--schedule", "dualpipe", "--global-batch", "1024");
 }
+
+/* Multi-token prediction pinned: the plan names its modules and the
+ * Megatron export passes --mtp-num-layers */
+Test(cli_pins, mtp_export_megatron)
+{
+    GOLDEN("pins_export_mtp", 0, "export",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "512", "--gpu",
+           "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8",
+           "--mtp", "1", "--global-batch", "1024");
+}

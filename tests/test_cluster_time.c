@@ -444,6 +444,59 @@ Test(overlap, ep_all_to_all_overlap)
     vp_model_free(m);
 }
 
+/* ---- multi-token prediction (DeepSeek-V3 report 2.2) ----------------- */
+
+/* Each module adds a layer, two norms and the 2h x h projection to the
+ * last stage's parameters (the embedding and head are shared): on one
+ * GPU per module exactly (layer + 2h^2 + 2h) x 18 B (Megatron: 2 B
+ * weights, 4 B main grads, 12 B optimizer) */
+Test(mtp, parameters_of_a_module)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c = cluster(1);
+    vp_par p = par(1, 1, 1, VP_SHARD_MEGATRON);
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    eval_ok(cm, &c, &p, &m0, &t0);
+    p.mtp = 1;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    double h = (double)in.hidden;
+    double want = ((double)in.layer_params + 2 * h * h + 2 * h) * 18;
+    double got = (double)(m1.weights + m1.grads + m1.optimizer) -
+                 (double)(m0.weights + m0.grads + m0.optimizer);
+    cr_assert(fabs(got / want - 1) < 1e-6, "%g B vs %g B", got, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* The module's layer, its projection and the head again cost time on
+ * the last stage only: with pp 2 the last stage becomes the slowest, by
+ * more than a layer; the model's FLOPs (MFU's) are the model's */
+Test(mtp, time_on_the_last_stage)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(16);
+    vp_par p = par(1, 8, 2, VP_SHARD_MEGATRON);
+    p.accum = 8;
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    eval_ok(cm, &c, &p, &m0, &t0);
+    p.mtp = 1;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    cr_assert_gt(t1.step, t0.step);
+    cr_assert_float_eq(t1.model_flops, t0.model_flops, 0);
+    cr_assert_gt(t1.gemm, t0.gemm);
+    p.mtp = 9;
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* ---- the PyTorch engine (torchtitan's options) ----------------------- */
 
 static void torch_eval(vp_cluster_model *cm, vp_recompute rc, vp_dtype dt,

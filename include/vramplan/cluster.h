@@ -211,6 +211,11 @@ typedef struct vp_par {
      * off). VP_AUTO (0) takes the default. */
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;             /* torch.compile: fused memory-bound kernels  */
+    /* multi-token prediction modules on the last stage (DeepSeek-V3's D,
+     * Megatron-Core --mtp-num-layers): each a transformer layer, two
+     * norms and a 2h x h projection, the embedding and the output head
+     * shared with the model (0 = none) */
+    uint32_t mtp;
 } vp_par;
 
 /* Bytes on the most loaded GPU. */
@@ -401,6 +406,7 @@ typedef struct vp_search_opts {
     uint32_t first_layers, last_layers;
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;
+    uint32_t mtp;
     uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
 } vp_search_opts;
 

@@ -61,7 +61,7 @@ enum {
     O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
     O_RECOMPUTE, O_SHARDING, O_VPP, O_SCHEDULE, O_SP, O_NO_SP,
     O_FIRST_LAYERS, O_LAST_LAYERS, O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP,
-    O_COMPILE, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
+    O_COMPILE, O_MTP, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
     O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS, O_MOE_IMBALANCE,
     O_MOE_CAPACITY
 };
@@ -141,6 +141,9 @@ static const cli_opt OPTS[] = {
     STR(O_OVERLAP_EP, "overlap-ep", "on|off", 0,
         "expert all-to-alls behind compute (default off)"),
     FLAG(O_COMPILE, "compile", "torch.compile (PyTorch engine)"),
+    U64(O_MTP, "mtp", "N", 1, 8,
+        "multi-token prediction modules on the last stage (DeepSeek-V3, "
+        "Megatron --mtp-num-layers)"),
     SIZE(O_MEMORY, "memory", "usable bytes per GPU (default: the profile)"),
     SIZE(O_HOST_MEM, "host-mem",
          "host RAM per node (default 128 GiB per GPU)"),
@@ -446,6 +449,8 @@ static int parse_step_pins(const cli_val *v, cargs *a)
             return bad_value(names[k], x->text, "on or off");
     }
     o->compile = v[O_COMPILE].given;
+    if (v[O_MTP].given)
+        o->mtp = (uint32_t)v[O_MTP].u;
     return check_pins(o);
 }
 
@@ -661,7 +666,10 @@ static void switches(char *buf, size_t n, const vp_par *p)
             k += (size_t)snprintf(buf + k, n - k, ", %s overlap %s", what[i],
                                   switch_name(sw[i]));
     if (p->compile && k < n)
-        snprintf(buf + k, n - k, ", torch.compile");
+        k += (size_t)snprintf(buf + k, n - k, ", torch.compile");
+    if (p->mtp && k < n)
+        snprintf(buf + k, n - k, ", %u MTP module%s", p->mtp,
+                 p->mtp > 1 ? "s" : "");
 }
 
 /* ------------------------------------------------------------------ */
@@ -804,6 +812,8 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
     cli_jset(o, "overlap_tp", json_string(switch_name(p->overlap_tp)));
     cli_jset(o, "overlap_ep", json_string(switch_name(p->overlap_ep)));
     cli_jset(o, "compile", json_boolean(p->compile));
+    if (p->mtp) /* only when set: the schema of plans without it stands */
+        cli_jset(o, "mtp", cli_ju64(p->mtp));
     return o;
 }
 
