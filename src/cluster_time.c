@@ -583,6 +583,34 @@ static double optim_bytes(const vp_hw *hw, const vp_par *p)
     return b;
 }
 
+/* The optimizer step and the offload transfers not hidden behind the
+ * forward (w->Tf) and backward (w->Tb) of one micro-batch, for popt
+ * parameters whose step runs on this rank. */
+static void opt_offload(const tctx *k, double popt, const window *w,
+                        double *opt, double *off)
+{
+    const vp__evctx *x = k->x;
+    const vp_cluster *c = x->c;
+    const vp_par *p = k->p;
+    *opt = *off = 0;
+    if (p->offload == VP_OFFLOAD_NONE) {
+        *opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
+        return;
+    }
+    double ranks = c->gpus < c->gpus_per_node ? c->gpus : c->gpus_per_node;
+    double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
+    *opt = popt * obytes / (c->host_mem_bw / ranks);
+    double pb = p->dtype == VP_DT_FP32 ? 4 : 2;
+    double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
+    double up = pb * popt / x->host_bw;    /* new weights back    */
+    *off = pos(down - w->Tb) + up;
+    if (p->offload == VP_OFFLOAD_ALL) {
+        double fetch = (k->eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
+                       x->host_bw;
+        *off += (double)p->accum * (pos(fetch - w->Tf) + pos(fetch - w->Tb));
+    }
+}
+
 void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
               const vp__stages *st, vp_cluster_time *tm)
 {
@@ -676,27 +704,8 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
                         gb * (cm->p_word.r + cm->p_word.s / k.t));
     }
 
-    /* ---- optimizer and offload ---- */
-    double popt = st->popt;
-    double opt = 0, off = 0;
-    vp_engine eng = k.eng;
-    if (p->offload == VP_OFFLOAD_NONE) {
-        opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
-    } else {
-        double ranks = c->gpus < c->gpus_per_node ? c->gpus
-                                                  : c->gpus_per_node;
-        double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
-        opt = popt * obytes / (c->host_mem_bw / ranks);
-        double pb = p->dtype == VP_DT_FP32 ? 4 : 2;
-        double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
-        double up = pb * popt / x->host_bw;    /* new weights back    */
-        off = pos(down - w.Tb) + up;
-        if (p->offload == VP_OFFLOAD_ALL) {
-            double fetch = (eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
-                           x->host_bw;
-            off += m * (pos(fetch - w.Tf) + pos(fetch - w.Tb));
-        }
-    }
+    double opt, off;
+    opt_offload(&k, st->popt, &w, &opt, &off);
 
     double step = pipe + dpx + opt + off;
     double gbatch = (double)p->dp * k.b * m;
