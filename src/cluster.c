@@ -1249,6 +1249,12 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     } else if (p->vpp != 1) {
         BAD("vpp > 1 needs the interleaved schedule");
     }
+    if (p->schedule == VP_SCHED_DUALPIPE &&
+        (p->pp % 2 || p->accum % 2 || p->accum < 2 * (uint64_t)p->pp))
+        /* deepseek-ai/DualPipe dualpipe.py step(): num_ranks % 2 == 0,
+         * num_chunks % 2 == 0 and num_chunks >= num_ranks * 2 */
+        BAD("DualPipe needs an even pp and an even number of micro-batches "
+            "of at least 2 pp");
     vp_engine e = shard_engine[p->sharding];
     if (p->dtype == VP_DT_FP8 && e == VP_ENGINE_DEEPSPEED)
         BAD("fp8 training needs Megatron (Transformer Engine) or PyTorch "
@@ -1270,6 +1276,9 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     }
     if (p->compile && e != VP_ENGINE_TORCH)
         BAD("torch.compile applies to the PyTorch engine");
+    if (p->mtp && (cm->whole || p->mtp > 8))
+        BAD("multi-token prediction takes 1 to 8 modules after a "
+            "decoder-only transformer");
     if ((unsigned)p->overlap_dp > VP_OFF || (unsigned)p->overlap_tp > VP_OFF ||
         (unsigned)p->overlap_ep > VP_OFF)
         BAD("invalid overlap switch in the configuration");

@@ -7,10 +7,11 @@
  * (ncclTunerConstantsDefaults); docs/STEP_TIME.md lists them.
  *
  * Two departures, both documented there: the bus bandwidth is the link's
- * (NVLink within a node, the rank's own NIC across nodes) times the
- * cluster's efficiency rather than NCCL's per-channel search, and a group
- * that straddles a node boundary (tp = 6 on 8-GPU nodes) runs at the
- * network's speed. */
+ * (NVLink within a node; across nodes the NICs of the group's ranks on a
+ * node, one ring channel per rail, at most NVLink) times the cluster's
+ * efficiency rather than NCCL's per-channel search, and a group that
+ * straddles a node boundary (tp = 6 on 8-GPU nodes) runs at one NIC's
+ * speed. */
 #include <math.h>
 
 #include "cluster_impl.h"
@@ -65,10 +66,21 @@ void vp__group_shape(const vp_cluster *c, double n, double stride,
         nv = net > 0 ? net : 1e9;
     if (net <= 0)
         net = nv;
-    /* across nodes a rank's traffic leaves through its own NIC */
-    g->bw = g->nodes > 1 ? (net < nv ? net : nv) : nv;
     g->intra_bw = nv;
     g->net_bw = net < nv ? net : nv;
+    /* Across nodes a rank's own traffic (a send, the network share of
+     * an all-to-all) leaves through its own NIC. A ring or tree of a
+     * group that tiles its nodes with ppn ranks each runs one channel
+     * per rail: NCCL's busBw is nChannels x the per-channel inter-node
+     * bandwidth (tuning.cc ncclTopoTuneModel), its search puts the
+     * channels on the ranks' own NICs (src/graph/search.cc), so each
+     * rank's NIC carries 1/ppn of its ring traffic and NVLink the rest:
+     * ppn x the NIC, at most NVLink (measured: NVIDIA/nccl #1048, two
+     * A100 nodes with 4 x 200 Gb/s HCAs reach 86 GB/s of all-reduce bus
+     * bandwidth, one HCA 24 GB/s). A group that straddles a node
+     * boundary keeps one NIC's speed. */
+    double rails = g->nodes > 1 && g->ppn > 1 && span > gpn ? g->ppn : 1;
+    g->bw = g->nodes > 1 ? fmin(rails * g->net_bw, nv) : nv;
     g->pci = !(c->hw.nvlink > c->hw.host);
 }
 
@@ -177,7 +189,8 @@ double vp__coll(const vp__group *g, vp_coll k, double bytes)
         double lat = base_ring[SIMPLE] + (g->nodes > 1
                                               ? lat_ring[HW_NET][SIMPLE]
                                               : lat_ring[intra][SIMPLE]);
-        return lat * 1e-6 + bytes / g->bw;
+        return lat * 1e-6 +
+               bytes / (g->nodes > 1 ? g->net_bw : g->intra_bw);
     }
     }
 }

@@ -49,6 +49,12 @@ double vp_pipeline_in_flight(vp_schedule s, uint32_t p, uint64_t m,
     double md = (double)m;
     if (s == VP_SCHED_GPIPE)
         return md;
+    if (s == VP_SCHED_DUALPIPE) {
+        /* DeepSeek-V3 report Table 2 (deepseek-ai/DualPipe README):
+         * PP + 1 chunks of activations on every rank */
+        double f = (double)p + 1;
+        return f < md ? f : md;
+    }
     if (s == VP_SCHED_INTERLEAVED && v > 1) {
         /* Megatron: (p - k - 1) * 2 + (v - 1) * p warm-up chunks + 1 */
         double w = (double)(p - stage - 1) * 2.0 + (double)(v - 1) * p + 1;
@@ -57,6 +63,19 @@ double vp_pipeline_in_flight(vp_schedule s, uint32_t p, uint64_t m,
     }
     double f = (double)(p - stage);
     return f < md ? f : md;
+}
+
+double vp_pipeline_bubble_time(vp_schedule s, uint32_t p, uint32_t v,
+                               double f, double b, double w)
+{
+    if (p <= 1)
+        return 0;
+    if (s == VP_SCHED_DUALPIPE) {
+        double x = f + 2 * b - 3 * w;
+        return (p / 2 > 1 ? (double)(p / 2 - 1) : 0) * (x > 0 ? x : 0);
+    }
+    double n = (double)(p - 1) * (f + b);
+    return s == VP_SCHED_INTERLEAVED && v > 1 ? n / v : n;
 }
 
 double vp_pipeline_bubble(uint32_t p, uint64_t m, uint32_t v)
@@ -306,6 +325,29 @@ static void stage_params(const vp__evctx *x, const vp_par *p, vp__stages *o)
     o->pd1 = o->l1 * Pl + Phead + (one ? Pemb : 0);
     o->pdm = o->lm * Pl;
     o->pe0 = o->l0 * Pe, o->pe1 = o->l1 * Pe, o->pem = o->lm * Pe;
+    if (p->mtp) {
+        /* multi-token prediction (DeepSeek-V3 report section 2.2;
+         * Megatron-Core MultiTokenPredictionBlock on the last stage): D
+         * modules of a transformer layer, two RMSNorms and the 2h x h
+         * projection eh_proj (column-parallel), the embedding and the
+         * output head shared */
+        double D = p->mtp, h = (double)cm->hidden;
+        o->pd1 += D * (Pl + 2 * h * h / t + 2 * h);
+        o->pe1 += D * Pe;
+        o->l1 += D;
+        if (one) {
+            o->pd0 = o->pd1, o->pe0 = o->pe1, o->l0 = o->l1;
+        }
+    }
+    if (p->schedule == VP_SCHED_DUALPIPE && !one) {
+        /* DualPipe: rank k holds stages k and p - 1 - k (2x parameters,
+         * DeepSeek-V3 report Table 2): the first and last ranks both
+         * hold the embedding and the head */
+        o->pd0 = o->pd1 = o->pd0 + o->pd1;
+        o->pdm *= 2;
+        o->pe0 = o->pe1 = o->pe0 + o->pe1;
+        o->pem *= 2;
+    }
     o->pu = Pl + Pe;
     o->pr = Pemb + Phead;
     if (cm->whole) /* units of unequal size: the largest is gathered */
@@ -561,17 +603,27 @@ void vp__evaluate(const vp__evctx *x, const vp__act *a, const vp_par *p,
     double trl = at.trans > head_tr ? at.trans : head_tr;
     uint32_t sts[3] = {0, p->pp - 1, 1};
     double lay[3] = {P.l0, P.l1, P.lm};
+    /* DualPipe's end ranks run chunks of both ends (an upper bound: every
+     * chunk counted with the embedding's and the head's bytes) */
+    bool ends2 = p->schedule == VP_SCHED_DUALPIPE;
+    /* each multi-token prediction module runs the head again on the last
+     * stage and keeps its projection's input (2h per token) */
+    double mtp_act = p->mtp * (at.head_saved + 2.0 * b * sl * h * ab /
+                                                   (p->sp ? t : 1.0));
     for (int i = 0; i < (mid ? 3 : 2); i++) {
         k[i].stage = sts[i];
         k[i].in_flight = vp_pipeline_in_flight(p->schedule, p->pp, p->accum,
                                                p->vpp, sts[i]);
         if (one) {
-            k[i].act = P.l0 * at.saved + at.emb + at.head_saved;
+            k[i].act = P.l0 * at.saved + at.emb + at.head_saved + mtp_act;
             k[i].tr = trl + extra_bufs;
         } else {
             k[i].act = k[i].in_flight *
-                       (lay[i] * at.saved + (i == 0 ? at.emb : 0) +
-                        (i == 1 ? at.head_saved : 0));
+                       (lay[i] * at.saved +
+                        (i == 0 || (ends2 && i == 1) ? at.emb : 0) +
+                        (i == 1 || (ends2 && i == 0)
+                             ? at.head_saved + mtp_act
+                             : 0));
             k[i].tr = (i == 1 ? trl : at.trans) + extra_bufs;
         }
         peaks(&k[i]);

@@ -235,6 +235,12 @@ static int all_schedules(const sctx *s, uint32_t pp, uint64_t m,
         sched[n] = VP_SCHED_GPIPE;
         vpp[n++] = 1;
     }
+    /* DualPipe only when pinned: no engine vramplan exports runs it */
+    if (s->o->schedule == VP_SCHED_DUALPIPE && e != VP_ENGINE_DEEPSPEED &&
+        pp % 2 == 0 && m % 2 == 0 && m >= 2 * (uint64_t)pp && n < cap) {
+        sched[n] = VP_SCHED_DUALPIPE;
+        vpp[n++] = 1;
+    }
     if (e == VP_ENGINE_DEEPSPEED || m % pp)
         return n;
     /* every stage holds at least v layers (the last the fewest) */
@@ -366,6 +372,7 @@ static vp_status layout(sctx *s, vp_par *p)
         p->overlap_tp = s->o->overlap_tp;
         p->overlap_ep = s->o->overlap_ep;
         p->compile = s->o->compile;
+        p->mtp = s->o->mtp;
         int cls = vp__cls_of(p);
         if (!act[cls]) {
             vp_status st = vp__act_get(s->cm, cls, p->cp, &act[cls], s->err);
@@ -468,7 +475,7 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.err = err;
     uint32_t sims0 = cm->sims;
     s.check = o->first_layers || o->last_layers || o->overlap_dp ||
-              o->overlap_tp || o->overlap_ep || o->compile;
+              o->overlap_tp || o->overlap_ep || o->compile || o->mtp;
     s.G = o->global_batch;
     if (s.G == 0 && cm->whole) {
         /* a graph-form model: 32 samples per GPU, Goyal et al. 2017's

@@ -204,7 +204,10 @@ static void comms(tctx *k, ltime *o)
         double xe = k->b * k->sl * (double)cm->top_k * h * k->e /
                     (k->sp ? k->t : 1.0);
         double a2a = 2 * vp__coll(&g, VP_COLL_ALL_TO_ALL, xe);
-        if (vp__on(p->overlap_ep, false)) {
+        /* DualPipe overlaps each chunk's all-to-alls with the paired
+         * chunk's compute (DeepSeek-V3 report, section 3.2.1) */
+        if (vp__on(p->overlap_ep, false) ||
+            p->schedule == VP_SCHED_DUALPIPE) {
             o->ep_f = pos(a2a - (o->gemm_f + o->attn_f + o->mem_f));
             o->ep_b = pos(a2a - (o->gemm_b + o->attn_b + o->mem_b));
         } else {
@@ -510,6 +513,20 @@ static void dp_sharded(tctx *k, const window *w, double *lf, double *lb,
     if (p->sharding == VP_SHARD_FSDP_GRAD_OP)
         agb = 0; /* kept from the forward */
     double cf = *lf, cb = *lb;
+    if (p->sharding != VP_SHARD_ZERO3) {
+        /* FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
+         * each gathered unit is copied out into its parameters on the
+         * compute stream (foreach_all_gather_copy_out, split_with_sizes_
+         * copy: read and written), and its gradients into the reduce-
+         * scatter input on that stream (foreach_reduce, torch._chunk_cat:
+         * read in the parameter dtype, written in the reduce dtype).
+         * FSDP1's flat parameter is gathered in place: timed as FSDP2. */
+        double out = memtime(x, 2 * pb * Pl, 1);
+        cf += out;
+        if (agb > 0)
+            cb += out;
+        rs += memtime(x, (pb + gb) * Pl, 1);
+    }
     if (p->sharding == VP_SHARD_ZERO3 && !vp__on(p->overlap_dp, true)) {
         /* no prefetch: each sub-module waits for its gather
          * (fetch_sub_module); the reduce-scatter still overlaps the next
@@ -532,8 +549,9 @@ static double p2p(tctx *k)
     if (p->pp <= 1)
         return 0;
     vp_engine e = k->eng;
-    if (e == VP_ENGINE_MEGATRON && p->schedule == VP_SCHED_INTERLEAVED)
-        return 0;
+    if ((e == VP_ENGINE_MEGATRON && p->schedule == VP_SCHED_INTERLEAVED) ||
+        p->schedule == VP_SCHED_DUALPIPE)
+        return 0; /* DualPipe batches its sends with the paired chunk's */
     vp__group g;
     vp__group_shape(k->x->c, 2,
                     (double)p->tp * p->cp * p->dp, &g);
@@ -563,6 +581,34 @@ static double optim_bytes(const vp_hw *hw, const vp_par *p)
     if (p->dtype == VP_DT_FP16)
         b += 8;
     return b;
+}
+
+/* The optimizer step and the offload transfers not hidden behind the
+ * forward (w->Tf) and backward (w->Tb) of one micro-batch, for popt
+ * parameters whose step runs on this rank. */
+static void opt_offload(const tctx *k, double popt, const window *w,
+                        double *opt, double *off)
+{
+    const vp__evctx *x = k->x;
+    const vp_cluster *c = x->c;
+    const vp_par *p = k->p;
+    *opt = *off = 0;
+    if (p->offload == VP_OFFLOAD_NONE) {
+        *opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
+        return;
+    }
+    double ranks = c->gpus < c->gpus_per_node ? c->gpus : c->gpus_per_node;
+    double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
+    *opt = popt * obytes / (c->host_mem_bw / ranks);
+    double pb = p->dtype == VP_DT_FP32 ? 4 : 2;
+    double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
+    double up = pb * popt / x->host_bw;    /* new weights back    */
+    *off = pos(down - w->Tb) + up;
+    if (p->offload == VP_OFFLOAD_ALL) {
+        double fetch = (k->eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
+                       x->host_bw;
+        *off += (double)p->accum * (pos(fetch - w->Tf) + pos(fetch - w->Tb));
+    }
 }
 
 void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
@@ -617,13 +663,35 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
         dp_sharded(&k, &w, &slf, &slb, &first);
     double per = slf + slb;
     bool one = p->pp == 1;
-    double s0 = l0 * per + E.emb + E.emb_comm + (one ? E.head : 0) + first;
-    double s1 = l1 * per + E.head + (one ? E.emb + E.emb_comm : 0) + first;
+    /* multi-token prediction: its layers are in l1 (stage_params); the
+     * head again and the 2h x h projection, forward and backward */
+    double mtpg = 0, mtph = 0;
+    if (p->mtp) {
+        const vp__gemm pr = {(double)cm->seq, k.h, 2 * k.h, 1,
+                             VP__SPLIT_COL, false};
+        mtpg = p->mtp * (E.gemm + 3 * gemms(&k, &pr, 1, &best));
+        mtph = mtpg + p->mtp * E.mh;
+    }
+    double s0 = l0 * per + E.emb + E.emb_comm + (one ? E.head + mtph : 0) +
+                first;
+    double s1 = l1 * per + E.head + mtph +
+                (one ? E.emb + E.emb_comm : 0) + first;
     double sm = lm > 0 ? lm * per + first : 0;
     double tst = maxd(maxd(s0, s1), sm);
     double pp2 = p2p(&k);
     double tmb = tst + pp2;
     double pipe = one ? m * tmb : (m + (pp - 1) / v) * tmb;
+    if (!one && p->schedule == VP_SCHED_DUALPIPE) {
+        /* DeepSeek-V3 report Table 2: bubble (PP/2 - 1)(F&B + B - 3W)
+         * with F, B the slowest stage's forward and full backward chunk
+         * (in the proportion of its layers'), F&B the two overlapped
+         * (their compute: F + B) and W its weight gradients (half the
+         * layers' backward GEMMs) */
+        pipe = m * tmb + vp_pipeline_bubble_time(p->schedule, p->pp, 1,
+                                                 tst * slf / per,
+                                                 tst * slb / per,
+                                                 lmax * L.gemm_b / 2);
+    }
     double dpx = dp_flat(&k, &w);
     /* tied embeddings on two stages: their gradients all-reduced */
     if (cm->tied && p->pp > 1) {
@@ -636,27 +704,8 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
                         gb * (cm->p_word.r + cm->p_word.s / k.t));
     }
 
-    /* ---- optimizer and offload ---- */
-    double popt = st->popt;
-    double opt = 0, off = 0;
-    vp_engine eng = k.eng;
-    if (p->offload == VP_OFFLOAD_NONE) {
-        opt = popt * optim_bytes(&x->hw, p) / x->hw.optim_bw;
-    } else {
-        double ranks = c->gpus < c->gpus_per_node ? c->gpus
-                                                  : c->gpus_per_node;
-        double obytes = p->dtype == VP_DT_FP32 ? 28.0 : 30.0;
-        opt = popt * obytes / (c->host_mem_bw / ranks);
-        double pb = p->dtype == VP_DT_FP32 ? 4 : 2;
-        double down = 4.0 * popt / x->host_bw; /* fp32 grads to host  */
-        double up = pb * popt / x->host_bw;    /* new weights back    */
-        off = pos(down - w.Tb) + up;
-        if (p->offload == VP_OFFLOAD_ALL) {
-            double fetch = (eng == VP_ENGINE_TORCH ? 4.0 : pb) * popt /
-                           x->host_bw;
-            off += m * (pos(fetch - w.Tf) + pos(fetch - w.Tb));
-        }
-    }
+    double opt, off;
+    opt_offload(&k, st->popt, &w, &opt, &off);
 
     double step = pipe + dpx + opt + off;
     double gbatch = (double)p->dp * k.b * m;
@@ -671,10 +720,11 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     tm->cp_comm = m * ls * (L.cp_f + L.cp_b + full * L.cp_f);
     tm->recompute = m * ls * (L.rec_gemm + L.rec_attn + L.rec_mem);
     tm->gemm = m * (ls * (L.gemm_f + L.gemm_b + L.rec_gemm) +
-                    (has_head ? E.gemm : 0));
+                    (has_head ? E.gemm + mtpg : 0));
     tm->attention = m * ls * (L.attn_f + L.attn_b + L.rec_attn);
     tm->memory = m * (ls * (L.mem_f + L.mem_b + L.rec_mem) +
-                      (has_emb ? E.me : 0) + (has_head ? E.mh : 0));
+                      (has_emb ? E.me : 0) +
+                      (has_head ? E.mh + mtph - mtpg : 0));
     tm->compute = tm->gemm + tm->attention + tm->memory - tm->recompute;
     tm->dp_comm = dpx;
     if (sharded)

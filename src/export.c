@@ -273,6 +273,8 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
             p->last_layers);
     if (p->cp > 1)
         put(s, "    --context-parallel-size %u \\\n", p->cp);
+    if (p->mtp)
+        put(s, "    --mtp-num-layers %u \\\n", p->mtp);
     if (p->dtype == VP_DT_BF16)
         put(s, "    --bf16 \\\n");
     else if (p->dtype == VP_DT_FP16)
@@ -413,6 +415,10 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
         p->pp > 1)
         return unsupported(err, "Megatron-LM has no GPipe schedule (it "
                                 "runs 1F1B, which needs less memory)");
+    if (f == VP_EXPORT_MEGATRON && p->schedule == VP_SCHED_DUALPIPE &&
+        p->pp > 1)
+        return unsupported(err, "Megatron-LM has no DualPipe schedule "
+                                "(deepseek-ai/DualPipe runs it)");
     if (f == VP_EXPORT_DEEPSPEED && p->tp > 1 &&
         p->sharding == VP_SHARD_ZERO3)
         return unsupported(err, "DeepSpeed's AutoTP trains with ZeRO stages "

@@ -30,6 +30,8 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "the interleaved schedule";
     if (p->pp > 1 && p->schedule == VP_SCHED_GPIPE)
         return "GPipe (Megatron runs 1F1B)";
+    if (p->pp > 1 && p->schedule == VP_SCHED_DUALPIPE)
+        return "DualPipe";
     if (p->dtype == VP_DT_FP8)
         return "fp8";
     if (p->offload != VP_OFFLOAD_NONE)

@@ -51,3 +51,31 @@ Test(cli_pins, contradictory_pins)
     GOLDEN("pins_sp_tp1", 2, "plan", "models/gpt2-small.yaml", "--gpus", "8",
            "--gpu", "h100-80g", "--tp", "1", "--sp");
 }
+
+/* DualPipe pinned (DeepSeek-V3's schedule): planned with its bubble and
+ * 2x parameters; the Megatron export refuses it */
+Test(cli_pins, pinned_dualpipe_plan)
+{
+    GOLDEN("pins_plan_dualpipe", 0, "plan",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "512", "--gpu",
+           "h100-80g", "--tp", "8", "--pp", "8", "--schedule", "dualpipe",
+           "--global-batch", "1024", "--precision", "bf16", "--top", "1");
+}
+
+Test(cli_pins, dualpipe_megatron_export_refused)
+{
+    GOLDEN("pins_export_dualpipe", 3, "export",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "512", "--gpu",
+           "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8",
+           "--schedule", "dualpipe", "--global-batch", "1024");
+}
+
+/* Multi-token prediction pinned: the plan names its modules and the
+ * Megatron export passes --mtp-num-layers */
+Test(cli_pins, mtp_export_megatron)
+{
+    GOLDEN("pins_export_mtp", 0, "export",
+           "tests/data/cluster/gpt3-175b.yaml", "--gpus", "512", "--gpu",
+           "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8",
+           "--mtp", "1", "--global-batch", "1024");
+}

@@ -583,7 +583,9 @@ Test(cluster_search, exhaustive_against_brute_force, .timeout = 60)
             for (int rc = 0; rc < VP_RC__COUNT; rc++)
             for (int sh = 0; sh < VP_SHARD__COUNT; sh++)
             for (int of = 0; of < VP_OFFLOAD__COUNT; of++) {
-                if (dt != VP_DT_BF16 && dt != VP_DT_FP8)
+                /* DualPipe is searched only when pinned */
+                if ((dt != VP_DT_BF16 && dt != VP_DT_FP8) ||
+                    sc == VP_SCHED_DUALPIPE)
                     continue;
                 p.dtype = dt, p.schedule = sc, p.vpp = v, p.sp = sp;
                 p.recompute = rc, p.sharding = sh, p.offload = of;

@@ -65,16 +65,36 @@ Test(collectives, latency_grows_with_the_nodes)
     cr_assert_lt(t1024, 1e-3);
 }
 
-/* A large all-reduce across nodes moves 2 (n-1)/n of the bytes through
- * each rank's own NIC, not through eight NICs */
-Test(collectives, one_nic_per_rank)
+/* A large all-reduce of a group with one rank per node (Megatron's
+ * data-parallel groups under tp 8) moves 2 (n-1)/n of the bytes through
+ * each rank's own NIC */
+Test(collectives, one_rank_per_node_runs_at_its_nic)
+{
+    vp_cluster c = cluster(512);
+    double bytes = 4e9;
+    double t = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 64, 8);
+    double wire = 2.0 * 63.0 / 64.0 * bytes / c.hw.network;
+    cr_assert_geq(t, wire, "%g s below the NIC's %g s", t, wire);
+    cr_assert_lt(t, 1.5 * wire);
+}
+
+/* A group with eight ranks on each node runs one ring channel per rail
+ * (NCCL's busBw = nChannels x the per-channel NIC bandwidth): each
+ * rank's NIC carries an eighth of its ring traffic, the rest NVLink
+ * (NVIDIA/nccl #1048: two A100 nodes with 4 x 200 Gb/s reach 86 GB/s of
+ * all-reduce bus bandwidth, one HCA 24 GB/s) */
+Test(collectives, full_nodes_use_every_rail)
 {
     vp_cluster c = cluster(64);
     double bytes = 4e9;
     double t = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 64, 1);
-    double wire = 2.0 * 63.0 / 64.0 * bytes / c.hw.network;
-    cr_assert_geq(t, wire, "%g s below the NIC's %g s", t, wire);
+    double own = vp_coll_time(&c, VP_COLL_ALL_REDUCE, bytes, 64, 8);
+    double nv = c.hw.nvlink * c.nvlink_eff;
+    double rails = 8 * c.hw.network * c.net_eff;
+    double wire = 2.0 * 63.0 / 64.0 * bytes / (rails < nv ? rails : nv);
+    cr_assert_geq(t, wire, "%g s below the rails' %g s", t, wire);
     cr_assert_lt(t, 1.5 * wire);
+    cr_assert_lt(4 * t, own, "8 rails %g s, one NIC %g s", t, own);
 }
 
 /* Inside a node the same all-reduce runs at NVLink speed */
@@ -191,6 +211,124 @@ Test(layouts, uneven_stages_split_the_rest_evenly)
     vp_model_free(m);
 }
 
+/* ---- DualPipe (DeepSeek-V3 report, Table 2; deepseek-ai/DualPipe) ---- */
+
+/* The bubbles of Table 2, in seconds, for chunks of F = 1, B = 2, W = 1 */
+Test(dualpipe, bubble_of_table_2)
+{
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_1F1B, 8, 1, 1, 2, 1), 7 * 3.0,
+        1e-12);
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_INTERLEAVED, 8, 3, 1, 2, 1), 7.0,
+        1e-12);
+    /* (PP/2 - 1)(F&B + B - 3W) with F&B = F + B */
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_DUALPIPE, 8, 1, 1, 2, 1),
+        3 * (3.0 + 2 - 3), 1e-12);
+    cr_assert_float_eq(
+        vp_pipeline_bubble_time(VP_SCHED_DUALPIPE, 2, 1, 1, 2, 1), 0.0,
+        1e-12);
+}
+
+/* PP + 1 chunks of activations on every rank */
+Test(dualpipe, activations_of_pp_plus_one_chunks)
+{
+    for (uint32_t k = 0; k < 8; k++)
+        cr_assert_float_eq(
+            vp_pipeline_in_flight(VP_SCHED_DUALPIPE, 8, 64, 1, k), 9.0,
+            1e-12);
+}
+
+/* dualpipe.py step(): an even pp, an even number of micro-batches, at
+ * least 2 pp of them */
+Test(dualpipe, needs_even_stages_and_enough_micro_batches)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_error err;
+    vp_cluster c6 = cluster(48);
+    vp_par p = par(1, 8, 6, VP_SHARD_MEGATRON);
+    p.schedule = VP_SCHED_DUALPIPE;
+    p.accum = 12;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_OK, "%s", err.msg);
+    p.accum = 11;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_EARG);
+    p.accum = 10;
+    cr_assert_eq(eval_err(cm, &c6, &p, &err), VP_EARG);
+    vp_cluster c3 = cluster(24);
+    p = par(1, 8, 3, VP_SHARD_MEGATRON);
+    p.schedule = VP_SCHED_DUALPIPE;
+    p.accum = 12;
+    cr_assert_eq(eval_err(cm, &c3, &p, &err), VP_EARG);
+    cr_assert(strstr(err.msg, "DualPipe"), "%s", err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Against 1F1B on the same layout: twice the model states on a rank (it
+ * holds stages k and p - 1 - k), one more micro-batch of activations on
+ * the first, the same work per micro-batch, a smaller bubble and the
+ * pipeline sends hidden */
+Test(dualpipe, memory_and_time_against_1f1b)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(1, 8, 8, VP_SHARD_MEGATRON);
+    p.accum = 32;
+    p.recompute = VP_RC_SELECTIVE;
+    vp_cluster_mem m1, md;
+    vp_cluster_time t1, td;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    p.schedule = VP_SCHED_DUALPIPE;
+    eval_ok(cm, &c, &p, &md, &td);
+    /* 96 layers over 8 stages: 12 a stage, 24 on a DualPipe rank */
+    double r = (double)md.weights / (double)m1.weights;
+    cr_assert(r > 1.9 && r < 2.1, "weights %g x", r);
+    cr_assert_eq(md.stage, 0u);
+    cr_assert_float_eq(md.in_flight, m1.in_flight + 1, 1e-12);
+    cr_assert_float_eq(td.compute, t1.compute, 1e-9 * t1.compute);
+    cr_assert_float_eq(td.pp_comm, 0.0, 1e-12);
+    cr_assert_gt(t1.pp_comm, 0.0);
+    /* (p/2 - 1)(F + 2B - 3W) against (p - 1)(F + B + sends), where
+     * F + 2B - 3W < 2 (F + B): below 2 (p/2 - 1)/(p - 1) of it */
+    cr_assert_lt(td.bubble, 2 * 3.0 / 7.0 * t1.bubble,
+                 "bubble %g vs 1F1B %g", td.bubble, t1.bubble);
+    cr_assert_gt(td.bubble, 0.0);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* A pinned DualPipe layout is searched; the Megatron export refuses it */
+Test(dualpipe, pinned_in_the_search_refused_by_megatron_export)
+{
+    vp_model *m = load("tests/data/cluster/gpt3-175b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(512);
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.tp = 8;
+    o.pp = 8;
+    o.schedule = VP_SCHED_DUALPIPE;
+    o.engines[VP_ENGINE_MEGATRON] = true;
+    vp_cluster_plan *pl = calloc(1, sizeof *pl);
+    vp_error err;
+    cr_assert_eq(vp_cluster_search(cm, &c, &o, pl, &err), VP_OK, "%s",
+                 err.msg);
+    const vp_plan_entry *e = pl->found ? &pl->best : &pl->closest;
+    cr_assert_eq(e->par.schedule, VP_SCHED_DUALPIPE);
+    char buf[4096];
+    size_t len;
+    cr_assert_eq(vp_export_plan(cm, &c, &e->par, VP_EXPORT_MEGATRON, buf,
+                                sizeof buf, &len, &err),
+                 VP_EUNSUPPORTED);
+    cr_assert(strstr(err.msg, "DualPipe"), "%s", err.msg);
+    free(pl);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* FSDP with tensor parallelism (torchtitan's 2-D) and DeepSpeed ZeRO
  * with it (Megatron-DeepSpeed) are planned and timed */
 Test(layouts, fsdp_and_zero_compose_with_tp)
@@ -285,6 +423,154 @@ Test(overlap, tp_comm_overlap)
     vp_model_free(m);
 }
 
+/* Expert all-to-alls behind the layer's compute (--overlap-ep on):
+ * less exposed, never more than without */
+Test(overlap, ep_all_to_all_overlap)
+{
+    vp_model *m = load("tests/data/cluster/moe-e64.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(64);
+    vp_par p = par(64, 1, 1, VP_SHARD_DISTOPT);
+    p.ep = 8;
+    vp_cluster_mem mem;
+    vp_cluster_time off, on;
+    eval_ok(cm, &c, &p, &mem, &off);
+    p.overlap_ep = VP_ON;
+    eval_ok(cm, &c, &p, &mem, &on);
+    cr_assert_gt(off.ep_comm, 0.0);
+    cr_assert_lt(on.ep_comm, off.ep_comm);
+    cr_assert_float_eq(on.compute, off.compute, 1e-12 * off.compute);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- multi-token prediction (DeepSeek-V3 report 2.2) ----------------- */
+
+/* Each module adds a layer, two norms and the 2h x h projection to the
+ * last stage's parameters (the embedding and head are shared): on one
+ * GPU per module exactly (layer + 2h^2 + 2h) x 18 B (Megatron: 2 B
+ * weights, 4 B main grads, 12 B optimizer) */
+Test(mtp, parameters_of_a_module)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c = cluster(1);
+    vp_par p = par(1, 1, 1, VP_SHARD_MEGATRON);
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    eval_ok(cm, &c, &p, &m0, &t0);
+    p.mtp = 1;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    double h = (double)in.hidden;
+    double want = ((double)in.layer_params + 2 * h * h + 2 * h) * 18;
+    double got = (double)(m1.weights + m1.grads + m1.optimizer) -
+                 (double)(m0.weights + m0.grads + m0.optimizer);
+    cr_assert(fabs(got / want - 1) < 1e-6, "%g B vs %g B", got, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* The module's layer, its projection and the head again cost time on
+ * the last stage only: with pp 2 the last stage becomes the slowest, by
+ * more than a layer; the model's FLOPs (MFU's) are the model's */
+Test(mtp, time_on_the_last_stage)
+{
+    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(16);
+    vp_par p = par(1, 8, 2, VP_SHARD_MEGATRON);
+    p.accum = 8;
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    eval_ok(cm, &c, &p, &m0, &t0);
+    p.mtp = 1;
+    eval_ok(cm, &c, &p, &m1, &t1);
+    cr_assert_gt(t1.step, t0.step);
+    cr_assert_float_eq(t1.model_flops, t0.model_flops, 0);
+    cr_assert_gt(t1.gemm, t0.gemm);
+    p.mtp = 9;
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ---- the PyTorch engine (torchtitan's options) ----------------------- */
+
+static void torch_eval(vp_cluster_model *cm, vp_recompute rc, vp_dtype dt,
+                       bool compile, vp_cluster_mem *mem, vp_cluster_time *t)
+{
+    vp_cluster c = cluster(8);
+    vp_par p = par(8, 1, 1, VP_SHARD_FSDP_FULL);
+    p.recompute = rc;
+    p.dtype = dt;
+    p.compile = compile;
+    eval_ok(cm, &c, &p, mem, t);
+}
+
+/* Selective recomputation in the torch engine is torchtitan's op-level
+ * policy: part of the forward again (less than full recomputation), and
+ * activations between none and full */
+Test(torch_engine, selective_recomputation)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem mn, ms, mf;
+    vp_cluster_time tn, ts, tf;
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, false, &mn, &tn);
+    torch_eval(cm, VP_RC_SELECTIVE, VP_DT_BF16, false, &ms, &ts);
+    torch_eval(cm, VP_RC_FULL, VP_DT_BF16, false, &mf, &tf);
+    cr_assert_float_eq(tn.recompute, 0.0, 1e-12);
+    cr_assert_gt(ts.recompute, 0.0);
+    cr_assert_lt(ts.recompute, tf.recompute);
+    cr_assert_lt(ms.activations, mn.activations);
+    cr_assert_gt(ms.activations, mf.activations);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Llama 3 8B under FSDP on 8 GPUs: bf16 (eager, or compiled when dt is
+ * not bf16) against (dt, compile) */
+static void torch_against_bf16(vp_dtype dt, bool compile,
+                                vp_cluster_mem *me, vp_cluster_time *te,
+                                vp_cluster_mem *mx, vp_cluster_time *tx)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, compile && dt != VP_DT_BF16, me,
+               te);
+    torch_eval(cm, VP_RC_NONE, dt, compile, mx, tx);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* torch.compile fuses the memory-bound kernels (less memory-bound time,
+ * the same GEMMs); the memory is eager's */
+Test(torch_engine, compile_fuses_memory_bound_kernels)
+{
+    vp_cluster_mem me, mc;
+    vp_cluster_time te, tc;
+    torch_against_bf16(VP_DT_BF16, true, &me, &te, &mc, &tc);
+    cr_assert_lt(tc.memory, te.memory);
+    cr_assert_float_eq(tc.gemm, te.gemm, 1e-12 * te.gemm);
+    cr_assert_eq(mc.total, me.total);
+}
+
+/* float8 linears in the torch engine (compiled, as torchtitan runs
+ * them): the linears' GEMMs at the fp8 curve (faster), the attention as
+ * bf16 */
+Test(torch_engine, float8_linears)
+{
+    vp_cluster_mem mb, m8;
+    vp_cluster_time tb, t8;
+    torch_against_bf16(VP_DT_FP8, true, &mb, &tb, &m8, &t8);
+    cr_assert_lt(t8.gemm, 0.8 * tb.gemm, "fp8 %g s, bf16 %g s", t8.gemm,
+                 tb.gemm);
+    cr_assert_float_eq(t8.attention, tb.attention, 1e-12 * tb.attention);
+}
+
 /* ---- the MFU bound --------------------------------------------------- */
 
 /* No plan the search picks claims more MFU than the GPU's GEMM curve
@@ -320,6 +606,79 @@ Test(mfu, search_stays_under_the_bound)
         vp_cluster_model_free(cm);
         vp_model_free(m);
     }
+}
+
+/* Every plan `plan` prints for the bundled models (the best and each
+ * alternative, or the closest configuration when none fits), on 8 and
+ * 256 GPUs with every precision: MFU above zero and at most its bound,
+ * the bound below one, the compute split adding up to compute +
+ * recompute, and the parts of the step (compute, recompute, exposed TP,
+ * CP, EP, PP and data-parallel communication, bubble, optimizer,
+ * offload) adding up to the step unless the bound raised it */
+static void check_entry(const char *what, const vp_plan_entry *e)
+{
+    const vp_cluster_time *t = &e->time;
+    cr_assert_gt(t->mfu, 0.0, "%s", what);
+    cr_assert_leq(t->mfu, t->mfu_bound * (1 + 1e-9), "%s: MFU %g over %g",
+                  what, t->mfu, t->mfu_bound);
+    cr_assert_lt(t->mfu_bound, 1.0, "%s", what);
+    double split = t->gemm + t->attention + t->memory;
+    cr_assert(fabs(split - t->compute - t->recompute) <=
+                  1e-6 * (t->compute + t->recompute),
+              "%s: GEMM + attention + memory %g vs %g", what, split,
+              t->compute + t->recompute);
+    double parts = t->compute + t->recompute + t->tp_comm + t->cp_comm +
+                   t->ep_comm + t->pp_comm + t->bubble + t->dp_comm +
+                   t->optimizer + t->offload;
+    bool at_bound = fabs(t->mfu / t->mfu_bound - 1) < 1e-9;
+    cr_assert(at_bound || fabs(parts / t->step - 1) < 1e-6,
+              "%s: parts %g s vs step %g s", what, parts, t->step);
+}
+
+Test(mfu, every_printed_plan_of_the_bundled_models, .timeout = 300)
+{
+    static const char *models[] = {
+        "bert-base", "bert-large", "deepseek-v3", "gpt2-large",
+        "gpt2-medium", "gpt2-small", "gpt2-xl", "llama-1b",
+        "llama-2-13b", "llama-2-70b", "llama-2-7b", "llama-3-70b",
+        "llama-3-8b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "mlp10",
+        "qwen2-0.5b", "resnet152", "resnet50", "t5-base", "unet-sd-like",
+        "unet-seg", "vit-b16", "vit-l16"};
+    const uint32_t gpus[] = {8, 256};
+    size_t checked = 0;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "models/%s.yaml", models[i]);
+        vp_model *m = load(path);
+        vp_cluster_model *cm = cmodel(m);
+        for (int g = 0; g < 2; g++) {
+            vp_cluster c = cluster(gpus[g]);
+            vp_search_opts o;
+            vp_search_opts_init(&o);
+            for (int d = 0; d < VP_DT__COUNT; d++)
+                o.dtypes[d] = true;
+            o.top = 5;
+            vp_cluster_plan *pl = calloc(1, sizeof *pl);
+            vp_error err;
+            cr_assert_eq(vp_cluster_search(cm, &c, &o, pl, &err), VP_OK,
+                         "%s: %s", path, err.msg);
+            char what[128];
+            snprintf(what, sizeof what, "%s on %u", models[i], gpus[g]);
+            if (!pl->found) {
+                check_entry(what, &pl->closest);
+                checked++;
+            } else {
+                check_entry(what, &pl->best);
+                for (size_t a = 0; a < pl->n_alt; a++)
+                    check_entry(what, &pl->alt[a]);
+                checked += 1 + pl->n_alt;
+            }
+            free(pl);
+        }
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+    cr_assert_gt(checked, 100);
 }
 
 /* ---- the search's pins ----------------------------------------------- */

@@ -125,7 +125,8 @@ typedef enum {
 #define VP_SCHEDULE_MAP(XX)                                                \
     XX(GPIPE, "gpipe")                                                     \
     XX(1F1B, "1f1b")                                                       \
-    XX(INTERLEAVED, "interleaved")
+    XX(INTERLEAVED, "interleaved")                                         \
+    XX(DUALPIPE, "dualpipe")
 
 typedef enum {
 #define VP__SC(name, str) VP_SCHED_##name,
@@ -210,6 +211,11 @@ typedef struct vp_par {
      * off). VP_AUTO (0) takes the default. */
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;             /* torch.compile: fused memory-bound kernels  */
+    /* multi-token prediction modules on the last stage (DeepSeek-V3's D,
+     * Megatron-Core --mtp-num-layers): each a transformer layer, two
+     * norms and a 2h x h projection, the embedding and the output head
+     * shared with the model (0 = none) */
+    uint32_t mtp;
 } vp_par;
 
 /* Bytes on the most loaded GPU. */
@@ -366,6 +372,13 @@ double vp_korthikanti_layer_bytes(double s, double b, double h, double a,
 double vp_pipeline_bubble(uint32_t p, uint64_t m, uint32_t v);
 double vp_pipeline_in_flight(vp_schedule s, uint32_t p, uint64_t m,
                              uint32_t v, uint32_t stage);
+/* Seconds of bubble per step of a stage whose chunk (its layers, one
+ * micro-batch) takes f forward, b full backward, w of which the weight
+ * gradients: (p-1)(f+b) for 1F1B and GPipe, (p-1)(f+b)/v interleaved,
+ * (p/2-1)(f+2b-3w) for DualPipe (DeepSeek-V3 report Table 2, its F&B
+ * chunk's compute taken as f + b). */
+double vp_pipeline_bubble_time(vp_schedule s, uint32_t p, uint32_t v,
+                               double f, double b, double w);
 
 /* ---- search ------------------------------------------------------------ */
 
@@ -393,6 +406,7 @@ typedef struct vp_search_opts {
     uint32_t first_layers, last_layers;
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;
+    uint32_t mtp;
     uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
 } vp_search_opts;
 

@@ -61,7 +61,7 @@ enum {
     O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
     O_RECOMPUTE, O_SHARDING, O_VPP, O_SCHEDULE, O_SP, O_NO_SP,
     O_FIRST_LAYERS, O_LAST_LAYERS, O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP,
-    O_COMPILE, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
+    O_COMPILE, O_MTP, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
     O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS, O_MOE_IMBALANCE,
     O_MOE_CAPACITY
 };
@@ -124,7 +124,7 @@ static const cli_opt OPTS[] = {
     U64(O_VPP, "vpp", "N", 1, 1024,
         "pin the model chunks per pipeline stage (> 1: interleaved)"),
     STR(O_SCHEDULE, "schedule", "NAME", 0,
-        "pin the pipeline schedule: 1f1b, gpipe, interleaved"),
+        "pin the pipeline schedule: 1f1b, gpipe, interleaved, dualpipe"),
     FLAG(O_SP, "sp", "pin sequence parallelism on (needs --tp > 1)"),
     FLAG(O_NO_SP, "no-sp", "pin sequence parallelism off"),
     U64(O_FIRST_LAYERS, "first-stage-layers", "N", 1, 1u << 20,
@@ -141,6 +141,9 @@ static const cli_opt OPTS[] = {
     STR(O_OVERLAP_EP, "overlap-ep", "on|off", 0,
         "expert all-to-alls behind compute (default off)"),
     FLAG(O_COMPILE, "compile", "torch.compile (PyTorch engine)"),
+    U64(O_MTP, "mtp", "N", 1, 8,
+        "multi-token prediction modules on the last stage (DeepSeek-V3, "
+        "Megatron --mtp-num-layers)"),
     SIZE(O_MEMORY, "memory", "usable bytes per GPU (default: the profile)"),
     SIZE(O_HOST_MEM, "host-mem",
          "host RAM per node (default 128 GiB per GPU)"),
@@ -424,7 +427,7 @@ static int parse_step_pins(const cli_val *v, cargs *a)
         vp_schedule sc;
         if (vp_schedule_parse(v[O_SCHEDULE].text, &sc) != VP_OK)
             return bad_value("schedule", v[O_SCHEDULE].text,
-                             "1f1b, gpipe or interleaved");
+                             "1f1b, gpipe, interleaved or dualpipe");
         o->schedule = (int)sc;
     }
     if (v[O_SP].given || v[O_NO_SP].given)
@@ -446,6 +449,8 @@ static int parse_step_pins(const cli_val *v, cargs *a)
             return bad_value(names[k], x->text, "on or off");
     }
     o->compile = v[O_COMPILE].given;
+    if (v[O_MTP].given)
+        o->mtp = (uint32_t)v[O_MTP].u;
     return check_pins(o);
 }
 
@@ -661,7 +666,10 @@ static void switches(char *buf, size_t n, const vp_par *p)
             k += (size_t)snprintf(buf + k, n - k, ", %s overlap %s", what[i],
                                   switch_name(sw[i]));
     if (p->compile && k < n)
-        snprintf(buf + k, n - k, ", torch.compile");
+        k += (size_t)snprintf(buf + k, n - k, ", torch.compile");
+    if (p->mtp && k < n)
+        snprintf(buf + k, n - k, ", %u MTP module%s", p->mtp,
+                 p->mtp > 1 ? "s" : "");
 }
 
 /* ------------------------------------------------------------------ */
@@ -804,6 +812,8 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
     cli_jset(o, "overlap_tp", json_string(switch_name(p->overlap_tp)));
     cli_jset(o, "overlap_ep", json_string(switch_name(p->overlap_ep)));
     cli_jset(o, "compile", json_boolean(p->compile));
+    if (p->mtp) /* only when set: the schema of plans without it stands */
+        cli_jset(o, "mtp", cli_ju64(p->mtp));
     return o;
 }
 
@@ -1043,6 +1053,8 @@ static void print_alternatives(FILE *o, const vp_cluster_plan *pl)
             snprintf(sch, sizeof sch, "-");
         else if (p->schedule == VP_SCHED_INTERLEAVED)
             snprintf(sch, sizeof sch, "il%u", p->vpp);
+        else if (p->schedule == VP_SCHED_DUALPIPE)
+            snprintf(sch, sizeof sch, "dual"); /* the column's width */
         else
             snprintf(sch, sizeof sch, "%s", vp_schedule_name(p->schedule));
         fprintf(o, "  %4u %2u%s %3u %3u %3u %-5s %4" PRIu64
