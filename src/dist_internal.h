@@ -64,6 +64,10 @@ typedef struct vp__dist_rules {
     void (*grad_ready)(sim *S, uint32_t p);   /* p's gradient is complete */
     void (*zero_grad)(sim *S);
     void (*opt_begin)(sim *S);                /* before optimizer.step()  */
+    /* around every op's forward and backward (DeepSpeed ZeRO-3's
+     * per-module fetch and release) */
+    void (*op_fwd)(sim *S, uint32_t op, bool after);
+    void (*op_bwd)(sim *S, uint32_t op, bool after);
     void (*destroy)(vp__dist *d);
 } vp__dist_rules;
 
@@ -95,6 +99,7 @@ struct vp__dist {
     uint32_t *pending;     /* per parameter: gradient contributions left
                               in this backward                          */
     uint32_t step;         /* steps begun                                */
+    uint32_t n_fwd;        /* forwards (micro-batches) begun this step   */
     void *impl;            /* the wrapper's own state                    */
 };
 
@@ -103,6 +108,11 @@ extern const vp__dist_rules vp__dist_ddp_rules;   /* dist_ddp.c */
 extern const vp__dist_rules vp__dist_fsdp1_rules; /* dist_fsdp.c */
 extern const vp__dist_rules vp__dist_fsdp2_rules; /* dist_fsdp2.c */
 extern const vp__dist_rules vp__dist_megatron_rules; /* dist_megatron.c */
+extern const vp__dist_rules vp__dist_deepspeed_rules; /* dist_deepspeed.c */
+/* A DeepSpeed rank's role signature (dist_deepspeed.c): ZeRO-1/2 ranks
+ * differ by the params their partition holds and its padding. */
+uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
+                               uint32_t rank);
 
 /* ---- what sim.c calls (dist.c) ----------------------------------------- */
 

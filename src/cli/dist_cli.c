@@ -76,6 +76,14 @@ int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set)
         d->backward_prefetch = (vp_prefetch)v[CLI_O_BWD_PREFETCH].choice;
     d->use_orig_params = v[CLI_O_ORIG_PARAMS].given;
     d->cpu_offload = v[CLI_O_CPU_OFFLOAD].given;
+    if (v[CLI_O_DS].given) {
+        vp_error e;
+        if (!vp_dist_is_deepspeed(d->strategy))
+            return cli_usage_error("--ds is DeepSpeed's (--strategy "
+                                   "deepspeed-zero1, -zero2, -zero3)");
+        if (vp_ds_config_parse(&d->ds, v[CLI_O_DS].text, &e) != VP_OK)
+            return cli_usage_error("--ds: %s", e.msg);
+    }
     return -1;
 }
 

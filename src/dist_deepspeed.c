@@ -1,0 +1,1121 @@
+/* DeepSpeed's ZeRO stages 1, 2 and 3, one rank: the engine's own
+ * allocations and frees as its source makes them, over the same op rules
+ * and allocator model as one GPU. Sources (deepspeedai/DeepSpeed,
+ * deepspeed/runtime), docs/DISTRIBUTED.md "DeepSpeed ZeRO" gives each rule:
+ *   zero/stage_1_and_2.py  DeepSpeedZeroOptimizer.__init__ (the aligned
+ *       flat bit16 group, single_partition_of_fp32_groups,
+ *       initialize_optimizer_states), setup_buckets (the ipg buffers),
+ *       reduce_independent_p_g_buckets_and_remove_grads, reduce_ipg_grads,
+ *       copy_grads_in_partition, independent_gradient_partition_epilogue,
+ *       get_flat_partition, get_grad_norm_direct, has_overflow_
+ *       partitioned_grads_serial, _has_inf_or_nan, step
+ *   zero/stage3.py         DeepSpeedZeroOptimizer_Stage3 (_setup_for_real_
+ *       optimizer, initialize_optimizer_states, __add_grad_to_ipg_bucket,
+ *       __reduce_and_partition_ipg_grads, partition_grads, step,
+ *       _prepare_fp32_grad_for_sub_group, get_grad_norm_direct)
+ *   zero/partition_parameters.py  Init._partition_param, _aligned_size
+ *   zero/partitioned_param_coordinator.py  fetch_sub_module (prefetch),
+ *       release_sub_module, __params_to_release (reuse distance)
+ *   comm/coalesced_collectives.py  reduce_scatter_coalesced
+ *   engine.py              allreduce_gradients (when each stage reduces)
+ * The optimizer is DeepSpeed's FusedAdam (adamw-fused: fp32 moments, no
+ * temporaries), or DeepSpeedCPUAdam on the host when offloaded. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_internal.h"
+
+/* ---- the config's knobs ------------------------------------------------ */
+
+#define NAME_OF(name, str) str,
+static const char *const OFFLOAD_NAMES[] = {VP_DS_OFFLOAD_MAP(NAME_OF)};
+#undef NAME_OF
+
+const char *const vp_ds_config_keys[] = {
+    "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients",
+    "overlap_comm", "round_robin_gradients", "offload_optimizer",
+    "offload_param", "stage3_prefetch_bucket_size",
+    "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "stage3_param_persistence_threshold", "sub_group_size",
+    "gradient_clipping", NULL};
+
+enum {
+    K_REDUCE, K_ALLGATHER, K_CONTIG, K_OVERLAP, K_ROUND_ROBIN, K_OFF_OPT,
+    K_OFF_PARAM, K_PREFETCH, K_MAX_LIVE, K_REUSE, K_PERSIST, K_SUBGROUP,
+    K_CLIP
+};
+
+void vp_ds_config_init(vp_ds_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->reduce_bucket_size = 500000000;   /* pp_int(5e8)  */
+    c->allgather_bucket_size = 500000000;
+    c->contiguous_gradients = true;
+    c->overlap_comm = -1;                /* stage == 3   */
+    c->prefetch_bucket_size = 50000000;  /* pp_int(5e7)  */
+    c->max_live_parameters = 1000000000; /* pp_int(1e9)  */
+    c->max_reuse_distance = 1000000000;
+    c->param_persistence_threshold = 100000; /* pp_int(1e5) */
+    c->sub_group_size = 1000000000;
+}
+
+/* A count as a config writes it: 500000000 or 5e8 (a whole number). */
+static bool parse_count(const char *v, uint64_t *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || !(x >= 0) || x > 1.8e19 ||
+        x != floor(x))
+        return false;
+    *out = (uint64_t)x;
+    return true;
+}
+
+static bool parse_bool(const char *v, bool *out)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+        *out = v[0] == 't';
+        return true;
+    }
+    return false;
+}
+
+vp_status vp_ds_config_set(vp_ds_config *c, const char *key,
+                           const char *value, vp_error *err)
+{
+    int k = 0;
+    while (vp_ds_config_keys[k] && strcmp(vp_ds_config_keys[k], key) != 0)
+        k++;
+    if (!vp_ds_config_keys[k])
+        return vp_error_set(err, VP_EARG,
+                            "unknown DeepSpeed knob '%s' (known: "
+                            "reduce_bucket_size, allgather_bucket_size, "
+                            "contiguous_gradients, overlap_comm, "
+                            "round_robin_gradients, offload_optimizer, "
+                            "offload_param, stage3_prefetch_bucket_size, "
+                            "stage3_max_live_parameters, "
+                            "stage3_max_reuse_distance, "
+                            "stage3_param_persistence_threshold, "
+                            "sub_group_size, gradient_clipping)", key);
+    bool ok = true, b = false;
+    uint64_t *count[] = {
+        [K_REDUCE] = &c->reduce_bucket_size,
+        [K_ALLGATHER] = &c->allgather_bucket_size,
+        [K_PREFETCH] = &c->prefetch_bucket_size,
+        [K_MAX_LIVE] = &c->max_live_parameters,
+        [K_REUSE] = &c->max_reuse_distance,
+        [K_PERSIST] = &c->param_persistence_threshold,
+        [K_SUBGROUP] = &c->sub_group_size,
+    };
+    switch (k) {
+    case K_CONTIG:
+    case K_OVERLAP:
+    case K_ROUND_ROBIN:
+        ok = parse_bool(value, &b);
+        if (k == K_CONTIG)
+            c->contiguous_gradients = b;
+        else if (k == K_OVERLAP)
+            c->overlap_comm = b;
+        else
+            c->round_robin_gradients = b;
+        break;
+    case K_OFF_OPT:
+    case K_OFF_PARAM: {
+        int d = 0;
+        while (d < VP_DS_OFFLOAD__COUNT && strcmp(OFFLOAD_NAMES[d], value))
+            d++;
+        ok = d < VP_DS_OFFLOAD__COUNT;
+        if (ok && k == K_OFF_OPT)
+            c->offload_optimizer = (vp_ds_offload)d;
+        else if (ok)
+            c->offload_param = (vp_ds_offload)d;
+        break;
+    }
+    case K_CLIP: {
+        char *end;
+        double x = strtod(value, &end);
+        ok = end != value && *end == '\0' && x >= 0 && x < 1e30;
+        if (ok)
+            c->gradient_clipping = x;
+        break;
+    }
+    default:
+        ok = parse_count(value, count[k]);
+        break;
+    }
+    if (!ok)
+        return vp_error_set(err, VP_EARG,
+                            "invalid value '%s' for DeepSpeed's %s (%s)",
+                            value, key,
+                            k == K_OFF_OPT || k == K_OFF_PARAM
+                                ? "none, cpu or nvme"
+                            : k == K_CONTIG || k == K_OVERLAP ||
+                                    k == K_ROUND_ROBIN
+                                ? "true or false"
+                            : k == K_CLIP ? "a number >= 0"
+                                          : "a whole number of elements");
+    return VP_OK;
+}
+
+vp_status vp_ds_config_parse(vp_ds_config *c, const char *text,
+                             vp_error *err)
+{
+    char buf[512];
+    size_t n = strlen(text);
+    if (n >= sizeof buf)
+        return vp_error_set(err, VP_EARG, "the DeepSpeed knobs are longer "
+                                          "than %zu characters",
+                            sizeof buf - 1);
+    memcpy(buf, text, n + 1);
+    for (char *kv = buf, *next; kv; kv = next) {
+        next = strchr(kv, ',');
+        if (next)
+            *next++ = '\0';
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return vp_error_set(err, VP_EARG,
+                                "DeepSpeed knob '%s' has no '=VALUE'", kv);
+        *eq = '\0';
+        vp_status st = vp_ds_config_set(c, kv, eq + 1, err);
+        if (st != VP_OK)
+            return st;
+    }
+    return VP_OK;
+}
+
+/* ---- the rank's state -------------------------------------------------- */
+
+typedef struct {
+    int stage;         /* 1, 2, 3                                       */
+    bool overlap;      /* overlap_comm (the stage's default resolved)   */
+    bool offload_opt;  /* offload_optimizer cpu or nvme                 */
+    bool offload_par;  /* offload_param (stage 3)                       */
+    uint8_t eb;        /* the bit16 (or fp32) parameters' bytes         */
+    /* ZeRO-1/2: the one flat group */
+    uint64_t numel;    /* trainable elements                            */
+    uint64_t part;     /* partition_size                                */
+    uint64_t in_part;  /* Σ numel of the params overlapping it          */
+    uint64_t pad;      /* groups_padding of this rank                   */
+    uint64_t *overlap_n; /* per param: its elements in this partition  */
+    uint64_t largest;  /* largest_param_numel                           */
+    uint32_t *flat_pos; /* per param: the elements before it (+1; 0: not
+                           in the group)                               */
+    /* the backward's buffers */
+    uint32_t ipg[2];   /* reduce_bucket_size elements each               */
+    uint32_t ipg_idx;
+    uint64_t bucket_n; /* elements in the bucket                         */
+    uint32_t *bucket;  /* its params                                     */
+    uint32_t n_bucket;
+    uint32_t gip;      /* grads_in_partition                             */
+    uint32_t held;     /* all_grad_tensors / averaged_gradients' storage */
+    uint32_t padz;     /* get_flat_partition's zero padding              */
+    uint32_t fp32_grad; /* the optimizer's flat fp32 gradient           */
+    bool ready;        /* ready_for_gradients                            */
+    /* ZeRO-3 */
+    uint64_t *pnumel;  /* per param: partition_numel (0: not sharded)   */
+    bool *persist;     /* ds_persist                                    */
+    uint32_t *gath;    /* the gathered parameter, or NONE               */
+    int64_t *recent;   /* __most_recent_step_id_param_fetched_for       */
+    uint32_t *mods;    /* ops with parameters, forward order            */
+    uint32_t n_mods;
+    uint32_t pos;      /* the trace's step                               */
+    uint32_t qpos;     /* the prefetch queue (steps, then params)        */
+    uint32_t qparam;
+    uint64_t n_avail;  /* __n_available_params                           */
+    uint64_t *sub;     /* sub groups' partition elements                */
+    uint32_t n_sub;
+    uint32_t grad_flat; /* grad_partitions_flat_buffer                  */
+    /* the optimizer */
+    uint64_t *opt_n;   /* per optimizer tensor (a sub group)            */
+    bool *on;
+} ds;
+
+static bool trainable(const vp_graph *g, uint32_t p)
+{
+    return g->params[p].trainable && !vp__dist_is_buffer(g, p) &&
+           !g->params[p].adapter;
+}
+
+static vp_status oom(sim *S)
+{
+    return vp_error_set(S->err, VP_ENOMEM, "out of memory");
+}
+
+static vp_status too_big(sim *S)
+{
+    return vp_error_set(S->err, VP_EOVERFLOW,
+                        "the parameters overflow 64 bits");
+}
+
+/* get_partition_info over the flat group (round_robin_gradients off):
+ * the params whose elements meet this rank's [part*r, part*(r+1)). */
+static vp_status flat_layout(sim *S, ds *z, uint32_t rank, uint32_t world)
+{
+    const vp_graph *g = S->g;
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < g->n_params; p++) {
+        if (!trainable(g, p))
+            continue;
+        if (!vp_add_u64(at, g->params[p].numel, &at))
+            return too_big(S);
+        if (g->params[p].numel > z->largest)
+            z->largest = g->params[p].numel;
+    }
+    z->numel = at;
+    /* alignment = nccl_start_alignment_factor (2) * world */
+    uint64_t align = 2 * (uint64_t)world;
+    uint64_t aligned = (at + align - 1) / align * align;
+    if (aligned < at)
+        return too_big(S);
+    z->part = aligned / world;
+    uint64_t lo = z->part * rank, hi = lo + z->part;
+    z->pad = at <= lo ? z->part : at < hi ? hi - at : 0;
+    at = 0;
+    for (uint32_t p = 0; p < g->n_params; p++) {
+        if (!trainable(g, p))
+            continue;
+        uint64_t n = g->params[p].numel, end = at + n;
+        z->flat_pos[p] = 1;
+        if (at < hi && end > lo) {
+            uint64_t a = at > lo ? at : lo, b = end < hi ? end : hi;
+            z->overlap_n[p] = b - a;
+            z->in_part += n;
+        }
+        at = end;
+    }
+    return VP_OK;
+}
+
+/* ZeRO-3: each param's partition (Init._partition_param: the numel padded
+ * to a multiple of the world, / world), persistence, the modules, the sub
+ * groups (_create_fp16_sub_groups: sub_group_size elements each). */
+static vp_status z3_layout(sim *S, ds *z, uint32_t world)
+{
+    const vp_graph *g = S->g;
+    const vp_ds_config *c = &S->dist->cfg->ds;
+    uint64_t cur = 0, total = 0;
+    z->n_sub = 0;
+    for (uint32_t p = 0; p < g->n_params; p++) {
+        if (vp__dist_is_buffer(g, p) || g->params[p].adapter)
+            continue;
+        uint64_t n = g->params[p].numel;
+        z->pnumel[p] = n / world + (n % world != 0);
+        z->persist[p] = n <= c->param_persistence_threshold;
+        if (!trainable(g, p))
+            continue;
+        if (cur > 0 && cur + n > c->sub_group_size) {
+            z->n_sub++;
+            cur = 0;
+        }
+        if (!vp_add_u64(cur, n, &cur) || !vp_add_u64(total, n, &total))
+            return too_big(S);
+        if (!vp_add_u64(z->sub[z->n_sub], z->pnumel[p], &z->sub[z->n_sub]))
+            return too_big(S);
+    }
+    if (total > 0)
+        z->n_sub++;
+    for (uint32_t i = 0; i < g->n_ops; i++) {
+        bool has = false;
+        for (uint32_t j = 0; j < g->ops[i].n_params; j++)
+            has |= z->pnumel[g->ops[i].params[j]] > 0;
+        if (has)
+            z->mods[z->n_mods++] = i;
+    }
+    return VP_OK;
+}
+
+static vp_status ds_init(sim *S, vp__dist *d)
+{
+    const vp_graph *g = S->g;
+    const vp_ds_config *c = &d->cfg->ds;
+    if (S->amp)
+        return vp_error_set(S->err, VP_EARG,
+                            "DeepSpeed runs its module in bf16 or fp16 "
+                            "(\"bf16\": {\"enabled\": true}), not under "
+                            "autocast (engine.py: Amp and ZeRO are not "
+                            "compatible): use precision bf16, fp16 or fp32");
+    if (S->s->optimizer != VP_OPT_ADAMW_FUSED)
+        return vp_error_set(S->err, VP_EARG,
+                            "DeepSpeed's Adam is its FusedAdam "
+                            "(adamw-fused), or DeepSpeedCPUAdam with "
+                            "offload_optimizer");
+    if (S->s->offload_optimizer)
+        return vp_error_set(S->err, VP_EARG,
+                            "DeepSpeed offloads through its own "
+                            "offload_optimizer knob (--ds "
+                            "offload_optimizer=cpu), not "
+                            "--offload-optimizer");
+    ds *z = calloc(1, sizeof *z);
+    if (!z)
+        return oom(S);
+    d->impl = z;
+    z->stage = d->cfg->strategy == VP_DIST_DS_ZERO1   ? 1
+               : d->cfg->strategy == VP_DIST_DS_ZERO2 ? 2
+                                                      : 3;
+    if (c->offload_param && z->stage != 3)
+        return vp_error_set(S->err, VP_EARG,
+                            "offload_param is ZeRO stage 3's");
+    if (c->reduce_bucket_size == 0 || c->allgather_bucket_size % 2)
+        return vp_error_set(S->err, VP_EARG,
+                            "reduce_bucket_size must be > 0 and "
+                            "allgather_bucket_size a multiple of "
+                            "nccl_start_alignment_factor (2)");
+    z->overlap = c->overlap_comm < 0 ? z->stage == 3 : c->overlap_comm;
+    z->offload_opt = c->offload_optimizer != VP_DS_OFFLOAD_NONE;
+    z->offload_par = c->offload_param != VP_DS_OFFLOAD_NONE;
+    z->eb = d->model_eb;
+    size_t np = g->n_params ? g->n_params : 1;
+    z->overlap_n = calloc(np, sizeof *z->overlap_n);
+    z->flat_pos = calloc(np, sizeof *z->flat_pos);
+    z->bucket = calloc(np, sizeof *z->bucket);
+    z->pnumel = calloc(np, sizeof *z->pnumel);
+    z->persist = calloc(np, sizeof *z->persist);
+    z->gath = malloc(np * sizeof *z->gath);
+    z->recent = calloc(np, sizeof *z->recent);
+    z->mods = calloc(g->n_ops ? g->n_ops : 1, sizeof *z->mods);
+    z->sub = calloc(np, sizeof *z->sub);
+    z->opt_n = calloc(np, sizeof *z->opt_n);
+    z->on = calloc(np, sizeof *z->on);
+    if (!z->overlap_n || !z->flat_pos || !z->bucket || !z->pnumel ||
+        !z->persist || !z->gath || !z->recent || !z->mods || !z->sub ||
+        !z->opt_n || !z->on)
+        return oom(S);
+    for (size_t p = 0; p < np; p++)
+        z->gath[p] = NONE;
+    z->ipg[0] = z->ipg[1] = z->gip = z->held = z->padz = NONE;
+    z->fp32_grad = z->grad_flat = NONE;
+    vp_status st = z->stage == 3 ? z3_layout(S, z, d->group)
+                                 : flat_layout(S, z, d->grank, d->group);
+    if (st != VP_OK)
+        return st;
+    if (z->stage == 3) {
+        memcpy(z->opt_n, z->sub, z->n_sub * sizeof *z->opt_n);
+        S->n_opt = z->n_sub;
+    } else {
+        z->opt_n[0] = z->part;
+        S->n_opt = 1;
+    }
+    for (uint32_t k = 0; k < S->n_opt; k++)
+        z->on[k] = !z->offload_opt;
+    S->opt_numel = z->opt_n;
+    S->opt_on = z->on;
+    S->opt_eb = 4;
+    return VP_OK;
+}
+
+static void ds_destroy(vp__dist *d)
+{
+    ds *z = d->impl;
+    if (!z)
+        return;
+    void *arrays[] = {z->overlap_n, z->flat_pos, z->bucket, z->pnumel,
+                      z->persist,   z->gath,     z->recent, z->mods,
+                      z->sub,       z->opt_n,    z->on};
+    vp__dist_impl_free(d, arrays, sizeof arrays / sizeof *arrays);
+}
+
+/* Host bytes of the offloads (pinned, not on the GPU): the fp32 master
+ * partition, Adam's two moments and the fp32 gradient (4 B each), the
+ * bit16 staging copy; offload_param adds the bit16 partitions. */
+static void host_bytes(sim *S, ds *z, uint64_t part)
+{
+    uint64_t per = 16 + (uint64_t)z->eb;
+    if (z->offload_par)
+        per += z->eb;
+    uint64_t b = vp__mulc(S, part, per);
+    if (b > S->out->host_bytes)
+        S->out->host_bytes = b;
+}
+
+/* ---- ZeRO-1 and 2 ------------------------------------------------------ */
+
+/* DeepSpeedZeroOptimizer.__init__: empty_cache(); the group flattened
+ * (align_dense_tensors pads it to 2 x world elements; the model's params
+ * become views of it); this rank's partition cloned and cast to fp32
+ * (single_partition_of_fp32_groups; on the host when offloaded, with
+ * temp_grad_buffer_for_gpu_offload on the GPU); initialize_optimizer_
+ * states' zero fp32 gradient, dropped at once unless offloaded. */
+static void z12_wrap(sim *S, uint32_t *model)
+{
+    vp__dist *d = S->dist;
+    ds *z = d->impl;
+    const vp_graph *g = S->g;
+    vp__model_convert(S, model);
+    vp_allocator_empty_cache(S->a);
+    uint64_t aligned = vp__mulc(S, z->part, d->group);
+    uint32_t pad = NONE;
+    if (aligned > z->numel)
+        pad = vp__dist_alloc(S, vp__mulc(S, aligned - z->numel, z->eb),
+                             VP_CAT_TEMP, VP_STREAM_DEFAULT, "zero pad");
+    vp__dist_alloc(S, vp__mulc(S, aligned, z->eb), VP_CAT_PARAM,
+                   VP_STREAM_DEFAULT, "zero bit16_groups_flat");
+    vp__dist_free_id(S, &pad);
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (z->flat_pos[p])
+            vp__dist_free_id(S, &model[p]);
+    /* .clone().to(fp32): the clone is the master when already fp32 */
+    uint32_t clone = vp__dist_alloc(
+        S, vp__mulc(S, z->part, z->eb),
+        z->eb == 4 && !z->offload_opt ? VP_CAT_OPTIM : VP_CAT_TEMP,
+        VP_STREAM_DEFAULT, "zero fp32 partition");
+    if (z->offload_opt) {
+        vp__dist_free_id(S, &clone);
+        vp__dist_alloc(S, vp__mulc(S, z->largest, z->eb), VP_CAT_GRAD,
+                       VP_STREAM_DEFAULT, "zero temp_grad_buffer");
+        host_bytes(S, z, z->part);
+        return;
+    }
+    if (z->eb != 4) {
+        vp__dist_alloc(S, vp__mulc(S, z->part, 4), VP_CAT_OPTIM,
+                       VP_STREAM_DEFAULT, NULL);
+        vp__dist_free_id(S, &clone);
+    }
+    uint32_t zg = vp__dist_alloc(S, vp__mulc(S, z->part, 4), VP_CAT_TEMP,
+                                 VP_STREAM_DEFAULT, "zero init grad");
+    vp__dist_free_id(S, &zg);
+}
+
+/* setup_buckets, at the first gradient of a backward: the ipg buffer
+ * (two with overlap_comm), reduce_bucket_size elements each. */
+static void setup_buckets(sim *S, ds *z)
+{
+    if (z->ready || !S->dist->cfg->ds.contiguous_gradients)
+        return;
+    uint64_t b = vp__mulc(S, S->dist->cfg->ds.reduce_bucket_size, z->eb);
+    z->ipg[0] = vp__dist_alloc(S, b, VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                               "zero ipg buffer");
+    if (z->overlap)
+        z->ipg[1] = vp__dist_alloc(S, b, VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                   "zero ipg buffer");
+    z->ipg_idx = 0;
+    z->ready = true;
+}
+
+/* Offloaded (stage_1_and_2.py, copy_grads_in_partition's cpu_offload
+ * branch): the gradient's norm from a double copy (set_norm_for_param_
+ * grad_in_gpu), then its portion cast to fp32 for the host copy
+ * (async_inplace_copy_grad_to_fp32_buffer_from_gpu). */
+static void offload_grad(sim *S, ds *z, uint32_t p)
+{
+    uint64_t n = S->g->params[p].numel;
+    vp__transient(S, vp__mulc(S, n, 8));
+    vp__transient(S, vp__mulc(S, z->overlap_n[p], 4));
+}
+
+/* reduce_ipg_grads: the bucket reduced; each of its params' gradients
+ * copied into grads_in_partition when the partition holds it (allocated
+ * at the first, Σ numel of the partition's params), dropped otherwise
+ * (stage 2); an extra-large param's own gradient freed after. */
+static void reduce_ipg(sim *S, ds *z)
+{
+    const char *was = S->cur_op;
+    S->cur_op = "zero reduce_ipg_grads";
+    for (uint32_t k = 0; k < z->n_bucket && OK(S); k++) {
+        uint32_t p = z->bucket[k];
+        bool mine = z->overlap_n[p] > 0;
+        if (mine && z->offload_opt)
+            offload_grad(S, z, p);
+        else if (mine && S->dist->cfg->ds.contiguous_gradients &&
+                 z->gip == NONE)
+            z->gip = vp__dist_alloc(S, vp__mulc(S, z->in_part, z->eb),
+                                    VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                    "zero grads_in_partition");
+        /* the gradient left as its own tensor (extra-large, or without
+         * contiguous_gradients) goes once copied or not this rank's */
+        if (S->pgrad[p] != NONE && (z->stage == 2 || mine))
+            vp__dist_free_id(S, &S->pgrad[p]);
+    }
+    z->n_bucket = 0;
+    z->bucket_n = 0;
+    S->cur_op = was;
+}
+
+/* reduce_independent_p_g_buckets_and_remove_grads. */
+static void to_bucket(sim *S, ds *z, uint32_t p)
+{
+    const vp_ds_config *c = &S->dist->cfg->ds;
+    uint64_t n = S->g->params[p].numel;
+    if (n == 0)
+        return;
+    if (z->bucket_n + n > c->reduce_bucket_size) {
+        reduce_ipg(S, z);
+        if (c->contiguous_gradients && z->overlap)
+            z->ipg_idx = 1 - z->ipg_idx;
+    }
+    /* copied into the contiguous buffer: .grad becomes a view of it */
+    if (c->contiguous_gradients && n <= c->reduce_bucket_size)
+        vp__dist_free_id(S, &S->pgrad[p]);
+    z->bucket_n += n;
+    z->bucket[z->n_bucket++] = p;
+}
+
+static bool boundary(const sim *S)
+{
+    return S->dist->n_fwd >= S->s->accum;
+}
+
+static void z12_grad_ready(sim *S, uint32_t p)
+{
+    ds *z = S->dist->impl;
+    if (!z->flat_pos[p] || S->pgrad[p] == NONE)
+        return;
+    /* process_gradients: hooks exist with contiguous_gradients,
+     * overlap_comm or stage 2 */
+    if (!S->dist->cfg->ds.contiguous_gradients && !z->overlap &&
+        z->stage == 1)
+        return;
+    setup_buckets(S, z);
+    if (z->stage == 2 || (z->overlap && boundary(S)))
+        to_bucket(S, z, p);
+}
+
+/* independent_gradient_partition_epilogue: the bucket's rest reduced;
+ * all_grad_tensors keeps the partition's gradients (a later micro-batch's
+ * added into them); at the boundary get_flat_partition lists them, with
+ * zeros for the partition's padding; the ipg buffers released and every
+ * .grad dropped. */
+static void epilogue(sim *S, ds *z)
+{
+    reduce_ipg(S, z);
+    if (!z->offload_opt) {
+        if (z->held == NONE) {
+            z->held = z->gip;
+        } else {
+            vp__dist_free_id(S, &z->gip);
+        }
+        z->gip = NONE;
+        if (boundary(S) && z->pad)
+            z->padz = vp__dist_alloc(S, vp__mulc(S, z->pad, z->eb),
+                                     VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                     "zero partition padding");
+    }
+    vp__dist_free_id(S, &z->ipg[0]);
+    vp__dist_free_id(S, &z->ipg[1]);
+    z->ready = false;
+    for (uint32_t p = 0; p < S->g->n_params; p++)
+        if (z->flat_pos[p])
+            vp__dist_free_id(S, &S->pgrad[p]);
+}
+
+/* engine.allreduce_gradients after each backward: stage 2 runs the
+ * epilogue every micro-batch; stage 1 at the boundary only, after
+ * reduce_gradients has put every gradient through the buckets in the
+ * group's order (without overlap_comm). */
+static void z12_bwd_end(sim *S)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 1 && !boundary(S))
+        return;
+    if (z->stage == 1 && !z->overlap) {
+        if (S->dist->cfg->ds.contiguous_gradients)
+            setup_buckets(S, z);
+        for (uint32_t p = 0; p < S->g->n_params && OK(S); p++)
+            if (z->flat_pos[p] && S->pgrad[p] != NONE)
+                to_bucket(S, z, p);
+    }
+    epilogue(S, z);
+}
+
+/* has_overflow_partitioned_grads_serial (fp16's loss scaler): per
+ * gradient x.float(), isnan, isinf, logical_or, .float(), max. */
+static void overflow_check(sim *S, uint64_t n)
+{
+    uint32_t t[5];
+    uint64_t sz[5] = {4, 1, 1, 1, 4};
+    for (int k = 0; k < 5; k++)
+        t[k] = vp__talloc(S, vp__mulc(S, n, sz[k]), VP_CAT_TEMP);
+    vp__transient(S, 4);
+    for (int k = 5; k-- > 0;)
+        vp__tunref(S, t[k]);
+}
+
+/* get_grad_norm_direct: each gradient's L2 norm from a double copy
+ * (g.data.double()), the norms stacked. Runs every step, clipping or
+ * not (scaled_global_norm). */
+static void grad_norm(sim *S, const uint64_t *n, uint32_t k)
+{
+    uint32_t norms = vp__talloc(S, vp__mulc(S, k, 8), VP_CAT_TEMP);
+    for (uint32_t i = 0; i < k && OK(S); i++)
+        if (n[i])
+            vp__transient(S, vp__mulc(S, n[i], 8));
+    vp__transient(S, vp__mulc(S, k, 8)); /* stack().square() */
+    vp__tunref(S, norms);
+}
+
+/* The averaged gradients' lengths (each param's portion, the padding). */
+static uint32_t portions(const sim *S, const ds *z, uint64_t *out)
+{
+    uint32_t k = 0;
+    for (uint32_t p = 0; p < S->g->n_params; p++)
+        if (z->overlap_n[p])
+            out[k++] = z->overlap_n[p];
+    if (z->pad)
+        out[k++] = z->pad;
+    return k;
+}
+
+/* step: the loss scaler's overflow check (fp16), the norm, the flat
+ * bit16 gradient of the partition cast to fp32, the partition's
+ * gradients released; the fp32 gradient dropped after optimizer.step
+ * (zero_grad below). */
+static void z12_opt_begin(sim *S)
+{
+    ds *z = S->dist->impl;
+    S->cur_op = "zero step";
+    if (z->offload_opt)
+        return;
+    uint64_t *n = malloc((S->g->n_params + 1) * sizeof *n);
+    if (!n) {
+        S->st = oom(S);
+        return;
+    }
+    uint32_t k = portions(S, z, n);
+    if (S->s->precision == VP_PREC_FP16) {
+        vp__transient(S, 4);
+        for (uint32_t i = 0; i < k && OK(S); i++)
+            overflow_check(S, n[i]);
+    }
+    grad_norm(S, n, k);
+    free(n);
+    uint32_t flat = vp__talloc(S, vp__mulc(S, z->part, z->eb), VP_CAT_TEMP);
+    if (z->eb != 4) {
+        z->fp32_grad = vp__talloc(S, vp__mulc(S, z->part, 4), VP_CAT_GRAD);
+        vp__tunref(S, flat);
+    } else {
+        z->fp32_grad = flat;
+    }
+    vp__dist_free_id(S, &z->held);
+    vp__dist_free_id(S, &z->padz);
+}
+
+static void ds_zero_grad(sim *S)
+{
+    ds *z = S->dist->impl;
+    vp__dist_free_id(S, &z->fp32_grad);
+}
+
+/* ---- ZeRO-3 ------------------------------------------------------------ */
+
+/* The parameter's all-gathered tensor (partition x world elements). */
+static void gather(sim *S, ds *z, uint32_t p)
+{
+    if (z->gath[p] != NONE || z->persist[p] || !z->pnumel[p])
+        return;
+    z->gath[p] = vp__dist_alloc(
+        S, vp__mulc(S, vp__mulc(S, z->pnumel[p], S->dist->group), z->eb),
+        VP_CAT_PARAM, VP_STREAM_UNSHARD, "zero3 all-gather");
+    z->n_avail += S->g->params[p].numel;
+}
+
+static void release(sim *S, ds *z, uint32_t p)
+{
+    if (z->gath[p] == NONE)
+        return;
+    vp__dist_free_id(S, &z->gath[p]);
+    z->n_avail -= S->g->params[p].numel;
+}
+
+/* Init(module): the module converted, each parameter partitioned (its
+ * padded partition made, the whole freed unless persistent: numel <=
+ * stage3_param_persistence_threshold), the partitions of each sub group
+ * moved into one flat buffer (_create_fp16_partitions_with_
+ * defragmentation), the fp32 copy of each (clone().float()),
+ * initialize_optimizer_states (a zero fp32 gradient of the largest sub
+ * group, one optimizer step that makes Adam's moments), the ipg buffer
+ * and grad_partitions_flat_buffer. On the host when offloaded. */
+static void z3_wrap(sim *S, uint32_t *model)
+{
+    vp__dist *d = S->dist;
+    ds *z = d->impl;
+    const vp_graph *g = S->g;
+    vp__model_convert(S, model);
+    uint64_t total = 0, largest = 0;
+    for (uint32_t p = 0; p < g->n_params && OK(S); p++) {
+        if (!z->pnumel[p])
+            continue;
+        uint32_t part = NONE;
+        if (!z->offload_par || z->persist[p])
+            part = vp__dist_alloc(S, vp__mulc(S, z->pnumel[p], z->eb),
+                                  VP_CAT_PARAM, VP_STREAM_DEFAULT,
+                                  "zero3 partition");
+        if (!z->persist[p])
+            vp__dist_free_id(S, &model[p]);
+        model[p] = part;
+    }
+    for (uint32_t k = 0; k < z->n_sub; k++) {
+        total += z->sub[k];
+        largest = z->sub[k] > largest ? z->sub[k] : largest;
+    }
+    if (!z->offload_par)
+        vp__dist_alloc(S, vp__mulc(S, total, z->eb), VP_CAT_PARAM,
+                       VP_STREAM_DEFAULT, "zero3 fp16 flat");
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (z->pnumel[p] && g->params[p].trainable)
+            vp__dist_free_id(S, &model[p]);
+    if (z->offload_opt) {
+        host_bytes(S, z, total);
+    } else {
+        for (uint32_t k = 0; k < z->n_sub; k++) {
+            uint32_t c = vp__dist_alloc(
+                S, vp__mulc(S, z->sub[k], z->eb),
+                z->eb == 4 ? VP_CAT_OPTIM : VP_CAT_TEMP, VP_STREAM_DEFAULT,
+                "zero3 fp32 partition");
+            if (z->eb != 4) {
+                vp__dist_alloc(S, vp__mulc(S, z->sub[k], 4), VP_CAT_OPTIM,
+                               VP_STREAM_DEFAULT, NULL);
+                vp__dist_free_id(S, &c);
+            }
+        }
+        uint32_t gb = vp__dist_alloc(S, vp__mulc(S, largest, 4), VP_CAT_TEMP,
+                                     VP_STREAM_DEFAULT, "zero3 init grad");
+        vp__optimizer_step(S);
+        vp__dist_free_id(S, &gb);
+    }
+    if (d->cfg->ds.contiguous_gradients)
+        z->ipg[0] = vp__dist_alloc(
+            S, vp__mulc(S, d->cfg->ds.reduce_bucket_size, z->eb),
+            VP_CAT_GRAD, VP_STREAM_DEFAULT, "zero3 ipg buffer");
+    if (!z->offload_opt)
+        z->grad_flat = vp__dist_alloc(S, vp__mulc(S, total, z->eb),
+                                      VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                      "zero3 grad partitions");
+}
+
+/* The trace: the modules in forward order, then in reverse. */
+static uint32_t trace_op(const ds *z, uint32_t k)
+{
+    return k < z->n_mods ? z->mods[k] : z->mods[2 * z->n_mods - 1 - k];
+}
+
+static void z3_fwd_begin(sim *S)
+{
+    ds *z = S->dist->impl;
+    z->pos = z->qpos = z->qparam = 0;
+    for (uint32_t p = 0; p < S->g->n_params; p++)
+        z->recent[p] = INT64_MIN / 2;
+}
+
+/* The prefetch queue's next (step, param) of the trace. */
+static bool queue_next(const sim *S, ds *z, uint32_t *k, uint32_t *p)
+{
+    while (z->qpos < 2 * z->n_mods) {
+        const vp_op *o = &S->g->ops[trace_op(z, z->qpos)];
+        while (z->qparam < o->n_params) {
+            uint32_t q = o->params[z->qparam++];
+            if (z->pnumel[q]) {
+                *k = z->qpos;
+                *p = q;
+                return true;
+            }
+        }
+        z->qpos++;
+        z->qparam = 0;
+    }
+    return false;
+}
+
+/* fetch_sub_module: the module's parameters gathered; from the second
+ * step (a complete trace) its params popped off the queue and the next
+ * ones prefetched, up to stage3_prefetch_bucket_size elements and
+ * stage3_max_live_parameters available. */
+static void fetch(sim *S, ds *z, uint32_t op)
+{
+    const vp_op *o = &S->g->ops[op];
+    const vp_ds_config *c = &S->dist->cfg->ds;
+    uint32_t need = 0, k, p;
+    for (uint32_t j = 0; j < o->n_params; j++) {
+        uint32_t q = o->params[j];
+        if (!z->pnumel[q])
+            continue;
+        need += z->recent[q] < (int64_t)z->pos;
+        gather(S, z, q);
+    }
+    if (S->dist->step >= 2) {
+        for (uint32_t popped = 0; popped < need && queue_next(S, z, &k, &p);
+             popped++)
+            z->recent[p] = k;
+        uint64_t room = c->max_live_parameters > z->n_avail
+                            ? c->max_live_parameters - z->n_avail
+                            : 0;
+        uint64_t cap = room < c->prefetch_bucket_size
+                           ? room
+                           : c->prefetch_bucket_size;
+        uint64_t numel = 0;
+        while (numel < cap && OK(S) && queue_next(S, z, &k, &p)) {
+            if (k > z->recent[p])
+                z->recent[p] = k;
+            if (z->gath[p] == NONE && !z->persist[p]) {
+                gather(S, z, p);
+                numel += S->g->params[p].numel;
+            }
+        }
+    }
+    z->pos++;
+}
+
+/* release_sub_module: from the second step the params not to be used
+ * again within stage3_max_reuse_distance elements of the trace, nor
+ * prefetched past this step (__params_to_release); every one in the
+ * first. */
+static void z3_release_mod(sim *S, ds *z, uint32_t op)
+{
+    const vp_op *o = &S->g->ops[op];
+    uint64_t maxd = S->dist->cfg->ds.max_reuse_distance;
+    for (uint32_t j = 0; j < o->n_params; j++) {
+        uint32_t p = o->params[j];
+        if (z->gath[p] == NONE)
+            continue;
+        bool keep = false;
+        if (S->dist->step >= 2) {
+            keep = z->recent[p] > (int64_t)z->pos;
+            uint64_t seen = 0;
+            for (uint32_t k = z->pos; !keep && k < 2 * z->n_mods; k++) {
+                if (seen >= maxd)
+                    break;
+                const vp_op *m = &S->g->ops[trace_op(z, k)];
+                for (uint32_t i = 0; i < m->n_params; i++) {
+                    keep |= m->params[i] == p;
+                    seen += S->g->params[m->params[i]].numel;
+                }
+            }
+        }
+        if (!keep)
+            release(S, z, p);
+    }
+}
+
+static bool has_params(const ds *z, const vp_op *o)
+{
+    for (uint32_t j = 0; j < o->n_params; j++)
+        if (z->pnumel[o->params[j]])
+            return true;
+    return false;
+}
+
+static void z3_op_fwd(sim *S, uint32_t op, bool after)
+{
+    ds *z = S->dist->impl;
+    if (!has_params(z, &S->g->ops[op]))
+        return;
+    S->cur_op = "zero3 fetch";
+    if (!after)
+        fetch(S, z, op);
+    else
+        z3_release_mod(S, z, op);
+}
+
+/* The backward: each module fetched before its backward (a checkpointed
+ * segment's recomputation gathers the segment's parameters at its
+ * entry), released after. */
+static void z3_op_bwd(sim *S, uint32_t op, bool after)
+{
+    ds *z = S->dist->impl;
+    const vp_graph *g = S->g;
+    int32_t seg = g->ops[op].segment;
+    S->cur_op = "zero3 fetch";
+    if (!after && seg >= 0 && S->ckpt[seg] && g->segs[seg].last_op == op)
+        for (uint32_t i = g->segs[seg].first_op; i <= op; i++)
+            for (uint32_t j = 0; j < g->ops[i].n_params; j++)
+                gather(S, z, g->ops[i].params[j]);
+    if (!has_params(z, &g->ops[op]))
+        return;
+    if (!after)
+        fetch(S, z, op);
+    else
+        z3_release_mod(S, z, op);
+}
+
+/* __reduce_and_partition_ipg_grads: reduce_scatter_coalesced concatenates
+ * the padded partitions of every rank (world x Σ partition elements,
+ * unless a single tensor divides evenly), partition_grads copies this
+ * rank's into grad_partitions_flat_buffer and drops .grad. */
+static void z3_reduce(sim *S, ds *z)
+{
+    if (!z->n_bucket)
+        return;
+    const char *was = S->cur_op;
+    S->cur_op = "zero3 reduce-scatter";
+    uint64_t parts = 0;
+    for (uint32_t k = 0; k < z->n_bucket; k++)
+        parts += z->pnumel[z->bucket[k]];
+    uint32_t one = z->bucket[0];
+    if (z->n_bucket > 1 || S->g->params[one].numel % S->dist->group)
+        vp__transient(S, vp__mulc(S, vp__mulc(S, parts, S->dist->group),
+                                  z->eb));
+    for (uint32_t k = 0; k < z->n_bucket; k++)
+        vp__dist_free_id(S, &S->pgrad[z->bucket[k]]);
+    z->n_bucket = 0;
+    z->bucket_n = 0;
+    S->cur_op = was;
+}
+
+/* reduce_independent_p_g_buckets_and_remove_grads / __add_grad_to_ipg_
+ * bucket: a full bucket reduced first; a gradient that fits copied into
+ * the ipg buffer (.grad a view of it). */
+static void z3_grad_ready(sim *S, uint32_t p)
+{
+    ds *z = S->dist->impl;
+    const vp_ds_config *c = &S->dist->cfg->ds;
+    if (!trainable(S->g, p) || S->pgrad[p] == NONE)
+        return;
+    uint64_t n = S->g->params[p].numel;
+    if (z->bucket_n + n > c->reduce_bucket_size)
+        z3_reduce(S, z);
+    if (c->contiguous_gradients && z->bucket_n + n <= c->reduce_bucket_size)
+        vp__dist_free_id(S, &S->pgrad[p]);
+    z->bucket_n += n;
+    z->bucket[z->n_bucket++] = p;
+}
+
+static void z3_bwd_end(sim *S)
+{
+    z3_reduce(S, S->dist->impl);
+}
+
+/* step: _partition_all_parameters (every gathered parameter released),
+ * the overflow check (fp16), the norms (a double copy of each gradient
+ * partition), then per sub group the flat gradient cast to fp32,
+ * the step, the fp32 gradient dropped. */
+static void z3_opt_begin(sim *S)
+{
+    ds *z = S->dist->impl;
+    const vp_graph *g = S->g;
+    S->cur_op = "zero3 step";
+    for (uint32_t p = 0; p < g->n_params; p++)
+        release(S, z, p);
+    if (z->offload_opt)
+        return;
+    uint64_t *n = malloc((g->n_params + 1) * sizeof *n);
+    if (!n) {
+        S->st = oom(S);
+        return;
+    }
+    uint32_t k = 0;
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (z->pnumel[p] && trainable(g, p))
+            n[k++] = z->pnumel[p];
+    if (S->s->precision == VP_PREC_FP16) {
+        vp__transient(S, 4);
+        for (uint32_t i = 0; i < k && OK(S); i++)
+            overflow_check(S, n[i]);
+    }
+    grad_norm(S, n, k);
+    free(n);
+    /* sub groups one at a time: the sim's optimizer step follows for
+     * the tensors; each fp32 gradient lives through its own step */
+    for (uint32_t s = 0; s + 1 < z->n_sub && OK(S); s++) {
+        uint32_t f = vp__talloc(S, vp__mulc(S, z->sub[s], z->eb), VP_CAT_TEMP);
+        uint32_t f32 = vp__talloc(S, vp__mulc(S, z->sub[s], 4), VP_CAT_GRAD);
+        vp__tunref(S, f);
+        vp__tunref(S, f32);
+    }
+    if (z->n_sub) {
+        uint64_t last = z->sub[z->n_sub - 1];
+        uint32_t f = vp__talloc(S, vp__mulc(S, last, z->eb), VP_CAT_TEMP);
+        z->fp32_grad = vp__talloc(S, vp__mulc(S, last, 4), VP_CAT_GRAD);
+        vp__tunref(S, f);
+    }
+}
+
+/* ---- the tables -------------------------------------------------------- */
+
+static void ds_wrap(sim *S, uint32_t *model)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_wrap(S, model);
+    else
+        z12_wrap(S, model);
+}
+
+static void ds_grad_ready(sim *S, uint32_t p)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_grad_ready(S, p);
+    else
+        z12_grad_ready(S, p);
+}
+
+static void ds_bwd_end(sim *S)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_bwd_end(S);
+    else
+        z12_bwd_end(S);
+}
+
+static void ds_opt_begin(sim *S)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_opt_begin(S);
+    else
+        z12_opt_begin(S);
+}
+
+static void ds_fwd_begin(sim *S)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_fwd_begin(S);
+}
+
+static void ds_op_fwd(sim *S, uint32_t op, bool after)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_op_fwd(S, op, after);
+}
+
+static void ds_op_bwd(sim *S, uint32_t op, bool after)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3)
+        z3_op_bwd(S, op, after);
+}
+
+const vp__dist_rules vp__dist_deepspeed_rules = {
+    .init = ds_init,
+    .wrap = ds_wrap,
+    .fwd_begin = ds_fwd_begin,
+    .op_fwd = ds_op_fwd,
+    .op_bwd = ds_op_bwd,
+    .bwd_end = ds_bwd_end,
+    .grad_ready = ds_grad_ready,
+    .opt_begin = ds_opt_begin,
+    .zero_grad = ds_zero_grad,
+    .destroy = ds_destroy,
+};
+
+/* ---- roles ------------------------------------------------------------- */
+
+uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
+                               uint32_t rank)
+{
+    if (d->strategy == VP_DIST_DS_ZERO3)
+        return 0; /* every partition padded alike */
+    /* ZeRO-1/2: the params a partition holds, its padding */
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (trainable(g, p))
+            at += g->params[p].numel;
+    uint64_t align = 2 * (uint64_t)d->world;
+    uint64_t part = (at + align - 1) / align * align / d->world;
+    uint64_t lo = part * rank, hi = lo + part, h = 1469598103934665603ull;
+    uint64_t pos = 0;
+    for (uint32_t p = 0; p < g->n_params; p++) {
+        if (!trainable(g, p))
+            continue;
+        uint64_t end = pos + g->params[p].numel;
+        if (pos < hi && end > lo) {
+            uint64_t a = pos > lo ? pos : lo, b = end < hi ? end : hi;
+            h = (h ^ (b - a)) * 1099511628211ull;
+            h = (h ^ g->params[p].numel) * 1099511628211ull;
+        }
+        pos = end;
+    }
+    return (h ^ (at < hi ? hi - (at > lo ? at : lo) : 0)) * 1099511628211ull;
+}
