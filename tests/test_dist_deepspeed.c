@@ -1,0 +1,389 @@
+/* DeepSpeed ZeRO 1/2/3 simulated per rank (src/dist_deepspeed.c,
+ * docs/DISTRIBUTED.md "DeepSpeed ZeRO") on tests/data/dist/tiny-gpt.yaml:
+ * P = 110336 trainable elements (test_dist.c counts them), bf16, DeepSpeed's
+ * FusedAdam. Each test pins one rule of the engine's source by the
+ * allocations it makes, read from the event stream (the engine's events
+ * carry the names dist_deepspeed.c gives them) and computed here from the
+ * graph's own parameter sizes:
+ *   the flat bit16 group padded to nccl_start_alignment_factor (2) x world
+ *   elements, its partition (aligned / world), the fp32 master and Adam's
+ *   moments of the partition (stage_1_and_2.py __init__);
+ *   the ipg buffer of reduce_bucket_size elements (two with overlap_comm)
+ *   made at the backward's first gradient (setup_buckets);
+ *   grads_in_partition: Σ numel of the params that meet the partition
+ *   (copy_grads_in_partition);
+ *   ZeRO-3's all-gathers (each param padded to the world,
+ *   partition_parameters.py _aligned_size), persistence, the release of
+ *   the first step (no trace yet) and the reuse distance of the next. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define P 110336ull
+#define MODEL "tests/data/dist/tiny-gpt.yaml"
+
+typedef struct {
+    vp_sim_event *ev;
+    size_t n, cap;
+} events;
+
+static void collect(const vp_sim_event *e, void *ud)
+{
+    events *E = ud;
+    if (E->n == E->cap) {
+        E->cap = E->cap ? 2 * E->cap : 4096;
+        E->ev = realloc(E->ev, E->cap * sizeof *E->ev);
+        cr_assert_not_null(E->ev);
+    }
+    E->ev[E->n++] = *e;
+}
+
+static vp_graph *tiny(void)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(MODEL, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 32, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_model_free(m);
+    return g;
+}
+
+static void ds_init(vp_dist *d, vp_dist_strategy st, uint32_t world,
+                    uint32_t rank)
+{
+    vp_dist_init(d);
+    d->strategy = st;
+    d->world = world;
+    d->rank = rank;
+}
+
+/* One rank's run, its events in *E (NULL: none). */
+static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
+{
+    vp_graph *g = tiny();
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    vp_setup_init(&s);
+    s.precision = VP_PREC_BF16;
+    s.optimizer = VP_OPT_ADAMW_FUSED;
+    s.accum = accum;
+    s.dist = d;
+    cr_assert_eq(vp_simulate(g, &s, &e, E ? collect : NULL, E, &err), VP_OK,
+                 "%s", err.msg);
+    vp_graph_free(g);
+    return e;
+}
+
+/* The allocations named `op` (requests, in order) into out; their count. */
+static size_t allocs(const events *E, const char *op, uint32_t step,
+                     uint64_t *out, size_t max)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < E->n; i++)
+        if (!E->ev[i].is_free && strcmp(E->ev[i].op, op) == 0 &&
+            (step == 0 || E->ev[i].step == step) && k < max)
+            out[k++] = E->ev[i].bytes;
+    return k;
+}
+
+/* The partition of rank r of w (get_partition_info): its size, the
+ * elements of the params that meet it. */
+static uint64_t partition(uint32_t w, uint32_t r, uint64_t *in_part)
+{
+    vp_graph *g = tiny();
+    uint64_t n = 0;
+    for (size_t p = 0; p < vp_graph_param_count(g); p++)
+        n += vp_graph_param(g, p)->trainable ? vp_graph_param(g, p)->numel : 0;
+    cr_assert_eq(n, P);
+    uint64_t part = (P + 2 * w - 1) / (2 * w) * (2 * w) / w;
+    uint64_t lo = part * r, hi = lo + part, at = 0;
+    *in_part = 0;
+    for (size_t p = 0; p < vp_graph_param_count(g); p++) {
+        uint64_t e = at + vp_graph_param(g, p)->numel;
+        if (vp_graph_param(g, p)->trainable && at < hi && e > lo)
+            *in_part += vp_graph_param(g, p)->numel;
+        at = vp_graph_param(g, p)->trainable ? e : at;
+    }
+    vp_graph_free(g);
+    return part;
+}
+
+/* ---- ZeRO-1 and 2 ---------------------------------------------------- */
+
+Test(dist_deepspeed, flat_group_padded_to_twice_the_world)
+{
+    static const uint32_t worlds[] = {1, 3, 7, 8};
+    for (size_t i = 0; i < 4; i++) {
+        uint32_t w = worlds[i];
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO1, w, 0);
+        events E = {0};
+        run(&d, 1, &E);
+        uint64_t b[4], in;
+        uint64_t part = partition(w, 0, &in);
+        cr_assert_eq(allocs(&E, "zero bit16_groups_flat", 0, b, 4), 1);
+        cr_assert_eq(b[0], 2 * part * w, "world %u", w);
+        /* align_dense_tensors' zero pad, when the group does not divide */
+        size_t npad = allocs(&E, "zero pad", 0, b, 4);
+        cr_assert_eq(npad, part * w > P, "world %u", w);
+        if (npad)
+            cr_assert_eq(b[0], 2 * (part * w - P));
+        free(E.ev);
+    }
+}
+
+Test(dist_deepspeed, fp32_master_and_adam_of_the_partition_only)
+{
+    for (uint32_t w = 1; w <= 4; w++) {
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO2, w, 0);
+        vp_estimate e = run(&d, 1, NULL);
+        uint64_t in, part = partition(w, 0, &in);
+        /* fp32 master (4) + exp_avg, exp_avg_sq (4 + 4), each a block
+         * rounded to 512 B, + FusedAdam's 4-B step */
+        uint64_t r = (part * 4 + 511) / 512 * 512;
+        cr_assert_eq(e.optim_bytes, 3 * r + 512, "world %u", w);
+    }
+}
+
+Test(dist_deepspeed, ipg_buffer_at_the_first_gradient)
+{
+    for (int ov = 0; ov < 2; ov++) {
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO2, 2, 0);
+        d.ds.reduce_bucket_size = 20000;
+        d.ds.overlap_comm = ov;
+        events E = {0};
+        run(&d, 1, &E);
+        uint64_t b[8];
+        /* every step's backward makes them again (_release_ipg_buffers) */
+        cr_assert_eq(allocs(&E, "zero ipg buffer", 1, b, 8), 1u + ov);
+        cr_assert_eq(b[0], 2 * 20000ull);
+        for (size_t i = 0; i < E.n; i++)
+            if (strcmp(E.ev[i].op, "zero ipg buffer") == 0)
+                cr_assert_eq(E.ev[i].phase, VP_PHASE_BACKWARD);
+        free(E.ev);
+    }
+}
+
+Test(dist_deepspeed, grads_in_partition_holds_whole_params)
+{
+    for (uint32_t r = 0; r < 3; r++) {
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO2, 3, r);
+        events E = {0};
+        run(&d, 1, &E);
+        uint64_t b[8], in;
+        partition(3, r, &in);
+        cr_assert_eq(allocs(&E, "zero grads_in_partition", 1, b, 8), 1);
+        cr_assert_eq(b[0], 2 * in, "rank %u", r);
+        free(E.ev);
+    }
+}
+
+Test(dist_deepspeed, last_rank_lists_zeros_for_its_padding)
+{
+    /* world 3: 110340 aligned, 4 elements of padding on rank 2 */
+    uint64_t b[8];
+    for (uint32_t r = 0; r < 3; r++) {
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO1, 3, r);
+        events E = {0};
+        run(&d, 1, &E);
+        size_t n = allocs(&E, "zero partition padding", 1, b, 8);
+        cr_assert_eq(n, r == 2, "rank %u", r);
+        if (n)
+            cr_assert_eq(b[0], 2 * 4ull);
+        free(E.ev);
+    }
+}
+
+Test(dist_deepspeed, stage1_keeps_whole_gradients_until_the_boundary)
+{
+    /* ZeRO-1 reduces at the boundary only (engine.allreduce_gradients):
+     * after the backward of a non-boundary micro-batch every bf16
+     * gradient is alive; ZeRO-2 has reduced them into its partition */
+    vp_dist d1, d2;
+    ds_init(&d1, VP_DIST_DS_ZERO1, 4, 0);
+    ds_init(&d2, VP_DIST_DS_ZERO2, 4, 0);
+    events E1 = {0}, E2 = {0};
+    run(&d1, 2, &E1);
+    run(&d2, 2, &E2);
+    uint64_t b[8];
+    cr_assert_eq(allocs(&E1, "zero grads_in_partition", 1, b, 8), 1);
+    /* ZeRO-2 makes it in each micro-batch's backward (the second is
+     * added into the first and freed) */
+    cr_assert_eq(allocs(&E2, "zero grads_in_partition", 1, b, 8), 2);
+    free(E1.ev);
+    free(E2.ev);
+}
+
+Test(dist_deepspeed, ranks_with_other_params_are_other_roles)
+{
+    vp_graph *g = tiny();
+    vp_dist d;
+    uint32_t *ranks, *counts;
+    size_t n;
+    vp_error err;
+    ds_init(&d, VP_DIST_DS_ZERO1, 3, 0);
+    cr_assert_eq(vp_dist_roles(g, &d, &ranks, &counts, &n, &err), VP_OK);
+    cr_assert_eq(n, 3);
+    free(ranks);
+    free(counts);
+    d.strategy = VP_DIST_DS_ZERO3;
+    cr_assert_eq(vp_dist_roles(g, &d, &ranks, &counts, &n, &err), VP_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(counts[0], 3);
+    free(ranks);
+    free(counts);
+    vp_graph_free(g);
+}
+
+/* ---- ZeRO-3 ---------------------------------------------------------- */
+
+/* The all-gathers of a step: count and bytes. */
+static uint64_t gathered(const events *E, uint32_t step, size_t *n)
+{
+    uint64_t b[4096], sum = 0;
+    *n = allocs(E, "zero3 all-gather", step, b, 4096);
+    for (size_t i = 0; i < *n; i++)
+        sum += b[i];
+    return sum;
+}
+
+Test(dist_deepspeed, zero3_gathers_padded_params_not_persistent_ones)
+{
+    vp_graph *g = tiny();
+    uint32_t w = 3;
+    uint64_t thr = 5000, want = 0;
+    size_t nwant = 0;
+    /* each use of a non-persistent param in the forward and in the
+     * backward gathers it once in step 1 (released after each module) */
+    for (size_t i = 0; i < vp_graph_op_count(g); i++)
+        for (uint32_t j = 0; j < vp_graph_op(g, i)->n_params; j++) {
+            uint64_t n = vp_graph_param(g, vp_graph_op(g, i)->params[j])->numel;
+            if (n > thr) {
+                want += 2 * 2 * ((n + w - 1) / w * w);
+                nwant += 2;
+            }
+        }
+    vp_graph_free(g);
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, w, 0);
+    d.ds.param_persistence_threshold = thr;
+    events E = {0};
+    run(&d, 1, &E);
+    size_t n;
+    cr_assert_eq(gathered(&E, 1, &n), want);
+    cr_assert_eq(n, nwant);
+    free(E.ev);
+}
+
+Test(dist_deepspeed, zero3_reuse_distance_keeps_params_from_step_two)
+{
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, 2, 0);
+    d.ds.param_persistence_threshold = 0;
+    d.ds.prefetch_bucket_size = 0;
+    /* 0: everything released after its module, as in the first step */
+    d.ds.max_reuse_distance = 0;
+    events E0 = {0};
+    run(&d, 1, &E0);
+    size_t n1, n2;
+    uint64_t b1 = gathered(&E0, 1, &n1), b2 = gathered(&E0, 2, &n2);
+    cr_assert_eq(b1, b2);
+    cr_assert_eq(n1, n2);
+    /* the default (1e9 elements, more than the trace holds): a param
+     * used again in the backward is kept from its forward */
+    d.ds.max_reuse_distance = 1000000000;
+    events E1 = {0};
+    run(&d, 1, &E1);
+    size_t m1, m2;
+    cr_assert_eq(gathered(&E1, 1, &m1), b1);
+    cr_assert_lt(gathered(&E1, 2, &m2), b1);
+    cr_assert_lt(m2, n2);
+    free(E0.ev);
+    free(E1.ev);
+}
+
+Test(dist_deepspeed, zero3_state_is_partitioned_at_construction)
+{
+    vp_graph *g = tiny();
+    uint32_t w = 4;
+    uint64_t parts = 0;
+    for (size_t p = 0; p < vp_graph_param_count(g); p++)
+        if (vp_graph_param(g, p)->trainable)
+            parts += (vp_graph_param(g, p)->numel + w - 1) / w;
+    vp_graph_free(g);
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, w, 0);
+    d.ds.reduce_bucket_size = 30000;
+    events E = {0};
+    vp_estimate e = run(&d, 1, &E);
+    uint64_t b[4];
+    cr_assert_eq(allocs(&E, "zero3 fp16 flat", 0, b, 4), 1);
+    cr_assert_eq(b[0], 2 * parts);
+    cr_assert_eq(allocs(&E, "zero3 grad partitions", 0, b, 4), 1);
+    cr_assert_eq(b[0], 2 * parts);
+    cr_assert_eq(allocs(&E, "zero3 ipg buffer", 0, b, 4), 1);
+    cr_assert_eq(b[0], 2 * 30000ull);
+    /* Adam's moments are made by initialize_optimizer_states' step:
+     * before the first forward */
+    uint64_t r = (parts * 4 + 511) / 512 * 512;
+    cr_assert_eq(e.optim_bytes, 3 * r + 512);
+    cr_assert_geq(e.after_model, 3 * r + 512 + 2 * (2 * parts) + 60000);
+    free(E.ev);
+}
+
+Test(dist_deepspeed, offload_keeps_the_state_on_the_host)
+{
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, 4, 0);
+    vp_estimate on = run(&d, 1, NULL);
+    d.ds.offload_optimizer = VP_DS_OFFLOAD_CPU;
+    vp_estimate off = run(&d, 1, NULL);
+    cr_assert_eq(off.optim_bytes, 0);
+    cr_assert_lt(off.peak_alloc, on.peak_alloc);
+    cr_assert_gt(off.host_bytes, 0);
+    d.ds.offload_optimizer = VP_DS_OFFLOAD_NVME;
+    vp_estimate nv = run(&d, 1, NULL);
+    cr_assert_eq(nv.peak_alloc, off.peak_alloc);
+    cr_assert_eq(nv.host_bytes, off.host_bytes);
+}
+
+/* ---- the knobs ------------------------------------------------------- */
+
+Test(dist_deepspeed, knobs_parse_as_a_config_writes_them)
+{
+    vp_ds_config c;
+    vp_error err;
+    vp_ds_config_init(&c);
+    cr_assert_eq(vp_ds_config_parse(&c,
+                                     "reduce_bucket_size=2e8,overlap_comm="
+                                     "true,offload_optimizer=cpu,"
+                                     "stage3_max_reuse_distance=0",
+                                     &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_eq(c.reduce_bucket_size, 200000000ull);
+    cr_assert_eq(c.overlap_comm, 1);
+    cr_assert_eq(c.offload_optimizer, VP_DS_OFFLOAD_CPU);
+    cr_assert_eq(c.max_reuse_distance, 0);
+}
+
+Test(dist_deepspeed, unknown_knob_is_named)
+{
+    vp_ds_config c;
+    vp_error err;
+    vp_ds_config_init(&c);
+    cr_assert_eq(vp_ds_config_parse(&c, "stage3_max_live_params=1", &err),
+                 VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "'stage3_max_live_params'"));
+    cr_assert_eq(vp_ds_config_set(&c, "overlap_comm", "yes", &err), VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "overlap_comm"));
+    cr_assert_eq(vp_ds_config_set(&c, "reduce_bucket_size", "1.5", &err),
+                 VP_EARG);
+}
