@@ -34,7 +34,7 @@ static const char *const KEYS[] = {
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
     "global_batch", "strategy", "world", "shard", "param_dtype",
     "reduce_dtype", "reshard_after_forward", "bucket_cap", "rebuild_freed",
-    "cpu_offload", "lora", "freeze", "quant", "double_quant", "load",
+    "cpu_offload", "ds_config", "lora", "freeze", "quant", "double_quant", "load",
     "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
@@ -115,6 +115,38 @@ static vp_status get_name(json_t *v, const char *key, request *r,
     return VP_OK;
 }
 
+/* "ds_config": DeepSpeed's zero_optimization knobs by their config names
+ * (vp_ds_config_set), each a number, a boolean or a string. */
+static vp_status ds_config_field(vp_dist *d, json_t *v, vp_error *err)
+{
+    const char *k;
+    json_t *x;
+    char text[64];
+
+    if (!json_is_object(v))
+        return bad(err, "ds_config", "an object of DeepSpeed knobs");
+    json_object_foreach(v, k, x) {
+        if (json_is_boolean(x))
+            snprintf(text, sizeof text, "%s",
+                     json_is_true(x) ? "true" : "false");
+        else if (json_is_integer(x))
+            snprintf(text, sizeof text, "%lld",
+                     (long long)json_integer_value(x));
+        else if (json_is_real(x))
+            snprintf(text, sizeof text, "%.17g", json_real_value(x));
+        else if (json_is_string(x))
+            snprintf(text, sizeof text, "%s", json_string_value(x));
+        else
+            return vp_error_set(err, VP_EARG,
+                                "ds_config '%s': a number, true/false or a "
+                                "string", k);
+        vp_status st = vp_ds_config_set(&d->ds, k, text, err);
+        if (st != VP_OK)
+            return st;
+    }
+    return VP_OK;
+}
+
 /* estimate's data-parallel run (as the CLI's --strategy and its
  * options): one key into r->dist. */
 static vp_status dist_field(request *r, const char *key, json_t *v,
@@ -128,6 +160,8 @@ static vp_status dist_field(request *r, const char *key, json_t *v,
     if (!r->dist_set)
         vp_dist_init(d);
     r->dist_set = true;
+    if (strcmp(key, "ds_config") == 0)
+        return ds_config_field(d, v, err);
     if (strcmp(key, "world") == 0 || strcmp(key, "shard") == 0) {
         if (get_count(v, key, 1, VP_DIST_MAX_WORLD, &n, err) != VP_OK)
             return VP_EARG;
@@ -257,7 +291,8 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
                strcmp(key, "reshard_after_forward") == 0 ||
                strcmp(key, "bucket_cap") == 0 ||
                strcmp(key, "rebuild_freed") == 0 ||
-               strcmp(key, "cpu_offload") == 0) {
+               strcmp(key, "cpu_offload") == 0 ||
+               strcmp(key, "ds_config") == 0) {
         st = dist_field(r, key, v, err);
     } else if (strcmp(key, "generate") == 0) {
         st = get_str(v, key, &r->generate, err);

@@ -16,6 +16,7 @@
  *   partition_parameters.py _aligned_size), persistence, the release of
  *   the first step (no trace yet) and the reuse distance of the next. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -386,4 +387,44 @@ Test(dist_deepspeed, unknown_knob_is_named)
     cr_assert_not_null(strstr(err.msg, "overlap_comm"));
     cr_assert_eq(vp_ds_config_set(&c, "reduce_bucket_size", "1.5", &err),
                  VP_EARG);
+}
+
+/* ---- the JSON API ---------------------------------------------------- */
+
+static vp_status api(const char *ds, char **resp, vp_error *err)
+{
+    char req[512];
+    snprintf(req, sizeof req,
+             "{\"command\": \"estimate\", \"model\": \"" MODEL "\", "
+             "\"batch\": 2, \"seq\": 32, \"precision\": \"bf16\", "
+             "\"optimizer\": \"adamw-fused\", \"strategy\": "
+             "\"deepspeed-zero3\", \"world\": 4, \"ds_config\": %s}",
+             ds);
+    return vp_api_call(req, resp, err);
+}
+
+Test(dist_deepspeed, api_takes_ds_config_by_its_names)
+{
+    char *a = NULL, *b = NULL;
+    vp_error err;
+    cr_assert_eq(api("{}", &a, &err), VP_OK, "%s", err.msg);
+    cr_assert_eq(api("{\"offload_optimizer\": \"cpu\", "
+                     "\"stage3_max_reuse_distance\": 0, "
+                     "\"overlap_comm\": false, \"reduce_bucket_size\": 5e4}",
+                     &b, &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_not_null(strstr(a, "\"deepspeed-zero3\""));
+    cr_assert_str_neq(a, b);
+    vp_api_free(a);
+    vp_api_free(b);
+}
+
+Test(dist_deepspeed, api_names_an_unknown_knob)
+{
+    char *a = NULL;
+    vp_error err;
+    cr_assert_eq(api("{\"stage3_prefetch_bucket\": 1}", &a, &err), VP_EARG);
+    cr_assert_null(a);
+    cr_assert_not_null(strstr(err.msg, "'stage3_prefetch_bucket'"), "%s",
+                       err.msg);
 }
