@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist_ds.h"
 #include "internal.h"
 
 typedef enum { CMD_ESTIMATE, CMD_MAXBATCH, CMD_PLAN } command;
@@ -115,38 +116,6 @@ static vp_status get_name(json_t *v, const char *key, request *r,
     return VP_OK;
 }
 
-/* "ds_config": DeepSpeed's zero_optimization knobs by their config names
- * (vp_ds_config_set), each a number, a boolean or a string. */
-static vp_status ds_config_field(vp_dist *d, json_t *v, vp_error *err)
-{
-    const char *k;
-    json_t *x;
-    char text[64];
-
-    if (!json_is_object(v))
-        return bad(err, "ds_config", "an object of DeepSpeed knobs");
-    json_object_foreach(v, k, x) {
-        if (json_is_boolean(x))
-            snprintf(text, sizeof text, "%s",
-                     json_is_true(x) ? "true" : "false");
-        else if (json_is_integer(x))
-            snprintf(text, sizeof text, "%lld",
-                     (long long)json_integer_value(x));
-        else if (json_is_real(x))
-            snprintf(text, sizeof text, "%.17g", json_real_value(x));
-        else if (json_is_string(x))
-            snprintf(text, sizeof text, "%s", json_string_value(x));
-        else
-            return vp_error_set(err, VP_EARG,
-                                "ds_config '%s': a number, true/false or a "
-                                "string", k);
-        vp_status st = vp_ds_config_set(&d->ds, k, text, err);
-        if (st != VP_OK)
-            return st;
-    }
-    return VP_OK;
-}
-
 /* estimate's data-parallel run (as the CLI's --strategy and its
  * options): one key into r->dist. */
 static vp_status dist_field(request *r, const char *key, json_t *v,
@@ -161,7 +130,7 @@ static vp_status dist_field(request *r, const char *key, json_t *v,
         vp_dist_init(d);
     r->dist_set = true;
     if (strcmp(key, "ds_config") == 0)
-        return ds_config_field(d, v, err);
+        return vp_ds_config_json(&d->ds, v, err);
     if (strcmp(key, "world") == 0 || strcmp(key, "shard") == 0) {
         if (get_count(v, key, 1, VP_DIST_MAX_WORLD, &n, err) != VP_OK)
             return VP_EARG;

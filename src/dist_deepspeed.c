@@ -20,10 +20,13 @@
  *   engine.py              allreduce_gradients (when each stage reduces)
  * The optimizer is DeepSpeed's FusedAdam (adamw-fused: fp32 moments, no
  * temporaries), or DeepSpeedCPUAdam on the host when offloaded. */
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist_ds.h"
 #include "dist_internal.h"
 
 /* ---- the config's knobs ------------------------------------------------ */
@@ -178,6 +181,38 @@ vp_status vp_ds_config_parse(vp_ds_config *c, const char *text,
                                 "DeepSpeed knob '%s' has no '=VALUE'", kv);
         *eq = '\0';
         vp_status st = vp_ds_config_set(c, kv, eq + 1, err);
+        if (st != VP_OK)
+            return st;
+    }
+    return VP_OK;
+}
+
+vp_status vp_ds_config_json(vp_ds_config *c, const json_t *obj,
+                            vp_error *err)
+{
+    const char *k;
+    json_t *x;
+    char text[64];
+
+    if (!json_is_object(obj))
+        return vp_error_set(err, VP_EARG,
+                            "ds_config must be an object of DeepSpeed knobs");
+    json_object_foreach((json_t *)obj, k, x) {
+        if (json_is_boolean(x))
+            snprintf(text, sizeof text, "%s",
+                     json_is_true(x) ? "true" : "false");
+        else if (json_is_integer(x))
+            snprintf(text, sizeof text, "%lld",
+                     (long long)json_integer_value(x));
+        else if (json_is_real(x))
+            snprintf(text, sizeof text, "%.17g", json_real_value(x));
+        else if (json_is_string(x))
+            snprintf(text, sizeof text, "%s", json_string_value(x));
+        else
+            return vp_error_set(err, VP_EARG,
+                                "ds_config '%s': a number, true/false or a "
+                                "string", k);
+        vp_status st = vp_ds_config_set(c, k, text, err);
         if (st != VP_OK)
             return st;
     }

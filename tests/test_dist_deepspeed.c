@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vramplan/validate.h"
 #include "vramplan/vramplan.h"
 
 #define P 110336ull
@@ -61,6 +62,9 @@ static void ds_init(vp_dist *d, vp_dist_strategy st, uint32_t world,
     d->rank = rank;
 }
 
+/* As validate sets up a rank line: after the scripts' warm-up, SDPA. */
+static bool as_validate;
+
 /* One rank's run, its events in *E (NULL: none). */
 static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
 {
@@ -69,6 +73,11 @@ static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
     vp_estimate e;
     vp_error err;
     vp_setup_init(&s);
+    if (as_validate) {
+        s.fresh_process = false;
+        s.attn = (vp_attn_impl)0; /* vp__case_attns' "sdpa" */
+        s.attn_set = true;
+    }
     s.precision = VP_PREC_BF16;
     s.optimizer = VP_OPT_ADAMW_FUSED;
     s.accum = accum;
@@ -427,4 +436,64 @@ Test(dist_deepspeed, api_names_an_unknown_knob)
     cr_assert_null(a);
     cr_assert_not_null(strstr(err.msg, "'stage3_prefetch_bucket'"), "%s",
                        err.msg);
+}
+
+/* ---- validate's rank lines ------------------------------------------- */
+
+#define LINE_HEAD                                                          \
+    "{\"id\": \"ds\", \"model\": \"tiny-gpt\", \"fam\": \"gpt2\", "        \
+    "\"batch\": 2, \"seq\": 32, \"opt\": \"adamw-fused\", \"attn\": "      \
+    "\"sdpa\", \"ckpt\": false, \"world\": 4, \"rank\": 0, \"strategy\": " \
+    "\"deepspeed-zero3\", \"mixed_precision\": true, \"prec\": \"bf16\", " \
+    "\"peak_alloc\": 3000000"
+
+static vp_status line(const char *tail, vp_case_result *r, vp_error *err)
+{
+    static const char *const dirs[] = {"tests/data/dist", "models"};
+    char json[1024];
+    vp_validate_opts o = {"dist", 1, dirs, 2, true, NULL, NULL, false, 0};
+    snprintf(json, sizeof json, "%s%s}", LINE_HEAD, tail);
+    return vp_validate_line(json, strlen(json), &o, r, err);
+}
+
+static uint64_t predicted(const vp_case_result *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_metrics; i++)
+        if (strcmp(r->metrics[i].name, name) == 0)
+            return r->metrics[i].predicted;
+    cr_assert_fail("no metric %s", name);
+    return 0;
+}
+
+Test(dist_deepspeed, validate_simulates_a_deepspeed_rank_line)
+{
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(line("", &r, &err), VP_OK, "%s", err.msg);
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, 4, 0);
+    d.empty_cache_after_wrap = true;
+    as_validate = true;
+    vp_estimate e = run(&d, 1, NULL);
+    cr_assert_eq(predicted(&r, "rank0.peak_alloc"), e.peak_alloc);
+    cr_assert_eq(line(", \"ds_config\": {\"stage3_max_reuse_distance\": 0, "
+                      "\"reduce_bucket_size\": 30000}",
+                      &r, &err),
+                 VP_OK, "%s", err.msg);
+    d.ds.max_reuse_distance = 0;
+    d.ds.reduce_bucket_size = 30000;
+    e = run(&d, 1, NULL);
+    cr_assert_eq(predicted(&r, "rank0.peak_alloc"), e.peak_alloc);
+}
+
+Test(dist_deepspeed, validate_names_an_unknown_knob_at_its_field)
+{
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(line(", \"ds_config\": {\"stage3_live\": 1}", &r, &err),
+                 VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "'stage3_live'"), "%s", err.msg);
+    cr_assert_gt(err.col, strlen(LINE_HEAD));
+    /* FSDP's and autocast's fields are not DeepSpeed's */
+    cr_assert_eq(line(", \"param_dtype\": \"bf16\"", &r, &err), VP_ESCHEMA);
 }
