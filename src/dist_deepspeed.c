@@ -283,42 +283,56 @@ static vp_status too_big(sim *S)
                         "the parameters overflow 64 bits");
 }
 
-/* get_partition_info over the flat group (round_robin_gradients off):
- * the params whose elements meet this rank's [part*r, part*(r+1)). */
-static vp_status flat_layout(sim *S, ds *z, uint32_t rank, uint32_t world)
+uint64_t vp__ds_partition(const vp_graph *g, uint32_t world, uint32_t rank,
+                          uint64_t *in_part, uint64_t *pad,
+                          uint64_t *overlap_n)
 {
-    const vp_graph *g = S->g;
-    uint64_t at = 0;
-    for (uint32_t p = 0; p < g->n_params; p++) {
-        if (!trainable(g, p))
-            continue;
-        if (!vp_add_u64(at, g->params[p].numel, &at))
-            return too_big(S);
-        if (g->params[p].numel > z->largest)
-            z->largest = g->params[p].numel;
-    }
-    z->numel = at;
-    /* alignment = nccl_start_alignment_factor (2) * world */
+    uint64_t total = 0;
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (trainable(g, p) &&
+            !vp_add_u64(total, g->params[p].numel, &total))
+            return 0;
+    /* alignment = nccl_start_alignment_factor (2) x world */
     uint64_t align = 2 * (uint64_t)world;
-    uint64_t aligned = (at + align - 1) / align * align;
-    if (aligned < at)
-        return too_big(S);
-    z->part = aligned / world;
-    uint64_t lo = z->part * rank, hi = lo + z->part;
-    z->pad = at <= lo ? z->part : at < hi ? hi - at : 0;
-    at = 0;
+    uint64_t aligned = (total + align - 1) / align * align;
+    if (aligned < total)
+        return 0;
+    uint64_t part = aligned / world;
+    uint64_t lo = part * rank, hi = lo + part, at = 0;
+    *pad = total <= lo ? part : total < hi ? hi - total : 0;
+    *in_part = 0;
     for (uint32_t p = 0; p < g->n_params; p++) {
         if (!trainable(g, p))
             continue;
         uint64_t n = g->params[p].numel, end = at + n;
-        z->flat_pos[p] = 1;
         if (at < hi && end > lo) {
             uint64_t a = at > lo ? at : lo, b = end < hi ? end : hi;
-            z->overlap_n[p] = b - a;
-            z->in_part += n;
+            if (overlap_n)
+                overlap_n[p] = b - a;
+            *in_part += n;
         }
         at = end;
     }
+    return part;
+}
+
+/* get_partition_info over the flat group (round_robin_gradients off). */
+static vp_status flat_layout(sim *S, ds *z, uint32_t rank, uint32_t world)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t p = 0; p < g->n_params; p++) {
+        if (!trainable(g, p))
+            continue;
+        z->flat_pos[p] = 1;
+        if (!vp_add_u64(z->numel, g->params[p].numel, &z->numel))
+            return too_big(S);
+        if (g->params[p].numel > z->largest)
+            z->largest = g->params[p].numel;
+    }
+    z->part = vp__ds_partition(g, world, rank, &z->in_part, &z->pad,
+                               z->overlap_n);
+    if (z->numel && !z->part)
+        return too_big(S);
     return VP_OK;
 }
 
@@ -1132,25 +1146,17 @@ uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
 {
     if (d->strategy == VP_DIST_DS_ZERO3)
         return 0; /* every partition padded alike */
-    /* ZeRO-1/2: the params a partition holds, its padding */
-    uint64_t at = 0;
+    /* ZeRO-1/2: the params a partition meets (their elements in it and
+     * whole), its padding */
+    uint64_t *n = calloc(g->n_params ? g->n_params : 1, sizeof *n);
+    uint64_t in, pad, h = 1469598103934665603ull;
+    if (!n)
+        return rank; /* out of memory: every rank its own role */
+    vp__ds_partition(g, d->world, rank, &in, &pad, n);
     for (uint32_t p = 0; p < g->n_params; p++)
-        if (trainable(g, p))
-            at += g->params[p].numel;
-    uint64_t align = 2 * (uint64_t)d->world;
-    uint64_t part = (at + align - 1) / align * align / d->world;
-    uint64_t lo = part * rank, hi = lo + part, h = 1469598103934665603ull;
-    uint64_t pos = 0;
-    for (uint32_t p = 0; p < g->n_params; p++) {
-        if (!trainable(g, p))
-            continue;
-        uint64_t end = pos + g->params[p].numel;
-        if (pos < hi && end > lo) {
-            uint64_t a = pos > lo ? pos : lo, b = end < hi ? end : hi;
-            h = (h ^ (b - a)) * 1099511628211ull;
-            h = (h ^ g->params[p].numel) * 1099511628211ull;
-        }
-        pos = end;
-    }
-    return (h ^ (at < hi ? hi - (at > lo ? at : lo) : 0)) * 1099511628211ull;
+        if (n[p])
+            h = (((h ^ n[p]) * 1099511628211ull) ^ g->params[p].numel) *
+                1099511628211ull;
+    free(n);
+    return (h ^ pad) * 1099511628211ull;
 }

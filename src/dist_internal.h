@@ -113,6 +113,13 @@ extern const vp__dist_rules vp__dist_deepspeed_rules; /* dist_deepspeed.c */
  * differ by the params their partition holds and its padding. */
 uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
                                uint32_t rank);
+/* ZeRO-1/2's partition of rank `rank` of `world` (stage_1_and_2.py: the
+ * flat group padded to 2 x world elements, get_partition_info): its size
+ * (0 on overflow), *in_part the elements of the params that meet it (whole),
+ * *pad its padding, overlap_n[p] (if not NULL) param p's elements in it. */
+uint64_t vp__ds_partition(const vp_graph *g, uint32_t world, uint32_t rank,
+                          uint64_t *in_part, uint64_t *pad,
+                          uint64_t *overlap_n);
 
 /* ---- what sim.c calls (dist.c) ----------------------------------------- */
 
