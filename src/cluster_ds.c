@@ -68,7 +68,10 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
     if (fabs(vp__fused_layer_gap(cm, a, p)) > 1e-3)
         return VP_OK;
     vp_tf tf;
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
     vp__local_tf(&tf, cm->m, 1);
+    tf.layers = (uint32_t)in.layers;
     vp_graph *g = vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq,
                                      err);
     if (!g)
@@ -85,6 +88,9 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
                                                  : VP_DIST_DS_ZERO3;
     d.world = p->dp;
     d.rank = heaviest(g, &d);
+    /* a model of this size is built under deepspeed.zero.Init with
+     * ZeRO-3 (Megatron-DeepSpeed's pretrain_gpt.py model_provider) */
+    d.ds.zero_init = d.strategy == VP_DIST_DS_ZERO3;
     if (p->offload != VP_OFFLOAD_NONE)
         d.ds.offload_optimizer = VP_DS_OFFLOAD_CPU;
     if (p->offload == VP_OFFLOAD_ALL)
@@ -124,4 +130,17 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
     e->simulated = true;
     e->fits = vp_cluster_fits(c, &e->mem);
     return VP_OK;
+}
+
+vp_status vp_cluster_ds_sim(vp_cluster_model *cm, const vp_cluster *c,
+                            const vp_par *p, vp_plan_entry *e,
+                            vp_error *err)
+{
+    memset(e, 0, sizeof *e);
+    e->par = *p;
+    vp_status st = vp_cluster_eval(cm, c, p, &e->mem, &e->time, err);
+    if (st != VP_OK)
+        return st;
+    e->fits = vp_cluster_fits(c, &e->mem);
+    return vp__plan_simulate_ds(cm, c, e, err);
 }

@@ -523,6 +523,11 @@ void vp__dist_opt_begin(sim *S)
     HOOK(opt_begin, S);
 }
 
+void vp__dist_param_built(sim *S, uint32_t p, uint32_t *t)
+{
+    HOOK(param_built, S, p, t);
+}
+
 /* ---- helpers ----------------------------------------------------------- */
 
 uint32_t vp__dist_alloc(sim *S, uint64_t bytes, vp_category cat, int stream,

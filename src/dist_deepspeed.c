@@ -41,12 +41,12 @@ const char *const vp_ds_config_keys[] = {
     "offload_param", "stage3_prefetch_bucket_size",
     "stage3_max_live_parameters", "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold", "sub_group_size",
-    "gradient_clipping", NULL};
+    "gradient_clipping", "zero_init", NULL};
 
 enum {
     K_REDUCE, K_ALLGATHER, K_CONTIG, K_OVERLAP, K_ROUND_ROBIN, K_OFF_OPT,
     K_OFF_PARAM, K_PREFETCH, K_MAX_LIVE, K_REUSE, K_PERSIST, K_SUBGROUP,
-    K_CLIP
+    K_CLIP, K_ZERO_INIT
 };
 
 void vp_ds_config_init(vp_ds_config *c)
@@ -100,7 +100,8 @@ vp_status vp_ds_config_set(vp_ds_config *c, const char *key,
                             "stage3_max_live_parameters, "
                             "stage3_max_reuse_distance, "
                             "stage3_param_persistence_threshold, "
-                            "sub_group_size, gradient_clipping)", key);
+                            "sub_group_size, gradient_clipping, "
+                            "zero_init)", key);
     bool ok = true, b = false;
     uint64_t *count[] = {
         [K_REDUCE] = &c->reduce_bucket_size,
@@ -115,11 +116,14 @@ vp_status vp_ds_config_set(vp_ds_config *c, const char *key,
     case K_CONTIG:
     case K_OVERLAP:
     case K_ROUND_ROBIN:
+    case K_ZERO_INIT:
         ok = parse_bool(value, &b);
         if (k == K_CONTIG)
             c->contiguous_gradients = b;
         else if (k == K_OVERLAP)
             c->overlap_comm = b;
+        else if (k == K_ZERO_INIT)
+            c->zero_init = b;
         else
             c->round_robin_gradients = b;
         break;
@@ -154,7 +158,7 @@ vp_status vp_ds_config_set(vp_ds_config *c, const char *key,
                             k == K_OFF_OPT || k == K_OFF_PARAM
                                 ? "none, cpu or nvme"
                             : k == K_CONTIG || k == K_OVERLAP ||
-                                    k == K_ROUND_ROBIN
+                                    k == K_ROUND_ROBIN || k == K_ZERO_INIT
                                 ? "true or false"
                             : k == K_CLIP ? "a number >= 0"
                                           : "a whole number of elements");
@@ -402,9 +406,11 @@ static vp_status ds_init(sim *S, vp__dist *d)
     z->stage = d->cfg->strategy == VP_DIST_DS_ZERO1   ? 1
                : d->cfg->strategy == VP_DIST_DS_ZERO2 ? 2
                                                       : 3;
-    if (c->offload_param && z->stage != 3)
+    if ((c->offload_param || c->zero_init) && z->stage != 3)
         return vp_error_set(S->err, VP_EARG,
-                            "offload_param is ZeRO stage 3's");
+                            "%s is ZeRO stage 3's", c->zero_init
+                                                        ? "zero_init"
+                                                        : "offload_param");
     if (c->reduce_bucket_size == 0 || c->allgather_bucket_size % 2)
         return vp_error_set(S->err, VP_EARG,
                             "reduce_bucket_size must be > 0 and "
@@ -773,24 +779,42 @@ static void release(sim *S, ds *z, uint32_t p)
  * initialize_optimizer_states (a zero fp32 gradient of the largest sub
  * group, one optimizer step that makes Adam's moments), the ipg buffer
  * and grad_partitions_flat_buffer. On the host when offloaded. */
+/* Init._partition_param: the padded partition made (on the host with
+ * offload_param, persistent ones on the GPU), the whole freed unless
+ * persistent (then kept: *t is the partition either way). */
+static void z3_partition(sim *S, ds *z, uint32_t p, uint32_t *t)
+{
+    if (!z->pnumel[p])
+        return;
+    uint32_t part = NONE;
+    if (!z->offload_par || z->persist[p])
+        part = vp__dist_alloc(S, vp__mulc(S, z->pnumel[p], z->eb),
+                              VP_CAT_PARAM, VP_STREAM_DEFAULT,
+                              "zero3 partition");
+    if (!z->persist[p])
+        vp__dist_free_id(S, t);
+    *t = part;
+}
+
+/* Under deepspeed.zero.Init each parameter is partitioned as its module
+ * is made (Init._post_init_method): the whole model never is. */
+static void ds_param_built(sim *S, uint32_t p, uint32_t *t)
+{
+    ds *z = S->dist->impl;
+    if (z->stage == 3 && S->dist->cfg->ds.zero_init)
+        z3_partition(S, z, p, t);
+}
+
 static void z3_wrap(sim *S, uint32_t *model)
 {
     vp__dist *d = S->dist;
     ds *z = d->impl;
     const vp_graph *g = S->g;
-    vp__model_convert(S, model);
     uint64_t total = 0, largest = 0;
-    for (uint32_t p = 0; p < g->n_params && OK(S); p++) {
-        if (!z->pnumel[p])
-            continue;
-        uint32_t part = NONE;
-        if (!z->offload_par || z->persist[p])
-            part = vp__dist_alloc(S, vp__mulc(S, z->pnumel[p], z->eb),
-                                  VP_CAT_PARAM, VP_STREAM_DEFAULT,
-                                  "zero3 partition");
-        if (!z->persist[p])
-            vp__dist_free_id(S, &model[p]);
-        model[p] = part;
+    if (!d->cfg->ds.zero_init) {
+        vp__model_convert(S, model);
+        for (uint32_t p = 0; p < g->n_params && OK(S); p++)
+            z3_partition(S, z, p, &model[p]);
     }
     for (uint32_t k = 0; k < z->n_sub; k++) {
         total += z->sub[k];
@@ -1136,6 +1160,7 @@ const vp__dist_rules vp__dist_deepspeed_rules = {
     .grad_ready = ds_grad_ready,
     .opt_begin = ds_opt_begin,
     .zero_grad = ds_zero_grad,
+    .param_built = ds_param_built,
     .destroy = ds_destroy,
 };
 

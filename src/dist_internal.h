@@ -68,6 +68,9 @@ typedef struct vp__dist_rules {
      * per-module fetch and release) */
     void (*op_fwd)(sim *S, uint32_t op, bool after);
     void (*op_bwd)(sim *S, uint32_t op, bool after);
+    /* parameter p just made by the model's construction (*t its tensor):
+     * DeepSpeed's zero.Init partitions it there */
+    void (*param_built)(sim *S, uint32_t p, uint32_t *t);
     void (*destroy)(vp__dist *d);
 } vp__dist_rules;
 
@@ -141,6 +144,7 @@ void vp__dist_bwd_op(sim *S, uint32_t op, bool after);
 void vp__dist_grad(sim *S, uint32_t p);
 void vp__dist_zero_grad(sim *S);
 void vp__dist_opt_begin(sim *S);
+void vp__dist_param_built(sim *S, uint32_t p, uint32_t *t);
 
 /* ---- helpers for the rules (dist.c) ------------------------------------ */
 

@@ -107,6 +107,9 @@ typedef struct vp_ds_config {
     uint64_t param_persistence_threshold; /* stage3_..._threshold 1e5     */
     uint64_t sub_group_size;         /* 1e9                               */
     double gradient_clipping;        /* 0: none                           */
+    bool zero_init;                  /* stage 3: the model built under
+                                        deepspeed.zero.Init (each param
+                                        partitioned as it is made)      */
 } vp_ds_config;
 
 void vp_ds_config_init(vp_ds_config *c);
