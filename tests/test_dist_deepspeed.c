@@ -497,3 +497,71 @@ Test(dist_deepspeed, validate_names_an_unknown_knob_at_its_field)
     /* FSDP's and autocast's fields are not DeepSpeed's */
     cr_assert_eq(line(", \"param_dtype\": \"bf16\"", &r, &err), VP_ESCHEMA);
 }
+
+/* ---- the cluster planner's verification ------------------------------ */
+
+static vp_plan_entry planned(uint32_t gpus, uint32_t tp, vp_sharding sh)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("tests/data/published/gpt-1.7b.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_cluster_model *cm = vp_cluster_model_new(m, 0, &err);
+    cr_assert_not_null(cm, "%s", err.msg);
+    vp_gpu_profile *gp = vp_gpu_load("a100-80g", &err);
+    cr_assert_not_null(gp, "%s", err.msg);
+    vp_hw hw;
+    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(gp);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, gpus, 8);
+    vp_par p;
+    memset(&p, 0, sizeof p);
+    p.dp = gpus / tp;
+    p.tp = tp;
+    p.pp = p.cp = p.ep = p.vpp = 1;
+    p.schedule = VP_SCHED_1F1B;
+    p.micro_batch = 2;
+    p.accum = 1;
+    p.dtype = VP_DT_FP16;
+    p.recompute = VP_RC_FULL;
+    p.sharding = sh;
+    vp_plan_entry e;
+    cr_assert_eq(vp_cluster_ds_sim(cm, &c, &p, &e, &err), VP_OK, "%s",
+                 err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+    return e;
+}
+
+Test(dist_deepspeed, planner_simulates_zero3_without_model_parallelism)
+{
+    vp_plan_entry e = planned(32, 1, VP_SHARD_ZERO3);
+    cr_assert(e.simulated);
+    /* the fitted NCCL and context on top of the simulated reserved */
+    cr_assert_eq(e.mem.total, e.mem.weights + e.mem.grads +
+                                  e.mem.optimizer + e.mem.activations +
+                                  e.mem.transient + e.mem.overhead +
+                                  e.mem.nccl + e.mem.context);
+    /* Adam's state of the partitions (ceil(numel / 32) each): the fp32
+     * master and two moments, each sub group's a block (rounded to
+     * 512 B) with FusedAdam's 4-B step */
+    vp_error err;
+    vp_model *m = vp_model_load("tests/data/published/gpt-1.7b.yaml", &err);
+    vp_graph *g = vp_graph_build(m, 1, 128, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    uint64_t parts = 0;
+    for (size_t p = 0; p < vp_graph_param_count(g); p++)
+        if (vp_graph_param(g, p)->trainable)
+            parts += (vp_graph_param(g, p)->numel + 31) / 32;
+    vp_graph_free(g);
+    vp_model_free(m);
+    cr_assert_geq(e.mem.optimizer, 12 * parts);
+    cr_assert_lt(e.mem.optimizer, 12 * parts + 4 * 2048);
+}
+
+Test(dist_deepspeed, planner_leaves_tensor_parallel_layouts_fitted)
+{
+    vp_plan_entry e = planned(32, 2, VP_SHARD_ZERO1);
+    cr_assert_not(e.simulated);
+}
