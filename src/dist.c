@@ -182,8 +182,9 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
         return &vp__dist_megatron_rules;
     case VP_DIST_DS_ZERO1:
     case VP_DIST_DS_ZERO2:
+        return &vp__dist_zero12_rules;
     case VP_DIST_DS_ZERO3:
-        return &vp__dist_deepspeed_rules;
+        return &vp__dist_zero3_rules;
     default:
         return NULL;
     }

@@ -111,7 +111,8 @@ extern const vp__dist_rules vp__dist_ddp_rules;   /* dist_ddp.c */
 extern const vp__dist_rules vp__dist_fsdp1_rules; /* dist_fsdp.c */
 extern const vp__dist_rules vp__dist_fsdp2_rules; /* dist_fsdp2.c */
 extern const vp__dist_rules vp__dist_megatron_rules; /* dist_megatron.c */
-extern const vp__dist_rules vp__dist_deepspeed_rules; /* dist_deepspeed.c */
+extern const vp__dist_rules vp__dist_zero12_rules; /* dist_deepspeed.c */
+extern const vp__dist_rules vp__dist_zero3_rules;  /* dist_zero3.c */
 /* A DeepSpeed rank's role signature (dist_deepspeed.c): ZeRO-1/2 ranks
  * differ by the params their partition holds and its padding. */
 uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
