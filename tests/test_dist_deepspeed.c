@@ -15,6 +15,8 @@
  *   ZeRO-3's all-gathers (each param padded to the world,
  *   partition_parameters.py _aligned_size), persistence, the release of
  *   the first step (no trace yet) and the reuse distance of the next. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,8 @@
 
 #include "vramplan/validate.h"
 #include "vramplan/vramplan.h"
+
+#include "cli_golden.h"
 
 #define P 110336ull
 #define MODEL "tests/data/dist/tiny-gpt.yaml"
@@ -564,4 +568,47 @@ Test(dist_deepspeed, planner_leaves_tensor_parallel_layouts_fitted)
 {
     vp_plan_entry e = planned(32, 2, VP_SHARD_ZERO1);
     cr_assert_not(e.simulated);
+}
+
+/* ---- the command line (golden files) ---------------------------------- */
+
+Test(dist_deepspeed_cli, zero2_roles_and_report)
+{
+    GOLDEN("estimate_ds_zero2_roles", 0, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--batch", "2", "--precision",
+           "bf16", "--optimizer", "adamw-fused", "--strategy",
+           "deepspeed-zero2", "--world", "3", "--ds",
+           "reduce_bucket_size=20000,overlap_comm=true");
+}
+
+Test(dist_deepspeed_cli, zero3_json)
+{
+    GOLDEN("estimate_ds_zero3_json", 0, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--batch", "2", "--precision",
+           "bf16", "--optimizer", "adamw-fused", "--strategy",
+           "deepspeed-zero3", "--world", "4", "--ds",
+           "stage3_param_persistence_threshold=5000,reduce_bucket_size=3e4",
+           "--format", "json");
+}
+
+Test(dist_deepspeed_cli, unknown_knob_is_named)
+{
+    GOLDEN("estimate_ds_unknown_knob", 2, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--strategy", "deepspeed-zero3",
+           "--world", "2", "--ds", "stage3_max_live=1");
+}
+
+Test(dist_deepspeed_cli, knobs_need_a_deepspeed_strategy)
+{
+    GOLDEN("estimate_ds_needs_deepspeed", 2, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--strategy", "fsdp2", "--world",
+           "2", "--ds", "overlap_comm=true");
+}
+
+Test(dist_deepspeed_cli, autocast_is_refused)
+{
+    GOLDEN("estimate_ds_autocast", 2, "estimate",
+           "tests/data/dist/tiny-gpt.yaml", "--precision", "amp-bf16",
+           "--optimizer", "adamw-fused", "--strategy", "deepspeed-zero1",
+           "--world", "2");
 }

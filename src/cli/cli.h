@@ -313,9 +313,9 @@ extern const char *const cli_prefetches[]; /* vp_prefetch order        */
                   "fsdp2 CPUOffloadPolicy"),                                \
     {.id = CLI_O_DS, .name = "ds", .metavar = "K=V,...",                    \
      .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,                      \
-     .help = "deepspeed-zero*: zero_optimization knobs, e.g. "              \
-             "reduce_bucket_size=5e8,overlap_comm=true,"                    \
-             "offload_optimizer=cpu,stage3_max_reuse_distance=0"}
+     .help = "deepspeed-zero*: zero_optimization knobs by their config "    \
+             "names, comma-separated (e.g. "                                \
+             "overlap_comm=true,offload_optimizer=cpu)"}
 
 /* The data-parallel run the options describe, into *d (vp_dist_init'ed
  * first); *set when --strategy names one. -1 to go on, or CLI_USAGE after
