@@ -20,24 +20,6 @@ static bool modelled(const vp_cluster_model *cm, const vp_par *p)
            p->micro_batch > 0;
 }
 
-/* The ZeRO-1/2 rank whose partition meets the most parameter elements
- * (the largest grads_in_partition; ties: the lowest rank), the one the
- * planner simulates; ZeRO-3's partitions are alike: rank 0. */
-static uint32_t heaviest(const vp_graph *g, const vp_dist *d)
-{
-    uint64_t best = 0, in, pad;
-    uint32_t who = 0;
-    for (uint32_t r = 0; d->strategy != VP_DIST_DS_ZERO3 && r < d->world;
-         r++) {
-        vp__ds_partition(g, d->world, r, &in, &pad, NULL);
-        if (in > best) {
-            best = in;
-            who = r;
-        }
-    }
-    return who;
-}
-
 static void to_mem(const vp_estimate *est, vp_cluster_mem *m)
 {
     const uint64_t *k = est->by_category;
@@ -87,7 +69,7 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
                  : p->sharding == VP_SHARD_ZERO2 ? VP_DIST_DS_ZERO2
                                                  : VP_DIST_DS_ZERO3;
     d.world = p->dp;
-    d.rank = heaviest(g, &d);
+    d.rank = vp__ds_heaviest_rank(g, &d);
     /* a model of this size is built under deepspeed.zero.Init with
      * ZeRO-3 (Megatron-DeepSpeed's pretrain_gpt.py model_provider) */
     d.ds.zero_init = d.strategy == VP_DIST_DS_ZERO3;

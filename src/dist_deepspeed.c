@@ -719,22 +719,55 @@ const vp__dist_rules vp__dist_zero12_rules = {
 
 /* ---- roles ------------------------------------------------------------- */
 
-uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
-                               uint32_t rank)
+/* One rank's signature: the params its partition meets (their elements
+ * in it and whole), its padding; ZeRO-3's partitions are alike. */
+static uint64_t rank_signature(const vp_graph *g, const vp_dist *d,
+                               uint32_t rank, uint64_t *n)
 {
-    if (d->strategy == VP_DIST_DS_ZERO3)
-        return 0; /* every partition padded alike */
-    /* ZeRO-1/2: the params a partition meets (their elements in it and
-     * whole), its padding */
-    uint64_t *n = calloc(g->n_params ? g->n_params : 1, sizeof *n);
     uint64_t in, pad, h = 1469598103934665603ull;
-    if (!n)
-        return rank; /* out of memory: every rank its own role */
+    memset(n, 0, (g->n_params ? g->n_params : 1) * sizeof *n);
     vp__ds_partition(g, d->world, rank, &in, &pad, n);
     for (uint32_t p = 0; p < g->n_params; p++)
         if (n[p])
             h = (((h ^ n[p]) * 1099511628211ull) ^ g->params[p].numel) *
                 1099511628211ull;
-    free(n);
     return (h ^ pad) * 1099511628211ull;
+}
+
+uint32_t vp__ds_heaviest_rank(const vp_graph *g, const vp_dist *d)
+{
+    uint64_t best = 0, in, pad;
+    uint32_t who = 0;
+    for (uint32_t r = 0; d->strategy != VP_DIST_DS_ZERO3 && r < d->world;
+         r++) {
+        vp__ds_partition(g, d->world, r, &in, &pad, NULL);
+        if (in > best) {
+            best = in;
+            who = r;
+        }
+    }
+    return who;
+}
+
+vp_status vp__ds_signatures(const vp_graph *g, const vp_dist *d,
+                            uint64_t *sig, vp_error *err)
+{
+    uint32_t w = d->world;
+    if (d->strategy == VP_DIST_DS_ZERO3)
+        return VP_OK; /* every partition padded alike: one role */
+    uint64_t *n = malloc((g->n_params ? g->n_params : 1) * sizeof *n);
+    if (!n)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    for (uint32_t r = 0; r < w; r++)
+        sig[r] = rank_signature(g, d, r, n);
+    free(n);
+    if (w <= VP_DS_MAX_ROLES)
+        return VP_OK;
+    /* beyond that, three roles: the heaviest partition, the last (the
+     * padding), and rank 0 for the others */
+    uint32_t h = vp__ds_heaviest_rank(g, d);
+    for (uint32_t r = 1; r + 1 < w; r++)
+        if (r != h)
+            sig[r] = sig[0];
+    return VP_OK;
 }

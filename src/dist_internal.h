@@ -113,10 +113,16 @@ extern const vp__dist_rules vp__dist_fsdp2_rules; /* dist_fsdp2.c */
 extern const vp__dist_rules vp__dist_megatron_rules; /* dist_megatron.c */
 extern const vp__dist_rules vp__dist_zero12_rules; /* dist_deepspeed.c */
 extern const vp__dist_rules vp__dist_zero3_rules;  /* dist_zero3.c */
-/* A DeepSpeed rank's role signature (dist_deepspeed.c): ZeRO-1/2 ranks
- * differ by the params their partition holds and its padding. */
-uint64_t vp__ds_rank_signature(const vp_graph *g, const vp_dist *d,
-                               uint32_t rank);
+/* The roles of a DeepSpeed run (dist_deepspeed.c): sig[r] for each rank.
+ * ZeRO-1/2 ranks differ by the params their partition meets and its
+ * padding; over VP_DS_MAX_ROLES ranks three are simulated: the heaviest
+ * partition (the most elements met, vp__ds_heaviest_rank), the last (the
+ * padding), and rank 0 standing for the others. ZeRO-3: one role.
+ * VP_ENOMEM. */
+#define VP_DS_MAX_ROLES 64u
+vp_status vp__ds_signatures(const vp_graph *g, const vp_dist *d,
+                            uint64_t *sig, vp_error *err);
+uint32_t vp__ds_heaviest_rank(const vp_graph *g, const vp_dist *d);
 /* ZeRO-1/2's partition of rank `rank` of `world` (stage_1_and_2.py: the
  * flat group padded to 2 x world elements, get_partition_info): its size
  * (0 on overflow), *in_part the elements of the params that meet it (whole),

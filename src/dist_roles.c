@@ -68,9 +68,7 @@ static vp_status signatures(const vp_graph *g, const vp_dist *d,
     case VP_DIST_DS_ZERO1:
     case VP_DIST_DS_ZERO2:
     case VP_DIST_DS_ZERO3:
-        for (uint32_t r = 0; r < w; r++)
-            sig[r] = vp__ds_rank_signature(g, d, r);
-        return VP_OK;
+        return vp__ds_signatures(g, d, sig, err);
     default:
         /* DDP and FSDP1 (equal, padded shards): every rank alike */
         return VP_OK;

@@ -261,6 +261,41 @@ Test(dist_deepspeed, ranks_with_other_params_are_other_roles)
     vp_graph_free(g);
 }
 
+Test(dist_deepspeed, many_ranks_are_three_roles)
+{
+    /* over 64 ranks: the heaviest partition, the last, rank 0 for the
+     * rest; the heaviest meets the most parameter elements */
+    vp_graph *g = tiny();
+    vp_dist d;
+    uint32_t *ranks, *counts;
+    size_t n;
+    vp_error err;
+    ds_init(&d, VP_DIST_DS_ZERO2, 100, 0);
+    cr_assert_eq(vp_dist_roles(g, &d, &ranks, &counts, &n, &err), VP_OK);
+    vp_graph_free(g);
+    uint64_t best = 0, in;
+    uint32_t h = 0;
+    for (uint32_t r = 0; r < 100; r++) {
+        partition(100, r, &in);
+        if (in > best) {
+            best = in;
+            h = r;
+        }
+    }
+    cr_assert_eq(n, h == 0 ? 2u : 3u);
+    uint32_t total = 0;
+    bool has_h = false, has_last = false;
+    for (size_t k = 0; k < n; k++) {
+        total += counts[k];
+        has_h |= ranks[k] == h;
+        has_last |= ranks[k] == 99 && counts[k] == 1;
+    }
+    cr_assert_eq(total, 100);
+    cr_assert(has_h && has_last);
+    free(ranks);
+    free(counts);
+}
+
 /* ---- ZeRO-3 ---------------------------------------------------------- */
 
 /* The all-gathers of a step: count and bytes. */
