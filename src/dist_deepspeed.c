@@ -524,7 +524,9 @@ static void reduce_ipg(sim *S, ds *z)
         else if (mine && S->dist->cfg->ds.contiguous_gradients &&
                  z->gip == NONE)
             z->gip = vp__dist_alloc(S, vp__mulc(S, z->in_part, z->eb),
-                                    VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                    VP_CAT_GRAD,
+                                    z->overlap ? VP_STREAM_REDUCE
+                                               : VP_STREAM_DEFAULT,
                                     "zero grads_in_partition");
         /* the gradient left as its own tensor (extra-large, or without
          * contiguous_gradients) goes once copied or not this rank's */

@@ -23,9 +23,12 @@ static void gather(sim *S, ds *z, uint32_t p)
 {
     if (z->gath[p] != NONE || z->persist[p] || !z->pnumel[p])
         return;
+    /* the coordinator's __allgather_stream: its own with overlap_comm,
+     * else the default (parameter_offload.py) */
     z->gath[p] = vp__dist_alloc(
         S, vp__mulc(S, vp__mulc(S, z->pnumel[p], S->dist->group), z->eb),
-        VP_CAT_PARAM, VP_STREAM_UNSHARD, "zero3 all-gather");
+        VP_CAT_PARAM, z->overlap ? VP_STREAM_UNSHARD : VP_STREAM_DEFAULT,
+        "zero3 all-gather");
     z->n_avail += S->g->params[p].numel;
 }
 
@@ -279,9 +282,14 @@ static void z3_reduce(sim *S, ds *z)
     for (uint32_t k = 0; k < z->n_bucket; k++)
         parts += z->pnumel[z->bucket[k]];
     uint32_t one = z->bucket[0];
-    if (z->n_bucket > 1 || S->g->params[one].numel % S->dist->group)
-        vp__transient(S, vp__mulc(S, vp__mulc(S, parts, S->dist->group),
-                                  z->eb));
+    /* on reduce_and_partition_stream: its own with overlap_comm */
+    if (z->n_bucket > 1 || S->g->params[one].numel % S->dist->group) {
+        uint32_t cat = vp__dist_alloc(
+            S, vp__mulc(S, vp__mulc(S, parts, S->dist->group), z->eb),
+            VP_CAT_TEMP, z->overlap ? VP_STREAM_REDUCE : VP_STREAM_DEFAULT,
+            NULL);
+        vp__dist_free_id(S, &cat);
+    }
     for (uint32_t k = 0; k < z->n_bucket; k++)
         vp__dist_free_id(S, &S->pgrad[z->bucket[k]]);
     z->n_bucket = 0;

@@ -74,9 +74,10 @@ static vp_status ddp_precision(const vp_case_in *in, vp_setup *s,
     return VP_OK;
 }
 
-/* The precision of a DeepSpeed line: the module in bf16 ("bf16":
- * {"enabled": true}, the default of mixed_precision) or fp16, no autocast;
- * its zero_optimization knobs from `ds_config` (vp_ds_config_json). */
+/* The precision of a DeepSpeed line: the module built in fp32, then in
+ * bf16 ("bf16": {"enabled": true}, the default of mixed_precision) or
+ * fp16, no autocast; its zero_optimization knobs from `ds_config`
+ * (vp_ds_config_json). */
 static vp_status ds_line(const vp_case_in *in, vp_dist *d, vp_setup *s,
                          vp_error *err)
 {
@@ -94,6 +95,10 @@ static vp_status ds_line(const vp_case_in *in, vp_dist *d, vp_setup *s,
     if (in->mixed_precision)
         s->precision = in->prec == PREC_DS_FP16 ? VP_PREC_FP16
                                                 : VP_PREC_BF16;
+    /* collect_deepspeed.py builds the model in fp32 (from_config) and the
+     * engine casts it parameter by parameter (engine.py,
+     * _cast_module_mixed_precision) */
+    s->ft.load = VP_LOAD_FP32_CAST;
     if (in->ds_node < 0)
         return VP_OK;
     vp_status st = vp_ds_config_json(&d->ds, in->doc->nodes[in->ds_node].value,

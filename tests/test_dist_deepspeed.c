@@ -85,6 +85,7 @@ static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
         s.fresh_process = false;
         s.attn = (vp_attn_impl)0; /* vp__case_attns' "sdpa" */
         s.attn_set = true;
+        s.ft.load = VP_LOAD_FP32_CAST; /* built in fp32, cast by the engine */
     }
     s.precision = VP_PREC_BF16;
     s.optimizer = VP_OPT_ADAMW_FUSED;
