@@ -382,12 +382,13 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
     z->sub = calloc(np, sizeof *z->sub);
     z->opt_n = calloc(np, sizeof *z->opt_n);
     z->on = calloc(np, sizeof *z->on);
+    z->own = malloc(np * sizeof *z->own);
     if (!z->overlap_n || !z->flat_pos || !z->bucket || !z->pnumel ||
         !z->persist || !z->gath || !z->recent || !z->mods || !z->sub ||
-        !z->opt_n || !z->on)
+        !z->opt_n || !z->on || !z->own)
         return vp__ds_oom(S);
     for (size_t p = 0; p < np; p++)
-        z->gath[p] = NONE;
+        z->gath[p] = z->own[p] = NONE;
     z->ipg[0] = z->ipg[1] = z->gip = z->held = z->padz = NONE;
     z->fp32_grad = z->grad_flat = NONE;
     vp_status st = z->stage == 3 ? z3_layout(S, z, d->group)
@@ -416,7 +417,7 @@ void vp__ds_destroy(vp__dist *d)
         return;
     void *arrays[] = {z->overlap_n, z->flat_pos, z->bucket, z->pnumel,
                       z->persist,   z->gath,     z->recent, z->mods,
-                      z->sub,       z->opt_n,    z->on};
+                      z->sub,       z->opt_n,    z->on,     z->own};
     vp__dist_impl_free(d, arrays, sizeof arrays / sizeof *arrays);
 }
 
@@ -528,9 +529,13 @@ static void reduce_ipg(sim *S, ds *z)
                                     z->overlap ? VP_STREAM_REDUCE
                                                : VP_STREAM_DEFAULT,
                                     "zero grads_in_partition");
-        /* the gradient left as its own tensor (extra-large, or without
-         * contiguous_gradients) goes once copied or not this rank's */
-        if (S->pgrad[p] != NONE && (z->stage == 2 || mine))
+        /* a gradient left as its own tensor (extra-large, or without
+         * contiguous_gradients): stage 2 drops it when not this rank's
+         * (clear_grad_attribute); this rank's goes once copied into
+         * grads_in_partition, else averaged_gradients keeps it */
+        bool copied = mine && S->dist->cfg->ds.contiguous_gradients &&
+                      !z->offload_opt;
+        if (S->pgrad[p] != NONE && ((z->stage == 2 && !mine) || copied))
             vp__dist_free_id(S, &S->pgrad[p]);
     }
     z->n_bucket = 0;
@@ -600,9 +605,18 @@ static void epilogue(sim *S, ds *z)
     vp__dist_free_id(S, &z->ipg[0]);
     vp__dist_free_id(S, &z->ipg[1]);
     z->ready = false;
-    for (uint32_t p = 0; p < S->g->n_params; p++)
-        if (z->flat_pos[p])
-            vp__dist_free_id(S, &S->pgrad[p]);
+    /* _clear_param_grad_only: a gradient of this rank's own (without
+     * contiguous_gradients) stays in all_grad_tensors (the first
+     * micro-batch's; a later one is added into it and dropped) */
+    for (uint32_t p = 0; p < S->g->n_params; p++) {
+        if (!z->flat_pos[p])
+            continue;
+        if (z->overlap_n[p] && !z->offload_opt && z->own[p] == NONE) {
+            z->own[p] = S->pgrad[p];
+            S->pgrad[p] = NONE;
+        }
+        vp__dist_free_id(S, &S->pgrad[p]);
+    }
 }
 
 /* engine.allreduce_gradients after each backward: stage 2 runs the
@@ -699,6 +713,8 @@ static void z12_opt_begin(sim *S)
     }
     vp__dist_free_id(S, &z->held);
     vp__dist_free_id(S, &z->padz);
+    for (uint32_t p = 0; p < S->g->n_params; p++)
+        vp__dist_free_id(S, &z->own[p]);
 }
 
 void vp__ds_zero_grad(sim *S)

@@ -30,6 +30,8 @@ typedef struct {
     uint32_t held;     /* all_grad_tensors / averaged_gradients' storage */
     uint32_t padz;     /* get_flat_partition's zero padding              */
     uint32_t fp32_grad; /* the optimizer's flat fp32 gradient           */
+    uint32_t *own;     /* per param: its own gradient kept to the step
+                          (this rank's, without contiguous_gradients)  */
     bool ready;        /* ready_for_gradients                            */
     /* ZeRO-3 */
     uint64_t *pnumel;  /* per param: partition_numel (0: not sharded)   */

@@ -221,6 +221,32 @@ Test(dist_deepspeed, last_rank_lists_zeros_for_its_padding)
     }
 }
 
+Test(dist_deepspeed, without_contiguous_gradients_the_own_grads_stay)
+{
+    /* no ipg buffer, no grads_in_partition: averaged_gradients keeps this
+     * rank's whole bf16 gradients to the step, the others are dropped */
+    for (uint32_t r = 0; r < 3; r++) {
+        vp_dist d;
+        ds_init(&d, VP_DIST_DS_ZERO2, 3, r);
+        d.ds.contiguous_gradients = false;
+        events E = {0};
+        vp_estimate e = run(&d, 1, &E);
+        uint64_t b[4], in;
+        partition(3, r, &in);
+        cr_assert_eq(allocs(&E, "zero ipg buffer", 0, b, 4), 0);
+        cr_assert_eq(allocs(&E, "zero grads_in_partition", 0, b, 4), 0);
+        vp_dist d0;
+        ds_init(&d0, VP_DIST_DS_ZERO2, 3, r);
+        vp_estimate c = run(&d0, 1, NULL);
+        /* the same gradients after the backward, in their own blocks
+         * (each rounded to 512 B) instead of one */
+        uint64_t own = e.step[0].after_bwd, flat = c.step[0].after_bwd;
+        cr_assert_geq(own, flat, "rank %u", r);
+        cr_assert_lt(own - flat, 512 * 64, "rank %u", r);
+        free(E.ev);
+    }
+}
+
 Test(dist_deepspeed, stage1_keeps_whole_gradients_until_the_boundary)
 {
     /* ZeRO-1 reduces at the boundary only (engine.allreduce_gradients):
