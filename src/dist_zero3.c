@@ -44,7 +44,8 @@ static void release(sim *S, ds *z, uint32_t p)
  * padded partition made, the whole freed unless persistent: numel <=
  * stage3_param_persistence_threshold), the partitions of each sub group
  * moved into one flat buffer (_create_fp16_partitions_with_
- * defragmentation), the fp32 copy of each (clone().float()),
+ * defragmentation: zero/utils.py defragment), the fp32 copy of each
+ * (clone().float()),
  * initialize_optimizer_states (a zero fp32 gradient of the largest sub
  * group, one optimizer step that makes Adam's moments), the ipg buffer
  * and grad_partitions_flat_buffer. On the host when offloaded. */
@@ -89,12 +90,18 @@ static void z3_wrap(sim *S, uint32_t *model)
         total += z->sub[k];
         largest = z->sub[k] > largest ? z->sub[k] : largest;
     }
-    if (!z->offload_par)
+    /* zero/utils.py defragment: every partition copied to the host and
+     * freed, gc.collect() + empty_cache(), one device buffer of them all
+     * (lp_param_buffer, the sub groups' flats are views of it); with
+     * offload_param a pinned host buffer instead */
+    for (uint32_t p = 0; p < g->n_params; p++)
+        if (z->pnumel[p] && g->params[p].trainable && !z->offload_par)
+            vp__dist_free_id(S, &model[p]);
+    if (!z->offload_par) {
+        vp_allocator_empty_cache(S->a);
         vp__dist_alloc(S, vp__mulc(S, total, z->eb), VP_CAT_PARAM,
                        VP_STREAM_DEFAULT, "zero3 fp16 flat");
-    for (uint32_t p = 0; p < g->n_params; p++)
-        if (z->pnumel[p] && g->params[p].trainable)
-            vp__dist_free_id(S, &model[p]);
+    }
     if (z->offload_opt) {
         vp__ds_host_bytes(S, z, total);
     } else {
