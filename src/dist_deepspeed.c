@@ -361,10 +361,15 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
                             "%s is ZeRO stage 3's", c->zero_init
                                                         ? "zero_init"
                                                         : "offload_param");
-    if (c->reduce_bucket_size == 0 || c->allgather_bucket_size % 2)
+    if (c->reduce_bucket_size == 0 ||
+        c->reduce_bucket_size > UINT64_MAX / 8)
         return vp_error_set(S->err, VP_EARG,
-                            "reduce_bucket_size must be > 0 and "
-                            "allgather_bucket_size a multiple of "
+                            "reduce_bucket_size %llu is outside 1..2^61 "
+                            "elements",
+                            (unsigned long long)c->reduce_bucket_size);
+    if (c->allgather_bucket_size % 2)
+        return vp_error_set(S->err, VP_EARG,
+                            "allgather_bucket_size must be a multiple of "
                             "nccl_start_alignment_factor (2)");
     z->overlap = c->overlap_comm < 0 ? z->stage == 3 : c->overlap_comm;
     z->offload_opt = c->offload_optimizer != VP_DS_OFFLOAD_NONE;

@@ -566,6 +566,9 @@ Test(dist_deepspeed, validate_names_an_unknown_knob_at_its_field)
     cr_assert_gt(err.col, strlen(LINE_HEAD));
     /* FSDP's and autocast's fields are not DeepSpeed's */
     cr_assert_eq(line(", \"param_dtype\": \"bf16\"", &r, &err), VP_ESCHEMA);
+    /* the knobs are an object */
+    cr_assert_eq(line(", \"ds_config\": 5", &r, &err), VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "ds_config"), "%s", err.msg);
 }
 
 /* ---- the cluster planner's verification ------------------------------ */
