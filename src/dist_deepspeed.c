@@ -14,7 +14,8 @@
  *   engine.py              allreduce_gradients (when each stage reduces),
  *       _do_optimizer_sanity_check
  * The optimizer is DeepSpeed's FusedAdam (adamw-fused: fp32 moments, no
- * temporaries), or DeepSpeedCPUAdam on the host when offloaded. */
+ * temporaries) or a client torch AdamW (its temporaries over the fp32
+ * partition), or DeepSpeedCPUAdam on the host when offloaded. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -338,11 +339,15 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
                             "(\"bf16\": {\"enabled\": true}), not under "
                             "autocast (engine.py: Amp and ZeRO are not "
                             "compatible): use precision bf16, fp16 or fp32");
-    if (S->s->optimizer != VP_OPT_ADAMW_FUSED)
+    vp_optimizer o = S->s->optimizer;
+    if (o != VP_OPT_ADAMW_FUSED && o != VP_OPT_ADAMW &&
+        o != VP_OPT_ADAMW_FORLOOP)
         return vp_error_set(S->err, VP_EARG,
-                            "DeepSpeed's Adam is its FusedAdam "
-                            "(adamw-fused), or DeepSpeedCPUAdam with "
-                            "offload_optimizer");
+                            "DeepSpeed's ZeRO is modelled with Adam: its "
+                            "FusedAdam (adamw-fused, the config's \"Adam\"), "
+                            "or a client torch.optim.AdamW (adamw, "
+                            "adamw-forloop) stepping the fp32 partition; "
+                            "DeepSpeedCPUAdam with offload_optimizer");
     if (S->s->offload_optimizer)
         return vp_error_set(S->err, VP_EARG,
                             "DeepSpeed offloads through its own "

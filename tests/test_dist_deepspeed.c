@@ -169,6 +169,36 @@ Test(dist_deepspeed, fp32_master_and_adam_of_the_partition_only)
     }
 }
 
+Test(dist_deepspeed, client_adamw_steps_the_fp32_partition)
+{
+    /* a client torch.optim.AdamW (foreach) wrapped by ZeRO: its one
+     * temporary (_foreach_sqrt) is the fp32 partition's size */
+    vp_graph *g = tiny();
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO2, 2, 0);
+    uint64_t in, part = partition(2, 0, &in);
+    vp_setup s;
+    vp_estimate fused, foreach_;
+    vp_error err;
+    vp_setup_init(&s);
+    s.precision = VP_PREC_BF16;
+    s.dist = &d;
+    s.optimizer = VP_OPT_ADAMW_FUSED;
+    cr_assert_eq(vp_simulate(g, &s, &fused, NULL, NULL, &err), VP_OK, "%s",
+                 err.msg);
+    s.optimizer = VP_OPT_ADAMW;
+    cr_assert_eq(vp_simulate(g, &s, &foreach_, NULL, NULL, &err), VP_OK,
+                 "%s", err.msg);
+    /* step 2 (the moments exist in both): the temporary on top, less
+     * FusedAdam's device-side step count (a 512-B block) */
+    cr_assert_eq(foreach_.step[1].peak[VP_PHASE_OPTIMIZER] + 512,
+                 fused.step[1].peak[VP_PHASE_OPTIMIZER] +
+                     (part * 4 + 511) / 512 * 512);
+    s.optimizer = VP_OPT_SGD;
+    cr_assert_eq(vp_simulate(g, &s, &foreach_, NULL, NULL, &err), VP_EARG);
+    vp_graph_free(g);
+}
+
 Test(dist_deepspeed, ipg_buffer_at_the_first_gradient)
 {
     for (int ov = 0; ov < 2; ov++) {
