@@ -329,17 +329,17 @@ static vp_status z3_layout(sim *S, ds *z, uint32_t world)
     return VP_OK;
 }
 
-vp_status vp__ds_init(sim *S, vp__dist *d)
+/* What the engine is modelled with: the module's precision and optimizer
+ * (engine.py _do_optimizer_sanity_check), the knobs' ranges. */
+static vp_status check(sim *S, const vp_ds_config *c, int stage)
 {
-    const vp_graph *g = S->g;
-    const vp_ds_config *c = &d->cfg->ds;
+    vp_optimizer o = S->s->optimizer;
     if (S->amp)
         return vp_error_set(S->err, VP_EARG,
                             "DeepSpeed runs its module in bf16 or fp16 "
                             "(\"bf16\": {\"enabled\": true}), not under "
                             "autocast (engine.py: Amp and ZeRO are not "
                             "compatible): use precision bf16, fp16 or fp32");
-    vp_optimizer o = S->s->optimizer;
     if (o != VP_OPT_ADAMW_FUSED && o != VP_OPT_ADAMW &&
         o != VP_OPT_ADAMW_FORLOOP)
         return vp_error_set(S->err, VP_EARG,
@@ -354,14 +354,7 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
                             "offload_optimizer knob (--ds "
                             "offload_optimizer=cpu), not "
                             "--offload-optimizer");
-    ds *z = calloc(1, sizeof *z);
-    if (!z)
-        return vp__ds_oom(S);
-    d->impl = z;
-    z->stage = d->cfg->strategy == VP_DIST_DS_ZERO1   ? 1
-               : d->cfg->strategy == VP_DIST_DS_ZERO2 ? 2
-                                                      : 3;
-    if ((c->offload_param || c->zero_init) && z->stage != 3)
+    if ((c->offload_param || c->zero_init) && stage != 3)
         return vp_error_set(S->err, VP_EARG,
                             "%s is ZeRO stage 3's", c->zero_init
                                                         ? "zero_init"
@@ -376,11 +369,12 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
         return vp_error_set(S->err, VP_EARG,
                             "allgather_bucket_size must be a multiple of "
                             "nccl_start_alignment_factor (2)");
-    z->overlap = c->overlap_comm < 0 ? z->stage == 3 : c->overlap_comm;
-    z->offload_opt = c->offload_optimizer != VP_DS_OFFLOAD_NONE;
-    z->offload_par = c->offload_param != VP_DS_OFFLOAD_NONE;
-    z->eb = d->model_eb;
-    size_t np = g->n_params ? g->n_params : 1;
+    return VP_OK;
+}
+
+/* The state's arrays, per parameter (and per op: the modules). */
+static bool alloc_arrays(ds *z, size_t np, size_t nops)
+{
     z->overlap_n = calloc(np, sizeof *z->overlap_n);
     z->flat_pos = calloc(np, sizeof *z->flat_pos);
     z->bucket = calloc(np, sizeof *z->bucket);
@@ -388,7 +382,7 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
     z->persist = calloc(np, sizeof *z->persist);
     z->gath = malloc(np * sizeof *z->gath);
     z->recent = calloc(np, sizeof *z->recent);
-    z->mods = calloc(g->n_ops ? g->n_ops : 1, sizeof *z->mods);
+    z->mods = calloc(nops, sizeof *z->mods);
     z->sub = calloc(np, sizeof *z->sub);
     z->opt_n = calloc(np, sizeof *z->opt_n);
     z->on = calloc(np, sizeof *z->on);
@@ -396,13 +390,38 @@ vp_status vp__ds_init(sim *S, vp__dist *d)
     if (!z->overlap_n || !z->flat_pos || !z->bucket || !z->pnumel ||
         !z->persist || !z->gath || !z->recent || !z->mods || !z->sub ||
         !z->opt_n || !z->on || !z->own)
-        return vp__ds_oom(S);
+        return false;
     for (size_t p = 0; p < np; p++)
         z->gath[p] = z->own[p] = NONE;
     z->ipg[0] = z->ipg[1] = z->gip = z->held = z->padz = NONE;
     z->fp32_grad = z->grad_flat = NONE;
-    vp_status st = z->stage == 3 ? z3_layout(S, z, d->group)
-                                 : flat_layout(S, z, d->grank, d->group);
+    return true;
+}
+
+vp_status vp__ds_init(sim *S, vp__dist *d)
+{
+    const vp_graph *g = S->g;
+    const vp_ds_config *c = &d->cfg->ds;
+    int stage = d->cfg->strategy == VP_DIST_DS_ZERO1   ? 1
+                : d->cfg->strategy == VP_DIST_DS_ZERO2 ? 2
+                                                       : 3;
+    vp_status st = check(S, c, stage);
+    if (st != VP_OK)
+        return st;
+    ds *z = calloc(1, sizeof *z);
+    if (!z)
+        return vp__ds_oom(S);
+    d->impl = z;
+    z->stage = stage;
+    z->overlap = c->overlap_comm < 0 ? z->stage == 3 : c->overlap_comm;
+    z->offload_opt = c->offload_optimizer != VP_DS_OFFLOAD_NONE;
+    z->offload_par = c->offload_param != VP_DS_OFFLOAD_NONE;
+    z->eb = d->model_eb;
+    if (!alloc_arrays(z, g->n_params ? g->n_params : 1,
+                      g->n_ops ? g->n_ops : 1))
+        return vp__ds_oom(S);
+    st = z->stage == 3 ? z3_layout(S, z, d->group)
+                       : flat_layout(S, z, d->grank, d->group);
     if (st != VP_OK)
         return st;
     if (z->stage == 3) {
