@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist_ds.h"
 #include "internal.h"
 
 typedef enum { CMD_ESTIMATE, CMD_MAXBATCH, CMD_PLAN } command;
@@ -34,7 +35,7 @@ static const char *const KEYS[] = {
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
     "global_batch", "strategy", "world", "shard", "param_dtype",
     "reduce_dtype", "reshard_after_forward", "bucket_cap", "rebuild_freed",
-    "cpu_offload", "lora", "freeze", "quant", "double_quant", "load",
+    "cpu_offload", "ds_config", "lora", "freeze", "quant", "double_quant", "load",
     "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
@@ -128,6 +129,8 @@ static vp_status dist_field(request *r, const char *key, json_t *v,
     if (!r->dist_set)
         vp_dist_init(d);
     r->dist_set = true;
+    if (strcmp(key, "ds_config") == 0)
+        return vp_ds_config_json(&d->ds, v, err);
     if (strcmp(key, "world") == 0 || strcmp(key, "shard") == 0) {
         if (get_count(v, key, 1, VP_DIST_MAX_WORLD, &n, err) != VP_OK)
             return VP_EARG;
@@ -257,7 +260,8 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
                strcmp(key, "reshard_after_forward") == 0 ||
                strcmp(key, "bucket_cap") == 0 ||
                strcmp(key, "rebuild_freed") == 0 ||
-               strcmp(key, "cpu_offload") == 0) {
+               strcmp(key, "cpu_offload") == 0 ||
+               strcmp(key, "ds_config") == 0) {
         st = dist_field(r, key, v, err);
     } else if (strcmp(key, "generate") == 0) {
         st = get_str(v, key, &r->generate, err);

@@ -209,6 +209,10 @@ double vp__fused_layer_gap(const vp_cluster_model *cm, const vp__act *a,
  * e->fits from it; otherwise leave e as fitted. */
 vp_status vp__plan_simulate(vp_cluster_model *cm, const vp_cluster *c,
                             vp_plan_entry *e, vp_error *err);
+/* The same for DeepSpeed's ZeRO layouts without model parallelism
+ * (cluster_ds.c: the most loaded rank through dist_deepspeed.c). */
+vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
+                               vp_plan_entry *e, vp_error *err);
 /* The description of one tensor-parallel rank's share (heads, ffn and
  * vocab divided by t) of two layers of m (a value). */
 void vp__local_tf(vp_tf *tf, const vp_model *m, uint32_t t);

@@ -84,6 +84,11 @@ bool vp_dist_is_fsdp(vp_dist_strategy s)
     return s >= VP_DIST_FSDP_FULL && s <= VP_DIST_FSDP2;
 }
 
+bool vp_dist_is_deepspeed(vp_dist_strategy s)
+{
+    return s >= VP_DIST_DS_ZERO1 && s <= VP_DIST_DS_ZERO3;
+}
+
 void vp_dist_init(vp_dist *d)
 {
     memset(d, 0, sizeof *d);
@@ -96,6 +101,7 @@ void vp_dist_init(vp_dist *d)
     d->rebuild_held = true;
     d->limit_all_gathers = true;
     d->backward_prefetch = VP_PREFETCH_PRE;
+    vp_ds_config_init(&d->ds);
 }
 
 uint8_t vp__mp_bytes(vp_mp_dtype d)
@@ -174,6 +180,11 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
     case VP_DIST_MEGATRON_DDP:
     case VP_DIST_MEGATRON_DISTOPT:
         return &vp__dist_megatron_rules;
+    case VP_DIST_DS_ZERO1:
+    case VP_DIST_DS_ZERO2:
+        return &vp__dist_zero12_rules;
+    case VP_DIST_DS_ZERO3:
+        return &vp__dist_zero3_rules;
     default:
         return NULL;
     }
@@ -407,6 +418,7 @@ void vp__dist_step_begin(sim *S)
 {
     vp__dist *d = S->dist;
     d->step++;
+    d->n_fwd = 0;
     if (d->rules->step_begin)
         d->rules->step_begin(S);
     S->stream = VP_STREAM_DEFAULT;
@@ -432,6 +444,7 @@ void vp__dist_fwd_begin(sim *S)
 {
     for (uint32_t p = 0; p < S->g->n_params; p++)
         S->dist->pending[p] = S->dist->uses[p];
+    S->dist->n_fwd++;
     HOOK(fwd_begin, S);
 }
 
@@ -457,10 +470,14 @@ static uint32_t unit_edge(const sim *S, uint32_t op, bool after, bool bwd)
 void vp__dist_fwd_op(sim *S, uint32_t op, bool after)
 {
     uint32_t u = unit_edge(S, op, after, false);
+    if (!after)
+        HOOK(op_fwd, S, op, false);
     if (u != UINT32_MAX && !after)
         HOOK(unit_fwd_begin, S, u);
     else if (u != UINT32_MAX)
         HOOK(unit_fwd_end, S, u);
+    if (after)
+        HOOK(op_fwd, S, op, true);
 }
 
 void vp__dist_bwd_begin(sim *S)
@@ -476,10 +493,14 @@ void vp__dist_bwd_end(sim *S)
 void vp__dist_bwd_op(sim *S, uint32_t op, bool after)
 {
     uint32_t u = unit_edge(S, op, after, true);
+    if (!after)
+        HOOK(op_bwd, S, op, false);
     if (u != UINT32_MAX && !after)
         HOOK(unit_bwd_begin, S, u);
     else if (u != UINT32_MAX)
         HOOK(unit_bwd_end, S, u);
+    if (after)
+        HOOK(op_bwd, S, op, true);
 }
 
 /* A parameter's gradient is complete when its last use in the graph has
@@ -501,6 +522,11 @@ void vp__dist_zero_grad(sim *S)
 void vp__dist_opt_begin(sim *S)
 {
     HOOK(opt_begin, S);
+}
+
+void vp__dist_param_built(sim *S, uint32_t p, uint32_t *t)
+{
+    HOOK(param_built, S, p, t);
 }
 
 /* ---- helpers ----------------------------------------------------------- */

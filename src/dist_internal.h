@@ -64,6 +64,13 @@ typedef struct vp__dist_rules {
     void (*grad_ready)(sim *S, uint32_t p);   /* p's gradient is complete */
     void (*zero_grad)(sim *S);
     void (*opt_begin)(sim *S);                /* before optimizer.step()  */
+    /* around every op's forward and backward (DeepSpeed ZeRO-3's
+     * per-module fetch and release) */
+    void (*op_fwd)(sim *S, uint32_t op, bool after);
+    void (*op_bwd)(sim *S, uint32_t op, bool after);
+    /* parameter p just made by the model's construction (*t its tensor):
+     * DeepSpeed's zero.Init partitions it there */
+    void (*param_built)(sim *S, uint32_t p, uint32_t *t);
     void (*destroy)(vp__dist *d);
 } vp__dist_rules;
 
@@ -95,6 +102,7 @@ struct vp__dist {
     uint32_t *pending;     /* per parameter: gradient contributions left
                               in this backward                          */
     uint32_t step;         /* steps begun                                */
+    uint32_t n_fwd;        /* forwards (micro-batches) begun this step   */
     void *impl;            /* the wrapper's own state                    */
 };
 
@@ -103,6 +111,25 @@ extern const vp__dist_rules vp__dist_ddp_rules;   /* dist_ddp.c */
 extern const vp__dist_rules vp__dist_fsdp1_rules; /* dist_fsdp.c */
 extern const vp__dist_rules vp__dist_fsdp2_rules; /* dist_fsdp2.c */
 extern const vp__dist_rules vp__dist_megatron_rules; /* dist_megatron.c */
+extern const vp__dist_rules vp__dist_zero12_rules; /* dist_deepspeed.c */
+extern const vp__dist_rules vp__dist_zero3_rules;  /* dist_zero3.c */
+/* The roles of a DeepSpeed run (dist_deepspeed.c): sig[r] for each rank.
+ * ZeRO-1/2 ranks differ by the params their partition meets and its
+ * padding; over VP_DS_MAX_ROLES ranks three are simulated: the heaviest
+ * partition (the most elements met, vp__ds_heaviest_rank), the last (the
+ * padding), and rank 0 standing for the others. ZeRO-3: one role.
+ * VP_ENOMEM. */
+#define VP_DS_MAX_ROLES 64u
+vp_status vp__ds_signatures(const vp_graph *g, const vp_dist *d,
+                            uint64_t *sig, vp_error *err);
+uint32_t vp__ds_heaviest_rank(const vp_graph *g, const vp_dist *d);
+/* ZeRO-1/2's partition of rank `rank` of `world` (stage_1_and_2.py: the
+ * flat group padded to 2 x world elements, get_partition_info): its size
+ * (0 on overflow), *in_part the elements of the params that meet it (whole),
+ * *pad its padding, overlap_n[p] (if not NULL) param p's elements in it. */
+uint64_t vp__ds_partition(const vp_graph *g, uint32_t world, uint32_t rank,
+                          uint64_t *in_part, uint64_t *pad,
+                          uint64_t *overlap_n);
 
 /* ---- what sim.c calls (dist.c) ----------------------------------------- */
 
@@ -124,6 +151,7 @@ void vp__dist_bwd_op(sim *S, uint32_t op, bool after);
 void vp__dist_grad(sim *S, uint32_t p);
 void vp__dist_zero_grad(sim *S);
 void vp__dist_opt_begin(sim *S);
+void vp__dist_param_built(sim *S, uint32_t p, uint32_t *t);
 
 /* ---- helpers for the rules (dist.c) ------------------------------------ */
 

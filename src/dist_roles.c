@@ -65,6 +65,10 @@ static vp_status signatures(const vp_graph *g, const vp_dist *d,
                                  vp__chunk_numel(g, p, group, gr, NULL));
         }
         return VP_OK;
+    case VP_DIST_DS_ZERO1:
+    case VP_DIST_DS_ZERO2:
+    case VP_DIST_DS_ZERO3:
+        return vp__ds_signatures(g, d, sig, err);
     default:
         /* DDP and FSDP1 (equal, padded shards): every rank alike */
         return VP_OK;

@@ -528,6 +528,8 @@ static void construct(sim *S, uint32_t *built)
         else
             built[p] = vp__talloc(S, vp__mulc(S, pp->numel, build_bytes(S, pp)),
                                   VP_CAT_PARAM);
+        if (S->dist && OK(S))
+            vp__dist_param_built(S, (uint32_t)p, &built[p]);
         if (tied != NONE) {
             vp__tunref(S, tied);
             tied = NONE;

@@ -23,9 +23,10 @@ const char *const vp__case_opts[] = {"adamw", "adamw-fused", "adamw-forloop",
                                      "sgd", "adafactor", NULL};
 const char *const vp__dist_strategies[] = {
     "ddp", "ddp-bucket-view", "fsdp-full", "fsdp-grad-op", "ddp-zero1",
-    "fsdp2", "fsdp-hybrid", NULL};
+    "fsdp2", "fsdp-hybrid", "deepspeed-zero1", "deepspeed-zero2",
+    "deepspeed-zero3", NULL};
 const char *const vp__dist_precs[] = {"fp32", "amp-bf16", "fsdp-mp-bf16",
-                                      NULL};
+                                      "bf16", "fp16", NULL};
 const char *const vp__dtypes[] = {"fp32", "bf16", "fp16", NULL};
 const char *const vp__case_pgs[] = {"nccl", "fake", NULL};
 
@@ -121,6 +122,7 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_RANK_ONLY("rank"), ROW_RANK_ONLY("strategy"),
     ROW_RANK_ONLY("local_world"), ROW_RANK_ONLY("mixed_precision"),
     ROW_RANK_ONLY("run"), ROW_RANK_ONLY("pg"), ROW_RANK_ONLY("mesh"),
+    ROW_RANK_ONLY("ds_config"),
 };
 
 /* What a training case measured (one GPU or one rank). */
@@ -196,6 +198,8 @@ static const vp_jfield ROWS_RANK[] = {
      .apply = vp__jset_node, .offset = offsetof(vp_case_in, reshard_node)},
     ROW_ENUM("pg", vp__case_pgs, pg),
     {.name = "mesh", .type = VP_JT_ARRAY, .apply = read_mesh},
+    {.name = "ds_config", .type = VP_JT_ANY, .apply = vp__jset_node,
+     .offset = offsetof(vp_case_in, ds_node)},
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -336,6 +340,7 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
+    in->ds_node = -1;
     in->pg = -1;
     in->retries_node = -1;
     in->set_to_none = true;

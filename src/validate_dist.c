@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist_ds.h"
 #include "validate_impl.h"
 #include "vramplan/dist.h"
 
@@ -29,7 +30,10 @@
 static const vp_dist_strategy STRATEGY[] = {
     VP_DIST_DDP,       VP_DIST_DDP_BUCKET_VIEW, VP_DIST_FSDP_FULL,
     VP_DIST_FSDP_GRAD_OP, VP_DIST_DDP_ZERO1,    VP_DIST_FSDP2,
-    VP_DIST_FSDP_HYBRID};
+    VP_DIST_FSDP_HYBRID, VP_DIST_DS_ZERO1,      VP_DIST_DS_ZERO2,
+    VP_DIST_DS_ZERO3};
+/* vp__dist_precs' DeepSpeed names: the module in bf16 or fp16 */
+enum { PREC_DS_BF16 = 3, PREC_DS_FP16 = 4 };
 static const vp_mp_dtype DTYPE[] = {VP_MP_FP32, VP_MP_BF16, VP_MP_FP16};
 
 /* An error at a field of the case. */
@@ -68,6 +72,38 @@ static vp_status ddp_precision(const vp_case_in *in, vp_setup *s,
         s->precision = in->autocast == 1 ? VP_PREC_AMP_FP16
                                          : VP_PREC_AMP_BF16;
     return VP_OK;
+}
+
+/* The precision of a DeepSpeed line: the module built in fp32, then in
+ * bf16 ("bf16": {"enabled": true}, the default of mixed_precision) or
+ * fp16, no autocast; its zero_optimization knobs from `ds_config`
+ * (vp_ds_config_json). */
+static vp_status ds_line(const vp_case_in *in, vp_dist *d, vp_setup *s,
+                         vp_error *err)
+{
+    if (in->autocast >= 0 || in->param_dtype >= 0 || in->reduce_dtype >= 0)
+        return at(in, in->autocast >= 0      ? "autocast"
+                      : in->param_dtype >= 0 ? "param_dtype"
+                                             : "reduce_dtype",
+                  VP_ESCHEMA, err, "DeepSpeed runs its module in bf16 or "
+                  "fp16 ('prec'), not under autocast or FSDP's "
+                  "MixedPrecision");
+    if (in->prec > 0 && in->prec < PREC_DS_BF16)
+        return at(in, "prec", VP_ESCHEMA, err,
+                  "prec '%s' is not DeepSpeed's (fp32, bf16, fp16)",
+                  vp__dist_precs[in->prec]);
+    if (in->mixed_precision)
+        s->precision = in->prec == PREC_DS_FP16 ? VP_PREC_FP16
+                                                : VP_PREC_BF16;
+    /* collect_deepspeed.py builds the model in fp32 (from_config) and the
+     * engine casts it parameter by parameter (engine.py,
+     * _cast_module_mixed_precision) */
+    s->ft.load = VP_LOAD_FP32_CAST;
+    if (in->ds_node < 0)
+        return VP_OK;
+    vp_status st = vp_ds_config_json(&d->ds, in->doc->nodes[in->ds_node].value,
+                                     err);
+    return st == VP_OK ? VP_OK : at(in, "ds_config", st, err, "%s", err->msg);
 }
 
 /* The precision of an FSDP line: MixedPrecision over fp32 shards. */
@@ -172,6 +208,14 @@ static vp_status rank_run(const vp_case_in *in, vp_dist *d, vp_setup *s,
         return at(in, "prec", VP_ERANGE, err,
                   "prec '%s' contradicts mixed_precision",
                   vp__dist_precs[in->prec]);
+    if (in->ds_node >= 0 && !vp_dist_is_deepspeed(d->strategy))
+        return at(in, "ds_config", VP_ESCHEMA, err,
+                  "ds_config is DeepSpeed's (deepspeed-zero1/2/3)");
+    if (vp_dist_is_deepspeed(d->strategy))
+        return ds_line(in, d, s, err);
+    if (in->prec >= PREC_DS_BF16)
+        return at(in, "prec", VP_ESCHEMA, err,
+                  "prec '%s' is DeepSpeed's", vp__dist_precs[in->prec]);
     vp_status st = vp_dist_is_fsdp(d->strategy)
                        ? fsdp_precision(in, d, err)
                        : ddp_precision(in, s, err);

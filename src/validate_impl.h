@@ -48,6 +48,7 @@ typedef struct vp_case_in {
                                case file's folder; NULL: found by model */
     int prec, opt, attn, strategy, autocast, param_dtype, reduce_dtype;
     int reshard_node;       /* reshard_after_forward's node, -1 */
+    int ds_node;            /* DeepSpeed's ds_config object, -1  */
     int pg;                 /* multi-GPU: 0 nccl, 1 fake, -1     */
     uint64_t mesh[2];       /* HSDP [replicate, shard]; 0: none  */
     int retries_node;       /* num_alloc_retries' node, -1       */
@@ -72,7 +73,8 @@ extern const char *const vp__case_opts[];   /* adamw adamw-fused
 extern const char *const vp__dist_strategies[]; /* ddp ddp-bucket-view
                                                    fsdp-full fsdp-grad-op
                                                    ddp-zero1 fsdp2
-                                                   fsdp-hybrid            */
+                                                   fsdp-hybrid
+                                                   deepspeed-zero1/2/3    */
 extern const char *const vp__case_pgs[];    /* nccl fake                 */
 extern const char *const vp__dist_precs[];  /* fp32 amp-bf16 fsdp-mp-bf16 */
 extern const char *const vp__dtypes[];      /* fp32 bf16 fp16            */

@@ -526,6 +526,15 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm,
                                uint32_t stage, vp_stage_sim *out,
                                vp_error *err);
 
+/* A DeepSpeed ZeRO layout without model parallelism (sharding zero1,
+ * zero2 or zero3, tp = pp = cp = ep = 1) simulated as its most loaded
+ * rank (dist.h's deepspeed-zero1/2/3): *e gets the fitted evaluation,
+ * then, where the simulation models the layout (e->simulated), the
+ * simulated rank's memory and fit. */
+vp_status vp_cluster_ds_sim(vp_cluster_model *cm, const vp_cluster *c,
+                            const vp_par *p, vp_plan_entry *e,
+                            vp_error *err);
+
 /* ---- names ------------------------------------------------------------- */
 
 vp_engine vp_sharding_engine(vp_sharding s);

@@ -35,7 +35,10 @@
     XX(FSDP_NO_SHARD, "fsdp-no-shard") /* FSDP1 NO_SHARD                */ \
     XX(FSDP2, "fsdp2")                /* fully_shard                    */ \
     XX(MEGATRON_DDP, "megatron-ddp")  /* Megatron-LM DDP, fp32 main grads */ \
-    XX(MEGATRON_DISTOPT, "megatron-distopt") /* + distributed optimizer */
+    XX(MEGATRON_DISTOPT, "megatron-distopt") /* + distributed optimizer */ \
+    XX(DS_ZERO1, "deepspeed-zero1")   /* DeepSpeed ZeRO stage 1         */ \
+    XX(DS_ZERO2, "deepspeed-zero2")   /* stage 2 (gradients partitioned) */ \
+    XX(DS_ZERO3, "deepspeed-zero3")   /* stage 3 (parameters too)       */
 
 typedef enum {
 #define VP__DS(name, str) VP_DIST_##name,
@@ -71,6 +74,57 @@ typedef enum {
 #undef VP__PF
     VP_PREFETCH__COUNT
 } vp_prefetch;
+
+/* DeepSpeed's offload devices (offload_optimizer / offload_param
+ * "device"). */
+#define VP_DS_OFFLOAD_MAP(XX)                                              \
+    XX(NONE, "none")                                                       \
+    XX(CPU, "cpu")                                                         \
+    XX(NVME, "nvme")
+
+typedef enum {
+#define VP__DSO(name, str) VP_DS_OFFLOAD_##name,
+    VP_DS_OFFLOAD_MAP(VP__DSO)
+#undef VP__DSO
+    VP_DS_OFFLOAD__COUNT
+} vp_ds_offload;
+
+/* The knobs of a DeepSpeed config's zero_optimization section (and the
+ * engine's gradient_clipping), as deepspeed/runtime/zero/config.py names
+ * and defaults them (vp_ds_config_init). Counts are elements, as
+ * DeepSpeed's are. docs/DISTRIBUTED.md, "DeepSpeed ZeRO". */
+typedef struct vp_ds_config {
+    uint64_t reduce_bucket_size;     /* 5e8                               */
+    uint64_t allgather_bucket_size;  /* 5e8                               */
+    bool contiguous_gradients;       /* true                              */
+    int8_t overlap_comm;             /* -1: the stage's default (stage 3) */
+    bool round_robin_gradients;      /* false                             */
+    vp_ds_offload offload_optimizer; /* none                              */
+    vp_ds_offload offload_param;     /* none (stage 3 only)               */
+    uint64_t prefetch_bucket_size;   /* stage3_prefetch_bucket_size 5e7   */
+    uint64_t max_live_parameters;    /* stage3_max_live_parameters 1e9    */
+    uint64_t max_reuse_distance;     /* stage3_max_reuse_distance 1e9     */
+    uint64_t param_persistence_threshold; /* stage3_..._threshold 1e5     */
+    uint64_t sub_group_size;         /* 1e9                               */
+    double gradient_clipping;        /* 0: none                           */
+    bool zero_init;                  /* stage 3: the model built under
+                                        deepspeed.zero.Init (each param
+                                        partitioned as it is made)      */
+} vp_ds_config;
+
+void vp_ds_config_init(vp_ds_config *c);
+/* Set one knob from its text as a config would give it (a number such as
+ * 5e8 or 500000000, true/false, none/cpu/nvme); the names are the
+ * config's (reduce_bucket_size, overlap_comm, offload_optimizer,
+ * stage3_prefetch_bucket_size, ..., gradient_clipping). VP_EARG naming an
+ * unknown knob or a bad value. */
+vp_status vp_ds_config_set(vp_ds_config *c, const char *key,
+                           const char *value, vp_error *err);
+/* "key=value,key=value" (estimate's --ds). */
+vp_status vp_ds_config_parse(vp_ds_config *c, const char *text,
+                             vp_error *err);
+/* The knobs' names, NULL-terminated. */
+extern const char *const vp_ds_config_keys[];
 
 /* Largest data-parallel world a run may name. */
 #define VP_DIST_MAX_WORLD 65536u
@@ -116,6 +170,7 @@ typedef struct vp_dist {
     bool empty_cache_after_wrap; /* the script calls torch.cuda.empty_cache()
                                     once the wrapper is built (the
                                     ground-truth protocol, collect_dist.py)  */
+    vp_ds_config ds;           /* deepspeed-zero1/2/3                        */
 } vp_dist;
 
 /* Defaults: no strategy, world 1, rank 0, no mixed precision, DDP's 25
@@ -133,5 +188,7 @@ vp_status vp_prefetch_parse(const char *s, vp_prefetch *out);
 
 /* Whether the strategy is one of FSDP's (1 or 2). */
 bool vp_dist_is_fsdp(vp_dist_strategy s);
+/* Whether the strategy is one of DeepSpeed's ZeRO stages. */
+bool vp_dist_is_deepspeed(vp_dist_strategy s);
 
 #endif

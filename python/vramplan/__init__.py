@@ -22,9 +22,10 @@ gpu_dir, the fine-tuning setup (lora="r=16,alpha=32,targets=all-linear",
 freeze, quant, double_quant, load, base_dtype), and global_batch for plan;
 estimate also takes a data-parallel run simulated rank by rank
 (docs/DISTRIBUTED.md): strategy, world, shard, param_dtype, reduce_dtype,
-reshard_after_forward, bucket_cap, rebuild_freed, cpu_offload (the result's
-"dist" lists the rank roles; the rest is the most loaded rank's). An unknown
-argument raises TypeError.
+reshard_after_forward, bucket_cap, rebuild_freed, cpu_offload, and for
+DeepSpeed's strategies ds_config, a dict of its zero_optimization knobs by
+their config names (the result's "dist" lists the rank roles; the rest is
+the most loaded rank's). An unknown argument raises TypeError.
 
 Errors raise vramplan.Error, whose str() is "file:line:col: message" for
 an error in a model or profile file; .code, .path, .line and .column carry
@@ -161,7 +162,8 @@ def _request(command, model, kwargs, extra=()):
 
 
 _DIST = ("strategy", "world", "shard", "param_dtype", "reduce_dtype",
-         "reshard_after_forward", "bucket_cap", "rebuild_freed", "cpu_offload")
+         "reshard_after_forward", "bucket_cap", "rebuild_freed", "cpu_offload",
+         "ds_config")
 
 
 def estimate(model, **setup):

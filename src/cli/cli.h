@@ -243,7 +243,7 @@ enum {
     CLI_O_RESHARD, CLI_O_BUCKET_CAP, CLI_O_STATIC_GRAPH, CLI_O_FIND_UNUSED,
     CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
     CLI_O_NO_LIMIT_AG, CLI_O_FWD_PREFETCH, CLI_O_BWD_PREFETCH,
-    CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O__DIST_END
+    CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O_DS, CLI_O__DIST_END
 };
 _Static_assert((int)CLI_O__DIST_END <= CLI_OPT_HELP,
                "the data-parallel options' ids run into --help's");
@@ -264,7 +264,9 @@ extern const char *const cli_prefetches[]; /* vp_prefetch order        */
      .what = "data-parallel strategy", .only = CLI_CMD_ESTIMATE,            \
      .help = "a data-parallel wrapper simulated rank by rank: ddp, "        \
              "ddp-bucket-view, ddp-zero1, fsdp-full, fsdp-grad-op, "        \
-             "fsdp-hybrid, fsdp-no-shard, fsdp2 (default none)"},           \
+             "fsdp-hybrid, fsdp-no-shard, fsdp2, megatron-ddp, "          \
+             "megatron-distopt, deepspeed-zero1, deepspeed-zero2, "         \
+             "deepspeed-zero3 (default none)"},                             \
     {.id = CLI_O_WORLD, .name = "world", .metavar = "N",                    \
      .type = CLI_ARG_U64, .min = 1, .max = VP_DIST_MAX_WORLD,               \
      .only = CLI_CMD_ESTIMATE,                                              \
@@ -308,7 +310,12 @@ extern const char *const cli_prefetches[]; /* vp_prefetch order        */
     CLI_DIST_FLAG(CLI_O_ORIG_PARAMS, "use-orig-params",                     \
                   "FSDP1 use_orig_params"),                                 \
     CLI_DIST_FLAG(CLI_O_CPU_OFFLOAD, "cpu-offload",                         \
-                  "fsdp2 CPUOffloadPolicy")
+                  "fsdp2 CPUOffloadPolicy"),                                \
+    {.id = CLI_O_DS, .name = "ds", .metavar = "K=V,...",                    \
+     .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,                      \
+     .help = "deepspeed-zero*: zero_optimization knobs by their config "    \
+             "names, comma-separated (e.g. "                                \
+             "overlap_comm=true,offload_optimizer=cpu)"}
 
 /* The data-parallel run the options describe, into *d (vp_dist_init'ed
  * first); *set when --strategy names one. -1 to go on, or CLI_USAGE after

@@ -76,6 +76,14 @@ int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set)
         d->backward_prefetch = (vp_prefetch)v[CLI_O_BWD_PREFETCH].choice;
     d->use_orig_params = v[CLI_O_ORIG_PARAMS].given;
     d->cpu_offload = v[CLI_O_CPU_OFFLOAD].given;
+    if (v[CLI_O_DS].given) {
+        vp_error e;
+        if (!vp_dist_is_deepspeed(d->strategy))
+            return cli_usage_error("--ds is DeepSpeed's (--strategy "
+                                   "deepspeed-zero1, -zero2, -zero3)");
+        if (vp_ds_config_parse(&d->ds, v[CLI_O_DS].text, &e) != VP_OK)
+            return cli_usage_error("--ds: %s", e.msg);
+    }
     return -1;
 }
 
@@ -114,6 +122,35 @@ void cli_dist_table(FILE *f, const vp_dist *d, const vp_rank_estimate *r,
     fprintf(f, "the report below is rank %" PRIu32 "'s\n\n", r[worst].rank);
 }
 
+/* DeepSpeed's knobs as simulated, by their config names. */
+static json_t *ds_json(const vp_ds_config *c, bool stage3)
+{
+    static const char *const off[] = {"none", "cpu", "nvme"};
+    json_t *o = json_object();
+    cli_jset(o, "reduce_bucket_size", cli_ju64(c->reduce_bucket_size));
+    cli_jset(o, "allgather_bucket_size", cli_ju64(c->allgather_bucket_size));
+    cli_jset(o, "contiguous_gradients", json_boolean(c->contiguous_gradients));
+    /* overlap_comm's default: stage 3's (zero/config.py) */
+    cli_jset(o, "overlap_comm", json_boolean(c->overlap_comm < 0
+                                                 ? stage3
+                                                 : c->overlap_comm));
+    cli_jset(o, "round_robin_gradients",
+             json_boolean(c->round_robin_gradients));
+    cli_jset(o, "offload_optimizer", json_string(off[c->offload_optimizer]));
+    cli_jset(o, "offload_param", json_string(off[c->offload_param]));
+    cli_jset(o, "stage3_prefetch_bucket_size",
+             cli_ju64(c->prefetch_bucket_size));
+    cli_jset(o, "stage3_max_live_parameters",
+             cli_ju64(c->max_live_parameters));
+    cli_jset(o, "stage3_max_reuse_distance", cli_ju64(c->max_reuse_distance));
+    cli_jset(o, "stage3_param_persistence_threshold",
+             cli_ju64(c->param_persistence_threshold));
+    cli_jset(o, "sub_group_size", cli_ju64(c->sub_group_size));
+    cli_jset(o, "gradient_clipping", json_real(c->gradient_clipping));
+    cli_jset(o, "zero_init", json_boolean(c->zero_init));
+    return o;
+}
+
 json_t *cli_dist_json(const vp_dist *d, const vp_rank_estimate *r, size_t n,
                       size_t worst)
 {
@@ -125,6 +162,9 @@ json_t *cli_dist_json(const vp_dist *d, const vp_rank_estimate *r, size_t n,
     cli_jset(o, "param_dtype", json_string(vp_mp_dtype_name(d->param_dtype)));
     cli_jset(o, "reduce_dtype",
              json_string(vp_mp_dtype_name(d->reduce_dtype)));
+    if (vp_dist_is_deepspeed(d->strategy))
+        cli_jset(o, "ds_config",
+                 ds_json(&d->ds, d->strategy == VP_DIST_DS_ZERO3));
     for (size_t k = 0; k < n; k++) {
         json_t *x = json_object();
         cli_jset(x, "rank", cli_ju64(r[k].rank));

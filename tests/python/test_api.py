@@ -107,6 +107,27 @@ class Estimate(unittest.TestCase):
                          c["dist"]["most_loaded_rank"])
         self.assertEqual(sum(r["ranks"] for r in e["dist"]["roles"]), 4)
 
+    def test_deepspeed_run_matches_the_command_line(self):
+        e = vramplan.estimate("gpt2-small", batch=2, seq=256,
+                              precision="bf16", optimizer="adamw-fused",
+                              strategy="deepspeed-zero3", world=4,
+                              ds_config={"stage3_max_reuse_distance": 0,
+                                         "overlap_comm": False})
+        c, rc = cli_json("estimate", "models/gpt2-small.yaml", "--batch",
+                         "2", "--seq", "256", "--precision", "bf16",
+                         "--optimizer", "adamw-fused", "--strategy",
+                         "deepspeed-zero3", "--world", "4", "--ds",
+                         "stage3_max_reuse_distance=0,overlap_comm=false")
+        self.assertEqual(rc, 0)
+        self.assertEqual(e["peak_alloc"], c["peak_alloc"])
+        self.assertEqual(e["peak_reserved"], c["peak_reserved"])
+        with self.assertRaises(vramplan.Error) as cm:
+            vramplan.estimate("gpt2-small", precision="bf16",
+                              optimizer="adamw-fused",
+                              strategy="deepspeed-zero2", world=2,
+                              ds_config={"reduce_bucket": 1})
+        self.assertIn("'reduce_bucket'", str(cm.exception))
+
     def test_data_parallel_fields_need_a_strategy(self):
         with self.assertRaises(vramplan.Error) as cm:
             vramplan.estimate("gpt2-small", world=2)
