@@ -87,8 +87,9 @@ static vp_status f2_init(sim *S, vp__dist *d)
                             "reshard_after_forward=%d does not divide the "
                             "shard group of %u ranks", (int)f->raf,
                             d->group);
-    if (f->raf > 1 && (uint32_t)f->raf >= d->group)
-        f->raf = 0; /* resharding to the whole group: not resharded     */
+    if (f->raf > 1 && (uint32_t)f->raf == d->group)
+        f->raf = 1; /* the whole shard group: True (_fsdp_init.py,
+                       _get_post_forward_mesh_info)                       */
     for (uint32_t p = 0; p < g->n_params; p++)
         if (d->unit_of_param[p] != UINT32_MAX)
             f->local[p] = vp__chunk_numel(g, p, d->group, d->grank, NULL);

@@ -1,0 +1,292 @@
+/* The wrappers' knobs, one behaviour each (issue 11's lists; the table in
+ * docs/DISTRIBUTED.md, "Knobs", names each knob's test here), on
+ * tests/data/dist/tiny-gpt.yaml: P = 110336 parameters, 28 tensors (12 a
+ * layer, word and position embeddings, the final norm's weight and bias
+ * of 64 each; the head is tied), PU = 49984 in a layer.
+ *
+ * Every figure is derived from the rule's source (cited at each test) and
+ * the caching allocator's rounding of a small block to 512 B, never read
+ * back from a run. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#define P 110336ull
+#define PU 49984ull
+#define PR 10368ull
+#define TENSORS 28u
+#define MODEL "tests/data/dist/tiny-gpt.yaml"
+
+static uint64_t r512(uint64_t b) { return (b + 511) / 512 * 512; }
+
+static vp_graph *tiny(void)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(MODEL, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 32, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_model_free(m);
+    return g;
+}
+
+/* The allocations one run makes under an op name, in one step. */
+#define MAX_SEEN 64
+typedef struct seen {
+    const char *op;
+    uint32_t step;
+    uint64_t bytes[MAX_SEEN];
+    size_t n;
+} seen;
+
+static void on_event(const vp_sim_event *ev, void *ud)
+{
+    seen *s = ud;
+    if (ev->is_free || ev->step != s->step || strcmp(ev->op, s->op) != 0)
+        return;
+    cr_assert_lt(s->n, MAX_SEEN);
+    s->bytes[s->n++] = ev->bytes;
+}
+
+/* Rank d->rank of the run (checkpointing every layer when ckpt), and
+ * what it allocates under `watch` (may be NULL). */
+static vp_estimate run(const vp_dist *d, vp_precision prec, bool ckpt,
+                       seen *watch)
+{
+    vp_graph *g = tiny();
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    bool ck[8] = {false};
+    vp_setup_init(&s);
+    s.dist = d;
+    s.precision = prec;
+    if (ckpt) {
+        cr_assert_leq(vp_graph_segment_count(g), 8);
+        vp_graph_default_checkpoint(g, ck);
+        s.checkpoint = ck;
+        s.n_checkpoint = vp_graph_segment_count(g);
+    }
+    cr_assert_eq(vp_simulate(g, &s, &e, watch ? on_event : NULL, watch,
+                             &err),
+                 VP_OK, "%s", err.msg);
+    vp_graph_free(g);
+    return e;
+}
+
+static vp_dist ddp(uint32_t world)
+{
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_DDP;
+    d.world = world;
+    return d;
+}
+
+static uint64_t sum(const seen *s)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < s->n; i++)
+        t += s->bytes[i];
+    return t;
+}
+
+/* ---- DDP (torch/csrc/distributed/c10d/reducer.cpp) --------------------- */
+
+Test(dist_knobs, first_bucket_cap_takes_the_first_ready_gradient_alone)
+{
+    /* compute_bucket_assignment_by_size in rebuild_buckets: a bucket closes
+     * at the first parameter that brings it to its limit; the limits are
+     * [first_bucket, bucket_cap, bucket_cap...]. With a 1-byte first
+     * limit the first rebuilt bucket is the first gradient to become
+     * ready, the final norm's (64 fp32 elements: 256 B); an unbounded
+     * second limit takes the rest. The first iteration's single bucket
+     * (initialize_buckets, no limit) was made at construction. */
+    vp_dist d = ddp(2);
+    d.first_bucket = 1;
+    d.bucket_cap = UINT64_MAX;
+    seen s = {.op = "ddp buckets", .step = 2};
+    run(&d, VP_PREC_FP32, false, &s);
+    cr_assert_eq(s.n, 2);
+    cr_assert_eq(s.bytes[0], 64 * 4);
+    cr_assert_eq(s.bytes[1], 4 * P - 64 * 4);
+    seen first = {.op = "ddp buckets", .step = 0};
+    run(&d, VP_PREC_FP32, false, &first);
+    cr_assert_eq(first.n, 1);
+    cr_assert_eq(first.bytes[0], 4 * P);
+}
+
+Test(dist_knobs, bucket_cap_of_one_byte_buckets_every_tensor_alone)
+{
+    /* the same rule with every limit at one byte: one bucket a tensor */
+    vp_dist d = ddp(2);
+    d.first_bucket = 1;
+    d.bucket_cap = 1;
+    seen s = {.op = "ddp buckets", .step = 2};
+    run(&d, VP_PREC_FP32, false, &s);
+    cr_assert_eq(s.n, TENSORS);
+    cr_assert_eq(sum(&s), 4 * P);
+}
+
+Test(dist_knobs, static_graph_rebuilds_like_the_default)
+{
+    /* Reducer::should_rebuild_buckets: (static_graph_ ||
+     * !find_unused_parameters_) && !has_rebuilt_bucket_: with the default
+     * find_unused_parameters=False the static graph changes nothing in
+     * the buckets' memory */
+    vp_dist a = ddp(2), b = ddp(2);
+    b.static_graph = true;
+    seen sa = {.op = "ddp buckets", .step = 2};
+    seen sb = {.op = "ddp buckets", .step = 2};
+    vp_estimate ea = run(&a, VP_PREC_FP32, false, &sa);
+    vp_estimate eb = run(&b, VP_PREC_FP32, false, &sb);
+    cr_assert_eq(sa.n, 1);
+    cr_assert_eq(sb.n, 1);
+    cr_assert_eq(ea.peak_alloc, eb.peak_alloc);
+}
+
+Test(dist_knobs, find_unused_parameters_never_rebuilds)
+{
+    /* should_rebuild_buckets is false with find_unused_parameters and no
+     * static graph: the buckets made at construction ([1 MiB, 25 MiB] over
+     * the parameters in reverse order; here one, 4 P < 1 MiB) stay */
+    vp_dist d = ddp(2);
+    d.find_unused = true;
+    seen s = {.op = "ddp buckets", .step = 2};
+    vp_estimate e = run(&d, VP_PREC_FP32, false, &s);
+    cr_assert_eq(s.n, 0);
+    cr_assert_eq(e.step[1].peak[VP_PHASE_FORWARD],
+                 e.step[2].peak[VP_PHASE_FORWARD]);
+}
+
+Test(dist_knobs, overlap_with_ddp_splits_the_state_by_bucket)
+{
+    /* ddp_zero_hook.py, _assign_bucket_subset_to_rank: each rebuilt bucket
+     * to the rank with the fewest elements; the ranks' AdamW states (two
+     * fp32 moments a parameter, each its own block, and the step scalars)
+     * add up to one GPU's; the first step's optimizer.step() makes none */
+    vp_dist one = ddp(1);
+    vp_estimate whole = run(&one, VP_PREC_FP32, false, NULL);
+    uint64_t total = 0;
+    for (uint32_t r = 0; r < 2; r++) {
+        vp_dist d = ddp(2);
+        d.strategy = VP_DIST_DDP_ZERO1;
+        d.overlap_with_ddp = true;
+        d.first_bucket = 1;
+        d.bucket_cap = 1;
+        d.rank = r;
+        vp_estimate e = run(&d, VP_PREC_FP32, false, NULL);
+        total += e.optim_bytes;
+        cr_assert_lt(e.optim_bytes, whole.optim_bytes);
+    }
+    cr_assert_eq(total, whole.optim_bytes);
+}
+
+/* ---- FSDP1 (torch/distributed/fsdp/) ---------------------------------- */
+
+Test(dist_knobs, hybrid_shard_is_full_shard_within_its_group)
+{
+    /* HYBRID_SHARD on [replicate, shard]: FULL_SHARD over the shard group
+     * (_init_process_group_state_for_hybrid_shard), the reduced shard
+     * all-reduced in place across the replicas */
+    vp_dist h, f;
+    vp_dist_init(&h);
+    vp_dist_init(&f);
+    h.strategy = VP_DIST_FSDP_HYBRID;
+    h.world = 4;
+    h.shard = 2;
+    f.strategy = VP_DIST_FSDP_FULL;
+    f.world = 2;
+    vp_estimate eh = run(&h, VP_PREC_FP32, false, NULL);
+    vp_estimate ef = run(&f, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(eh.after_model, r512(4 * ((PR + 1) / 2)) + 2 * r512(4 * (PU / 2)));
+    cr_assert_eq(eh.after_model, ef.after_model);
+    cr_assert_eq(eh.peak_alloc, ef.peak_alloc);
+}
+
+Test(dist_knobs, no_shard_keeps_each_flat_parameter_whole)
+{
+    /* NO_SHARD at any world: one flat parameter a unit, whole */
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP_NO_SHARD;
+    d.world = 4;
+    vp_estimate e = run(&d, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(e.after_model, r512(4 * PR) + 2 * r512(4 * PU));
+}
+
+/* ---- FSDP2 (torch/distributed/fsdp/_fully_shard/) ---------------------- */
+
+static vp_dist fsdp2(uint32_t world, int32_t raf)
+{
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = world;
+    d.param_dtype = VP_MP_BF16;
+    d.reduce_dtype = VP_MP_FP32;
+    d.reshard_after_forward = raf;
+    return d;
+}
+
+Test(dist_knobs, reshard_after_forward_of_the_shard_group_is_true)
+{
+    /* _fsdp_init.py, _get_post_forward_mesh_info: an int equal to the
+     * shard mesh size becomes True (1 becomes False) */
+    vp_dist t = fsdp2(4, 1), n = fsdp2(4, 4), f = fsdp2(4, 0);
+    vp_estimate et = run(&t, VP_PREC_FP32, false, NULL);
+    vp_estimate en = run(&n, VP_PREC_FP32, false, NULL);
+    vp_estimate ef = run(&f, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(en.peak_alloc, et.peak_alloc);
+    cr_assert_eq(en.step[0].peak[VP_PHASE_FORWARD],
+                 et.step[0].peak[VP_PHASE_FORWARD]);
+    cr_assert_neq(en.peak_alloc, ef.peak_alloc);
+}
+
+Test(dist_knobs, reshard_after_forward_must_divide_the_shard_group)
+{
+    /* an int that is not a factor of the shard mesh size is a ValueError */
+    vp_dist d = fsdp2(4, 3);
+    vp_graph *g = tiny();
+    vp_setup s;
+    vp_estimate e;
+    vp_error err;
+    vp_setup_init(&s);
+    s.dist = &d;
+    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "reshard_after_forward=3"), "%s",
+                       err.msg);
+    vp_graph_free(g);
+}
+
+Test(dist_knobs, checkpointing_under_fsdp2_saves_what_it_saves_on_one_gpu)
+{
+    /* non-reentrant checkpointing of every layer under fully_shard: the
+     * activations the forward keeps shrink by exactly what they shrink by
+     * on one GPU in the same dtype (the wrapper's buffers are the same
+     * with and without it; the recomputation unshards nothing more:
+     * the group is unsharded by its pre-backward hook) */
+    vp_dist d = fsdp2(2, 1);
+    vp_estimate plain = run(&d, VP_PREC_FP32, false, NULL);
+    vp_estimate ck = run(&d, VP_PREC_FP32, true, NULL);
+    vp_estimate one = run(NULL, VP_PREC_BF16, false, NULL);
+    vp_estimate one_ck = run(NULL, VP_PREC_BF16, true, NULL);
+    uint64_t saved_dist = plain.step[0].after_fwd - ck.step[0].after_fwd;
+    uint64_t saved_one = one.step[0].after_fwd - one_ck.step[0].after_fwd;
+    cr_assert_gt(saved_one, 0);
+    cr_assert_eq(saved_dist, saved_one);
+}
+
+Test(dist_knobs, cpu_offload_keeps_no_shard_on_the_device)
+{
+    /* CPUOffloadPolicy: the sharded parameters and the optimizer state on
+     * the host (FSDPParam with offload_to_cpu; the optimizer steps the CPU
+     * shards): nothing of them on the device once wrapped */
+    vp_dist d = fsdp2(2, 1);
+    d.cpu_offload = true;
+    vp_estimate e = run(&d, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(e.after_model, 0);
+    cr_assert_eq(e.optim_bytes, 0);
+}
