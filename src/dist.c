@@ -231,6 +231,19 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
                             "(ddp-zero1)");
     if (c->bucket_cap == 0 || c->first_bucket == 0)
         return vp_error_set(err, VP_EARG, "DDP bucket sizes must be > 0");
+    if (c->buffer_dtype != VP_MP_NONE)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "MixedPrecision buffer_dtype is not modelled "
+                            "(FSDP1 _lazy_init casts the floating-point "
+                            "buffers; the simulation keeps them in their "
+                            "dtype)");
+    if (!c->limit_all_gathers)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "limit_all_gathers=False is not modelled: "
+                            "without FSDP1's rate limiter the CPU runs "
+                            "ahead and the resharded parameters' blocks, "
+                            "recorded on the compute stream, stay pending "
+                            "for a time the allocator model does not know");
     return VP_OK;
 }
 

@@ -18,18 +18,26 @@
 #define PR 10368ull
 #define TENSORS 28u
 #define MODEL "tests/data/dist/tiny-gpt.yaml"
+/* tiny-llama: rotary positions, whose inv_freq buffer is 8 fp32 values */
+#define LLAMA "tests/data/dist/tiny-llama.yaml"
+#define BUFFER_BYTES 32u
 
 static uint64_t r512(uint64_t b) { return (b + 511) / 512 * 512; }
 
-static vp_graph *tiny(void)
+static vp_graph *load(const char *path)
 {
     vp_error err;
-    vp_model *m = vp_model_load(MODEL, &err);
+    vp_model *m = vp_model_load(path, &err);
     cr_assert_not_null(m, "%s", err.msg);
     vp_graph *g = vp_graph_build(m, 2, 32, &err);
     cr_assert_not_null(g, "%s", err.msg);
     vp_model_free(m);
     return g;
+}
+
+static vp_graph *tiny(void)
+{
+    return load(MODEL);
 }
 
 /* The allocations one run makes under an op name, in one step. */
@@ -52,10 +60,10 @@ static void on_event(const vp_sim_event *ev, void *ud)
 
 /* Rank d->rank of the run (checkpointing every layer when ckpt), and
  * what it allocates under `watch` (may be NULL). */
-static vp_estimate run(const vp_dist *d, vp_precision prec, bool ckpt,
-                       seen *watch)
+static vp_estimate run_on(const char *path, const vp_dist *d,
+                          vp_precision prec, bool ckpt, seen *watch)
 {
-    vp_graph *g = tiny();
+    vp_graph *g = load(path);
     vp_setup s;
     vp_estimate e;
     vp_error err;
@@ -74,6 +82,12 @@ static vp_estimate run(const vp_dist *d, vp_precision prec, bool ckpt,
                  VP_OK, "%s", err.msg);
     vp_graph_free(g);
     return e;
+}
+
+static vp_estimate run(const vp_dist *d, vp_precision prec, bool ckpt,
+                       seen *watch)
+{
+    return run_on(MODEL, d, prec, ckpt, watch);
 }
 
 static vp_dist ddp(uint32_t world)
@@ -184,6 +198,24 @@ Test(dist_knobs, overlap_with_ddp_splits_the_state_by_bucket)
     cr_assert_eq(total, whole.optim_bytes);
 }
 
+Test(dist_knobs, broadcast_buffers_flattens_the_buffers_before_each_forward)
+{
+    /* distributed.py, _pre_forward -> _sync_buffers ->
+     * _default_broadcast_coalesced: the buffers (module.buffers(), the
+     * non-persistent inv_freq too) copied into one flat tensor before every
+     * forward; broadcast_buffers=False skips it */
+    for (uint32_t step = 1; step <= 4; step++) {
+        for (int on = 0; on < 2; on++) {
+            vp_dist d = ddp(2);
+            d.broadcast_buffers = on;
+            seen s = {.op = "ddp _sync_buffers", .step = step};
+            run_on(LLAMA, &d, VP_PREC_FP32, false, &s);
+            cr_assert_eq(s.n, (size_t)on, "step %u", step);
+            cr_assert(!on || s.bytes[0] == BUFFER_BYTES);
+        }
+    }
+}
+
 /* ---- FSDP1 (torch/distributed/fsdp/) ---------------------------------- */
 
 Test(dist_knobs, hybrid_shard_is_full_shard_within_its_group)
@@ -245,6 +277,37 @@ Test(dist_knobs, reshard_after_forward_of_the_shard_group_is_true)
     cr_assert_neq(en.peak_alloc, ef.peak_alloc);
 }
 
+Test(dist_knobs, reshard_after_forward_int_keeps_a_clone_of_each_parameter)
+{
+    /* FSDPParam.to_sharded_post_forward: after each forward (the root's
+     * too) each parameter keeps all_gather_output.numel() / n of itself,
+     * in param_dtype. At world 4 and n = 2: half of each parameter, 2 B an
+     * element: numel bytes, one block each (every tiny-gpt dim 0 divides
+     * by 4, so there is no padding). Per layer: 8 tensors of 256 B or
+     * less (512 B blocks) and 12288 + 4096 + 16384 + 16384; the root: the
+     * embeddings 8192 + 2048 and the final norm's two 512 B blocks. */
+    const uint64_t layer = 8 * 512 + 12288 + 4096 + 16384 + 16384;
+    const uint64_t root = 8192 + 2048 + 2 * 512;
+    vp_dist two = fsdp2(4, 2), full = fsdp2(4, 1);
+    vp_estimate e2 = run(&two, VP_PREC_FP32, false, NULL);
+    vp_estimate et = run(&full, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(e2.step[0].after_fwd - et.step[0].after_fwd,
+                 2 * layer + root);
+}
+
+Test(dist_knobs, hsdp_is_fsdp2_within_its_shard_group)
+{
+    /* fully_shard on a 2-D mesh [replicate, shard]: the parameters
+     * sharded over the shard dim only, the reduce-scatter output
+     * all-reduced in place across the replicas (foreach_reduce) */
+    vp_dist h = fsdp2(4, 1), f = fsdp2(2, 1);
+    h.shard = 2;
+    vp_estimate eh = run(&h, VP_PREC_FP32, false, NULL);
+    vp_estimate ef = run(&f, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(eh.after_model, ef.after_model);
+    cr_assert_eq(eh.peak_alloc, ef.peak_alloc);
+}
+
 Test(dist_knobs, reshard_after_forward_must_divide_the_shard_group)
 {
     /* an int that is not a factor of the shard mesh size is a ValueError */
@@ -289,4 +352,44 @@ Test(dist_knobs, cpu_offload_keeps_no_shard_on_the_device)
     vp_estimate e = run(&d, VP_PREC_FP32, false, NULL);
     cr_assert_eq(e.after_model, 0);
     cr_assert_eq(e.optim_bytes, 0);
+}
+
+/* ---- refused by name ----------------------------------------------------- */
+
+static vp_status try_run(const vp_dist *d, vp_error *err)
+{
+    vp_graph *g = tiny();
+    vp_setup s;
+    vp_estimate e;
+    vp_setup_init(&s);
+    s.dist = d;
+    vp_status st = vp_simulate(g, &s, &e, NULL, NULL, err);
+    vp_graph_free(g);
+    return st;
+}
+
+Test(dist_knobs, buffer_dtype_is_refused_not_ignored)
+{
+    vp_dist d;
+    vp_error err;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP_FULL;
+    d.world = 2;
+    d.param_dtype = VP_MP_BF16;
+    d.buffer_dtype = VP_MP_BF16;
+    cr_assert_eq(try_run(&d, &err), VP_EUNSUPPORTED);
+    cr_assert_not_null(strstr(err.msg, "buffer_dtype"), "%s", err.msg);
+}
+
+Test(dist_knobs, limit_all_gathers_false_is_refused_not_ignored)
+{
+    vp_dist d;
+    vp_error err;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP_FULL;
+    d.world = 2;
+    d.limit_all_gathers = false;
+    cr_assert_eq(try_run(&d, &err), VP_EUNSUPPORTED);
+    cr_assert_not_null(strstr(err.msg, "limit_all_gathers=False"), "%s",
+                       err.msg);
 }
