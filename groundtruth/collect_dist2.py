@@ -175,14 +175,14 @@ def wrap(m, fam, c, world):
 def run_case(c, rank, world):
     import torch
     import torch.distributed as dist
-    torch.manual_seed(rank)
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     if c["id"].endswith("-warm"):
         w = torch.zeros(1 << 16, device="cuda", requires_grad=True)
         w.grad = torch.ones_like(w)
         torch.optim.AdamW([w], lr=1e-4).step()  # the foreach AdamW kernels loaded before step 1
         del w
+    torch.manual_seed(rank)
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
     m, fam, seq, M = build(c)
     seq = c.get("seq", seq)
     m.train()
