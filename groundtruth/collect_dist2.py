@@ -11,7 +11,7 @@ case; the reserved peak inflated). Here the driver starts `torchrun` once per (c
 of its process, alone on the GPUs.
 
     python3 groundtruth/collect_dist2.py --dry-run                 # the case list and each process's command
-    python3 groundtruth/collect_dist2.py OUT.jsonl [--filter a,b] [--runs 2] [--nproc 2]   # the driver
+    python3 groundtruth/collect_dist2.py OUT.jsonl [--filter a,b] [--runs 2 | --run R] [--nproc 2]  # the driver
     torchrun --standalone --nproc_per_node=2 groundtruth/collect_dist2.py --case ID --run R OUT.jsonl  # one case
 
 The DDP rebuild probes test the rule of docs/DISTRIBUTED.md ("DDP's rebuild"): step 1's bucket stays in
@@ -312,7 +312,7 @@ def usage():
 
 
 def main(argv):
-    opts = {"--filter": "", "--runs": "2", "--nproc": "2", "--case": None, "--run": "1"}
+    opts = {"--filter": "", "--runs": "2", "--nproc": "2", "--case": None, "--run": None}
     dry, rest, i = False, [], 0
     while i < len(argv):
         a = argv[i]
@@ -332,20 +332,21 @@ def main(argv):
     if opts["--case"]:
         if not any(c["id"] == opts["--case"] for c in CASES):
             sys.exit(f"unknown case {opts['--case']}")
-        return one_case(opts["--case"], int(opts["--run"]), out)
-    runs, nproc = int(opts["--runs"]), int(opts["--nproc"])
+        return one_case(opts["--case"], int(opts["--run"] or 1), out)
+    nproc = int(opts["--nproc"])
+    runs = [int(opts["--run"])] if opts["--run"] else list(range(1, int(opts["--runs"]) + 1))
     cases = selected(opts["--filter"])
     if dry:
         for c in cases:
             fields = {k: v for k, v in c.items() if k not in ("id", "model", "batch", "strategy", "opt", "attn")}
             print(c["id"], c["model"], "b%d" % c["batch"], c["strategy"], json.dumps(fields, sort_keys=True))
-        print(f"{len(cases)} cases x {runs} runs = {len(cases) * runs} processes, for example:")
-        print(" ", " ".join(torchrun_cmd(cases[0]["id"], 1, out, nproc)) if cases else "  (none)")
+        print(f"{len(cases)} cases x {len(runs)} runs = {len(cases) * len(runs)} processes, for example:")
+        print(" ", " ".join(torchrun_cmd(cases[0]["id"], runs[0], out, nproc)) if cases else "  (none)")
         return
     if not rest:
         usage()
     failed = 0
-    for run in range(1, runs + 1):
+    for run in runs:
         for c in cases:
             try:
                 rc = subprocess.run(torchrun_cmd(c["id"], run, out, nproc), timeout=CASE_TIMEOUT_S).returncode
@@ -354,7 +355,7 @@ def main(argv):
             if rc != 0:
                 failed += 1
                 print("FAILED", c["id"], "run", run, rc, flush=True)
-    print(f"done: {len(cases) * runs - failed} of {len(cases) * runs} processes wrote their lines", flush=True)
+    print(f"done: {len(cases) * len(runs) - failed} of {len(cases) * len(runs)} processes wrote their lines", flush=True)
 
 
 if __name__ == "__main__":
