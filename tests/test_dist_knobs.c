@@ -45,17 +45,69 @@ static vp_graph *tiny(void)
 typedef struct seen {
     const char *op;
     uint32_t step;
+    int phase;               /* a vp_phase, or -1: any                     */
     uint64_t bytes[MAX_SEEN];
     size_t n;
+    /* the most bytes alive at once of those allocations (of category
+     * `cat` when live_cat is set) */
+    bool live_cat;
+    vp_category cat;
+    uint64_t ids[MAX_SEEN], sizes[MAX_SEEN];
+    size_t n_live;
+    uint64_t live, most;
 } seen;
+
+static void track(seen *s, const vp_sim_event *ev)
+{
+    if (ev->is_free) {
+        for (size_t i = 0; i < s->n_live; i++)
+            if (s->ids[i] == ev->tensor) {
+                s->live -= s->sizes[i];
+                s->ids[i] = s->ids[s->n_live - 1];
+                s->sizes[i] = s->sizes[--s->n_live];
+                return;
+            }
+        return;
+    }
+    if (strcmp(ev->op, s->op) != 0 || (s->live_cat && ev->category != s->cat))
+        return;
+    cr_assert_lt(s->n_live, MAX_SEEN);
+    s->ids[s->n_live] = ev->tensor;
+    s->sizes[s->n_live++] = ev->bytes;
+    s->live += ev->bytes;
+    if (ev->step == s->step && (s->phase < 0 || (int)ev->phase == s->phase) &&
+        s->live > s->most)
+        s->most = s->live;
+}
 
 static void on_event(const vp_sim_event *ev, void *ud)
 {
     seen *s = ud;
-    if (ev->is_free || ev->step != s->step || strcmp(ev->op, s->op) != 0)
+    track(s, ev);
+    if (ev->is_free || ev->step != s->step || strcmp(ev->op, s->op) != 0 ||
+        (s->phase >= 0 && (int)ev->phase != s->phase))
         return;
     cr_assert_lt(s->n, MAX_SEEN);
     s->bytes[s->n++] = ev->bytes;
+}
+
+/* A watch of op's allocations in step (any phase). */
+static seen watch(const char *op, uint32_t step)
+{
+    seen s;
+    memset(&s, 0, sizeof s);
+    s.op = op;
+    s.step = step;
+    s.phase = -1;
+    return s;
+}
+
+static void expect_bytes(const seen *s, const uint64_t *want, size_t n)
+{
+    cr_assert_eq(s->n, n, "%s: %zu allocations", s->op, s->n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(s->bytes[i], want[i], "%s #%zu: %llu", s->op, i,
+                     (unsigned long long)s->bytes[i]);
 }
 
 /* Rank d->rank of the run (checkpointing every layer when ckpt), and
@@ -121,12 +173,12 @@ Test(dist_knobs, first_bucket_cap_takes_the_first_ready_gradient_alone)
     vp_dist d = ddp(2);
     d.first_bucket = 1;
     d.bucket_cap = UINT64_MAX;
-    seen s = {.op = "ddp buckets", .step = 2};
+    seen s = watch("ddp buckets", 2);
     run(&d, VP_PREC_FP32, false, &s);
     cr_assert_eq(s.n, 2);
     cr_assert_eq(s.bytes[0], 64 * 4);
     cr_assert_eq(s.bytes[1], 4 * P - 64 * 4);
-    seen first = {.op = "ddp buckets", .step = 0};
+    seen first = watch("ddp buckets", 0);
     run(&d, VP_PREC_FP32, false, &first);
     cr_assert_eq(first.n, 1);
     cr_assert_eq(first.bytes[0], 4 * P);
@@ -138,7 +190,7 @@ Test(dist_knobs, bucket_cap_of_one_byte_buckets_every_tensor_alone)
     vp_dist d = ddp(2);
     d.first_bucket = 1;
     d.bucket_cap = 1;
-    seen s = {.op = "ddp buckets", .step = 2};
+    seen s = watch("ddp buckets", 2);
     run(&d, VP_PREC_FP32, false, &s);
     cr_assert_eq(s.n, TENSORS);
     cr_assert_eq(sum(&s), 4 * P);
@@ -152,8 +204,8 @@ Test(dist_knobs, static_graph_rebuilds_like_the_default)
      * the buckets' memory */
     vp_dist a = ddp(2), b = ddp(2);
     b.static_graph = true;
-    seen sa = {.op = "ddp buckets", .step = 2};
-    seen sb = {.op = "ddp buckets", .step = 2};
+    seen sa = watch("ddp buckets", 2);
+    seen sb = watch("ddp buckets", 2);
     vp_estimate ea = run(&a, VP_PREC_FP32, false, &sa);
     vp_estimate eb = run(&b, VP_PREC_FP32, false, &sb);
     cr_assert_eq(sa.n, 1);
@@ -168,7 +220,7 @@ Test(dist_knobs, find_unused_parameters_never_rebuilds)
      * the parameters in reverse order; here one, 4 P < 1 MiB) stay */
     vp_dist d = ddp(2);
     d.find_unused = true;
-    seen s = {.op = "ddp buckets", .step = 2};
+    seen s = watch("ddp buckets", 2);
     vp_estimate e = run(&d, VP_PREC_FP32, false, &s);
     cr_assert_eq(s.n, 0);
     cr_assert_eq(e.step[1].peak[VP_PHASE_FORWARD],
@@ -208,7 +260,7 @@ Test(dist_knobs, broadcast_buffers_flattens_the_buffers_before_each_forward)
         for (int on = 0; on < 2; on++) {
             vp_dist d = ddp(2);
             d.broadcast_buffers = on;
-            seen s = {.op = "ddp _sync_buffers", .step = step};
+            seen s = watch("ddp _sync_buffers", step);
             run_on(LLAMA, &d, VP_PREC_FP32, false, &s);
             cr_assert_eq(s.n, (size_t)on, "step %u", step);
             cr_assert(!on || s.bytes[0] == BUFFER_BYTES);
@@ -249,7 +301,118 @@ Test(dist_knobs, no_shard_keeps_each_flat_parameter_whole)
     cr_assert_eq(e.after_model, r512(4 * PR) + 2 * r512(4 * PU));
 }
 
+/* FSDP1 FULL_SHARD at world 2 in fp32 (no MixedPrecision: the unsharded
+ * flat parameter is the only "fsdp unshard" allocation, category PARAM):
+ * a layer's padded unsharded flat parameter is 2 x ceil(PU / 2) x 4 B, the
+ * root's 2 x ceil(PR / 2) x 4 B; the root stays unsharded from the forward
+ * to the end of the backward (_reshard skips the root after the forward). */
+#define LAYER_FLAT (2 * ((PU + 1) / 2) * 4)
+#define ROOT_FLAT (2 * ((PR + 1) / 2) * 4)
+
+static uint64_t most_unsharded(vp_dist *d, vp_phase ph)
+{
+    seen s = watch("fsdp unshard", 1);
+    s.phase = (int)ph;
+    s.live_cat = true;
+    s.cat = VP_CAT_PARAM;
+    run(d, VP_PREC_FP32, false, &s);
+    return s.most;
+}
+
+static vp_dist fsdp1(void)
+{
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP_FULL;
+    d.world = 2;
+    return d;
+}
+
+Test(dist_knobs, forward_prefetch_gathers_the_next_layer_with_the_current)
+{
+    /* _runtime_utils.py, _pre_forward -> _prefetch_handle(FORWARD) with
+     * forward_prefetch: the next unit's all-gather is issued in the current
+     * unit's pre-forward */
+    vp_dist d = fsdp1();
+    cr_assert_eq(most_unsharded(&d, VP_PHASE_FORWARD), ROOT_FLAT + LAYER_FLAT);
+    d.forward_prefetch = true;
+    cr_assert_eq(most_unsharded(&d, VP_PHASE_FORWARD),
+                 ROOT_FLAT + 2 * LAYER_FLAT);
+}
+
+Test(dist_knobs, backward_prefetch_pre_holds_two_layers_post_and_none_one)
+{
+    /* BACKWARD_PRE: the next unit's all-gather in the current unit's
+     * pre-backward hook (_pre_backward_hook -> _prefetch_handle), so two
+     * layers are unsharded at once; BACKWARD_POST issues it in the
+     * post-backward hook after the current unit is resharded; NONE never */
+    vp_dist d = fsdp1();
+    cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD),
+                 ROOT_FLAT + 2 * LAYER_FLAT);
+    d.backward_prefetch = VP_PREFETCH_POST;
+    cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD), ROOT_FLAT + LAYER_FLAT);
+    d.backward_prefetch = VP_PREFETCH_NONE;
+    cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD), ROOT_FLAT + LAYER_FLAT);
+}
+
 /* ---- FSDP2 (torch/distributed/fsdp/_fully_shard/) ---------------------- */
+
+/* tiny-gpt at world 2: every dim 0 is even, so a layer's padded shard is
+ * PU / 2 = 24992 elements and the root's PR / 2 = 5184. */
+#define LSH (PU / 2)
+#define RSH (PR / 2)
+
+Test(dist_knobs, all_gather_copy_in_and_out_in_param_dtype)
+{
+    /* foreach_all_gather (_fsdp_collectives.py): the shards cast into one
+     * flat input (sum of padded shards x param_dtype), the output world x
+     * that; forward order: the root, then the layers; no forward prefetch
+     * (only explicit). foreach_all_gather_copy_out: every unsharded
+     * parameter, P elements in bf16 over the forward. */
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    d.param_dtype = VP_MP_BF16;
+    d.reduce_dtype = VP_MP_FP32;
+    seen ag = watch("fsdp2 all_gather", 1), out = watch("fsdp2 copy_out", 1);
+    ag.phase = out.phase = VP_PHASE_FORWARD;
+    run(&d, VP_PREC_FP32, false, &ag);
+    run(&d, VP_PREC_FP32, false, &out);
+    const uint64_t want[] = {RSH * 2, 2 * RSH * 2, LSH * 2, 2 * LSH * 2,
+                             LSH * 2, 2 * LSH * 2};
+    expect_bytes(&ag, want, 6);
+    cr_assert_eq(sum(&out), 2 * P);
+}
+
+Test(dist_knobs, reduce_scatter_buffers_in_reduce_dtype)
+{
+    /* foreach_reduce: the reduce-scatter input (world x the padded shard,
+     * reduce_dtype), the output (the shard, reduce_dtype), cast back to the
+     * parameters' fp32 when reduce_dtype differs (_to_dtype_if_needed);
+     * the backward's order: the layers last to first, then the root */
+    for (int bf = 0; bf < 2; bf++) {
+        vp_dist d;
+        vp_dist_init(&d);
+        d.strategy = VP_DIST_FSDP2;
+        d.world = 2;
+        d.param_dtype = VP_MP_BF16;
+        d.reduce_dtype = bf ? VP_MP_BF16 : VP_MP_FP32;
+        seen rs = watch("fsdp2 reduce_scatter", 1);
+        run(&d, VP_PREC_FP32, false, &rs);
+        if (!bf) {
+            const uint64_t want[] = {2 * LSH * 4, LSH * 4, 2 * LSH * 4,
+                                     LSH * 4,     2 * RSH * 4, RSH * 4};
+            expect_bytes(&rs, want, 6);
+        } else {
+            const uint64_t want[] = {2 * LSH * 2, LSH * 2, LSH * 4,
+                                     2 * LSH * 2, LSH * 2, LSH * 4,
+                                     2 * RSH * 2, RSH * 2, RSH * 4};
+            expect_bytes(&rs, want, 9);
+        }
+    }
+}
+
 
 static vp_dist fsdp2(uint32_t world, int32_t raf)
 {
