@@ -101,8 +101,12 @@ def torchrun_cmd(cid, run, out, nproc):
 
 
 def selected(filt):
+    """The cases whose id contains one of the comma-separated keys (a key ending in $: whose id ends with it)."""
     keys = [x for x in filt.split(",") if x] if filt else []
-    return [c for c in CASES if not keys or any(k in c["id"] for k in keys)]
+
+    def hit(k, cid):
+        return cid.endswith(k[:-1]) if k.endswith("$") else k in cid
+    return [c for c in CASES if not keys or any(hit(k, c["id"]) for k in keys)]
 
 
 # ---- one case, under torchrun --------------------------------------------------------------------------------
