@@ -105,8 +105,9 @@ typedef struct vp_dist {
     bool broadcast_buffers;    /* DDP broadcast_buffers (default true)       */
     bool rebuild_held;         /* DDP: the rank simulated still holds the
                                   iteration-1 buckets when the second step
-                                  rebuilds them (ProcessGroupNCCL releases
-                                  them from its watchdog thread, late on
+                                  rebuilds them (ProcessGroupNCCL's stash,
+                                  freed at the first collective after its
+                                  watchdog's 100 ms poll: a race, late on
                                   some rank): the most loaded rank (default
                                   true)                                      */
     bool overlap_with_ddp;     /* ZeroRedundancyOptimizer overlap_with_ddp   */
