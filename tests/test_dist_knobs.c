@@ -355,6 +355,52 @@ Test(dist_knobs, backward_prefetch_pre_holds_two_layers_post_and_none_one)
     cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD), ROOT_FLAT + LAYER_FLAT);
 }
 
+/* FSDP1 MixedPrecision at world 2: a layer's shard is ceil(PU / 2) = 24992
+ * fp32 elements, the root's 5184 (PU and PR are even). */
+#define L1 ((PU + 1) / 2)
+#define R1 ((PR + 1) / 2)
+
+Test(dist_knobs, fsdp1_unshard_casts_the_shard_to_param_dtype_first)
+{
+    /* _unshard: _use_low_precision_shard casts the fp32 shard to
+     * param_dtype on the pre-unshard stream, then
+     * _alloc_padded_unsharded_flat_param (world x the shard, param_dtype)
+     * on the unshard stream; the forward's order: the root, the layers */
+    vp_dist d = fsdp1();
+    d.param_dtype = VP_MP_BF16;
+    seen un = watch("fsdp unshard", 1);
+    un.phase = VP_PHASE_FORWARD;
+    run(&d, VP_PREC_FP32, false, &un);
+    const uint64_t want[] = {R1 * 2, 2 * R1 * 2, L1 * 2, 2 * L1 * 2,
+                             L1 * 2, 2 * L1 * 2};
+    expect_bytes(&un, want, 6);
+}
+
+Test(dist_knobs, fsdp1_reduce_scatter_in_reduce_dtype_then_param_dtype)
+{
+    /* _post_backward_hook: the flat gradient cast to reduce_dtype when it
+     * differs (world x the shard); _reduce_grad: the reduce-scatter output
+     * (the shard, reduce_dtype), cast to the parameters' fp32 by
+     * _cast_grad_to_param_dtype when reduce_dtype is narrower; the
+     * backward's order: the layers last to first, then the root */
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        vp_dist d = fsdp1();
+        d.param_dtype = VP_MP_BF16;
+        d.reduce_dtype = fp32 ? VP_MP_FP32 : VP_MP_BF16;
+        seen rs = watch("fsdp reduce_scatter", 1);
+        run(&d, VP_PREC_FP32, false, &rs);
+        if (fp32) {
+            const uint64_t want[] = {2 * L1 * 4, L1 * 4, 2 * L1 * 4, L1 * 4,
+                                     2 * R1 * 4, R1 * 4};
+            expect_bytes(&rs, want, 6);
+        } else {
+            const uint64_t want[] = {L1 * 2, L1 * 4, L1 * 2, L1 * 4,
+                                     R1 * 2, R1 * 4};
+            expect_bytes(&rs, want, 6);
+        }
+    }
+}
+
 /* ---- FSDP2 (torch/distributed/fsdp/_fully_shard/) ---------------------- */
 
 /* tiny-gpt at world 2: every dim 0 is even, so a layer's padded shard is
