@@ -205,43 +205,15 @@ def run_case(c, rank, world):
     r.update(fam=fam, seq=seq, params=nparam, world=world, rank=rank, local_world=world, pg="nccl",
              prec=("amp-bf16" if ac else "fsdp-mp-bf16" if c.get("param_dtype") == "bf16" else "fp32"),
              build_peak_alloc=build_peak, after_model=torch.cuda.memory_allocated() - base)
-    steps_out, times = [], []
-    for s in range(c.get("steps", 4)):
-        batch = make_batch(M, inner, fam, c, seq)
+
+    def before_step(s):  # collect_dist.py's barrier; -settle waits out the watchdog's poll first
         if s == 1 and c["id"].endswith("-settle"):
             torch.cuda.synchronize()
-            time.sleep(0.25)  # > kWatchdogThreadSleepMillis: the watchdog has retired step 1's all-reduce
+            time.sleep(0.25)  # > kWatchdogThreadSleepMillis
         dist.barrier()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        torch.cuda.reset_peak_memory_stats()
-        ph = {"start": torch.cuda.memory_allocated() - base}
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=ac):
-            loss = M.G.loss_of(m, fam, batch)
-        ph["fwd_peak"] = torch.cuda.max_memory_allocated() - base
-        ph["after_fwd"] = torch.cuda.memory_allocated() - base
-        torch.cuda.reset_peak_memory_stats()
-        loss.backward()
-        ph["bwd_peak"] = torch.cuda.max_memory_allocated() - base
-        ph["after_bwd"] = torch.cuda.memory_allocated() - base
-        torch.cuda.reset_peak_memory_stats()
-        opt.step()
-        ph["opt_peak"] = torch.cuda.max_memory_allocated() - base
-        opt.zero_grad(set_to_none=True)
-        del loss, batch
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        ph["end"] = torch.cuda.memory_allocated() - base
-        ph["reserved"] = torch.cuda.memory_reserved()
-        steps_out.append(ph)
-    st = torch.cuda.memory_stats()
-    free, total = torch.cuda.mem_get_info()
-    keys = ("fwd_peak", "bwd_peak", "opt_peak")
-    r.update(steps=steps_out, peak_alloc=max(max(p[k] for k in keys) for p in steps_out),
-             peak_alloc_steady=max(steps_out[-1][k] for k in keys),
-             peak_reserved=st["reserved_bytes.all.peak"], num_alloc_retries=st["num_alloc_retries"],
-             device_used=total - free, step_ms=sorted(times[1:])[len(times[1:]) // 2] * 1e3)
-    return r
+    steps_out, times = M.phase_steps(m, None, dict(r, _base=base), lambda: make_batch(M, inner, fam, c, seq),
+                                     opt=opt, before_step=before_step)
+    return M.summarize(r, steps_out, times)
 
 
 def warmup(world):

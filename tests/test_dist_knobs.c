@@ -403,6 +403,18 @@ Test(dist_knobs, fsdp1_reduce_scatter_in_reduce_dtype_then_param_dtype)
 
 /* ---- FSDP2 (torch/distributed/fsdp/_fully_shard/) ---------------------- */
 
+static vp_dist fsdp2(uint32_t world, int32_t raf)
+{
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = world;
+    d.param_dtype = VP_MP_BF16;
+    d.reduce_dtype = VP_MP_FP32;
+    d.reshard_after_forward = raf;
+    return d;
+}
+
 /* tiny-gpt at world 2: every dim 0 is even, so a layer's padded shard is
  * PU / 2 = 24992 elements and the root's PR / 2 = 5184. */
 #define LSH (PU / 2)
@@ -415,12 +427,7 @@ Test(dist_knobs, all_gather_copy_in_and_out_in_param_dtype)
      * that; forward order: the root, then the layers; no forward prefetch
      * (only explicit). foreach_all_gather_copy_out: every unsharded
      * parameter, P elements in bf16 over the forward. */
-    vp_dist d;
-    vp_dist_init(&d);
-    d.strategy = VP_DIST_FSDP2;
-    d.world = 2;
-    d.param_dtype = VP_MP_BF16;
-    d.reduce_dtype = VP_MP_FP32;
+    vp_dist d = fsdp2(2, 1);
     seen ag = watch("fsdp2 all_gather", 1), out = watch("fsdp2 copy_out", 1);
     ag.phase = out.phase = VP_PHASE_FORWARD;
     run(&d, VP_PREC_FP32, false, &ag);
@@ -438,11 +445,7 @@ Test(dist_knobs, reduce_scatter_buffers_in_reduce_dtype)
      * parameters' fp32 when reduce_dtype differs (_to_dtype_if_needed);
      * the backward's order: the layers last to first, then the root */
     for (int bf = 0; bf < 2; bf++) {
-        vp_dist d;
-        vp_dist_init(&d);
-        d.strategy = VP_DIST_FSDP2;
-        d.world = 2;
-        d.param_dtype = VP_MP_BF16;
+        vp_dist d = fsdp2(2, 1);
         d.reduce_dtype = bf ? VP_MP_BF16 : VP_MP_FP32;
         seen rs = watch("fsdp2 reduce_scatter", 1);
         run(&d, VP_PREC_FP32, false, &rs);
@@ -459,18 +462,6 @@ Test(dist_knobs, reduce_scatter_buffers_in_reduce_dtype)
     }
 }
 
-
-static vp_dist fsdp2(uint32_t world, int32_t raf)
-{
-    vp_dist d;
-    vp_dist_init(&d);
-    d.strategy = VP_DIST_FSDP2;
-    d.world = world;
-    d.param_dtype = VP_MP_BF16;
-    d.reduce_dtype = VP_MP_FP32;
-    d.reshard_after_forward = raf;
-    return d;
-}
 
 Test(dist_knobs, reshard_after_forward_of_the_shard_group_is_true)
 {
@@ -565,40 +556,32 @@ Test(dist_knobs, cpu_offload_keeps_no_shard_on_the_device)
 
 /* ---- refused by name ----------------------------------------------------- */
 
-static vp_status try_run(const vp_dist *d, vp_error *err)
+/* FSDP1 FULL_SHARD at world 2 with one knob set is refused, the knob
+ * named in the message. */
+static void expect_refused(const vp_dist *d, const char *knob)
 {
     vp_graph *g = tiny();
     vp_setup s;
     vp_estimate e;
+    vp_error err;
     vp_setup_init(&s);
     s.dist = d;
-    vp_status st = vp_simulate(g, &s, &e, NULL, NULL, err);
+    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_EUNSUPPORTED);
+    cr_assert_not_null(strstr(err.msg, knob), "%s", err.msg);
     vp_graph_free(g);
-    return st;
 }
 
 Test(dist_knobs, buffer_dtype_is_refused_not_ignored)
 {
-    vp_dist d;
-    vp_error err;
-    vp_dist_init(&d);
-    d.strategy = VP_DIST_FSDP_FULL;
-    d.world = 2;
+    vp_dist d = fsdp1();
     d.param_dtype = VP_MP_BF16;
     d.buffer_dtype = VP_MP_BF16;
-    cr_assert_eq(try_run(&d, &err), VP_EUNSUPPORTED);
-    cr_assert_not_null(strstr(err.msg, "buffer_dtype"), "%s", err.msg);
+    expect_refused(&d, "buffer_dtype");
 }
 
 Test(dist_knobs, limit_all_gathers_false_is_refused_not_ignored)
 {
-    vp_dist d;
-    vp_error err;
-    vp_dist_init(&d);
-    d.strategy = VP_DIST_FSDP_FULL;
-    d.world = 2;
+    vp_dist d = fsdp1();
     d.limit_all_gathers = false;
-    cr_assert_eq(try_run(&d, &err), VP_EUNSUPPORTED);
-    cr_assert_not_null(strstr(err.msg, "limit_all_gathers=False"), "%s",
-                       err.msg);
+    expect_refused(&d, "limit_all_gathers=False");
 }
