@@ -21,6 +21,9 @@
 /* tiny-llama: rotary positions, whose inv_freq buffer is 8 fp32 values */
 #define LLAMA "tests/data/dist/tiny-llama.yaml"
 #define BUFFER_BYTES 32u
+/* tiny-odd: tensors that are not all multiples of 16 B (its description
+ * lists them in module order) */
+#define ODD "tests/data/dist/tiny-odd.yaml"
 
 static uint64_t r512(uint64_t b) { return (b + 511) / 512 * 512; }
 
@@ -353,6 +356,28 @@ Test(dist_knobs, backward_prefetch_pre_holds_two_layers_post_and_none_one)
     cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD), ROOT_FLAT + LAYER_FLAT);
     d.backward_prefetch = VP_PREFETCH_NONE;
     cr_assert_eq(most_unsharded(&d, VP_PHASE_BACKWARD), ROOT_FLAT + LAYER_FLAT);
+}
+
+Test(dist_knobs, use_orig_params_aligns_every_parameter_to_16_bytes)
+{
+    /* FlatParamHandle._init_flat_param_and_metadata with use_orig_params:
+     * padding before each parameter to _get_aligned_numel (16 B: 4 fp32
+     * elements). tiny-odd's layer, in module order (66, 66, 13068, 198,
+     * 4356, 66, 66, 66, 8580, 130, 8580, 66: 35308 elements), pads before
+     * the 2nd, 3rd, 5th, 7th, 8th, 9th and 11th tensors, 2 elements each:
+     * 35322; the root (wte 8382, wpe 2112, the final norm 66 + 66: 10626)
+     * before wpe and the norm's bias: 10630. flatten_tensors allocates the
+     * flat parameter, layers first, then the root. */
+    vp_dist d = fsdp1();
+    seen plain = watch("fsdp flatten_tensors", 0);
+    run_on(ODD, &d, VP_PREC_FP32, false, &plain);
+    const uint64_t raw[] = {4 * 35308, 4 * 10626};
+    expect_bytes(&plain, raw, 2);
+    d.use_orig_params = true;
+    seen orig = watch("fsdp flatten_tensors", 0);
+    run_on(ODD, &d, VP_PREC_FP32, false, &orig);
+    const uint64_t aligned[] = {4 * 35322, 4 * 10630};
+    expect_bytes(&orig, aligned, 2);
 }
 
 /* FSDP1 MixedPrecision at world 2: a layer's shard is ceil(PU / 2) = 24992
