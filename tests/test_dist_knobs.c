@@ -567,6 +567,22 @@ Test(dist_knobs, checkpointing_under_fsdp2_saves_what_it_saves_on_one_gpu)
     cr_assert_eq(saved_dist, saved_one);
 }
 
+Test(dist_knobs, checkpointing_under_fsdp1_saves_what_it_saves_on_one_gpu)
+{
+    /* the same with FSDP1 FULL_SHARD and MixedPrecision(bf16): each
+     * checkpointed layer's recomputation runs inside the unit's backward,
+     * whose parameters the pre-backward hook has unsharded already */
+    vp_dist d = fsdp1();
+    d.param_dtype = VP_MP_BF16;
+    vp_estimate plain = run(&d, VP_PREC_FP32, false, NULL);
+    vp_estimate ck = run(&d, VP_PREC_FP32, true, NULL);
+    vp_estimate one = run(NULL, VP_PREC_BF16, false, NULL);
+    vp_estimate one_ck = run(NULL, VP_PREC_BF16, true, NULL);
+    cr_assert_gt(one.step[0].after_fwd, one_ck.step[0].after_fwd);
+    cr_assert_eq(plain.step[0].after_fwd - ck.step[0].after_fwd,
+                 one.step[0].after_fwd - one_ck.step[0].after_fwd);
+}
+
 Test(dist_knobs, cpu_offload_keeps_no_shard_on_the_device)
 {
     /* CPUOffloadPolicy: the sharded parameters and the optimizer state on
