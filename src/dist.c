@@ -181,6 +181,43 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
 
 /* The ranks a parameter is sharded over: the shard group of a 2-D mesh,
  * else the world. */
+static bool is_ddp(vp_dist_strategy s)
+{
+    return s == VP_DIST_DDP || s == VP_DIST_DDP_BUCKET_VIEW ||
+           s == VP_DIST_DDP_ZERO1;
+}
+
+/* A knob of one wrapper given to another is an error naming it (it would
+ * be ignored): DDP's with FSDP, FSDP1's with DDP or fully_shard. */
+static vp_status check_knobs(const vp_dist *c, vp_error *err)
+{
+    const char *ddp_knob =
+        c->bucket_cap != VP_DDP_BUCKET_CAP     ? "bucket_cap_mb"
+        : c->first_bucket != VP_DDP_FIRST_BUCKET ? "the first bucket's cap"
+        : c->static_graph                        ? "static_graph"
+        : c->find_unused                         ? "find_unused_parameters"
+        : !c->broadcast_buffers                  ? "broadcast_buffers=False"
+        : !c->rebuild_held                       ? "rebuild_freed"
+                                                 : NULL;
+    if (ddp_knob && vp_dist_is_fsdp(c->strategy))
+        return vp_error_set(err, VP_EARG, "%s is DDP's, not %s's", ddp_knob,
+                            vp_dist_strategy_name(c->strategy));
+    const char *fsdp1_knob =
+        c->forward_prefetch                         ? "forward_prefetch"
+        : c->backward_prefetch != VP_PREFETCH_PRE   ? "backward_prefetch"
+        : c->use_orig_params                        ? "use_orig_params"
+                                                    : NULL;
+    if (fsdp1_knob &&
+        (is_ddp(c->strategy) || c->strategy == VP_DIST_FSDP2))
+        return vp_error_set(err, VP_EARG, "%s is FSDP1's, not %s's%s",
+                            fsdp1_knob, vp_dist_strategy_name(c->strategy),
+                            c->strategy == VP_DIST_FSDP2
+                                ? " (fully_shard prefetches implicitly and "
+                                  "keeps the original parameters)"
+                                : "");
+    return VP_OK;
+}
+
 static vp_status check_cfg(const vp_dist *c, vp_error *err)
 {
     if ((unsigned)c->strategy >= VP_DIST__COUNT)
@@ -231,6 +268,9 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
                             "(ddp-zero1)");
     if (c->bucket_cap == 0 || c->first_bucket == 0)
         return vp_error_set(err, VP_EARG, "DDP bucket sizes must be > 0");
+    vp_status st = check_knobs(c, err);
+    if (st != VP_OK)
+        return st;
     if (c->buffer_dtype != VP_MP_NONE)
         return vp_error_set(err, VP_EUNSUPPORTED,
                             "MixedPrecision buffer_dtype is not modelled "

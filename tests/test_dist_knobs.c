@@ -597,9 +597,8 @@ Test(dist_knobs, cpu_offload_keeps_no_shard_on_the_device)
 
 /* ---- refused by name ----------------------------------------------------- */
 
-/* FSDP1 FULL_SHARD at world 2 with one knob set is refused, the knob
- * named in the message. */
-static void expect_refused(const vp_dist *d, const char *knob)
+/* A run refused with `code`, the knob named in the message. */
+static void expect_error(const vp_dist *d, vp_status code, const char *knob)
 {
     vp_graph *g = tiny();
     vp_setup s;
@@ -607,7 +606,8 @@ static void expect_refused(const vp_dist *d, const char *knob)
     vp_error err;
     vp_setup_init(&s);
     s.dist = d;
-    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_EUNSUPPORTED);
+    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), code, "%s",
+                 err.msg);
     cr_assert_not_null(strstr(err.msg, knob), "%s", err.msg);
     vp_graph_free(g);
 }
@@ -617,12 +617,30 @@ Test(dist_knobs, buffer_dtype_is_refused_not_ignored)
     vp_dist d = fsdp1();
     d.param_dtype = VP_MP_BF16;
     d.buffer_dtype = VP_MP_BF16;
-    expect_refused(&d, "buffer_dtype");
+    expect_error(&d, VP_EUNSUPPORTED, "buffer_dtype");
 }
 
 Test(dist_knobs, limit_all_gathers_false_is_refused_not_ignored)
 {
     vp_dist d = fsdp1();
     d.limit_all_gathers = false;
-    expect_refused(&d, "limit_all_gathers=False");
+    expect_error(&d, VP_EUNSUPPORTED, "limit_all_gathers=False");
+}
+
+Test(dist_knobs, a_knob_of_another_wrapper_is_an_error_naming_it)
+{
+    /* it would be ignored: DDP's knobs with FSDP, FSDP1's with DDP or
+     * fully_shard */
+    vp_dist a = fsdp2(2, 1);
+    a.forward_prefetch = true;
+    expect_error(&a, VP_EARG, "forward_prefetch");
+    vp_dist b = fsdp1();
+    b.static_graph = true;
+    expect_error(&b, VP_EARG, "static_graph");
+    vp_dist c = ddp(2);
+    c.use_orig_params = true;
+    expect_error(&c, VP_EARG, "use_orig_params");
+    vp_dist e = fsdp2(2, 1);
+    e.rebuild_held = false;
+    expect_error(&e, VP_EARG, "rebuild_freed");
 }
