@@ -179,8 +179,8 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
     }
 }
 
-/* The ranks a parameter is sharded over: the shard group of a 2-D mesh,
- * else the world. */
+/* DistributedDataParallel's strategies (with or without bucket views and
+ * ZeroRedundancyOptimizer). */
 static bool is_ddp(vp_dist_strategy s)
 {
     return s == VP_DIST_DDP || s == VP_DIST_DDP_BUCKET_VIEW ||
@@ -218,6 +218,8 @@ static vp_status check_knobs(const vp_dist *c, vp_error *err)
     return VP_OK;
 }
 
+/* The run's settings, checked before any event: VP_EARG for what is out of
+ * range or another wrapper's, VP_EUNSUPPORTED for what is not modelled. */
 static vp_status check_cfg(const vp_dist *c, vp_error *err)
 {
     if ((unsigned)c->strategy >= VP_DIST__COUNT)
