@@ -244,6 +244,7 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
     if ((unsigned)c->param_dtype >= VP_MP__COUNT ||
         (unsigned)c->reduce_dtype >= VP_MP__COUNT ||
         (unsigned)c->buffer_dtype >= VP_MP__COUNT ||
+        (unsigned)c->output_dtype >= VP_MP__COUNT ||
         (unsigned)c->backward_prefetch >= VP_PREFETCH__COUNT)
         return vp_error_set(err, VP_EARG, "invalid mixed-precision dtype or "
                                           "prefetch");
@@ -273,6 +274,14 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
     vp_status st = check_knobs(c, err);
     if (st != VP_OK)
         return st;
+    if (c->output_dtype != VP_MP_NONE && c->strategy != VP_DIST_FSDP2)
+        return vp_error_set(err, VP_EARG, "output_dtype is fully_shard's "
+                            "MixedPrecisionPolicy (fsdp2)");
+    if (c->output_dtype != VP_MP_NONE && c->param_dtype == VP_MP_NONE)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "output_dtype without a param_dtype is not "
+                            "modelled (the next module would not cast its "
+                            "inputs back: cast_forward_inputs needs one)");
     if (c->buffer_dtype != VP_MP_NONE)
         return vp_error_set(err, VP_EUNSUPPORTED,
                             "MixedPrecision buffer_dtype is not modelled "

@@ -488,6 +488,38 @@ Test(dist_knobs, reduce_scatter_buffers_in_reduce_dtype)
 }
 
 
+Test(dist_knobs, output_dtype_casts_each_module_output_on_the_way)
+{
+    /* MixedPrecisionPolicy(param_dtype=bf16, output_dtype=fp32): a layer's
+     * output [2, 32, 64] cast to fp32 (16384 B) after its forward, and its
+     * gradient in fp32 before the layer's pre-backward hook; the root's
+     * logits [2, 32, 128] (32768 B) after the forward, with no gradient
+     * through them (the loss was computed inside the model). Forward: the
+     * layers, then the root; backward: the layers last to first. */
+    const uint64_t layer = 2 * 32 * 64 * 4, logits = 2 * 32 * 128 * 4;
+    vp_dist d = fsdp2(2, 1);
+    d.output_dtype = VP_MP_FP32;
+    seen fwd = watch("fsdp2 cast_forward_outputs", 1);
+    seen bwd = watch("fsdp2 cast_forward_outputs", 1);
+    fwd.phase = VP_PHASE_FORWARD;
+    bwd.phase = VP_PHASE_BACKWARD;
+    vp_estimate e = run(&d, VP_PREC_FP32, false, &fwd);
+    run(&d, VP_PREC_FP32, false, &bwd);
+    const uint64_t want_fwd[] = {layer, layer, logits};
+    const uint64_t want_bwd[] = {layer, layer};
+    expect_bytes(&fwd, want_fwd, 3);
+    expect_bytes(&bwd, want_bwd, 2);
+    /* transients: nothing more is kept after the forward */
+    vp_dist plain = fsdp2(2, 1);
+    vp_estimate p = run(&plain, VP_PREC_FP32, false, NULL);
+    cr_assert_eq(e.step[0].after_fwd, p.step[0].after_fwd);
+    /* a cast to the activations' own dtype is no copy */
+    d.output_dtype = VP_MP_BF16;
+    seen none = watch("fsdp2 cast_forward_outputs", 1);
+    run(&d, VP_PREC_FP32, false, &none);
+    cr_assert_eq(none.n, 0);
+}
+
 Test(dist_knobs, reshard_after_forward_of_the_shard_group_is_true)
 {
     /* _fsdp_init.py, _get_post_forward_mesh_info: an int equal to the
@@ -643,4 +675,19 @@ Test(dist_knobs, a_knob_of_another_wrapper_is_an_error_naming_it)
     vp_dist e = fsdp2(2, 1);
     e.rebuild_held = false;
     expect_error(&e, VP_EARG, "rebuild_freed");
+    vp_dist f = fsdp1();
+    f.output_dtype = VP_MP_FP32;
+    expect_error(&f, VP_EARG, "output_dtype");
+}
+
+Test(dist_knobs, output_dtype_without_param_dtype_is_refused)
+{
+    /* the next module casts its inputs back only with a param_dtype
+     * (cast_forward_inputs): without, its fp32 weights would meet the cast
+     * outputs */
+    vp_dist d = fsdp2(2, 1);
+    d.param_dtype = VP_MP_NONE;
+    d.reduce_dtype = VP_MP_NONE;
+    d.output_dtype = VP_MP_BF16;
+    expect_error(&d, VP_EUNSUPPORTED, "output_dtype");
 }

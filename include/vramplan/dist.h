@@ -92,6 +92,8 @@ typedef struct vp_dist {
                                   0 = world (no replication)                 */
     vp_mp_dtype param_dtype;   /* FSDP MixedPrecision(Policy) param_dtype   */
     vp_mp_dtype reduce_dtype;  /* reduce_dtype; NONE: param_dtype's          */
+    vp_mp_dtype output_dtype;  /* FSDP2 MixedPrecisionPolicy output_dtype
+                                  (NONE: not cast); needs a param_dtype     */
     vp_mp_dtype buffer_dtype;  /* FSDP1 buffer_dtype: only NONE (the
                                   buffers' own dtype) is modelled; another
                                   is refused (VP_EUNSUPPORTED)               */
