@@ -139,18 +139,22 @@ def make_batch(m, mt, b, seq, target=None):
     return dict(input_ids=ids, labels=ids.clone())
 
 
-def phase_steps(m, params, c, batch_fn):
-    """collect.py's step loop for any model whose forward returns .loss."""
+def phase_steps(m, params, c, batch_fn, opt=None, before_step=None):
+    """collect.py's step loop for any model whose forward returns .loss; `opt` (else c's "opt" over params) and
+    `before_step(s)`, called after step s's batch is made (collect_dist2.py: its barrier), are optional."""
     prec, opt_name = c.get("prec", "fp32"), c.get("opt", "adamw")
     steps, accum = c.get("steps", 4), c.get("accum", 1)
     base = c["_base"]
-    opt = {"adamw": lambda: torch.optim.AdamW(params, lr=1e-4),
-           "adamw-fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
-           "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9)}[opt_name]()
+    if opt is None:
+        opt = {"adamw": lambda: torch.optim.AdamW(params, lr=1e-4),
+               "adamw-fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
+               "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9)}[opt_name]()
     ac = {"amp-bf16": BF, "amp-fp16": torch.float16}.get(prec)
     out, times = [], []
     for s in range(steps):
         batch = batch_fn()
+        if before_step is not None:
+            before_step(s)
         torch.cuda.synchronize(); t0 = time.perf_counter()
         torch.cuda.reset_peak_memory_stats()
         ph = {"start": torch.cuda.memory_allocated() - base}

@@ -190,8 +190,47 @@ static const vp__dist_rules *rules_of(vp_dist_strategy s)
     }
 }
 
-/* The ranks a parameter is sharded over: the shard group of a 2-D mesh,
- * else the world. */
+/* DistributedDataParallel's strategies (with or without bucket views and
+ * ZeroRedundancyOptimizer). */
+static bool is_ddp(vp_dist_strategy s)
+{
+    return s == VP_DIST_DDP || s == VP_DIST_DDP_BUCKET_VIEW ||
+           s == VP_DIST_DDP_ZERO1;
+}
+
+/* A knob of one wrapper given to another is an error naming it (it would
+ * be ignored): DDP's with FSDP, FSDP1's with DDP or fully_shard. */
+static vp_status check_knobs(const vp_dist *c, vp_error *err)
+{
+    const char *ddp_knob =
+        c->bucket_cap != VP_DDP_BUCKET_CAP     ? "bucket_cap_mb"
+        : c->first_bucket != VP_DDP_FIRST_BUCKET ? "the first bucket's cap"
+        : c->static_graph                        ? "static_graph"
+        : c->find_unused                         ? "find_unused_parameters"
+        : !c->broadcast_buffers                  ? "broadcast_buffers=False"
+        : !c->rebuild_held                       ? "rebuild_freed"
+                                                 : NULL;
+    if (ddp_knob && vp_dist_is_fsdp(c->strategy))
+        return vp_error_set(err, VP_EARG, "%s is DDP's, not %s's", ddp_knob,
+                            vp_dist_strategy_name(c->strategy));
+    const char *fsdp1_knob =
+        c->forward_prefetch                         ? "forward_prefetch"
+        : c->backward_prefetch != VP_PREFETCH_PRE   ? "backward_prefetch"
+        : c->use_orig_params                        ? "use_orig_params"
+                                                    : NULL;
+    if (fsdp1_knob &&
+        (is_ddp(c->strategy) || c->strategy == VP_DIST_FSDP2))
+        return vp_error_set(err, VP_EARG, "%s is FSDP1's, not %s's%s",
+                            fsdp1_knob, vp_dist_strategy_name(c->strategy),
+                            c->strategy == VP_DIST_FSDP2
+                                ? " (fully_shard prefetches implicitly and "
+                                  "keeps the original parameters)"
+                                : "");
+    return VP_OK;
+}
+
+/* The run's settings, checked before any event: VP_EARG for what is out of
+ * range or another wrapper's, VP_EUNSUPPORTED for what is not modelled. */
 static vp_status check_cfg(const vp_dist *c, vp_error *err)
 {
     if ((unsigned)c->strategy >= VP_DIST__COUNT)
@@ -216,6 +255,7 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
     if ((unsigned)c->param_dtype >= VP_MP__COUNT ||
         (unsigned)c->reduce_dtype >= VP_MP__COUNT ||
         (unsigned)c->buffer_dtype >= VP_MP__COUNT ||
+        (unsigned)c->output_dtype >= VP_MP__COUNT ||
         (unsigned)c->backward_prefetch >= VP_PREFETCH__COUNT)
         return vp_error_set(err, VP_EARG, "invalid mixed-precision dtype or "
                                           "prefetch");
@@ -242,6 +282,30 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
                             "(ddp-zero1)");
     if (c->bucket_cap == 0 || c->first_bucket == 0)
         return vp_error_set(err, VP_EARG, "DDP bucket sizes must be > 0");
+    vp_status st = check_knobs(c, err);
+    if (st != VP_OK)
+        return st;
+    if (c->output_dtype != VP_MP_NONE && c->strategy != VP_DIST_FSDP2)
+        return vp_error_set(err, VP_EARG, "output_dtype is fully_shard's "
+                            "MixedPrecisionPolicy (fsdp2)");
+    if (c->output_dtype != VP_MP_NONE && c->param_dtype == VP_MP_NONE)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "output_dtype without a param_dtype is not "
+                            "modelled (the next module would not cast its "
+                            "inputs back: cast_forward_inputs needs one)");
+    if (c->buffer_dtype != VP_MP_NONE)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "MixedPrecision buffer_dtype is not modelled "
+                            "(FSDP1 _lazy_init casts the floating-point "
+                            "buffers; the simulation keeps them in their "
+                            "dtype)");
+    if (!c->limit_all_gathers)
+        return vp_error_set(err, VP_EUNSUPPORTED,
+                            "limit_all_gathers=False is not modelled: "
+                            "without FSDP1's rate limiter the CPU runs "
+                            "ahead and the resharded parameters' blocks, "
+                            "recorded on the compute stream, stay pending "
+                            "for a time the allocator model does not know");
     return VP_OK;
 }
 

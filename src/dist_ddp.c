@@ -14,9 +14,13 @@
  *    tensors) and allocates the buckets again in the order the gradients
  *    became ready, capped at 1 MiB for the first and bucket_cap_mb for
  *    the others. The old buckets are dropped, but ProcessGroupNCCL keeps
- *    the last all-reduce's tensors until its watchdog thread retires the
- *    work: the rank where that comes late (rebuild_held) holds them
- *    through the second step's backward;
+ *    the last all-reduce's tensors in its stash (collective():
+ *    stashed_for_allocator_safety_) until the first collective enqueued
+ *    (workEnqueue unstashes shelvesToUnstash_) after the watchdog's poll
+ *    (Watchdog::runLoop, every kWatchdogThreadSleepMillis = 100 ms) found
+ *    the work complete: a wall-clock race. The rank where the poll comes
+ *    after the rebuild's last collective (rebuild_held, the worst)
+ *    holds them into the second step's backward;
  *  - backward: each gradient is copied into its bucket
  *    (mark_variable_ready_dense); with gradient_as_bucket_view the
  *    gradient AccumulateGrad made is freed and .grad becomes a view of the
@@ -416,7 +420,8 @@ static void ddp_grad_ready(sim *S, uint32_t p)
 static void ddp_bwd_end(sim *S)
 {
     ddp *z = impl(S);
-    /* the watchdog has retired the first iteration's last all-reduce */
+    /* the worst rank: freed at the latest by the last bucket's
+     * all-reduce of this backward (workEnqueue after the watchdog's poll) */
     for (uint32_t k = 0; k < z->n_held; k++)
         vp__tunref(S, z->held[k]);
     z->n_held = 0;

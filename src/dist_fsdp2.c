@@ -87,8 +87,9 @@ static vp_status f2_init(sim *S, vp__dist *d)
                             "reshard_after_forward=%d does not divide the "
                             "shard group of %u ranks", (int)f->raf,
                             d->group);
-    if (f->raf > 1 && (uint32_t)f->raf >= d->group)
-        f->raf = 0; /* resharding to the whole group: not resharded     */
+    if (f->raf > 1 && (uint32_t)f->raf == d->group)
+        f->raf = 1; /* the whole shard group: True (_fsdp_init.py,
+                       _get_post_forward_mesh_info)                       */
     for (uint32_t p = 0; p < g->n_params; p++)
         if (d->unit_of_param[p] != UINT32_MAX)
             f->local[p] = vp__chunk_numel(g, p, d->group, d->grank, NULL);
@@ -288,6 +289,44 @@ static void reshard(sim *S, uint32_t u, bool post_forward)
     f->g[u].unsharded = false;
 }
 
+/* ---- output_dtype -------------------------------------------------------- */
+
+/* MixedPrecisionPolicy.output_dtype (FSDPState._post_forward, after the
+ * pre-backward hook is registered on the output): each module's floating
+ * outputs cast to it; the next module's _pre_forward casts them back to
+ * param_dtype (cast_forward_inputs), so the copy lives only between the
+ * two, beside the output, which stands for its cast-back twin. In the
+ * backward the two ToCopyBackward nodes run before the module's
+ * pre-backward hook: a transient gradient in output_dtype. A cast to the
+ * activations' own dtype is no copy (_cast_fp_tensor). */
+static void cast_outputs(sim *S, uint64_t numel)
+{
+    uint8_t ob = vp__mp_bytes(S->dist->cfg->output_dtype);
+    if (!ob || ob == S->A || numel == 0)
+        return;
+    S->cur_op = "fsdp2 cast_forward_outputs";
+    vp__transient(S, vp__mulc(S, numel, ob));
+}
+
+/* A layer unit's output: its segment's last op's. */
+static uint64_t unit_out_numel(sim *S, uint32_t u)
+{
+    int32_t seg = S->dist->units[u].seg;
+    return seg < 0 ? 0 : S->g->ops[S->g->segs[seg].last_op].numel;
+}
+
+/* The root's floating output: the logits the loss was computed from (the
+ * loss itself is fp32 already). */
+static uint64_t root_out_numel(sim *S)
+{
+    for (size_t i = S->g->n_ops; i-- > 0;) {
+        const vp_op *o = &S->g->ops[i];
+        if (o->kind == VP_OP_CROSS_ENTROPY && o->n_inputs > 0)
+            return S->g->ops[o->inputs[0]].numel;
+    }
+    return 0;
+}
+
 /* ---- forward ---------------------------------------------------------- */
 
 static void f2_fwd_begin(sim *S)
@@ -304,6 +343,7 @@ static void f2_unit_fwd_end(sim *S, uint32_t u)
 {
     if (impl(S)->raf != 0)
         reshard(S, u, true);
+    cast_outputs(S, unit_out_numel(S, u));
 }
 
 static void f2_fwd_end(sim *S)
@@ -312,6 +352,7 @@ static void f2_fwd_end(sim *S)
     if (f->raf != 0)
         reshard(S, 0, true);
     vp__dist_free_id(S, &f->ag_state);
+    cast_outputs(S, root_out_numel(S));
 }
 
 /* ---- backward --------------------------------------------------------- */
@@ -336,6 +377,7 @@ static void f2_bwd_begin(sim *S)
 
 static void f2_unit_bwd_begin(sim *S, uint32_t u)
 {
+    cast_outputs(S, unit_out_numel(S, u));
     unshard(S, u, false);
     prefetch(S, u - 1);
 }

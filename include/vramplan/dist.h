@@ -146,7 +146,11 @@ typedef struct vp_dist {
                                   0 = world (no replication)                 */
     vp_mp_dtype param_dtype;   /* FSDP MixedPrecision(Policy) param_dtype   */
     vp_mp_dtype reduce_dtype;  /* reduce_dtype; NONE: param_dtype's          */
-    vp_mp_dtype buffer_dtype;  /* FSDP1 buffer_dtype; NONE: param_dtype's    */
+    vp_mp_dtype output_dtype;  /* FSDP2 MixedPrecisionPolicy output_dtype
+                                  (NONE: not cast); needs a param_dtype     */
+    vp_mp_dtype buffer_dtype;  /* FSDP1 buffer_dtype: only NONE (the
+                                  buffers' own dtype) is modelled; another
+                                  is refused (VP_EUNSUPPORTED)               */
     int32_t reshard_after_forward; /* FSDP2: 1 True, 0 False, n >= 2 the
                                       int (reshard to n ranks); -1 default
                                       (True)                                */
@@ -157,12 +161,14 @@ typedef struct vp_dist {
     bool broadcast_buffers;    /* DDP broadcast_buffers (default true)       */
     bool rebuild_held;         /* DDP: the rank simulated still holds the
                                   iteration-1 buckets when the second step
-                                  rebuilds them (ProcessGroupNCCL releases
-                                  them from its watchdog thread, late on
+                                  rebuilds them (ProcessGroupNCCL's stash,
+                                  freed at the first collective after its
+                                  watchdog's 100 ms poll: a race, late on
                                   some rank): the most loaded rank (default
                                   true)                                      */
     bool overlap_with_ddp;     /* ZeroRedundancyOptimizer overlap_with_ddp   */
-    bool limit_all_gathers;    /* FSDP1 (default true)                       */
+    bool limit_all_gathers;    /* FSDP1 (default true; false is refused,
+                                  VP_EUNSUPPORTED: a timing effect)         */
     bool forward_prefetch;     /* FSDP1 (default false)                      */
     vp_prefetch backward_prefetch; /* FSDP1 (default BACKWARD_PRE)           */
     bool use_orig_params;      /* FSDP1 (default false)                      */
