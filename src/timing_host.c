@@ -1,0 +1,106 @@
+/* The host side of the single-GPU step-time model (docs/STEP_TIME.md
+ * "The host", "MoE experts"): the launch queue's clocks, the host's
+ * stalls, and the routed experts' GEMMs, whose form (one grouped kernel,
+ * or a loop of GEMMs the host launches after a sync) decides whether an
+ * MoE step is bound by the GPU or by the host. */
+#include "timing_host.h"
+
+void vp__host_issue(vp__clocks *k, double n, double per, double gpu)
+{
+    /* kernel by kernel (an op that issues none, a view's backward, runs
+     * its GPU time when the GPU is free) */
+    size_t n_k = n > 1 ? (size_t)(n + 0.5) : 1;
+    for (size_t j = 0; j < n_k; j++) {
+        k->host += n * per / (double)n_k;
+        k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / (double)n_k;
+    }
+}
+
+void vp__host_sync(vp__clocks *k)
+{
+    if (k->dev > k->host)
+        k->host = k->dev;
+}
+
+/* GPU seconds of the GEMM work of e GEMMs of m x n x inner each on curve
+ * c, without the gaps: the curve's peak slowed by the inner dimension
+ * (timing.c gemm_gpu's rule). */
+static double gemm_body(const vp_curve *c, double e, double m, double n,
+                        double inner)
+{
+    if (m <= 0 || n <= 0 || inner <= 0 || c->peak <= 0)
+        return 0;
+    double t = 2.0 * m * n * inner / c->peak;
+    if (c->kh > 0)
+        t *= (inner + c->kh) / inner;
+    return e * t;
+}
+
+/* torch._grouped_mm (aten/src/ATen/native/cuda/GroupedBlas.cpp
+ * _grouped_mm_cuda) runs CUTLASS's grouped kernel (bf16bf16_grouped_mm,
+ * "fast path, no d2h sync needed") only when both operands and the output
+ * are bf16 on sm90/sm100; otherwise _grouped_mm_fallback
+ * (aten/src/ATen/native/GroupedMMUtils.h) copies the offsets to the host
+ * (offs.cpu(): the host waits for the GPU) and launches one at::mm_out per
+ * expert. transformers 5.17 casts the tokens to the experts' dtype (the
+ * grouped GEMM is not autocast: src/ops/moe.c), so under autocast the
+ * experts run fp32 GEMMs on the fallback. Its backward
+ * (tools/autograd/derivatives.yaml) is a _grouped_mm per operand: the
+ * input gradient (rows x inner over the outputs) and the weight gradient
+ * (2d x 2d over each expert's rows), each again one kernel or a sync and a
+ * loop. Routing is taken as balanced (tokens x top_k / E rows an
+ * expert): the work's sum does not depend on the spread, and the loads
+ * measured (groundtruth/moe/h200-torch2.11-moe-load.jsonl) leave no
+ * expert idle in these models. */
+void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
+                      bool grouped, double gap, int ph, vp__moe_gemms *out)
+{
+    out->calls = 0;
+    out->fallback = !(grouped && p == VP_PREC_BF16);
+    double e = o->classes ? (double)o->classes : 1.0;
+    out->launches = out->fallback ? e : 1.0;
+    int dt = p == VP_PREC_BF16   ? VP_HW_BF16
+             : p == VP_PREC_FP16 ? VP_HW_FP16
+                                 : VP_HW_FP32;
+    const vp_curve *c = &hw->gemm[dt];
+    double h = (double)o->in_features, f = (double)o->out_features;
+    if (h <= 0 || f <= 0)
+        return;
+    double rows = (double)o->numel / h * (double)o->top_k;
+    double me = rows / e; /* one expert's rows */
+    double g = out->launches * gap;
+    if (ph == 0) {
+        out->gpu[0] = gemm_body(c, 1, rows, 2 * f, h) + g; /* gate_up */
+        out->gpu[1] = gemm_body(c, 1, rows, h, f) + g;     /* down    */
+        out->calls = 2;
+        return;
+    }
+    /* down's input and weight gradients, then gate_up's */
+    out->gpu[0] = gemm_body(c, 1, rows, f, h) + g;
+    out->gpu[1] = gemm_body(c, e, h, f, me) + g;
+    out->gpu[2] = gemm_body(c, 1, rows, h, 2 * f) + g;
+    out->gpu[3] = gemm_body(c, e, 2 * f, h, me) + g;
+    out->calls = 4;
+}
+
+double vp__moe_gemms_gpu(const vp__moe_gemms *m)
+{
+    double t = 0;
+    for (int i = 0; i < m->calls; i++)
+        t += m->gpu[i];
+    return t;
+}
+
+double vp__moe_gemms_host(const vp__moe_gemms *m, double per)
+{
+    return (double)m->calls * m->launches * per;
+}
+
+void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k)
+{
+    for (int i = 0; i < m->calls; i++) {
+        if (m->fallback)
+            vp__host_sync(k);
+        vp__host_issue(k, m->launches, per, m->gpu[i]);
+    }
+}

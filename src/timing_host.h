@@ -1,0 +1,57 @@
+/* The host side of the single-GPU step-time model (timing_host.c; docs/
+ * STEP_TIME.md "The host"): the two clocks of the launch queue, what
+ * stalls the host (a device-to-host copy), and the host's part of the
+ * kernels that PyTorch launches from C++ in a loop (torch._grouped_mm's
+ * fallback for the MoE experts). Private to timing.c and timing_host.c. */
+#ifndef VRAMPLAN_TIMING_HOST_H
+#define VRAMPLAN_TIMING_HOST_H
+
+#include <stdbool.h>
+
+#include "internal.h"
+
+/* When the host thread and the GPU are next free, seconds into the
+ * step. */
+typedef struct {
+    double host, dev;
+} vp__clocks;
+
+/* n kernels issued at `per` host seconds each, `gpu` GPU seconds in all:
+ * each starts once issued and the GPU is free. */
+void vp__host_issue(vp__clocks *k, double n, double per, double gpu);
+
+/* A device-to-host copy (.item(), .cpu(), .tolist(), nonzero): the host
+ * waits until the GPU has run everything issued so far. */
+void vp__host_sync(vp__clocks *k);
+
+/* The routed experts' GEMMs in one phase of one micro-batch
+ * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
+ * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
+ * down; backward: the input and the weight gradient of each), each one
+ * kernel on the fast path or `launches` mm kernels after a host sync on
+ * the fallback, gpu[c] GPU seconds each. */
+enum { VP__MOE_CALLS = 4 };
+typedef struct {
+    int calls;
+    bool fallback;
+    double launches;            /* kernels per call                  */
+    double gpu[VP__MOE_CALLS];  /* GPU seconds of each call          */
+} vp__moe_gemms;
+
+/* The grouped GEMMs of op o (VP_OP_MOE_EXPERTS) in phase ph (0 forward,
+ * 1 backward) at precision p on hw; `grouped` says whether the GPU runs
+ * torch._grouped_mm's CUTLASS kernel (sm90 and later). gap: the GPU's
+ * seconds between kernels. */
+void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
+                      bool grouped, double gap, int ph, vp__moe_gemms *out);
+
+/* Their GPU seconds in all. */
+double vp__moe_gemms_gpu(const vp__moe_gemms *m);
+
+/* Their host seconds: a launch per kernel at `per` each. */
+double vp__moe_gemms_host(const vp__moe_gemms *m, double per);
+
+/* Run them on the clocks, each fallback call after its sync. */
+void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k);
+
+#endif
