@@ -579,9 +579,8 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
  * Linear.forward: lora_B(lora_A(dropout(x))) * scaling added to the
  * frozen base's output): lora_A (rows x r x in) and lora_B (rows x out x
  * r) forward; backward both weight gradients, lora_B's input gradient and
- * lora_A's when x needs one. Rank-r GEMMs are thin: the curve's inner-
- * dimension term (k_half) slows the r-inner ones, the gap bounds the
- * rest. DoRA (n_params 3: the magnitude; peft/tuners/lora/dora.py
+ * lora_A's when x needs one. Rank-r GEMMs are thin, their time the
+ * curve's at their shape (vp__gemm_small, timing_host.c). DoRA (n_params 3: the magnitude; peft/tuners/lora/dora.py
  * DoraLinearLayer.forward) adds lora_B(lora_A(eye(in))) for the weight
  * norm (no gradient: detached) and, with dropout, the base layer again
  * on the dropped input (F.linear(x, weight): forward and its input
@@ -598,13 +597,14 @@ static void lora_time(const tctx *x, const vp_setup *s, const vp_op *o,
     double m = (double)o->numel / n;
     double r = (double)x->g->params[o->params[0]].numel / k;
     bool xg = o->n_inputs && x->g->ops[o->inputs[0]].needs_grad;
-    double g = x->gap;
-    *f = gemm_gpu(c, g, m, r, k) + gemm_gpu(c, g, m, n, r);
-    *b = gemm_gpu(c, g, n, r, m) + gemm_gpu(c, g, m, r, n) +
-         gemm_gpu(c, g, r, k, m) + (xg ? gemm_gpu(c, g, m, k, r) : 0);
+    double g = x->gap, d = x->hw->dispatch;
+    *f = vp__gemm_small(c, d, g, m, r, k) + vp__gemm_small(c, d, g, m, n, r);
+    *b = vp__gemm_small(c, d, g, n, r, m) + vp__gemm_small(c, d, g, m, r, n) +
+         vp__gemm_small(c, d, g, r, k, m) +
+         (xg ? vp__gemm_small(c, d, g, m, k, r) : 0);
     if (o->n_params < 3)
         return;
-    *f += gemm_gpu(c, g, k, r, k) + gemm_gpu(c, g, k, n, r);
+    *f += vp__gemm_small(c, d, g, k, r, k) + vp__gemm_small(c, d, g, k, n, r);
     if (o->dropout > 0) {
         *f += gemm_gpu(c, g, m, n, k);
         *b += xg ? gemm_gpu(c, g, m, k, n) : 0;

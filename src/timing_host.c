@@ -36,6 +36,16 @@ static double gemm_body(const vp_curve *c, double e, double m, double n,
     return e * t;
 }
 
+double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
+                      double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
+        return 0;
+    double w = 2.0 * m * n * k;
+    double fixed = vp_curve_time(c, w) - w / c->peak - dispatch;
+    return gemm_body(c, 1, m, n, k) + (fixed > gap ? fixed : gap);
+}
+
 /* torch._grouped_mm (aten/src/ATen/native/cuda/GroupedBlas.cpp
  * _grouped_mm_cuda) runs CUTLASS's grouped kernel (bf16bf16_grouped_mm,
  * "fast path, no d2h sync needed") only when both operands and the output
@@ -67,20 +77,22 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
     if (h <= 0 || f <= 0)
         return;
     double rows = (double)o->numel / h * (double)o->top_k;
-    double me = rows / e; /* one expert's rows */
-    double g = out->launches * gap;
-    if (ph == 0) {
-        out->gpu[0] = gemm_body(c, 1, rows, 2 * f, h) + g; /* gate_up */
-        out->gpu[1] = gemm_body(c, 1, rows, h, f) + g;     /* down    */
-        out->calls = 2;
-        return;
+    /* forward: gate_up, down; backward: down's input and weight
+     * gradients, then gate_up's (m x n over the inner k; the weight
+     * gradients' inner dimension is one expert's rows) */
+    const double shape[2][4][3] = {
+        {{rows, 2 * f, h}, {rows, h, f}},
+        {{rows, f, h}, {h, f, rows}, {rows, h, 2 * f}, {2 * f, h, rows}}};
+    out->calls = ph == 0 ? 2 : 4;
+    for (int i = 0; i < out->calls; i++) {
+        const double *d = shape[ph][i];
+        bool wgrad = ph == 1 && (i == 1 || i == 3);
+        double m = wgrad ? d[0] : d[0] / e, k = wgrad ? d[2] / e : d[2];
+        /* one expert's GEMM; the grouped kernel runs them all in one */
+        out->gpu[i] = out->fallback
+                          ? e * vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
+                          : gemm_body(c, e, m, d[1], k) + gap;
     }
-    /* down's input and weight gradients, then gate_up's */
-    out->gpu[0] = gemm_body(c, 1, rows, f, h) + g;
-    out->gpu[1] = gemm_body(c, e, h, f, me) + g;
-    out->gpu[2] = gemm_body(c, 1, rows, h, 2 * f) + g;
-    out->gpu[3] = gemm_body(c, e, 2 * f, h, me) + g;
-    out->calls = 4;
 }
 
 double vp__moe_gemms_gpu(const vp__moe_gemms *m)

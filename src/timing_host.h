@@ -24,6 +24,15 @@ void vp__host_issue(vp__clocks *k, double n, double per, double gpu);
  * waits until the GPU has run everything issued so far. */
 void vp__host_sync(vp__clocks *k);
 
+/* GPU seconds of one GEMM m x n x k on curve c where its size, not the
+ * curve's peak, decides (rank-r adapters, one expert's rows): the work at
+ * the peak slowed by the inner dimension (timing.c gemm_gpu's rule) plus
+ * the curve's fixed time at that size less the host's dispatch its sweep
+ * point paid (as a memory-bound kernel's own time), at least the gap
+ * between kernels. */
+double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
+                      double m, double n, double k);
+
 /* The routed experts' GEMMs in one phase of one micro-batch
  * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
  * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
@@ -41,7 +50,7 @@ typedef struct {
 /* The grouped GEMMs of op o (VP_OP_MOE_EXPERTS) in phase ph (0 forward,
  * 1 backward) at precision p on hw; `grouped` says whether the GPU runs
  * torch._grouped_mm's CUTLASS kernel (sm90 and later). gap: the GPU's
- * seconds between kernels. */
+ * seconds between kernels; hw->dispatch the host's per call. */
 void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
                       bool grouped, double gap, int ph, vp__moe_gemms *out);
 
