@@ -469,10 +469,7 @@ static double gemm_gpu(const vp_curve *c, double gap, double m, double n,
 {
     if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
         return 0;
-    double t = 2.0 * m * n * k / c->peak;
-    if (c->kh > 0)
-        t *= (k + c->kh) / k;
-    return t + gap;
+    return vp__gemm_work(c, m, n, k) + gap;
 }
 
 /* 16-bit GEMMs whose operands' rows are not 16-byte aligned (a row of

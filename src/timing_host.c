@@ -22,18 +22,21 @@ void vp__host_sync(vp__clocks *k)
         k->host = k->dev;
 }
 
-/* GPU seconds of the GEMM work of e GEMMs of m x n x inner each on curve
- * c, without the gaps: the curve's peak slowed by the inner dimension
- * (timing.c gemm_gpu's rule). */
+double vp__gemm_work(const vp_curve *c, double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
+        return 0;
+    double t = 2.0 * m * n * k / c->peak;
+    if (c->kh > 0)
+        t *= (k + c->kh) / k;
+    return t;
+}
+
+/* e GEMMs of m x n x inner each */
 static double gemm_body(const vp_curve *c, double e, double m, double n,
                         double inner)
 {
-    if (m <= 0 || n <= 0 || inner <= 0 || c->peak <= 0)
-        return 0;
-    double t = 2.0 * m * n * inner / c->peak;
-    if (c->kh > 0)
-        t *= (inner + c->kh) / inner;
-    return e * t;
+    return e * vp__gemm_work(c, m, n, inner);
 }
 
 double vp__gemm_small(const vp_curve *c, double dispatch, double gap,

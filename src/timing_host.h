@@ -24,6 +24,11 @@ void vp__host_issue(vp__clocks *k, double n, double per, double gpu);
  * waits until the GPU has run everything issued so far. */
 void vp__host_sync(vp__clocks *k);
 
+/* GPU seconds of the work of a GEMM m x n x k on curve c launched among
+ * others: 2mnk at the curve's peak, slowed by the inner dimension,
+ * (k + k_half) / k; no gap. */
+double vp__gemm_work(const vp_curve *c, double m, double n, double k);
+
 /* GPU seconds of one GEMM m x n x k on curve c where its size, not the
  * curve's peak, decides (rank-r adapters, one expert's rows): the work at
  * the peak slowed by the inner dimension (timing.c gemm_gpu's rule) plus
