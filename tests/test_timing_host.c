@@ -139,3 +139,34 @@ Test(finetune_time, lora_steps_the_adapters)
     vp_step_time t = mlp10(&s);
     cr_assert_eq(t.host_tensors, 18.0, "%g", t.host_tensors);
 }
+
+static vp_step_time dora(const char *dropout)
+{
+    vp_error err;
+    vp_setup s;
+    vp_setup_init(&s);
+    char spec[96];
+    snprintf(spec, sizeof spec, "r=16,targets=all-linear,dora,dropout=%s",
+             dropout);
+    cr_assert_eq(vp_lora_parse(spec, &s.ft.lora, &err), VP_OK, "%s",
+                 err.msg);
+    return mlp10(&s);
+}
+
+/* DoRA with dropout runs the base layer again on the dropped input (peft
+ * passes no base result): per adapted linear one more forward GEMM and,
+ * where x needs a gradient, its input gradient. mlp10's nine hidden
+ * linears at batch 4096 are 4096^3 GEMMs: 9 forward, 8 input gradients
+ * (net.0's input is the batch). */
+Test(finetune_time, dora_with_dropout_runs_the_base_again)
+{
+    vp_step_time a = dora("0.1");
+    vp_step_time b = dora("0");
+    vp_hw hw = h200();
+    const vp_curve *c = &hw.gemm[VP_HW_FP32];
+    double n = 4096.0;
+    double gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    double want = 17.0 * (2.0 * n * n * n / c->peak * (n + c->kh) / n + gap);
+    cr_assert_float_eq(a.gemm - b.gemm, want, 1e-6 * want, "%g vs %g",
+                       a.gemm - b.gemm, want);
+}
