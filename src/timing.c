@@ -931,15 +931,8 @@ static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
 {
     if (!ot->run)
         return k.dev > k.host ? k.dev : k.host;
-    double per = q->hw->dispatch;
-    if (ot->unscale > 0) {
-        k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
-        k.host = k.dev;
-    }
-    double first = k.host + q->hw->host_opt + per;
-    double dev = (k.dev > first ? k.dev : first) + ot->gpu;
-    double host = k.host + ot->cpu;
-    return dev > host ? dev : host;
+    return vp__host_optimizer(&k, q->hw->dispatch, q->hw->host_opt, ot->gpu,
+                              ot->cpu, ot->unscale);
 }
 
 /* The step on the clocks: the first micro-batch, the second (which

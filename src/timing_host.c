@@ -22,6 +22,23 @@ void vp__host_sync(vp__clocks *k)
         k->host = k->dev;
 }
 
+/* torch/amp/grad_scaler.py _maybe_opt_step reads found_inf with .item()
+ * before the step; Optimizer.step gathers and groups the tensors
+ * (torch/optim/optimizer.py _group_tensors_by_device_and_dtype) before it
+ * launches anything. */
+double vp__host_optimizer(vp__clocks *k, double per, double fixed, double gpu,
+                          double cpu, double unscale)
+{
+    if (unscale > 0) {
+        vp__host_issue(k, 1, per, unscale);
+        vp__host_sync(k);
+    }
+    double first = k->host + fixed + per;
+    double dev = (k->dev > first ? k->dev : first) + gpu;
+    double host = k->host + cpu;
+    return dev > host ? dev : host;
+}
+
 double vp__gemm_work(const vp_curve *c, double m, double n, double k)
 {
     if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)

@@ -38,6 +38,15 @@ double vp__gemm_work(const vp_curve *c, double m, double n, double k);
 double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
                       double m, double n, double k);
 
+/* The optimizer step on the clocks; returns when the step ends. With
+ * GradScaler (unscale > 0: its unscale-and-check kernel's GPU seconds) the
+ * host launches the check (per: one dispatch) and waits for found_inf
+ * (.item()); the optimizer's first kernel starts after its fixed Python
+ * (fixed) and a dispatch; its kernels take gpu GPU seconds and cpu host
+ * seconds in all. */
+double vp__host_optimizer(vp__clocks *k, double per, double fixed, double gpu,
+                          double cpu, double unscale);
+
 /* The routed experts' GEMMs in one phase of one micro-batch
  * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
  * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
