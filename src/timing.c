@@ -650,7 +650,12 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
 static void moe_gemms(const tctx *x, const vp_setup *s, const vp_op *o,
                       int ph, vp__moe_gemms *m)
 {
-    vp__moe_gemms_of(x->hw, o, s->precision, x->sdpa_cudnn, x->gap, ph, m);
+    const vp_graph *g = x->g;
+    bool grads[2] = {
+        o->needs_grad && o->n_inputs && g->ops[o->inputs[0]].needs_grad,
+        o->needs_grad && o->n_params && g->params[o->params[0]].trainable};
+    vp__moe_gemms_of(x->hw, o, s->precision, x->sdpa_cudnn, x->gap, ph, grads,
+                     m);
 }
 
 /* Forward and backward matmul seconds of one op. */
@@ -902,9 +907,13 @@ static void account(const qctx *q, vp_step_time *out)
             out->memory += q->c->t[i].mem[ph];
             out->cpu += nk * per * q->mb;
             if (o->kind == VP_OP_MOE_EXPERTS) {
-                vp__moe_gemms m;
-                moe_gemms(q->c, q->s, o, ph, &m);
-                out->cpu += vp__moe_gemms_host(&m, q->hw->dispatch) * q->mb;
+                vp__moe_gemms m[2];
+                moe_gemms(q->c, q->s, o, 0, &m[0]);
+                moe_gemms(q->c, q->s, o, ph, &m[1]);
+                double d = q->hw->dispatch;
+                out->cpu += (vp__moe_gemms_host(&m[1], d) +
+                             (rec > 0 ? vp__moe_gemms_host(&m[0], d) : 0)) *
+                            q->mb;
             }
             if (ph == 0) {
                 out->host_kernels += nk;

@@ -83,7 +83,8 @@ double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
  * measured (groundtruth/moe/h200-torch2.11-moe-load.jsonl) leave no
  * expert idle in these models. */
 void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
-                      bool grouped, double gap, int ph, vp__moe_gemms *out)
+                      bool grouped, double gap, int ph, const bool grads[2],
+                      vp__moe_gemms *out)
 {
     out->calls = 0;
     out->fallback = !(grouped && p == VP_PREC_BF16);
@@ -103,14 +104,15 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
     const double shape[2][4][3] = {
         {{rows, 2 * f, h}, {rows, h, f}},
         {{rows, f, h}, {h, f, rows}, {rows, h, 2 * f}, {2 * f, h, rows}}};
-    out->calls = ph == 0 ? 2 : 4;
-    for (int i = 0; i < out->calls; i++) {
+    for (int i = 0; i < (ph == 0 ? 2 : 4); i++) {
         const double *d = shape[ph][i];
         bool wgrad = ph == 1 && (i == 1 || i == 3);
+        if (ph == 1 && !grads[wgrad])
+            continue; /* frozen experts; tokens without a gradient */
         double m = wgrad ? d[0] : d[0] / e, k = wgrad ? d[2] / e : d[2];
         /* one expert's GEMM; the grouped kernel runs them all in one */
-        out->gpu[i] = out->fallback
-                          ? e * vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
+        out->gpu[out->calls++] =
+            out->fallback ? e * vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
                           : gemm_body(c, e, m, d[1], k) + gap;
     }
 }

@@ -64,9 +64,12 @@ typedef struct {
 /* The grouped GEMMs of op o (VP_OP_MOE_EXPERTS) in phase ph (0 forward,
  * 1 backward) at precision p on hw; `grouped` says whether the GPU runs
  * torch._grouped_mm's CUTLASS kernel (sm90 and later). gap: the GPU's
- * seconds between kernels; hw->dispatch the host's per call. */
+ * seconds between kernels; hw->dispatch the host's per call. grads: the
+ * backward's input gradients (the tokens need one) and weight gradients
+ * (the experts are trained); a backward with neither has no call. */
 void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
-                      bool grouped, double gap, int ph, vp__moe_gemms *out);
+                      bool grouped, double gap, int ph, const bool grads[2],
+                      vp__moe_gemms *out);
 
 /* Their GPU seconds in all. */
 double vp__moe_gemms_gpu(const vp__moe_gemms *m);

@@ -38,7 +38,8 @@ static vp_step_time timed(const char *path, vp_setup *s, const vp_hw *hw)
     return t;
 }
 
-static vp_step_time moe(const char *experts, vp_precision p)
+static vp_step_time moe_lora(const char *experts, vp_precision p,
+                             const char *lora)
 {
     char path[128];
     snprintf(path, sizeof path, "tests/data/cluster/moe-e%s.yaml", experts);
@@ -48,7 +49,17 @@ static vp_step_time moe(const char *experts, vp_precision p)
     s.batch = 1;
     s.seq = 1024;
     s.precision = p;
+    if (lora) {
+        vp_error err;
+        cr_assert_eq(vp_lora_parse(lora, &s.ft.lora, &err), VP_OK, "%s",
+                     err.msg);
+    }
     return timed(path, &s, &hw);
+}
+
+static vp_step_time moe(const char *experts, vp_precision p)
+{
+    return moe_lora(experts, p, NULL);
 }
 
 /* Under autocast the experts run fp32 GEMMs (transformers casts the
@@ -62,6 +73,20 @@ Test(moe_host, the_fallback_launches_a_gemm_per_expert)
     vp_step_time a = moe("64", VP_PREC_AMP_BF16);
     vp_step_time b = moe("128", VP_PREC_AMP_BF16);
     double want = 6.0 * 8 * 64 * hw.dispatch;
+    cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
+                       b.cpu - a.cpu, want);
+}
+
+/* With adapters on the attention only, the experts are frozen: their
+ * backward has the two input gradients and no weight gradient, so 2 + 2
+ * calls a layer launch a GEMM per expert. */
+Test(moe_host, frozen_experts_have_no_weight_gradient)
+{
+    vp_hw hw = h200();
+    const char *l = "r=8,targets=q_proj";
+    vp_step_time a = moe_lora("64", VP_PREC_AMP_BF16, l);
+    vp_step_time b = moe_lora("128", VP_PREC_AMP_BF16, l);
+    double want = 4.0 * 8 * 64 * hw.dispatch;
     cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
                        b.cpu - a.cpu, want);
 }
