@@ -23,7 +23,7 @@ One JSON object per line:
    "phases": {"fwd": {"launches", "syncs": {NAME: [count, us]}, "gpu_busy_ms", "idle_ms"}, "bwd": ..., "opt": ...},
    "gaps": [[us, CPU_OP], ...] (the 40 longest), "kernels": {NAME: [count, us]}}
 """
-import contextlib, json, os, sys, time
+import bisect, contextlib, json, os, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GT = os.path.join(HERE, "..", "groundtruth")
@@ -64,6 +64,16 @@ def analyse(prof):
                   key=lambda e: e.time_range.start)
     cpu = [e for e in ev if e.device_type == torch.autograd.DeviceType.CPU]
 
+    order = sorted((e for e in cpu if e.name not in ("fwd", "bwd", "opt")), key=lambda e: e.time_range.start)
+    starts = [e.time_range.start for e in order]
+
+    def running(t):
+        """The innermost CPU op running at time t (the shortest of those that contain it, among the last 400
+        started)."""
+        i = bisect.bisect_right(starts, t)
+        inside = [e for e in order[max(0, i - 400):i] if e.time_range.end >= t]
+        return min(inside, key=lambda e: e.time_range.elapsed_us()).name if inside else ""
+
     def phase_of(t):
         for k, (a, b) in ranges.items():
             if a <= t <= b:
@@ -93,9 +103,7 @@ def analyse(prof):
             gap = k.time_range.start - end
             if p:
                 phases[p]["idle_ms"] += gap / 1e3
-            busy = [e for e in cpu if e.time_range.start <= k.time_range.start <= e.time_range.end and
-                    e.name not in ("fwd", "bwd", "opt")]
-            gaps.append([round(gap, 1), min(busy, key=lambda e: e.time_range.elapsed_us()).name if busy else ""])
+            gaps.append([round(gap, 1), running(k.time_range.start)])
         end = k.time_range.end if end is None else max(end, k.time_range.end)
     gaps.sort(reverse=True)
     return phases, gaps[:40], {k: [v[0], round(v[1], 1)] for k, v in sorted(kernels.items(), key=lambda x: -x[1][1])}
