@@ -577,8 +577,9 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
  * frozen base's output): lora_A (rows x r x in) and lora_B (rows x out x
  * r) forward; backward both weight gradients, lora_B's input gradient and
  * lora_A's when x needs one. Rank-r GEMMs are thin, their time the
- * curve's at their shape (vp__gemm_small, timing_host.c). DoRA (n_params 3: the magnitude; peft/tuners/lora/dora.py
- * DoraLinearLayer.forward) adds lora_B(lora_A(eye(in))) for the weight
+ * curve's at their shape (vp__gemm_small, timing_host.c). DoRA (n_params
+ * 3: the magnitude; peft/tuners/lora/dora.py DoraLinearLayer.forward)
+ * adds lora_B(lora_A(eye(in))) for the weight
  * norm (no gradient: detached) and, with dropout, the base layer again
  * on the dropped input (F.linear(x, weight): forward and its input
  * gradient, the weight frozen). The elementwise kernels (dropout, the
@@ -860,7 +861,9 @@ static void moe_phase(const qctx *q, int ph, size_t i, bool rec, double gpu,
     vp__moe_gemms m[2];
     moe_gemms(q->c, q->s, o, 0, &m[0]);
     moe_gemms(q->c, q->s, o, 1, &m[1]);
-    double mm = vp__moe_gemms_gpu(&m[ph]) + (rec ? vp__moe_gemms_gpu(&m[0]) : 0);
+    double mm = vp__moe_gemms_gpu(&m[ph]);
+    if (rec)
+        mm += vp__moe_gemms_gpu(&m[0]);
     vp__host_issue(k, nk, per, gpu > mm ? gpu - mm : 0);
     if (rec)
         vp__moe_gemms_run(&m[0], q->hw->dispatch, k);
@@ -877,7 +880,8 @@ static double run_phase(const qctx *q, int ph, clocks *k)
         double nk, per, r;
         double gpu = op_cost(q, ph, i, &nk, &per, &r);
         rec += r;
-        if (q->g->ops[i].kind == VP_OP_MOE_EXPERTS && !(ph && q->s->inference)) {
+        bool moe = q->g->ops[i].kind == VP_OP_MOE_EXPERTS;
+        if (moe && !(ph && q->s->inference)) {
             moe_phase(q, ph, i, r > 0, gpu, nk, per, k);
             continue;
         }

@@ -49,13 +49,6 @@ double vp__gemm_work(const vp_curve *c, double m, double n, double k)
     return t;
 }
 
-/* e GEMMs of m x n x inner each */
-static double gemm_body(const vp_curve *c, double e, double m, double n,
-                        double inner)
-{
-    return e * vp__gemm_work(c, m, n, inner);
-}
-
 double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
                       double m, double n, double k)
 {
@@ -63,7 +56,7 @@ double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
         return 0;
     double w = 2.0 * m * n * k;
     double fixed = vp_curve_time(c, w) - w / c->peak - dispatch;
-    return gemm_body(c, 1, m, n, k) + (fixed > gap ? fixed : gap);
+    return vp__gemm_work(c, m, n, k) + (fixed > gap ? fixed : gap);
 }
 
 /* torch._grouped_mm (aten/src/ATen/native/cuda/GroupedBlas.cpp
@@ -111,9 +104,10 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
             continue; /* frozen experts; tokens without a gradient */
         double m = wgrad ? d[0] : d[0] / e, k = wgrad ? d[2] / e : d[2];
         /* one expert's GEMM; the grouped kernel runs them all in one */
-        out->gpu[out->calls++] =
-            out->fallback ? e * vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
-                          : gemm_body(c, e, m, d[1], k) + gap;
+        double one = out->fallback
+                         ? vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
+                         : vp__gemm_work(c, m, d[1], k);
+        out->gpu[out->calls++] = e * one + (out->fallback ? 0 : gap);
     }
 }
 
