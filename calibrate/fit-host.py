@@ -12,8 +12,9 @@ host_casts, host_bwd_kernels, host_tensors of one micro-batch). Each phase's cos
     optimizer = fixed + tensors x per_tensor                  (foreach AdamW + zero_grad, fp32 and bf16 state)
     and for each other optimizer its per_tensor = (host time - fixed) / tensors of its case (one each)
 
-Cases left out of a phase, and why: checkpointed cases (torch.utils.checkpoint saves the CUDA RNG state per
-segment, which waits for the GPU: their host times are the GPU's); the optimizer of amp fp16 (GradScaler reads
+Cases left out of a phase, and why: checkpointed cases (their host times follow the GPU's; not through the CUDA
+RNG state torch.utils.checkpoint saves per segment, which CUDAGeneratorImpl::get_state reads from host-side
+values without waiting: the wait is unexplained, calibrate/vp-host-trace.py shows where it is); the optimizer of amp fp16 (GradScaler reads
 found_inf with .item(), a synchronize) and of the other optimizers (one case each; their per-tensor cost is read off
 that case with the fixed cost fitted on foreach). Prints the constants in microseconds and each phase's median and max relative error, and, as a check
 of the forward's form, the fit with a cost per call and per cast apart (both come out as a kernel's or less:

@@ -51,4 +51,12 @@ vp_status vp__simulate_hooked(const vp_graph *g, const vp_setup *setup,
                               void *ud, const vp__sim_hooks *hooks,
                               vp_error *err);
 
+/* The same on ft, the graph vp__finetune_prepare made of g (NULL: g as it
+ * is), for a caller that reads the ops the simulator runs (timing.c: a
+ * LoRA step's adapters and frozen base). */
+vp_status vp__simulate_prepared(const vp_graph *g, const vp_graph *ft,
+                                const vp_setup *setup, vp_estimate *out,
+                                vp_sim_event_fn on_event, void *ud,
+                                const vp__sim_hooks *hooks, vp_error *err);
+
 #endif

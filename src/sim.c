@@ -1083,22 +1083,34 @@ vp_status vp__simulate_hooked(const vp_graph *g, const vp_setup *s,
                               vp_error *err)
 {
     vp_graph *ft = NULL;
-    uint64_t total = 0;
 
     vp_error_clear(err);
     memset(out, 0, sizeof *out);
     vp_status st = vp__finetune_prepare(g, s, &ft, err);
     if (st != VP_OK)
         return st;
+    st = vp__simulate_prepared(g, ft, s, out, on_event, ud, hooks, err);
+    vp_graph_free(ft);
+    return st;
+}
+
+vp_status vp__simulate_prepared(const vp_graph *g, const vp_graph *ft,
+                                const vp_setup *s, vp_estimate *out,
+                                vp_sim_event_fn on_event, void *ud,
+                                const vp__sim_hooks *hooks, vp_error *err)
+{
+    uint64_t total = 0;
+
+    vp_error_clear(err);
+    memset(out, 0, sizeof *out);
     (void)vp_graph_num_params(g, &total, NULL);
-    st = simulate(ft ? ft : g, s, out, on_event, ud, hooks, err);
+    vp_status st = simulate(ft ? ft : g, s, out, on_event, ud, hooks, err);
     /* every parameter: the model's, and the adapters */
     for (size_t p = 0; ft && p < ft->n_params; p++)
         if (ft->params[p].adapter &&
             !vp_add_u64(total, ft->params[p].numel, &total))
             total = UINT64_MAX;
     out->total_params = total;
-    vp_graph_free(ft);
     return st;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "timing_host.h"
 
 double vp_hw_matmul_rate(const vp_hw *hw, vp_precision p)
 {
@@ -468,10 +469,7 @@ static double gemm_gpu(const vp_curve *c, double gap, double m, double n,
 {
     if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
         return 0;
-    double t = 2.0 * m * n * k / c->peak;
-    if (c->kh > 0)
-        t *= (k + c->kh) / k;
-    return t + gap;
+    return vp__gemm_work(c, m, n, k) + gap;
 }
 
 /* 16-bit GEMMs whose operands' rows are not 16-byte aligned (a row of
@@ -564,10 +562,51 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
     double n = (double)o->out_features, k = (double)o->in_features;
     int al = unaligned_class(s, o->out_features, o->in_features);
     *f = unaligned(c, al, GEMM_FWD, gemm_gpu(c, x->gap, m, n, k), m * n * k);
-    *b = unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, x->gap, n, k, m), n * k * m);
+    /* a frozen weight (fine-tuning's base) has no gradient */
+    bool wg = o->n_params > 0 && x->g->params[o->params[0]].trainable;
+    *b = wg ? unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, x->gap, n, k, m),
+                        n * k * m)
+            : 0;
     if (o->flops_bwd > 1.5 * o->flops_fwd)
         *b += unaligned(c, al, GEMM_DGRAD, gemm_gpu(c, x->gap, m, k, n),
                         m * k * n);
+}
+
+/* A LoRA adapter's GEMMs (peft 0.21, peft/tuners/lora/layer.py
+ * Linear.forward: lora_B(lora_A(dropout(x))) * scaling added to the
+ * frozen base's output): lora_A (rows x r x in) and lora_B (rows x out x
+ * r) forward; backward both weight gradients, lora_B's input gradient and
+ * lora_A's when x needs one. Rank-r GEMMs are thin, their time the
+ * curve's at their shape (vp__gemm_small, timing_host.c). DoRA (n_params
+ * 3: the magnitude; peft/tuners/lora/dora.py DoraLinearLayer.forward)
+ * adds lora_B(lora_A(eye(in))) for the weight
+ * norm (no gradient: detached) and, with dropout, the base layer again
+ * on the dropped input (F.linear(x, weight): forward and its input
+ * gradient, the weight frozen). The elementwise kernels (dropout, the
+ * scaling, the add, DoRA's norm) are the simulator's allocations. */
+static void lora_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                      double *f, double *b)
+{
+    const vp_curve *c = &x->hw->gemm[gemm_dtype(s->precision)];
+    double n = (double)o->out_features, k = (double)o->in_features;
+    *f = *b = 0;
+    if (n <= 0 || k <= 0 || o->n_params < 2)
+        return;
+    double m = (double)o->numel / n;
+    double r = (double)x->g->params[o->params[0]].numel / k;
+    bool xg = o->n_inputs && x->g->ops[o->inputs[0]].needs_grad;
+    double g = x->gap, d = x->hw->dispatch;
+    *f = vp__gemm_small(c, d, g, m, r, k) + vp__gemm_small(c, d, g, m, n, r);
+    *b = vp__gemm_small(c, d, g, n, r, m) + vp__gemm_small(c, d, g, m, r, n) +
+         vp__gemm_small(c, d, g, r, k, m) +
+         (xg ? vp__gemm_small(c, d, g, m, k, r) : 0);
+    if (o->n_params < 3)
+        return;
+    *f += vp__gemm_small(c, d, g, k, r, k) + vp__gemm_small(c, d, g, k, n, r);
+    if (o->dropout > 0) {
+        *f += gemm_gpu(c, g, m, n, k);
+        *b += xg ? gemm_gpu(c, g, m, k, n) : 0;
+    }
 }
 
 /* The attention core's seconds: the kernel the simulator runs (sim.c
@@ -606,6 +645,20 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
 }
 
+/* The routed experts' GEMMs of op o in phase ph (timing_host.c): the
+ * grouped kernel on Hopper and later, the profiles with a cuDNN attention
+ * rate (sdpa_cudnn: sm90+, as torch._grouped_mm's fast path asks). */
+static void moe_gemms(const tctx *x, const vp_setup *s, const vp_op *o,
+                      int ph, vp__moe_gemms *m)
+{
+    const vp_graph *g = x->g;
+    bool grads[2] = {
+        o->needs_grad && o->n_inputs && g->ops[o->inputs[0]].needs_grad,
+        o->needs_grad && o->n_params && g->params[o->params[0]].trainable};
+    vp__moe_gemms_of(x->hw, o, s->precision, x->sdpa_cudnn, x->gap, ph, grads,
+                     m);
+}
+
 /* Forward and backward matmul seconds of one op. */
 static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                         double *f, double *b)
@@ -639,6 +692,14 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                    gap;
         *f = t;
         *b = 2.0 * t;
+    } else if (o->kind == VP_OP_LORA) {
+        lora_time(x, s, o, f, b);
+    } else if (o->kind == VP_OP_MOE_EXPERTS) {
+        vp__moe_gemms m;
+        moe_gemms(x, s, o, 0, &m);
+        *f = vp__moe_gemms_gpu(&m);
+        moe_gemms(x, s, o, 1, &m);
+        *b = vp__moe_gemms_gpu(&m);
     } else if (o->kind == VP_OP_CROSS_ENTROPY) {
         /* the sweep's op (scripts/h200_sweeps.py sweep_membound):
          * F.cross_entropy(logits.float(), labels) on 16-bit logits, its
@@ -747,9 +808,7 @@ typedef struct {
     double mb;      /* micro-batches per step (the simulation's totals / mb) */
 } qctx;
 
-typedef struct {
-    double host, dev; /* when each is next free, seconds into the step */
-} clocks;
+typedef vp__clocks clocks; /* timing_host.h */
 
 /* Kernels the host issues for an op in phase ph of one of mb micro-batches:
  * its allocations, and one for a forward call that writes in place
@@ -782,12 +841,33 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     const op_traffic *t = &q->c->t[i];
     double mf, mbk;
     matmul_time(q->c, q->s, o, &mf, &mbk);
-    double gpu = ph == 0 ? mf : q->s->inference ? 0 : mbk;
+    /* an op whose output needs no gradient (frozen layers before the
+     * first trainable one) has no backward */
+    double gpu = ph == 0 ? mf : q->s->inference || !o->needs_grad ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
     *nk = host_kernels(o, t, ph, q->mb);
     *per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
     return gpu;
+}
+
+/* An MoE experts op on the clocks: its routing and elementwise kernels
+ * (the allocations), then its grouped GEMMs (timing_host.c), the
+ * recomputed forward's first in a checkpointed backward. */
+static void moe_phase(const qctx *q, int ph, size_t i, bool rec, double gpu,
+                      double nk, double per, clocks *k)
+{
+    const vp_op *o = &q->g->ops[i];
+    vp__moe_gemms m[2];
+    moe_gemms(q->c, q->s, o, 0, &m[0]);
+    moe_gemms(q->c, q->s, o, 1, &m[1]);
+    double mm = vp__moe_gemms_gpu(&m[ph]);
+    if (rec)
+        mm += vp__moe_gemms_gpu(&m[0]);
+    vp__host_issue(k, nk, per, gpu > mm ? gpu - mm : 0);
+    if (rec)
+        vp__moe_gemms_run(&m[0], q->hw->dispatch, k);
+    vp__moe_gemms_run(&m[ph], q->hw->dispatch, k);
 }
 
 /* One phase of one micro-batch on the clocks; returns the GPU seconds of
@@ -799,15 +879,14 @@ static double run_phase(const qctx *q, int ph, clocks *k)
         size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
         double nk, per, r;
         double gpu = op_cost(q, ph, i, &nk, &per, &r);
-        /* kernel by kernel: each starts once issued and the GPU is free
-         * (an op that issues none, a view's backward, runs its GPU time
-         * when the GPU is free); nk is the simulator's allocation count */
-        size_t n_k = nk > 1 ? (size_t)(nk + 0.5) : 1;
-        for (size_t j = 0; j < n_k; j++) {
-            k->host += nk * per / (double)n_k;
-            k->dev = (k->dev > k->host ? k->dev : k->host) + gpu / (double)n_k;
-        }
         rec += r;
+        bool moe = q->g->ops[i].kind == VP_OP_MOE_EXPERTS;
+        if (moe && !(ph && q->s->inference)) {
+            moe_phase(q, ph, i, r > 0, gpu, nk, per, k);
+            continue;
+        }
+        /* nk is the simulator's allocation count */
+        vp__host_issue(k, nk, per, gpu);
     }
     return rec;
 }
@@ -831,6 +910,15 @@ static void account(const qctx *q, vp_step_time *out)
             flops += ph == 0 ? o->flops_fwd : o->flops_bwd;
             out->memory += q->c->t[i].mem[ph];
             out->cpu += nk * per * q->mb;
+            if (o->kind == VP_OP_MOE_EXPERTS) {
+                vp__moe_gemms m[2];
+                moe_gemms(q->c, q->s, o, 0, &m[0]);
+                moe_gemms(q->c, q->s, o, ph, &m[1]);
+                double d = q->hw->dispatch;
+                out->cpu += (vp__moe_gemms_host(&m[1], d) +
+                             (rec > 0 ? vp__moe_gemms_host(&m[0], d) : 0)) *
+                            q->mb;
+            }
             if (ph == 0) {
                 out->host_kernels += nk;
                 out->host_casts += q->c->t[i].casts / q->mb;
@@ -856,15 +944,8 @@ static double run_optimizer(const qctx *q, const opt_terms *ot, clocks k)
 {
     if (!ot->run)
         return k.dev > k.host ? k.dev : k.host;
-    double per = q->hw->dispatch;
-    if (ot->unscale > 0) {
-        k.dev = (k.dev > k.host + per ? k.dev : k.host + per) + ot->unscale;
-        k.host = k.dev;
-    }
-    double first = k.host + q->hw->host_opt + per;
-    double dev = (k.dev > first ? k.dev : first) + ot->gpu;
-    double host = k.host + ot->cpu;
-    return dev > host ? dev : host;
+    return vp__host_optimizer(&k, q->hw->dispatch, q->hw->host_opt, ot->gpu,
+                              ot->cpu, ot->unscale);
 }
 
 /* The step on the clocks: the first micro-batch, the second (which
@@ -926,11 +1007,31 @@ static vp_status prepare(const vp_graph *g, tctx *c, vp_error *err)
     return VP_OK;
 }
 
+static vp_status step_time(const vp_graph *g0, const vp_graph *g,
+                           const vp_setup *s, const vp_hw *hw0,
+                           vp_step_time *out, vp_error *err);
+
+/* The step of the graph the simulator runs: with adapters, a frozen or a
+ * quantized base, the fine-tuned copy (vp__finetune_prepare): its LoRA
+ * ops, its frozen weights without gradients, its trainable tensors. */
 vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
                                 const vp_hw *hw0, vp_step_time *out,
                                 vp_error *err)
 {
+    vp_graph *ft = NULL;
     memset(out, 0, sizeof *out);
+    vp_status st = vp__finetune_prepare(g, s, &ft, err);
+    if (st != VP_OK)
+        return st;
+    st = step_time(g, ft ? ft : g, s, hw0, out, err);
+    vp_graph_free(ft);
+    return st;
+}
+
+static vp_status step_time(const vp_graph *g0, const vp_graph *g,
+                           const vp_setup *s, const vp_hw *hw0,
+                           vp_step_time *out, vp_error *err)
+{
     double rate = vp_hw_matmul_rate(hw0, s->precision);
     if (rate <= 0.0 || hw0->hbm <= 0.0)
         return vp_error_set(err, VP_EARG,
@@ -965,7 +1066,8 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     s2.alloc.device_total = 0;
     vp_estimate e;
     static const vp__sim_hooks hooks = {on_mb_start, on_repeat};
-    st = vp__simulate_hooked(g, &s2, &e, on_event, &c, &hooks, err);
+    st = vp__simulate_prepared(g0, g == g0 ? NULL : g, &s2, &e, on_event, &c,
+                               &hooks, err);
     if (st != VP_OK)
         goto done;
     qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};

@@ -1,0 +1,83 @@
+/* The host side of the single-GPU step-time model (timing_host.c; docs/
+ * STEP_TIME.md "The host"): the two clocks of the launch queue, what
+ * stalls the host (a device-to-host copy), and the host's part of the
+ * kernels that PyTorch launches from C++ in a loop (torch._grouped_mm's
+ * fallback for the MoE experts). Private to timing.c and timing_host.c. */
+#ifndef VRAMPLAN_TIMING_HOST_H
+#define VRAMPLAN_TIMING_HOST_H
+
+#include <stdbool.h>
+
+#include "internal.h"
+
+/* When the host thread and the GPU are next free, seconds into the
+ * step. */
+typedef struct {
+    double host, dev;
+} vp__clocks;
+
+/* n kernels issued at `per` host seconds each, `gpu` GPU seconds in all:
+ * each starts once issued and the GPU is free. */
+void vp__host_issue(vp__clocks *k, double n, double per, double gpu);
+
+/* A device-to-host copy (.item(), .cpu(), .tolist(), nonzero): the host
+ * waits until the GPU has run everything issued so far. */
+void vp__host_sync(vp__clocks *k);
+
+/* GPU seconds of the work of a GEMM m x n x k on curve c launched among
+ * others: 2mnk at the curve's peak, slowed by the inner dimension,
+ * (k + k_half) / k; no gap. */
+double vp__gemm_work(const vp_curve *c, double m, double n, double k);
+
+/* GPU seconds of one GEMM m x n x k on curve c where its size, not the
+ * curve's peak, decides (rank-r adapters, one expert's rows): the work at
+ * the peak slowed by the inner dimension (timing.c gemm_gpu's rule) plus
+ * the curve's fixed time at that size less the host's dispatch its sweep
+ * point paid (as a memory-bound kernel's own time), at least the gap
+ * between kernels. */
+double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
+                      double m, double n, double k);
+
+/* The optimizer step on the clocks; returns when the step ends. With
+ * GradScaler (unscale > 0: its unscale-and-check kernel's GPU seconds) the
+ * host launches the check (per: one dispatch) and waits for found_inf
+ * (.item()); the optimizer's first kernel starts after its fixed Python
+ * (fixed) and a dispatch; its kernels take gpu GPU seconds and cpu host
+ * seconds in all. */
+double vp__host_optimizer(vp__clocks *k, double per, double fixed, double gpu,
+                          double cpu, double unscale);
+
+/* The routed experts' GEMMs in one phase of one micro-batch
+ * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
+ * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
+ * down; backward: the input and the weight gradient of each), each one
+ * kernel on the fast path or `launches` mm kernels after a host sync on
+ * the fallback, gpu[c] GPU seconds each. */
+enum { VP__MOE_CALLS = 4 };
+typedef struct {
+    int calls;
+    bool fallback;
+    double launches;            /* kernels per call                  */
+    double gpu[VP__MOE_CALLS];  /* GPU seconds of each call          */
+} vp__moe_gemms;
+
+/* The grouped GEMMs of op o (VP_OP_MOE_EXPERTS) in phase ph (0 forward,
+ * 1 backward) at precision p on hw; `grouped` says whether the GPU runs
+ * torch._grouped_mm's CUTLASS kernel (sm90 and later). gap: the GPU's
+ * seconds between kernels; hw->dispatch the host's per call. grads: the
+ * backward's input gradients (the tokens need one) and weight gradients
+ * (the experts are trained); a backward with neither has no call. */
+void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
+                      bool grouped, double gap, int ph, const bool grads[2],
+                      vp__moe_gemms *out);
+
+/* Their GPU seconds in all. */
+double vp__moe_gemms_gpu(const vp__moe_gemms *m);
+
+/* Their host seconds: a launch per kernel at `per` each. */
+double vp__moe_gemms_host(const vp__moe_gemms *m, double per);
+
+/* Run them on the clocks, each fallback call after its sync. */
+void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k);
+
+#endif

@@ -1,0 +1,197 @@
+/* The step-time model's host side and the kernels that decide it
+ * (src/timing_host.c; docs/STEP_TIME.md "MoE experts", "Fine-tuning"):
+ * torch._grouped_mm's per-expert fallback launches one GEMM per expert
+ * after a host sync where its CUTLASS kernel launches one; a LoRA step
+ * is timed on the fine-tuned graph (frozen weights without gradients,
+ * the adapters' tensors stepped). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+static vp_hw h200(void)
+{
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load("h200", &err);
+    cr_assert_not_null(p, "h200: %s", err.msg);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(p, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(p);
+    return hw;
+}
+
+static vp_step_time timed(const char *path, vp_setup *s, const vp_hw *hw)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, s->batch, s->seq, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, s, hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return t;
+}
+
+static vp_step_time moe_lora(const char *experts, vp_precision p,
+                             const char *lora)
+{
+    char path[128];
+    snprintf(path, sizeof path, "tests/data/cluster/moe-e%s.yaml", experts);
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1;
+    s.seq = 1024;
+    s.precision = p;
+    if (lora) {
+        vp_error err;
+        cr_assert_eq(vp_lora_parse(lora, &s.ft.lora, &err), VP_OK, "%s",
+                     err.msg);
+    }
+    return timed(path, &s, &hw);
+}
+
+static vp_step_time moe(const char *experts, vp_precision p)
+{
+    return moe_lora(experts, p, NULL);
+}
+
+/* Under autocast the experts run fp32 GEMMs (transformers casts the
+ * tokens to the weights' dtype), so torch._grouped_mm takes its fallback:
+ * per MoE layer 6 grouped calls (2 forward, 4 backward), each one mm
+ * launch per expert. Doubling the experts at equal active FLOPs adds
+ * exactly 6 x 8 layers x 64 launches of the host. */
+Test(moe_host, the_fallback_launches_a_gemm_per_expert)
+{
+    vp_hw hw = h200();
+    vp_step_time a = moe("64", VP_PREC_AMP_BF16);
+    vp_step_time b = moe("128", VP_PREC_AMP_BF16);
+    double want = 6.0 * 8 * 64 * hw.dispatch;
+    cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
+                       b.cpu - a.cpu, want);
+}
+
+/* With adapters on the attention only, the experts are frozen: their
+ * backward has the two input gradients and no weight gradient, so 2 + 2
+ * calls a layer launch a GEMM per expert. */
+Test(moe_host, frozen_experts_have_no_weight_gradient)
+{
+    vp_hw hw = h200();
+    const char *l = "r=8,targets=q_proj";
+    vp_step_time a = moe_lora("64", VP_PREC_AMP_BF16, l);
+    vp_step_time b = moe_lora("128", VP_PREC_AMP_BF16, l);
+    double want = 4.0 * 8 * 64 * hw.dispatch;
+    cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
+                       b.cpu - a.cpu, want);
+}
+
+/* In bf16 on the H200 the grouped kernel runs every expert in one launch:
+ * the host issues the same whatever the number of experts. */
+Test(moe_host, the_grouped_kernel_is_one_launch)
+{
+    vp_step_time a = moe("64", VP_PREC_BF16);
+    vp_step_time b = moe("128", VP_PREC_BF16);
+    cr_assert_float_eq(b.cpu, a.cpu, 1e-9 * a.cpu, "%g vs %g", b.cpu, a.cpu);
+}
+
+/* The fallback syncs before each call: the host cannot run ahead of the
+ * experts, so the step is at least the GPU's work plus the host's
+ * launches of one MoE call's experts. */
+Test(moe_host, the_fallback_step_is_not_shorter_than_the_gpu)
+{
+    vp_step_time t = moe("256", VP_PREC_AMP_BF16);
+    cr_assert_geq(t.total, t.gemm + t.attention + t.memory);
+}
+
+/* The experts' GEMMs are fp32 under autocast: their GPU time exceeds the
+ * bf16 model's by about the two curves' peak ratio (fp32 50 TFLOP/s
+ * against bf16's several hundred). */
+Test(moe_host, autocast_experts_run_in_fp32)
+{
+    vp_step_time a = moe("64", VP_PREC_AMP_BF16);
+    vp_step_time b = moe("64", VP_PREC_BF16);
+    cr_assert_gt(a.gemm, 4.0 * b.gemm, "%g vs %g", a.gemm, b.gemm);
+}
+
+static vp_step_time mlp10(vp_setup *s)
+{
+    vp_hw hw = h200();
+    s->batch = 4096;
+    s->precision = VP_PREC_FP32;
+    return timed("models/mlp10.yaml", s, &hw);
+}
+
+/* A frozen first linear (its input is the batch) has no backward at all,
+ * and the next linear's input then needs no gradient: the step's GEMM
+ * time drops by net.0's weight gradient and net.2's input gradient, two
+ * 4096^3 GEMMs on the fp32 curve (2mnk / peak x (k + k_half) / k and the
+ * gap). */
+Test(finetune_time, a_frozen_weight_has_no_gradient)
+{
+    vp_error err;
+    vp_setup s;
+    vp_setup_init(&s);
+    vp_step_time full = mlp10(&s);
+    cr_assert_eq(vp_freeze_parse("net.0", &s.ft, &err), VP_OK, "%s",
+                 err.msg);
+    vp_step_time fr = mlp10(&s);
+    vp_hw hw = h200();
+    const vp_curve *c = &hw.gemm[VP_HW_FP32];
+    double n = 4096.0;
+    double gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    double want = 2.0 * (2.0 * n * n * n / c->peak * (n + c->kh) / n + gap);
+    cr_assert_float_eq(full.gemm - fr.gemm, want, 1e-6 * want, "%g vs %g",
+                       full.gemm - fr.gemm, want);
+    cr_assert_eq(fr.host_tensors, full.host_tensors - 2.0);
+}
+
+/* With adapters on every linear only they are stepped: lora_A and
+ * lora_B of the nine hidden linears (peft's all-linear leaves the output
+ * layer out). */
+Test(finetune_time, lora_steps_the_adapters)
+{
+    vp_error err;
+    vp_setup s;
+    vp_setup_init(&s);
+    cr_assert_eq(vp_lora_parse("r=16,targets=all-linear", &s.ft.lora, &err),
+                 VP_OK, "%s", err.msg);
+    vp_step_time t = mlp10(&s);
+    cr_assert_eq(t.host_tensors, 18.0, "%g", t.host_tensors);
+}
+
+static vp_step_time dora(const char *dropout)
+{
+    vp_error err;
+    vp_setup s;
+    vp_setup_init(&s);
+    char spec[96];
+    snprintf(spec, sizeof spec, "r=16,targets=all-linear,dora,dropout=%s",
+             dropout);
+    cr_assert_eq(vp_lora_parse(spec, &s.ft.lora, &err), VP_OK, "%s",
+                 err.msg);
+    return mlp10(&s);
+}
+
+/* DoRA with dropout runs the base layer again on the dropped input (peft
+ * passes no base result): per adapted linear one more forward GEMM and,
+ * where x needs a gradient, its input gradient. mlp10's nine hidden
+ * linears at batch 4096 are 4096^3 GEMMs: 9 forward, 8 input gradients
+ * (net.0's input is the batch). */
+Test(finetune_time, dora_with_dropout_runs_the_base_again)
+{
+    vp_step_time a = dora("0.1");
+    vp_step_time b = dora("0");
+    vp_hw hw = h200();
+    const vp_curve *c = &hw.gemm[VP_HW_FP32];
+    double n = 4096.0;
+    double gap = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP;
+    double want = 17.0 * (2.0 * n * n * n / c->peak * (n + c->kh) / n + gap);
+    cr_assert_float_eq(a.gemm - b.gemm, want, 1e-6 * want, "%g vs %g",
+                       a.gemm - b.gemm, want);
+}
