@@ -425,6 +425,8 @@ static vp_status verify(sctx *s, uint32_t shown)
     for (uint32_t i = 0; i < r->n; i++) {
         vp_plan_entry e = r->top[i];
         vp_status st = vp__plan_simulate(s->cm, s->c, &e, s->err);
+        if (st == VP_OK)
+            st = vp__plan_simulate_torch(s->cm, s->c, &e, s->err);
         if (st != VP_OK)
             return st;
         if (e.fits) {

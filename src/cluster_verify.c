@@ -1,0 +1,152 @@
+/* A PyTorch-engine plan of the cluster search simulated rank by rank: a
+ * pure data-parallel layout (tp = pp = cp = ep = 1) of DDP or FSDP1 run
+ * through the per-rank simulator of PyTorch's wrappers (vp_simulate_ranks,
+ * src/dist*.c) exactly as `estimate --strategy S --world N` runs it; the
+ * most loaded role's figures replace the fitted per-GPU formula of
+ * cluster_mem.c. docs/CLUSTER.md "Verification" gives the mapping of the
+ * plan's fields onto the wrapper's and the gaps between the two. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster_impl.h"
+
+/* Micro-batch steps simulated: the second step is DDP's bucket rebuild
+ * (with the first buckets still held, the most loaded rank's figure), the
+ * third the steady state that repeats (the 2-GPU measurements: steps 2, 3
+ * and 4 alike to the byte, ../shared/groundtruth/dist/). */
+#define TORCH_STEPS (VP_STEADY_STEPS + 1)
+
+/* What the per-rank simulator does not model of the plan, named; NULL if
+ * it models it. Such a plan keeps the formula (docs/CLUSTER.md). */
+static const char *unsupported(const vp_par *p)
+{
+    if (vp_sharding_engine(p->sharding) != VP_ENGINE_TORCH)
+        return "an engine other than PyTorch's";
+    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+        return "FSDP composed with tensor, pipeline, context or expert "
+               "parallelism";
+    if (p->dtype == VP_DT_FP8)
+        return "fp8 (float8 linears)";
+    if (p->compile)
+        return "torch.compile's fused kernels";
+    if (p->recompute == VP_RC_SELECTIVE)
+        return "the op-level selective recomputation policy (the "
+               "simulator's selective recomputation is Megatron's core "
+               "attention)";
+    if (p->offload != VP_OFFLOAD_NONE)
+        return "FSDP1's CPUOffload (the simulator has FSDP2's "
+               "CPUOffloadPolicy)";
+    if (p->accum > UINT32_MAX)
+        return "more micro-batches a step than a setup counts";
+    return NULL;
+}
+
+/* The plan's sharding, precision and batch as the wrapper's run and the
+ * training setup (cluster_mem.c's torch rules: DDP keeps fp32 parameters
+ * and runs under autocast in the plan's dtype; FSDP keeps fp32 flat
+ * parameters and runs MixedPrecision with param_dtype the plan's dtype,
+ * reduce_dtype the same; fp32 plans run neither; foreach AdamW). */
+static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
+                      const vp_par *p, vp_dist *d, vp_setup *s)
+{
+    static const vp_precision amp[VP_DT__COUNT] = {
+        [VP_DT_BF16] = VP_PREC_AMP_BF16, [VP_DT_FP16] = VP_PREC_AMP_FP16,
+        [VP_DT_FP32] = VP_PREC_FP32};
+    static const vp_mp_dtype mp[VP_DT__COUNT] = {
+        [VP_DT_BF16] = VP_MP_BF16, [VP_DT_FP16] = VP_MP_FP16,
+        [VP_DT_FP32] = VP_MP_NONE};
+    vp_dist_init(d);
+    d->world = p->dp;
+    vp_setup_init(s);
+    s->batch = p->micro_batch;
+    s->seq = cm->seq;
+    s->accum = (uint32_t)p->accum;
+    s->steps = TORCH_STEPS;
+    s->optimizer = VP_OPT_ADAMW;
+    s->context_bytes = 0; /* the cluster's context is added once */
+    s->skip_breakdown = true;
+    s->dist = d;
+    if (p->sharding == VP_SHARD_DDP) {
+        d->strategy = p->bucket_view ? VP_DIST_DDP_BUCKET_VIEW : VP_DIST_DDP;
+        s->precision = amp[p->dtype];
+        return;
+    }
+    d->strategy = p->sharding == VP_SHARD_FSDP_GRAD_OP ? VP_DIST_FSDP_GRAD_OP
+                  : p->sharding == VP_SHARD_FSDP_HYBRID ? VP_DIST_FSDP_HYBRID
+                                                        : VP_DIST_FSDP_FULL;
+    s->precision = VP_PREC_FP32;
+    d->param_dtype = mp[p->dtype];
+    if (p->sharding == VP_SHARD_FSDP_HYBRID)
+        /* the shard group is a node (cluster_mem.c's D of hybrid) */
+        d->shard = c->gpus_per_node < p->dp ? c->gpus_per_node : p->dp;
+}
+
+/* The most loaded role's figures in the planner's fields: the autocast
+ * weight cache in the buffers (the formula's table counts it there), the
+ * caching allocator's reserve beyond its peak allocated as the overhead,
+ * the formula's NCCL buffers and the cluster's context added. */
+static vp_status to_mem(const vp_estimate *r, const vp_cluster *c,
+                        vp_cluster_mem *m, vp_error *err)
+{
+    const uint64_t *k = r->by_category;
+    uint64_t nccl = m->nccl, host = m->host;
+    memset(m, 0, sizeof *m);
+    m->weights = k[VP_CAT_PARAM];
+    m->grads = k[VP_CAT_GRAD];
+    m->optimizer = k[VP_CAT_OPTIM];
+    m->buffers = k[VP_CAT_CAST];
+    m->activations = k[VP_CAT_ACT] + k[VP_CAT_INPUT];
+    m->transient = k[VP_CAT_TEMP] + k[VP_CAT_WORKSPACE];
+    m->overhead = r->peak_reserved > r->peak_alloc
+                      ? r->peak_reserved - r->peak_alloc
+                      : 0;
+    m->nccl = nccl;
+    m->context = c->context;
+    m->host = host;
+    m->in_flight = 1;
+    uint64_t t = r->peak_reserved;
+    if (!vp_add_u64(t, nccl, &t) || !vp_add_u64(t, c->context, &t))
+        return vp_error_set(err, VP_EOVERFLOW, "a rank's bytes overflow");
+    m->total = t;
+    return VP_OK;
+}
+
+vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
+                                  vp_plan_entry *e, vp_error *err)
+{
+    const vp_par *p = &e->par;
+    if (unsupported(p))
+        return VP_OK;
+    vp_graph *g = vp_graph_build(cm->m, p->micro_batch, cm->seq, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    bool *all = malloc((g->n_segs ? g->n_segs : 1) * sizeof *all);
+    if (!all) {
+        vp_graph_free(g);
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < g->n_segs; k++)
+        all[k] = true;
+    vp_dist d;
+    vp_setup s;
+    torch_run(cm, c, p, &d, &s);
+    if (p->recompute == VP_RC_FULL) {
+        s.checkpoint = all;
+        s.n_checkpoint = g->n_segs;
+    }
+    /* every role once: DDP and FSDP1 have one (equal padded shards),
+     * whatever the world (dist_roles.c) */
+    vp_rank_estimate *r = NULL;
+    size_t n, worst;
+    vp_status st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
+    if (st == VP_OK)
+        st = to_mem(&r[worst].est, c, &e->mem, err);
+    if (st == VP_OK) {
+        e->simulated = true;
+        e->fits = vp_cluster_fits(c, &e->mem);
+    }
+    free(r);
+    free(all);
+    vp_graph_free(g);
+    return st;
+}
