@@ -111,6 +111,23 @@ static vp_status to_mem(const vp_estimate *r, const vp_cluster *c,
     return VP_OK;
 }
 
+/* Full recomputation: every segment (decoder layer) checkpointed, as
+ * `--checkpoint all`; *flags (the caller frees it) NULL otherwise. */
+static vp_status checkpoint_all(const vp_graph *g, const vp_par *p,
+                                vp_setup *s, bool **flags, vp_error *err)
+{
+    *flags = NULL;
+    if (p->recompute != VP_RC_FULL || g->n_segs == 0)
+        return VP_OK;
+    *flags = calloc(g->n_segs, sizeof **flags);
+    if (!*flags)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    memset(*flags, true, g->n_segs * sizeof **flags);
+    s->checkpoint = *flags;
+    s->n_checkpoint = g->n_segs;
+    return VP_OK;
+}
+
 vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
                                   vp_plan_entry *e, vp_error *err)
 {
@@ -120,25 +137,17 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
     vp_graph *g = vp_graph_build(cm->m, p->micro_batch, cm->seq, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
-    bool *all = malloc((g->n_segs ? g->n_segs : 1) * sizeof *all);
-    if (!all) {
-        vp_graph_free(g);
-        return vp_error_set(err, VP_ENOMEM, "out of memory");
-    }
-    for (size_t k = 0; k < g->n_segs; k++)
-        all[k] = true;
     vp_dist d;
     vp_setup s;
     torch_run(cm, c, p, &d, &s);
-    if (p->recompute == VP_RC_FULL) {
-        s.checkpoint = all;
-        s.n_checkpoint = g->n_segs;
-    }
+    bool *flags;
+    vp_status st = checkpoint_all(g, p, &s, &flags, err);
     /* every role once: DDP and FSDP1 have one (equal padded shards),
      * whatever the world (dist_roles.c) */
     vp_rank_estimate *r = NULL;
     size_t n, worst;
-    vp_status st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
+    if (st == VP_OK)
+        st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
     if (st == VP_OK)
         st = to_mem(&r[worst].est, c, &e->mem, err);
     if (st == VP_OK) {
@@ -146,7 +155,7 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
         e->fits = vp_cluster_fits(c, &e->mem);
     }
     free(r);
-    free(all);
+    free(flags);
     vp_graph_free(g);
     return st;
 }

@@ -6,6 +6,7 @@
  * formula. Run from the repository root (the binary for estimate:
  * VRAMPLAN_BIN, default ./vramplan). */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 
 #include <inttypes.h>
 #include <math.h>
@@ -18,25 +19,10 @@
 #include "cli_golden.h"
 #include "cluster_util.h"
 
-/* `gpus` GPUs of a shipped profile, 8 a node. */
-static vp_cluster cluster_of(const char *gpu, uint32_t gpus)
-{
-    vp_error err;
-    vp_gpu_profile *gp = vp_gpu_load(gpu, &err);
-    cr_assert_not_null(gp, "%s: %s", gpu, err.msg);
-    vp_hw hw;
-    memset(&hw, 0, sizeof hw);
-    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
-    vp_hw_fill_defaults(&hw);
-    vp_gpu_free(gp);
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, gpus, 8);
-    return c;
-}
-
 /* A plan pinned to one data-parallel layout of the PyTorch engine. */
 typedef struct tcase {
-    const char *model;
+    char model[32]; /* held in the case: Criterion copies a parameter's
+                       bytes into the test's process                      */
     uint32_t dp;
     vp_sharding sharding;
     vp_dtype dtype;
@@ -49,7 +35,7 @@ static vp_plan_entry plan(const tcase *t, vp_cluster *c)
 {
     vp_model *m = load(t->model);
     vp_cluster_model *cm = cmodel(m);
-    *c = cluster_of("h200", t->dp);
+    *c = profile_cluster("h200", t->dp);
     vp_search_opts o;
     vp_search_opts_init(&o);
     o.dp = t->dp;
@@ -146,68 +132,45 @@ static void same_as_estimate(const tcase *t)
     cr_assert(e.simulated, "%s: the plan was not simulated", t->model);
     uint64_t alloc, reserved;
     estimate(t, &c, &alloc, &reserved);
-    cr_assert_eq(allocated(&e.mem), alloc);
-    cr_assert_eq(allocated(&e.mem) + e.mem.overhead, reserved);
+    cr_assert_eq(allocated(&e.mem), alloc, "%s, %s over %u: allocated",
+                 t->model, vp_sharding_name(t->sharding), t->dp);
+    cr_assert_eq(allocated(&e.mem) + e.mem.overhead, reserved,
+                 "%s, %s over %u: reserved", t->model,
+                 vp_sharding_name(t->sharding), t->dp);
     cr_assert_eq(e.mem.total, reserved + e.mem.nccl + c.context);
     cr_assert_eq(e.fits, e.mem.total <= c.memory);
 }
 
-Test(cluster_verify, ddp_gpt2_medium_dp2, .timeout = 60)
+/* DDP and FSDP (full, grad-op, hybrid), bf16 and fp32, with and without
+ * recomputation and accumulation, on a GPT-2, a Llama (HSDP: sharded over
+ * a node's 8 GPUs, replicated twice) and a graph-form model planned whole
+ * (cluster_graph.c). */
+static tcase cases[] = {
+    {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP, VP_DT_BF16, 8, 1,
+     VP_RC_NONE},
+    {"models/gpt2-medium.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 4, 4,
+     VP_RC_FULL},
+    {"models/gpt2-medium.yaml", 8, VP_SHARD_FSDP_FULL, VP_DT_BF16, 4, 2,
+     VP_RC_FULL},
+    {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP, VP_DT_FP32, 2, 1,
+     VP_RC_NONE},
+    {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP_FULL, VP_DT_BF16, 1, 1,
+     VP_RC_FULL},
+    {"models/llama-3-8b.yaml", 16, VP_SHARD_FSDP_HYBRID, VP_DT_BF16, 1, 2,
+     VP_RC_FULL},
+    {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1, VP_RC_NONE},
+    {"models/resnet50.yaml", 16, VP_SHARD_FSDP_GRAD_OP, VP_DT_BF16, 16, 2,
+     VP_RC_NONE},
+};
+
+ParameterizedTestParameters(cluster_verify, same_as_estimate)
 {
-    tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP, VP_DT_BF16, 8, 1,
-               VP_RC_NONE};
-    same_as_estimate(&t);
+    return cr_make_param_array(tcase, cases, sizeof cases / sizeof cases[0]);
 }
 
-Test(cluster_verify, ddp_gpt2_medium_dp8_accumulated, .timeout = 60)
+ParameterizedTest(tcase *t, cluster_verify, same_as_estimate, .timeout = 120)
 {
-    tcase t = {"models/gpt2-medium.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 4, 4,
-               VP_RC_FULL};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, fsdp_full_gpt2_medium_dp8, .timeout = 60)
-{
-    tcase t = {"models/gpt2-medium.yaml", 8, VP_SHARD_FSDP_FULL, VP_DT_BF16,
-               4, 2, VP_RC_FULL};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, fsdp_grad_op_gpt2_medium_fp32_dp4, .timeout = 60)
-{
-    tcase t = {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP,
-               VP_DT_FP32, 2, 1, VP_RC_NONE};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, fsdp_full_llama_3_8b_dp64, .timeout = 120)
-{
-    tcase t = {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP_FULL, VP_DT_BF16,
-               1, 1, VP_RC_FULL};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, hsdp_llama_3_8b_dp16, .timeout = 120)
-{
-    /* HYBRID_SHARD: sharded over the node's 8 GPUs, replicated twice */
-    tcase t = {"models/llama-3-8b.yaml", 16, VP_SHARD_FSDP_HYBRID,
-               VP_DT_BF16, 1, 2, VP_RC_FULL};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, ddp_resnet50_whole_dp8, .timeout = 60)
-{
-    /* a graph-form model (planned whole, cluster_graph.c) */
-    tcase t = {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1,
-               VP_RC_NONE};
-    same_as_estimate(&t);
-}
-
-Test(cluster_verify, fsdp_grad_op_resnet50_whole_dp16, .timeout = 60)
-{
-    tcase t = {"models/resnet50.yaml", 16, VP_SHARD_FSDP_GRAD_OP,
-               VP_DT_BF16, 16, 2, VP_RC_NONE};
-    same_as_estimate(&t);
+    same_as_estimate(t);
 }
 
 /* ---- what the simulator does not model keeps the formula -------------- */
@@ -218,7 +181,7 @@ static void formula_kept(vp_search_opts *o)
 {
     vp_model *m = load("models/gpt2-medium.yaml");
     vp_cluster_model *cm = cmodel(m);
-    vp_cluster c = cluster_of("h200", 8);
+    vp_cluster c = profile_cluster("h200", 8);
     o->engines[VP_ENGINE_TORCH] = true;
     o->global_batch = 64;
     vp_cluster_plan pl;
@@ -242,7 +205,7 @@ Test(cluster_verify, fsdp_cpu_offload_keeps_the_formula, .timeout = 60)
      * it, leaves the offloaded plan the only one */
     vp_model *m = load("models/gpt2-medium.yaml");
     vp_cluster_model *cm = cmodel(m);
-    vp_cluster c = cluster_of("h200", 8);
+    vp_cluster c = profile_cluster("h200", 8);
     vp_par p = par(8, 1, 1, VP_SHARD_FSDP_FULL);
     p.micro_batch = 8;
     p.recompute = VP_RC_NONE;
