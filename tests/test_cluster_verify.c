@@ -154,8 +154,10 @@ static tcase cases[] = {
      VP_RC_FULL},
     {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP, VP_DT_FP32, 2, 1,
      VP_RC_NONE},
+    {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP, VP_DT_BF16, 2, 16,
+     VP_RC_NONE},
     {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP_FULL, VP_DT_BF16, 1, 1,
-     VP_RC_FULL},
+     VP_RC_NONE},
     {"models/llama-3-8b.yaml", 16, VP_SHARD_FSDP_HYBRID, VP_DT_BF16, 1, 2,
      VP_RC_FULL},
     {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1, VP_RC_NONE},
@@ -175,15 +177,15 @@ ParameterizedTest(tcase *t, cluster_verify, same_as_estimate, .timeout = 120)
 
 /* ---- what the simulator does not model keeps the formula -------------- */
 
-/* The best plan of a search with o's pins on 8 H200s, and the formula's
- * figure for it. */
-static void formula_kept(vp_search_opts *o)
+/* The best plan of a search with o's pins for `model` on `gpus` H200s,
+ * global batch 8 a GPU: the formula's figure. */
+static void formula_kept(const char *model, uint32_t gpus, vp_search_opts *o)
 {
-    vp_model *m = load("models/gpt2-medium.yaml");
+    vp_model *m = load(model);
     vp_cluster_model *cm = cmodel(m);
-    vp_cluster c = profile_cluster("h200", 8);
+    vp_cluster c = profile_cluster("h200", gpus);
     o->engines[VP_ENGINE_TORCH] = true;
-    o->global_batch = 64;
+    o->global_batch = 8ull * gpus;
     vp_cluster_plan pl;
     vp_error err;
     cr_assert_eq(vp_cluster_search(cm, &c, o, &pl, &err), VP_OK, "%s",
@@ -245,7 +247,7 @@ Test(cluster_verify, tensor_parallel_fsdp_keeps_the_formula, .timeout = 60)
     o.pp = o.cp = 1;
     o.sharding = VP_SHARD_FSDP_FULL;
     o.no_offload = true;
-    formula_kept(&o);
+    formula_kept("models/gpt2-medium.yaml", 8, &o);
 }
 
 Test(cluster_verify, selective_recomputation_keeps_the_formula,
@@ -260,7 +262,24 @@ Test(cluster_verify, selective_recomputation_keeps_the_formula,
     o.sharding = VP_SHARD_FSDP_FULL;
     o.recompute = VP_RC_SELECTIVE;
     o.no_offload = true;
-    formula_kept(&o);
+    formula_kept("models/gpt2-medium.yaml", 8, &o);
+}
+
+Test(cluster_verify, fsdp_built_from_the_whole_model_keeps_the_formula,
+     .timeout = 120)
+{
+    /* llama-3-8b, micro-batch 1, every layer recomputed: the simulated
+     * script's peak is FSDP's construction from the fp32 model on the GPU
+     * (30.7 GiB), not how a plan of it runs */
+    vp_search_opts o;
+    vp_search_opts_init(&o);
+    o.dp = 64;
+    o.tp = o.pp = o.cp = 1;
+    o.sharding = VP_SHARD_FSDP_FULL;
+    o.micro_batch = 1;
+    o.recompute = VP_RC_FULL;
+    o.no_offload = true;
+    formula_kept("models/llama-3-8b.yaml", 64, &o);
 }
 
 /* ---- measured: two H200s, PyTorch 2.11 --------------------------------- */
