@@ -10,7 +10,7 @@
 
 #include "cluster_impl.h"
 
-/* Micro-batch steps simulated: the second step is DDP's bucket rebuild
+/* Steps simulated: the second step is DDP's bucket rebuild
  * (with the first buckets still held, the most loaded rank's figure), the
  * third the steady state that repeats (the 2-GPU measurements: steps 2, 3
  * and 4 alike to the byte, ../shared/groundtruth/dist/). */
@@ -42,6 +42,8 @@ static const char *unsupported(const vp_par *p)
         return "the op-level selective recomputation policy (the "
                "simulator's selective recomputation is Megatron's core "
                "attention)";
+    if (p->dp > VP_DIST_MAX_WORLD)
+        return "a data-parallel world beyond VP_DIST_MAX_WORLD";
     if (p->offload != VP_OFFLOAD_NONE)
         return "FSDP1's CPUOffload (the simulator has FSDP2's "
                "CPUOffloadPolicy)";
