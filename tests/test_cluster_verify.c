@@ -177,13 +177,20 @@ ParameterizedTest(tcase *t, cluster_verify, same_as_estimate, .timeout = 120)
 
 /* ---- what the simulator does not model keeps the formula -------------- */
 
-/* The best plan of a search with o's pins for `model` on `gpus` H200s,
- * global batch 8 a GPU: the formula's figure. */
-static void formula_kept(const char *model, uint32_t gpus, vp_search_opts *o)
+/* The best FSDP FULL_SHARD plan of `model` on `gpus` H200s (global batch
+ * 8 a GPU, no offload) pinned to dp x tp, with o's other pins: the
+ * formula's figure, not simulated. */
+static void formula_kept(const char *model, uint32_t gpus, uint32_t dp,
+                         uint32_t tp, vp_search_opts *o)
 {
     vp_model *m = load(model);
     vp_cluster_model *cm = cmodel(m);
     vp_cluster c = profile_cluster("h200", gpus);
+    o->dp = dp;
+    o->tp = tp;
+    o->pp = o->cp = 1;
+    o->sharding = VP_SHARD_FSDP_FULL;
+    o->no_offload = true;
     o->engines[VP_ENGINE_TORCH] = true;
     o->global_batch = 8ull * gpus;
     vp_cluster_plan pl;
@@ -242,12 +249,7 @@ Test(cluster_verify, tensor_parallel_fsdp_keeps_the_formula, .timeout = 60)
 {
     vp_search_opts o;
     vp_search_opts_init(&o);
-    o.dp = 4;
-    o.tp = 2;
-    o.pp = o.cp = 1;
-    o.sharding = VP_SHARD_FSDP_FULL;
-    o.no_offload = true;
-    formula_kept("models/gpt2-medium.yaml", 8, &o);
+    formula_kept("models/gpt2-medium.yaml", 8, 4, 2, &o);
 }
 
 Test(cluster_verify, selective_recomputation_keeps_the_formula,
@@ -257,12 +259,8 @@ Test(cluster_verify, selective_recomputation_keeps_the_formula,
      * Megatron's core attention */
     vp_search_opts o;
     vp_search_opts_init(&o);
-    o.dp = 8;
-    o.tp = o.pp = o.cp = 1;
-    o.sharding = VP_SHARD_FSDP_FULL;
     o.recompute = VP_RC_SELECTIVE;
-    o.no_offload = true;
-    formula_kept("models/gpt2-medium.yaml", 8, &o);
+    formula_kept("models/gpt2-medium.yaml", 8, 8, 1, &o);
 }
 
 Test(cluster_verify, fsdp_built_from_the_whole_model_keeps_the_formula,
@@ -273,13 +271,9 @@ Test(cluster_verify, fsdp_built_from_the_whole_model_keeps_the_formula,
      * (30.7 GiB), not how a plan of it runs */
     vp_search_opts o;
     vp_search_opts_init(&o);
-    o.dp = 64;
-    o.tp = o.pp = o.cp = 1;
-    o.sharding = VP_SHARD_FSDP_FULL;
     o.micro_batch = 1;
     o.recompute = VP_RC_FULL;
-    o.no_offload = true;
-    formula_kept("models/llama-3-8b.yaml", 64, &o);
+    formula_kept("models/llama-3-8b.yaml", 64, 64, 1, &o);
 }
 
 /* ---- measured: two H200s, PyTorch 2.11 --------------------------------- */
