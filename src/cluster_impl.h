@@ -213,6 +213,14 @@ vp_status vp__plan_simulate(vp_cluster_model *cm, const vp_cluster *c,
  * (cluster_ds.c: the most loaded rank through dist_deepspeed.c). */
 vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
                                vp_plan_entry *e, vp_error *err);
+/* The same for a PyTorch-engine plan (cluster_verify.c): a DDP or FSDP
+ * layout at tp = pp = cp = ep = 1 simulated as `estimate --strategy
+ * --world` runs it, its most loaded role's figures in e->mem; any other
+ * plan (and what the per-rank simulator does not model: fp8, compile,
+ * selective recomputation, offload, an FSDP plan whose peak is the
+ * wrapper's construction from the whole model) is left as it is. */
+vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
+                                  vp_plan_entry *e, vp_error *err);
 /* The description of one tensor-parallel rank's share (heads, ffn and
  * vocab divided by t) of two layers of m (a value). */
 void vp__local_tf(vp_tf *tf, const vp_model *m, uint32_t t);

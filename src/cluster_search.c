@@ -434,6 +434,8 @@ static vp_status verify(sctx *s, uint32_t shown)
         vp_status st = vp__plan_simulate(s->cm, s->c, &e, s->err);
         if (st == VP_OK)
             st = vp__plan_simulate_ds(s->cm, s->c, &e, s->err);
+        if (st == VP_OK)
+            st = vp__plan_simulate_torch(s->cm, s->c, &e, s->err);
         if (st != VP_OK)
             return st;
         if (e.fits) {

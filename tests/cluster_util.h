@@ -1,6 +1,7 @@
 /* Helpers of the cluster planner's tests (test_published.c,
- * test_cluster_time.c): load a model, precompute its cluster model, a
- * configuration.
+ * test_cluster_time.c, test_cluster_graph.c, test_moe_routing.c,
+ * test_cluster_verify.c): load a model, precompute its cluster model, a
+ * cluster of a shipped GPU profile, a configuration.
  * Include after criterion.h. */
 #ifndef VRAMPLAN_TESTS_CLUSTER_UTIL_H
 #define VRAMPLAN_TESTS_CLUSTER_UTIL_H
@@ -24,6 +25,22 @@ static inline vp_cluster_model *cmodel(vp_model *m)
     vp_cluster_model *cm = vp_cluster_model_new(m, 0, &err);
     cr_assert_not_null(cm, "%s", err.msg);
     return cm;
+}
+
+/* `gpus` GPUs of a shipped profile (its bf16 GEMM curve), 8 a node. */
+static inline vp_cluster profile_cluster(const char *gpu, uint32_t gpus)
+{
+    vp_error err;
+    vp_gpu_profile *gp = vp_gpu_load(gpu, &err);
+    cr_assert_not_null(gp, "%s: %s", gpu, err.msg);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(gp);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, gpus, 8);
+    return c;
 }
 
 /* One configuration: micro-batch 1, one micro-batch per step, bf16, full

@@ -18,17 +18,7 @@
  * measured on). */
 static vp_cluster h200s(uint32_t gpus)
 {
-    vp_error err;
-    vp_gpu_profile *gp = vp_gpu_load("h200", &err);
-    cr_assert_not_null(gp, "%s", err.msg);
-    vp_hw hw;
-    memset(&hw, 0, sizeof hw);
-    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
-    vp_hw_fill_defaults(&hw);
-    vp_gpu_free(gp);
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, gpus, 8);
-    return c;
+    return profile_cluster("h200", gpus);
 }
 
 /* dp ranks of one sharding, micro-batch b, one micro-batch per step, no

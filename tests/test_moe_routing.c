@@ -13,17 +13,7 @@
 /* A cluster of gpus/h800.yaml's GPUs, 8 a node. */
 static vp_cluster cluster(uint32_t gpus)
 {
-    vp_hw hw;
-    vp_error err;
-    vp_gpu_profile *gp = vp_gpu_load("h800", &err);
-    cr_assert_not_null(gp, "%s", err.msg);
-    memset(&hw, 0, sizeof hw);
-    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
-    vp_hw_fill_defaults(&hw);
-    vp_gpu_free(gp);
-    vp_cluster c;
-    vp_cluster_init(&c, &hw, gpus, 8);
-    return c;
+    return profile_cluster("h800", gpus);
 }
 
 /* ---- the load factor --------------------------------------------------- */

@@ -1,0 +1,177 @@
+/* A PyTorch-engine plan of the cluster search simulated rank by rank: a
+ * pure data-parallel layout (tp = pp = cp = ep = 1) of DDP or FSDP1 run
+ * through the per-rank simulator of PyTorch's wrappers (vp_simulate_ranks,
+ * src/dist*.c) exactly as `estimate --strategy S --world N` runs it; the
+ * most loaded role's figures replace the fitted per-GPU formula of
+ * cluster_mem.c. docs/CLUSTER.md "Verification" gives the mapping of the
+ * plan's fields onto the wrapper's and the gaps between the two. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster_impl.h"
+
+/* Steps simulated: the second step is DDP's bucket rebuild
+ * (with the first buckets still held, the most loaded rank's figure), the
+ * third the steady state that repeats (the 2-GPU measurements: steps 2, 3
+ * and 4 alike to the byte, ../shared/groundtruth/dist/). */
+#define TORCH_STEPS (VP_STEADY_STEPS + 1)
+
+/* Micro-batches simulated a step: the first (no gradients yet) and two
+ * that accumulate; every later one starts from the same tensors (DDP adds
+ * into its bucket views in place, FSDP into the sharded gradients) and
+ * repeats the peak. estimate at 2, 3, 4 and 16 micro-batches gives the
+ * same peak allocated and reserved to the byte for DDP, FSDP full and
+ * hybrid on gpt2-medium, llama-1b, resnet50 and t5-base (the wrappers are
+ * simulated micro-batch by micro-batch, at most VP_MAX_ACCUM_UNSTEADY). */
+#define TORCH_ACCUM 3u
+
+/* What the per-rank simulator does not model of the plan, named; NULL if
+ * it models it. Such a plan keeps the formula (docs/CLUSTER.md). */
+static const char *unsupported(const vp_par *p)
+{
+    if (vp_sharding_engine(p->sharding) != VP_ENGINE_TORCH)
+        return "an engine other than PyTorch's";
+    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+        return "FSDP composed with tensor, pipeline, context or expert "
+               "parallelism";
+    if (p->dtype == VP_DT_FP8)
+        return "fp8 (float8 linears)";
+    if (p->compile)
+        return "torch.compile's fused kernels";
+    if (p->recompute == VP_RC_SELECTIVE)
+        return "the op-level selective recomputation policy (the "
+               "simulator's selective recomputation is Megatron's core "
+               "attention)";
+    if (p->dp > VP_DIST_MAX_WORLD)
+        return "a data-parallel world beyond VP_DIST_MAX_WORLD";
+    if (p->offload != VP_OFFLOAD_NONE)
+        return "FSDP1's CPUOffload (the simulator has FSDP2's "
+               "CPUOffloadPolicy)";
+    return NULL;
+}
+
+/* The plan's sharding, precision and batch as the wrapper's run and the
+ * training setup (cluster_mem.c's torch rules: DDP keeps fp32 parameters
+ * and runs under autocast in the plan's dtype; FSDP keeps fp32 flat
+ * parameters and runs MixedPrecision with param_dtype the plan's dtype,
+ * reduce_dtype the same; fp32 plans run neither; foreach AdamW). */
+static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
+                      const vp_par *p, vp_dist *d, vp_setup *s)
+{
+    static const vp_precision amp[VP_DT__COUNT] = {
+        [VP_DT_BF16] = VP_PREC_AMP_BF16, [VP_DT_FP16] = VP_PREC_AMP_FP16,
+        [VP_DT_FP32] = VP_PREC_FP32};
+    static const vp_mp_dtype mp[VP_DT__COUNT] = {
+        [VP_DT_BF16] = VP_MP_BF16, [VP_DT_FP16] = VP_MP_FP16,
+        [VP_DT_FP32] = VP_MP_NONE};
+    vp_dist_init(d);
+    d->world = p->dp;
+    vp_setup_init(s);
+    s->batch = p->micro_batch;
+    s->seq = cm->seq;
+    s->accum = p->accum < TORCH_ACCUM ? (uint32_t)p->accum : TORCH_ACCUM;
+    s->steps = TORCH_STEPS;
+    s->optimizer = VP_OPT_ADAMW;
+    s->context_bytes = 0; /* the cluster's context is added once */
+    s->skip_breakdown = true;
+    s->dist = d;
+    if (p->sharding == VP_SHARD_DDP) {
+        d->strategy = p->bucket_view ? VP_DIST_DDP_BUCKET_VIEW : VP_DIST_DDP;
+        s->precision = amp[p->dtype];
+        return;
+    }
+    d->strategy = p->sharding == VP_SHARD_FSDP_GRAD_OP ? VP_DIST_FSDP_GRAD_OP
+                  : p->sharding == VP_SHARD_FSDP_HYBRID ? VP_DIST_FSDP_HYBRID
+                                                        : VP_DIST_FSDP_FULL;
+    s->precision = VP_PREC_FP32;
+    d->param_dtype = mp[p->dtype];
+    if (p->sharding == VP_SHARD_FSDP_HYBRID)
+        /* the shard group is a node (cluster_mem.c's D of hybrid) */
+        d->shard = c->gpus_per_node < p->dp ? c->gpus_per_node : p->dp;
+}
+
+/* The most loaded role's figures in the planner's fields: the autocast
+ * weight cache in the buffers (the formula's table counts it there), the
+ * caching allocator's reserve beyond its peak allocated as the overhead,
+ * the formula's NCCL buffers and the cluster's context added. */
+static vp_status to_mem(const vp_estimate *r, const vp_cluster *c,
+                        vp_cluster_mem *m, vp_error *err)
+{
+    const uint64_t *k = r->by_category;
+    uint64_t nccl = m->nccl, host = m->host;
+    memset(m, 0, sizeof *m);
+    m->weights = k[VP_CAT_PARAM];
+    m->grads = k[VP_CAT_GRAD];
+    m->optimizer = k[VP_CAT_OPTIM];
+    m->buffers = k[VP_CAT_CAST];
+    m->activations = k[VP_CAT_ACT] + k[VP_CAT_INPUT];
+    m->transient = k[VP_CAT_TEMP] + k[VP_CAT_WORKSPACE];
+    m->overhead = r->peak_reserved > r->peak_alloc
+                      ? r->peak_reserved - r->peak_alloc
+                      : 0;
+    m->nccl = nccl;
+    m->context = c->context;
+    m->host = host;
+    m->in_flight = 1;
+    uint64_t t = r->peak_reserved;
+    if (!vp_add_u64(t, nccl, &t) || !vp_add_u64(t, c->context, &t))
+        return vp_error_set(err, VP_EOVERFLOW, "a rank's bytes overflow");
+    m->total = t;
+    return VP_OK;
+}
+
+/* Full recomputation: every segment (decoder layer) checkpointed, as
+ * `--checkpoint all`; *flags (the caller frees it) NULL otherwise. */
+static vp_status checkpoint_all(const vp_graph *g, const vp_par *p,
+                                vp_setup *s, bool **flags, vp_error *err)
+{
+    *flags = NULL;
+    if (p->recompute != VP_RC_FULL || g->n_segs == 0)
+        return VP_OK;
+    *flags = calloc(g->n_segs, sizeof **flags);
+    if (!*flags)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    memset(*flags, true, g->n_segs * sizeof **flags);
+    s->checkpoint = *flags;
+    s->n_checkpoint = g->n_segs;
+    return VP_OK;
+}
+
+vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
+                                  vp_plan_entry *e, vp_error *err)
+{
+    const vp_par *p = &e->par;
+    if (unsupported(p))
+        return VP_OK;
+    vp_graph *g = vp_graph_build(cm->m, p->micro_batch, cm->seq, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    vp_dist d;
+    vp_setup s;
+    torch_run(cm, c, p, &d, &s);
+    bool *flags;
+    vp_status st = checkpoint_all(g, p, &s, &flags, err);
+    /* every role once: DDP and FSDP1 have one (equal padded shards),
+     * whatever the world (dist_roles.c) */
+    vp_rank_estimate *r = NULL;
+    size_t n, worst;
+    if (st == VP_OK)
+        st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
+    /* FSDP built from the whole model on the GPU (model.cuda(), then the
+     * wrapper, as estimate simulates it) peaks at its construction when
+     * the fp32 model outweighs the step: a plan of such a model is run
+     * from the meta device or the host (device_id), which the simulator
+     * does not model; the formula stands */
+    bool built = st == VP_OK && r[worst].est.peak_phase == VP_PHASE_SETUP &&
+                 vp_dist_is_fsdp(d.strategy);
+    if (st == VP_OK && !built)
+        st = to_mem(&r[worst].est, c, &e->mem, err);
+    if (st == VP_OK && !built) {
+        e->simulated = true;
+        e->fits = vp_cluster_fits(c, &e->mem);
+    }
+    free(r);
+    free(flags);
+    vp_graph_free(g);
+    return st;
+}
