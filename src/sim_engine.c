@@ -123,7 +123,10 @@ void vp__tunref(sim *S, uint32_t id)
     vp_category cat = (vp_category)t->cat;
     S->cat_live[cat] -= bytes;
     vp_status st = vp_allocator_release(S->a, handle, S->err);
-    VP_ASSERT(st == VP_OK);
+    if (st != VP_OK) { /* only when host memory ran out */
+        S->st = st;
+        return;
+    }
     if (S->n_free == S->cap_free &&
         !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
                   sizeof(uint32_t))) {
