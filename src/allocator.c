@@ -118,6 +118,8 @@ struct vp_allocator {
     uint32_t n_dead;             /* slots on that list                    */
     bool broken;                 /* host memory ran out inside the index:
                                     every later call is refused          */
+    bool plain_round;            /* no roundup_power2_divisions: every
+                                    size rounds to 512 B                 */
     pool pools[2];
     xseg *xs;
     size_t n_xs, cap_xs;
@@ -218,7 +220,7 @@ static bool round_pow2_div(uint64_t size, uint64_t divisions, uint64_t *out)
 static bool round_size(const vp_allocator_config *cfg, uint64_t n,
                        uint64_t *out)
 {
-    if (n < K_MIN_BLOCK) {
+    if (n <= K_MIN_BLOCK) {
         *out = K_MIN_BLOCK;
         return true;
     }
@@ -625,9 +627,10 @@ static uint32_t t_above(const tree *t, const bkey *k, bool strict)
         const ent *lo = &kc->v[kc->n - 1];
         if (!e_below(lo, z, k->addr, strict))
             return lo->i;
-        uint32_t q = c_count_above(kc, z, k->addr, strict);
-        if (q > 0)
-            return kc->v[q - 1].i;
+        if (!e_below(&kc->v[0], z, k->addr, strict)) {
+            uint32_t q = c_count_above(kc, z, k->addr, strict);
+            return kc->v[q - 1].i; /* q >= 1: v[0] counts */
+        }
     }
     unsigned nc = next_class(d, c + 1);
     if (nc < N_CLASSES)
@@ -1219,6 +1222,9 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     }
     a->cfg = c;
     a->free_slot = NIL;
+    a->plain_round = true;
+    for (int i = 0; i < 16; i++)
+        a->plain_round &= c.roundup_power2_divisions[i] <= 1;
     for (int i = 0; i < 2; i++) {
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
@@ -1281,8 +1287,15 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
         return VP_OK;
     req r;
     r.stream = stream;
-    if (!round_size(&a->cfg, nbytes, &r.size) ||
-        !allocation_size(&a->cfg, r.size, &r.alloc_size))
+    bool rounded = true; /* round_size without its call, mostly */
+    if (a->plain_round && nbytes < UINT64_MAX - K_MIN_BLOCK)
+        r.size = nbytes <= K_MIN_BLOCK
+                     ? K_MIN_BLOCK
+                     : (nbytes + K_MIN_BLOCK - 1) &
+                           ~(uint64_t)(K_MIN_BLOCK - 1);
+    else
+        rounded = round_size(&a->cfg, nbytes, &r.size);
+    if (!rounded || !allocation_size(&a->cfg, r.size, &r.alloc_size))
         return vp_error_set(err, VP_EOVERFLOW,
                             "allocation of %" PRIu64
                             " bytes overflows when rounded",
