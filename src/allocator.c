@@ -40,6 +40,13 @@
 
 #define NIL UINT32_MAX
 
+/* The request's path, inlined into both callers (malloc and transient). */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
 enum {
     K_MIN_BLOCK = 512,                 /* kMinBlockSize   */
     K_SMALL_SIZE = 1048576,            /* kSmallSize      */
@@ -581,6 +588,21 @@ static void t_erase(vp_allocator *a, tree *t, uint32_t x)
     t->count--;
 }
 
+/* Slot n takes over slot x's entry (the same key). */
+static void t_rename(vp_allocator *a, tree *t, uint32_t x, uint32_t n)
+{
+    const blk *b = &a->b[x];
+    slot sl = slot_of(t, b);
+    cls *k = &sl.d->c[sl.c];
+    uint32_t p = k->n;
+    if (p > 0 && k->v[p - 1].i == x)
+        p--;
+    else
+        p = c_count_above(k, sl.z, b->addr, true);
+    if (p < k->n && k->v[p].i == x)
+        k->v[p].i = n;
+}
+
 /* Block x, the first of its class in the free tree t, loses its first
  * `size` bytes (a split keeps the rest in x). When the rest is in the
  * same class it is still below every other block of the class (smaller
@@ -754,7 +776,7 @@ static uint64_t expandable_size(const vp_allocator *a, uint32_t i)
 
 /* get_free_block: best fit in the pool, or NIL. It stays in the tree
  * (alloc_found_block takes it out). */
-static uint32_t get_free_block(vp_allocator *a, const req *r)
+HOT uint32_t get_free_block(vp_allocator *a, const req *r)
 {
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size, 0};
@@ -1138,7 +1160,7 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
  * the pool's free tree if `in_tree` (get_free_block's), in no tree
  * otherwise; a spare slot has been reserved. A split keeps the rest in
  * i, which stays in the tree where its order allows (t_shrink_first). */
-static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
+static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
                                   const req *r, uint64_t nbytes,
                                   bool in_tree)
 {
@@ -1273,6 +1295,36 @@ vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
     return vp__allocator_alloc(a, nbytes, stream, handle, &size, err);
 }
 
+/* The request for nbytes (> 0) on `stream`, as AllocParams, with room
+ * made for its blocks and its stream's directories before anything
+ * changes: VP_OK, or the error. */
+HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
+                              req *r, vp_error *err)
+{
+    r->stream = stream;
+    bool rounded = true; /* round_size without its call, mostly */
+    if (a->plain_round && nbytes < UINT64_MAX - K_MIN_BLOCK)
+        r->size = nbytes <= K_MIN_BLOCK
+                      ? K_MIN_BLOCK
+                      : (nbytes + K_MIN_BLOCK - 1) &
+                            ~(uint64_t)(K_MIN_BLOCK - 1);
+    else
+        rounded = round_size(&a->cfg, nbytes, &r->size);
+    if (!rounded || !allocation_size(&a->cfg, r->size, &r->alloc_size))
+        return vp_error_set(err, VP_EOVERFLOW,
+                            "allocation of %" PRIu64
+                            " bytes overflows when rounded",
+                            nbytes);
+    r->pool = r->size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+    pool *pl = &a->pools[r->pool];
+    if (!reserve_slots(a, 4) ||
+        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
+         (!ensure_dir(&pl->unmapped_t, stream) ||
+          !ensure_dir(&pl->free_t, stream))))
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+    return VP_OK;
+}
+
 vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err)
@@ -1286,28 +1338,9 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
     if (nbytes == 0)
         return VP_OK;
     req r;
-    r.stream = stream;
-    bool rounded = true; /* round_size without its call, mostly */
-    if (a->plain_round && nbytes < UINT64_MAX - K_MIN_BLOCK)
-        r.size = nbytes <= K_MIN_BLOCK
-                     ? K_MIN_BLOCK
-                     : (nbytes + K_MIN_BLOCK - 1) &
-                           ~(uint64_t)(K_MIN_BLOCK - 1);
-    else
-        rounded = round_size(&a->cfg, nbytes, &r.size);
-    if (!rounded || !allocation_size(&a->cfg, r.size, &r.alloc_size))
-        return vp_error_set(err, VP_EOVERFLOW,
-                            "allocation of %" PRIu64
-                            " bytes overflows when rounded",
-                            nbytes);
-    r.pool = r.size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
-    pool *pl = &a->pools[r.pool];
-    if (!reserve_slots(a, 4) ||
-        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
-         (!ensure_dir(&pl->unmapped_t, stream) ||
-          !ensure_dir(&pl->free_t, stream))))
-        return vp_error_set(err, VP_ENOMEM, "out of host memory");
-
+    vp_status st = open_request(a, nbytes, stream, &r, err);
+    if (st != VP_OK)
+        return st;
     uint32_t i = get_free_block(a, &r);
     bool in_tree = i != NIL;
     if (i == NIL) {
@@ -1383,6 +1416,68 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
+}
+
+/* vp__allocator_transient when the request is met from free block i,
+ * without expandable segments: block i's neighbours are allocated (free
+ * ones would have been merged with it), so the release merges back only
+ * the rest of a split. Unsplit, i is taken and given back where it was.
+ * Split, the part taken gets a new slot n, and the release merges the
+ * rest (slot i) into it: n ends up holding i's block with i's place in
+ * the index, and slot i is dead. Done here without the steps between. */
+static void take_and_give_back(vp_allocator *a, uint32_t i, const req *r,
+                               uint64_t *handle, uint64_t *block_size,
+                               uint64_t *at)
+{
+    uint64_t size = a->b[i].size;
+    if (should_split(a, &a->b[i], r->size)) {
+        size = r->size;
+        uint32_t n = new_block(a);
+        blk *x = &a->b[i], *y = &a->b[n];
+        uint32_t gen = y->gen;
+        *y = *x;
+        y->gen = gen;
+        if (x->prev != NIL)
+            a->b[x->prev].next = n;
+        if (x->next != NIL)
+            a->b[x->next].prev = n;
+        t_rename(a, &a->pools[x->pool].free_t, i, n);
+        delete_block(a, i);
+        i = n;
+    }
+    blk *y = &a->b[i];
+    *handle = ((uint64_t)y->gen << 32) | ((uint64_t)i + 1);
+    *block_size = size;
+    y->gen++;
+    a->last_freed = *handle;
+    a->last_freed_addr = y->addr;
+    *at = a->st.allocated + size; /* <= reserved: no overflow */
+    if (*at > a->st.peak_allocated)
+        a->st.peak_allocated = *at;
+}
+
+vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
+                                  int stream, uint64_t *handle,
+                                  uint64_t *block_size, uint64_t *at,
+                                  vp_error *err)
+{
+    if (!a || !handle)
+        return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
+    req r;
+    if (!a->broken && nbytes > 0 && !a->cfg.expandable_segments &&
+        open_request(a, nbytes, stream, &r, NULL) == VP_OK) {
+        uint32_t i = get_free_block(a, &r);
+        if (i != NIL) {
+            take_and_give_back(a, i, &r, handle, block_size, at);
+            return VP_OK;
+        }
+    }
+    vp_status st = vp__allocator_alloc(a, nbytes, stream, handle,
+                                       block_size, err);
+    if (st != VP_OK)
+        return st;
+    *at = a->st.allocated;
+    return vp_allocator_release(a, *handle, err);
 }
 
 void vp_allocator_empty_cache(vp_allocator *a)
