@@ -23,34 +23,27 @@ uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
     return r;
 }
 
-/* An allocator event, `al` bytes allocated right after it (inlined into
- * the two callers: one per event). */
-#if defined(__GNUC__)
-__attribute__((always_inline))
-#endif
-static inline void emit_at(sim *S, bool is_free, uint64_t bytes, vp_category cat,
-                    uint64_t handle, uint64_t al)
+/* A new peak of allocated bytes: what the estimate says of it. */
+static void new_peak(sim *S, uint64_t al)
 {
-    S->events++;
-    const vp_allocator_stats *st = vp__allocator_stats(S->a);
-    if (!is_free) {
-        if (al > S->phase_peak)
-            S->phase_peak = al;
-        if (al > S->peak) {
-            S->peak = al;
-            S->out->peak_alloc = al;
-            S->out->peak_phase = S->phase;
-            S->out->peak_step = S->step;
-            S->peak_op = S->cur_op; /* named in the estimate at the end */
-            memcpy(S->out->by_category, S->cat_live,
-                   sizeof S->out->by_category);
-            S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
-            S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
-            S->out->gen.peak_token = S->gen_token;
-            /* remember the event for the layer breakdown pass */
-            S->out->events = S->events;
-        }
-    }
+    S->peak = al;
+    S->out->peak_alloc = al;
+    S->out->peak_phase = S->phase;
+    S->out->peak_step = S->step;
+    S->peak_op = S->cur_op; /* named in the estimate at the end */
+    memcpy(S->out->by_category, S->cat_live, sizeof S->out->by_category);
+    S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
+    S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
+    S->out->gen.peak_token = S->gen_token;
+    /* remember the event for the layer breakdown pass */
+    S->out->events = S->events;
+}
+
+/* An event's callback and the stop at a given event, when either is set
+ * (timelines, snapshots, the layer breakdown pass). */
+static void emit_tail(sim *S, bool is_free, uint64_t bytes, vp_category cat,
+                      uint64_t handle, uint64_t al)
+{
     if (S->cb && S->hooks == NULL && S->events > VP_MAX_EVENTS_SEEN) {
         S->st = vp_error_set(S->err, VP_ELIMIT,
                              "the simulated steps make more than %u "
@@ -65,7 +58,7 @@ static inline void emit_at(sim *S, bool is_free, uint64_t bytes, vp_category cat
             cat = VP_CAT_ACT; /* the public categories */
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           al, st->reserved, handle,
+                           al, vp__allocator_stats(S->a)->reserved, handle,
                            vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
@@ -73,11 +66,26 @@ static inline void emit_at(sim *S, bool is_free, uint64_t bytes, vp_category cat
         S->stopped = true;
 }
 
-static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
-                 uint64_t handle)
+/* An allocation event, `al` bytes allocated right after it; the peaks. */
+static inline void emit_alloc(sim *S, uint64_t bytes, vp_category cat,
+                              uint64_t handle, uint64_t al)
 {
-    emit_at(S, is_free, bytes, cat, handle,
-            vp__allocator_stats(S->a)->allocated);
+    S->events++;
+    if (al > S->phase_peak)
+        S->phase_peak = al;
+    if (al > S->peak)
+        new_peak(S, al);
+    if (S->cb || S->stop_at)
+        emit_tail(S, false, bytes, cat, handle, al);
+}
+
+static inline void emit_free(sim *S, uint64_t bytes, vp_category cat,
+                             uint64_t handle)
+{
+    S->events++;
+    if (S->cb || S->stop_at)
+        emit_tail(S, true, bytes, cat, handle,
+                  vp__allocator_stats(S->a)->allocated);
 }
 
 /* The allocator's error for `bytes` (an out-of-memory one names the op). */
@@ -136,7 +144,7 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
         return NONE;
     S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
-    emit(S, false, bytes, cat, h);
+    emit_alloc(S, bytes, cat, h, vp__allocator_stats(S->a)->allocated);
     return id;
 }
 
@@ -164,7 +172,7 @@ void vp__tunref(sim *S, uint32_t id)
         return;
     }
     if (free_id(S, id) && !S->stopped)
-        emit(S, true, bytes, cat, handle);
+        emit_free(S, bytes, cat, handle);
 }
 
 /* vp__talloc and at once vp__tunref: the allocator's two calls in one
@@ -193,12 +201,12 @@ void vp__transient(sim *S, uint64_t bytes)
         return;
     S->t[id] = (vp__tensor){h, bs, 0, (uint8_t)VP_CAT_TEMP, S->cur_op_idx};
     S->cat_live[VP_CAT_TEMP] += bs;
-    emit_at(S, false, bytes, VP_CAT_TEMP, h, at);
+    emit_alloc(S, bytes, VP_CAT_TEMP, h, at);
     if (S->st != VP_OK)
         return;
     S->cat_live[VP_CAT_TEMP] -= bs;
     if (free_id(S, id) && !S->stopped)
-        emit(S, true, bs, VP_CAT_TEMP, h);
+        emit_free(S, bs, VP_CAT_TEMP, h);
 }
 
 void vp__hold(sim *S, uint32_t id)
