@@ -555,10 +555,18 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
     cls *k = &sl.d->c[sl.c];
     if (!c_room(a, k))
         return;
-    uint32_t p = k->n;
-    if (p > 0 && e_below(&k->v[p - 1], sl.z, b->addr, false)) {
-        p = c_count_above(k, sl.z, b->addr, false);
-        memmove(&k->v[p + 1], &k->v[p], (size_t)(k->n - p) * sizeof *k->v);
+    /* the entries below x move up one: the last few one by one (a block
+     * freed just above the lowest ones), the rest at once */
+    uint32_t p = k->n, moved = 0;
+    while (p > 0 && moved < 4 && e_below(&k->v[p - 1], sl.z, b->addr, false)) {
+        k->v[p] = k->v[p - 1];
+        p--;
+        moved++;
+    }
+    if (moved == 4 && p > 0 && e_below(&k->v[p - 1], sl.z, b->addr, false)) {
+        uint32_t q = c_count_above(k, sl.z, b->addr, false);
+        memmove(&k->v[q + 1], &k->v[q], (size_t)(p - q) * sizeof *k->v);
+        p = q;
     }
     k->v[p] = (ent){sl.z, b->addr, x};
     if (k->n++ == 0)
