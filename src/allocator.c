@@ -736,16 +736,12 @@ static inline tree *tree_of(vp_allocator *a, const blk *x)
                      : &a->pools[x->pool].unmapped_t;
 }
 
-/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
- * free and in the same mapping state. Returns true if merged. */
-static bool try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+/* dst (in no tree) absorbs its neighbour src, free and in the same
+ * mapping state. */
+static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
 {
-    if (src == NIL)
-        return false;
     blk *s = &a->b[src];
     blk *d = &a->b[dst];
-    if (s->allocated || s->mapped != d->mapped)
-        return false;
     t_erase(a, tree_of(a, s), src);
     if (d->prev == src) {
         d->addr = s->addr;
@@ -759,7 +755,16 @@ static bool try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
     }
     d->size += s->size;
     delete_block(a, src);
-    return true;
+}
+
+/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
+ * free and in the same mapping state (most often it is not: the test
+ * inline, the merge out of line). */
+static inline void try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+{
+    if (src != NIL && !a->b[src].allocated &&
+        a->b[src].mapped == a->b[dst].mapped)
+        merge(a, dst, src);
 }
 
 static bool should_split(const vp_allocator *a, const blk *x, uint64_t size)
