@@ -7,7 +7,7 @@
  *
  * Data layout.
  *  - Every block lives in one table (a->b) and is named by its index. Dead
- *    slots are chained through `dead_next` into a free list. A handle is
+ *    slots are chained through `next` into a free list. A handle is
  *    (generation << 32) | (index + 1); the slot's generation is bumped on
  *    every free and on slot reuse, so stale handles are refused.
  *  - The blocks of a segment form a doubly linked list (prev/next) in
@@ -66,8 +66,8 @@ typedef struct blk {
     uint64_t addr;      /* simulated device address                       */
     uint64_t size;      /* bytes                                          */
     uint64_t requested; /* bytes asked for (allocated blocks only)        */
-    uint32_t prev, next;  /* neighbours in the segment, NIL at the ends   */
-    uint32_t dead_next;   /* the dead-slot list's link (dead slots only)  */
+    uint32_t prev, next;  /* neighbours in the segment, NIL at the ends;
+                             next links the dead slots                    */
     uint32_t gen;         /* handle generation                            */
     uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
     int32_t stream;
@@ -320,7 +320,7 @@ static uint32_t new_block(vp_allocator *a)
     uint32_t gen = 0;
     if (a->free_slot != NIL) {
         i = a->free_slot;
-        a->free_slot = a->b[i].dead_next;
+        a->free_slot = a->b[i].next;
         a->n_dead--;
         gen = a->b[i].gen;
     } else {
@@ -328,7 +328,7 @@ static uint32_t new_block(vp_allocator *a)
     }
     blk *x = &a->b[i];
     memset(x, 0, sizeof *x);
-    x->prev = x->next = x->dead_next = NIL;
+    x->prev = x->next = NIL;
     x->es = NIL;
     x->gen = gen;
     x->mapped = 1;
@@ -342,7 +342,7 @@ static void delete_block(vp_allocator *a, uint32_t i)
     x->live = 0;
     x->allocated = 0;
     x->gen++;
-    x->dead_next = a->free_slot;
+    x->next = a->free_slot;
     a->free_slot = i;
     a->n_dead++;
 }
