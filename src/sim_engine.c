@@ -108,7 +108,8 @@ static inline uint32_t new_id(sim *S)
 {
     if (S->n_free)
         return S->free_ids[--S->n_free];
-    if (!vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(vp__tensor))) {
+    if (S->nt == S->capt &&
+        !vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(vp__tensor))) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return NONE;
     }
