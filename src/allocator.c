@@ -492,7 +492,8 @@ static void free_dirs(tree *t)
 {
     for (size_t i = 0; i < t->n; i++)
         for (unsigned c = 0; c < N_CLASSES; c++)
-            free(t->d[i].c[c].v);
+            if (t->d[i].c[c].v)
+                free(t->d[i].c[c].v);
     free(t->d);
 }
 
