@@ -166,24 +166,36 @@ typedef struct {
     vp_precision prec;
 } setup_row;
 
-/* A setup's model, graph and setup (the layer breakdown off); false with
- * the message printed. */
-static bool setup_of(const setup_row *row, vp_model **m, vp_graph **g,
-                     vp_setup *s)
+/* A setup of this tree: its model, graph and setup (the layer breakdown
+ * off). */
+typedef struct {
+    vp_model *m;
+    vp_graph *g;
+    vp_setup s;
+} run_setup;
+
+/* false with the message printed */
+static bool setup_of(const setup_row *row, run_setup *r)
 {
     vp_error err;
-    *m = vp_model_load(row->model, &err);
-    *g = *m ? vp_graph_build(*m, row->batch, row->seq, &err) : NULL;
-    if (!*g) {
+    r->m = vp_model_load(row->model, &err);
+    r->g = r->m ? vp_graph_build(r->m, row->batch, row->seq, &err) : NULL;
+    if (!r->g) {
         fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        vp_model_free(*m);
+        vp_model_free(r->m);
         return false;
     }
-    vp_setup_init(s);
-    s->batch = row->batch;
-    s->precision = row->prec;
-    s->skip_breakdown = true;
+    vp_setup_init(&r->s);
+    r->s.batch = row->batch;
+    r->s.precision = row->prec;
+    r->s.skip_breakdown = true;
     return true;
+}
+
+static void setup_free(run_setup *r)
+{
+    vp_graph_free(r->g);
+    vp_model_free(r->m);
 }
 
 #ifdef VP_BENCH_BASE
@@ -245,22 +257,20 @@ static bool time_both(const vp_graph *g, const vp_setup *s, vp_estimate *e,
 static int bench_one(const setup_row *row, double sort_keys_s)
 {
     vp_error err;
-    vp_model *m;
-    vp_graph *g;
-    vp_setup s;
-    if (!setup_of(row, &m, &g, &s))
+    run_setup rs;
+    if (!setup_of(row, &rs))
         return 1;
     vp_estimate e;
     recorder R;
     memset(&R, 0, sizeof R);
-    vp_simulate(g, &s, &e, on_event, &R, &err);
+    vp_simulate(rs.g, &rs.s, &e, on_event, &R, &err);
     void *b = NULL;
 #ifdef VP_BENCH_BASE
     b = base_open(row);
 #endif
     double best, base;
     uint64_t base_events = 0;
-    bool ok = time_both(g, &s, &e, b, &best, &base, &base_events);
+    bool ok = time_both(rs.g, &rs.s, &e, b, &best, &base, &base_events);
     double rate = (double)e.events / best;
     double rt = R.failed ? -1 : replay(&R);
     if (ok) {
@@ -284,8 +294,7 @@ static int bench_one(const setup_row *row, double sort_keys_s)
 #endif
     free(R.r);
     free(R.live);
-    vp_graph_free(g);
-    vp_model_free(m);
+    setup_free(&rs);
     return ok ? 0 : 1;
 }
 
@@ -307,16 +316,13 @@ static int once(const setup_row *row, bool base)
 #endif
     } else {
         vp_error err;
-        vp_model *m;
-        vp_graph *g;
-        vp_setup s;
-        if (!setup_of(row, &m, &g, &s))
+        run_setup rs;
+        if (!setup_of(row, &rs))
             return 1;
         vp_estimate e;
-        rc = vp_simulate(g, &s, &e, NULL, NULL, &err) ? 1 : 0;
+        rc = vp_simulate(rs.g, &rs.s, &e, NULL, NULL, &err) ? 1 : 0;
         events = e.events;
-        vp_graph_free(g);
-        vp_model_free(m);
+        setup_free(&rs);
     }
     printf("  %-22s %7llu events\n", row->model + strlen("models/"),
            (unsigned long long)events);
