@@ -166,78 +166,166 @@ typedef struct {
     vp_precision prec;
 } setup_row;
 
-/* A setup's model, graph and setup (the layer breakdown off); false with
- * the message printed. */
-static bool setup_of(const setup_row *row, vp_model **m, vp_graph **g,
-                     vp_setup *s)
+/* A setup of this tree: its model, graph and setup (the layer breakdown
+ * off). */
+typedef struct {
+    vp_model *m;
+    vp_graph *g;
+    vp_setup s;
+} run_setup;
+
+/* false with the message printed */
+static bool setup_of(const setup_row *row, run_setup *r)
 {
     vp_error err;
-    *m = vp_model_load(row->model, &err);
-    *g = *m ? vp_graph_build(*m, row->batch, row->seq, &err) : NULL;
-    if (!*g) {
+    r->m = vp_model_load(row->model, &err);
+    r->g = r->m ? vp_graph_build(r->m, row->batch, row->seq, &err) : NULL;
+    if (!r->g) {
         fprintf(stderr, "bench: %s: %s\n", row->model, err.msg);
-        vp_model_free(*m);
+        vp_model_free(r->m);
         return false;
     }
-    vp_setup_init(s);
-    s->batch = row->batch;
-    s->precision = row->prec;
-    s->skip_breakdown = true;
+    vp_setup_init(&r->s);
+    r->s.batch = row->batch;
+    r->s.precision = row->prec;
+    r->s.skip_breakdown = true;
+    return true;
+}
+
+static void setup_free(run_setup *r)
+{
+    vp_graph_free(r->g);
+    vp_model_free(r->m);
+}
+
+#ifdef VP_BENCH_BASE
+/* The issue's baseline simulator, linked in from build/bench/baseline
+ * (bench/baseline/sim_base.c): it reads the model files of its own
+ * commit. */
+void *vp_bench_base_open(const char *model, uint64_t batch, uint64_t seq,
+                         const char *precision, char *msg, size_t n);
+int vp_bench_base_sim(void *run, uint64_t *events);
+void vp_bench_base_close(void *run);
+
+static void *base_open(const setup_row *row)
+{
+    char path[512], msg[512];
+    snprintf(path, sizeof path, "%s%s", VP_BENCH_BASE, row->model);
+    void *b = vp_bench_base_open(path, row->batch, row->seq,
+                                 vp_precision_name(row->prec), msg,
+                                 sizeof msg);
+    if (!b)
+        fprintf(stderr, "bench: baseline: %s\n", msg);
+    return b;
+}
+#endif
+
+/* Best CPU time of one simulation by this tree (*cur) and by the
+ * baseline (*base, when `b`), seven runs of each, interleaved so that a
+ * change in the machine's load hits both alike. */
+static bool time_both(const vp_graph *g, const vp_setup *s, vp_estimate *e,
+                      void *b, double *cur, double *base,
+                      uint64_t *base_events)
+{
+    vp_error err;
+    *cur = *base = 1e30;
+    for (int i = 0; i < 7; i++) {
+        double t0 = now();
+        if (vp_simulate(g, s, e, NULL, NULL, &err) != VP_OK) {
+            fprintf(stderr, "bench: %s\n", err.msg);
+            return false;
+        }
+        double t = now() - t0;
+        if (t < *cur)
+            *cur = t;
+#ifdef VP_BENCH_BASE
+        if (!b)
+            continue;
+        t0 = now();
+        if (vp_bench_base_sim(b, base_events))
+            return false;
+        t = now() - t0;
+        if (t < *base)
+            *base = t;
+#else
+        (void)b, (void)base_events;
+#endif
+    }
     return true;
 }
 
 static int bench_one(const setup_row *row, double sort_keys_s)
 {
     vp_error err;
-    vp_model *m;
-    vp_graph *g;
-    vp_setup s;
-    if (!setup_of(row, &m, &g, &s))
+    run_setup rs;
+    if (!setup_of(row, &rs))
         return 1;
     vp_estimate e;
     recorder R;
     memset(&R, 0, sizeof R);
-    vp_simulate(g, &s, &e, on_event, &R, &err);
-    double best = 1e30;
-    for (int i = 0; i < 7; i++) {
-        double t0 = now();
-        vp_simulate(g, &s, &e, NULL, NULL, &err);
-        double t = now() - t0;
-        if (t < best)
-            best = t;
-    }
+    vp_simulate(rs.g, &rs.s, &e, on_event, &R, &err);
+    void *b = NULL;
+#ifdef VP_BENCH_BASE
+    b = base_open(row);
+#endif
+    double best, base;
+    uint64_t base_events = 0;
+    bool ok = time_both(rs.g, &rs.s, &e, b, &best, &base, &base_events);
     double rate = (double)e.events / best;
     double rt = R.failed ? -1 : replay(&R);
-    printf("  %-22s b%-3llu s%-5llu %-8s %7llu events  %8.3f ms  "
-           "%6.2f Mev/s  allocator %4.0f%%  %5.2f ev/s per key/s\n",
-           row->model + strlen("models/"), (unsigned long long)row->batch,
-           (unsigned long long)row->seq, vp_precision_name(row->prec),
-           (unsigned long long)e.events, 1e3 * best, rate / 1e6,
-           rt > 0 ? 100 * rt / best : 0, rate / sort_keys_s);
+    if (ok) {
+        printf("  %-22s b%-3llu s%-5llu %-8s %7llu events  %8.3f ms  "
+               "%6.2f Mev/s  allocator %4.0f%%  %5.2f ev/s per key/s\n",
+               row->model + strlen("models/"),
+               (unsigned long long)row->batch, (unsigned long long)row->seq,
+               vp_precision_name(row->prec), (unsigned long long)e.events,
+               1e3 * best, rate / 1e6, rt > 0 ? 100 * rt / best : 0,
+               rate / sort_keys_s);
+        if (b) {
+            double brate = (double)base_events / base;
+            printf("  %-22s %-21s %7llu events  %8.3f ms  %6.2f Mev/s  "
+                   "speedup %.2f (events/s)\n",
+                   "  baseline", "", (unsigned long long)base_events,
+                   1e3 * base, brate / 1e6, rate / brate);
+        }
+    }
+#ifdef VP_BENCH_BASE
+    vp_bench_base_close(b);
+#endif
     free(R.r);
     free(R.live);
-    vp_graph_free(g);
-    vp_model_free(m);
-    return 0;
+    setup_free(&rs);
+    return ok ? 0 : 1;
 }
 
 /* bench_sim --once [K]: one simulation of each setup (of setup K alone,
  * from 0), no timing and no baselines: the run to profile with callgrind
- * (valgrind --tool=callgrind --toggle-collect=vp_simulate). */
-static int once(const setup_row *row)
+ * (valgrind --tool=callgrind --toggle-collect=vp_simulate). With
+ * --once-base, the baseline simulator's simulation of the same setups. */
+static int once(const setup_row *row, bool base)
 {
-    vp_error err;
-    vp_model *m;
-    vp_graph *g;
-    vp_setup s;
-    if (!setup_of(row, &m, &g, &s))
-        return 1;
-    vp_estimate e;
-    int rc = vp_simulate(g, &s, &e, NULL, NULL, &err) ? 1 : 0;
+    uint64_t events = 0;
+    int rc = 1;
+    if (base) {
+#ifdef VP_BENCH_BASE
+        void *b = base_open(row);
+        rc = b ? vp_bench_base_sim(b, &events) : 1;
+        vp_bench_base_close(b);
+#else
+        fprintf(stderr, "bench: no baseline built in\n");
+#endif
+    } else {
+        vp_error err;
+        run_setup rs;
+        if (!setup_of(row, &rs))
+            return 1;
+        vp_estimate e;
+        rc = vp_simulate(rs.g, &rs.s, &e, NULL, NULL, &err) ? 1 : 0;
+        events = e.events;
+        setup_free(&rs);
+    }
     printf("  %-22s %7llu events\n", row->model + strlen("models/"),
-           (unsigned long long)e.events);
-    vp_graph_free(g);
-    vp_model_free(m);
+           (unsigned long long)events);
     return rc;
 }
 
@@ -247,17 +335,26 @@ int main(int argc, char **argv)
         {"models/llama-3-70b.yaml", 1, 2048, VP_PREC_AMP_BF16},
         {"models/llama-3-8b.yaml", 2, 2048, VP_PREC_AMP_BF16},
         {"models/gpt2-small.yaml", 8, 1024, VP_PREC_FP32},
+        {"models/gpt2-medium.yaml", 8, 1024, VP_PREC_AMP_BF16},
+        {"models/resnet50.yaml", 64, 0, VP_PREC_FP32},
     };
     size_t nrows = sizeof rows / sizeof rows[0];
-    if (argc > 1 && strcmp(argv[1], "--once") == 0) {
+    bool base = argc > 1 && strcmp(argv[1], "--once-base") == 0;
+    if (argc > 1 && (base || strcmp(argv[1], "--once") == 0)) {
         for (size_t i = 0; i < nrows; i++)
             if ((argc < 3 || strtoul(argv[2], NULL, 10) == i) &&
-                once(&rows[i]))
+                once(&rows[i], base))
                 return 1;
         return 0;
     }
     double keys = sort_rate();
     printf("simulator benchmark (one core)\n");
+#ifdef VP_BENCH_BASE
+    printf("  baseline       the issue's simulator (%s), same process\n",
+           VP_BENCH_BASE);
+#else
+    printf("  baseline       not built in (no git history)\n");
+#endif
     printf("  reference      qsort %.3g keys/s (2^20 64-bit keys)\n", keys);
     for (size_t i = 0; i < nrows; i++)
         if (bench_one(&rows[i], keys))

@@ -7,7 +7,7 @@
  *
  * Data layout.
  *  - Every block lives in one table (a->b) and is named by its index. Dead
- *    slots are chained through `left` into a free list. A handle is
+ *    slots are chained through `next` into a free list. A handle is
  *    (generation << 32) | (index + 1); the slot's generation is bumped on
  *    every free and on slot reuse, so stale handles are refused.
  *  - The blocks of a segment form a doubly linked list (prev/next) in
@@ -16,14 +16,15 @@
  *    (stream, size, address), like BlockComparatorSize, and, for
  *    expandable segments, its unmapped ranges ordered by (stream,
  *    address), like BlockComparatorAddress: per stream, eight size
- *    classes per power of two with a bitmap of those in use, each class a
- *    treap ("index" below). A block is in at most one tree, so the treap
- *    links are stored in the block itself.
+ *    classes per power of two with a bitmap of those in use, each class an
+ *    array sorted by key ("index" below). A block is in at most one tree.
  *  - Segments get simulated, increasing, 2 MiB aligned addresses.
  *
- * Cost: malloc and free are O(log k) expected (k = free blocks in the size
- * class of the request, a few; a bit scan finds the next class); handle
- * lookup is O(1); empty_cache and the OOM path are O(n log n). */
+ * Cost: malloc and free are O(1) when the block taken or given back is
+ * the lowest of its size class (nearly always: see the index), else
+ * O(log k) to find it and O(k) to move the entries below it (k = free
+ * blocks in the size class, a bit scan finds the next class); handle
+ * lookup is O(1); empty_cache and the OOM path are O(n k). */
 #include "vramplan/allocator.h"
 
 #include "allocator_internal.h"
@@ -38,6 +39,13 @@
 #include "vramplan/units.h"
 
 #define NIL UINT32_MAX
+
+/* The request's path, inlined into both callers (malloc and transient). */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
 
 enum {
     K_MIN_BLOCK = 512,                 /* kMinBlockSize   */
@@ -58,9 +66,8 @@ typedef struct blk {
     uint64_t addr;      /* simulated device address                       */
     uint64_t size;      /* bytes                                          */
     uint64_t requested; /* bytes asked for (allocated blocks only)        */
-    uint32_t prev, next;  /* neighbours in the segment, NIL at the ends   */
-    uint32_t left, right; /* treap children; left = free-list link if dead */
-    uint32_t prio;        /* treap priority                               */
+    uint32_t prev, next;  /* neighbours in the segment, NIL at the ends;
+                             next links the dead slots                    */
     uint32_t gen;         /* handle generation                            */
     uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
     int32_t stream;
@@ -71,10 +78,23 @@ typedef struct blk {
 #define N_CLASSES 512
 #define CLASS_WORDS (N_CLASSES / 64)
 
-/* The blocks of one stream in one tree: a treap per size class. */
+/* One free block in a size class: its key and its slot. */
+typedef struct ent {
+    uint64_t size; /* 0 in an address-keyed tree */
+    uint64_t addr;
+    uint32_t i;
+} ent;
+
+/* A size class: its blocks sorted by descending key, so that the lowest
+ * (the one best fit takes) is the last. */
+typedef struct cls {
+    ent *v;
+    uint32_t n, cap;
+} cls;
+
+/* The blocks of one stream in one tree, by size class. */
 typedef struct sdir {
-    uint32_t root[N_CLASSES];  /* NIL: the class is empty */
-    uint32_t first[N_CLASSES]; /* its lowest key */
+    cls c[N_CLASSES];
     uint64_t used[CLASS_WORDS];/* the classes holding blocks */
     uint32_t count;
     int32_t stream;
@@ -103,7 +123,10 @@ struct vp_allocator {
     uint32_t n_slots, cap_slots; /* high-water mark and capacity          */
     uint32_t free_slot;          /* head of the dead-slot list            */
     uint32_t n_dead;             /* slots on that list                    */
-    uint32_t rng;
+    bool broken;                 /* host memory ran out inside the index:
+                                    every later call is refused          */
+    bool plain_round;            /* no roundup_power2_divisions: every
+                                    size rounds to 512 B                 */
     pool pools[2];
     xseg *xs;
     size_t n_xs, cap_xs;
@@ -204,7 +227,7 @@ static bool round_pow2_div(uint64_t size, uint64_t divisions, uint64_t *out)
 static bool round_size(const vp_allocator_config *cfg, uint64_t n,
                        uint64_t *out)
 {
-    if (n < K_MIN_BLOCK) {
+    if (n <= K_MIN_BLOCK) {
         *out = K_MIN_BLOCK;
         return true;
     }
@@ -262,16 +285,6 @@ uint64_t vp_allocator_segment_size(const vp_allocator_config *cfg,
 
 /* ---------------------------------------------------------------- slots */
 
-static uint32_t rng_next(vp_allocator *a)
-{
-    uint32_t x = a->rng;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    a->rng = x;
-    return x;
-}
-
 /* reserve_slots when the slots at hand are too few: grow the array. */
 static bool grow_slots(vp_allocator *a, uint64_t n)
 {
@@ -307,7 +320,7 @@ static uint32_t new_block(vp_allocator *a)
     uint32_t gen = 0;
     if (a->free_slot != NIL) {
         i = a->free_slot;
-        a->free_slot = a->b[i].left;
+        a->free_slot = a->b[i].next;
         a->n_dead--;
         gen = a->b[i].gen;
     } else {
@@ -315,9 +328,8 @@ static uint32_t new_block(vp_allocator *a)
     }
     blk *x = &a->b[i];
     memset(x, 0, sizeof *x);
-    x->prev = x->next = x->left = x->right = NIL;
+    x->prev = x->next = NIL;
     x->es = NIL;
-    x->prio = rng_next(a);
     x->gen = gen;
     x->mapped = 1;
     x->live = 1;
@@ -330,7 +342,7 @@ static void delete_block(vp_allocator *a, uint32_t i)
     x->live = 0;
     x->allocated = 0;
     x->gen++;
-    x->left = a->free_slot;
+    x->next = a->free_slot;
     a->free_slot = i;
     a->n_dead++;
 }
@@ -341,13 +353,25 @@ static void delete_block(vp_allocator *a, uint32_t i)
  * size, address), or (stream, address). Each stream present has a
  * directory; in it the blocks are split into size classes, eight per
  * power of two (the classes of TLSF, two-level segregated fit), each
- * class a treap keyed by (size, address) with its first block cached,
- * and a bitmap of the classes in use. Every block of an address-keyed
- * tree is in class 0. Best fit is the class of the request (a search in
- * a small treap) or the first block of the next class in use (a bit
- * scan). The treap links live in the block; no index operation
- * allocates (a stream's directories are made when its first request
- * comes, before anything changes). */
+ * class an array of (size, address, slot) sorted by descending key, and a
+ * bitmap of the classes in use. Every block of an address-keyed tree is
+ * in class 0. Best fit is the last entry of the request's class (when it
+ * is not below the request), a binary search in that class, or the last
+ * entry of the next class in use (a bit scan).
+ *
+ * Why arrays: a training step frees and reuses its blocks last in, first
+ * out, so nearly every insert is the new lowest block of its class and
+ * nearly every erase takes the lowest (llama-3-70b's step: 31,016 of
+ * 42,239 inserts). Both are at the array's end: no search and no move.
+ * The classes that hold many blocks hold few distinct sizes (one to
+ * three), so a binary search over inline keys finds the rest without
+ * touching the blocks. An insert or erase elsewhere moves the entries
+ * below it (linear in the class, a memmove of 24-byte entries).
+ *
+ * A class's array grows by doubling; when host memory runs out there the
+ * block stays out of the index and the allocator is broken: the call
+ * that ran out returns VP_ENOMEM and every later call is refused (no
+ * answer from an index that lost a block). */
 
 static inline bkey key_of(const blk *x)
 {
@@ -363,99 +387,59 @@ static inline unsigned size_class(uint64_t s)
     return (fl - 2) * 8 + (unsigned)((s >> (fl - 3)) & 7);
 }
 
-/* Block n's key below (size, addr)? Below or equal when `or_eq`. */
-static inline bool n_below(const vp_allocator *a, uint32_t n, uint64_t size,
-                           uint64_t addr, bool by_size, bool or_eq)
+/* Entry e's key below (z, addr)? Below or equal when `or_eq`. */
+static inline bool e_below(const ent *e, uint64_t z, uint64_t addr,
+                           bool or_eq)
 {
-    const blk *x = &a->b[n];
-    if (by_size && x->size != size)
-        return x->size < size;
-    return or_eq ? x->addr <= addr : x->addr < addr;
+    if (e->size != z)
+        return e->size < z;
+    return or_eq ? e->addr <= addr : e->addr < addr;
 }
 
-/* Split treap n into keys < (size, addr) (*l) and the rest (*r). */
-static void c_split(vp_allocator *a, uint32_t n, uint64_t size,
-                    uint64_t addr, bool by_size, uint32_t *l, uint32_t *r)
+/* The entries of class k with a key >= (z, addr) (strict: >); they are
+ * its first ones. */
+static uint32_t c_count_above(const cls *k, uint64_t z, uint64_t addr,
+                              bool strict)
 {
-    while (n != NIL) {
-        if (n_below(a, n, size, addr, by_size, false)) {
-            *l = n;
-            l = &a->b[n].right;
-            n = a->b[n].right;
-        } else {
-            *r = n;
-            r = &a->b[n].left;
-            n = a->b[n].left;
-        }
+    uint32_t lo = 0, hi = k->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (e_below(&k->v[mid], z, addr, strict))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    *l = *r = NIL;
+    return lo;
 }
 
-/* Join l and r, every key of l below every key of r. */
-static uint32_t c_merge(vp_allocator *a, uint32_t l, uint32_t r)
+/* The lowest and the highest block of a class in use. */
+static inline uint32_t c_lowest(const cls *k)
 {
-    uint32_t root = NIL, *link = &root;
-    while (l != NIL && r != NIL) {
-        if (a->b[l].prio > a->b[r].prio) {
-            *link = l;
-            link = &a->b[l].right;
-            l = a->b[l].right;
-        } else {
-            *link = r;
-            link = &a->b[r].left;
-            r = a->b[r].left;
-        }
+    return k->v[k->n - 1].i;
+}
+
+static inline uint32_t c_highest(const cls *k)
+{
+    return k->v[0].i;
+}
+
+/* Room for one more entry in class k; false, with the allocator broken,
+ * when host memory runs out. */
+static bool c_room(vp_allocator *a, cls *k)
+{
+    if (k->n < k->cap)
+        return true;
+    uint64_t cap = k->cap ? 2 * (uint64_t)k->cap : 8;
+    ent *v = cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap
+                 ? realloc(k->v, (size_t)cap * sizeof *v)
+                 : NULL;
+    if (!v) {
+        a->broken = true;
+        return false;
     }
-    *link = l != NIL ? l : r;
-    return root;
-}
-
-static uint32_t c_first(const vp_allocator *a, uint32_t n)
-{
-    if (n != NIL)
-        while (a->b[n].left != NIL)
-            n = a->b[n].left;
-    return n;
-}
-
-static uint32_t c_last(const vp_allocator *a, uint32_t n)
-{
-    if (n != NIL)
-        while (a->b[n].right != NIL)
-            n = a->b[n].right;
-    return n;
-}
-
-/* First node with key >= (size, addr) (strict: >), NIL if none. */
-static uint32_t c_above(const vp_allocator *a, uint32_t n, uint64_t size,
-                        uint64_t addr, bool by_size, bool strict)
-{
-    uint32_t best = NIL;
-    while (n != NIL) {
-        if (n_below(a, n, size, addr, by_size, strict)) {
-            n = a->b[n].right;
-        } else {
-            best = n;
-            n = a->b[n].left;
-        }
-    }
-    return best;
-}
-
-/* Last node with key < (size, addr). */
-static uint32_t c_below(const vp_allocator *a, uint32_t n, uint64_t size,
-                        uint64_t addr, bool by_size)
-{
-    uint32_t best = NIL;
-    while (n != NIL) {
-        if (n_below(a, n, size, addr, by_size, false)) {
-            best = n;
-            n = a->b[n].right;
-        } else {
-            n = a->b[n].left;
-        }
-    }
-    return best;
+    k->v = v;
+    k->cap = (uint32_t)cap;
+    return true;
 }
 
 /* The directory of `stream` in t, or where it would go (index of the
@@ -500,10 +484,17 @@ static bool ensure_dir(tree *t, int32_t stream)
     t->n++;
     sdir *d = &t->d[i];
     memset(d, 0, sizeof *d);
-    memset(d->root, 0xff, sizeof d->root); /* NIL */
-    memset(d->first, 0xff, sizeof d->first);
     d->stream = stream;
     return true;
+}
+
+static void free_dirs(tree *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        for (unsigned c = 0; c < N_CLASSES; c++)
+            if (t->d[i].c[c].v)
+                free(t->d[i].c[c].v);
+    free(t->d);
 }
 
 /* First class in use >= c (N_CLASSES if none), last one < c (-1). */
@@ -550,77 +541,75 @@ static inline slot slot_of(const tree *t, const blk *b)
     return (slot){dir_of(t, b->stream), size_class(z), z};
 }
 
-/* The link to follow from node n towards key (size, addr). */
-static inline uint32_t *child(vp_allocator *a, uint32_t n, uint64_t size,
-                              uint64_t addr, bool by_size)
+static inline void set_used(sdir *d, unsigned c, bool used)
 {
-    return n_below(a, n, size, addr, by_size, false) ? &a->b[n].right
-                                                     : &a->b[n].left;
+    if (used)
+        d->used[c / 64] |= (uint64_t)1 << (c % 64);
+    else
+        d->used[c / 64] &= ~((uint64_t)1 << (c % 64));
 }
 
 static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
-    blk *b = &a->b[x];
-    bool bs = t->by_size;
+    const blk *b = &a->b[x];
     slot sl = slot_of(t, b);
-    uint32_t *link = &sl.d->root[sl.c];
-    while (*link != NIL && a->b[*link].prio >= b->prio)
-        link = child(a, *link, sl.z, b->addr, bs);
-    c_split(a, *link, sl.z, b->addr, bs, &b->left, &b->right);
-    *link = x;
-    if (sl.d->first[sl.c] == NIL) {
-        sl.d->first[sl.c] = x;
-        sl.d->used[sl.c / 64] |= (uint64_t)1 << (sl.c % 64);
-    } else if (n_below(a, x, a->b[sl.d->first[sl.c]].size,
-                       a->b[sl.d->first[sl.c]].addr, bs, false)) {
-        sl.d->first[sl.c] = x;
+    cls *k = &sl.d->c[sl.c];
+    if (!c_room(a, k))
+        return;
+    /* the entries below x move up one: the last few one by one (a block
+     * freed just above the lowest ones), the rest at once */
+    uint32_t p = k->n, moved = 0;
+    while (p > 0 && moved < 4 && e_below(&k->v[p - 1], sl.z, b->addr, false)) {
+        k->v[p] = k->v[p - 1];
+        p--;
+        moved++;
     }
+    if (moved == 4 && p > 0 && e_below(&k->v[p - 1], sl.z, b->addr, false)) {
+        uint32_t q = c_count_above(k, sl.z, b->addr, false);
+        memmove(&k->v[q + 1], &k->v[q], (size_t)(p - q) * sizeof *k->v);
+        p = q;
+    }
+    k->v[p] = (ent){sl.z, b->addr, x};
+    if (k->n++ == 0)
+        set_used(sl.d, sl.c, true);
     sl.d->count++;
     t->count++;
 }
 
-/* Take out x, the first block of its class: it has no left child, and it
- * hangs on the left spine from the root; the next block is the first of
- * its right subtree, or its parent when it has none. One walk down the
- * spine, no key compared. */
-static void t_erase_first(vp_allocator *a, tree *t, uint32_t x, slot sl)
+static void t_erase(vp_allocator *a, tree *t, uint32_t x)
 {
-    blk *b = &a->b[x];
-    uint32_t *link = &sl.d->root[sl.c], parent = NIL;
-    while (*link != x) {
-        parent = *link;
-        link = &a->b[parent].left;
-    }
-    *link = b->right;
-    b->right = NIL;
-    if (*link != NIL) {
-        sl.d->first[sl.c] = c_first(a, *link);
-    } else if (parent != NIL) {
-        sl.d->first[sl.c] = parent;
+    const blk *b = &a->b[x];
+    slot sl = slot_of(t, b);
+    cls *k = &sl.d->c[sl.c];
+    uint32_t p = k->n;
+    if (p > 0 && k->v[p - 1].i == x) {
+        p--;
     } else {
-        sl.d->first[sl.c] = NIL;
-        sl.d->used[sl.c / 64] &= ~((uint64_t)1 << (sl.c % 64));
+        p = c_count_above(k, sl.z, b->addr, true);
+        if (p == k->n || k->v[p].i != x)
+            return; /* not in the index: only once it broke */
+        memmove(&k->v[p], &k->v[p + 1],
+                (size_t)(k->n - 1 - p) * sizeof *k->v);
     }
+    if (--k->n == 0)
+        set_used(sl.d, sl.c, false);
     sl.d->count--;
     t->count--;
 }
 
-static void t_erase(vp_allocator *a, tree *t, uint32_t x)
+/* Slot n takes over slot x's entry (the same key). */
+static void t_rename(vp_allocator *a, tree *t, uint32_t x, uint32_t n)
 {
-    blk *b = &a->b[x];
-    bool bs = t->by_size;
+    const blk *b = &a->b[x];
     slot sl = slot_of(t, b);
-    if (sl.d->first[sl.c] == x) {
-        t_erase_first(a, t, x, sl);
-        return;
-    }
-    uint32_t *link = &sl.d->root[sl.c];
-    while (*link != x) /* x is on this path: keys are unique */
-        link = child(a, *link, sl.z, b->addr, bs);
-    *link = c_merge(a, b->left, b->right);
-    b->left = b->right = NIL; /* x was not first: the class keeps it */
-    sl.d->count--;
-    t->count--;
+    cls *k = &sl.d->c[sl.c];
+    uint32_t p = k->n;
+    if (p > 0 && k->v[p - 1].i == x)
+        p--;
+    else
+        p = c_count_above(k, sl.z, b->addr, true);
+    if (p < k->n && k->v[p].i == x)
+        k->v[p].i = n;
 }
 
 /* Block x, the first of its class in the free tree t, loses its first
@@ -633,11 +622,14 @@ static bool t_shrink_first(vp_allocator *a, tree *t, uint32_t x,
 {
     blk *b = &a->b[x];
     slot sl = slot_of(t, b);
-    if (!t->by_size || sl.d->first[sl.c] != x ||
+    cls *k = &sl.d->c[sl.c];
+    if (!t->by_size || k->n == 0 || c_lowest(k) != x ||
         size_class(b->size - size) != sl.c)
         return false;
     b->addr += size;
     b->size -= size;
+    k->v[k->n - 1].size = b->size;
+    k->v[k->n - 1].addr = b->addr;
     return true;
 }
 
@@ -647,62 +639,61 @@ static uint32_t dirs_first(const tree *t, size_t i)
     for (; i < t->n; i++) {
         unsigned c = next_class(&t->d[i], 0);
         if (c < N_CLASSES)
-            return t->d[i].first[c];
+            return c_lowest(&t->d[i].c[c]);
     }
     return NIL;
 }
 
 /* First block with key >= k (strict: > k), NIL if none. */
-static uint32_t t_above(const vp_allocator *a, const tree *t, const bkey *k,
-                        bool strict)
+static uint32_t t_above(const tree *t, const bkey *k, bool strict)
 {
     size_t i = dir_at(t, k->stream);
     if (i == t->n || t->d[i].stream != k->stream)
         return dirs_first(t, i);
     const sdir *d = &t->d[i];
-    bool bs = t->by_size;
-    uint64_t z = bs ? k->size : 0;
+    uint64_t z = t->by_size ? k->size : 0;
     unsigned c = size_class(z);
-    uint32_t f = d->first[c];
-    if (f != NIL) {
-        if (!n_below(a, f, z, k->addr, bs, strict))
-            return f;
-        uint32_t r = c_above(a, d->root[c], z, k->addr, bs, strict);
-        if (r != NIL)
-            return r;
+    const cls *kc = &d->c[c];
+    if (kc->n > 0) {
+        const ent *lo = &kc->v[kc->n - 1];
+        if (!e_below(lo, z, k->addr, strict))
+            return lo->i;
+        if (!e_below(&kc->v[0], z, k->addr, strict)) {
+            uint32_t q = c_count_above(kc, z, k->addr, strict);
+            return kc->v[q - 1].i; /* q >= 1: v[0] counts */
+        }
     }
     unsigned nc = next_class(d, c + 1);
     if (nc < N_CLASSES)
-        return d->first[nc];
+        return c_lowest(&d->c[nc]);
     return dirs_first(t, i + 1);
 }
 
-static uint32_t t_lower_bound(const vp_allocator *a, const tree *t,
-                              const bkey *k)
+static uint32_t t_lower_bound(const tree *t, const bkey *k)
 {
-    return t_above(a, t, k, false);
+    return t_above(t, k, false);
 }
 
 /* Last block with key < k. */
-static uint32_t t_pred(const vp_allocator *a, const tree *t, const bkey *k)
+static uint32_t t_pred(const tree *t, const bkey *k)
 {
     size_t i = dir_at(t, k->stream);
     if (i < t->n && t->d[i].stream == k->stream) {
         const sdir *d = &t->d[i];
-        bool bs = t->by_size;
-        uint64_t z = bs ? k->size : 0;
+        uint64_t z = t->by_size ? k->size : 0;
         unsigned c = size_class(z);
-        uint32_t r = c_below(a, d->root[c], z, k->addr, bs);
-        if (r != NIL)
-            return r;
+        const cls *kc = &d->c[c];
+        uint32_t q = c_count_above(kc, z, k->addr, false);
+        if (q < kc->n)
+            return kc->v[q].i;
         int pc = prev_class(d, c);
         if (pc >= 0)
-            return c_last(a, d->root[pc]);
+            return c_highest(&d->c[pc]);
     }
     while (i-- > 0) {
         int pc = prev_class(&t->d[i], N_CLASSES);
         if (pc >= 0)
-            return c_last(a, t->d[i].root[pc]);
+            return c_highest(&t->d[i].c[pc]);
     }
     return NIL;
 }
@@ -711,7 +702,7 @@ static uint32_t t_pred(const vp_allocator *a, const tree *t, const bkey *k)
 static uint32_t t_succ_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
     bkey k = key_of(&a->b[x]);
-    return t_above(a, t, &k, true);
+    return t_above(t, &k, true);
 }
 
 /* ---------------------------------------------------------------- stats */
@@ -746,16 +737,12 @@ static inline tree *tree_of(vp_allocator *a, const blk *x)
                      : &a->pools[x->pool].unmapped_t;
 }
 
-/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
- * free and in the same mapping state. Returns true if merged. */
-static bool try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+/* dst (in no tree) absorbs its neighbour src, free and in the same
+ * mapping state. */
+static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
 {
-    if (src == NIL)
-        return false;
     blk *s = &a->b[src];
     blk *d = &a->b[dst];
-    if (s->allocated || s->mapped != d->mapped)
-        return false;
     t_erase(a, tree_of(a, s), src);
     if (d->prev == src) {
         d->addr = s->addr;
@@ -769,7 +756,16 @@ static bool try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
     }
     d->size += s->size;
     delete_block(a, src);
-    return true;
+}
+
+/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
+ * free and in the same mapping state (most often it is not: the test
+ * inline, the merge out of line). */
+static inline void try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+{
+    if (src != NIL && !a->b[src].allocated &&
+        a->b[src].mapped == a->b[dst].mapped)
+        merge(a, dst, src);
 }
 
 static bool should_split(const vp_allocator *a, const blk *x, uint64_t size)
@@ -794,11 +790,11 @@ static uint64_t expandable_size(const vp_allocator *a, uint32_t i)
 
 /* get_free_block: best fit in the pool, or NIL. It stays in the tree
  * (alloc_found_block takes it out). */
-static uint32_t get_free_block(vp_allocator *a, const req *r)
+HOT uint32_t get_free_block(vp_allocator *a, const req *r)
 {
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size, 0};
-    uint32_t it = t_lower_bound(a, t, &k);
+    uint32_t it = t_lower_bound(t, &k);
     if (it == NIL || a->b[it].stream != r->stream)
         return NIL;
     if (a->b[it].es != NIL) {
@@ -914,7 +910,7 @@ static uint32_t find_expandable_block(vp_allocator *a, const req *r)
 {
     pool *p = &a->pools[r->pool];
     bkey k = {r->stream, 0, 0};
-    for (uint32_t it = t_lower_bound(a, &p->unmapped_t, &k);
+    for (uint32_t it = t_lower_bound(&p->unmapped_t, &k);
          it != NIL && a->b[it].stream == r->stream;
          it = t_succ_of(a, &p->unmapped_t, it)) {
         uint32_t c = it;
@@ -1069,7 +1065,7 @@ static void release_blocks(vp_allocator *a, int pi, bool do_unmap)
 {
     tree *t = &a->pools[pi].free_t;
     bkey k = {INT32_MIN, 0, 0};
-    uint32_t it = t_lower_bound(a, t, &k);
+    uint32_t it = t_lower_bound(t, &k);
     while (it != NIL) {
         uint32_t nx = t_succ_of(a, t, it); /* stays valid: only `it` and
                                               unmapped ranges go away */
@@ -1111,19 +1107,19 @@ static bool release_available_cached_blocks(vp_allocator *a, const req *r)
         return false;
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size < ms ? ms : r->size, 0};
-    uint32_t it = t_lower_bound(a, t, &k);
+    uint32_t it = t_lower_bound(t, &k);
     if (it != NIL && a->b[it].stream == r->stream && a->b[it].es == NIL) {
         if (is_split(&a->b[it]))
             return false;
         release_block(a, it);
         return true;
     }
-    uint32_t cur = t_pred(a, t, &k);
+    uint32_t cur = t_pred(t, &k);
     uint64_t released = 0;
     while (released < k.size && cur != NIL && a->b[cur].size >= ms &&
            a->b[cur].stream == r->stream) {
         bkey ck = key_of(&a->b[cur]);
-        uint32_t pv = t_pred(a, t, &ck);
+        uint32_t pv = t_pred(t, &ck);
         if (a->b[cur].es == NIL && !is_split(&a->b[cur])) {
             released += a->b[cur].size; /* <= reserved, no overflow */
             release_block(a, cur);
@@ -1178,7 +1174,7 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
  * the pool's free tree if `in_tree` (get_free_block's), in no tree
  * otherwise; a spare slot has been reserved. A split keeps the rest in
  * i, which stays in the tree where its order allows (t_shrink_first). */
-static uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
+static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
                                   const req *r, uint64_t nbytes,
                                   bool in_tree)
 {
@@ -1262,13 +1258,15 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     }
     a->cfg = c;
     a->free_slot = NIL;
-    a->rng = 0x9e3779b9u;
+    a->plain_round = true;
+    for (int i = 0; i < 16; i++)
+        a->plain_round &= c.roundup_power2_divisions[i] <= 1;
     for (int i = 0; i < 2; i++) {
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
     }
     a->next_addr = K_SEG_ALIGN;
-    if (!reserve_slots(a, 64)) {
+    if (!reserve_slots(a, 1024)) {
         free(a);
         vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
         return NULL;
@@ -1298,8 +1296,8 @@ void vp_allocator_free(vp_allocator *a)
     free(a->b);
     free(a->xs);
     for (int i = 0; i < 2; i++) {
-        free(a->pools[i].free_t.d);
-        free(a->pools[i].unmapped_t.d);
+        free_dirs(&a->pools[i].free_t);
+        free_dirs(&a->pools[i].unmapped_t);
     }
     free(a);
 }
@@ -1311,6 +1309,36 @@ vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
     return vp__allocator_alloc(a, nbytes, stream, handle, &size, err);
 }
 
+/* The request for nbytes (> 0) on `stream`, as AllocParams, with room
+ * made for its blocks and its stream's directories before anything
+ * changes: VP_OK, or the error. */
+HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
+                              req *r, vp_error *err)
+{
+    r->stream = stream;
+    bool rounded = true; /* round_size without its call, mostly */
+    if (a->plain_round && nbytes < UINT64_MAX - K_MIN_BLOCK)
+        r->size = nbytes <= K_MIN_BLOCK
+                      ? K_MIN_BLOCK
+                      : (nbytes + K_MIN_BLOCK - 1) &
+                            ~(uint64_t)(K_MIN_BLOCK - 1);
+    else
+        rounded = round_size(&a->cfg, nbytes, &r->size);
+    if (!rounded || !allocation_size(&a->cfg, r->size, &r->alloc_size))
+        return vp_error_set(err, VP_EOVERFLOW,
+                            "allocation of %" PRIu64
+                            " bytes overflows when rounded",
+                            nbytes);
+    r->pool = r->size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+    pool *pl = &a->pools[r->pool];
+    if (!reserve_slots(a, 4) ||
+        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
+         (!ensure_dir(&pl->unmapped_t, stream) ||
+          !ensure_dir(&pl->free_t, stream))))
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+    return VP_OK;
+}
+
 vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err)
@@ -1319,24 +1347,14 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
         return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
     *handle = 0;
     *block_size = 0;
+    if (a->broken)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
     if (nbytes == 0)
         return VP_OK;
     req r;
-    r.stream = stream;
-    if (!round_size(&a->cfg, nbytes, &r.size) ||
-        !allocation_size(&a->cfg, r.size, &r.alloc_size))
-        return vp_error_set(err, VP_EOVERFLOW,
-                            "allocation of %" PRIu64
-                            " bytes overflows when rounded",
-                            nbytes);
-    r.pool = r.size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
-    pool *pl = &a->pools[r.pool];
-    if (!reserve_slots(a, 4) ||
-        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
-         (!ensure_dir(&pl->unmapped_t, stream) ||
-          !ensure_dir(&pl->free_t, stream))))
-        return vp_error_set(err, VP_ENOMEM, "out of host memory");
-
+    vp_status st = open_request(a, nbytes, stream, &r, err);
+    if (st != VP_OK)
+        return st;
     uint32_t i = get_free_block(a, &r);
     bool in_tree = i != NIL;
     if (i == NIL) {
@@ -1362,6 +1380,8 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
         }
     }
     i = alloc_found_block(a, i, &r, nbytes, in_tree);
+    if (a->broken)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
     *handle = ((uint64_t)a->b[i].gen << 32) | ((uint64_t)i + 1);
     *block_size = a->b[i].size;
     return VP_OK;
@@ -1385,6 +1405,8 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
 {
     if (!a)
         return vp_error_set(err, VP_EARG, "allocator is NULL");
+    if (a->broken)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
     if (handle == 0)
         return VP_OK;
     uint32_t i = lookup(a, handle);
@@ -1405,12 +1427,76 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
     t_insert(a, &a->pools[a->b[i].pool].free_t, i);
+    if (a->broken)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
+}
+
+/* vp__allocator_transient when the request is met from free block i,
+ * without expandable segments: block i's neighbours are allocated (free
+ * ones would have been merged with it), so the release merges back only
+ * the rest of a split. Unsplit, i is taken and given back where it was.
+ * Split, the part taken gets a new slot n, and the release merges the
+ * rest (slot i) into it: n ends up holding i's block with i's place in
+ * the index, and slot i is dead. Done here without the steps between. */
+static void take_and_give_back(vp_allocator *a, uint32_t i, const req *r,
+                               uint64_t *handle, uint64_t *block_size,
+                               uint64_t *at)
+{
+    uint64_t size = a->b[i].size;
+    if (should_split(a, &a->b[i], r->size)) {
+        size = r->size;
+        uint32_t n = new_block(a);
+        blk *x = &a->b[i], *y = &a->b[n];
+        uint32_t gen = y->gen;
+        *y = *x;
+        y->gen = gen;
+        if (x->prev != NIL)
+            a->b[x->prev].next = n;
+        if (x->next != NIL)
+            a->b[x->next].prev = n;
+        t_rename(a, &a->pools[x->pool].free_t, i, n);
+        delete_block(a, i);
+        i = n;
+    }
+    blk *y = &a->b[i];
+    *handle = ((uint64_t)y->gen << 32) | ((uint64_t)i + 1);
+    *block_size = size;
+    y->gen++;
+    a->last_freed = *handle;
+    a->last_freed_addr = y->addr;
+    *at = a->st.allocated + size; /* <= reserved: no overflow */
+    if (*at > a->st.peak_allocated)
+        a->st.peak_allocated = *at;
+}
+
+vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
+                                  int stream, uint64_t *handle,
+                                  uint64_t *block_size, uint64_t *at,
+                                  vp_error *err)
+{
+    if (!a || !handle)
+        return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
+    req r;
+    if (!a->broken && nbytes > 0 && !a->cfg.expandable_segments &&
+        open_request(a, nbytes, stream, &r, NULL) == VP_OK) {
+        uint32_t i = get_free_block(a, &r);
+        if (i != NIL) {
+            take_and_give_back(a, i, &r, handle, block_size, at);
+            return VP_OK;
+        }
+    }
+    vp_status st = vp__allocator_alloc(a, nbytes, stream, handle,
+                                       block_size, err);
+    if (st != VP_OK)
+        return st;
+    *at = a->st.allocated;
+    return vp_allocator_release(a, *handle, err);
 }
 
 void vp_allocator_empty_cache(vp_allocator *a)
 {
-    if (a)
+    if (a && !a->broken)
         (void)release_cached_blocks(a, 0);
 }
 
@@ -1468,48 +1554,41 @@ static int range_cmp(const void *x, const void *y)
     return p->lo < q->lo ? -1 : p->lo > q->lo;
 }
 
-/* One class treap in order (with an explicit stack of n_slots entries):
- * keys strictly increasing from *last, every node live, free, of the
- * tree's kind, stream and class, the cached first block the lowest. */
+/* One class in ascending key order: keys strictly increasing from *last,
+ * each entry's key its block's, every block live, free, of the tree's
+ * kind, stream and class. */
 static const char *check_class(const vp_allocator *a, const tree *t,
                                const sdir *d, unsigned c, int pi,
-                               bool mapped, uint32_t *stack, uint32_t *last,
-                               uint64_t *count)
+                               bool mapped, uint32_t *last, uint64_t *count)
 {
-    size_t sp = 0;
-    uint32_t n = d->root[c];
-    bool first = true;
-    while (n != NIL || sp > 0) {
-        while (n != NIL) {
-            if (sp >= a->n_slots)
-                return "tree has a cycle";
-            stack[sp++] = n;
-            n = a->b[n].left;
-        }
-        n = stack[--sp];
-        const blk *x = &a->b[n];
+    const cls *k = &d->c[c];
+    if (k->n > k->cap)
+        return "a size class overflows its array";
+    for (uint32_t j = k->n; j-- > 0;) {
+        const ent *e = &k->v[j];
+        if (e->i >= a->n_slots)
+            return "tree holds a block of the wrong kind";
+        const blk *x = &a->b[e->i];
+        uint64_t z = t->by_size ? x->size : 0;
         if (!x->live || x->allocated || x->pool != pi ||
             (bool)x->mapped != mapped || x->stream != d->stream ||
-            size_class(t->by_size ? x->size : 0) != c)
+            size_class(z) != c)
             return "tree holds a block of the wrong kind";
-        if (first && d->first[c] != n)
-            return "a size class's first block is wrong";
-        first = false;
+        if (e->size != z || e->addr != x->addr)
+            return "a size class's key is not its block's";
         if (*last != NIL) {
             const blk *y = &a->b[*last];
-            if (y->stream == x->stream &&
-                n_below(a, n, y->size, y->addr, t->by_size, true))
+            if (e_below(e, t->by_size ? y->size : 0, y->addr, true))
                 return "tree out of order";
         }
-        *last = n;
+        *last = e->i;
         (*count)++;
-        n = x->right;
     }
     return NULL;
 }
 
 static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
-                              bool mapped, uint32_t *stack, uint64_t *count)
+                              bool mapped, uint64_t *count)
 {
     *count = 0;
     for (size_t i = 0; i < t->n; i++) {
@@ -1520,10 +1599,10 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
         uint64_t before = *count;
         for (unsigned c = 0; c < N_CLASSES; c++) {
             bool used = (d->used[c / 64] >> (c % 64)) & 1;
-            if (used != (d->root[c] != NIL) || used != (d->first[c] != NIL))
+            if (used != (d->c[c].n != 0))
                 return "a size class's bitmap is wrong";
-            const char *why = check_class(a, t, d, c, pi, mapped, stack,
-                                          &last, count);
+            const char *why = check_class(a, t, d, c, pi, mapped, &last,
+                                          count);
             if (why)
                 return why;
         }
@@ -1541,15 +1620,13 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
     size_t n_ranges = 0;
     uint64_t allocated = 0, active = 0, reserved = 0, segments = 0;
     uint64_t n_blocks = 0, n_free = 0, n_unmapped = 0;
+    if (a->broken)
+        return vp_error_set(err, VP_ENOMEM,
+                            "the allocator ran out of host memory");
     size_t nr_cap = (size_t)a->n_slots + a->n_xs + 1;
-    size_t st_cap = (size_t)a->n_slots + 1;
     range *ranges = malloc(nr_cap * sizeof *ranges);
-    uint32_t *stack = malloc(st_cap * sizeof *stack);
-    if (!ranges || !stack) {
-        free(ranges);
-        free(stack);
+    if (!ranges)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
-    }
     for (uint32_t h = 0; h < a->n_slots && !why; h++) {
         const blk *x = &a->b[h];
         if (!x->live || x->prev != NIL)
@@ -1621,16 +1698,15 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
     uint64_t tf = 0, tu = 0;
     for (int pi = 0; pi < 2 && !why; pi++) {
         uint64_t c;
-        why = check_tree(a, &a->pools[pi].free_t, pi, true, stack, &c);
+        why = check_tree(a, &a->pools[pi].free_t, pi, true, &c);
         tf += c;
         if (!why)
-            why = check_tree(a, &a->pools[pi].unmapped_t, pi, false, stack, &c);
+            why = check_tree(a, &a->pools[pi].unmapped_t, pi, false, &c);
         tu += c;
     }
     if (!why && (tf != n_free || tu != n_unmapped))
         why = "a free block is missing from its pool";
     free(ranges);
-    free(stack);
     if (why)
         return vp_error_set(err, VP_ERANGE, "allocator invariant broken: %s",
                             why);

@@ -13,6 +13,18 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err);
 
+/* vp__allocator_alloc of nbytes and at once vp_allocator_release of the
+ * new handle (a tensor freed as soon as it is made): afterwards the same
+ * blocks, slots, handle generations, dead-slot list, index and counters
+ * as the two calls leave, with the handle and block size the allocation
+ * gave and in *at the allocated bytes right after it. When a free block
+ * meets the request (and segments are not expandable) nothing moves in
+ * the index; otherwise it makes the two calls. */
+vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
+                                  int stream, uint64_t *handle,
+                                  uint64_t *block_size, uint64_t *at,
+                                  vp_error *err);
+
 /* The statistics as they stand (vp_allocator_stats_get without the
  * copy); valid until the allocator's next call. */
 const vp_allocator_stats *vp__allocator_stats(const vp_allocator *a);

@@ -23,30 +23,27 @@ uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
     return r;
 }
 
-static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
-                 uint64_t handle)
+/* A new peak of allocated bytes: what the estimate says of it. */
+static void new_peak(sim *S, uint64_t al)
 {
-    S->events++;
-    const vp_allocator_stats *st = vp__allocator_stats(S->a);
-    uint64_t al = st->allocated;
-    if (!is_free) {
-        if (al > S->phase_peak)
-            S->phase_peak = al;
-        if (al > S->peak) {
-            S->peak = al;
-            S->out->peak_alloc = al;
-            S->out->peak_phase = S->phase;
-            S->out->peak_step = S->step;
-            S->peak_op = S->cur_op; /* named in the estimate at the end */
-            memcpy(S->out->by_category, S->cat_live,
-                   sizeof S->out->by_category);
-            S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
-            S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
-            S->out->gen.peak_token = S->gen_token;
-            /* remember the event for the layer breakdown pass */
-            S->out->events = S->events;
-        }
-    }
+    S->peak = al;
+    S->out->peak_alloc = al;
+    S->out->peak_phase = S->phase;
+    S->out->peak_step = S->step;
+    S->peak_op = S->cur_op; /* named in the estimate at the end */
+    memcpy(S->out->by_category, S->cat_live, sizeof S->out->by_category);
+    S->out->by_category[VP_CAT_ACT] += S->cat_live[VP__CAT_KV];
+    S->out->gen.kv_at_peak = S->cat_live[VP__CAT_KV];
+    S->out->gen.peak_token = S->gen_token;
+    /* remember the event for the layer breakdown pass */
+    S->out->events = S->events;
+}
+
+/* An event's callback and the stop at a given event, when either is set
+ * (timelines, snapshots, the layer breakdown pass). */
+static void emit_tail(sim *S, bool is_free, uint64_t bytes, vp_category cat,
+                      uint64_t handle, uint64_t al)
+{
     if (S->cb && S->hooks == NULL && S->events > VP_MAX_EVENTS_SEEN) {
         S->st = vp_error_set(S->err, VP_ELIMIT,
                              "the simulated steps make more than %u "
@@ -61,12 +58,75 @@ static void emit(sim *S, bool is_free, uint64_t bytes, vp_category cat,
             cat = VP_CAT_ACT; /* the public categories */
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           al, st->reserved, handle,
+                           al, vp__allocator_stats(S->a)->reserved, handle,
                            vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
     if (S->stop_at && S->events == S->stop_at)
         S->stopped = true;
+}
+
+/* An allocation event, `al` bytes allocated right after it; the peaks. */
+static inline void emit_alloc(sim *S, uint64_t bytes, vp_category cat,
+                              uint64_t handle, uint64_t al)
+{
+    S->events++;
+    if (al > S->phase_peak)
+        S->phase_peak = al;
+    if (al > S->peak)
+        new_peak(S, al);
+    if (S->cb || S->stop_at)
+        emit_tail(S, false, bytes, cat, handle, al);
+}
+
+static inline void emit_free(sim *S, uint64_t bytes, vp_category cat,
+                             uint64_t handle)
+{
+    S->events++;
+    if (S->cb || S->stop_at)
+        emit_tail(S, true, bytes, cat, handle,
+                  vp__allocator_stats(S->a)->allocated);
+}
+
+/* The allocator's error for `bytes` (an out-of-memory one names the op). */
+static void alloc_failed(sim *S, vp_status st, uint64_t bytes)
+{
+    S->st = st;
+    if (st == VP_EOOM) {
+        char b1[32];
+        vp_error_set(S->err, VP_EOOM,
+                     "out of memory allocating %s in %s (step %u, %s)",
+                     vp_size_format(bytes, b1, sizeof b1),
+                     S->cur_op && *S->cur_op ? S->cur_op : "setup", S->step,
+                     vp_phase_name(S->phase));
+    }
+}
+
+/* A tensor id: the one freed last, or a new one (NONE when out of host
+ * memory). */
+static inline uint32_t new_id(sim *S)
+{
+    if (S->n_free)
+        return S->free_ids[--S->n_free];
+    if (S->nt == S->capt &&
+        !vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(vp__tensor))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return NONE;
+    }
+    return (uint32_t)S->nt++;
+}
+
+/* Give id back (false when out of host memory). */
+static inline bool free_id(sim *S, uint32_t id)
+{
+    if (S->n_free == S->cap_free &&
+        !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
+                  sizeof(uint32_t))) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return false;
+    }
+    S->free_ids[S->n_free++] = id;
+    return true;
 }
 
 uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
@@ -77,30 +137,15 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
     vp_status st = vp__allocator_alloc(S->a, bytes, S->stream, &h, &bs,
                                        S->err);
     if (st != VP_OK) {
-        S->st = st;
-        if (st == VP_EOOM) {
-            char b1[32];
-            vp_error_set(S->err, VP_EOOM,
-                         "out of memory allocating %s in %s (step %u, %s)",
-                         vp_size_format(bytes, b1, sizeof b1),
-                         S->cur_op && *S->cur_op ? S->cur_op : "setup",
-                         S->step, vp_phase_name(S->phase));
-        }
+        alloc_failed(S, st, bytes);
         return NONE;
     }
-    uint32_t id;
-    if (S->n_free) {
-        id = S->free_ids[--S->n_free];
-    } else {
-        if (!vp__grow((void **)&S->t, &S->capt, S->nt + 1, sizeof(vp__tensor))) {
-            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
-            return NONE;
-        }
-        id = (uint32_t)S->nt++;
-    }
+    uint32_t id = new_id(S);
+    if (id == NONE)
+        return NONE;
     S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
-    emit(S, false, bytes, cat, h);
+    emit_alloc(S, bytes, cat, h, vp__allocator_stats(S->a)->allocated);
     return id;
 }
 
@@ -123,24 +168,46 @@ void vp__tunref(sim *S, uint32_t id)
     vp_category cat = (vp_category)t->cat;
     S->cat_live[cat] -= bytes;
     vp_status st = vp_allocator_release(S->a, handle, S->err);
-    VP_ASSERT(st == VP_OK);
-    if (S->n_free == S->cap_free &&
-        !vp__grow((void **)&S->free_ids, &S->cap_free, S->n_free + 1,
-                  sizeof(uint32_t))) {
-        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+    if (st != VP_OK) { /* only when host memory ran out */
+        S->st = st;
         return;
     }
-    S->free_ids[S->n_free++] = id;
-    if (!S->stopped)
-        emit(S, true, bytes, cat, handle);
+    if (free_id(S, id) && !S->stopped)
+        emit_free(S, bytes, cat, handle);
 }
 
+/* vp__talloc and at once vp__tunref: the allocator's two calls in one
+ * (vp__allocator_transient), the tensor id taken and given back, the two
+ * events. With an event callback (timelines, snapshots), which reads the
+ * allocator between them, the two calls. */
 void vp__transient(sim *S, uint64_t bytes)
 {
     if (!bytes)
         return;
-    uint32_t id = vp__talloc(S, bytes, VP_CAT_TEMP);
-    vp__tunref(S, id);
+    if (S->cb) {
+        vp__tunref(S, vp__talloc(S, bytes, VP_CAT_TEMP));
+        return;
+    }
+    if (!OK(S))
+        return;
+    uint64_t h, bs, at;
+    vp_status st = vp__allocator_transient(S->a, bytes, S->stream, &h, &bs,
+                                           &at, S->err);
+    if (st != VP_OK) {
+        alloc_failed(S, st, bytes);
+        return;
+    }
+    uint32_t id = new_id(S);
+    if (id == NONE)
+        return;
+    S->t[id] = (vp__tensor){h, bs, 0, (uint8_t)VP_CAT_TEMP, S->cur_op_idx};
+    S->cat_live[VP_CAT_TEMP] += bs;
+    emit_alloc(S, bytes, VP_CAT_TEMP, h, at);
+    if (S->st != VP_OK)
+        return;
+    S->cat_live[VP_CAT_TEMP] -= bs;
+    if (free_id(S, id) && !S->stopped)
+        emit_free(S, bs, VP_CAT_TEMP, h);
 }
 
 void vp__hold(sim *S, uint32_t id)

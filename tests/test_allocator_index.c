@@ -1,15 +1,18 @@
-/* The allocator's index of free blocks (size classes with a bitmap, a
- * treap per class) finds the block PyTorch's best fit finds: the lowest
- * (size, address) among the free blocks of the request's stream and pool
- * that hold the rounded request. Checked against a search over the
- * allocator's own listing (vp_allocator_segments) before every
- * allocation of long random runs. */
+/* The allocator's index of free blocks (size classes with a bitmap, an
+ * array sorted by key per class) finds the block PyTorch's best fit
+ * finds: the lowest (size, address) among the free blocks of the
+ * request's stream and pool that hold the rounded request. Checked
+ * against a search over the allocator's own listing
+ * (vp_allocator_segments) before every allocation of long random runs.
+ * And the simulator's transient (vp__allocator_transient) leaves the
+ * allocator as a malloc and a release do. */
 #include <criterion/criterion.h>
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "../src/allocator_internal.h"
 #include "vramplan/allocator.h"
 #include "vramplan/units.h"
 
@@ -140,4 +143,82 @@ Test(allocator_index, best_fit_three_streams)
 Test(allocator_index, best_fit_streams_out_of_order)
 {
     run(13, 600, 8);
+}
+
+/* Everything the allocator reports and decides by from now on, and the
+ * handle its next allocation gets (slots and generations). */
+static void same_state(vp_allocator *a, vp_allocator *b, int op)
+{
+    vp_words wa = {0}, wb = {0};
+    cr_assert(vp__allocator_state(a, &wa) && vp__allocator_state(b, &wb));
+    cr_assert_eq(wa.n, wb.n, "op %d: state sizes differ", op);
+    cr_assert_arr_eq(wa.v, wb.v, wa.n * sizeof *wa.v, "op %d: states differ",
+                     op);
+    free(wa.v);
+    free(wb.v);
+    vp_allocator_stats sa, sb;
+    vp_allocator_stats_get(a, &sa);
+    vp_allocator_stats_get(b, &sb);
+    cr_assert_arr_eq(&sa, &sb, sizeof sa, "op %d: statistics differ", op);
+}
+
+/* Two allocators fed the same random run; where one makes a transient,
+ * the other a malloc and a release: the same handle, block size and
+ * allocated bytes after the malloc, the same state after, and the same
+ * handles for every later allocation. */
+static void run_transient(uint64_t seed, int ops, int streams)
+{
+    vp_error err;
+    vp_allocator *a = vp_allocator_new(NULL, &err);
+    vp_allocator *b = vp_allocator_new(NULL, &err);
+    cr_assert(a && b);
+    uint64_t *live = calloc((size_t)ops, sizeof *live);
+    cr_assert_not_null(live);
+    size_t n = 0, transients = 0;
+    for (int op = 0; op < ops; op++) {
+        uint64_t r = rnd(&seed) % 100, sz = request(&seed);
+        int stream = (int)(rnd(&seed) % (uint64_t)streams);
+        if (r < 40 && n > 0) {
+            size_t k = (size_t)(rnd(&seed) % n);
+            cr_assert_eq(vp_allocator_release(a, live[k], &err), VP_OK);
+            cr_assert_eq(vp_allocator_release(b, live[k], &err), VP_OK);
+            live[k] = live[--n];
+        } else if (r < 70) {
+            uint64_t ha, hb, sa, sb, at;
+            cr_assert_eq(vp__allocator_transient(a, sz, stream, &ha, &sa,
+                                                 &at, &err),
+                         VP_OK, "%s", err.msg);
+            cr_assert_eq(vp__allocator_alloc(b, sz, stream, &hb, &sb, &err),
+                         VP_OK, "%s", err.msg);
+            cr_assert_eq(ha, hb, "op %d: handles differ", op);
+            cr_assert_eq(sa, sb, "op %d: block sizes differ", op);
+            cr_assert_eq(at, vp__allocator_stats(b)->allocated);
+            cr_assert_eq(vp_allocator_release(b, hb, &err), VP_OK);
+            cr_assert_eq(vp_allocator_block_addr(a, ha),
+                         vp_allocator_block_addr(b, hb));
+            transients++;
+        } else {
+            uint64_t ha, hb;
+            cr_assert_eq(vp_allocator_malloc(a, sz, stream, &ha, &err), VP_OK);
+            cr_assert_eq(vp_allocator_malloc(b, sz, stream, &hb, &err), VP_OK);
+            cr_assert_eq(ha, hb, "op %d: handles differ", op);
+            live[n++] = ha;
+        }
+        same_state(a, b, op);
+        cr_assert_eq(vp_allocator_check(a, &err), VP_OK, "%s", err.msg);
+    }
+    cr_assert_gt(transients, (size_t)ops / 5);
+    free(live);
+    vp_allocator_free(a);
+    vp_allocator_free(b);
+}
+
+Test(allocator_index, transient_is_malloc_and_release)
+{
+    run_transient(21, 2000, 1);
+}
+
+Test(allocator_index, transient_is_malloc_and_release_three_streams)
+{
+    run_transient(22, 2000, 3);
 }
