@@ -27,6 +27,9 @@ static void set_shape(vp_op *o, uint32_t nd, uint64_t a, uint64_t b,
     o->shape[3] = d;
 }
 
+/* The sequence-parallel degree (1: none). */
+static uint64_t sp_of(const vp_tf *t) { return t->sp > 1 ? t->sp : 1; }
+
 static void same_shape(const tb *c, vp_op *o, uint32_t in)
 {
     const vp_op *s = &c->g->ops[in];
@@ -78,6 +81,27 @@ static vp_status named(tb *c, vp_op *o, const char *leaf)
     return o->name ? VP_OK : vp_error_set(c->err, VP_ENOMEM, "out of memory");
 }
 
+/* Sequence parallelism (tf.sp > 1, megatron/core/tensor_parallel/
+ * layers.py): a linear on the residual stream's S/sp tokens is column-
+ * parallel, its input gathered to the whole sequence; one from the whole
+ * sequence back to the hidden width is row-parallel, its output
+ * reduce-scattered to S/sp tokens (mappings.py, reduce_scatter_to_
+ * sequence_parallel_region). Shapes [B, S, features]. */
+static void sp_linear(const tb *c, vp_op *o)
+{
+    uint32_t sp = c->t->sp;
+    uint64_t S = c->g->seq;
+    if (sp <= 1 || o->ndim != 3)
+        return;
+    if (o->shape[1] == S / sp) {
+        o->shape[1] = S;
+        o->flags |= VP_OPF_SP_GATHER;
+    } else if (o->shape[1] == S && o->out_features == c->t->hidden) {
+        o->shape[1] = S / sp;
+        o->flags |= VP_OPF_SP_SCATTER;
+    }
+}
+
 static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
                         bool bias, int64_t tied_weight, uint32_t *idx)
 {
@@ -89,6 +113,7 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.in_features = o.shape[o.ndim - 1];
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
+    sp_linear(c, &o);
     VP_TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(o.in_features, out_f, &wn))
@@ -459,6 +484,11 @@ static vp_status check_sizes(const tb *c, uint64_t B, uint64_t S)
                            "%llu learned positions",
                            (unsigned long long)S,
                            (unsigned long long)t->max_positions);
+    if (S % sp_of(t))
+        return vp_error_at(c->err, VP_EARG, c->path, t->line, t->col, 1,
+                           "sequence parallelism over %u ranks needs the "
+                           "sequence length (%llu) divisible by them",
+                           t->sp, (unsigned long long)S);
     uint64_t widest = t->hidden, tmp;
     uint64_t qkv = (t->heads + 2 * t->kv_heads) * t->head_dim;
     /* the experts' rows are tokens x top_k (top_k <= 4096 experts, the
@@ -501,7 +531,11 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     o.value = VP_VAL_INDEX;
     set_shape(&o, 2, B, S, 0, 0);
     VP_TRY(push(c, &o, "input_ids", &ids));
-    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
+    /* sequence parallelism: the vocab-parallel embedding's output
+     * reduce-scattered to S/sp tokens (VocabParallelEmbedding,
+     * reduce_scatter_embeddings) */
+    uint64_t Sl = S / sp_of(t);
+    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, Sl, x));
     *wte = g->ops[*x].params[0];
     /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
      * (in the embedding's dtype), which HF keeps as inputs_embeds */
@@ -512,14 +546,14 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
         g->ops[*x].flags |= VP_OPF_HOLD_MODULE;
     if (t->type_vocab) {
-        VP_TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B, S,
-                         &e));
+        VP_TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B,
+                         Sl, &e));
         if (t->type == VP_TF_ENCODER)
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
         VP_TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_types", x));
     }
     if (!t->rotary) {
-        VP_TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, S,
+        VP_TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, Sl,
                          &e));
         if (t->type == VP_TF_DECODER)
             g->ops[e].flags |= VP_OPF_HOLD_FWD;
@@ -562,7 +596,7 @@ static vp_status stage_input(tb *c, uint64_t B, uint64_t S, uint32_t *x)
     vp_op o;
     op_init(&o, VP_OP_INPUT);
     o.value = VP_VAL_FLOAT;
-    set_shape(&o, 3, B, S, c->t->hidden, 0);
+    set_shape(&o, 3, B, S / sp_of(c->t), c->t->hidden, 0);
     return push(c, &o, "pipe_recv", x);
 }
 

@@ -20,8 +20,8 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
     if (p->sharding != VP_SHARD_MEGATRON && p->sharding != VP_SHARD_DISTOPT)
         return "a sharding other than Megatron's (megatron-ddp, "
                "distributed-optimizer)";
-    if (p->sp)
-        return "sequence parallelism";
+    if (p->sp && cm->m->tf.x.mla.kv_lora)
+        return "sequence parallelism with latent attention";
     if (p->cp > 1)
         return "context parallelism";
     if (cm->experts || p->ep > 1)
@@ -68,6 +68,7 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
     tf.layers = layers;
     tf.stage_in = stage > 0;
     tf.stage_out = stage + 1 < p->pp;
+    tf.sp = p->sp && p->tp > 1 ? p->tp : 1;
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq, err);

@@ -91,6 +91,11 @@ typedef struct vp_tf {
      * previous stage's hidden states (no embeddings); stage_out, the
      * output is the last layer's (no final norm, head or loss) */
     bool stage_in, stage_out;
+    /* Megatron's sequence parallelism over sp tensor-parallel ranks (0 or
+     * 1: none; megatron.c): the residual stream, norms and dropouts on
+     * S/sp tokens, the column-parallel linears' inputs gathered, the
+     * row-parallel outputs reduce-scattered (VP_OPF_SP_GATHER, _SCATTER) */
+    uint32_t sp;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

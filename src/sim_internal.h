@@ -129,6 +129,12 @@ typedef struct sim {
     uint64_t retries_skipped; /* allocator retries of the micro-batches
                                  the steady state skipped (sim_steady.c) */
     bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
+    /* Megatron's global "mpu" buffer (parallel_state.py GlobalMemoryBuffer
+     * .get_tensor): the sequence-parallel all-gathers' target, made at
+     * the first, replaced by a larger request, never freed (ops/linear.c);
+     * mpu_bytes 0: not made */
+    uint32_t mpu;
+    uint64_t mpu_bytes;
     /* results */
     vp_estimate *out;
     uint64_t peak;

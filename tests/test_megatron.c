@@ -145,6 +145,71 @@ Test(megatron, one_more_micro_batch_in_flight_korthikanti_full)
     vp_model_free(m);
 }
 
+/* Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): the
+ * residual stream, norms and dropouts on s/t tokens, so one more micro-
+ * batch in flight under full recomputation adds each layer's input
+ * 2sbh/t, and on the first stage the embedding's dropout mask sbh/t and
+ * the token ids 8sb (the whole sequence's: every rank reads them). */
+Test(megatron_sp, one_more_micro_batch_in_flight_full)
+{
+    vp_model *m = load(T175);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c;
+    a100(&c, 1024);
+    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    p.sp = true;
+    double sbh = (double)in.seq * (double)in.hidden, t = 8;
+    for (uint32_t stage = 0; stage < 2; stage++) {
+        vp_stage_sim a, b;
+        p.accum = 2;
+        sim_stage(cm, &c, &p, stage, &a);
+        p.accum = 3;
+        sim_stage(cm, &c, &p, stage, &b);
+        double want = a.layers * 2 * sbh / t +
+                      (stage == 0 ? sbh / t + 8.0 * in.seq : 0);
+        cr_assert_eq((double)(b.peak_alloc - a.peak_alloc), want,
+                     "stage %u: %llu vs %.0f", stage,
+                     (unsigned long long)(b.peak_alloc - a.peak_alloc),
+                     want);
+    }
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Without recomputation a middle stage's micro-batch keeps, per layer,
+ * Korthikanti et al.'s Table 2 row "sequence parallel": 34sbh/t +
+ * 5as^2b/t (the norms' fp32 mean and rstd, 2 x 8sb/t, on top: the
+ * paper leaves them out). */
+Test(megatron_sp, korthikanti_table2_per_layer)
+{
+    vp_model *m = load(T175);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c;
+    a100(&c, 1024);
+    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    p.sp = true;
+    p.recompute = VP_RC_NONE;
+    double s = (double)in.seq, h = (double)in.hidden, t = 8;
+    double a_ = (double)in.heads;
+    vp_stage_sim x, y;
+    p.accum = 2;
+    sim_stage(cm, &c, &p, 1, &x);
+    p.accum = 3;
+    sim_stage(cm, &c, &p, 1, &y);
+    double layer = 34 * s * h / t + 5 * a_ * s * s / t + 2 * 8 * s / t;
+    double got = (double)(y.peak_alloc - x.peak_alloc);
+    fprintf(stderr, "SP per micro-batch, middle stage: %.0f vs %.0f "
+                    "(%+.4f%%)\n",
+            got, x.layers * layer, 100 * (got / (x.layers * layer) - 1));
+    cr_assert_eq(got, x.layers * layer);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* Stage s of p holds min(p - s, m) forwards: the last stage one. */
 Test(megatron, in_flight_per_stage)
 {
@@ -231,14 +296,17 @@ Test(megatron, unsupported_layouts_are_named)
     vp_cluster c;
     a100(&c, 1024);
     vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.sp = true;
+    p.vpp = 2;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.accum = 16;
     vp_stage_sim r;
     vp_error err;
     cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
-                 VP_EUNSUPPORTED);
-    cr_assert_not_null(strstr(err.msg, "sequence parallelism"), "%s",
+                 VP_EUNSUPPORTED, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "interleaved"), "%s",
                        err.msg);
-    p.sp = false;
+    p.vpp = 1;
+    p.schedule = VP_SCHED_1F1B;
     cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 16, &r, &err), VP_EARG);
     vp_cluster_model_free(cm);
     vp_model_free(m);

@@ -201,6 +201,13 @@ typedef struct vp_op {
 #define VP_OPF_SOFTMAX_NATIVE 0x40000u /* eager attention: softmax in the
                                          scores' dtype (GPT-2, BERT), not
                                          softmax(dtype=torch.float32)    */
+/* Megatron's sequence parallelism (megatron/core/tensor_parallel/
+ * layers.py, LinearWithGradAccumulationAndAsyncCommunication): a
+ * column-parallel linear whose input (S/t tokens) is all-gathered into the
+ * global "mpu" buffer for the GEMM and saved sharded; a row-parallel one
+ * whose full output is reduce-scattered to S/t tokens. */
+#define VP_OPF_SP_GATHER 0x800000u
+#define VP_OPF_SP_SCATTER 0x1000000u
 #define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
                                       DeepSeek-V3's router gate          */
 

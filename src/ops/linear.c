@@ -178,6 +178,60 @@ static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
     return positions < CUDNN_SMALL_MAP ? in + out + CUDNN_WS_SLACK : 0;
 }
 
+/* ---- Megatron's sequence parallelism ------------------------------------- */
+
+/* The all-gather of a sequence-parallel column-parallel linear's input
+ * (S/t tokens) into Megatron's global "mpu" buffer: GlobalMemoryBuffer.
+ * get_tensor (megatron/core/parallel_state.py) makes the buffer at the
+ * first request and replaces it (the old one freed) only by a larger
+ * one; the forward gathers into it for the GEMM and the backward re-
+ * gathers into it (LinearWithGradAccumulationAndAsyncCommunication,
+ * megatron/core/tensor_parallel/layers.py): the linear saves its sharded
+ * input, never the gathered one. */
+static void sp_gather(sim *S, const vp_op *o, uint8_t ce)
+{
+    if (!(o->flags & VP_OPF_SP_GATHER) || !o->out_features)
+        return;
+    uint64_t rows = o->numel / o->out_features;
+    uint64_t bytes = vp__mulc(S, vp__mulc(S, rows, o->in_features), ce);
+    if (bytes <= S->mpu_bytes)
+        return;
+    if (S->mpu_bytes)
+        vp__tunref(S, S->mpu);
+    S->mpu = vp__talloc(S, bytes, VP_CAT_WORKSPACE);
+    S->mpu_bytes = bytes;
+}
+
+/* The gradient of a gathered input: the whole sequence's grad_input
+ * (the GEMM's output), reduce-scattered into a new S/t tensor, then
+ * freed (layers.py, backward: sub_grad_input). gx: the sharded one,
+ * made here. */
+static uint32_t sp_grad_input(sim *S, const vp__bwd_op *b, uint8_t ce)
+{
+    const vp_op *o = b->o;
+    if (!(o->flags & VP_OPF_SP_GATHER) || !o->out_features)
+        return vp__grad_like(S, b->in0, ce);
+    uint64_t rows = o->numel / o->out_features;
+    uint32_t full = vp__talloc(
+        S, vp__mulc(S, vp__mulc(S, rows, o->in_features), ce), VP_CAT_TEMP);
+    uint32_t gx = vp__grad_like(S, b->in0, ce);
+    vp__tunref(S, full);
+    return gx;
+}
+
+/* A row-parallel linear's output over the whole sequence, before its
+ * reduce-scatter to S/t tokens (mappings.py, reduce_scatter_to_sequence_
+ * parallel_region): made before the sharded output, freed after it. */
+static uint32_t sp_full_output(sim *S, const vp_op *o, uint32_t in0,
+                               uint8_t eb)
+{
+    if (!(o->flags & VP_OPF_SP_SCATTER) || !o->in_features)
+        return NONE;
+    uint64_t rows = S->g->ops[in0].numel / o->in_features;
+    return vp__talloc(
+        S, vp__mulc(S, vp__mulc(S, rows, o->out_features), eb), VP_CAT_TEMP);
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 /* The layout details of a linear (torch_mha: in_proj and out_proj of
@@ -282,7 +336,10 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
                                              ce),
                                     VP_CAT_TEMP)
                        : NONE;
+    sp_gather(S, o, ce);
+    uint32_t full = sp_full_output(S, o, in0, f->oeb);
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    vp__tunref(S, full);
     vp__tunref(S, deq);
     if (p.mm) {
         vp__tunref(S, x); /* the (strided) cast; the mm keeps the copy */
@@ -363,7 +420,7 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
     bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
     uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
     if (b->ig0) {
-        gr->gx = vp__grad_like(S, b->in0, ce);
+        gr->gx = sp_grad_input(S, b, ce);
         gr->gxe = ce;
         if (conv)
             vp__transient(S, conv_ws(S, o, ce, CONV_BWD_DATA));
@@ -432,6 +489,14 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
     /* cuDNN takes a contiguous grad_out: a copy of one that came back
      * through a permute (ViT's patch embedding), freed after the filter
      * gradient */
+    /* sequence parallelism: the reduce-scatter's backward all-gathers the
+     * sharded gradient into a new whole-sequence one (mappings.py,
+     * _ReduceScatterToSequenceParallelRegion.backward) */
+    if ((o->flags & VP_OPF_SP_SCATTER) && b->gy != NONE) {
+        uint32_t c = sp_full_output(S, o, in0, S->out_eb[i]);
+        vp__tunref(S, b->gy);
+        b->gy = c;
+    }
     uint32_t gc = conv && b->gstr && b->gy != NONE
                       ? vp__talloc(S, vp__mulc(S, b->n, S->out_eb[i]),
                                    VP_CAT_TEMP)
