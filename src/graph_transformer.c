@@ -675,18 +675,25 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte = 0;
-    if (t->stage_in)
-        VP_TRY(stage_input(&c, B, S, &x));
-    else
-        VP_TRY(embeddings(&c, B, S, &x, &wte));
-    for (uint64_t l = 0; l < t->layers; l++) {
-        c.layer = l;
-        snprintf(c.scope, sizeof c.scope, "layers.%llu",
-                 (unsigned long long)l);
-        uint32_t first = (uint32_t)g->n_ops;
-        VP_TRY(layer(&c, x, S, &x));
-        VP_TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
-                                     true, err));
+    /* an interleaved pipeline rank's model chunks (tf.chunks > 1,
+     * megatron.c): each its own input (the previous virtual stage's
+     * hidden states; the embeddings for the first rank's first chunk),
+     * its layers.per of the layers, its output sent */
+    uint64_t nch = t->chunks > 1 ? t->chunks : 1, per = t->layers / nch;
+    for (uint64_t ch = 0; ch < nch; ch++) {
+        if (t->stage_in || ch > 0)
+            VP_TRY(stage_input(&c, B, S, &x));
+        else
+            VP_TRY(embeddings(&c, B, S, &x, &wte));
+        for (uint64_t l = ch * per; l < (ch + 1) * per; l++) {
+            c.layer = l;
+            snprintf(c.scope, sizeof c.scope, "layers.%llu",
+                     (unsigned long long)l);
+            uint32_t first = (uint32_t)g->n_ops;
+            VP_TRY(layer(&c, x, S, &x));
+            VP_TRY(vp__graph_add_segment(g, c.scope, first,
+                                         (uint32_t)g->n_ops - 1, true, err));
+        }
     }
     c.scope[0] = '\0';
     if (t->stage_out) {

@@ -14,6 +14,17 @@
  * 0.02 %). */
 #define VP__FUSED_EXACT 1e-3
 
+/* Whether every stage's layers split into vpp equal model chunks
+ * (megatron/training/arguments.py: num_layers_per_pipeline_stage %
+ * num_layers_per_virtual_pipeline_stage == 0). */
+static bool chunks_even(const vp_cluster_model *cm, const vp_par *p)
+{
+    double l0, l1, lm;
+    vp__stage_layers(cm, p, &l0, &l1, &lm);
+    return fmod(l0, p->vpp) == 0 && fmod(l1, p->vpp) == 0 &&
+           fmod(lm, p->vpp) == 0;
+}
+
 /* What the simulated path does not model yet, named; NULL if none. */
 static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
 {
@@ -26,8 +37,9 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "context parallelism";
     if (cm->experts || p->ep > 1)
         return "mixture-of-experts layers";
-    if (p->vpp > 1 || p->schedule == VP_SCHED_INTERLEAVED)
-        return "the interleaved schedule";
+    if (p->vpp > 1 && !chunks_even(cm, p))
+        return "model chunks of unequal layers (Megatron's interleaved "
+               "schedule needs each stage's layers divisible by vpp)";
     if (p->pp > 1 && p->schedule == VP_SCHED_GPIPE)
         return "GPipe (Megatron runs 1F1B)";
     if (p->dtype == VP_DT_FP8)
@@ -69,6 +81,7 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
     tf.stage_in = stage > 0;
     tf.stage_out = stage + 1 < p->pp;
     tf.sp = p->sp && p->tp > 1 ? p->tp : 1;
+    tf.chunks = p->vpp;
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq, err);
@@ -82,9 +95,27 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
  * 4: the peak moved by 192,512 B between m = 7 and 8 and by nothing from
  * 3 to 7; tests/test_megatron.c). Beyond the limit the pairs left are
  * taken to repeat. */
-static uint64_t simulated_mb(uint64_t m)
+static uint64_t simulated_mb(const vp_par *p)
 {
-    return m < VP_MAX_ACCUM_UNSTEADY ? m : VP_MAX_ACCUM_UNSTEADY;
+    uint64_t m = p->accum;
+    if (m <= VP_MAX_ACCUM_UNSTEADY)
+        return m;
+    /* interleaved: whole groups of pp micro-batches */
+    uint64_t g = p->vpp > 1 ? p->pp : 1;
+    return VP_MAX_ACCUM_UNSTEADY / g * g;
+}
+
+/* Passes alive at once on the stage: min(pp - stage, m) micro-batches
+ * under 1F1B; model-chunk passes under the interleaved schedule,
+ * min((pp - stage - 1) 2 + (vpp - 1) pp + 1, m vpp) (sim_pipe.c). */
+static uint32_t in_flight_of(const vp_par *p, uint32_t stage)
+{
+    uint64_t n = p->accum * p->vpp, w;
+    if (p->vpp > 1)
+        w = (uint64_t)(p->pp - stage - 1) * 2 + (uint64_t)(p->vpp - 1) * p->pp;
+    else
+        w = p->pp - stage - 1;
+    return (uint32_t)(w + 1 < n ? w + 1 : n);
 }
 
 static void fill(vp_stage_sim *out, const vp_estimate *e, const vp_graph *g)
@@ -116,9 +147,9 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
                             p->pp);
     out->stage = stage;
     out->layers = layers_of(cm, p, stage);
-    uint64_t w = p->pp - stage - 1 < p->accum ? p->pp - stage - 1 : p->accum;
-    out->in_flight = (uint32_t)(w + 1 < p->accum ? w + 1 : p->accum);
-    out->simulated_mb = (uint32_t)simulated_mb(p->accum);
+    out->in_flight = in_flight_of(p, stage);
+    out->simulated_mb = (uint32_t)simulated_mb(p);
+    out->chunks = p->vpp;
     vp_graph *g = stage_graph(cm, p, stage, out->layers, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
@@ -134,7 +165,7 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
     d.strategy = p->sharding == VP_SHARD_DISTOPT ? VP_DIST_MEGATRON_DISTOPT
                                                  : VP_DIST_MEGATRON_DDP;
     d.world = p->dp;
-    vp_pipeline pl = {p->pp, stage};
+    vp_pipeline pl = {p->pp, stage, p->vpp};
     vp_setup s;
     vp_setup_init(&s);
     s.batch = p->micro_batch;
@@ -195,7 +226,7 @@ static void to_mem(const vp_stage_sim *r, vp_cluster_mem *m)
     m->overhead = r->peak_reserved - r->peak_alloc;
     m->total = r->total;
     m->stage = r->stage;
-    m->in_flight = r->in_flight;
+    m->in_flight = (double)r->in_flight / (r->chunks ? r->chunks : 1);
 }
 
 vp_status vp__plan_simulate(vp_cluster_model *cm, const vp_cluster *c,

@@ -96,6 +96,10 @@ typedef struct vp_tf {
      * S/sp tokens, the column-parallel linears' inputs gathered, the
      * row-parallel outputs reduce-scattered (VP_OPF_SP_GATHER, _SCATTER) */
     uint32_t sp;
+    /* an interleaved pipeline rank's model chunks (0 or 1: one; megatron.
+     * c): layers / chunks layers each, each from its own received input
+     * (the first rank's first from the embeddings) */
+    uint32_t chunks;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

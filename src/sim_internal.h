@@ -135,6 +135,10 @@ typedef struct sim {
      * mpu_bytes 0: not made */
     uint32_t mpu;
     uint64_t mpu_bytes;
+    /* the ops a forward, a backward and a batch cover: [op_lo, op_hi),
+     * an interleaved pipeline rank's model chunk (sim_pipe.c); op_hi 0:
+     * all of them */
+    uint32_t op_lo, op_hi;
     /* results */
     vp_estimate *out;
     uint64_t peak;
@@ -421,6 +425,12 @@ uint64_t vp__allocated(sim *S);
 vp_status vp__generate_run(sim *S);
 
 /* ---- a pipeline stage (sim_pipe.c; sim.c's pieces it runs) ------------- */
+
+/* The end of the ops a pass covers (sim.op_hi, or all). */
+static inline uint32_t vp__op_end(const sim *S)
+{
+    return S->op_hi ? S->op_hi : (uint32_t)S->g->n_ops;
+}
 
 #define VP__MAX_BATCH 8 /* input tensors of a micro-batch */
 /* The steps of a pipeline stage's schedule (setup.pipe), instead of the

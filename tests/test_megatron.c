@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vramplan/cluster.h"
@@ -55,19 +56,42 @@ typedef struct {
     const char *name, *model;
     uint32_t gpus, tp, pp;
     uint64_t gb, mb;
+    uint32_t vpp;
+    bool sp;
+    vp_recompute rc;
 } layout;
 
-/* Published 1F1B layouts without sequence parallelism or interleaving
- * (tests/test_published.c: N1 Narayanan et al. 2021 Table 1, R the
- * Megatron-LM README's GPT-3, K5 Korthikanti et al. 2022 Table 5, N2
- * PTD-P), full recomputation, here in bf16. */
+#define GPT(n) "tests/data/published/gpt-" n ".yaml"
+#define FULL VP_RC_FULL
+#define SEL VP_RC_SELECTIVE
+
+/* The published Megatron layouts of tests/test_published.c (N1 Narayanan
+ * et al. 2021 Table 1, R the Megatron-LM README's GPT-3, K5 Korthikanti
+ * et al. 2022 Table 5, N2 PTD-P), here in bf16: 1F1B and interleaved,
+ * full recomputation, or sequence parallelism with selective
+ * recomputation (K5 "seqsel"). */
 static const layout published[] = {
-    {"N1 39.1B", "tests/data/published/gpt-39b.yaml", 512, 8, 2, 1536, 4},
-    {"R 175B", T175, 1024, 8, 16, 1536, 1},
-    {"K5 22B full", T22, 8, 8, 1, 4, 4},
-    {"N2 PTD-P 175B 384", T175, 384, 8, 12, 1536, 1},
-    {"N2 PTD-P 530B 560", T530, 560, 8, 35, 2240, 1},
-    {"N1 1008B", T1T, 3072, 8, 64, 3072, 1},
+    {"N1 1.7B", GPT("1.7b"), 32, 1, 1, 512, 16, 1, false, FULL},
+    {"N1 3.6B", GPT("3.6b"), 64, 2, 1, 512, 16, 1, false, FULL},
+    {"N1 7.5B", GPT("7.5b"), 128, 4, 1, 512, 16, 1, false, FULL},
+    {"N1 18.4B", GPT("18b"), 256, 8, 1, 1024, 8, 1, false, FULL},
+    {"N1 39.1B", GPT("39b"), 512, 8, 2, 1536, 4, 1, false, FULL},
+    {"N1 76.1B", GPT("76b"), 1024, 8, 4, 1792, 2, 3, false, FULL},
+    {"N1 145.6B", GPT("145b"), 1536, 8, 8, 2304, 2, 2, false, FULL},
+    {"N1 310.1B", GPT("310b"), 1920, 8, 16, 2160, 1, 2, false, FULL},
+    {"N1 529.6B", T530, 2520, 8, 35, 2520, 1, 3, false, FULL},
+    {"N1 1008B", T1T, 3072, 8, 64, 3072, 1, 1, false, FULL},
+    {"R 175B", T175, 1024, 8, 16, 1536, 1, 1, false, FULL},
+    {"K5 22B full", T22, 8, 8, 1, 4, 4, 1, false, FULL},
+    {"K5 22B seqsel", T22, 8, 8, 1, 4, 4, 1, true, SEL},
+    {"K5 175B full", T175, 64, 8, 8, 64, 1, 3, false, FULL},
+    {"K5 175B seqsel", T175, 64, 8, 8, 64, 1, 3, true, SEL},
+    {"K5 530B full", T530, 280, 8, 35, 280, 1, 3, false, FULL},
+    {"K5 530B seqsel", T530, 280, 8, 35, 280, 1, 3, true, SEL},
+    {"K5 1T full", T1T, 512, 8, 64, 512, 1, 1, false, FULL},
+    {"K5 1T seqsel", T1T, 512, 8, 64, 512, 1, 1, true, SEL},
+    {"N2 PTD-P 175B 384", T175, 384, 8, 12, 1536, 1, 1, false, FULL},
+    {"N2 PTD-P 530B 560", T530, 560, 8, 35, 2240, 1, 1, false, FULL},
 };
 
 static vp_par layout_par(const layout *l, vp_sharding sh)
@@ -75,17 +99,34 @@ static vp_par layout_par(const layout *l, vp_sharding sh)
     vp_par p = par(l->gpus / (l->tp * l->pp), l->tp, l->pp, sh);
     p.micro_batch = l->mb;
     p.accum = l->gb / (p.dp * l->mb);
+    p.vpp = l->vpp;
+    p.schedule = l->vpp > 1 ? VP_SCHED_INTERLEAVED : VP_SCHED_1F1B;
+    p.sp = l->sp;
+    p.recompute = l->rc;
     return p;
 }
 
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* bf16 with Megatron's DDP: the fitted figure's assumptions hold (the
- * states 18 bytes a parameter, Korthikanti's 2sbh per layer and micro-
- * batch in flight, the embedding's mask); the larger of the first and
- * the last stage is within 2 % (measured: -0.14 % to -1.62 %, growing
- * with the micro-batches in flight: the fit's transient). */
+ * states 18 bytes a parameter, Korthikanti's per-layer bytes, the
+ * micro-batches or model-chunk passes in flight, the embedding's mask),
+ * so the larger of the first and the last stage agrees with the fit:
+ * measured -5.35 % to +0.74 %, median |error| 0.49 %. Below the fit
+ * where one stage holds the whole model at a large micro-batch (N1 3.6B,
+ * 7.5B: pp 1, 16 sequences): the fit adds the head's peak on top of every
+ * activation, the simulated peak is one moment (N1 3.6B: transient 9.94
+ * GB fitted, 6.71 GB simulated); above it by at most 0.74 % (N1 529.6B,
+ * interleaved: the fit's fractional chunks in flight). */
 Test(megatron, published_bf16_agree_with_the_fit, .timeout = 60)
 {
-    for (size_t i = 0; i < sizeof published / sizeof published[0]; i++) {
+    size_t n = sizeof published / sizeof published[0];
+    double abs_e[sizeof published / sizeof published[0]];
+    for (size_t i = 0; i < n; i++) {
         const layout *l = &published[i];
         vp_model *m = load(l->model);
         vp_cluster_model *cm = cmodel(m);
@@ -99,15 +140,19 @@ Test(megatron, published_bf16_agree_with_the_fit, .timeout = 60)
         double worst = (double)(first.peak_alloc > last.peak_alloc
                                     ? first.peak_alloc
                                     : last.peak_alloc);
+        double e = worst / fit - 1;
         fprintf(stderr, "%-20s fit %6.2f GB  simulated first %6.2f last "
                         "%6.2f GB (%+.2f%%)\n",
                 l->name, fit / 1e9, first.peak_alloc / 1e9,
-                last.peak_alloc / 1e9, 100 * (worst / fit - 1));
-        cr_assert(fabs(worst / fit - 1) < 0.02, "%s: %+.2f%%", l->name,
-                  100 * (worst / fit - 1));
+                last.peak_alloc / 1e9, 100 * e);
+        cr_assert(e > -0.06 && e < 0.01, "%s: %+.2f%%", l->name, 100 * e);
+        abs_e[i] = fabs(e);
         vp_cluster_model_free(cm);
         vp_model_free(m);
     }
+    qsort(abs_e, n, sizeof abs_e[0], dcmp);
+    cr_assert_lt(abs_e[n / 2], 0.01, "median |error| %.2f%%",
+                 100 * abs_e[n / 2]);
 }
 
 /* One more micro-batch in flight on the first stage adds exactly what
@@ -291,6 +336,53 @@ Test(megatron, fp16_main_grads_at_the_step)
 /* What the simulated path does not model yet is refused by name. */
 Test(megatron, unsupported_layouts_are_named)
 {
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    a100(&c, 64);
+    vp_par p = par(4, 8, 1, VP_SHARD_MEGATRON);
+    p.cp = 2;
+    vp_stage_sim r;
+    vp_error err;
+    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
+                 VP_EUNSUPPORTED, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "context parallelism"), "%s",
+                       err.msg);
+    p.cp = 1;
+    p.dp = 8;
+    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 1, &r, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Megatron splits a stage's layers into vpp equal model chunks
+ * (arguments.py); a layout the planner allows with unequal chunks (96
+ * layers over 16 stages: 6 a stage, vpp 4) is refused by name. */
+Test(megatron_interleaved, unequal_chunks_refused)
+{
+    vp_model *m = load(T175);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    a100(&c, 1024);
+    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    p.vpp = 4;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.accum = 16;
+    vp_stage_sim r;
+    vp_error err;
+    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
+                 VP_EUNSUPPORTED, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "divisible by vpp"), "%s", err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Rank s of p with v chunks runs (p - s - 1) 2 + (v - 1) p warm-up
+ * passes (schedules.py, forward_backward_pipelining_with_interleaving):
+ * that many plus one model-chunk passes in flight, all m v of them when
+ * that is fewer. */
+Test(megatron_interleaved, passes_in_flight_per_stage)
+{
     vp_model *m = load(T175);
     vp_cluster_model *cm = cmodel(m);
     vp_cluster c;
@@ -298,16 +390,49 @@ Test(megatron, unsupported_layouts_are_named)
     vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
     p.vpp = 2;
     p.schedule = VP_SCHED_INTERLEAVED;
-    p.accum = 16;
+    p.accum = 64;
+    uint32_t want[] = {47, 45, 31, 17};
+    uint32_t st[] = {0, 1, 8, 15};
+    for (int i = 0; i < 4; i++) {
+        vp_stage_sim r;
+        sim_stage(cm, &c, &p, st[i], &r);
+        cr_assert_eq(r.in_flight, want[i], "stage %u: %u", st[i],
+                     r.in_flight);
+        cr_assert_eq(r.chunks, 2u);
+    }
+    p.accum = 16; /* 32 passes, fewer than stage 1's 44 + 1 */
     vp_stage_sim r;
-    vp_error err;
-    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
-                 VP_EUNSUPPORTED, "%s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "interleaved"), "%s",
-                       err.msg);
-    p.vpp = 1;
-    p.schedule = VP_SCHED_1F1B;
-    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 16, &r, &err), VP_EARG);
+    sim_stage(cm, &c, &p, 1, &r);
+    cr_assert_eq(r.in_flight, 32u);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Each model-chunk pass in flight on a middle rank keeps its chunk's
+ * layers' inputs under full recomputation, L_s/v x 2sbh: stage 1 of 16
+ * with v = 2 holds 32 passes at m = 16 and 45 at m = 32, 13 x 3 layers x
+ * 2sbh apart. */
+Test(megatron_interleaved, chunk_passes_keep_their_layers_inputs)
+{
+    vp_model *m = load(T175);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c;
+    a100(&c, 1024);
+    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    p.vpp = 2;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    vp_stage_sim a, b;
+    p.accum = 16;
+    sim_stage(cm, &c, &p, 1, &a);
+    p.accum = 32;
+    sim_stage(cm, &c, &p, 1, &b);
+    double sbh = (double)in.seq * (double)in.hidden;
+    double want = (double)(b.in_flight - a.in_flight) * (a.layers / 2) * 2 *
+                  sbh;
+    cr_assert_eq((double)(b.peak_alloc - a.peak_alloc), want, "%llu vs %.0f",
+                 (unsigned long long)(b.peak_alloc - a.peak_alloc), want);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
@@ -399,7 +524,7 @@ static vp_estimate pipe_run(const char *model, uint32_t stages,
     vp_dist_init(&d);
     d.strategy = VP_DIST_MEGATRON_DISTOPT;
     d.world = 4;
-    vp_pipeline pl = {stages, stage};
+    vp_pipeline pl = {stages, stage, 1};
     vp_setup s;
     vp_setup_init(&s);
     s.batch = 2;
@@ -441,7 +566,7 @@ Test(megatron_pipe, bad_stage_and_inference_refused)
     vp_error err;
     vp_graph *g = vp_graph_build(m, 1, 128, &err);
     cr_assert_not_null(g, "%s", err.msg);
-    vp_pipeline pl = {2, 2};
+    vp_pipeline pl = {2, 2, 1};
     vp_setup s;
     vp_setup_init(&s);
     s.seq = 128;
