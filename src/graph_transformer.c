@@ -364,6 +364,7 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.q_len = o.kv_len = S;
     o.causal = t->type == VP_TF_DECODER;
     o.attn_impl = t->attn;
+    o.cp = t->cp;
     o.dropout = t->p_attn;
     o.window = vp__tf_layer_window(t, c->layer);
     o.softcap = t->x.attn_softcap;

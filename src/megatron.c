@@ -33,8 +33,8 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
                "distributed-optimizer)";
     if (p->sp && cm->m->tf.x.mla.kv_lora)
         return "sequence parallelism with latent attention";
-    if (p->cp > 1)
-        return "context parallelism";
+    if (p->cp > 1 && cm->m->tf.x.mla.kv_lora)
+        return "context parallelism with latent attention";
     if (cm->experts || p->ep > 1)
         return "mixture-of-experts layers";
     if (p->vpp > 1 && !chunks_even(cm, p))
@@ -82,9 +82,11 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
     tf.stage_out = stage + 1 < p->pp;
     tf.sp = p->sp && p->tp > 1 ? p->tp : 1;
     tf.chunks = p->vpp;
+    tf.cp = p->cp;
     if (tf.stage_in)
         tf.tied = false;
-    return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq, err);
+    return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq / p->cp,
+                              err);
 }
 
 /* Micro-batches simulated: all of them, up to VP_MAX_ACCUM_UNSTEADY.

@@ -100,6 +100,10 @@ typedef struct vp_tf {
      * c): layers / chunks layers each, each from its own received input
      * (the first rank's first from the embeddings) */
     uint32_t chunks;
+    /* Megatron's context parallelism (megatron.c): the graph is one
+     * rank's s/cp tokens, its attention cores Transformer Engine's ring
+     * over cp ranks (vp_op.cp); 0 or 1: none */
+    uint32_t cp;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

@@ -385,6 +385,17 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
                             uint32_t v, bool kv_contig, uint8_t ce);
 void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
                             uint32_t *dk, uint32_t *dv);
+/* The fused attention kernel under Megatron's context parallelism
+ * (vp_op.cp > 1, ops/attention_cp.c): Transformer Engine's ring of cp
+ * ranks; the forward sets f->out and saves q, the last kv received, the
+ * logsumexp (and the output unless keep_out); the backward makes the
+ * gradients of q, k and v. */
+void vp__attention_cp_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint64_t qn,
+                          uint64_t kvn, uint64_t bh, uint8_t ce,
+                          bool keep_out);
+void vp__attention_cp_bwd(sim *S, const vp_op *o, uint64_t qn, uint64_t kvn,
+                          uint8_t ce, uint32_t *dq, uint32_t *dk,
+                          uint32_t *dv);
 /* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
 uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
 

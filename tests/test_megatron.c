@@ -19,6 +19,18 @@
 #define T530 "tests/data/cluster/turing-530b.yaml"
 #define T1T "tests/data/cluster/megatron-1t.yaml"
 
+static void gpu(vp_cluster *c, const char *name, uint32_t gpus)
+{
+    vp_error err;
+    vp_gpu_profile *gp = vp_gpu_load(name, &err);
+    cr_assert_not_null(gp, "%s", err.msg);
+    vp_hw hw;
+    vp_gpu_hw(gp, VP_GPU_BF16, &hw);
+    vp_hw_fill_defaults(&hw);
+    vp_gpu_free(gp);
+    vp_cluster_init(c, &hw, gpus, 8);
+}
+
 static void a100(vp_cluster *c, uint32_t gpus)
 {
     vp_error err;
@@ -339,18 +351,56 @@ Test(megatron, unsupported_layouts_are_named)
     vp_model *m = load("models/llama-3-8b.yaml");
     vp_cluster_model *cm = cmodel(m);
     vp_cluster c;
-    a100(&c, 64);
-    vp_par p = par(4, 8, 1, VP_SHARD_MEGATRON);
-    p.cp = 2;
+    gpu(&c, "h100-80g", 64);
+    vp_par p = par(8, 8, 1, VP_SHARD_MEGATRON);
+    p.dtype = VP_DT_FP8;
     vp_stage_sim r;
     vp_error err;
     cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
                  VP_EUNSUPPORTED, "%s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "context parallelism"), "%s",
-                       err.msg);
-    p.cp = 1;
-    p.dp = 8;
+    cr_assert_not_null(strstr(err.msg, "fp8"), "%s", err.msg);
+    p.dtype = VP_DT_BF16;
     cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 1, &r, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* Context parallelism: a rank's micro-batch keeps what the same stage
+ * keeps at s/cp tokens without it (Transformer Engine's ring saves q, the
+ * last kv received, the output and the logsumexp: the bytes of q, k, v,
+ * out and logsumexp at s/cp), here Llama 3 8B, tp 8, pp 4, cp 2, no
+ * recomputation, a middle stage; the ring's buffers are transient: the
+ * cp rank's peak is above the half-sequence one. */
+Test(megatron_cp, micro_batch_keeps_the_s_over_cp_bytes)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_error err;
+    vp_cluster_model *half = vp_cluster_model_new(m, 4096, &err);
+    cr_assert_not_null(half, "%s", err.msg);
+    vp_cluster c;
+    gpu(&c, "h100-80g", 128);
+    vp_par p = par(2, 8, 4, VP_SHARD_MEGATRON);
+    p.cp = 2;
+    p.recompute = VP_RC_NONE;
+    vp_par q = p;
+    q.cp = 1;
+    q.dp = 4;
+    vp_stage_sim a2, a3, h2, h3;
+    p.accum = q.accum = 2;
+    sim_stage(cm, &c, &p, 1, &a2);
+    sim_stage(half, &c, &q, 1, &h2);
+    p.accum = q.accum = 3;
+    sim_stage(cm, &c, &p, 1, &a3);
+    sim_stage(half, &c, &q, 1, &h3);
+    double cpd = (double)(a3.peak_alloc - a2.peak_alloc);
+    double hd = (double)(h3.peak_alloc - h2.peak_alloc);
+    fprintf(stderr, "cp 2: +%.0f B a micro-batch, s/2 without cp: +%.0f; "
+                    "peaks %.3f / %.3f GB\n",
+            cpd, hd, a3.peak_alloc / 1e9, h3.peak_alloc / 1e9);
+    cr_assert_eq(cpd, hd);
+    cr_assert_gt(a3.peak_alloc, h3.peak_alloc);
+    vp_cluster_model_free(half);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }

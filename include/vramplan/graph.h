@@ -133,6 +133,9 @@ typedef struct vp_op {
     uint64_t q_len, kv_len;               /* attention                       */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
+    uint32_t cp;                          /* attention: Megatron's context-
+                                             parallel ranks (Transformer
+                                             Engine's KV ring), 0 or 1 none */
     double dropout;                       /* dropout p, attention dropout p  */
     uint64_t rows;                        /* norm/loss/softmax rows          */
     uint64_t classes;                     /* loss classes, vocab, experts    */

@@ -552,6 +552,9 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
                                a.v != NONE ? a.v : a.q, copy, a.ce);
     else if (impl == VP_ATTN_MATH)
         math_fwd(S, f, &a);
+    else if (o->cp > 1) /* Megatron's context parallelism */
+        vp__attention_cp_fwd(S, f, a.q, att_qn(S, o), kvn, a.bh, a.ce,
+                             output_kept(S, f->i));
     else
         fused_fwd(S, f, &a, impl);
     if (f->sv && mask != NONE && impl != VP_ATTN_MATH &&
@@ -825,6 +828,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         vp__attention_math_bwd(S, b, d.ce, &d.dq, &d.dk, &d.dv);
     } else if (d.impl == VP_ATTN_MATH) {
         math_bwd(S, b, &d);
+    } else if (o->cp > 1) {
+        vp__attention_cp_bwd(S, o, d.qn, d.kvn, d.ce, &d.dq, &d.dk, &d.dv);
     } else {
         uint64_t r = att_repeats(S, o, d.impl) ? o->heads / o->kv_heads : 1;
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);
