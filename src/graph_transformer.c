@@ -135,6 +135,8 @@ static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
                                               : VP_OP_LAYERNORM);
     if (c->t->x.norm_offset)
         o.flags |= VP_OPF_NORM_OFFSET;
+    if (c->t->megatron)
+        o.flags |= VP_OPF_MEGATRON;
     o.n_inputs = 1;
     o.inputs[0] = in;
     same_shape(c, &o, in);
@@ -248,6 +250,34 @@ static vp_status mlp_fused(tb *c, uint32_t x, uint64_t f, const char *pre,
     return linear(c, h, n6, t->hidden, t->bias, -1, out);
 }
 
+/* Megatron's gated MLP (megatron/core/transformer/mlp.py, MLP.forward
+ * with gated_linear_unit): linear_fc1 makes the gate and up halves in one
+ * [.., 2f] output; the fused bias_swiglu_impl (fusions/fused_bias_swiglu.
+ * py, SwiGLUFunction; bias_geglu_impl for GEGLU) saves that input alone
+ * and returns act(gate) * up, [.., f]; linear_fc2 saves its input. */
+static vp_status mlp_megatron(tb *c, uint32_t x, uint64_t f, const char *pre,
+                              uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    char n1[64], n2[64], n3[64];
+    snprintf(n1, sizeof n1, "%slinear_fc1", pre);
+    snprintf(n2, sizeof n2, "%sact", pre);
+    snprintf(n3, sizeof n3, "%slinear_fc2", pre);
+    uint64_t f2;
+    uint32_t fc1, h;
+    if (!vp_mul_u64(f, 2, &f2))
+        return vp__tb_overflow(c, "linear_fc1");
+    VP_TRY(linear(c, x, n1, f2, t->bias, -1, &fc1));
+    vp_op o;
+    op_init(&o, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU);
+    o.n_inputs = 1;
+    o.inputs[0] = fc1;
+    same_shape(c, &o, fc1);
+    o.shape[o.ndim - 1] = f;
+    VP_TRY(push(c, &o, n2, &h));
+    return linear(c, h, n3, t->hidden, t->bias, -1, out);
+}
+
 /* The MLP (or gated MLP) of inner size f on input x. */
 static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
                      uint32_t *out)
@@ -260,6 +290,9 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     snprintf(n4, sizeof n4, "%smul", pre);
     snprintf(n5, sizeof n5, "%sdown_proj", pre);
     uint32_t a, b, h;
+    bool gated = t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU;
+    if (t->megatron && gated)
+        return mlp_megatron(c, x, f, pre, out);
     if (t->x.fused_gate_up)
         return mlp_fused(c, x, f, pre, out);
     if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU) {
@@ -271,8 +304,11 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     } else {
         snprintf(n1, sizeof n1, "%sfc", pre);
         VP_TRY(linear(c, x, n1, f, t->bias, -1, &a));
-        vp_op_kind k = t->act == VP_ACT_RELU        ? VP_OP_RELU
-                       : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+        /* Megatron's fused bias_gelu_impl (the tanh approximation)
+         * saves its input as GELU does */
+        vp_op_kind k = t->act == VP_ACT_RELU ? VP_OP_RELU
+                       : t->act == VP_ACT_GELU_TANH && !t->megatron
+                           ? VP_OP_GELU_TANH
                        : t->act == VP_ACT_SILU      ? VP_OP_SILU
                                                     : VP_OP_GELU;
         VP_TRY(unary(c, k, a, n3, &h));
@@ -331,6 +367,13 @@ static vp_status qkv(tb *c, uint32_t x, uint32_t *q, uint32_t *k,
     return VP_OK;
 }
 
+/* The Megatron flavour runs Transformer Engine's fused attention for
+ * an SDPA model (the scores never materialised). */
+static bool fused_attn(const vp_tf *t)
+{
+    return t->megatron && t->attn == VP_ATTN_SDPA;
+}
+
 static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
 {
     const vp_tf *t = c->t;
@@ -339,7 +382,11 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     uint64_t qd = t->heads * t->head_dim, kvd = t->kv_heads * t->head_dim;
     vp_op o;
     op_init(&o, VP_OP_ATTENTION);
-    if (t->fused_qkv) {
+    /* Megatron's linear_qkv under Transformer Engine's attention: its
+     * q, k, v views, all saved by the kernel, keep the bytes of three
+     * projections (HF GPT-2's packed path is its own) */
+    bool packed = t->fused_qkv && !(t->megatron && fused_attn(t));
+    if (packed) {
         uint32_t qkv_out;
         VP_TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1,
                       &qkv_out));
@@ -364,18 +411,23 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.q_len = o.kv_len = S;
     o.causal = t->type == VP_TF_DECODER;
     o.attn_impl = t->attn;
+    if (fused_attn(t))
+        o.attn_impl = VP_ATTN_FLASH;
     o.cp = t->cp;
     o.dropout = t->p_attn;
     o.window = vp__tf_layer_window(t, c->layer);
     o.softcap = t->x.attn_softcap;
-    if (t->type == VP_TF_DECODER)
+    /* HF's DynamicCache copies (not Megatron's: its fused attention
+     * saves the projections' k and v; the eager scores path keeps the
+     * copies, which stand for the contiguous k and v it saves) */
+    if (t->type == VP_TF_DECODER && !fused_attn(t))
         o.flags |= VP_OPF_KV_COPY;
     if (!t->rotary) /* GPT-2 and BERT: softmax in the scores' dtype */
         o.flags |= VP_OPF_SOFTMAX_NATIVE;
     uint32_t a;
     VP_TRY(push(c, &o, "attn.core", &a));
     VP_TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));
-    if (t->fused_qkv)
+    if (packed)
         c->g->ops[*out].flags |= VP_OPF_ADDMM;
     return VP_OK;
 }
@@ -466,7 +518,11 @@ static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
     o.inputs[0] = logits;
     set_shape(&o, 0, 0, 0, 0, 0);
     o.rows = rows;
-    if (c->t->head == VP_HEAD_CAUSAL_LM)
+    /* Megatron: vocab_parallel_cross_entropy on the data loader's
+     * shifted labels */
+    if (c->t->megatron)
+        o.flags |= VP_OPF_MEGATRON;
+    else if (c->t->head == VP_HEAD_CAUSAL_LM)
         o.flags |= VP_OPF_SHIFT_LABELS;
     const vp_op *lo = &c->g->ops[logits];
     o.classes = lo->shape[lo->ndim - 1];
@@ -679,14 +735,16 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     /* an interleaved pipeline rank's model chunks (tf.chunks > 1,
      * megatron.c): each its own input (the previous virtual stage's
      * hidden states; the embeddings for the first rank's first chunk),
-     * its layers.per of the layers, its output sent */
-    uint64_t nch = t->chunks > 1 ? t->chunks : 1, per = t->layers / nch;
+     * its share of the layers (as even as can be, the remainder on the
+     * first chunks), its output sent */
+    uint64_t nch = t->chunks > 1 ? t->chunks : 1, l = 0;
     for (uint64_t ch = 0; ch < nch; ch++) {
         if (t->stage_in || ch > 0)
             VP_TRY(stage_input(&c, B, S, &x));
         else
             VP_TRY(embeddings(&c, B, S, &x, &wte));
-        for (uint64_t l = ch * per; l < (ch + 1) * per; l++) {
+        uint64_t end = l + t->layers / nch + (ch < t->layers % nch);
+        for (; l < end; l++) {
             c.layer = l;
             snprintf(c.scope, sizeof c.scope, "layers.%llu",
                      (unsigned long long)l);

@@ -104,6 +104,12 @@ typedef struct vp_tf {
      * rank's s/cp tokens, its attention cores Transformer Engine's ring
      * over cp ranks (vp_op.cp); 0 or 1: none */
     uint32_t cp;
+    /* the Megatron op flavour (megatron.c): what Megatron-LM's fused
+     * kernels keep (graph_transformer.c, VP_OPF_MEGATRON): fused norms,
+     * gate and up projections in one linear_fc1 with the fused SwiGLU,
+     * the flash kernel for SDPA, the vocab-parallel cross entropy on
+     * unshifted labels */
+    bool megatron;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

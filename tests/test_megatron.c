@@ -128,12 +128,11 @@ static int dcmp(const void *a, const void *b)
  * states 18 bytes a parameter, Korthikanti's per-layer bytes, the
  * micro-batches or model-chunk passes in flight, the embedding's mask),
  * so the larger of the first and the last stage agrees with the fit:
- * measured -5.35 % to +0.74 %, median |error| 0.49 %. Below the fit
- * where one stage holds the whole model at a large micro-batch (N1 3.6B,
- * 7.5B: pp 1, 16 sequences): the fit adds the head's peak on top of every
- * activation, the simulated peak is one moment (N1 3.6B: transient 9.94
- * GB fitted, 6.71 GB simulated); above it by at most 0.74 % (N1 529.6B,
- * interleaved: the fit's fractional chunks in flight). */
+ * measured -12.44 % to +0.74 %, median |error| 0.49 %, within 2 % but
+ * where the head's rank holds many logits: N1 1.7B, 3.6B, 7.5B (pp 1, 16
+ * sequences of 51200 logits / t), 4.0-4.3 B a logit lower (the bound
+ * below: 6 B). Above the fit by at most 0.74 % (N1 529.6B, interleaved:
+ * the fit's fractional chunks in flight). */
 Test(megatron, published_bf16_agree_with_the_fit, .timeout = 60)
 {
     size_t n = sizeof published / sizeof published[0];
@@ -157,7 +156,18 @@ Test(megatron, published_bf16_agree_with_the_fit, .timeout = 60)
                         "%6.2f GB (%+.2f%%)\n",
                 l->name, fit / 1e9, first.peak_alloc / 1e9,
                 last.peak_alloc / 1e9, 100 * e);
-        cr_assert(e > -0.06 && e < 0.01, "%s: %+.2f%%", l->name, 100 * e);
+        /* the fit's head is the model's own cross entropy (Hugging Face:
+         * at its backward the fp32 log-probabilities and two fp32
+         * gradients, 12 B a logit), Megatron's keeps exp_logits in fp32
+         * and makes the gradient in the logits' dtype (6 B): up to 6 B
+         * a logit of the head's rank, b s V/t, lower */
+        vp_cluster_model_info in;
+        vp_cluster_model_info_get(cm, &in);
+        double rc = (double)l->mb * (double)in.seq *
+                    ceil((double)in.vocab / l->tp);
+        double lo = -6 * rc / fit - 0.02;
+        cr_assert(e > lo && e < 0.01, "%s: %+.2f%% (from %+.2f%%)", l->name,
+                  100 * e, 100 * lo);
         abs_e[i] = fabs(e);
         vp_cluster_model_free(cm);
         vp_model_free(m);
@@ -370,7 +380,7 @@ Test(megatron, unsupported_layouts_are_named)
  * last kv received, the output and the logsumexp: the bytes of q, k, v,
  * out and logsumexp at s/cp), here Llama 3 8B, tp 8, pp 4, cp 2, no
  * recomputation, a middle stage; the ring's buffers are transient: the
- * cp rank's peak is above the half-sequence one. */
+ * cp rank's peak is not below the half-sequence one. */
 Test(megatron_cp, micro_batch_keeps_the_s_over_cp_bytes)
 {
     vp_model *m = load("models/llama-3-8b.yaml");
@@ -399,30 +409,45 @@ Test(megatron_cp, micro_batch_keeps_the_s_over_cp_bytes)
                     "peaks %.3f / %.3f GB\n",
             cpd, hd, a3.peak_alloc / 1e9, h3.peak_alloc / 1e9);
     cr_assert_eq(cpd, hd);
-    cr_assert_gt(a3.peak_alloc, h3.peak_alloc);
+    cr_assert_geq(a3.peak_alloc, h3.peak_alloc);
     vp_cluster_model_free(half);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
 
-/* Megatron splits a stage's layers into vpp equal model chunks
- * (arguments.py); a layout the planner allows with unequal chunks (96
- * layers over 16 stages: 6 a stage, vpp 4) is refused by name. */
-Test(megatron_interleaved, unequal_chunks_refused)
+/* Megatron's default split needs a stage's layers divisible by vpp
+ * (arguments.py); its explicit layout (--pipeline-model-parallel-layout)
+ * places any count per virtual stage. A stage of 6 layers in 4 chunks
+ * runs chunks of 2, 2, 1 and 1 layers, each pass in flight keeping its
+ * chunk's layers' inputs (full recomputation). */
+Test(megatron_interleaved, unequal_chunks_first_heavier)
 {
     vp_model *m = load(T175);
     vp_cluster_model *cm = cmodel(m);
     vp_cluster c;
     a100(&c, 1024);
     vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.vpp = 4;
     p.schedule = VP_SCHED_INTERLEAVED;
     p.accum = 16;
-    vp_stage_sim r;
-    vp_error err;
-    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
-                 VP_EUNSUPPORTED, "%s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "divisible by vpp"), "%s", err.msg);
+    vp_stage_sim two, four;
+    p.vpp = 2;
+    sim_stage(cm, &c, &p, 15, &two);
+    p.vpp = 4;
+    sim_stage(cm, &c, &p, 15, &four);
+    cr_assert_eq(four.layers, 6u);
+    cr_assert_eq(four.chunks, 4u);
+    /* the last rank: (4 - 1) 16 + 1 = 49 passes of 64 in flight, against
+     * 17 of 32 with two chunks */
+    cr_assert_eq(four.in_flight, 49u);
+    cr_assert_eq(two.in_flight, 17u);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    double sbh = (double)in.seq * (double)in.hidden;
+    /* at the first backward (the head's, on the last chunk): 16 passes
+     * of each of the first three chunks and the last chunk's one, 16 x
+     * (2 + 2 + 1) + 1 = 81 layers' inputs, against 16 x 3 + 3 = 51 */
+    cr_assert_eq((double)four.peak_alloc - (double)two.peak_alloc,
+                 30 * 2 * sbh);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
@@ -531,11 +556,73 @@ Test(megatron_search, best_plan_memory_from_the_simulation)
     vp_model_free(m);
 }
 
-/* Where the model's own ops keep more than Megatron's fused kernels
- * (GPT-2's tanh GELU in Python, eager softmax without dropout...), the
- * simulated graph does not stand for Megatron's rank: the fitted figure
- * stays. */
-Test(megatron_search, fitted_where_the_ops_are_not_megatrons)
+/* Korthikanti et al.'s count of what one layer of a decoder saves for
+ * its backward (section 4.1, table 2: 34sbh + 5as^2b without parallelism)
+ * written for any decoder as Megatron's fused kernels run it (b = 1, no
+ * sequence parallelism, the flash kernel: no scores): replicated on the t
+ * ranks, the two norms' inputs, the two column-parallel linears' inputs
+ * (the norms' outputs), the two dropout masks (1 B, when there is
+ * dropout); split, q, k, v (kept by the attention kernel), its output
+ * (linear_proj's input), the MLP's fc1 output (the activation's input:
+ * gate and up, 2f, for a gated MLP) and fc2's input; plus what the paper
+ * leaves out, the kernel's fp32 logsumexp and the norms' fp32 statistics
+ * per token (mean and rstd, or rstd), and the dropout's random state. */
+static double korthikanti_layer(const vp_cluster_model_info *in, double t)
+{
+    double s = (double)in->seq, h = (double)in->hidden;
+    double a = (double)in->heads / t, d = (double)in->head_dim;
+    double kv = in->kv_heads >= t ? (double)in->kv_heads / t : 1;
+    double f = (double)in->ffn / t;
+    double rep = 2 * (2 * s * h) + 2 * (2 * s * h) +
+                 (in->hidden_dropout > 0 ? 2 * s * h : 0);
+    double split = 2 * s * (a * d + 2 * kv * d) + 2 * s * a * d +
+                   2 * s * (in->gated_mlp ? 3 * f : 2 * f);
+    double stats = a * s * 4 + (in->rmsnorm ? 2 : 4) * s * 4;
+    /* with attention dropout the kernel's philox seed and offset, 8 B
+     * each, 512 B blocks */
+    double rng = in->attn_dropout > 0 ? 2 * 512 : 0;
+    return rep + split + stats + rng;
+}
+
+/* The stage graph is built in the Megatron op flavour (fused norms,
+ * fused SwiGLU or bias-GELU, Transformer Engine's attention, vocab-
+ * parallel cross entropy) whatever form the model's own ops take (Hugging
+ * Face's GPT-2: Python tanh GELU, a packed Conv1D projection; Llama 3:
+ * Python RMSNorm, separate gate and up projections, SDPA): a micro-batch
+ * in flight on a middle stage (1 of 4, m = 2 to 3) keeps exactly the
+ * count above, layer by layer, at t = 1, 2 and 4. */
+Test(megatron_flavour, a_micro_batch_keeps_korthikanti_count)
+{
+    const char *models[] = {"models/gpt2-medium.yaml",
+                            "models/llama-3-8b.yaml"};
+    for (int k = 0; k < 2; k++) {
+        vp_model *m = load(models[k]);
+        vp_cluster_model *cm = cmodel(m);
+        vp_cluster_model_info in;
+        vp_cluster_model_info_get(cm, &in);
+        for (uint32_t t = 1; t <= 4; t *= 2) {
+            vp_cluster c;
+            gpu(&c, "h100-80g", 4 * t);
+            vp_par p = par(1, t, 4, VP_SHARD_MEGATRON);
+            p.recompute = VP_RC_NONE;
+            vp_stage_sim a, b;
+            p.accum = 2;
+            sim_stage(cm, &c, &p, 1, &a);
+            p.accum = 3;
+            sim_stage(cm, &c, &p, 1, &b);
+            double got = (double)b.peak_alloc - (double)a.peak_alloc;
+            double want = a.layers * korthikanti_layer(&in, t);
+            cr_assert_eq(got, want, "%s t %u: %.0f vs %.0f", models[k], t,
+                         got, want);
+        }
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+}
+
+/* The search simulates its Megatron candidates through the flavour: a
+ * GPT-2's best plan reports its simulated rank. */
+Test(megatron_search, gpt2_best_plan_simulated)
 {
     vp_model *m = load("models/gpt2-medium.yaml");
     vp_cluster_model *cm = cmodel(m);
@@ -551,12 +638,10 @@ Test(megatron_search, fitted_where_the_ops_are_not_megatrons)
     cr_assert_eq(vp_cluster_search(cm, &c, &o, &pl, &err), VP_OK, "%s",
                  err.msg);
     cr_assert(pl.found);
-    cr_assert_not(pl.best.simulated);
+    cr_assert(pl.best.simulated);
     vp_stage_sim r;
     sim_stage(cm, &c, &pl.best.par, 0, &r);
-    /* the model's ops keep well over the fused kernels' count */
-    cr_assert_gt((double)r.by_category[VP_CAT_ACT],
-                 1.1 * (double)pl.best.mem.activations);
+    cr_assert_eq(pl.best.mem.total, r.total);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }

@@ -496,8 +496,10 @@ typedef struct vp_stage_sim {
                                 model-chunk passes, min((pp - stage - 1) 2
                                 + (vpp - 1) pp + 1, m vpp)                  */
     uint32_t chunks;         /* model chunks of the stage (vpp)             */
-    uint32_t simulated_mb;   /* micro-batches simulated per step: all,
-                                up to VP_MAX_ACCUM_UNSTEADY                 */
+    uint32_t simulated_mb;   /* micro-batches simulated per step: the
+                                warm-up's and two more groups (pp when
+                                interleaved, else 1), at most all and
+                                VP_MAX_ACCUM_UNSTEADY; the rest repeat     */
     uint64_t params;         /* parameter elements on the rank              */
     uint64_t peak_alloc;     /* allocated bytes at the peak                 */
     uint64_t peak_reserved;  /* the allocator's reserved bytes              */

@@ -211,6 +211,12 @@ typedef struct vp_op {
  * whose full output is reduce-scattered to S/t tokens. */
 #define VP_OPF_SP_GATHER 0x800000u
 #define VP_OPF_SP_SCATTER 0x1000000u
+/* Megatron-LM's fused kernels (Transformer Engine, megatron/core/fusions):
+ * a norm saves its input and the per-row statistics, no fp32 copies
+ * (ops/norm.c); the cross entropy is _VocabParallelCrossEntropy's
+ * (ops/embed_loss.c). Set by the Megatron op flavour of the transformer
+ * builder (vp_tf.megatron). */
+#define VP_OPF_MEGATRON 0x2000000u
 #define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
                                       DeepSeek-V3's router gate          */
 
