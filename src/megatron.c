@@ -34,8 +34,8 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "GPipe (Megatron runs 1F1B)";
     if (p->dtype == VP_DT_FP8)
         return "fp8";
-    if (p->offload != VP_OFFLOAD_NONE)
-        return "offload";
+    if (p->offload == VP_OFFLOAD_ALL)
+        return "parameter offload (Megatron offloads the optimizer)";
     return NULL;
 }
 
@@ -165,6 +165,7 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
      * (parallel_state.get_data_parallel_group(with_context_parallel=
      * True), distributed_data_parallel.py) */
     d.world = p->dp * p->cp;
+    d.cpu_offload = p->offload == VP_OFFLOAD_OPTIMIZER;
     vp_pipeline pl = {p->pp, stage, p->vpp};
     vp_setup s;
     vp_setup_init(&s);

@@ -333,6 +333,32 @@ Test(megatron, model_states_ddp_and_distributed_optimizer)
     vp_model_free(m);
 }
 
+/* --optimizer-cpu-offload (HybridDeviceOptimizer, offload fraction 1):
+ * the fp32 master shard and the Adam moments live on the host, the
+ * device keeps the 2 B parameters and the 4 B gradient buffer; the
+ * activations are those of the same layout without offload. */
+Test(megatron, optimizer_cpu_offload_keeps_params_and_grads)
+{
+    vp_model *m = load(T22);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    a100(&c, 64);
+    vp_par p = par(8, 8, 1, VP_SHARD_DISTOPT);
+    vp_stage_sim on, off;
+    sim_stage(cm, &c, &p, 0, &off);
+    p.offload = VP_OFFLOAD_OPTIMIZER;
+    sim_stage(cm, &c, &p, 0, &on);
+    cr_assert_eq(on.by_category[VP_CAT_OPTIM], 0u);
+    cr_assert_eq(on.by_category[VP_CAT_PARAM],
+                 off.by_category[VP_CAT_PARAM]);
+    cr_assert_eq(on.by_category[VP_CAT_GRAD], off.by_category[VP_CAT_GRAD]);
+    cr_assert_eq(on.by_category[VP_CAT_ACT], off.by_category[VP_CAT_ACT]);
+    cr_assert_eq(off.peak_alloc - on.peak_alloc,
+                 off.by_category[VP_CAT_OPTIM]);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* fp16: the gradient buffer in fp16 (bf16 alone forces fp32
  * accumulation), and the optimizer step's fp32 copies of the main
  * gradients (main_grad.float()) on top of the states. */
