@@ -177,6 +177,34 @@ Test(megatron, published_bf16_agree_with_the_fit, .timeout = 60)
                  100 * abs_e[n / 2]);
 }
 
+/* The published Megatron layouts ran on 80 GB A100s in fp16: every
+ * simulated stage that differs (first, first middle, last) fits there,
+ * its total (reserved bytes, NCCL, context) within the planner's usable
+ * memory. */
+Test(megatron, published_fp16_runs_fit_simulated, .timeout = 60)
+{
+    for (size_t i = 0; i < sizeof published / sizeof published[0]; i++) {
+        const layout *l = &published[i];
+        vp_model *m = load(l->model);
+        vp_cluster_model *cm = cmodel(m);
+        vp_cluster c;
+        a100(&c, l->gpus);
+        vp_par p = layout_par(l, VP_SHARD_MEGATRON);
+        p.dtype = VP_DT_FP16;
+        uint32_t st[3] = {0, 1, p.pp - 1};
+        for (uint32_t k = 0; k < 3; k++) {
+            if (st[k] >= p.pp)
+                continue;
+            vp_stage_sim r;
+            sim_stage(cm, &c, &p, st[k], &r);
+            cr_assert_leq(r.total, c.memory, "%s stage %u: %.2f GB", l->name,
+                          st[k], r.total / 1e9);
+        }
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+}
+
 /* One more micro-batch in flight on the first stage adds exactly what
  * Korthikanti et al. count under full recomputation: each layer's input
  * 2sbh (not divided by t without sequence parallelism) and the
