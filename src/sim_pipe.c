@@ -13,9 +13,18 @@
  * the gradient the next stage sends (recv_backward), or on the last stage
  * from the loss. At most w + 1 micro-batches are in flight.
  *
- * Each micro-batch in flight has its own per-op state (outputs, saved
- * slots, checkpointed inputs, Python holds, autograd leaves, batch): the
- * engine's arrays are swapped for the micro-batch's while it runs. */
+ * The interleaved schedule (vp_pipeline.chunks = v > 1; schedules.py,
+ * forward_backward_pipelining_with_interleaving): the rank's v model
+ * chunks are consecutive op ranges of the graph, each from its own input
+ * op; m v passes (a micro-batch through one chunk), (p - s - 1) 2 +
+ * (v - 1) p of them warm-up forwards (all when that is as many), then a
+ * forward and a backward in turn; get_model_chunk_id orders the chunks
+ * within each group of p micro-batches, reversed for the backwards.
+ *
+ * Each pass in flight has its own per-op state (outputs, saved slots,
+ * checkpointed inputs, Python holds, autograd leaves, batch), taken from
+ * a free list: the engine's arrays are swapped for the pass's while it
+ * runs, and its op range (sim.op_lo, op_hi) bounds the engine's passes. */
 #include <stdlib.h>
 #include <string.h>
 

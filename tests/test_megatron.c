@@ -64,6 +64,54 @@ static double fitted_alloc(vp_cluster_model *cm, const vp_cluster *c,
     return (double)(mem.total - mem.overhead - mem.nccl - mem.context);
 }
 
+/* GPT-3 175B on 1024 A100s in R 175B's layout: dp 8, t 8, p 16, one
+ * micro-batch, full recomputation. */
+typedef struct {
+    vp_model *m;
+    vp_cluster_model *cm;
+    vp_cluster_model_info in;
+    vp_cluster c;
+    vp_par p;
+} gpt3;
+
+static void gpt3_open(gpt3 *f)
+{
+    f->m = load(T175);
+    f->cm = cmodel(f->m);
+    vp_cluster_model_info_get(f->cm, &f->in);
+    a100(&f->c, 1024);
+    f->p = par(8, 8, 16, VP_SHARD_MEGATRON);
+}
+
+/* Its layout under the interleaved schedule with v chunks, m
+ * micro-batches. */
+static vp_par gpt3_interleaved(const gpt3 *f, uint32_t v, uint64_t m)
+{
+    vp_par p = f->p;
+    p.vpp = v;
+    p.schedule = VP_SCHED_INTERLEAVED;
+    p.accum = m;
+    return p;
+}
+
+static void gpt3_close(gpt3 *f)
+{
+    vp_cluster_model_free(f->cm);
+    vp_model_free(f->m);
+}
+
+/* One more micro-batch in flight: stage `stage` of p simulated at m = 2
+ * (*a) and 3 (*b); the peak's growth. */
+static double one_more(vp_cluster_model *cm, const vp_cluster *c, vp_par p,
+                       uint32_t stage, vp_stage_sim *a, vp_stage_sim *b)
+{
+    p.accum = 2;
+    sim_stage(cm, c, &p, stage, a);
+    p.accum = 3;
+    sim_stage(cm, c, &p, stage, b);
+    return (double)b->peak_alloc - (double)a->peak_alloc;
+}
+
 typedef struct {
     const char *name, *model;
     uint32_t gpus, tp, pp;
@@ -209,68 +257,32 @@ Test(megatron, published_fp16_runs_fit_simulated, .timeout = 60)
  * Korthikanti et al. count under full recomputation: each layer's input
  * 2sbh (not divided by t without sequence parallelism) and the
  * embedding's dropout mask sbh and token ids 8sb (Megatron's
- * theoretical_memory_usage.py);
+ * theoretical_memory_usage.py); with sequence parallelism (section
+ * 4.2.2: the residual stream, norms and dropouts on s/t tokens) 2sbh/t
+ * and sbh/t, the token ids whole (every rank reads them);
  * on a middle stage the layers' inputs alone (the first the received
  * hidden states). 1F1B keeps min(p - s, m) micro-batches. */
 Test(megatron, one_more_micro_batch_in_flight_korthikanti_full)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    double sbh = (double)in.seq * (double)in.hidden;
-    for (uint32_t stage = 0; stage < 2; stage++) {
-        vp_stage_sim a, b;
-        p.accum = 2;
-        sim_stage(cm, &c, &p, stage, &a);
-        p.accum = 3;
-        sim_stage(cm, &c, &p, stage, &b);
-        cr_assert_eq(a.in_flight, 2u);
-        cr_assert_eq(b.in_flight, 3u);
-        double want = a.layers * 2 * sbh + (stage == 0 ? sbh + 8.0 * in.seq : 0);
-        cr_assert_eq((double)(b.peak_alloc - a.peak_alloc), want,
-                     "stage %u: %llu vs %.0f", stage,
-                     (unsigned long long)(b.peak_alloc - a.peak_alloc),
-                     want);
+    gpt3 f;
+    gpt3_open(&f);
+    vp_par p = f.p;
+    double sbh = (double)f.in.seq * (double)f.in.hidden;
+    for (int sp = 0; sp < 2; sp++) {
+        p.sp = sp;
+        double d = sp ? p.tp : 1; /* sequence parallelism: s/t tokens */
+        for (uint32_t stage = 0; stage < 2; stage++) {
+            vp_stage_sim a, b;
+            double got = one_more(f.cm, &f.c, p, stage, &a, &b);
+            cr_assert_eq(a.in_flight, 2u);
+            cr_assert_eq(b.in_flight, 3u);
+            double want = a.layers * 2 * sbh / d +
+                          (stage == 0 ? sbh / d + 8.0 * f.in.seq : 0);
+            cr_assert_eq(got, want, "sp %d stage %u: %.0f vs %.0f", sp,
+                         stage, got, want);
+        }
     }
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
-}
-
-/* Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): the
- * residual stream, norms and dropouts on s/t tokens, so one more micro-
- * batch in flight under full recomputation adds each layer's input
- * 2sbh/t, and on the first stage the embedding's dropout mask sbh/t and
- * the token ids 8sb (the whole sequence's: every rank reads them). */
-Test(megatron_sp, one_more_micro_batch_in_flight_full)
-{
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.sp = true;
-    double sbh = (double)in.seq * (double)in.hidden, t = 8;
-    for (uint32_t stage = 0; stage < 2; stage++) {
-        vp_stage_sim a, b;
-        p.accum = 2;
-        sim_stage(cm, &c, &p, stage, &a);
-        p.accum = 3;
-        sim_stage(cm, &c, &p, stage, &b);
-        double want = a.layers * 2 * sbh / t +
-                      (stage == 0 ? sbh / t + 8.0 * in.seq : 0);
-        cr_assert_eq((double)(b.peak_alloc - a.peak_alloc), want,
-                     "stage %u: %llu vs %.0f", stage,
-                     (unsigned long long)(b.peak_alloc - a.peak_alloc),
-                     want);
-    }
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    gpt3_close(&f);
 }
 
 /* Without recomputation a middle stage's micro-batch keeps, per layer,
@@ -279,51 +291,37 @@ Test(megatron_sp, one_more_micro_batch_in_flight_full)
  * paper leaves them out). */
 Test(megatron_sp, korthikanti_table2_per_layer)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    gpt3 f;
+    gpt3_open(&f);
+    vp_par p = f.p;
     p.sp = true;
     p.recompute = VP_RC_NONE;
-    double s = (double)in.seq, h = (double)in.hidden, t = 8;
-    double a_ = (double)in.heads;
+    double s = (double)f.in.seq, h = (double)f.in.hidden, t = 8;
+    double a_ = (double)f.in.heads;
     vp_stage_sim x, y;
-    p.accum = 2;
-    sim_stage(cm, &c, &p, 1, &x);
-    p.accum = 3;
-    sim_stage(cm, &c, &p, 1, &y);
     double layer = 34 * s * h / t + 5 * a_ * s * s / t + 2 * 8 * s / t;
-    double got = (double)(y.peak_alloc - x.peak_alloc);
-    fprintf(stderr, "SP per micro-batch, middle stage: %.0f vs %.0f "
-                    "(%+.4f%%)\n",
-            got, x.layers * layer, 100 * (got / (x.layers * layer) - 1));
-    cr_assert_eq(got, x.layers * layer);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    double got = one_more(f.cm, &f.c, p, 1, &x, &y);
+    cr_assert_eq(got, x.layers * layer, "%.0f vs %.0f", got,
+                 x.layers * layer);
+    gpt3_close(&f);
 }
 
 /* Stage s of p holds min(p - s, m) forwards: the last stage one. */
 Test(megatron, in_flight_per_stage)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
+    gpt3 f;
+    gpt3_open(&f);
+    vp_par p = f.p;
     p.accum = 64;
     uint32_t want[] = {16, 15, 8, 1};
     uint32_t st[] = {0, 1, 8, 15};
     for (int i = 0; i < 4; i++) {
         vp_stage_sim r;
-        sim_stage(cm, &c, &p, st[i], &r);
+        sim_stage(f.cm, &f.c, &p, st[i], &r);
         cr_assert_eq(r.in_flight, want[i], "stage %u", st[i]);
         cr_assert_eq(r.layers, 6u);
     }
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    gpt3_close(&f);
 }
 
 /* Megatron's states at the peak, bf16: 2 B parameters (and buffers), the 4 B fp32
@@ -451,17 +449,8 @@ Test(megatron_cp, micro_batch_keeps_the_s_over_cp_bytes)
     q.cp = 1;
     q.dp = 4;
     vp_stage_sim a2, a3, h2, h3;
-    p.accum = q.accum = 2;
-    sim_stage(cm, &c, &p, 1, &a2);
-    sim_stage(half, &c, &q, 1, &h2);
-    p.accum = q.accum = 3;
-    sim_stage(cm, &c, &p, 1, &a3);
-    sim_stage(half, &c, &q, 1, &h3);
-    double cpd = (double)(a3.peak_alloc - a2.peak_alloc);
-    double hd = (double)(h3.peak_alloc - h2.peak_alloc);
-    fprintf(stderr, "cp 2: +%.0f B a micro-batch, s/2 without cp: +%.0f; "
-                    "peaks %.3f / %.3f GB\n",
-            cpd, hd, a3.peak_alloc / 1e9, h3.peak_alloc / 1e9);
+    double cpd = one_more(cm, &c, p, 1, &a2, &a3);
+    double hd = one_more(half, &c, q, 1, &h2, &h3);
     cr_assert_eq(cpd, hd);
     cr_assert_geq(a3.peak_alloc, h3.peak_alloc);
     vp_cluster_model_free(half);
@@ -476,34 +465,26 @@ Test(megatron_cp, micro_batch_keeps_the_s_over_cp_bytes)
  * chunk's layers' inputs (full recomputation). */
 Test(megatron_interleaved, unequal_chunks_first_heavier)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.schedule = VP_SCHED_INTERLEAVED;
-    p.accum = 16;
+    gpt3 f;
+    gpt3_open(&f);
     vp_stage_sim two, four;
-    p.vpp = 2;
-    sim_stage(cm, &c, &p, 15, &two);
+    vp_par p = gpt3_interleaved(&f, 2, 16);
+    sim_stage(f.cm, &f.c, &p, 15, &two);
     p.vpp = 4;
-    sim_stage(cm, &c, &p, 15, &four);
+    sim_stage(f.cm, &f.c, &p, 15, &four);
     cr_assert_eq(four.layers, 6u);
     cr_assert_eq(four.chunks, 4u);
     /* the last rank: (4 - 1) 16 + 1 = 49 passes of 64 in flight, against
      * 17 of 32 with two chunks */
     cr_assert_eq(four.in_flight, 49u);
     cr_assert_eq(two.in_flight, 17u);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    double sbh = (double)in.seq * (double)in.hidden;
+    double sbh = (double)f.in.seq * (double)f.in.hidden;
     /* at the first backward (the head's, on the last chunk): 16 passes
      * of each of the first three chunks and the last chunk's one, 16 x
      * (2 + 2 + 1) + 1 = 81 layers' inputs, against 16 x 3 + 3 = 51 */
     cr_assert_eq((double)four.peak_alloc - (double)two.peak_alloc,
                  30 * 2 * sbh);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    gpt3_close(&f);
 }
 
 /* Rank s of p with v chunks runs (p - s - 1) 2 + (v - 1) p warm-up
@@ -512,29 +493,23 @@ Test(megatron_interleaved, unequal_chunks_first_heavier)
  * that is fewer. */
 Test(megatron_interleaved, passes_in_flight_per_stage)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.vpp = 2;
-    p.schedule = VP_SCHED_INTERLEAVED;
-    p.accum = 64;
+    gpt3 f;
+    gpt3_open(&f);
+    vp_par p = gpt3_interleaved(&f, 2, 64);
     uint32_t want[] = {47, 45, 31, 17};
     uint32_t st[] = {0, 1, 8, 15};
     for (int i = 0; i < 4; i++) {
         vp_stage_sim r;
-        sim_stage(cm, &c, &p, st[i], &r);
+        sim_stage(f.cm, &f.c, &p, st[i], &r);
         cr_assert_eq(r.in_flight, want[i], "stage %u: %u", st[i],
                      r.in_flight);
         cr_assert_eq(r.chunks, 2u);
     }
     p.accum = 16; /* 32 passes, fewer than stage 1's 44 + 1 */
     vp_stage_sim r;
-    sim_stage(cm, &c, &p, 1, &r);
+    sim_stage(f.cm, &f.c, &p, 1, &r);
     cr_assert_eq(r.in_flight, 32u);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    gpt3_close(&f);
 }
 
 /* Each model-chunk pass in flight on a middle rank keeps its chunk's
@@ -543,27 +518,19 @@ Test(megatron_interleaved, passes_in_flight_per_stage)
  * 2sbh apart. */
 Test(megatron_interleaved, chunk_passes_keep_their_layers_inputs)
 {
-    vp_model *m = load(T175);
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster c;
-    a100(&c, 1024);
-    vp_par p = par(8, 8, 16, VP_SHARD_MEGATRON);
-    p.vpp = 2;
-    p.schedule = VP_SCHED_INTERLEAVED;
+    gpt3 f;
+    gpt3_open(&f);
     vp_stage_sim a, b;
-    p.accum = 16;
-    sim_stage(cm, &c, &p, 1, &a);
+    vp_par p = gpt3_interleaved(&f, 2, 16);
+    sim_stage(f.cm, &f.c, &p, 1, &a);
     p.accum = 32;
-    sim_stage(cm, &c, &p, 1, &b);
-    double sbh = (double)in.seq * (double)in.hidden;
+    sim_stage(f.cm, &f.c, &p, 1, &b);
+    double sbh = (double)f.in.seq * (double)f.in.hidden;
     double want = (double)(b.in_flight - a.in_flight) * (a.layers / 2) * 2 *
                   sbh;
     cr_assert_eq((double)(b.peak_alloc - a.peak_alloc), want, "%llu vs %.0f",
                  (unsigned long long)(b.peak_alloc - a.peak_alloc), want);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    gpt3_close(&f);
 }
 
 /* The search simulates its candidates where the simulated rank stands for
@@ -660,11 +627,7 @@ Test(megatron_flavour, a_micro_batch_keeps_korthikanti_count)
             vp_par p = par(1, t, 4, VP_SHARD_MEGATRON);
             p.recompute = VP_RC_NONE;
             vp_stage_sim a, b;
-            p.accum = 2;
-            sim_stage(cm, &c, &p, 1, &a);
-            p.accum = 3;
-            sim_stage(cm, &c, &p, 1, &b);
-            double got = (double)b.peak_alloc - (double)a.peak_alloc;
+            double got = one_more(cm, &c, p, 1, &a, &b);
             double want = a.layers * korthikanti_layer(&in, t);
             cr_assert_eq(got, want, "%s t %u: %.0f vs %.0f", models[k], t,
                          got, want);
