@@ -114,6 +114,8 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
     sp_linear(c, &o);
+    if (c->t->megatron && c->t->fp8 && c->scope[0])
+        o.flags |= VP_OPF_FP8;
     VP_TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(o.in_features, out_f, &wn))

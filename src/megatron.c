@@ -32,8 +32,6 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "mixture-of-experts layers";
     if (p->pp > 1 && p->schedule == VP_SCHED_GPIPE)
         return "GPipe (Megatron runs 1F1B)";
-    if (p->dtype == VP_DT_FP8)
-        return "fp8";
     if (p->offload == VP_OFFLOAD_ALL)
         return "parameter offload (Megatron offloads the optimizer)";
     return NULL;
@@ -74,6 +72,7 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
     tf.chunks = p->vpp;
     tf.cp = p->cp;
     tf.megatron = true;
+    tf.fp8 = p->dtype == VP_DT_FP8;
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq / p->cp,
@@ -218,12 +217,13 @@ static uint32_t stages_to_run(const vp_par *p, uint32_t st[3])
 static void to_mem(const vp_stage_sim *r, vp_cluster_mem *m)
 {
     const uint64_t *k = r->by_category;
-    m->weights = k[VP_CAT_PARAM];
+    /* fp8: Transformer Engine's cached fp8 weights are weights */
+    m->weights = k[VP_CAT_PARAM] + k[VP_CAT_CAST];
     m->grads = k[VP_CAT_GRAD];
     m->optimizer = k[VP_CAT_OPTIM];
     m->buffers = 0;
     m->activations = k[VP_CAT_ACT] + k[VP_CAT_INPUT];
-    m->transient = k[VP_CAT_TEMP] + k[VP_CAT_CAST] + k[VP_CAT_WORKSPACE];
+    m->transient = k[VP_CAT_TEMP] + k[VP_CAT_WORKSPACE];
     m->overhead = r->peak_reserved - r->peak_alloc;
     m->total = r->total;
     m->stage = r->stage;

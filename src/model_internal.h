@@ -110,6 +110,9 @@ typedef struct vp_tf {
      * the flash kernel for SDPA, the vocab-parallel cross entropy on
      * unshifted labels */
     bool megatron;
+    /* with it, Transformer Engine's fp8 linears in the layers (--fp8-
+     * format; VP_OPF_FP8); the output layer stays in 16 bits */
+    bool fp8;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

@@ -833,7 +833,7 @@ static void sim_destroy(sim *S)
                       S->lay, S->glay, S->saved, S->n_saved, S->grad_t,
                       S->consumers, S->reload, S->sel, S->int8, S->opc,
                       S->leaf, S->pgrad, S->cast, S->st1, S->st2,
-                      S->ckpt, S->held, S->ckin, S->ph};
+                      S->ckpt, S->held, S->ckin, S->ph, S->fp8w};
     vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
 

@@ -139,6 +139,10 @@ typedef struct sim {
      * an interleaved pipeline rank's model chunk (sim_pipe.c); op_hi 0:
      * all of them */
     uint32_t op_lo, op_hi;
+    /* per param: Transformer Engine's fp8 weight copy and transpose with
+     * the scaling metadata, made at its first fp8 forward and kept
+     * (ops/linear.c); NULL until then */
+    uint32_t *fp8w;
     /* results */
     vp_estimate *out;
     uint64_t peak;

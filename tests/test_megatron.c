@@ -306,7 +306,8 @@ Test(megatron_sp, korthikanti_table2_per_layer)
     gpt3_close(&f);
 }
 
-/* Stage s of p holds min(p - s, m) forwards: the last stage one. */
+/* Stage s of p holds min(p - s, m) forwards: the last stage one; a
+ * stage past the last is refused. */
 Test(megatron, in_flight_per_stage)
 {
     gpt3 f;
@@ -321,6 +322,9 @@ Test(megatron, in_flight_per_stage)
         cr_assert_eq(r.in_flight, want[i], "stage %u", st[i]);
         cr_assert_eq(r.layers, 6u);
     }
+    vp_stage_sim r;
+    vp_error err;
+    cr_assert_eq(vp_cluster_stage_sim(f.cm, &f.c, &p, 16, &r, &err), VP_EARG);
     gpt3_close(&f);
 }
 
@@ -410,19 +414,17 @@ Test(megatron, fp16_main_grads_at_the_step)
 /* What the simulated path does not model yet is refused by name. */
 Test(megatron, unsupported_layouts_are_named)
 {
-    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_model *m = load("models/mixtral-8x7b.yaml");
     vp_cluster_model *cm = cmodel(m);
     vp_cluster c;
     gpu(&c, "h100-80g", 64);
     vp_par p = par(8, 8, 1, VP_SHARD_MEGATRON);
-    p.dtype = VP_DT_FP8;
     vp_stage_sim r;
     vp_error err;
     cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
                  VP_EUNSUPPORTED, "%s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "fp8"), "%s", err.msg);
-    p.dtype = VP_DT_BF16;
-    cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 1, &r, &err), VP_EARG);
+    cr_assert_not_null(strstr(err.msg, "mixture-of-experts"), "%s",
+                       err.msg);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
@@ -635,6 +637,49 @@ Test(megatron_flavour, a_micro_batch_keeps_korthikanti_count)
         vp_cluster_model_free(cm);
         vp_model_free(m);
     }
+}
+
+/* fp8 (Transformer Engine, --fp8-format): a layer's linears save the
+ * fp8 cast of their inputs, 1 B an element, where bf16 keeps 2; the
+ * fused attention keeps its own bf16 output, linear_proj the fp8 cast of
+ * it; the fused SwiGLU its bf16 input. So a middle stage's micro-batch
+ * (Llama 3 8B, t 2, pp 4, stage 1, no recomputation) keeps Korthikanti's
+ * count less 1 B for each of the four linear inputs (qkv and fc1: the
+ * norms' outputs, replicated; fc2: f/t) and plus 1 B for the attention
+ * output; and every linear of the layers has a cached fp8 weight and
+ * transpose, 2 B a weight element, with its module's scaling metadata. */
+Test(megatron_fp8, linear_inputs_in_one_byte)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c;
+    gpu(&c, "h100-80g", 8);
+    vp_par p = par(1, 2, 4, VP_SHARD_MEGATRON);
+    p.recompute = VP_RC_NONE;
+    vp_stage_sim a, b;
+    double bf = one_more(cm, &c, p, 1, &a, &b);
+    p.dtype = VP_DT_FP8;
+    vp_stage_sim a8, b8;
+    double f8 = one_more(cm, &c, p, 1, &a8, &b8);
+    double s = (double)in.seq, h = (double)in.hidden, t = 2;
+    double qd = (double)in.heads * (double)in.head_dim / t;
+    double f = (double)in.ffn / t;
+    double per_layer = -(2 * s * h) - s * f + s * qd;
+    cr_assert_eq(bf, a.layers * korthikanti_layer(&in, t));
+    cr_assert_eq(f8 - bf, a.layers * per_layer, "%.0f vs %.0f", f8 - bf,
+                 a.layers * per_layer);
+    /* the layers' linear weights: (qkv + proj + fc1 + fc2) / t */
+    double kv = (double)in.kv_heads * (double)in.head_dim / t;
+    double w = h * (qd + 2 * kv) + qd * h + h * 2 * f + f * h;
+    /* and the four modules' scaling metadata, six fp32 tensors of at
+     * most 3 elements each (a 512-B block) */
+    cr_assert_eq(a.by_category[VP_CAT_CAST], 0u);
+    cr_assert_eq((double)a8.by_category[VP_CAT_CAST],
+                 a8.layers * (2 * w + 4 * 6 * 512));
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
 }
 
 /* The search simulates its Megatron candidates through the flavour: a

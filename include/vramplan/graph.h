@@ -217,6 +217,11 @@ typedef struct vp_op {
  * (ops/embed_loss.c). Set by the Megatron op flavour of the transformer
  * builder (vp_tf.megatron). */
 #define VP_OPF_MEGATRON 0x2000000u
+/* Transformer Engine's fp8 linear (Megatron --fp8-format; ops/linear.c):
+ * the input cast to fp8 for the GEMM and saved in one byte, the weight's
+ * fp8 copy and transpose cached across micro-batches, the scaling
+ * metadata; the backward's fp8 casts of the gradient and transposes. */
+#define VP_OPF_FP8 0x8000000u
 #define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
                                       DeepSeek-V3's router gate          */
 

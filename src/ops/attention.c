@@ -338,9 +338,11 @@ static bool output_kept(const sim *S, uint32_t i)
     const vp_graph *g = S->g;
     for (uint32_t k = i + 1; k < g->n_ops; k++) {
         const vp_op *c = &g->ops[k];
+        /* an fp8 linear saves its fp8 cast, not this output */
         for (uint32_t j = 0; j < c->n_inputs; j++)
             if (c->inputs[j] == i && c->kind == VP_OP_LINEAR &&
-                c->n_params && g->params[c->params[0]].trainable)
+                !(c->flags & VP_OPF_FP8) && c->n_params &&
+                g->params[c->params[0]].trainable)
                 return true;
     }
     return false;
