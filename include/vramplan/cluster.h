@@ -509,10 +509,11 @@ typedef struct vp_stage_sim {
 } vp_stage_sim;
 
 /* Simulate stage `stage` of a Megatron layout (sharding megatron-ddp or
- * distributed-optimizer, 1F1B, interleaved or one stage, bf16/fp16/fp32,
- * with or without sequence parallelism). Layouts the simulated path does
- * not model yet (context parallelism, experts, fp8, offload) are
- * VP_EUNSUPPORTED naming the feature. */
+ * distributed-optimizer, 1F1B, interleaved or one stage, bf16/fp16/fp32/
+ * fp8, sequence and context parallelism, optimizer offload), the stage's
+ * graph in Megatron's op flavour. Layouts the simulated path does not
+ * model yet (experts, parameter offload, layer forms the flavour does not
+ * build) are VP_EUNSUPPORTED naming the feature. */
 vp_status vp_cluster_stage_sim(vp_cluster_model *cm,
                                const vp_cluster *c, const vp_par *p,
                                uint32_t stage, vp_stage_sim *out,
