@@ -41,14 +41,9 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
     const vp_par *p = &e->par;
     if (!modelled(cm, p))
         return VP_OK;
-    /* the graph is the model's own ops: it stands for the engine's rank
-     * where they keep what the fitted layer keeps (megatron.c) */
-    const vp__act *a;
-    vp_status st = vp__act_get(cm, vp__cls_of(p), 1, &a, err);
-    if (st != VP_OK)
-        return st;
-    if (fabs(vp__fused_layer_gap(cm, a, p)) > 1e-3)
-        return VP_OK;
+    /* the graph is the model's own ops, as a Hugging Face model runs
+     * under DeepSpeed's engine */
+    vp_status st;
     vp_tf tf;
     vp_cluster_model_info in;
     vp_cluster_model_info_get(cm, &in);

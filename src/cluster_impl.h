@@ -195,12 +195,6 @@ static inline bool vp__on(vp_switch s, bool dflt)
     return s == VP_AUTO ? dflt : s == VP_ON;
 }
 
-/* Megatron's fused-kernel bytes of a layer over the simulated layer's
- * (the model's own ops) at p's micro-batch and degrees, minus 1
- * (cluster_mem.c): 0 where the model's ops save what the engine's
- * kernels save (Korthikanti et al.'s models). */
-double vp__fused_layer_gap(const vp_cluster_model *cm, const vp__act *a,
-                           const vp_par *p);
 /* Candidates of a search re-evaluated by simulation (cluster_search.c):
  * the fastest family bests, at least 20. */
 #define VP__VERIFY_TOP 24

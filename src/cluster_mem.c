@@ -408,16 +408,6 @@ static double fused_layer(const vp_cluster_model *cm, const vp__act *a,
     return eb * keep + (p->dtype == VP_DT_FP8 ? 1.0 : eb) * lin + mask + s2;
 }
 
-double vp__fused_layer_gap(const vp_cluster_model *cm, const vp__act *a,
-                           const vp_par *p)
-{
-    double att;
-    double b = (double)p->micro_batch, t = (double)p->tp;
-    double sim = vp__fitv(&a->q[VP__Q_LAYER], b, t, p->sp);
-    double fused = fused_layer(cm, a, p, &att);
-    return sim > 0 ? fused / sim - 1 : 1;
-}
-
 /* The activation terms of one micro-batch. */
 typedef struct {
     double saved, trans, emb, head_saved, head_peak, extra;

@@ -273,9 +273,12 @@ static vp_status check_cfg(const vp_dist *c, vp_error *err)
     if (c->reshard_after_forward > (int32_t)VP_DIST_MAX_WORLD)
         return vp_error_set(err, VP_EARG, "reshard_after_forward %d is too "
                             "large", (int)c->reshard_after_forward);
-    if (c->cpu_offload && c->strategy != VP_DIST_FSDP2)
+    if (c->cpu_offload && c->strategy != VP_DIST_FSDP2 &&
+        c->strategy != VP_DIST_MEGATRON_DISTOPT)
         return vp_error_set(err, VP_EARG,
-                            "CPUOffloadPolicy is fully_shard's (fsdp2)");
+                            "CPUOffloadPolicy is fully_shard's (fsdp2); "
+                            "--optimizer-cpu-offload Megatron's distributed "
+                            "optimizer (megatron-distopt)");
     if (c->overlap_with_ddp && c->strategy != VP_DIST_DDP_ZERO1)
         return vp_error_set(err, VP_EARG,
                             "overlap_with_ddp is ZeroRedundancyOptimizer's "

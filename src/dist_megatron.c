@@ -19,7 +19,13 @@
  *   training/arguments.py                     bf16 sets accumulate_allreduce_
  *       grads_in_fp32
  * The fused Adam (Apex / Transformer Engine FusedAdam) steps in place:
- * its two moments, fp32, made at the first step; no temporaries. */
+ * its two moments, fp32, made at the first step; no temporaries.
+ * --optimizer-cpu-offload (vp_dist.cpu_offload; optimizer/cpu_offloading/
+ * hybrid_optimizer.py, HybridDeviceOptimizer with offload_fraction 1 and
+ * param_update_in_fp32): each shard of the bf16 parameters is cloned to
+ * pinned host memory and to fp32 there, its gradient copied to the host,
+ * stepped by the CPU Adam and copied back into the device parameter: on
+ * the device the parameters and the gradient buffer only. */
 #include <stdlib.h>
 
 #include "dist_internal.h"
@@ -64,7 +70,7 @@ static vp_status meg_init(sim *S, vp__dist *d)
     /* arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; fp16
      * keeps the buffer in fp16 (the flag's default) */
     m->grad_eb = S->s->precision == VP_PREC_FP16 ? 2 : 4;
-    S->n_opt = 1;
+    S->n_opt = d->cfg->cpu_offload ? 0 : 1;
     S->opt_numel = &m->shard;
     S->opt_on = &m->on;
     S->opt_eb = 4;
@@ -91,7 +97,7 @@ static void meg_wrap(sim *S, uint32_t *model)
     }
     m->buf = vp__dist_alloc(S, vp__mulc(S, m->numel, m->grad_eb), VP_CAT_GRAD,
                             VP_STREAM_DEFAULT, "megatron grad_data");
-    if (pe != 4)
+    if (pe != 4 && !d->cfg->cpu_offload)
         vp__dist_alloc(S, vp__mulc(S, m->shard, 4), VP_CAT_OPTIM,
                        VP_STREAM_DEFAULT, "megatron main params");
 }
@@ -113,7 +119,7 @@ static void meg_grad_ready(sim *S, uint32_t p)
 static void meg_opt_begin(sim *S)
 {
     meg *m = S->dist->impl;
-    if (m->grad_eb != 4)
+    if (m->grad_eb != 4 && !S->dist->cfg->cpu_offload)
         m->main = vp__dist_alloc(S, vp__mulc(S, m->shard, 4), VP_CAT_TEMP,
                                  VP_STREAM_DEFAULT, "megatron main grads");
 }

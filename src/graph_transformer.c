@@ -27,6 +27,9 @@ static void set_shape(vp_op *o, uint32_t nd, uint64_t a, uint64_t b,
     o->shape[3] = d;
 }
 
+/* The sequence-parallel degree (1: none). */
+static uint64_t sp_of(const vp_tf *t) { return t->sp > 1 ? t->sp : 1; }
+
 static void same_shape(const tb *c, vp_op *o, uint32_t in)
 {
     const vp_op *s = &c->g->ops[in];
@@ -78,6 +81,27 @@ static vp_status named(tb *c, vp_op *o, const char *leaf)
     return o->name ? VP_OK : vp_error_set(c->err, VP_ENOMEM, "out of memory");
 }
 
+/* Sequence parallelism (tf.sp > 1, megatron/core/tensor_parallel/
+ * layers.py): a linear on the residual stream's S/sp tokens is column-
+ * parallel, its input gathered to the whole sequence; one from the whole
+ * sequence back to the hidden width is row-parallel, its output
+ * reduce-scattered to S/sp tokens (mappings.py, reduce_scatter_to_
+ * sequence_parallel_region). Shapes [B, S, features]. */
+static void sp_linear(const tb *c, vp_op *o)
+{
+    uint32_t sp = c->t->sp;
+    uint64_t S = c->g->seq;
+    if (sp <= 1 || o->ndim != 3)
+        return;
+    if (o->shape[1] == S / sp) {
+        o->shape[1] = S;
+        o->flags |= VP_OPF_SP_GATHER;
+    } else if (o->shape[1] == S && o->out_features == c->t->hidden) {
+        o->shape[1] = S / sp;
+        o->flags |= VP_OPF_SP_SCATTER;
+    }
+}
+
 static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
                         bool bias, int64_t tied_weight, uint32_t *idx)
 {
@@ -89,6 +113,9 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.in_features = o.shape[o.ndim - 1];
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
+    sp_linear(c, &o);
+    if (c->t->megatron && c->t->fp8 && c->scope[0])
+        o.flags |= VP_OPF_FP8;
     VP_TRY(named(c, &o, leaf));
     uint64_t wn;
     if (!vp_mul_u64(o.in_features, out_f, &wn))
@@ -110,6 +137,8 @@ static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
                                               : VP_OP_LAYERNORM);
     if (c->t->x.norm_offset)
         o.flags |= VP_OPF_NORM_OFFSET;
+    if (c->t->megatron)
+        o.flags |= VP_OPF_MEGATRON;
     o.n_inputs = 1;
     o.inputs[0] = in;
     same_shape(c, &o, in);
@@ -223,6 +252,34 @@ static vp_status mlp_fused(tb *c, uint32_t x, uint64_t f, const char *pre,
     return linear(c, h, n6, t->hidden, t->bias, -1, out);
 }
 
+/* Megatron's gated MLP (megatron/core/transformer/mlp.py, MLP.forward
+ * with gated_linear_unit): linear_fc1 makes the gate and up halves in one
+ * [.., 2f] output; the fused bias_swiglu_impl (fusions/fused_bias_swiglu.
+ * py, SwiGLUFunction; bias_geglu_impl for GEGLU) saves that input alone
+ * and returns act(gate) * up, [.., f]; linear_fc2 saves its input. */
+static vp_status mlp_megatron(tb *c, uint32_t x, uint64_t f, const char *pre,
+                              uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    char n1[64], n2[64], n3[64];
+    snprintf(n1, sizeof n1, "%slinear_fc1", pre);
+    snprintf(n2, sizeof n2, "%sact", pre);
+    snprintf(n3, sizeof n3, "%slinear_fc2", pre);
+    uint64_t f2;
+    uint32_t fc1, h;
+    if (!vp_mul_u64(f, 2, &f2))
+        return vp__tb_overflow(c, "linear_fc1");
+    VP_TRY(linear(c, x, n1, f2, t->bias, -1, &fc1));
+    vp_op o;
+    op_init(&o, t->act == VP_ACT_SWIGLU ? VP_OP_SILU : VP_OP_GELU);
+    o.n_inputs = 1;
+    o.inputs[0] = fc1;
+    same_shape(c, &o, fc1);
+    o.shape[o.ndim - 1] = f;
+    VP_TRY(push(c, &o, n2, &h));
+    return linear(c, h, n3, t->hidden, t->bias, -1, out);
+}
+
 /* The MLP (or gated MLP) of inner size f on input x. */
 static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
                      uint32_t *out)
@@ -235,6 +292,9 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     snprintf(n4, sizeof n4, "%smul", pre);
     snprintf(n5, sizeof n5, "%sdown_proj", pre);
     uint32_t a, b, h;
+    bool gated = t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU;
+    if (t->megatron && gated)
+        return mlp_megatron(c, x, f, pre, out);
     if (t->x.fused_gate_up)
         return mlp_fused(c, x, f, pre, out);
     if (t->act == VP_ACT_SWIGLU || t->act == VP_ACT_GEGLU) {
@@ -246,8 +306,11 @@ static vp_status mlp(tb *c, uint32_t x, uint64_t f, const char *pre,
     } else {
         snprintf(n1, sizeof n1, "%sfc", pre);
         VP_TRY(linear(c, x, n1, f, t->bias, -1, &a));
-        vp_op_kind k = t->act == VP_ACT_RELU        ? VP_OP_RELU
-                       : t->act == VP_ACT_GELU_TANH ? VP_OP_GELU_TANH
+        /* Megatron's fused bias_gelu_impl (the tanh approximation)
+         * saves its input as GELU does */
+        vp_op_kind k = t->act == VP_ACT_RELU ? VP_OP_RELU
+                       : t->act == VP_ACT_GELU_TANH && !t->megatron
+                           ? VP_OP_GELU_TANH
                        : t->act == VP_ACT_SILU      ? VP_OP_SILU
                                                     : VP_OP_GELU;
         VP_TRY(unary(c, k, a, n3, &h));
@@ -306,6 +369,13 @@ static vp_status qkv(tb *c, uint32_t x, uint32_t *q, uint32_t *k,
     return VP_OK;
 }
 
+/* The Megatron flavour runs Transformer Engine's fused attention for
+ * an SDPA model (the scores never materialised). */
+static bool fused_attn(const vp_tf *t)
+{
+    return t->megatron && t->attn == VP_ATTN_SDPA;
+}
+
 static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
 {
     const vp_tf *t = c->t;
@@ -314,7 +384,11 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     uint64_t qd = t->heads * t->head_dim, kvd = t->kv_heads * t->head_dim;
     vp_op o;
     op_init(&o, VP_OP_ATTENTION);
-    if (t->fused_qkv) {
+    /* Megatron's linear_qkv under Transformer Engine's attention: its
+     * q, k, v views, all saved by the kernel, keep the bytes of three
+     * projections (HF GPT-2's packed path is its own) */
+    bool packed = t->fused_qkv && !(t->megatron && fused_attn(t));
+    if (packed) {
         uint32_t qkv_out;
         VP_TRY(linear(c, x, "attn.qkv", qd + 2 * kvd, t->qkv_bias, -1,
                       &qkv_out));
@@ -339,17 +413,23 @@ static vp_status attention(tb *c, uint32_t x, uint64_t S, uint32_t *out)
     o.q_len = o.kv_len = S;
     o.causal = t->type == VP_TF_DECODER;
     o.attn_impl = t->attn;
+    if (fused_attn(t))
+        o.attn_impl = VP_ATTN_FLASH;
+    o.cp = t->cp;
     o.dropout = t->p_attn;
     o.window = vp__tf_layer_window(t, c->layer);
     o.softcap = t->x.attn_softcap;
-    if (t->type == VP_TF_DECODER)
+    /* HF's DynamicCache copies (not Megatron's: its fused attention
+     * saves the projections' k and v; the eager scores path keeps the
+     * copies, which stand for the contiguous k and v it saves) */
+    if (t->type == VP_TF_DECODER && !fused_attn(t))
         o.flags |= VP_OPF_KV_COPY;
     if (!t->rotary) /* GPT-2 and BERT: softmax in the scores' dtype */
         o.flags |= VP_OPF_SOFTMAX_NATIVE;
     uint32_t a;
     VP_TRY(push(c, &o, "attn.core", &a));
     VP_TRY(linear(c, a, "attn.o_proj", t->hidden, t->bias, -1, out));
-    if (t->fused_qkv)
+    if (packed)
         c->g->ops[*out].flags |= VP_OPF_ADDMM;
     return VP_OK;
 }
@@ -440,7 +520,11 @@ static vp_status loss(tb *c, uint32_t logits, uint64_t rows, bool upcast,
     o.inputs[0] = logits;
     set_shape(&o, 0, 0, 0, 0, 0);
     o.rows = rows;
-    if (c->t->head == VP_HEAD_CAUSAL_LM)
+    /* Megatron: vocab_parallel_cross_entropy on the data loader's
+     * shifted labels */
+    if (c->t->megatron)
+        o.flags |= VP_OPF_MEGATRON;
+    else if (c->t->head == VP_HEAD_CAUSAL_LM)
         o.flags |= VP_OPF_SHIFT_LABELS;
     const vp_op *lo = &c->g->ops[logits];
     o.classes = lo->shape[lo->ndim - 1];
@@ -459,6 +543,11 @@ static vp_status check_sizes(const tb *c, uint64_t B, uint64_t S)
                            "%llu learned positions",
                            (unsigned long long)S,
                            (unsigned long long)t->max_positions);
+    if (S % sp_of(t))
+        return vp_error_at(c->err, VP_EARG, c->path, t->line, t->col, 1,
+                           "sequence parallelism over %u ranks needs the "
+                           "sequence length (%llu) divisible by them",
+                           t->sp, (unsigned long long)S);
     uint64_t widest = t->hidden, tmp;
     uint64_t qkv = (t->heads + 2 * t->kv_heads) * t->head_dim;
     /* the experts' rows are tokens x top_k (top_k <= 4096 experts, the
@@ -501,7 +590,11 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     o.value = VP_VAL_INDEX;
     set_shape(&o, 2, B, S, 0, 0);
     VP_TRY(push(c, &o, "input_ids", &ids));
-    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, S, x));
+    /* sequence parallelism: the vocab-parallel embedding's output
+     * reduce-scattered to S/sp tokens (VocabParallelEmbedding,
+     * reduce_scatter_embeddings) */
+    uint64_t Sl = S / sp_of(t);
+    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, Sl, x));
     *wte = g->ops[*x].params[0];
     /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
      * (in the embedding's dtype), which HF keeps as inputs_embeds */
@@ -512,14 +605,14 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     if (t->type == VP_TF_ENCODER) /* BertEmbeddings' locals */
         g->ops[*x].flags |= VP_OPF_HOLD_MODULE;
     if (t->type_vocab) {
-        VP_TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B, S,
-                         &e));
+        VP_TRY(embedding(c, ids, "token_type_embeddings", t->type_vocab, B,
+                         Sl, &e));
         if (t->type == VP_TF_ENCODER)
             g->ops[e].flags |= VP_OPF_HOLD_MODULE;
         VP_TRY(binary(c, VP_OP_ADD, *x, e, "embed_add_types", x));
     }
     if (!t->rotary) {
-        VP_TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, S,
+        VP_TRY(embedding(c, ids, "embed_positions", t->max_positions, 1, Sl,
                          &e));
         if (t->type == VP_TF_DECODER)
             g->ops[e].flags |= VP_OPF_HOLD_FWD;
@@ -562,7 +655,7 @@ static vp_status stage_input(tb *c, uint64_t B, uint64_t S, uint32_t *x)
     vp_op o;
     op_init(&o, VP_OP_INPUT);
     o.value = VP_VAL_FLOAT;
-    set_shape(&o, 3, B, S, c->t->hidden, 0);
+    set_shape(&o, 3, B, S / sp_of(c->t), c->t->hidden, 0);
     return push(c, &o, "pipe_recv", x);
 }
 
@@ -641,18 +734,27 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte = 0;
-    if (t->stage_in)
-        VP_TRY(stage_input(&c, B, S, &x));
-    else
-        VP_TRY(embeddings(&c, B, S, &x, &wte));
-    for (uint64_t l = 0; l < t->layers; l++) {
-        c.layer = l;
-        snprintf(c.scope, sizeof c.scope, "layers.%llu",
-                 (unsigned long long)l);
-        uint32_t first = (uint32_t)g->n_ops;
-        VP_TRY(layer(&c, x, S, &x));
-        VP_TRY(vp__graph_add_segment(g, c.scope, first, (uint32_t)g->n_ops - 1,
-                                     true, err));
+    /* an interleaved pipeline rank's model chunks (tf.chunks > 1,
+     * megatron.c): each its own input (the previous virtual stage's
+     * hidden states; the embeddings for the first rank's first chunk),
+     * its share of the layers (as even as can be, the remainder on the
+     * first chunks), its output sent */
+    uint64_t nch = t->chunks > 1 ? t->chunks : 1, l = 0;
+    for (uint64_t ch = 0; ch < nch; ch++) {
+        if (t->stage_in || ch > 0)
+            VP_TRY(stage_input(&c, B, S, &x));
+        else
+            VP_TRY(embeddings(&c, B, S, &x, &wte));
+        uint64_t end = l + t->layers / nch + (ch < t->layers % nch);
+        for (; l < end; l++) {
+            c.layer = l;
+            snprintf(c.scope, sizeof c.scope, "layers.%llu",
+                     (unsigned long long)l);
+            uint32_t first = (uint32_t)g->n_ops;
+            VP_TRY(layer(&c, x, S, &x));
+            VP_TRY(vp__graph_add_segment(g, c.scope, first,
+                                         (uint32_t)g->n_ops - 1, true, err));
+        }
     }
     c.scope[0] = '\0';
     if (t->stage_out) {

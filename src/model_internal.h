@@ -91,6 +91,28 @@ typedef struct vp_tf {
      * previous stage's hidden states (no embeddings); stage_out, the
      * output is the last layer's (no final norm, head or loss) */
     bool stage_in, stage_out;
+    /* Megatron's sequence parallelism over sp tensor-parallel ranks (0 or
+     * 1: none; megatron.c): the residual stream, norms and dropouts on
+     * S/sp tokens, the column-parallel linears' inputs gathered, the
+     * row-parallel outputs reduce-scattered (VP_OPF_SP_GATHER, _SCATTER) */
+    uint32_t sp;
+    /* an interleaved pipeline rank's model chunks (0 or 1: one; megatron.
+     * c): layers / chunks layers each, each from its own received input
+     * (the first rank's first from the embeddings) */
+    uint32_t chunks;
+    /* Megatron's context parallelism (megatron.c): the graph is one
+     * rank's s/cp tokens, its attention cores Transformer Engine's ring
+     * over cp ranks (vp_op.cp); 0 or 1: none */
+    uint32_t cp;
+    /* the Megatron op flavour (megatron.c): what Megatron-LM's fused
+     * kernels keep (graph_transformer.c, VP_OPF_MEGATRON): fused norms,
+     * gate and up projections in one linear_fc1 with the fused SwiGLU,
+     * the flash kernel for SDPA, the vocab-parallel cross entropy on
+     * unshifted labels */
+    bool megatron;
+    /* with it, Transformer Engine's fp8 linears in the layers (--fp8-
+     * format; VP_OPF_FP8); the output layer stays in 16 bits */
+    bool fp8;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

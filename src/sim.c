@@ -316,7 +316,12 @@ static void forward_pass(sim *S)
     const vp_graph *g = S->g;
     if (S->dist)
         vp__dist_fwd_begin(S);
-    for (uint32_t i = 0; i < g->n_ops && OK(S); i++) {
+    /* the model's masks before its first layer (of the chunk) */
+    uint32_t mask_at = NONE, end = vp__op_end(S);
+    for (size_t k = 0; k < g->n_segs && mask_at == NONE; k++)
+        if (g->segs[k].first_op >= S->op_lo)
+            mask_at = g->segs[k].first_op;
+    for (uint32_t i = S->op_lo; i < end && OK(S); i++) {
         const vp_op *o = &g->ops[i];
         bool ck = S->training && o->segment >= 0 && S->ckpt[o->segment];
         if (ck && g->segs[o->segment].first_op == i) {
@@ -329,7 +334,7 @@ static void forward_pass(sim *S)
                         ckpt_save_input(S, o->segment, S->out_t[in]);
                 }
         }
-        if (g->n_segs && i == g->segs[0].first_op)
+        if (i == mask_at)
             vp__attention_model_mask(S);
         if (S->dist)
             vp__dist_fwd_op(S, i, false);
@@ -352,7 +357,7 @@ static void backward_ops(sim *S, uint32_t *refs_of)
     if (S->dist)
         vp__dist_bwd_begin(S);
     int32_t active_seg = -1;
-    for (uint32_t ii = (uint32_t)g->n_ops; ii-- > 0 && OK(S);) {
+    for (uint32_t ii = vp__op_end(S); ii-- > S->op_lo && OK(S);) {
         const vp_op *o = &g->ops[ii];
         if (S->dist)
             vp__dist_bwd_op(S, ii, false);
@@ -667,7 +672,7 @@ static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
     const vp_graph *g = S->g;
     *nb = 0;
     S->cur_op = "batch";
-    for (uint32_t i = 0; i < g->n_ops; i++) {
+    for (uint32_t i = S->op_lo; i < vp__op_end(S); i++) {
         const vp_op *o = &g->ops[i];
         if (o->kind == VP_OP_INPUT) {
             uint8_t e = o->value == VP_VAL_INDEX ? 8 : S->half ? 2 : 4;
@@ -830,7 +835,7 @@ static void sim_destroy(sim *S)
                       S->lay, S->glay, S->saved, S->n_saved, S->grad_t,
                       S->consumers, S->reload, S->sel, S->int8, S->opc,
                       S->leaf, S->pgrad, S->cast, S->st1, S->st2,
-                      S->ckpt, S->held, S->ckin, S->ph};
+                      S->ckpt, S->held, S->ckin, S->ph, S->fp8w};
     vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
 

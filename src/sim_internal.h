@@ -129,6 +129,20 @@ typedef struct sim {
     uint64_t retries_skipped; /* allocator retries of the micro-batches
                                  the steady state skipped (sim_steady.c) */
     bool ws_fwd_lt, ws_bwd, ws_bwd_lt;
+    /* Megatron's global "mpu" buffer (parallel_state.py GlobalMemoryBuffer
+     * .get_tensor): the sequence-parallel all-gathers' target, made at
+     * the first, replaced by a larger request, never freed (ops/linear.c);
+     * mpu_bytes 0: not made */
+    uint32_t mpu;
+    uint64_t mpu_bytes;
+    /* the ops a forward, a backward and a batch cover: [op_lo, op_hi),
+     * an interleaved pipeline rank's model chunk (sim_pipe.c); op_hi 0:
+     * all of them */
+    uint32_t op_lo, op_hi;
+    /* per param: Transformer Engine's fp8 weight copy and transpose with
+     * the scaling metadata, made at its first fp8 forward and kept
+     * (ops/linear.c); NULL until then */
+    uint32_t *fp8w;
     /* results */
     vp_estimate *out;
     uint64_t peak;
@@ -375,6 +389,17 @@ void vp__attention_math_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint32_t k,
                             uint32_t v, bool kv_contig, uint8_t ce);
 void vp__attention_math_bwd(sim *S, vp__bwd_op *b, uint8_t ce, uint32_t *dq,
                             uint32_t *dk, uint32_t *dv);
+/* The fused attention kernel under Megatron's context parallelism
+ * (vp_op.cp > 1, ops/attention_cp.c): Transformer Engine's ring of cp
+ * ranks; the forward sets f->out and saves q, the last kv received, the
+ * logsumexp (and the output unless keep_out); the backward makes the
+ * gradients of q, k and v. */
+void vp__attention_cp_fwd(sim *S, vp__fwd_op *f, uint32_t q, uint64_t qn,
+                          uint64_t kvn, uint64_t bh, uint8_t ce,
+                          bool keep_out);
+void vp__attention_cp_bwd(sim *S, const vp_op *o, uint64_t qn, uint64_t kvn,
+                          uint8_t ce, uint32_t *dq, uint32_t *dk,
+                          uint32_t *dv);
 /* Bytes of a loss's targets, made with the batch (ops/embed_loss.c). */
 uint64_t vp__loss_target_bytes(sim *S, const vp_op *o);
 
@@ -415,6 +440,12 @@ uint64_t vp__allocated(sim *S);
 vp_status vp__generate_run(sim *S);
 
 /* ---- a pipeline stage (sim_pipe.c; sim.c's pieces it runs) ------------- */
+
+/* The end of the ops a pass covers (sim.op_hi, or all). */
+static inline uint32_t vp__op_end(const sim *S)
+{
+    return S->op_hi ? S->op_hi : (uint32_t)S->g->n_ops;
+}
 
 #define VP__MAX_BATCH 8 /* input tensors of a micro-batch */
 /* The steps of a pipeline stage's schedule (setup.pipe), instead of the

@@ -13,9 +13,18 @@
  * the gradient the next stage sends (recv_backward), or on the last stage
  * from the loss. At most w + 1 micro-batches are in flight.
  *
- * Each micro-batch in flight has its own per-op state (outputs, saved
- * slots, checkpointed inputs, Python holds, autograd leaves, batch): the
- * engine's arrays are swapped for the micro-batch's while it runs. */
+ * The interleaved schedule (vp_pipeline.chunks = v > 1; schedules.py,
+ * forward_backward_pipelining_with_interleaving): the rank's v model
+ * chunks are consecutive op ranges of the graph, each from its own input
+ * op; m v passes (a micro-batch through one chunk), (p - s - 1) 2 +
+ * (v - 1) p of them warm-up forwards (all when that is as many), then a
+ * forward and a backward in turn; get_model_chunk_id orders the chunks
+ * within each group of p micro-batches, reversed for the backwards.
+ *
+ * Each pass in flight has its own per-op state (outputs, saved slots,
+ * checkpointed inputs, Python holds, autograd leaves, batch), taken from
+ * a free list: the engine's arrays are swapped for the pass's while it
+ * runs, and its op range (sim.op_lo, op_hi) bounds the engine's passes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,25 +103,59 @@ static bool ctx_init(mbctx *c, size_t no)
     return true;
 }
 
+/* The schedule's units: a micro-batch's pass through one model chunk,
+ * numbered in forward order (k: micro-batch group k / (p v), chunk
+ * (k mod p v) / p, micro-batch of the group k mod p; with one chunk the
+ * micro-batches in order). */
 typedef struct {
     sim *S;
     mbctx *ctx;
     uint32_t slots, loss, *refs_of;
+    uint32_t stages, chunks;
+    uint32_t *lo;       /* chunks + 1: the chunks' first ops, n_ops last */
+    uint32_t *slot_of;  /* per unit: its context while in flight        */
+    uint32_t *free_slot;
+    uint32_t n_free;
     uint64_t fwd_peak, bwd_peak;
 } sched;
 
-/* The forward of micro-batch k (run()'s micro-batch, sim.c). */
+static uint32_t unit_chunk(const sched *q, uint64_t k)
+{
+    return (uint32_t)(k % ((uint64_t)q->stages * q->chunks) / q->stages);
+}
+
+/* The unit of the k-th backward: get_model_chunk_id(forward=False) runs
+ * the chunks in reverse order within each group (schedules.py). */
+static uint64_t bwd_unit(const sched *q, uint64_t k)
+{
+    uint64_t pv = (uint64_t)q->stages * q->chunks, r = k % pv;
+    uint64_t ch = q->chunks - 1 - r / q->stages;
+    return k - r + ch * q->stages + r % q->stages;
+}
+
+/* The ops of unit k's chunk, for the engine's passes. */
+static void select_chunk(sched *q, uint64_t k)
+{
+    uint32_t c = unit_chunk(q, k);
+    q->S->op_lo = q->lo[c];
+    q->S->op_hi = q->lo[c + 1];
+}
+
+/* The forward of unit k (run()'s micro-batch, sim.c). */
 static void mb_forward(sched *q, uint64_t k)
 {
     sim *S = q->S;
-    mbctx *c = &q->ctx[k % q->slots];
+    q->slot_of[k] = q->free_slot[--q->n_free];
+    mbctx *c = &q->ctx[q->slot_of[k]];
+    select_chunk(q, k);
+    bool loss = q->loss != NONE && q->loss >= S->op_lo && q->loss < S->op_hi;
     swap_ctx(S, c);
     vp__sim_phase(S, VP_PHASE_FORWARD);
     vp__sim_alloc_batch(S, c->batch, &c->nb);
     vp__sim_forward(S);
     if (OK(S)) {
         vp__release_held(S);
-        if (q->loss != NONE) {
+        if (loss) {
             /* the schedule scales the loss by 1/m: a new scalar */
             uint32_t l2 = vp__talloc(S, 4, VP_CAT_TEMP);
             vp__tunref(S, S->out_t[q->loss]);
@@ -126,22 +169,25 @@ static void mb_forward(sched *q, uint64_t k)
     swap_ctx(S, c);
 }
 
-/* The backward of micro-batch k, then its inputs and graph dropped. */
+/* The k-th backward, then its unit's inputs and graph dropped. */
 static void mb_backward(sched *q, uint64_t k)
 {
     sim *S = q->S;
-    const vp_graph *g = S->g;
-    mbctx *c = &q->ctx[k % q->slots];
+    uint64_t u = bwd_unit(q, k);
+    mbctx *c = &q->ctx[q->slot_of[u]];
+    q->free_slot[q->n_free++] = q->slot_of[u];
+    select_chunk(q, u);
     swap_ctx(S, c);
     vp__sim_phase(S, VP_PHASE_BACKWARD);
-    if (q->loss != NONE) {
+    if (q->loss != NONE && q->loss >= S->op_lo && q->loss < S->op_hi) {
         vp__sim_loss_backward(S, q->loss, q->refs_of);
     } else {
-        /* recv_backward: the gradient of the stage's output */
-        uint32_t last = (uint32_t)g->n_ops - 1;
+        /* recv_backward: the gradient of the chunk's output */
+        uint32_t last = S->op_hi - 1;
         S->cur_op = "recv grad";
         S->grad_t[last] = vp__talloc(
-            S, vp__mulc(S, g->ops[last].numel, S->out_eb[last]), VP_CAT_TEMP);
+            S, vp__mulc(S, S->g->ops[last].numel, S->out_eb[last]),
+            VP_CAT_TEMP);
         vp__sim_backward(S, q->refs_of);
     }
     if (S->phase_peak > q->bwd_peak)
@@ -155,19 +201,58 @@ static void mb_backward(sched *q, uint64_t k)
     swap_ctx(S, c);
 }
 
-/* One step's 1F1B schedule. */
-static void schedule(sched *q, uint64_t m, uint64_t w)
+/* One step's schedule over n units, w of them warm-up forwards. */
+static void schedule(sched *q, uint64_t n, uint64_t w)
 {
     sim *S = q->S;
     for (uint64_t k = 0; k < w && OK(S); k++)
         mb_forward(q, k);
-    for (uint64_t i = 0; i + w < m && OK(S); i++) {
+    for (uint64_t i = 0; i + w < n && OK(S); i++) {
         mb_forward(q, w + i);
         if (OK(S))
             mb_backward(q, i);
     }
-    for (uint64_t i = m - w; i < m && OK(S); i++)
+    for (uint64_t i = n - w; i < n && OK(S); i++)
         mb_backward(q, i);
+    S->op_lo = S->op_hi = 0;
+}
+
+/* The warm-up forwards of a rank: min(p - s - 1, m) under 1F1B; with v
+ * chunks (p - s - 1) 2 + (v - 1) p, all the m v units when that is as
+ * many (schedules.py, forward_backward_pipelining_with_interleaving,
+ * microbatch_group_size_per_vp_stage = p). */
+static uint64_t warmup(const vp_pipeline *p, uint32_t v, uint64_t m)
+{
+    uint64_t n = m * v, w;
+    if (v <= 1)
+        w = p->stages - p->stage - 1;
+    else
+        w = (uint64_t)(p->stages - p->stage - 1) * 2 +
+            (uint64_t)(v - 1) * p->stages;
+    return w < n ? w : n;
+}
+
+/* The chunks' first ops: op 0, then each hidden-states input after it
+ * (graph_transformer.c builds each chunk from its own). */
+static vp_status chunk_bounds(sim *S, uint32_t v, uint32_t *lo)
+{
+    const vp_graph *g = S->g;
+    uint32_t n = 1;
+    lo[0] = 0;
+    for (uint32_t i = 1; i < g->n_ops; i++)
+        if (g->ops[i].kind == VP_OP_INPUT &&
+            g->ops[i].value == VP_VAL_FLOAT) {
+            if (n == v)
+                break;
+            lo[n++] = i;
+        }
+    if (n != v)
+        return vp_error_set(S->err, VP_EARG,
+                            "the stage's graph has %u model chunks, not the "
+                            "schedule's %u",
+                            n, v);
+    lo[v] = (uint32_t)g->n_ops;
+    return VP_OK;
 }
 
 static vp_status check(sim *S)
@@ -187,6 +272,12 @@ static vp_status check(sim *S)
                             VP_MAX_ACCUM_UNSTEADY);
     if (S->g->n_ops == 0)
         return vp_error_set(S->err, VP_EARG, "the stage has no ops");
+    if (p->chunks > 1 && S->s->accum % p->stages)
+        return vp_error_set(S->err, VP_EARG,
+                            "the interleaved schedule runs the micro-batches "
+                            "in groups of the %u stages: %llu is not a "
+                            "multiple",
+                            p->stages, (unsigned long long)S->s->accum);
     return VP_OK;
 }
 
@@ -198,20 +289,30 @@ vp_status vp__pipe_run(sim *S)
     if (st != VP_OK)
         return st;
     uint64_t m = S->s->accum;
-    uint64_t w = p->stages - p->stage - 1;
-    if (w > m)
-        w = m;
-    sched q = {S, NULL, (uint32_t)(w + 1), NONE, NULL, 0, 0};
+    uint32_t v = p->chunks > 1 ? p->chunks : 1;
+    uint64_t n = m * v, w = warmup(p, v, m);
+    sched q;
+    memset(&q, 0, sizeof q);
+    q.S = S;
+    q.slots = (uint32_t)(w + 1 < n ? w + 1 : n);
+    q.loss = NONE;
+    q.stages = p->stages;
+    q.chunks = v;
     for (uint32_t i = 0; i < g->n_ops; i++)
         if (vp__op_table[g->ops[i].kind].traits & VP__TRAIT_LOSS)
             q.loss = i;
     q.refs_of = calloc(g->n_ops, sizeof *q.refs_of);
     q.ctx = calloc(q.slots, sizeof *q.ctx);
-    bool ok = q.refs_of && q.ctx;
+    q.lo = calloc(v + 1, sizeof *q.lo);
+    q.slot_of = calloc(n, sizeof *q.slot_of);
+    q.free_slot = calloc(q.slots, sizeof *q.free_slot);
+    bool ok = q.refs_of && q.ctx && q.lo && q.slot_of && q.free_slot;
     for (uint32_t k = 0; ok && k < q.slots; k++)
         ok = ctx_init(&q.ctx[k], g->n_ops);
     if (!ok)
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+    else
+        S->st = chunk_bounds(S, v, q.lo);
     if (OK(S))
         vp__load_model(S);
     vp_estimate *out = S->out;
@@ -221,9 +322,12 @@ vp_status vp__pipe_run(sim *S)
         memset(pk, 0, sizeof *pk);
         pk->start = vp__allocated(S) - out->baseline;
         q.fwd_peak = q.bwd_peak = 0;
+        q.n_free = q.slots;
+        for (uint32_t k = 0; k < q.slots; k++)
+            q.free_slot[k] = q.slots - 1 - k;
         if (S->dist)
             vp__dist_step_begin(S);
-        schedule(&q, m, w);
+        schedule(&q, n, w);
         if (!OK(S))
             break;
         pk->peak[VP_PHASE_FORWARD] = q.fwd_peak - out->baseline;
@@ -246,7 +350,7 @@ vp_status vp__pipe_run(sim *S)
     for (uint32_t k = 0; q.ctx && k < q.slots; k++) {
         ctx_free(&q.ctx[k]);
     }
-    free(q.ctx);
-    free(q.refs_of);
+    void *const arrays[] = {q.ctx, q.refs_of, q.lo, q.slot_of, q.free_slot};
+    vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
     return S->st;
 }

@@ -498,16 +498,22 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
 /* One pipeline stage's rank of a Megatron-LM layout, simulated: the
  * stage's layers (tensor-parallel shards: heads/tp, ffn/tp, vocab/tp), the
  * embedding on the first stage, the head and loss on the last, under the
- * 1F1B schedule (vp_pipeline) with Megatron's bf16 parameters, fp32
+ * 1F1B or interleaved schedule (vp_pipeline), sequence parallelism as
+ * Megatron's layers run it, with Megatron's bf16 parameters, fp32
  * gradient buffer and (distributed) optimizer states, through the
  * simulator and the allocator model. docs/DISTRIBUTED.md "Megatron-LM". */
 typedef struct vp_stage_sim {
     uint32_t stage;          /* 0-based                                     */
     uint32_t layers;         /* decoder layers on the stage                 */
     uint32_t in_flight;      /* micro-batches whose forwards are alive at
-                                once (min(pp - stage, m))                   */
-    uint32_t simulated_mb;   /* micro-batches simulated per step: all,
-                                up to VP_MAX_ACCUM_UNSTEADY                 */
+                                once (min(pp - stage, m)); interleaved:
+                                model-chunk passes, min((pp - stage - 1) 2
+                                + (vpp - 1) pp + 1, m vpp)                  */
+    uint32_t chunks;         /* model chunks of the stage (vpp)             */
+    uint32_t simulated_mb;   /* micro-batches simulated per step: the
+                                warm-up's and two more groups (pp when
+                                interleaved, else 1), at most all and
+                                VP_MAX_ACCUM_UNSTEADY; the rest repeat     */
     uint64_t params;         /* parameter elements on the rank              */
     uint64_t peak_alloc;     /* allocated bytes at the peak                 */
     uint64_t peak_reserved;  /* the allocator's reserved bytes              */
@@ -517,10 +523,11 @@ typedef struct vp_stage_sim {
 } vp_stage_sim;
 
 /* Simulate stage `stage` of a Megatron layout (sharding megatron-ddp or
- * distributed-optimizer, 1F1B or one stage, bf16/fp16/fp32). Layouts the
- * simulated path does not model yet (sequence or context parallelism,
- * experts, interleaving, fp8, offload) are VP_EUNSUPPORTED naming the
- * feature. */
+ * distributed-optimizer, 1F1B, interleaved or one stage, bf16/fp16/fp32/
+ * fp8, sequence and context parallelism, optimizer offload), the stage's
+ * graph in Megatron's op flavour. Layouts the simulated path does not
+ * model yet (experts, parameter offload, layer forms the flavour does not
+ * build) are VP_EUNSUPPORTED naming the feature. */
 vp_status vp_cluster_stage_sim(vp_cluster_model *cm,
                                const vp_cluster *c, const vp_par *p,
                                uint32_t stage, vp_stage_sim *out,

@@ -133,6 +133,9 @@ typedef struct vp_op {
     uint64_t q_len, kv_len;               /* attention                       */
     bool causal;
     vp_attn_impl attn_impl;               /* as described in the model      */
+    uint32_t cp;                          /* attention: Megatron's context-
+                                             parallel ranks (Transformer
+                                             Engine's KV ring), 0 or 1 none */
     double dropout;                       /* dropout p, attention dropout p  */
     uint64_t rows;                        /* norm/loss/softmax rows          */
     uint64_t classes;                     /* loss classes, vocab, experts    */
@@ -201,6 +204,24 @@ typedef struct vp_op {
 #define VP_OPF_SOFTMAX_NATIVE 0x40000u /* eager attention: softmax in the
                                          scores' dtype (GPT-2, BERT), not
                                          softmax(dtype=torch.float32)    */
+/* Megatron's sequence parallelism (megatron/core/tensor_parallel/
+ * layers.py, LinearWithGradAccumulationAndAsyncCommunication): a
+ * column-parallel linear whose input (S/t tokens) is all-gathered into the
+ * global "mpu" buffer for the GEMM and saved sharded; a row-parallel one
+ * whose full output is reduce-scattered to S/t tokens. */
+#define VP_OPF_SP_GATHER 0x800000u
+#define VP_OPF_SP_SCATTER 0x1000000u
+/* Megatron-LM's fused kernels (Transformer Engine, megatron/core/fusions):
+ * a norm saves its input and the per-row statistics, no fp32 copies
+ * (ops/norm.c); the cross entropy is _VocabParallelCrossEntropy's
+ * (ops/embed_loss.c). Set by the Megatron op flavour of the transformer
+ * builder (vp_tf.megatron). */
+#define VP_OPF_MEGATRON 0x2000000u
+/* Transformer Engine's fp8 linear (Megatron --fp8-format; ops/linear.c):
+ * the input cast to fp8 for the GEMM and saved in one byte, the weight's
+ * fp8 copy and transpose cached across micro-batches, the scaling
+ * metadata; the backward's fp8 casts of the gradient and transposes. */
+#define VP_OPF_FP8 0x8000000u
 #define VP_OPF_FP32_LINEAR 0x4000000u /* F.linear(x.float(), W.float()):
                                       DeepSeek-V3's router gate          */
 

@@ -148,9 +148,14 @@ vp_status vp_generate_parse(const char *spec, vp_generate *out,
  * The graph is the stage's: a stage after the first takes the previous
  * stage's hidden states as its input; a stage before the last has no
  * loss, its backward starts from the gradient of its output, received in
- * the activations' dtype. */
+ * the activations' dtype.
+ * chunks > 1: the interleaved schedule (forward_backward_pipelining_with_
+ * interleaving) over the rank's `chunks` model chunks, the graph's chunks
+ * in order, each from its own input op (the first rank's first from the
+ * embeddings); 0 or 1: one chunk, 1F1B. */
 typedef struct vp_pipeline {
     uint32_t stages, stage;
+    uint32_t chunks;
 } vp_pipeline;
 
 /* A training setup. Initialise with vp_setup_init, then change fields. */

@@ -338,9 +338,11 @@ static bool output_kept(const sim *S, uint32_t i)
     const vp_graph *g = S->g;
     for (uint32_t k = i + 1; k < g->n_ops; k++) {
         const vp_op *c = &g->ops[k];
+        /* an fp8 linear saves its fp8 cast, not this output */
         for (uint32_t j = 0; j < c->n_inputs; j++)
             if (c->inputs[j] == i && c->kind == VP_OP_LINEAR &&
-                c->n_params && g->params[c->params[0]].trainable)
+                !(c->flags & VP_OPF_FP8) && c->n_params &&
+                g->params[c->params[0]].trainable)
                 return true;
     }
     return false;
@@ -552,6 +554,9 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
                                a.v != NONE ? a.v : a.q, copy, a.ce);
     else if (impl == VP_ATTN_MATH)
         math_fwd(S, f, &a);
+    else if (o->cp > 1) /* Megatron's context parallelism */
+        vp__attention_cp_fwd(S, f, a.q, att_qn(S, o), kvn, a.bh, a.ce,
+                             output_kept(S, f->i));
     else
         fused_fwd(S, f, &a, impl);
     if (f->sv && mask != NONE && impl != VP_ATTN_MATH &&
@@ -825,6 +830,8 @@ void vp__attention_bwd(sim *S, vp__bwd_op *b)
         vp__attention_math_bwd(S, b, d.ce, &d.dq, &d.dk, &d.dv);
     } else if (d.impl == VP_ATTN_MATH) {
         math_bwd(S, b, &d);
+    } else if (o->cp > 1) {
+        vp__attention_cp_bwd(S, o, d.qn, d.kvn, d.ce, &d.dq, &d.dk, &d.dv);
     } else {
         uint64_t r = att_repeats(S, o, d.impl) ? o->heads / o->kv_heads : 1;
         d.dq = vp__talloc(S, vp__mulc(S, d.qn, d.ce), VP_CAT_TEMP);

@@ -93,6 +93,38 @@ static void loss_terms(sim *S, vp__fwd_op *f, loss_parts *lt)
     }
 }
 
+/* Megatron's _VocabParallelCrossEntropy (megatron/core/tensor_parallel/
+ * cross_entropy.py; VP_OPF_MEGATRON) on a rank's vocab/t logits:
+ * calculate_logits_max makes the fp32 copy (logits.float()) and the row
+ * max; calculate_predicted_logits subtracts the max and exponentiates in
+ * place (exp_logits is that copy), with the target mask, the masked
+ * target and the predicted logit per row; the per-token losses, summed
+ * by the loss function. It saves exp_logits, the mask and the masked
+ * target (int64). */
+static void vocab_parallel_ce_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint64_t rows4 = vp__mulc(S, o->rows, 4);
+    uint32_t el = vp__cast_input(S, f->in0, 4);
+    uint32_t mx = vp__talloc(S, rows4, VP_CAT_TEMP);
+    uint32_t mask = vp__talloc(S, o->rows, VP_CAT_ACT);
+    uint32_t tgt = vp__talloc(S, vp__mulc(S, o->rows, 8), VP_CAT_ACT);
+    uint32_t pred = vp__talloc(S, rows4, VP_CAT_TEMP);
+    uint32_t sum = vp__talloc(S, rows4, VP_CAT_TEMP);
+    uint32_t tok = vp__talloc(S, rows4, VP_CAT_TEMP);
+    f->oeb = 4;
+    f->out = vp__talloc(S, 4, VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, f->i, LOSS_LOGP, el);
+        vp__save(S, f->i, LOSS_LABELS, tgt);
+        vp__save(S, f->i, LOSS_WEIGHT, mask);
+    }
+    uint32_t drop[] = {tok, sum, pred, tgt, mask, mx, el};
+    for (size_t k = 0; k < sizeof drop / sizeof drop[0]; k++)
+        vp__tunref(S, drop[k]);
+    f->refs++; /* the loss is held by the training loop */
+}
+
 void vp__loss_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_graph *g = S->g;
@@ -100,6 +132,10 @@ void vp__loss_fwd(sim *S, vp__fwd_op *f)
     uint32_t i = f->i;
     uint32_t lbl = NONE, pad = NONE;
     loss_parts lt = {NONE, NONE, NONE, NONE};
+    if (o->flags & VP_OPF_MEGATRON) {
+        vocab_parallel_ce_fwd(S, f);
+        return;
+    }
     /* HF ForCausalLMLoss: logits.float(); labels padded with -100
      * (B x (S+1) int64) and shifted (.contiguous()); both locals live
      * until the loss function returns, after nll_loss */
@@ -140,6 +176,14 @@ void vp__loss_bwd(sim *S, vp__bwd_op *b)
     if (o->kind == VP_OP_MSE_LOSS) {
         if (b->ig0)
             b->gx = vp__grad_like(S, b->in0, eb0);
+        return;
+    }
+    if (o->flags & VP_OPF_MEGATRON) {
+        /* the gradient is made in place in exp_logits (fp32), then
+         * .float()'s backward casts it to the logits' dtype */
+        b->gx = vp__grad_like(S, b->in0, eb0);
+        b->gxe = eb0;
+        vp__release_saved(S, b->i);
         return;
     }
     if (eb0 == 2 && !o->upcast_logits && S->amp) {

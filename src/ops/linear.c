@@ -4,6 +4,8 @@
  * workspaces), §7.1 (convolutions), §11 (torch_mha); PyTorch
  * aten/src/ATen/native/LinearAlgebra.cpp (addmm, matmul) and
  * Convolution.cpp; torch/nn/modules/activation.py (MultiheadAttention). */
+#include <stdlib.h>
+
 #include "../sim_internal.h"
 
 /* What a linear or a convolution saves. MmBackward (the matmul path)
@@ -178,6 +180,135 @@ static uint64_t conv_ws(sim *S, const vp_op *o, uint8_t eb, conv_pass pass)
     return positions < CUDNN_SMALL_MAP ? in + out + CUDNN_WS_SLACK : 0;
 }
 
+/* ---- Megatron's sequence parallelism ------------------------------------- */
+
+/* The all-gather of a sequence-parallel column-parallel linear's input
+ * (S/t tokens) into Megatron's global "mpu" buffer: GlobalMemoryBuffer.
+ * get_tensor (megatron/core/parallel_state.py) makes the buffer at the
+ * first request and replaces it (the old one freed) only by a larger
+ * one; the forward gathers into it for the GEMM and the backward re-
+ * gathers into it (LinearWithGradAccumulationAndAsyncCommunication,
+ * megatron/core/tensor_parallel/layers.py): the linear saves its sharded
+ * input, never the gathered one. */
+static void sp_gather(sim *S, const vp_op *o, uint8_t ce)
+{
+    if (!(o->flags & VP_OPF_SP_GATHER) || !o->out_features)
+        return;
+    uint64_t rows = o->numel / o->out_features;
+    uint64_t bytes = vp__mulc(S, vp__mulc(S, rows, o->in_features), ce);
+    if (bytes <= S->mpu_bytes)
+        return;
+    if (S->mpu_bytes)
+        vp__tunref(S, S->mpu);
+    S->mpu = vp__talloc(S, bytes, VP_CAT_WORKSPACE);
+    S->mpu_bytes = bytes;
+}
+
+/* The gradient of a gathered input: the whole sequence's grad_input
+ * (the GEMM's output), reduce-scattered into a new S/t tensor, then
+ * freed (layers.py, backward: sub_grad_input). gx: the sharded one,
+ * made here. */
+static uint32_t sp_grad_input(sim *S, const vp__bwd_op *b, uint8_t ce)
+{
+    const vp_op *o = b->o;
+    if (!(o->flags & VP_OPF_SP_GATHER) || !o->out_features)
+        return vp__grad_like(S, b->in0, ce);
+    uint64_t rows = o->numel / o->out_features;
+    uint32_t full = vp__talloc(
+        S, vp__mulc(S, vp__mulc(S, rows, o->in_features), ce), VP_CAT_TEMP);
+    uint32_t gx = vp__grad_like(S, b->in0, ce);
+    vp__tunref(S, full);
+    return gx;
+}
+
+/* A row-parallel linear's output over the whole sequence, before its
+ * reduce-scatter to S/t tokens (mappings.py, reduce_scatter_to_sequence_
+ * parallel_region): made before the sharded output, freed after it. */
+static uint32_t sp_full_output(sim *S, const vp_op *o, uint32_t in0,
+                               uint8_t eb)
+{
+    if (!(o->flags & VP_OPF_SP_SCATTER) || !o->in_features)
+        return NONE;
+    uint64_t rows = S->g->ops[in0].numel / o->in_features;
+    return vp__talloc(
+        S, vp__mulc(S, vp__mulc(S, rows, o->out_features), eb), VP_CAT_TEMP);
+}
+
+/* ---- Transformer Engine's fp8 linears (VP_OPF_FP8) ----------------------- */
+
+/* The fp8 scaling metadata of a module (transformer_engine/pytorch/
+ * fp8.py, FP8GlobalStateManager; Megatron's --fp8-amax-history-len
+ * default 1): forward amax history [1, 3], scale and scale_inv [3];
+ * backward [1, 2], [2], [2], fp32. */
+static const uint64_t FP8_META[] = {12, 12, 12, 8, 8, 8};
+
+/* The weight's fp8 copy and its transpose (1 B each) and, for the
+ * module's first linear (meta), the metadata, made at its first fp8
+ * forward (is_first_microbatch) and kept across micro-batches and
+ * steps. */
+static void fp8_weight(sim *S, uint32_t p, bool meta)
+{
+    if (!S->fp8w) {
+        size_t np = S->g->n_params ? S->g->n_params : 1;
+        S->fp8w = malloc(np * sizeof *S->fp8w);
+        if (!S->fp8w) {
+            S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+            return;
+        }
+        for (size_t k = 0; k < np; k++)
+            S->fp8w[k] = NONE;
+    }
+    if (S->fp8w[p] != NONE)
+        return;
+    uint64_t n = S->g->params[p].numel;
+    S->fp8w[p] = vp__talloc(S, n, VP_CAT_CAST);
+    vp__talloc(S, n, VP_CAT_CAST);
+    for (size_t k = 0; meta && k < sizeof FP8_META / sizeof FP8_META[0];
+         k++)
+        vp__talloc(S, FP8_META[k], VP_CAT_CAST);
+}
+
+/* The fp8 cast of linear i's input in0 that the GEMM reads and the
+ * linear saves: one per input (Megatron's linear_qkv casts the norm's
+ * output once for q, k and v, one module: the graph's three projections
+ * share it, the one an earlier projection of the same input saved,
+ * *shared), else new. */
+static uint32_t fp8_input(sim *S, uint32_t i, uint32_t in0, bool *shared)
+{
+    const vp_graph *g = S->g;
+    for (uint32_t j = i; j-- > in0 + 1;) {
+        const vp_op *o = &g->ops[j];
+        if (o->kind != VP_OP_LINEAR || !(o->flags & VP_OPF_FP8) ||
+            o->inputs[0] != in0)
+            continue;
+        uint32_t id = S->n_saved[j] > LIN_X ? S->saved[j * MAX_SAVED + LIN_X]
+                                             : NONE;
+        if (id != NONE) {
+            vp__tref(S, id);
+            *shared = true;
+            return id;
+        }
+    }
+    *shared = false;
+    return vp__talloc(S, g->ops[in0].numel, VP_CAT_ACT);
+}
+
+/* The backward of an fp8 linear: grad_output cast to fp8 with its
+ * transpose, and the saved fp8 input's transpose for the weight
+ * gradient, freed after the GEMMs (_Linear.backward). */
+static void fp8_backward(sim *S, const vp__bwd_op *b)
+{
+    if (!(b->o->flags & VP_OPF_FP8))
+        return;
+    uint64_t in = S->g->ops[b->in0].numel;
+    uint32_t g8 = vp__talloc(S, b->n, VP_CAT_TEMP);
+    uint32_t g8t = vp__talloc(S, b->n, VP_CAT_TEMP);
+    uint32_t x8t = vp__talloc(S, in, VP_CAT_TEMP);
+    vp__tunref(S, x8t);
+    vp__tunref(S, g8t);
+    vp__tunref(S, g8);
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 /* The layout details of a linear (torch_mha: in_proj and out_proj of
@@ -282,7 +413,18 @@ void vp__linear_fwd(sim *S, vp__fwd_op *f)
                                              ce),
                                     VP_CAT_TEMP)
                        : NONE;
+    sp_gather(S, o, ce);
+    if (o->flags & VP_OPF_FP8) {
+        /* the GEMM reads the fp8 cast of the input, which is saved */
+        bool shared;
+        uint32_t x8 = fp8_input(S, i, in0, &shared);
+        fp8_weight(S, o->params[0], !shared);
+        vp__tunref(S, x);
+        x = x8;
+    }
+    uint32_t full = sp_full_output(S, o, in0, f->oeb);
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    vp__tunref(S, full);
     vp__tunref(S, deq);
     if (p.mm) {
         vp__tunref(S, x); /* the (strided) cast; the mm keeps the copy */
@@ -363,7 +505,7 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
     bool tb = o->n_params > 1 && g->params[o->params[1]].trainable;
     uint32_t ew = S->amp ? 2 : vp__param_bytes(S, &g->params[pw]);
     if (b->ig0) {
-        gr->gx = vp__grad_like(S, b->in0, ce);
+        gr->gx = sp_grad_input(S, b, ce);
         gr->gxe = ce;
         if (conv)
             vp__transient(S, conv_ws(S, o, ce, CONV_BWD_DATA));
@@ -432,12 +574,21 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
     /* cuDNN takes a contiguous grad_out: a copy of one that came back
      * through a permute (ViT's patch embedding), freed after the filter
      * gradient */
+    /* sequence parallelism: the reduce-scatter's backward all-gathers the
+     * sharded gradient into a new whole-sequence one (mappings.py,
+     * _ReduceScatterToSequenceParallelRegion.backward) */
+    if ((o->flags & VP_OPF_SP_SCATTER) && b->gy != NONE) {
+        uint32_t c = sp_full_output(S, o, in0, S->out_eb[i]);
+        vp__tunref(S, b->gy);
+        b->gy = c;
+    }
     uint32_t gc = conv && b->gstr && b->gy != NONE
                       ? vp__talloc(S, vp__mulc(S, b->n, S->out_eb[i]),
                                    VP_CAT_TEMP)
                       : NONE;
     if (!conv)
         workspace_bwd(S, false);
+    fp8_backward(S, b);
     lin_grads gr = {NONE, NONE, NONE, b->eb0, false};
     if (p.mm)
         linear_bwd_mm(S, b, &p, ce, rows, &gr);

@@ -73,6 +73,25 @@ static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
     vp__tunref(S, xf);
 }
 
+/* Megatron's fused RMSNorm (Transformer Engine's rmsnorm_fwd, in
+ * TELayerNormColumnParallelLinear or TENorm; VP_OPF_MEGATRON): the output
+ * in the input's dtype and the fp32 rsigma per row; it saves the input
+ * and rsigma (the following linear saves the output). */
+static void fused_rmsnorm_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint32_t x = vp__cast_input(S, f->in0, f->eb0);
+    f->oeb = f->eb0;
+    f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
+    uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, f->i, RMS_XF, x);
+        vp__save(S, f->i, RMS_RSTD, r);
+    }
+    vp__tunref(S, r);
+    vp__tunref(S, x);
+}
+
 /* HF LlamaRMSNorm: x.float(), pow, mean, rsqrt, mul, .to(dtype),
  * weight * h */
 void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
@@ -87,6 +106,10 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
     uint64_t n = f->n;
     if (o->flags & VP_OPF_NORM_OFFSET) {
         gemma_rmsnorm_fwd(S, f);
+        return;
+    }
+    if (o->flags & VP_OPF_MEGATRON) {
+        fused_rmsnorm_fwd(S, f);
         return;
     }
     uint32_t xf = vp__cast_input(S, f->in0, 4);
@@ -126,7 +149,7 @@ void vp__norm_bwd(sim *S, vp__bwd_op *b)
     uint64_t n = b->n;
     uint8_t ce = S->amp ? 4 : b->eb0;
     bool ln = o->kind == VP_OP_LAYERNORM;
-    if (o->kind == VP_OP_RMSNORM) {
+    if (o->kind == VP_OP_RMSNORM && !(o->flags & VP_OPF_MEGATRON)) {
         /* GemmaRMSNorm: type_as's backward casts the grad to fp32 */
         uint32_t g32 = (o->flags & VP_OPF_NORM_OFFSET) && b->oeb != 4
                            ? vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_TEMP)
