@@ -93,7 +93,9 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
         s.n_checkpoint = g->n_segs;
     }
     vp_estimate est;
-    st = vp_simulate(g, &s, &est, NULL, NULL, err);
+    st = vp__simulate_on_device(
+        g, &s, vp__rank_device_bytes(c, e->mem.nccl, e->mem.context), &est,
+        err);
     free(all);
     vp_graph_free(g);
     if (st != VP_OK)

@@ -213,6 +213,20 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
  * plan (and what the per-rank simulator does not model: fp8, compile,
  * selective recomputation, offload, an FSDP plan whose peak is the
  * wrapper's construction from the whole model) is left as it is. */
+/* The bytes a rank's caching allocator can hold on the plan's GPU: the
+ * usable memory less NCCL's buffers and the CUDA context (0 when those
+ * fill it). Verification simulates under it, so that a rank frees its
+ * cached blocks and retries before failing, as PyTorch's allocator does
+ * when cudaMalloc fails (CUDACachingAllocator.cpp, DeviceCachingAllocator::
+ * malloc: release_cached_blocks, then alloc_block again). */
+uint64_t vp__rank_device_bytes(const vp_cluster *c, uint64_t nccl,
+                               uint64_t context);
+/* vp_simulate under that device size; a rank that runs out of it even so
+ * is simulated again without it, so that its figures (over the memory,
+ * fits false) are reported. */
+vp_status vp__simulate_on_device(const vp_graph *g, vp_setup *s,
+                                 uint64_t device, vp_estimate *out,
+                                 vp_error *err);
 vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
                                   vp_plan_entry *e, vp_error *err);
 /* The description of one tensor-parallel rank's share (heads, ffn and

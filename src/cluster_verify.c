@@ -90,6 +90,28 @@ static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
         d->shard = c->gpus_per_node < p->dp ? c->gpus_per_node : p->dp;
 }
 
+uint64_t vp__rank_device_bytes(const vp_cluster *c, uint64_t nccl,
+                               uint64_t context)
+{
+    uint64_t outside;
+    if (!vp_add_u64(nccl, context, &outside) || outside >= c->memory)
+        return 0;
+    return c->memory - outside;
+}
+
+vp_status vp__simulate_on_device(const vp_graph *g, vp_setup *s,
+                                 uint64_t device, vp_estimate *out,
+                                 vp_error *err)
+{
+    s->alloc.device_total = device;
+    vp_status st = vp_simulate(g, s, out, NULL, NULL, err);
+    if (st != VP_EOOM || device == 0)
+        return st;
+    vp_error_clear(err);
+    s->alloc.device_total = 0;
+    return vp_simulate(g, s, out, NULL, NULL, err);
+}
+
 /* The most loaded role's figures in the planner's fields: the autocast
  * weight cache in the buffers (the formula's table counts it there), the
  * caching allocator's reserve beyond its peak allocated as the overhead,
@@ -155,8 +177,18 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
      * whatever the world (dist_roles.c) */
     vp_rank_estimate *r = NULL;
     size_t n, worst;
-    if (st == VP_OK)
+    if (st == VP_OK) {
+        s.alloc.device_total = vp__rank_device_bytes(c, e->mem.nccl,
+                                                     c->context);
         st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
+        if (st == VP_EOOM && s.alloc.device_total) {
+            /* over the memory even after freeing its cache: the figures
+             * without the cap, which do not fit */
+            vp_error_clear(err);
+            s.alloc.device_total = 0;
+            st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
+        }
+    }
     /* FSDP built from the whole model on the GPU (model.cuda(), then the
      * wrapper, as estimate simulates it) peaks at its construction when
      * the fp32 model outweighs the step: a plan of such a model is run

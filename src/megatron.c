@@ -188,7 +188,8 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
         s.n_selective = g->n_segs;
     }
     vp_estimate e;
-    st = vp_simulate(g, &s, &e, NULL, NULL, err);
+    st = vp__simulate_on_device(
+        g, &s, vp__rank_device_bytes(c, mem.nccl, mem.context), &e, err);
     if (st == VP_OK) {
         fill(out, &e, g);
         uint64_t t = e.peak_reserved;
