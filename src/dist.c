@@ -570,6 +570,16 @@ void vp__dist_bwd_op(sim *S, uint32_t op, bool after)
         HOOK(op_bwd, S, op, true);
 }
 
+void vp__dist_recompute_op(sim *S, uint32_t op, bool after)
+{
+    HOOK(op_recompute, S, op, after);
+}
+
+void vp__dist_recompute_end(sim *S)
+{
+    HOOK(recompute_end, S);
+}
+
 /* A parameter's gradient is complete when its last use in the graph has
  * handed it on (autograd sums the uses of a tied weight before its
  * AccumulateGrad runs once). */

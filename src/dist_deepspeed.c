@@ -319,13 +319,8 @@ static vp_status z3_layout(sim *S, ds *z, uint32_t world)
     }
     if (total > 0)
         z->n_sub++;
-    for (uint32_t i = 0; i < g->n_ops; i++) {
-        bool has = false;
-        for (uint32_t j = 0; j < g->ops[i].n_params; j++)
-            has |= z->pnumel[g->ops[i].params[j]] > 0;
-        if (has)
-            z->mods[z->n_mods++] = i;
-    }
+    z->recording = true;
+    z->defer = NONE;
     return VP_OK;
 }
 
@@ -382,13 +377,14 @@ static bool alloc_arrays(ds *z, size_t np, size_t nops)
     z->persist = calloc(np, sizeof *z->persist);
     z->gath = malloc(np * sizeof *z->gath);
     z->recent = calloc(np, sizeof *z->recent);
-    z->mods = calloc(nops, sizeof *z->mods);
+    z->cap_trace = nops <= UINT32_MAX / 3 ? (uint32_t)(3 * nops) : 0;
+    z->trace = calloc(z->cap_trace ? z->cap_trace : 1, sizeof *z->trace);
     z->sub = calloc(np, sizeof *z->sub);
     z->opt_n = calloc(np, sizeof *z->opt_n);
     z->on = calloc(np, sizeof *z->on);
     z->own = malloc(np * sizeof *z->own);
     if (!z->overlap_n || !z->flat_pos || !z->bucket || !z->pnumel ||
-        !z->persist || !z->gath || !z->recent || !z->mods || !z->sub ||
+        !z->persist || !z->gath || !z->recent || !z->trace || !z->sub ||
         !z->opt_n || !z->on || !z->own)
         return false;
     for (size_t p = 0; p < np; p++)
@@ -445,7 +441,7 @@ void vp__ds_destroy(vp__dist *d)
     if (!z)
         return;
     void *arrays[] = {z->overlap_n, z->flat_pos, z->bucket, z->pnumel,
-                      z->persist,   z->gath,     z->recent, z->mods,
+                      z->persist,   z->gath,     z->recent, z->trace,
                       z->sub,       z->opt_n,    z->on,     z->own};
     vp__dist_impl_free(d, arrays, sizeof arrays / sizeof *arrays);
 }

@@ -38,8 +38,15 @@ typedef struct {
     bool *persist;     /* ds_persist                                    */
     uint32_t *gath;    /* the gathered parameter, or NONE               */
     int64_t *recent;   /* __most_recent_step_id_param_fetched_for       */
-    uint32_t *mods;    /* ops with parameters, forward order            */
-    uint32_t n_mods;
+    uint32_t *trace;   /* __submodule_order: the ops with parameters as
+                          the first forward + backward fetched them
+                          (recomputations included)                    */
+    uint32_t n_trace;
+    uint32_t cap_trace; /* 3 per op: forward, recomputation, backward  */
+    bool recording;    /* ZeRoTraceMode.RECORD                           */
+    int32_t rc_seg;    /* the segment last recomputed this backward      */
+    uint32_t defer;    /* an op whose backward fetch waits for its
+                          segment's recomputation, or NONE              */
     uint32_t pos;      /* the trace's step                               */
     uint32_t qpos;     /* the prefetch queue (steps, then params)        */
     uint32_t qparam;

@@ -68,6 +68,11 @@ typedef struct vp__dist_rules {
      * per-module fetch and release) */
     void (*op_fwd)(sim *S, uint32_t op, bool after);
     void (*op_bwd)(sim *S, uint32_t op, bool after);
+    /* around every op a checkpointed segment's recomputation runs, then
+     * once at its end (ZeRO-3's module hooks fire in the recomputed
+     * forward too) */
+    void (*op_recompute)(sim *S, uint32_t op, bool after);
+    void (*recompute_end)(sim *S);
     /* parameter p just made by the model's construction (*t its tensor):
      * DeepSpeed's zero.Init partitions it there */
     void (*param_built)(sim *S, uint32_t p, uint32_t *t);
@@ -148,6 +153,8 @@ void vp__dist_fwd_op(sim *S, uint32_t op, bool after); /* unit boundaries */
 void vp__dist_bwd_begin(sim *S);
 void vp__dist_bwd_end(sim *S);
 void vp__dist_bwd_op(sim *S, uint32_t op, bool after);
+void vp__dist_recompute_op(sim *S, uint32_t op, bool after);
+void vp__dist_recompute_end(sim *S);
 void vp__dist_grad(sim *S, uint32_t p);
 void vp__dist_zero_grad(sim *S);
 void vp__dist_opt_begin(sim *S);

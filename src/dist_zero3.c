@@ -131,16 +131,16 @@ static void z3_wrap(sim *S, uint32_t *model)
                                       "zero3 grad partitions");
 }
 
-/* The trace: the modules in forward order, then in reverse. */
-static uint32_t trace_op(const ds *z, uint32_t k)
-{
-    return k < z->n_mods ? z->mods[k] : z->mods[2 * z->n_mods - 1 - k];
-}
-
+/* The trace (__submodule_order) is what the first forward + backward
+ * fetched (record_module), recomputed forwards included; from then on it
+ * is complete (trace_prologue finds each module where it was). */
 static void z3_fwd_begin(sim *S)
 {
     ds *z = S->dist->impl;
     z->pos = z->qpos = z->qparam = 0;
+    z->recording = z->n_trace == 0;
+    z->rc_seg = -1;
+    z->defer = NONE;
     for (uint32_t p = 0; p < S->g->n_params; p++)
         z->recent[p] = INT64_MIN / 2;
 }
@@ -148,8 +148,8 @@ static void z3_fwd_begin(sim *S)
 /* The prefetch queue's next (step, param) of the trace. */
 static bool queue_next(const sim *S, ds *z, uint32_t *k, uint32_t *p)
 {
-    while (z->qpos < 2 * z->n_mods) {
-        const vp_op *o = &S->g->ops[trace_op(z, z->qpos)];
+    while (z->qpos < z->n_trace) {
+        const vp_op *o = &S->g->ops[z->trace[z->qpos]];
         while (z->qparam < o->n_params) {
             uint32_t q = o->params[z->qparam++];
             if (z->pnumel[q]) {
@@ -173,6 +173,8 @@ static void fetch(sim *S, ds *z, uint32_t op)
     const vp_op *o = &S->g->ops[op];
     const vp_ds_config *c = &S->dist->cfg->ds;
     uint32_t need = 0, k, p;
+    if (z->recording && z->n_trace < z->cap_trace)
+        z->trace[z->n_trace++] = op;
     for (uint32_t j = 0; j < o->n_params; j++) {
         uint32_t q = o->params[j];
         if (!z->pnumel[q])
@@ -219,10 +221,10 @@ static void z3_release_mod(sim *S, ds *z, uint32_t op)
         if (S->dist->step >= 2) {
             keep = z->recent[p] > (int64_t)z->pos;
             uint64_t seen = 0;
-            for (uint32_t k = z->pos; !keep && k < 2 * z->n_mods; k++) {
+            for (uint32_t k = z->pos; !keep && k < z->n_trace; k++) {
                 if (seen >= maxd)
                     break;
-                const vp_op *m = &S->g->ops[trace_op(z, k)];
+                const vp_op *m = &S->g->ops[z->trace[k]];
                 for (uint32_t i = 0; i < m->n_params; i++) {
                     keep |= m->params[i] == p;
                     seen += S->g->params[m->params[i]].numel;
@@ -254,25 +256,52 @@ static void z3_op_fwd(sim *S, uint32_t op, bool after)
         z3_release_mod(S, z, op);
 }
 
-/* The backward: each module fetched before its backward (a checkpointed
- * segment's recomputation gathers the segment's parameters at its
- * entry), released after. */
+/* The backward: each module fetched before its backward, released
+ * after. A checkpointed segment's first op to run backward waits for the
+ * segment's recomputation: the checkpoint's forward ran without grad, so
+ * its modules' pre-backward hooks (parameter_offload.py
+ * _pre_backward_module_hook, put on the outputs by
+ * _post_forward_module_hook) exist only once the recomputed forward has
+ * run (its own fetches and releases: z3_op_recompute). */
 static void z3_op_bwd(sim *S, uint32_t op, bool after)
 {
     ds *z = S->dist->impl;
     const vp_graph *g = S->g;
     int32_t seg = g->ops[op].segment;
-    S->cur_op = "zero3 fetch";
-    if (!after && seg >= 0 && S->ckpt[seg] && g->segs[seg].last_op == op)
-        for (uint32_t i = g->segs[seg].first_op; i <= op; i++)
-            for (uint32_t j = 0; j < g->ops[i].n_params; j++)
-                gather(S, z, g->ops[i].params[j]);
     if (!has_params(z, &g->ops[op]))
         return;
-    if (!after)
+    S->cur_op = "zero3 fetch";
+    if (after && z->defer == op) {
+        z->defer = NONE; /* no gradient: the op and its segment skipped */
+        return;
+    }
+    if (!after && seg >= 0 && S->ckpt[seg] && z->rc_seg != seg)
+        z->defer = op;
+    else if (!after)
         fetch(S, z, op);
     else
         z3_release_mod(S, z, op);
+}
+
+/* The recomputed forward: the module hooks fire as in the forward
+ * (DeepSpeed's CheckpointFunction.backward, torch's checkpoint alike,
+ * run the segment's modules again), each module fetched and released
+ * under the trace's reuse distance. */
+static void z3_op_recompute(sim *S, uint32_t op, bool after)
+{
+    ds *z = S->dist->impl;
+    z->rc_seg = S->g->ops[op].segment;
+    z3_op_fwd(S, op, after);
+}
+
+static void z3_recompute_end(sim *S)
+{
+    ds *z = S->dist->impl;
+    if (z->defer == NONE)
+        return;
+    S->cur_op = "zero3 fetch";
+    fetch(S, z, z->defer);
+    z->defer = NONE;
 }
 
 /* __reduce_and_partition_ipg_grads: reduce_scatter_coalesced concatenates
@@ -373,6 +402,8 @@ const vp__dist_rules vp__dist_zero3_rules = {
     .fwd_begin = z3_fwd_begin,
     .op_fwd = z3_op_fwd,
     .op_bwd = z3_op_bwd,
+    .op_recompute = z3_op_recompute,
+    .recompute_end = z3_recompute_end,
     .bwd_end = z3_bwd_end,
     .grad_ready = z3_grad_ready,
     .opt_begin = z3_opt_begin,

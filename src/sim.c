@@ -300,8 +300,15 @@ static void recompute(sim *S, const vp_segment *seg, uint32_t *refs_of)
                 refs_of[in]++;
         }
     /* inputs from outside the segment are passed with refs_of == 0 */
-    for (uint32_t i = seg->first_op; i <= last && OK(S); i++)
+    for (uint32_t i = seg->first_op; i <= last && OK(S); i++) {
+        if (S->dist)
+            vp__dist_recompute_op(S, i, false);
         vp__fwd(S, i, MODE_RECOMPUTE, refs_of);
+        if (S->dist && OK(S))
+            vp__dist_recompute_op(S, i, true);
+    }
+    if (S->dist && OK(S))
+        vp__dist_recompute_end(S);
     /* the counts hold for this recomputation only: an op of this segment
      * that a later one consumes (T5's position bias) is from outside when
      * that one recomputes */
