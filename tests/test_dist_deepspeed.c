@@ -72,6 +72,8 @@ static void ds_init(vp_dist *d, vp_dist_strategy st, uint32_t world,
 
 /* As validate sets up a rank line: after the scripts' warm-up, SDPA. */
 static bool as_validate;
+/* Every layer checkpointed. */
+static bool ckpt_all;
 
 /* One rank's run, its events in *E (NULL: none). */
 static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
@@ -91,6 +93,14 @@ static vp_estimate run(const vp_dist *d, uint32_t accum, events *E)
     s.optimizer = VP_OPT_ADAMW_FUSED;
     s.accum = accum;
     s.dist = d;
+    bool all[64];
+    cr_assert_leq(vp_graph_segment_count(g), 64);
+    for (size_t k = 0; k < 64; k++)
+        all[k] = true;
+    if (ckpt_all) {
+        s.checkpoint = all;
+        s.n_checkpoint = vp_graph_segment_count(g);
+    }
     cr_assert_eq(vp_simulate(g, &s, &e, E ? collect : NULL, E, &err), VP_OK,
                  "%s", err.msg);
     vp_graph_free(g);
@@ -418,6 +428,69 @@ Test(dist_deepspeed, zero3_reuse_distance_keeps_params_from_step_two)
     cr_assert_lt(m2, n2);
     free(E0.ev);
     free(E1.ev);
+}
+
+/* A checkpointed layer's recomputation runs its modules' hooks as the
+ * forward does (parameter_offload.py _pre_forward_module_hook /
+ * _post_forward_module_hook around each module of the recomputed
+ * forward): in step 1 (no trace: each released after its module) every
+ * non-persistent param of a checkpointed layer is gathered three times
+ * (forward, recomputation, backward), and the gathered bytes live at
+ * once never pass the largest module's: never a whole layer. */
+Test(dist_deepspeed, zero3_recomputation_fetches_module_by_module)
+{
+    vp_graph *g = tiny();
+    uint32_t w = 2;
+    uint64_t thr = 5000, want = 0, module_max = 0;
+    size_t nwant = 0;
+    for (size_t i = 0; i < vp_graph_op_count(g); i++) {
+        const vp_op *o = vp_graph_op(g, i);
+        uint64_t mod = 0;
+        for (uint32_t j = 0; j < o->n_params; j++) {
+            uint64_t n = vp_graph_param(g, o->params[j])->numel;
+            if (n <= thr)
+                continue;
+            uint64_t b = 2 * ((n + w - 1) / w * w);
+            uint32_t uses = o->segment >= 0 ? 3 : 2;
+            want += uses * b;
+            nwant += uses;
+            mod += b;
+        }
+        module_max = mod > module_max ? mod : module_max;
+    }
+    vp_graph_free(g);
+    vp_dist d;
+    ds_init(&d, VP_DIST_DS_ZERO3, w, 0);
+    d.ds.param_persistence_threshold = thr;
+    events E = {0};
+    ckpt_all = true;
+    run(&d, 1, &E);
+    ckpt_all = false;
+    size_t n;
+    cr_assert_eq(gathered(&E, 1, &n), want);
+    cr_assert_eq(n, nwant);
+    /* the live all-gathers, by tensor id, through step 1 */
+    uint64_t ids[256], bytes[256], live = 0, peak = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < E.n && E.ev[i].step <= 1; i++) {
+        const vp_sim_event *e = &E.ev[i];
+        if (!e->is_free && strcmp(e->op, "zero3 all-gather") == 0) {
+            cr_assert_lt(k, 256);
+            ids[k] = e->tensor;
+            bytes[k++] = e->bytes;
+            live += e->bytes;
+            peak = live > peak ? live : peak;
+        }
+        for (size_t j = 0; e->is_free && j < k; j++)
+            if (ids[j] == e->tensor) {
+                live -= bytes[j];
+                ids[j] = ids[--k];
+                bytes[j] = bytes[k];
+                break;
+            }
+    }
+    cr_assert_eq(peak, module_max);
+    free(E.ev);
 }
 
 Test(dist_deepspeed, zero3_state_is_partitioned_at_construction)
