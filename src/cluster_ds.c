@@ -83,7 +83,10 @@ vp_status vp__plan_simulate_ds(vp_cluster_model *cm, const vp_cluster *c,
     s.accum = (uint32_t)(p->accum < VP_MAX_ACCUM_UNSTEADY
                              ? p->accum
                              : VP_MAX_ACCUM_UNSTEADY);
-    s.steps = 2;
+    /* ZeRO-3's coordinator uses its trace (prefetch, reuse distance) from
+     * the third forward: the first invalidates an empty trace, the second
+     * records it (partitioned_param_coordinator.py reset_step) */
+    s.steps = d.strategy == VP_DIST_DS_ZERO3 ? 3 : 2;
     s.context_bytes = 0;
     s.dist = &d;
     if (p->recompute == VP_RC_FULL) {

@@ -319,7 +319,7 @@ static vp_status z3_layout(sim *S, ds *z, uint32_t world)
     }
     if (total > 0)
         z->n_sub++;
-    z->recording = true;
+    z->trace_mode = 0; /* RECORD */
     z->defer = NONE;
     return VP_OK;
 }

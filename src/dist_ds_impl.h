@@ -43,7 +43,8 @@ typedef struct {
                           (recomputations included)                    */
     uint32_t n_trace;
     uint32_t cap_trace; /* 3 per op: forward, recomputation, backward  */
-    bool recording;    /* ZeRoTraceMode.RECORD                           */
+    int trace_mode;    /* ZeRoTraceMode: Z3_RECORD, Z3_COMPLETE,
+                          Z3_INVALID (dist_zero3.c)                     */
     int32_t rc_seg;    /* the segment last recomputed this backward      */
     uint32_t defer;    /* an op whose backward fetch waits for its
                           segment's recomputation, or NONE              */

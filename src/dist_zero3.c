@@ -131,14 +131,21 @@ static void z3_wrap(sim *S, uint32_t *model)
                                       "zero3 grad partitions");
 }
 
-/* The trace (__submodule_order) is what the first forward + backward
- * fetched (record_module), recomputed forwards included; from then on it
- * is complete (trace_prologue finds each module where it was). */
+/* ZeRoTraceMode (partitioned_param_coordinator.py). */
+enum { Z3_RECORD = 0, Z3_COMPLETE, Z3_INVALID };
+
+/* reset_step, at the root module's forward pre-hook
+ * (parameter_offload.py _start_of_forward_hook): a trace being recorded
+ * is complete (the first one empty: nothing ran yet), an invalid one is
+ * recorded again in this forward + backward. */
 static void z3_fwd_begin(sim *S)
 {
     ds *z = S->dist->impl;
     z->pos = z->qpos = z->qparam = 0;
-    z->recording = z->n_trace == 0;
+    if (z->trace_mode == Z3_RECORD)
+        z->trace_mode = Z3_COMPLETE;
+    else if (z->trace_mode == Z3_INVALID)
+        z->trace_mode = Z3_RECORD;
     z->rc_seg = -1;
     z->defer = NONE;
     for (uint32_t p = 0; p < S->g->n_params; p++)
@@ -164,17 +171,31 @@ static bool queue_next(const sim *S, ds *z, uint32_t *k, uint32_t *p)
     return false;
 }
 
-/* fetch_sub_module: the module's parameters gathered; from the second
- * step (a complete trace) its params popped off the queue and the next
- * ones prefetched, up to stage3_prefetch_bucket_size elements and
- * stage3_max_live_parameters available. */
+/* trace_prologue: a complete trace that does not hold this module at
+ * this step is invalidated (_invalidate_trace); record_module while
+ * recording (the trace: the modules as fetched, recomputed forwards
+ * included). */
+static void trace_module(ds *z, uint32_t op)
+{
+    if (z->trace_mode == Z3_COMPLETE &&
+        (z->pos >= z->n_trace || z->trace[z->pos] != op)) {
+        z->trace_mode = Z3_INVALID;
+        z->n_trace = 0;
+    }
+    if (z->trace_mode == Z3_RECORD && z->n_trace < z->cap_trace)
+        z->trace[z->n_trace++] = op;
+}
+
+/* fetch_sub_module: the module's parameters gathered; with a complete
+ * trace its params popped off the queue and the next ones prefetched, up
+ * to stage3_prefetch_bucket_size elements and stage3_max_live_parameters
+ * available. */
 static void fetch(sim *S, ds *z, uint32_t op)
 {
     const vp_op *o = &S->g->ops[op];
     const vp_ds_config *c = &S->dist->cfg->ds;
     uint32_t need = 0, k, p;
-    if (z->recording && z->n_trace < z->cap_trace)
-        z->trace[z->n_trace++] = op;
+    trace_module(z, op);
     for (uint32_t j = 0; j < o->n_params; j++) {
         uint32_t q = o->params[j];
         if (!z->pnumel[q])
@@ -182,7 +203,7 @@ static void fetch(sim *S, ds *z, uint32_t op)
         need += z->recent[q] < (int64_t)z->pos;
         gather(S, z, q);
     }
-    if (S->dist->step >= 2) {
+    if (z->trace_mode == Z3_COMPLETE) {
         for (uint32_t popped = 0; popped < need && queue_next(S, z, &k, &p);
              popped++)
             z->recent[p] = k;
@@ -205,10 +226,10 @@ static void fetch(sim *S, ds *z, uint32_t op)
     z->pos++;
 }
 
-/* release_sub_module: from the second step the params not to be used
+/* release_sub_module: with a complete trace the params not to be used
  * again within stage3_max_reuse_distance elements of the trace, nor
- * prefetched past this step (__params_to_release); every one in the
- * first. */
+ * prefetched past this step (__params_to_release); every one while the
+ * trace is recorded or invalid (the first two forwards + backwards). */
 static void z3_release_mod(sim *S, ds *z, uint32_t op)
 {
     const vp_op *o = &S->g->ops[op];
@@ -218,7 +239,7 @@ static void z3_release_mod(sim *S, ds *z, uint32_t op)
         if (z->gath[p] == NONE)
             continue;
         bool keep = false;
-        if (S->dist->step >= 2) {
+        if (z->trace_mode == Z3_COMPLETE) {
             keep = z->recent[p] > (int64_t)z->pos;
             uint64_t seen = 0;
             for (uint32_t k = z->pos; !keep && k < z->n_trace; k++) {
