@@ -608,10 +608,15 @@ Test(published, zero3_2021_rows_simulated_as_ran, .timeout = 120)
         cr_assert(e.simulated, "%s", r->name);
         uint64_t alloc = e.mem.weights + e.mem.grads + e.mem.optimizer +
                          e.mem.activations + e.mem.transient;
+        const vp_cluster_mem *k = &e.mem;
         fprintf(stderr, "published %-22s ZeRO-3 rank: allocated %.2f GiB, "
-                        "total %.2f GiB of %.2f, %s\n", r->name,
-                (double)alloc / (1 << 30), (double)e.mem.total / (1 << 30),
-                (double)c.memory / (1 << 30), e.fits ? "fits" : "does not fit");
+                        "total %.2f GiB of %.2f, %s; GB: total %.1f, "
+                        "%.1f / %.1f / %.1f / %.1f / %.1f, overhead %.1f\n",
+                r->name, (double)alloc / (1 << 30),
+                (double)k->total / (1 << 30), (double)c.memory / (1 << 30),
+                e.fits ? "fits" : "does not fit", k->total / 1e9,
+                k->weights / 1e9, k->grads / 1e9, k->optimizer / 1e9,
+                k->activations / 1e9, k->transient / 1e9, k->overhead / 1e9);
         cr_assert_lt(alloc, c.memory, "%s", r->name);
         cr_assert(e.fits, "%s: %.2f GiB", r->name,
                   (double)e.mem.total / (1 << 30));
