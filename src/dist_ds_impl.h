@@ -39,7 +39,7 @@ typedef struct {
     uint32_t *gath;    /* the gathered parameter, or NONE               */
     int64_t *recent;   /* __most_recent_step_id_param_fetched_for       */
     uint32_t *trace;   /* __submodule_order: the ops with parameters as
-                          the first forward + backward fetched them
+                          the recording forward + backward fetched them
                           (recomputations included)                    */
     uint32_t n_trace;
     uint32_t cap_trace; /* 3 per op: forward, recomputation, backward  */
