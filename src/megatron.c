@@ -57,6 +57,28 @@ static uint32_t layers_of(const vp_cluster_model *cm, const vp_par *p,
     return (uint32_t)l;
 }
 
+/* The model's first dense layers (DeepSeek-V3's three: --moe-layer-freq
+ * [0]*3+[1]*58, Megatron-Core's transformer_block.py builds each layer's
+ * spec from moe_layer_freq) that fall on the stage, under the 1F1B
+ * schedule (stage s from layer l0 + (s - 1) lm). An interleaved stage's
+ * chunks, and a period (moe_every > 1), are built all MoE: an upper
+ * bound (an MoE layer keeps more than the dense one on every shipped
+ * model). */
+static uint32_t dense_on_stage(const vp_cluster_model *cm, const vp_par *p,
+                               uint32_t stage, uint32_t layers)
+{
+    const vp_tf_ext *x = &cm->m->tf.x;
+    if (!cm->experts || p->vpp > 1 || x->moe_every > 1)
+        return 0;
+    double l0, l1, lm;
+    vp__stage_layers(cm, p, &l0, &l1, &lm);
+    double first = stage == 0 ? 0 : l0 + (stage - 1) * lm;
+    if (stage > 0 && stage + 1 == p->pp)
+        first = (double)cm->L - l1;
+    double d = (double)x->dense_layers - first;
+    return d <= 0 ? 0 : d >= layers ? layers : (uint32_t)d;
+}
+
 /* The stage's graph: the tensor-parallel rank's share of its layers; the
  * embedding on the first stage, the final norm, head and loss on the
  * last. A tied head on a later stage than the embedding keeps its own
@@ -79,6 +101,7 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_cluster *c,
     tf.fp8 = p->dtype == VP_DT_FP8;
     tf.ep = p->ep;
     tf.moe_load = vp_moe_load(c, cm->experts, cm->top_k, p->ep, NULL);
+    tf.x.dense_layers = dense_on_stage(cm, p, stage, layers);
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq / p->cp,

@@ -96,3 +96,57 @@ Test(megatron_moe, a_micro_batch_keeps_the_rule)
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
+
+/* The distributed optimizer shards the dense parameters over dp and the
+ * routed experts' over the expert-data-parallel group, dp / ep (Mixtral
+ * 8x7B, dp 8, pp 4, ep 8: one local expert, its weights stepped whole on
+ * every rank): 12 B (fp32 master, two moments) of each shard element,
+ * the fused Adam's 4 B step; the experts' weights are 3 f h per local
+ * expert and layer. */
+Test(megatron_moe, experts_sharded_over_expert_data_parallel)
+{
+    vp_model *m = load(MIXTRAL);
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    h100(&c, 32);
+    for (uint32_t e = 1; e <= 8; e *= 8) {
+        vp_par p = par(8, 1, 4, VP_SHARD_DISTOPT);
+        p.ep = e;
+        vp_stage_sim r;
+        sim_stage(cm, &c, &p, 1, &r);
+        uint64_t X = r.layers * (8 / e) * 3ull * 14336 * 4096;
+        uint64_t D = r.params - X, ew = 8 / e;
+        double want = 12.0 * (double)((D + 7) / 8 + (X + ew - 1) / ew) + 4;
+        cr_assert(fabs((double)r.by_category[VP_CAT_OPTIM] / want - 1) <
+                      5e-4,
+                  "ep %u: %llu vs %.0f", e,
+                  (unsigned long long)r.by_category[VP_CAT_OPTIM], want);
+    }
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* What the simulated stage still refuses in an MoE model, named:
+ * DeepSeek-V3's latent attention (not in the Megatron op flavour) and
+ * tp > 1 without sequence parallelism (Megatron's arguments.py requires
+ * it with MoE). */
+Test(megatron_moe, refusals_are_named)
+{
+    const char *model[] = {"models/deepseek-v3.yaml", MIXTRAL};
+    const char *why[] = {"latent attention", "no sequence parallelism"};
+    for (int k = 0; k < 2; k++) {
+        vp_model *m = load(model[k]);
+        vp_cluster_model *cm = cmodel(m);
+        vp_cluster c;
+        h100(&c, 64);
+        vp_par p = par(8, 2, 4, VP_SHARD_MEGATRON);
+        p.ep = 8;
+        vp_stage_sim r;
+        vp_error err;
+        cr_assert_eq(vp_cluster_stage_sim(cm, &c, &p, 0, &r, &err),
+                     VP_EUNSUPPORTED, "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, why[k]), "%s", err.msg);
+        vp_cluster_model_free(cm);
+        vp_model_free(m);
+    }
+}
