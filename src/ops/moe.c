@@ -380,12 +380,37 @@ static void move(sim *S, uint32_t *t, uint64_t bytes, uint8_t cat)
     *t = n;
 }
 
-/* The dispatcher's tokens and probs to the next stage of the dispatch. */
-static void meg_hop(sim *S, uint32_t *tok, uint32_t *pr, uint64_t rows,
-                    const meg_dims *d)
+/* [rows, h] tensors of the dispatch, bytes */
+static uint64_t meg_rows(sim *S, uint64_t rows, const meg_dims *d)
 {
-    move(S, tok, vp__mulc(S, vp__mulc(S, rows, d->h), d->eb), VP_CAT_TEMP);
-    move(S, pr, vp__mulc(S, rows, d->pb), VP_CAT_TEMP);
+    return vp__mulc(S, vp__mulc(S, rows, d->h), d->eb);
+}
+
+/* A [sent, h] tensor through the dispatch: the all-to-all (recv rows),
+ * the gather over etp (rows), the sort by local expert; with pr, the
+ * probs along. */
+static void meg_dispatch(sim *S, uint32_t *t, uint32_t *pr, const meg_dims *d)
+{
+    uint64_t hop[3] = {d->recv, d->rows, d->rows};
+    bool on[3] = {true, d->rows != d->recv, d->local > 1};
+    for (int k = 0; k < 3; k++) {
+        if (!on[k])
+            continue;
+        move(S, t, meg_rows(S, hop[k], d), VP_CAT_TEMP);
+        if (pr)
+            move(S, pr, vp__mulc(S, hop[k], d->pb), VP_CAT_TEMP);
+    }
+}
+
+/* A [rows, h] tensor back: the unsort, the reduce-scatter over etp, the
+ * all-to-all (sent rows). */
+static void meg_combine(sim *S, uint32_t *t, const meg_dims *d)
+{
+    if (d->local > 1)
+        move(S, t, meg_rows(S, d->rows, d), VP_CAT_TEMP);
+    if (d->rows != d->recv)
+        move(S, t, meg_rows(S, d->recv, d), VP_CAT_TEMP);
+    move(S, t, meg_rows(S, d->sent, d), VP_CAT_TEMP);
 }
 
 enum { ME_IDX, ME_FC1_IN, ME_FC1_OUT, ME_PROBS, ME_FC2_IN };
@@ -404,31 +429,20 @@ static void meg_experts_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
     meg_dims d = meg_dims_of(S, o, f->eb0, S->out_eb[o->inputs[1]]);
-    uint64_t rh = vp__mulc(S, vp__mulc(S, d.rows, d.h), d.eb);
+    uint64_t rh = meg_rows(S, d.rows, &d);
     uint64_t ne = vp__mulc(S, d.n, S->g->ops[o->inputs[1]].classes);
     vp__transient(S, ne);                    /* routing_map.T */
     uint32_t idx = vp__talloc(S, vp__mulc(S, d.sent, 8), VP_CAT_ACT);
     vp__transient(S, vp__mulc(S, ne, d.pb)); /* probs.T */
     uint32_t pr = vp__talloc(S, vp__mulc(S, d.sent, d.pb), VP_CAT_TEMP);
-    uint32_t tok = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.sent, d.h), d.eb),
-                              VP_CAT_TEMP);
-    meg_hop(S, &tok, &pr, d.recv, &d);
-    if (d.rows != d.recv)
-        meg_hop(S, &tok, &pr, d.rows, &d);
-    if (d.local > 1)
-        meg_hop(S, &tok, &pr, d.rows, &d);
+    uint32_t tok = vp__talloc(S, meg_rows(S, d.sent, &d), VP_CAT_TEMP);
+    meg_dispatch(S, &tok, &pr, &d);
     uint64_t rf = vp__mulc(S, vp__mulc(S, d.rows, d.f), d.eb);
     uint32_t fc1 = vp__talloc(S, vp__mulc(S, rf, 2), VP_CAT_ACT);
     uint32_t act = vp__talloc(S, rf, VP_CAT_ACT);
     uint32_t fc2 = vp__talloc(S, rh, VP_CAT_TEMP);
-    if (d.local > 1)
-        move(S, &fc2, rh, VP_CAT_TEMP);
-    if (d.rows != d.recv)
-        move(S, &fc2, vp__mulc(S, vp__mulc(S, d.recv, d.h), d.eb),
-             VP_CAT_TEMP);
-    move(S, &fc2, vp__mulc(S, vp__mulc(S, d.sent, d.h), d.eb), VP_CAT_TEMP);
-    f->out = vp__talloc(S, vp__mulc(S, vp__mulc(S, d.n, d.h), d.eb),
-                        VP_CAT_ACT);
+    meg_combine(S, &fc2, &d);
+    f->out = vp__talloc(S, meg_rows(S, d.n, &d), VP_CAT_ACT);
     vp__tunref(S, fc2);
     if (f->sv) {
         vp__save(S, f->i, ME_IDX, idx);
@@ -453,17 +467,12 @@ static void meg_experts_bwd(sim *S, vp__bwd_op *b)
     const vp_op *o = b->o;
     uint32_t i = b->i, in1 = o->inputs[1];
     meg_dims d = meg_dims_of(S, o, b->eb0, S->out_eb[in1]);
-    uint64_t rh = vp__mulc(S, vp__mulc(S, d.rows, d.h), d.eb);
+    uint64_t rh = meg_rows(S, d.rows, &d);
     uint64_t rf = vp__mulc(S, vp__mulc(S, d.rows, d.f), d.eb);
     uint32_t g = b->gy;
     b->gy = NONE;
-    move(S, &g, vp__mulc(S, vp__mulc(S, d.sent, d.h), d.eb), VP_CAT_TEMP);
-    if (d.rows != d.recv)
-        move(S, &g, vp__mulc(S, vp__mulc(S, d.recv, d.h), d.eb),
-             VP_CAT_TEMP);
-    move(S, &g, rh, VP_CAT_TEMP);
-    if (d.local > 1)
-        move(S, &g, rh, VP_CAT_TEMP);
+    move(S, &g, meg_rows(S, d.sent, &d), VP_CAT_TEMP);
+    meg_dispatch(S, &g, NULL, &d);
     vp__weight_grad(S, o->params[1], false);
     move(S, &g, rf, VP_CAT_TEMP);
     vp__drop_saved(S, i, ME_FC2_IN);
@@ -474,12 +483,7 @@ static void meg_experts_bwd(sim *S, vp__bwd_op *b)
     vp__weight_grad(S, o->params[0], false);
     move(S, &g, rh, VP_CAT_TEMP);
     vp__drop_saved(S, i, ME_FC1_IN);
-    if (d.local > 1)
-        move(S, &g, rh, VP_CAT_TEMP);
-    if (d.rows != d.recv)
-        move(S, &g, vp__mulc(S, vp__mulc(S, d.recv, d.h), d.eb),
-             VP_CAT_TEMP);
-    move(S, &g, vp__mulc(S, vp__mulc(S, d.sent, d.h), d.eb), VP_CAT_TEMP);
+    meg_combine(S, &g, &d);
     move(S, &gp, vp__mulc(S, d.sent, d.pb), VP_CAT_TEMP);
     if (S->g->ops[in1].needs_grad)
         vp__give_grad(S, in1, vp__grad_like(S, in1, S->out_eb[in1]),
