@@ -150,3 +150,28 @@ Test(megatron_moe, refusals_are_named)
         vp_model_free(m);
     }
 }
+
+/* The model's first dense layers on a 1F1B stage are built dense
+ * (--moe-layer-freq; megatron.c dense_on_stage): tests/data/cluster/moe-
+ * dense3.yaml (3 dense layers of ffn 8192, then 64 experts of 1024, 1
+ * shared), pp 2, 4 layers a stage: stage 0 holds 3 dense layers and 1 MoE
+ * layer, stage 1 four MoE layers; an MoE layer's MLP has the router
+ * (64 h), 64 experts and the shared expert (3 x 1024 h each), a dense
+ * layer's 3 x 8192 h. */
+Test(megatron_moe, dense_first_layers_on_their_stage)
+{
+    vp_model *m = load("tests/data/cluster/moe-dense3.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c;
+    h100(&c, 2);
+    vp_par p = par(1, 1, 2, VP_SHARD_MEGATRON);
+    vp_stage_sim r0, r1;
+    sim_stage(cm, &c, &p, 0, &r0);
+    sim_stage(cm, &c, &p, 1, &r1);
+    uint64_t h = 2048, moe = 64 * h + 65 * 3 * 1024 * h, dense = 3 * 8192 * h;
+    uint64_t emb = 32000 * h, head = 32000 * h + h; /* + the final norm */
+    cr_assert_eq(r0.layers, 4u);
+    cr_assert_eq(r0.params - emb - r1.params + head, 3 * (dense - moe));
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
