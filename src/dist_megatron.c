@@ -32,12 +32,31 @@
 
 typedef struct {
     uint64_t numel;  /* trainable elements of the rank (its stage)       */
+    uint64_t expert; /* of them, the routed experts' (their own buffer)  */
     uint64_t shard;  /* elements its optimizer steps                     */
     bool on;         /* the optimizer's one tensor is stepped            */
     uint8_t grad_eb; /* the gradient buffer's bytes per element          */
     uint32_t buf;    /* the gradient buffer                              */
     uint32_t main;   /* fp16: the fp32 main gradients of a step           */
 } meg;
+
+/* The routed experts' elements: the parameters of the VP_OP_MOE_EXPERTS
+ * ops (Megatron's MoE layer, graph_moe.c: TEGroupedMLP's weights,
+ * allreduce=False), each once. */
+static bool expert_numel(const vp_graph *g, uint64_t *out)
+{
+    *out = 0;
+    for (size_t i = 0; i < g->n_ops; i++) {
+        const vp_op *o = &g->ops[i];
+        if (o->kind != VP_OP_MOE_EXPERTS || !(o->flags & VP_OPF_MEGATRON))
+            continue;
+        for (uint32_t j = 0; j < o->n_params; j++)
+            if (g->params[o->params[j]].trainable &&
+                !vp_add_u64(*out, g->params[o->params[j]].numel, out))
+                return false;
+    }
+    return true;
+}
 
 static vp_status meg_init(sim *S, vp__dist *d)
 {
@@ -60,10 +79,19 @@ static vp_status meg_init(sim *S, vp__dist *d)
             !vp_add_u64(m->numel, g->params[p].numel, &m->numel))
             return vp_error_set(S->err, VP_EOVERFLOW,
                                 "the parameters overflow 64 bits");
-    /* the distributed optimizer's shard: the buffer split in dp equal
-     * parts (padded to a multiple of dp) */
+    /* the distributed optimizer's shard: each buffer split in equal parts
+     * over its data-parallel group (padded to a multiple of it): the
+     * dense parameters' over dp x cp, the experts' over the expert-data-
+     * parallel group (DistributedDataParallel.__init__'s expert_parallel_
+     * buffers, reduced over parallel_state.get_expert_data_parallel_
+     * group; distrib_optimizer.py shards each buffer over its own group) */
+    if (!expert_numel(g, &m->expert))
+        return vp_error_set(S->err, VP_EOVERFLOW,
+                            "the experts' parameters overflow 64 bits");
+    uint64_t ew = d->cfg->expert_world ? d->cfg->expert_world : d->group;
     m->shard = d->cfg->strategy == VP_DIST_MEGATRON_DISTOPT
-                   ? (m->numel + d->group - 1) / d->group
+                   ? (m->numel - m->expert + d->group - 1) / d->group +
+                         (m->expert + ew - 1) / ew
                    : m->numel;
     m->on = true;
     m->buf = m->main = NONE;

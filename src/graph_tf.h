@@ -15,6 +15,9 @@ typedef struct vp__tb {
     char scope[96];
     const char *path; /* the model file, for errors found while building */
     uint64_t layer;   /* the layer being built                           */
+    bool local;       /* the next linears run on the rank's own tokens:
+                         no sequence-parallel gather, no fp8 (Megatron's
+                         MoE router, graph_moe.c)                        */
 } vp__tb;
 
 /* An op of kind k with one float output, nothing else set. */

@@ -91,7 +91,7 @@ static void sp_linear(const tb *c, vp_op *o)
 {
     uint32_t sp = c->t->sp;
     uint64_t S = c->g->seq;
-    if (sp <= 1 || o->ndim != 3)
+    if (sp <= 1 || o->ndim != 3 || c->local)
         return;
     if (o->shape[1] == S / sp) {
         o->shape[1] = S;
@@ -114,7 +114,7 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
     sp_linear(c, &o);
-    if (c->t->megatron && c->t->fp8 && c->scope[0])
+    if (c->t->megatron && c->t->fp8 && c->scope[0] && !c->local)
         o.flags |= VP_OPF_FP8;
     VP_TRY(named(c, &o, leaf));
     uint64_t wn;
@@ -730,7 +730,7 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
 {
     if (t->type == VP_TF_ENCDEC)
         return vp__build_encdec(g, t, path, err);
-    tb c = {g, t, err, "", path, 0};
+    tb c = {g, t, err, "", path, 0, false};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte = 0;

@@ -28,8 +28,9 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "a layer the Megatron op flavour does not build (per-head "
                "q/k norms, Gemma's norms, soft-capping, sliding windows, "
                "packed projections)";
-    if (cm->experts || p->ep > 1)
-        return "mixture-of-experts layers";
+    if (cm->experts && p->tp > 1 && !p->sp)
+        return "mixture-of-experts layers with tp > 1 and no sequence "
+               "parallelism (Megatron requires it: arguments.py)";
     if (p->pp > 1 && p->schedule == VP_SCHED_GPIPE)
         return "GPipe (Megatron runs 1F1B)";
     if (p->pp > 1 && p->schedule == VP_SCHED_DUALPIPE)
@@ -56,14 +57,37 @@ static uint32_t layers_of(const vp_cluster_model *cm, const vp_par *p,
     return (uint32_t)l;
 }
 
+/* The model's first dense layers (DeepSeek-V3's three: --moe-layer-freq
+ * [0]*3+[1]*58, Megatron-Core's transformer_block.py builds each layer's
+ * spec from moe_layer_freq) that fall on the stage, under the 1F1B
+ * schedule (stage s from layer l0 + (s - 1) lm). An interleaved stage's
+ * chunks, and a period (moe_every > 1), are built all MoE: an upper
+ * bound (an MoE layer keeps more than the dense one on every shipped
+ * model). */
+static uint32_t dense_on_stage(const vp_cluster_model *cm, const vp_par *p,
+                               uint32_t stage, uint32_t layers)
+{
+    const vp_tf_ext *x = &cm->m->tf.x;
+    if (!cm->experts || p->vpp > 1 || x->moe_every > 1)
+        return 0;
+    double l0, l1, lm;
+    vp__stage_layers(cm, p, &l0, &l1, &lm);
+    double first = stage == 0 ? 0 : l0 + (stage - 1) * lm;
+    if (stage > 0 && stage + 1 == p->pp)
+        first = (double)cm->L - l1;
+    double d = (double)x->dense_layers - first;
+    return d <= 0 ? 0 : d >= layers ? layers : (uint32_t)d;
+}
+
 /* The stage's graph: the tensor-parallel rank's share of its layers; the
  * embedding on the first stage, the final norm, head and loss on the
  * last. A tied head on a later stage than the embedding keeps its own
  * copy of the word embeddings (Megatron's setup_embeddings_and_output_
  * layer: the last stage's output_layer weight, synchronised with the
  * first stage's). */
-static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
-                             uint32_t stage, uint32_t layers, vp_error *err)
+static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_cluster *c,
+                             const vp_par *p, uint32_t stage, uint32_t layers,
+                             vp_error *err)
 {
     vp_tf tf;
     vp__local_tf(&tf, cm->m, p->tp);
@@ -75,6 +99,9 @@ static vp_graph *stage_graph(const vp_cluster_model *cm, const vp_par *p,
     tf.cp = p->cp;
     tf.megatron = true;
     tf.fp8 = p->dtype == VP_DT_FP8;
+    tf.ep = p->ep;
+    tf.moe_load = vp_moe_load(c, cm->experts, cm->top_k, p->ep, NULL);
+    tf.x.dense_layers = dense_on_stage(cm, p, stage, layers);
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, cm->m, p->micro_batch, cm->seq / p->cp,
@@ -147,7 +174,7 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
     out->in_flight = in_flight_of(p, stage);
     out->simulated_mb = (uint32_t)simulated_mb(p, stage);
     out->chunks = p->vpp;
-    vp_graph *g = stage_graph(cm, p, stage, out->layers, err);
+    vp_graph *g = stage_graph(cm, c, p, stage, out->layers, err);
     if (!g)
         return err ? err->code : VP_ESCHEMA;
     bool *all = malloc((g->n_segs ? g->n_segs : 1) * sizeof *all);
@@ -166,6 +193,10 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
      * (parallel_state.get_data_parallel_group(with_context_parallel=
      * True), distributed_data_parallel.py) */
     d.world = p->dp * p->cp;
+    /* the experts': over the expert-data-parallel group, dp x cp / ep
+     * (parallel_state.py, the expert-model-parallel ranks carved from the
+     * data- and context-parallel ones with etp = tp) */
+    d.expert_world = p->ep > 1 ? d.world / p->ep : 0;
     d.cpu_offload = p->offload == VP_OFFLOAD_OPTIMIZER;
     vp_pipeline pl = {p->pp, stage, p->vpp};
     vp_setup s;

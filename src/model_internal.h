@@ -113,6 +113,12 @@ typedef struct vp_tf {
     /* with it, Transformer Engine's fp8 linears in the layers (--fp8-
      * format; VP_OPF_FP8); the output layer stays in 16 bits */
     bool fp8;
+    /* with it, Megatron-Core's MoE layer (graph_moe.c): the expert-
+     * parallel ranks (0 or 1: none; the local experts experts / ep) and
+     * the rows the busiest rank's experts receive over the balanced
+     * share (vp_moe_load; 0 or 1: balanced) */
+    uint32_t ep;
+    double moe_load;
     uint32_t line, col; /* where the description starts */
     /* encoder-decoder (VP_TF_ENCDEC): `layers` encoder layers and
      * dec_layers decoder layers; T5's relative position bias (rel_buckets

@@ -177,6 +177,9 @@ typedef struct vp_dist {
                                     once the wrapper is built (the
                                     ground-truth protocol, collect_dist.py)  */
     vp_ds_config ds;           /* deepspeed-zero1/2/3                        */
+    uint32_t expert_world;     /* Megatron with MoE: the expert-data-parallel
+                                  ranks the experts' gradients are reduced
+                                  and sharded over (dp x cp / ep); 0 = world */
 } vp_dist;
 
 /* Defaults: no strategy, world 1, rank 0, no mixed precision, DDP's 25

@@ -8,6 +8,11 @@
  * §12). */
 #include "../sim_internal.h"
 
+static void meg_router_fwd(sim *S, vp__fwd_op *f);
+static void meg_router_bwd(sim *S, vp__bwd_op *b);
+static void meg_experts_fwd(sim *S, vp__fwd_op *f);
+static void meg_experts_bwd(sim *S, vp__bwd_op *b);
+
 /* What the router saves: the scores of every expert (softmax: fp32;
  * sigmoid: the logits' dtype), the chosen experts (int64), and with
  * renormalised weights the top-k values and their sum (the division's
@@ -23,6 +28,10 @@ enum { ROUTER_SCORES, ROUTER_EXPERTS, ROUTER_TOPK, ROUTER_SUM };
 void vp__router_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
+    if (o->flags & VP_OPF_MEGATRON) {
+        meg_router_fwd(S, f);
+        return;
+    }
     uint64_t ne = vp__mulc(S, o->shape[0], o->classes); /* tokens x E */
     uint8_t lb = f->eb0;
     bool grouped = o->flags & VP_OPF_ROUTER_GROUP;
@@ -76,6 +85,10 @@ void vp__router_fwd(sim *S, vp__fwd_op *f)
 void vp__router_bwd(sim *S, vp__bwd_op *b)
 {
     const vp_op *o = b->o;
+    if (o->flags & VP_OPF_MEGATRON) {
+        meg_router_bwd(S, b);
+        return;
+    }
     uint64_t ne = vp__mulc(S, o->shape[0], o->classes);
     uint32_t sc = vp__talloc(S, vp__mulc(S, ne, 4), VP_CAT_TEMP);
     vp__tunref(S, b->gy);
@@ -124,6 +137,10 @@ static ex_dims ex_dims_of(sim *S, const vp_op *o)
 void vp__moe_experts_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
+    if (o->flags & VP_OPF_MEGATRON) {
+        meg_experts_fwd(S, f);
+        return;
+    }
     ex_dims d = ex_dims_of(S, o);
     uint8_t pe = d.pe, we = vp__promote(pe, S->out_eb[o->inputs[1]]);
     bool early = !f->sv && !S->training;
@@ -210,6 +227,10 @@ static void regrad(sim *S, uint32_t *g, uint64_t bytes)
 void vp__moe_experts_bwd(sim *S, vp__bwd_op *b)
 {
     const vp_op *o = b->o;
+    if (o->flags & VP_OPF_MEGATRON) {
+        meg_experts_bwd(S, b);
+        return;
+    }
     uint32_t i = b->i;
     ex_dims d = ex_dims_of(S, o);
     uint8_t pe = d.pe;
@@ -252,4 +273,225 @@ void vp__moe_experts_bwd(sim *S, vp__bwd_op *b)
         b->gxe = pe;
     }
     vp__tunref(S, c);
+}
+
+/* ---- Megatron-Core (VP_OPF_MEGATRON; graph_moe.c meg_moe) ------------- */
+
+/* TopKRouter.routing (megatron/core/transformer/moe/router.py; moe_utils.
+ * py topk_routing_with_score_function, compute_routing_scores_for_aux_
+ * loss), unfused, logits [n, E] in the module's dtype (Float16Module made
+ * the router's fp32 weight bf16). Softmax (Mixtral, Qwen): topk on the
+ * logits, softmax(scores, dtype=float32) saved (fp32 [n, k]) then
+ * .type_as; sigmoid (DeepSeek-V3): sigmoid(logits.float()).type_as saved
+ * ([n, E]), the fp32 expert bias added for the selection, the chosen
+ * scores gathered and renormalised. Either way: the top indices (int64
+ * [n, k], saved by the scatter), the dense probs zeros_like(logits).
+ * scatter(...) [n, E] (the output), the routing map zeros_like(logits).
+ * int().scatter(...).bool() [n, E] (kept by the dispatcher until the
+ * unpermute: hold_until), and the load-balancing loss's fp32 scores
+ * [n, E] (saved by their softmax or sigmoid). */
+enum { MR_SCORES, MR_IDX, MR_AUX };
+
+static void meg_router_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    uint64_t n = o->shape[0], nk = vp__mulc(S, n, o->top_k);
+    uint64_t ne = vp__mulc(S, n, o->classes);
+    uint8_t lb = f->eb0;
+    uint32_t sc;
+    if (o->flags & VP_OPF_ROUTER_GROUP) {
+        uint32_t s32 = vp__talloc(S, vp__mulc(S, ne, 4), VP_CAT_TEMP);
+        sc = vp__talloc(S, vp__mulc(S, ne, lb), VP_CAT_ACT);
+        vp__tunref(S, s32);
+        vp__transient(S, vp__mulc(S, ne, 4)); /* + the expert bias */
+    } else {
+        vp__transient(S, vp__mulc(S, nk, lb)); /* topk values */
+        sc = vp__talloc(S, vp__mulc(S, nk, 4), VP_CAT_ACT);
+    }
+    uint32_t idx = vp__talloc(S, vp__mulc(S, nk, 8), VP_CAT_ACT);
+    vp__transient(S, vp__mulc(S, nk, lb)); /* the probs, [n, k] */
+    f->out = vp__talloc(S, vp__mulc(S, ne, lb), VP_CAT_ACT);
+    uint32_t z = vp__talloc(S, vp__mulc(S, ne, lb), VP_CAT_TEMP);
+    uint32_t zi = vp__talloc(S, vp__mulc(S, ne, 4), VP_CAT_TEMP);
+    vp__tunref(S, z);
+    uint32_t si = vp__talloc(S, vp__mulc(S, ne, 4), VP_CAT_TEMP);
+    vp__tunref(S, zi);
+    uint32_t map = vp__talloc(S, ne, VP_CAT_ACT);
+    vp__tunref(S, si);
+    uint32_t aux = vp__talloc(S, vp__mulc(S, ne, 4), VP_CAT_ACT);
+    if (f->sv) {
+        vp__save(S, f->i, MR_SCORES, sc);
+        vp__save(S, f->i, MR_IDX, idx);
+        vp__save(S, f->i, MR_AUX, aux);
+    }
+    if (o->hold_until > f->i)
+        vp__hold_until(S, map, o->hold_until);
+    uint32_t drop[] = {sc, idx, map, aux};
+    for (size_t k = 0; k < sizeof drop / sizeof drop[0]; k++)
+        vp__tunref(S, drop[k]);
+}
+
+/* The aux loss's and the probs' gradients into fp32 [n, E] buffers, then
+ * the logits' gradient. */
+static void meg_router_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    uint64_t ne4 = vp__mulc(S, vp__mulc(S, o->shape[0], o->classes), 4);
+    uint32_t ga = vp__talloc(S, ne4, VP_CAT_TEMP);
+    vp__drop_saved(S, b->i, MR_AUX);
+    uint32_t gs = vp__talloc(S, ne4, VP_CAT_TEMP);
+    vp__tunref(S, b->gy);
+    b->gy = NONE;
+    if (b->ig0)
+        b->gx = vp__grad_like(S, b->in0, b->eb0);
+    vp__tunref(S, gs);
+    vp__tunref(S, ga);
+}
+
+/* Rows of the dispatch: n tokens; sent n x top_k; received on this rank
+ * (after the expert-parallel all-to-all) rows / etp; gathered over the
+ * expert-tensor-parallel ranks: rows (the grouped GEMMs'). */
+typedef struct {
+    uint64_t n, sent, recv, rows, h, f;
+    uint32_t local;
+    uint8_t eb, pb; /* the tokens', the probs' bytes per element */
+} meg_dims;
+
+static meg_dims meg_dims_of(sim *S, const vp_op *o, uint8_t eb, uint8_t pb)
+{
+    meg_dims d;
+    d.h = o->in_features;
+    d.f = o->out_features;
+    d.n = o->numel / d.h;
+    d.sent = vp__mulc(S, d.n, o->top_k);
+    d.rows = o->rows;
+    d.recv = o->heads > 1 ? (d.rows + o->heads - 1) / o->heads : d.rows;
+    d.local = (uint32_t)o->classes;
+    d.eb = eb;
+    d.pb = pb;
+    return d;
+}
+
+/* one buffer of `bytes` replacing *t (a copy, a collective's output) */
+static void move(sim *S, uint32_t *t, uint64_t bytes, uint8_t cat)
+{
+    uint32_t n = vp__talloc(S, bytes, cat);
+    vp__tunref(S, *t);
+    *t = n;
+}
+
+/* [rows, h] tensors of the dispatch, bytes */
+static uint64_t meg_rows(sim *S, uint64_t rows, const meg_dims *d)
+{
+    return vp__mulc(S, vp__mulc(S, rows, d->h), d->eb);
+}
+
+/* A [sent, h] tensor through the dispatch: the all-to-all (recv rows),
+ * the gather over etp (rows), the sort by local expert; with pr, the
+ * probs along. */
+static void meg_dispatch(sim *S, uint32_t *t, uint32_t *pr, const meg_dims *d)
+{
+    uint64_t hop[3] = {d->recv, d->rows, d->rows};
+    bool on[3] = {true, d->rows != d->recv, d->local > 1};
+    for (int k = 0; k < 3; k++) {
+        if (!on[k])
+            continue;
+        move(S, t, meg_rows(S, hop[k], d), VP_CAT_TEMP);
+        if (pr)
+            move(S, pr, vp__mulc(S, hop[k], d->pb), VP_CAT_TEMP);
+    }
+}
+
+/* A [rows, h] tensor back: the unsort, the reduce-scatter over etp, the
+ * all-to-all (sent rows). */
+static void meg_combine(sim *S, uint32_t *t, const meg_dims *d)
+{
+    if (d->local > 1)
+        move(S, t, meg_rows(S, d->rows, d), VP_CAT_TEMP);
+    if (d->rows != d->recv)
+        move(S, t, meg_rows(S, d->recv, d), VP_CAT_TEMP);
+    move(S, t, meg_rows(S, d->sent, d), VP_CAT_TEMP);
+}
+
+enum { ME_IDX, ME_FC1_IN, ME_FC1_OUT, ME_PROBS, ME_FC2_IN };
+
+/* token_dispatcher.py MoEAlltoAllTokenDispatcher, dropless, unfused
+ * permute (moe_utils.py permute, unpermute, sort_chunks_by_idxs):
+ * routing_map.T.contiguous() (bool [E, n]) and probs.T.contiguous(); the
+ * sorted indices (int64 [n k], kept for the unpermute); the permuted
+ * tokens and probs [n k]; all_to_all over ep (rows / etp); gather_from_
+ * sequence_parallel_region over etp (rows); sort_chunks_by_idxs by local
+ * expert (more than one); experts.py TEGroupedMLP: linear_fc1 (saves its
+ * input), the weighted SwiGLU on [rows, 2f] with the probs (saves both),
+ * linear_fc2 (saves the activation [rows, f]); then back: unsort,
+ * reduce_scatter over etp, all_to_all, unpermute into zeros [n, h]. */
+static void meg_experts_fwd(sim *S, vp__fwd_op *f)
+{
+    const vp_op *o = f->o;
+    meg_dims d = meg_dims_of(S, o, f->eb0, S->out_eb[o->inputs[1]]);
+    uint64_t rh = meg_rows(S, d.rows, &d);
+    uint64_t ne = vp__mulc(S, d.n, S->g->ops[o->inputs[1]].classes);
+    vp__transient(S, ne);                    /* routing_map.T */
+    uint32_t idx = vp__talloc(S, vp__mulc(S, d.sent, 8), VP_CAT_ACT);
+    vp__transient(S, vp__mulc(S, ne, d.pb)); /* probs.T */
+    uint32_t pr = vp__talloc(S, vp__mulc(S, d.sent, d.pb), VP_CAT_TEMP);
+    uint32_t tok = vp__talloc(S, meg_rows(S, d.sent, &d), VP_CAT_TEMP);
+    meg_dispatch(S, &tok, &pr, &d);
+    uint64_t rf = vp__mulc(S, vp__mulc(S, d.rows, d.f), d.eb);
+    uint32_t fc1 = vp__talloc(S, vp__mulc(S, rf, 2), VP_CAT_ACT);
+    uint32_t act = vp__talloc(S, rf, VP_CAT_ACT);
+    uint32_t fc2 = vp__talloc(S, rh, VP_CAT_TEMP);
+    meg_combine(S, &fc2, &d);
+    f->out = vp__talloc(S, meg_rows(S, d.n, &d), VP_CAT_ACT);
+    vp__tunref(S, fc2);
+    if (f->sv) {
+        vp__save(S, f->i, ME_IDX, idx);
+        vp__save(S, f->i, ME_FC1_IN, tok);
+        vp__save(S, f->i, ME_FC1_OUT, fc1);
+        vp__save(S, f->i, ME_PROBS, pr);
+        vp__save(S, f->i, ME_FC2_IN, act);
+    }
+    uint32_t drop[] = {idx, tok, fc1, pr, act};
+    for (size_t k = 0; k < sizeof drop / sizeof drop[0]; k++)
+        vp__tunref(S, drop[k]);
+}
+
+/* The forward's hops in reverse: the unpermute's gather [n k, h], the
+ * all-to-all, the gather over etp, the sort; linear_fc2's input grad
+ * [rows, f] and weight grad; the SwiGLU's [rows, 2f] and the probs';
+ * linear_fc1's input grad [rows, h] and weight grad; unsort, reduce-
+ * scatter, all-to-all, the permute's index_add into zeros [n, h]; the
+ * probs' gradient back through the dispatch to the router. */
+static void meg_experts_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    uint32_t i = b->i, in1 = o->inputs[1];
+    meg_dims d = meg_dims_of(S, o, b->eb0, S->out_eb[in1]);
+    uint64_t rh = meg_rows(S, d.rows, &d);
+    uint64_t rf = vp__mulc(S, vp__mulc(S, d.rows, d.f), d.eb);
+    uint32_t g = b->gy;
+    b->gy = NONE;
+    move(S, &g, meg_rows(S, d.sent, &d), VP_CAT_TEMP);
+    meg_dispatch(S, &g, NULL, &d);
+    vp__weight_grad(S, o->params[1], false);
+    move(S, &g, rf, VP_CAT_TEMP);
+    vp__drop_saved(S, i, ME_FC2_IN);
+    uint32_t gp = vp__talloc(S, vp__mulc(S, d.rows, d.pb), VP_CAT_TEMP);
+    move(S, &g, vp__mulc(S, rf, 2), VP_CAT_TEMP);
+    vp__drop_saved(S, i, ME_FC1_OUT);
+    vp__drop_saved(S, i, ME_PROBS);
+    vp__weight_grad(S, o->params[0], false);
+    move(S, &g, rh, VP_CAT_TEMP);
+    vp__drop_saved(S, i, ME_FC1_IN);
+    meg_combine(S, &g, &d);
+    move(S, &gp, vp__mulc(S, d.sent, d.pb), VP_CAT_TEMP);
+    if (S->g->ops[in1].needs_grad)
+        vp__give_grad(S, in1, vp__grad_like(S, in1, S->out_eb[in1]),
+                      S->out_eb[in1]);
+    vp__tunref(S, gp);
+    if (b->ig0) {
+        b->gx = vp__grad_like(S, b->in0, d.eb);
+        b->gxe = d.eb;
+    }
+    vp__tunref(S, g);
 }
