@@ -419,7 +419,16 @@ static double fused_layer(const vp_cluster_model *cm, const vp__act *a,
              (cm->at_dropout > 0 ? 2 * eb + 1 : eb);
     }
     *att = s2;
-    return eb * keep + (p->dtype == VP_DT_FP8 ? 1.0 : eb) * lin + mask + s2;
+    bool fp8 = p->dtype == VP_DT_FP8;
+    /* under fp8 the fused attention keeps its own 16-bit output (TE
+     * FusedAttnFunc's saved out) beside the fp8 copy linear_proj saves;
+     * in 16 bits the two are one tensor, counted in lin */
+    double out = 0;
+    if (fp8 && !cm->at_eager) {
+        double heads = cm->at_heads / t;
+        out = eb * bcp * (heads < 1 ? 1 : heads) * cm->at_q * cm->at_dim;
+    }
+    return eb * keep + (fp8 ? 1.0 : eb) * lin + mask + s2 + out;
 }
 
 /* The activation terms of one micro-batch. */
