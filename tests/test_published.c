@@ -78,7 +78,9 @@ Test(zero_paper, evaluator_matches_the_formulas)
 
 /* ---- Megatron-LM: 18 and 6 + 12/d bytes per parameter -------------- */
 
-Test(megatron, bytes_per_parameter)
+/* Megatron's DDP (whole) and the distributed optimizer over d ranks in
+ * dtype dt: model-state bytes per parameter are whole and w_g + 12/d */
+static void megatron_states(vp_dtype dt, double whole, double w_g)
 {
     vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
     vp_cluster_model *cm = cmodel(m);
@@ -86,28 +88,32 @@ Test(megatron, bytes_per_parameter)
     vp_cluster_model_info_get(cm, &in);
     vp_hw hw;
     a100(&hw);
+    hw.fp8 = 2 * hw.bf16; /* for fp8; the A100 has none */
     const uint32_t ds[] = {2, 8, 64};
-    for (size_t i = 0; i < 3; i++) {
-        uint32_t d = ds[i];
-        vp_cluster c;
-        vp_cluster_init(&c, &hw, d, 8);
-        vp_error err;
-        vp_cluster_mem mem;
-        vp_par p = par(d, 1, 1, VP_SHARD_MEGATRON);
-        cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK,
-                     "%s", err.msg);
-        double per = (double)(mem.weights + mem.grads + mem.optimizer) /
-                     (double)in.params;
-        cr_assert_float_eq(per, 18.0, 1e-6);
-        p.sharding = VP_SHARD_DISTOPT;
-        cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK,
-                     "%s", err.msg);
-        per = (double)(mem.weights + mem.grads + mem.optimizer) /
-              (double)in.params;
-        cr_assert_float_eq(per, 6.0 + 12.0 / d, 1e-6, "d %u: %g", d, per);
-    }
+    const vp_sharding sh[] = {VP_SHARD_MEGATRON, VP_SHARD_DISTOPT};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t k = 0; k < 2; k++) {
+            uint32_t d = ds[i];
+            vp_cluster c;
+            vp_cluster_init(&c, &hw, d, 8);
+            vp_error err;
+            vp_cluster_mem mem;
+            vp_par p = par(d, 1, 1, sh[k]);
+            p.dtype = dt;
+            cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err),
+                         VP_OK, "%s", err.msg);
+            double per = (double)(mem.weights + mem.grads + mem.optimizer) /
+                         (double)in.params;
+            double want = k == 0 ? whole : w_g + 12.0 / d;
+            cr_assert_float_eq(per, want, 1e-6, "d %u: %g", d, per);
+        }
     vp_cluster_model_free(cm);
     vp_model_free(m);
+}
+
+Test(megatron, bytes_per_parameter)
+{
+    megatron_states(VP_DT_BF16, 18.0, 6.0);
 }
 
 /* fp8 under Megatron-Bridge's recipes (fp8_param_gather, bf16 grad
@@ -115,36 +121,7 @@ Test(megatron, bytes_per_parameter)
  * fp32 master and moments; 4 + 12/d with the distributed optimizer */
 Test(megatron, fp8_bytes_per_parameter)
 {
-    vp_model *m = load("tests/data/cluster/megatron-22b.yaml");
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_hw hw;
-    a100(&hw);
-    hw.fp8 = 2 * hw.bf16;
-    const uint32_t ds[] = {2, 8, 64};
-    for (size_t i = 0; i < 3; i++) {
-        uint32_t d = ds[i];
-        vp_cluster c;
-        vp_cluster_init(&c, &hw, d, 8);
-        vp_error err;
-        vp_cluster_mem mem;
-        vp_par p = par(d, 1, 1, VP_SHARD_MEGATRON);
-        p.dtype = VP_DT_FP8;
-        cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK,
-                     "%s", err.msg);
-        double per = (double)(mem.weights + mem.grads + mem.optimizer) /
-                     (double)in.params;
-        cr_assert_float_eq(per, 16.0, 1e-6);
-        p.sharding = VP_SHARD_DISTOPT;
-        cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK,
-                     "%s", err.msg);
-        per = (double)(mem.weights + mem.grads + mem.optimizer) /
-              (double)in.params;
-        cr_assert_float_eq(per, 4.0 + 12.0 / d, 1e-6, "d %u: %g", d, per);
-    }
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    megatron_states(VP_DT_FP8, 16.0, 4.0);
 }
 
 /* ---- Korthikanti et al. 2022, Table 2 -------------------------------- */
