@@ -239,6 +239,21 @@ static void add_gemm(vp__gemm *arr, size_t *n, size_t cap, vp__gemm g)
                                arr[cap - 1].k);
 }
 
+/* Whether the first later op that reads op i's output is of kind k (a
+ * gated MLP in Hugging Face's order, act(gate_proj(x)) * up_proj(x),
+ * runs up_proj between the activation and the product); the search
+ * stops at that reader. */
+static bool read_first_by(const vp_graph *g, size_t i, vp_op_kind k)
+{
+    for (size_t j = i + 1; j < g->n_ops; j++) {
+        const vp_op *o = &g->ops[j];
+        for (uint32_t q = 0; q < o->n_inputs; q++)
+            if (o->inputs[q] == i)
+                return o->kind == k;
+    }
+    return false;
+}
+
 static bool feeds(const vp_graph *g, size_t i, vp_op_kind k)
 {
     if (i + 1 >= g->n_ops || g->ops[i + 1].kind != k)
@@ -344,7 +359,8 @@ static void saved_op(const vp_graph *g, size_t i, double keep[3])
     case VP_OP_SILU:
     case VP_OP_TANH:
     case VP_OP_SIGMOID:
-        if (!feeds(g, i, VP_OP_MUL))
+        /* a gated product's activation is inside the fused SwiGLU */
+        if (!read_first_by(g, i, VP_OP_MUL))
             keep[0] += n;
         break;
     case VP_OP_MUL:

@@ -163,9 +163,16 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
         /* fp16 gradients, fp32 main parameters and their fp32 gradient
          * copy, Adam moments: 20 bytes (docs/api-guide/dist_optimizer.md) */
         w = 2, g = 2, opt = 16;
+    } else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP8) {
+        /* Megatron-Bridge's fp8 recipes (mixed_precision.py
+         * bf16_with_fp8_*_mixed: fp8_param_gather; the performance
+         * configs' grad_reduce_in_fp32 = False): the parameters are
+         * Transformer Engine Float8Tensors, fp8 data and its transpose
+         * for the wgrad/dgrad GEMMs, no bf16 copy; bf16 grad buffer;
+         * fp32 main parameters and moments */
+        w = 2, g = 2, opt = 12;
     } else if (e == VP_ENGINE_MEGATRON) {
-        w = p->dtype == VP_DT_FP8 ? 4 : 2; /* + fp8 weight and transpose */
-        g = 4, opt = 12;
+        w = 2, g = 4, opt = 12;
     } else if (e == VP_ENGINE_DEEPSPEED) {
         w = 2, g = 2, opt = 12;
     } else {
@@ -200,12 +207,19 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
         o->popt = P;
         break;
     case VP_SHARD_MEGATRON:
-        /* fused Adam in place; main grads are the fp32 grad buffer */
+        /* fused Adam in place; main grads are the fp32 grad buffer, or
+         * with a bf16 one their fp32 copy (megatron/core/optimizer/
+         * optimizer.py _copy_model_grads_to_main_grads: main_grad.float())
+         */
         o->w = w * P, o->g = g * P, o->o = opt * P;
+        o->temp = g < 4 ? 4.0 * P : 0;
         o->popt = P;
         break;
     case VP_SHARD_DISTOPT:
+        /* the same per shard (distrib_optimizer.py
+         * _copy_model_grads_to_main_grads: shard_model_grad.float()) */
         o->w = w * P, o->g = g * P, o->o = opt * Ps;
+        o->temp = g < 4 ? 4.0 * Ps : 0;
         o->popt = Ps;
         break;
     case VP_SHARD_ZERO1:
@@ -405,7 +419,16 @@ static double fused_layer(const vp_cluster_model *cm, const vp__act *a,
              (cm->at_dropout > 0 ? 2 * eb + 1 : eb);
     }
     *att = s2;
-    return eb * keep + (p->dtype == VP_DT_FP8 ? 1.0 : eb) * lin + mask + s2;
+    bool fp8 = p->dtype == VP_DT_FP8;
+    /* under fp8 the fused attention keeps its own 16-bit output (TE
+     * FusedAttnFunc's saved out) beside the fp8 copy linear_proj saves;
+     * in 16 bits the two are one tensor, counted in lin */
+    double out = 0;
+    if (fp8 && !cm->at_eager) {
+        double heads = cm->at_heads / t;
+        out = eb * bcp * (heads < 1 ? 1 : heads) * cm->at_q * cm->at_dim;
+    }
+    return eb * keep + (fp8 ? 1.0 : eb) * lin + mask + s2 + out;
 }
 
 /* The activation terms of one micro-batch. */

@@ -227,6 +227,39 @@ static void comms(tctx *k, ltime *o)
     }
 }
 
+/* fp8 training's scaling and casts, per layer and micro-batch: current
+ * scaling reads a tensor for its amax, then reads it again and writes
+ * the fp8 data and its transpose (Transformer Engine
+ * pytorch/module/linear.py _Linear.forward / backward: the input, and
+ * the output gradient before dgrad and wgrad; torchao float8
+ * hp_tensor_to_float8_dynamic: the same for input, weight and output
+ * gradient), 2 + 2 + 1 + 1 bytes an element, two kernels. Under
+ * Megatron the weights are fp8 parameters, cast once in the optimizer
+ * step (fp8_param_gather); under torch they are the bf16 gathered
+ * weights, cast every forward. */
+static void fp8_casts(tctx *k, ltime *o)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    double bcp = k->b / k->cp, in = bcp * vsplit(&cm->lin_in, k->t, k->sp);
+    double out = 0, wt = 0, n = 0;
+    for (size_t i = 0; i < cm->n_gemm; i++) {
+        const vp__gemm *g = &cm->gemm[i];
+        double nn = g->n, kk = g->k;
+        if (g->split == VP__SPLIT_COL)
+            nn /= k->t;
+        else if (g->split == VP__SPLIT_ROW)
+            kk /= k->t;
+        out += g->count * bcp * g->rows * nn;
+        wt += g->count * nn * kk;
+        n += g->count;
+    }
+    if (k->eng == VP_ENGINE_TORCH)
+        in += wt;
+    /* two kernels a linear each way */
+    o->mem_f += memtime(k->x, 6.0 * in, 2.0 * n);
+    o->mem_b += memtime(k->x, 6.0 * out, 2.0 * n);
+}
+
 static void layer(tctx *k, ltime *o)
 {
     const vp_cluster_model *cm = k->x->cm;
@@ -235,6 +268,8 @@ static void layer(tctx *k, ltime *o)
     o->gemm_b = 2 * o->gemm_f;
     attention(k, o);
     memory(k, o);
+    if (k->p->dtype == VP_DT_FP8)
+        fp8_casts(k, o);
     comms(k, o);
     vp_engine e = k->eng;
     switch (k->p->recompute) {
@@ -374,7 +409,11 @@ static void dp_bytes(const vp_par *p, double *gb, double *pb)
     *pb = p->dtype == VP_DT_FP32 ? 4 : 2;
     if (p->dtype == VP_DT_FP32)
         *gb = 4;
-    else if (e == VP_ENGINE_MEGATRON)
+    else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP8) {
+        /* Megatron-Bridge's fp8 recipes: bf16 gradients reduced, fp8
+         * parameters gathered (docs/CLUSTER.md "Model states") */
+        *gb = 2, *pb = 1;
+    } else if (e == VP_ENGINE_MEGATRON)
         /* fp32 main-grad accumulation and reduction is forced by bf16
          * only (arguments.py: --bf16 sets accumulate_allreduce_grads_in_
          * fp32); fp16 reduces its fp16 gradients */

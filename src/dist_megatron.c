@@ -17,7 +17,8 @@
  *       Params (main_param = param.detach().clone().float();
  *       _copy_model_grads_to_main_grads)
  *   training/arguments.py                     bf16 sets accumulate_allreduce_
- *       grads_in_fp32
+ *       grads_in_fp32 (fp8: Megatron-Bridge's grad_reduce_in_fp32 False,
+ *       a bf16 buffer)
  * The fused Adam (Apex / Transformer Engine FusedAdam) steps in place:
  * its two moments, fp32, made at the first step; no temporaries.
  * --optimizer-cpu-offload (vp_dist.cpu_offload; optimizer/cpu_offloading/
@@ -58,6 +59,15 @@ static bool expert_numel(const vp_graph *g, uint64_t *out)
     return true;
 }
 
+/* Whether the module has Transformer Engine fp8 linears. */
+static bool fp8_linears(const vp_graph *g)
+{
+    for (size_t i = 0; i < g->n_ops; i++)
+        if (g->ops[i].flags & VP_OPF_FP8)
+            return true;
+    return false;
+}
+
 static vp_status meg_init(sim *S, vp__dist *d)
 {
     const vp_graph *g = S->g;
@@ -96,8 +106,10 @@ static vp_status meg_init(sim *S, vp__dist *d)
     m->on = true;
     m->buf = m->main = NONE;
     /* arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; fp16
-     * keeps the buffer in fp16 (the flag's default) */
-    m->grad_eb = S->s->precision == VP_PREC_FP16 ? 2 : 4;
+     * keeps the buffer in fp16 (the flag's default); fp8 is Megatron-
+     * Bridge's fp8 recipe, whose performance configs set
+     * grad_reduce_in_fp32 = False (docs/CLUSTER.md "Model states") */
+    m->grad_eb = S->s->precision == VP_PREC_FP16 || fp8_linears(g) ? 2 : 4;
     S->n_opt = d->cfg->cpu_offload ? 0 : 1;
     S->opt_numel = &m->shard;
     S->opt_on = &m->on;

@@ -571,6 +571,42 @@ Test(torch_engine, float8_linears)
     cr_assert_float_eq(t8.attention, tb.attention, 1e-12 * tb.attention);
 }
 
+/* fp8 current scaling under Megatron (Llama 3 8B, one GPU, one
+ * micro-batch): each linear's input and output gradient is read for its
+ * amax, read again and written as fp8 data and transpose, 6 B an
+ * element in two kernels each way, at the copy curve; the fp8 weights
+ * are not cast per micro-batch. The memory-bound time grows by exactly
+ * that over bf16's, layer by layer (q, k, v, o, gate, up, down; the
+ * q/k/v and gate/up pairs share their input's cast). */
+Test(fp8, megatron_cast_kernels_by_bytes)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c = cluster(1);
+    vp_par p = par(1, 1, 1, VP_SHARD_MEGATRON);
+    p.recompute = VP_RC_NONE;
+    vp_cluster_mem mb, m8;
+    vp_cluster_time tb, t8;
+    eval_ok(cm, &c, &p, &mb, &tb);
+    p.dtype = VP_DT_FP8;
+    eval_ok(cm, &c, &p, &m8, &t8);
+    double s = (double)in.seq, h = (double)in.hidden;
+    double qd = (double)in.heads * (double)in.head_dim;
+    double kv = (double)in.kv_heads * (double)in.head_dim;
+    double f = (double)in.ffn, lin = 7;
+    double x = s * (h + qd + h + f), dy = s * (qd + 2 * kv + h + 2 * f + h);
+    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
+    double per = 2 * lin * vp_curve_time(cc, 6 * x / (2 * lin)) +
+                 2 * lin * vp_curve_time(cc, 6 * dy / (2 * lin));
+    double want = (double)in.layers * per;
+    cr_assert_float_eq(t8.memory - tb.memory, want, 1e-9 * want,
+                       "%g s vs %g s", t8.memory - tb.memory, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 /* ---- the MFU bound --------------------------------------------------- */
 
 /* No plan the search picks claims more MFU than the GPU's GEMM curve

@@ -242,10 +242,13 @@ static uint32_t sp_full_output(sim *S, const vp_op *o, uint32_t in0,
  * backward [1, 2], [2], [2], fp32. */
 static const uint64_t FP8_META[] = {12, 12, 12, 8, 8, 8};
 
-/* The weight's fp8 copy and its transpose (1 B each) and, for the
- * module's first linear (meta), the metadata, made at its first fp8
- * forward (is_first_microbatch) and kept across micro-batches and
- * steps. */
+/* The weight's scaling metadata, for the module's first linear (meta),
+ * made at its first fp8 forward and kept across micro-batches and
+ * steps. The weight itself is a Float8Tensor parameter (Megatron-Bridge's
+ * fp8 recipes: fp8_param_gather, the model built under TE's
+ * fp8_model_init; mixed_precision.py bf16_with_fp8_*_mixed): its fp8
+ * data and transpose, 1 B each, are the parameter's 2 B, no cached copy
+ * beside a bf16 weight. */
 static void fp8_weight(sim *S, uint32_t p, bool meta)
 {
     if (!S->fp8w) {
@@ -260,9 +263,7 @@ static void fp8_weight(sim *S, uint32_t p, bool meta)
     }
     if (S->fp8w[p] != NONE)
         return;
-    uint64_t n = S->g->params[p].numel;
-    S->fp8w[p] = vp__talloc(S, n, VP_CAT_CAST);
-    vp__talloc(S, n, VP_CAT_CAST);
+    S->fp8w[p] = 0; /* seen */
     for (size_t k = 0; meta && k < sizeof FP8_META / sizeof FP8_META[0];
          k++)
         vp__talloc(S, FP8_META[k], VP_CAT_CAST);
