@@ -556,10 +556,10 @@ static inline void set_used(sdir *d, unsigned c, bool used)
         d->used[c / 64] &= ~((uint64_t)1 << (c % 64));
 }
 
-static void t_insert(vp_allocator *a, tree *t, uint32_t x)
+/* Block x into class sl of tree t, in its place. */
+static void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
     cls *k = &sl.d->c[sl.c];
     if (!c_room(a, k))
         return;
@@ -579,6 +579,28 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
     k->v[p] = (ent){sl.z, b->addr, x};
     if (k->n++ == 0)
         set_used(sl.d, sl.c, true);
+    sl.d->count++;
+    t->count++;
+}
+
+static void t_insert(vp_allocator *a, tree *t, uint32_t x)
+{
+    t_insert_in(a, t, x, slot_of(t, &a->b[x]));
+}
+
+/* t_insert, inline where it is the new
+ * lowest of its class with room there (nearly always: see above). */
+HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
+{
+    const blk *b = &a->b[x];
+    slot sl = slot_of(t, b);
+    cls *k = &sl.d->c[sl.c];
+    if (k->n == 0 || k->n == k->cap ||
+        e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
+        t_insert_in(a, t, x, sl);
+        return;
+    }
+    k->v[k->n++] = (ent){sl.z, b->addr, x};
     sl.d->count++;
     t->count++;
 }
@@ -660,8 +682,7 @@ static uint32_t dirs_first(const tree *t, size_t i)
 
 /* First block with key >= k (strict: > k), NIL if none; *at is where it
  * is when it has k's stream (at->d NULL otherwise). */
-static inline uint32_t t_find(const tree *t, const bkey *k, bool strict,
-                              tpos *at)
+HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
 {
     at->d = NULL;
     size_t i = dir_at(t, k->stream);
@@ -1228,7 +1249,7 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
                 t_erase_at(t, at);
             rem->addr += r->size;
             rem->size -= r->size;
-            t_insert(a, t, i);
+            t_push(a, t, i);
         }
         i = n;
     } else if (in_tree) {
@@ -1458,7 +1479,7 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     x->requested = 0;
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
-    t_insert(a, &a->pools[a->b[i].pool].free_t, i);
+    t_push(a, &a->pools[a->b[i].pool].free_t, i);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
