@@ -1318,7 +1318,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
         a->pools[i].unmapped_t.by_size = false;
     }
     a->next_addr = K_SEG_ALIGN;
-    if (!reserve_slots(a, 1024)) {
+    if (!reserve_slots(a, 2048)) {
         free(a);
         vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
         return NULL;
