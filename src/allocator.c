@@ -43,8 +43,10 @@
 /* The request's path, inlined into both callers (malloc and transient). */
 #if defined(__GNUC__)
 #define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline, cold))
 #else
 #define HOT static inline
+#define COLD static
 #endif
 
 enum {
@@ -379,12 +381,16 @@ static inline bkey key_of(const blk *x)
     return k;
 }
 
-static inline unsigned size_class(uint64_t s)
+/* The class of a size of 8 or more (every block's: 512 or more). */
+static inline unsigned size_class8(uint64_t s)
 {
-    if (s < 8)
-        return (unsigned)s;
     unsigned fl = log2_floor(s);
     return (fl - 2) * 8 + (unsigned)((s >> (fl - 3)) & 7);
+}
+
+static inline unsigned size_class(uint64_t s)
+{
+    return s < 8 ? (unsigned)s : size_class8(s);
 }
 
 /* Entry e's key below (z, addr)? Below or equal when `or_eq`. */
@@ -544,8 +550,9 @@ typedef struct tpos {
 
 static inline slot slot_of(const tree *t, const blk *b)
 {
-    uint64_t z = t->by_size ? b->size : 0;
-    return (slot){dir_of(t, b->stream), size_class(z), z};
+    sdir *d = dir_of(t, b->stream);
+    return t->by_size ? (slot){d, size_class8(b->size), b->size}
+                      : (slot){d, 0, 0};
 }
 
 static inline void set_used(sdir *d, unsigned c, bool used)
@@ -660,7 +667,7 @@ static inline bool t_shrink_at(vp_allocator *a, const tree *t, uint32_t x,
     blk *b = &a->b[x];
     cls *k = &at->d->c[at->c];
     if (!t->by_size || at->p + 1 != k->n ||
-        size_class(b->size - size) != at->c)
+        size_class8(b->size - size) != at->c)
         return false;
     b->addr += size;
     b->size -= size;
@@ -1262,6 +1269,34 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
     return i;
 }
 
+/* The request's block from new memory when no free block meets it:
+ * alloc_block, after freeing cached blocks if need be (malloc's path
+ * past get_free_block). Out of line: the hot path is the free block. */
+COLD vp_status new_memory(vp_allocator *a, const req *r, uint32_t *i,
+                          vp_error *err)
+{
+    ab_result res = alloc_block(a, r, false, i);
+    if (res == AB_OOM && release_available_cached_blocks(a, r))
+        res = alloc_block(a, r, false, i);
+    if (res == AB_OOM) {
+        if (!release_cached_blocks(a, 4))
+            return vp_error_set(err, VP_ENOMEM, "out of host memory");
+        res = alloc_block(a, r, true, i);
+    }
+    if (res == AB_NOMEM)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+    if (res == AB_OOM) {
+        a->st.num_ooms++;
+        return vp_error_set(err, VP_EOOM,
+                            "out of memory: tried to allocate %" PRIu64
+                            " bytes (segment %" PRIu64 ", stream %d); %" PRIu64
+                            " allocated, %" PRIu64 " reserved",
+                            r->size, r->alloc_size, r->stream,
+                            a->st.allocated, a->st.reserved);
+    }
+    return VP_OK;
+}
+
 /* ------------------------------------------------------------- public */
 
 /* Allocators made in this process: one per simulation (progress lines). */
@@ -1410,28 +1445,8 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
     tpos at;
     uint32_t i = get_free_block(a, &r, &at);
     bool in_tree = i != NIL;
-    if (i == NIL) {
-        ab_result res = alloc_block(a, &r, false, &i);
-        if (res == AB_OOM && release_available_cached_blocks(a, &r))
-            res = alloc_block(a, &r, false, &i);
-        if (res == AB_OOM) {
-            if (!release_cached_blocks(a, 4))
-                return vp_error_set(err, VP_ENOMEM, "out of host memory");
-            res = alloc_block(a, &r, true, &i);
-        }
-        if (res == AB_NOMEM)
-            return vp_error_set(err, VP_ENOMEM, "out of host memory");
-        if (res == AB_OOM) {
-            a->st.num_ooms++;
-            return vp_error_set(
-                err, VP_EOOM,
-                "out of memory: tried to allocate %" PRIu64
-                " bytes (segment %" PRIu64 ", stream %d); %" PRIu64
-                " allocated, %" PRIu64 " reserved",
-                r.size, r.alloc_size, stream, a->st.allocated,
-                a->st.reserved);
-        }
-    }
+    if (i == NIL && (st = new_memory(a, &r, &i, err)) != VP_OK)
+        return st;
     i = alloc_found_block(a, i, &r, nbytes, in_tree ? &at : NULL);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
