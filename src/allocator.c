@@ -564,7 +564,7 @@ static inline void set_used(sdir *d, unsigned c, bool used)
 }
 
 /* Block x into class sl of tree t, in its place. */
-static void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
+HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
