@@ -40,7 +40,8 @@
 
 #define NIL UINT32_MAX
 
-/* The request's path, inlined into both callers (malloc and transient). */
+/* The request's path, inlined into both callers (malloc and transient);
+ * what it seldom takes, out of line. */
 #if defined(__GNUC__)
 #define HOT static inline __attribute__((always_inline))
 #define COLD static __attribute__((noinline, cold))
@@ -595,8 +596,9 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
     t_insert_in(a, t, x, slot_of(t, &a->b[x]));
 }
 
-/* t_insert, inline where it is the new
- * lowest of its class with room there (nearly always: see above). */
+/* t_insert of a block into the free tree t, inline (release and the
+ * split's remainder); the block is appended in place when it is the new
+ * lowest of its class and the class has room (nearly always: see above). */
 HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
 {
     const blk *b = &a->b[x];
