@@ -301,8 +301,10 @@ static int bench_one(const setup_row *row, double sort_keys_s)
 /* bench_sim --once [K]: one simulation of each setup (of setup K alone,
  * from 0), no timing and no baselines: the run to profile with callgrind
  * (valgrind --tool=callgrind --toggle-collect=vp_simulate). With
- * --once-base, the baseline simulator's simulation of the same setups. */
-static int once(const setup_row *row, bool base)
+ * --once-base, the baseline simulator's simulation of the same setups.
+ * bench_sim --loop K N: N simulations of setup K by this tree, the run to
+ * sample with perf (perf record -e cpu-clock). */
+static int once(const setup_row *row, bool base, unsigned long reps)
 {
     uint64_t events = 0;
     int rc = 1;
@@ -320,7 +322,9 @@ static int once(const setup_row *row, bool base)
         if (!setup_of(row, &rs))
             return 1;
         vp_estimate e;
-        rc = vp_simulate(rs.g, &rs.s, &e, NULL, NULL, &err) ? 1 : 0;
+        rc = 0;
+        for (unsigned long n = 0; n < reps && rc == 0; n++)
+            rc = vp_simulate(rs.g, &rs.s, &e, NULL, NULL, &err) ? 1 : 0;
         events = e.events;
         setup_free(&rs);
     }
@@ -340,10 +344,12 @@ int main(int argc, char **argv)
     };
     size_t nrows = sizeof rows / sizeof rows[0];
     bool base = argc > 1 && strcmp(argv[1], "--once-base") == 0;
-    if (argc > 1 && (base || strcmp(argv[1], "--once") == 0)) {
+    bool loop = argc == 4 && strcmp(argv[1], "--loop") == 0;
+    if (argc > 1 && (base || loop || strcmp(argv[1], "--once") == 0)) {
+        unsigned long reps = loop ? strtoul(argv[3], NULL, 10) : 1;
         for (size_t i = 0; i < nrows; i++)
             if ((argc < 3 || strtoul(argv[2], NULL, 10) == i) &&
-                once(&rows[i], base))
+                once(&rows[i], base, reps))
                 return 1;
         return 0;
     }

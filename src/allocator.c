@@ -40,11 +40,14 @@
 
 #define NIL UINT32_MAX
 
-/* The request's path, inlined into both callers (malloc and transient). */
+/* The request's path, inlined into both callers (malloc and transient);
+ * what it seldom takes, out of line. */
 #if defined(__GNUC__)
 #define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline, cold))
 #else
 #define HOT static inline
+#define COLD static
 #endif
 
 enum {
@@ -379,12 +382,16 @@ static inline bkey key_of(const blk *x)
     return k;
 }
 
-static inline unsigned size_class(uint64_t s)
+/* The class of a size of 8 or more (every block's: 512 or more). */
+static inline unsigned size_class8(uint64_t s)
 {
-    if (s < 8)
-        return (unsigned)s;
     unsigned fl = log2_floor(s);
     return (fl - 2) * 8 + (unsigned)((s >> (fl - 3)) & 7);
+}
+
+static inline unsigned size_class(uint64_t s)
+{
+    return s < 8 ? (unsigned)s : size_class8(s);
 }
 
 /* Entry e's key below (z, addr)? Below or equal when `or_eq`. */
@@ -535,10 +542,18 @@ typedef struct {
     uint64_t z;
 } slot;
 
+/* Where a block is in its tree: its directory, class and entry. */
+typedef struct tpos {
+    sdir *d;
+    unsigned c;
+    uint32_t p;
+} tpos;
+
 static inline slot slot_of(const tree *t, const blk *b)
 {
-    uint64_t z = t->by_size ? b->size : 0;
-    return (slot){dir_of(t, b->stream), size_class(z), z};
+    sdir *d = dir_of(t, b->stream);
+    return t->by_size ? (slot){d, size_class8(b->size), b->size}
+                      : (slot){d, 0, 0};
 }
 
 static inline void set_used(sdir *d, unsigned c, bool used)
@@ -549,10 +564,10 @@ static inline void set_used(sdir *d, unsigned c, bool used)
         d->used[c / 64] &= ~((uint64_t)1 << (c % 64));
 }
 
-static void t_insert(vp_allocator *a, tree *t, uint32_t x)
+/* Block x into class sl of tree t, in its place. */
+HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
     cls *k = &sl.d->c[sl.c];
     if (!c_room(a, k))
         return;
@@ -576,60 +591,90 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
     t->count++;
 }
 
-static void t_erase(vp_allocator *a, tree *t, uint32_t x)
+static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
-    const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
-    cls *k = &sl.d->c[sl.c];
-    uint32_t p = k->n;
-    if (p > 0 && k->v[p - 1].i == x) {
-        p--;
-    } else {
-        p = c_count_above(k, sl.z, b->addr, true);
-        if (p == k->n || k->v[p].i != x)
-            return; /* not in the index: only once it broke */
-        memmove(&k->v[p], &k->v[p + 1],
-                (size_t)(k->n - 1 - p) * sizeof *k->v);
-    }
-    if (--k->n == 0)
-        set_used(sl.d, sl.c, false);
-    sl.d->count--;
-    t->count--;
+    t_insert_in(a, t, x, slot_of(t, &a->b[x]));
 }
 
-/* Slot n takes over slot x's entry (the same key). */
-static void t_rename(vp_allocator *a, tree *t, uint32_t x, uint32_t n)
+/* t_insert of a block into the free tree t, inline (release and the
+ * split's remainder); the block is appended in place when it is the new
+ * lowest of its class and the class has room (nearly always: see above). */
+HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
 {
     const blk *b = &a->b[x];
     slot sl = slot_of(t, b);
     cls *k = &sl.d->c[sl.c];
+    if (k->n == 0 || k->n == k->cap ||
+        e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
+        t_insert_in(a, t, x, sl);
+        return;
+    }
+    k->v[k->n++] = (ent){sl.z, b->addr, x};
+    sl.d->count++;
+    t->count++;
+}
+
+/* Where block x is in tree t (false: not in the index, only once it
+ * broke). */
+static inline bool t_locate(const vp_allocator *a, const tree *t,
+                            uint32_t x, tpos *at)
+{
+    const blk *b = &a->b[x];
+    slot sl = slot_of(t, b);
+    const cls *k = &sl.d->c[sl.c];
     uint32_t p = k->n;
     if (p > 0 && k->v[p - 1].i == x)
         p--;
     else
         p = c_count_above(k, sl.z, b->addr, true);
-    if (p < k->n && k->v[p].i == x)
-        k->v[p].i = n;
+    *at = (tpos){sl.d, sl.c, p};
+    return p < k->n && k->v[p].i == x;
 }
 
-/* Block x, the first of its class in the free tree t, loses its first
- * `size` bytes (a split keeps the rest in x). When the rest is in the
- * same class it is still below every other block of the class (smaller
- * than x was, and x was first): its place in the order does not change,
- * and it stays where it is (true). Otherwise nothing changes (false). */
-static bool t_shrink_first(vp_allocator *a, tree *t, uint32_t x,
-                           uint64_t size)
+/* Take the entry at `at` out of tree t. */
+static inline void t_erase_at(tree *t, const tpos *at)
+{
+    cls *k = &at->d->c[at->c];
+    if (at->p + 1 < k->n)
+        memmove(&k->v[at->p], &k->v[at->p + 1],
+                (size_t)(k->n - 1 - at->p) * sizeof *k->v);
+    if (--k->n == 0)
+        set_used(at->d, at->c, false);
+    at->d->count--;
+    t->count--;
+}
+
+static void t_erase(vp_allocator *a, tree *t, uint32_t x)
+{
+    tpos at;
+    if (t_locate(a, t, x, &at))
+        t_erase_at(t, &at);
+}
+
+/* Slot n takes over the entry at `at` (the same key). */
+static inline void t_rename_at(const tpos *at, uint32_t n)
+{
+    at->d->c[at->c].v[at->p].i = n;
+}
+
+/* Block x, at `at` in the free tree t, loses its first `size` bytes (a
+ * split keeps the rest in x). When x is the first of its class and the
+ * rest is in the same class, the rest is still below every other block
+ * of the class (smaller than x was, and x was first): its place in the
+ * order does not change, and it stays where it is (true). Otherwise
+ * nothing changes (false). */
+static inline bool t_shrink_at(vp_allocator *a, const tree *t, uint32_t x,
+                               const tpos *at, uint64_t size)
 {
     blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
-    cls *k = &sl.d->c[sl.c];
-    if (!t->by_size || k->n == 0 || c_lowest(k) != x ||
-        size_class(b->size - size) != sl.c)
+    cls *k = &at->d->c[at->c];
+    if (!t->by_size || at->p + 1 != k->n ||
+        size_class8(b->size - size) != at->c)
         return false;
     b->addr += size;
     b->size -= size;
-    k->v[k->n - 1].size = b->size;
-    k->v[k->n - 1].addr = b->addr;
+    k->v[at->p].size = b->size;
+    k->v[at->p].addr = b->addr;
     return true;
 }
 
@@ -644,29 +689,42 @@ static uint32_t dirs_first(const tree *t, size_t i)
     return NIL;
 }
 
-/* First block with key >= k (strict: > k), NIL if none. */
-static uint32_t t_above(const tree *t, const bkey *k, bool strict)
+/* First block with key >= k (strict: > k), NIL if none; *at is where it
+ * is when it has k's stream (at->d NULL otherwise). */
+HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
 {
+    at->d = NULL;
     size_t i = dir_at(t, k->stream);
     if (i == t->n || t->d[i].stream != k->stream)
         return dirs_first(t, i);
-    const sdir *d = &t->d[i];
+    sdir *d = &t->d[i];
     uint64_t z = t->by_size ? k->size : 0;
     unsigned c = size_class(z);
     const cls *kc = &d->c[c];
     if (kc->n > 0) {
         const ent *lo = &kc->v[kc->n - 1];
-        if (!e_below(lo, z, k->addr, strict))
+        if (!e_below(lo, z, k->addr, strict)) {
+            *at = (tpos){d, c, kc->n - 1};
             return lo->i;
+        }
         if (!e_below(&kc->v[0], z, k->addr, strict)) {
             uint32_t q = c_count_above(kc, z, k->addr, strict);
-            return kc->v[q - 1].i; /* q >= 1: v[0] counts */
+            *at = (tpos){d, c, q - 1}; /* q >= 1: v[0] counts */
+            return kc->v[q - 1].i;
         }
     }
     unsigned nc = next_class(d, c + 1);
-    if (nc < N_CLASSES)
+    if (nc < N_CLASSES) {
+        *at = (tpos){d, nc, d->c[nc].n - 1};
         return c_lowest(&d->c[nc]);
+    }
     return dirs_first(t, i + 1);
+}
+
+static uint32_t t_above(const tree *t, const bkey *k, bool strict)
+{
+    tpos at;
+    return t_find(t, k, strict, &at);
 }
 
 static uint32_t t_lower_bound(const tree *t, const bkey *k)
@@ -788,13 +846,14 @@ static uint64_t expandable_size(const vp_allocator *a, uint32_t i)
     return s;
 }
 
-/* get_free_block: best fit in the pool, or NIL. It stays in the tree
- * (alloc_found_block takes it out). */
-HOT uint32_t get_free_block(vp_allocator *a, const req *r)
+/* get_free_block: best fit in the pool, or NIL, and where it is in the
+ * pool's free tree (*at). It stays in the tree (alloc_found_block takes
+ * it out). */
+HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
 {
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size, 0};
-    uint32_t it = t_lower_bound(t, &k);
+    uint32_t it = t_find(t, &k, false, at);
     if (it == NIL || a->b[it].stream != r->stream)
         return NIL;
     if (a->b[it].es != NIL) {
@@ -806,6 +865,7 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r)
             it = nx;
             nx = t_succ_of(a, t, it);
         }
+        (void)t_locate(a, t, it, at); /* it is in t */
     }
     uint64_t ms = a->cfg.max_split_size;
     const blk *x = &a->b[it];
@@ -1171,13 +1231,14 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
 }
 
 /* alloc_found_block: split if asked, mark allocated, count. Block i is in
- * the pool's free tree if `in_tree` (get_free_block's), in no tree
- * otherwise; a spare slot has been reserved. A split keeps the rest in
- * i, which stays in the tree where its order allows (t_shrink_first). */
+ * the pool's free tree at *at (get_free_block's), or in no tree when at
+ * is NULL; a spare slot has been reserved. A split keeps the rest in i,
+ * which stays in the tree where its order allows (t_shrink_at). */
 static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
                                   const req *r, uint64_t nbytes,
-                                  bool in_tree)
+                                  const tpos *at)
 {
+    bool in_tree = at != NULL;
     tree *t = &a->pools[a->b[i].pool].free_t;
     if (should_split(a, &a->b[i], r->size)) {
         uint32_t n = new_block(a);
@@ -1192,22 +1253,50 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
             a->b[x->prev].next = n;
         x->next = i;
         rem->prev = n;
-        if (!in_tree || !t_shrink_first(a, t, i, r->size)) {
+        if (!in_tree || !t_shrink_at(a, t, i, at, r->size)) {
             if (in_tree)
-                t_erase(a, t, i);
+                t_erase_at(t, at);
             rem->addr += r->size;
             rem->size -= r->size;
-            t_insert(a, t, i);
+            t_push(a, t, i);
         }
         i = n;
     } else if (in_tree) {
-        t_erase(a, t, i);
+        t_erase_at(t, at);
     }
     blk *x = &a->b[i];
     x->allocated = 1;
     x->requested = nbytes;
     add_allocated(a, x->size, nbytes);
     return i;
+}
+
+/* The request's block from new memory when no free block meets it:
+ * alloc_block, after freeing cached blocks if need be (malloc's path
+ * past get_free_block). Out of line: the hot path is the free block. */
+COLD vp_status new_memory(vp_allocator *a, const req *r, uint32_t *i,
+                          vp_error *err)
+{
+    ab_result res = alloc_block(a, r, false, i);
+    if (res == AB_OOM && release_available_cached_blocks(a, r))
+        res = alloc_block(a, r, false, i);
+    if (res == AB_OOM) {
+        if (!release_cached_blocks(a, 4))
+            return vp_error_set(err, VP_ENOMEM, "out of host memory");
+        res = alloc_block(a, r, true, i);
+    }
+    if (res == AB_NOMEM)
+        return vp_error_set(err, VP_ENOMEM, "out of host memory");
+    if (res == AB_OOM) {
+        a->st.num_ooms++;
+        return vp_error_set(err, VP_EOOM,
+                            "out of memory: tried to allocate %" PRIu64
+                            " bytes (segment %" PRIu64 ", stream %d); %" PRIu64
+                            " allocated, %" PRIu64 " reserved",
+                            r->size, r->alloc_size, r->stream,
+                            a->st.allocated, a->st.reserved);
+    }
+    return VP_OK;
 }
 
 /* ------------------------------------------------------------- public */
@@ -1266,7 +1355,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
         a->pools[i].unmapped_t.by_size = false;
     }
     a->next_addr = K_SEG_ALIGN;
-    if (!reserve_slots(a, 1024)) {
+    if (!reserve_slots(a, 2048)) {
         free(a);
         vp_error_set(err, VP_ENOMEM, "out of memory creating the allocator");
         return NULL;
@@ -1355,31 +1444,12 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
     vp_status st = open_request(a, nbytes, stream, &r, err);
     if (st != VP_OK)
         return st;
-    uint32_t i = get_free_block(a, &r);
+    tpos at;
+    uint32_t i = get_free_block(a, &r, &at);
     bool in_tree = i != NIL;
-    if (i == NIL) {
-        ab_result res = alloc_block(a, &r, false, &i);
-        if (res == AB_OOM && release_available_cached_blocks(a, &r))
-            res = alloc_block(a, &r, false, &i);
-        if (res == AB_OOM) {
-            if (!release_cached_blocks(a, 4))
-                return vp_error_set(err, VP_ENOMEM, "out of host memory");
-            res = alloc_block(a, &r, true, &i);
-        }
-        if (res == AB_NOMEM)
-            return vp_error_set(err, VP_ENOMEM, "out of host memory");
-        if (res == AB_OOM) {
-            a->st.num_ooms++;
-            return vp_error_set(
-                err, VP_EOOM,
-                "out of memory: tried to allocate %" PRIu64
-                " bytes (segment %" PRIu64 ", stream %d); %" PRIu64
-                " allocated, %" PRIu64 " reserved",
-                r.size, r.alloc_size, stream, a->st.allocated,
-                a->st.reserved);
-        }
-    }
-    i = alloc_found_block(a, i, &r, nbytes, in_tree);
+    if (i == NIL && (st = new_memory(a, &r, &i, err)) != VP_OK)
+        return st;
+    i = alloc_found_block(a, i, &r, nbytes, in_tree ? &at : NULL);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     *handle = ((uint64_t)a->b[i].gen << 32) | ((uint64_t)i + 1);
@@ -1426,7 +1496,7 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     x->requested = 0;
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
-    t_insert(a, &a->pools[a->b[i].pool].free_t, i);
+    t_push(a, &a->pools[a->b[i].pool].free_t, i);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
@@ -1439,7 +1509,8 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
  * Split, the part taken gets a new slot n, and the release merges the
  * rest (slot i) into it: n ends up holding i's block with i's place in
  * the index, and slot i is dead. Done here without the steps between. */
-static void take_and_give_back(vp_allocator *a, uint32_t i, const req *r,
+static void take_and_give_back(vp_allocator *a, uint32_t i,
+                               const tpos *where, const req *r,
                                uint64_t *handle, uint64_t *block_size,
                                uint64_t *at)
 {
@@ -1455,7 +1526,7 @@ static void take_and_give_back(vp_allocator *a, uint32_t i, const req *r,
             a->b[x->prev].next = n;
         if (x->next != NIL)
             a->b[x->next].prev = n;
-        t_rename(a, &a->pools[x->pool].free_t, i, n);
+        t_rename_at(where, n);
         delete_block(a, i);
         i = n;
     }
@@ -1480,9 +1551,10 @@ vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
     req r;
     if (!a->broken && nbytes > 0 && !a->cfg.expandable_segments &&
         open_request(a, nbytes, stream, &r, NULL) == VP_OK) {
-        uint32_t i = get_free_block(a, &r);
+        tpos where;
+        uint32_t i = get_free_block(a, &r, &where);
         if (i != NIL) {
-            take_and_give_back(a, i, &r, handle, block_size, at);
+            take_and_give_back(a, i, &where, &r, handle, block_size, at);
             return VP_OK;
         }
     }

@@ -873,9 +873,16 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->st1 = malloc(np * sizeof *S->st1);
     S->st2 = malloc(np * sizeof *S->st2);
     S->ckpt = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->ckpt);
+    /* the tensor table at a size a step fills (an op's outputs and what
+     * it saves, a parameter's gradient and optimizer states), which it
+     * would otherwise reach by up to ten doublings from 16 */
+    size_t nt0 = 4 * (no + np);
     if (!S->out_t || !S->out_eb || !S->lay || !S->glay || !S->saved ||
         !S->n_saved || !S->grad_t || !S->consumers || !S->reload ||
-        !S->pgrad || !S->cast || !S->st1 || !S->st2 || !S->ckpt)
+        !S->pgrad || !S->cast || !S->st1 || !S->st2 || !S->ckpt ||
+        !vp__grow((void **)&S->t, &S->capt, nt0, sizeof *S->t) ||
+        !vp__grow((void **)&S->free_ids, &S->cap_free, nt0,
+                  sizeof *S->free_ids))
         return vp_error_set(err, VP_ENOMEM, "out of memory");
     for (size_t i = 0; i < no; i++)
         S->out_t[i] = S->grad_t[i] = NONE;
