@@ -171,6 +171,19 @@ static double fsdp2_buffers(double ab, double pu, double pr, double D)
     return 2.0 * ab * pr + layer;
 }
 
+/* Parameters whose optimizer state a DDP rank holds: all, or with
+ * ZeroRedundancyOptimizer those of its partition (zero_redundancy_
+ * optimizer.py _partition_parameters: whole tensors, greedily by size, so
+ * at least the largest tensor), stepped then broadcast in place. */
+static double ddp_opt_params(const vp__evctx *x, const vp_par *p, double P,
+                             double Ps)
+{
+    if (p->sharding != VP_SHARD_DDP_ZERO1)
+        return P;
+    double big = largest_tensor(x->cm, p->tp);
+    return Ps > big ? Ps : big;
+}
+
 static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
                          double pe, double pu, double pr, stbytes *o)
 {
@@ -213,15 +226,7 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     switch (p->sharding) {
     case VP_SHARD_DDP:
     case VP_SHARD_DDP_ZERO1: {
-        /* ZeroRedundancyOptimizer: each rank's optimizer holds and steps
-         * the parameters of its partition (zero_redundancy_optimizer.py
-         * _partition_parameters: whole tensors, greedily by size, so at
-         * least the largest tensor), then broadcasts them in place */
-        double po = P;
-        if (p->sharding == VP_SHARD_DDP_ZERO1) {
-            double big = largest_tensor(x->cm, p->tp);
-            po = Ps > big ? Ps : big;
-        }
+        double po = ddp_opt_params(x, p, P, Ps);
         o->w = w * P, o->g = g * P, o->o = opt * po;
         /* buckets (1x grads, from construction) unless the grads are
          * views of them; autocast's bf16 weight copies, saved for the

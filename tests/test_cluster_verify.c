@@ -316,6 +316,11 @@ Test(cluster_verify, fsdp_built_from_the_whole_model_keeps_the_formula,
 #define DDPBV_PEAK_ALLOC 30938385408ull
 #define DDPBV_PEAK_RESERVED 32757514240ull
 #define FSDP1_PEAK_ALLOC 19739773952ull
+/* gpt2-medium-fsdp2-bf16-b8 (fully_shard, MixedPrecisionPolicy bf16 /
+ * fp32 reduce, torchtitan's) and gpt2-medium-zero1-bf16-b8 (DDP + torch
+ * ZeroRedundancyOptimizer under autocast bf16), the larger rank */
+#define FSDP2_PEAK_ALLOC 19740869632ull
+#define ZERO1_PEAK_ALLOC 29519096832ull
 /* groundtruth/bounds.json, that file's largest-rank figures (max %) */
 #define ALLOC_MAX_PCT 0.01
 #define RESERVED_MAX_PCT 3.85
@@ -358,6 +363,27 @@ Test(cluster_verify, measured_fsdp_full_two_h200, .timeout = 60)
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);
     measured_alloc(&e, FSDP1_PEAK_ALLOC);
+}
+
+Test(cluster_verify, measured_fsdp2_two_h200, .timeout = 60)
+{
+    /* reserved not compared, as FSDP1's: the cleanup once it is built */
+    tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_FSDP2, VP_DT_BF16, 8, 1,
+               VP_RC_NONE};
+    vp_cluster c;
+    vp_plan_entry e = plan(&t, &c);
+    cr_assert(e.simulated);
+    measured_alloc(&e, FSDP2_PEAK_ALLOC);
+}
+
+Test(cluster_verify, measured_ddp_zero1_two_h200, .timeout = 60)
+{
+    tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP_ZERO1, VP_DT_BF16,
+               8, 1, VP_RC_NONE};
+    vp_cluster c;
+    vp_plan_entry e = plan(&t, &c);
+    cr_assert(e.simulated);
+    measured_alloc(&e, ZERO1_PEAK_ALLOC);
 }
 
 /* ---- the command line -------------------------------------------------- */
