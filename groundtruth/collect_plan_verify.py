@@ -57,7 +57,11 @@ def run_case(c, rank, world, local_rank):
     build_peak = torch.cuda.max_memory_allocated() - base
     if c["cleanup_after_wrap"]:
         G.cleanup()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    if strategy == "ddp-zero1":  # as collect_dist.py
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(m.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     ac = mp and strategy.startswith("ddp")
     r = dict(c, fam=fam, seq=seq, params=nparam, world=world, rank=rank, local_world=world,
              prec=("amp-bf16" if ac else "fsdp-mp-bf16" if mp else "fp32"),
