@@ -1,5 +1,5 @@
 """Per-rank ground truth for the cluster planner's verified PyTorch plans (docs/CLUSTER.md "Verification of
-PyTorch layouts"): the run a plan of DDP or FSDP1 at tp = pp = 1 stands for, measured as the planner simulates it.
+PyTorch layouts"): the run a plan of DDP, DDP + ZeroRedundancyOptimizer, FSDP1 or FSDP2 at tp = pp = 1 stands for, measured as the planner simulates it.
 
 Not yet measured (no GPU was lent when the planner's verification was written); run on 2 (or 8) H200s:
 
@@ -57,7 +57,11 @@ def run_case(c, rank, world, local_rank):
     build_peak = torch.cuda.max_memory_allocated() - base
     if c["cleanup_after_wrap"]:
         G.cleanup()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    if strategy == "ddp-zero1":  # as collect_dist.py
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(m.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     ac = mp and strategy.startswith("ddp")
     r = dict(c, fam=fam, seq=seq, params=nparam, world=world, rank=rank, local_world=world,
              prec=("amp-bf16" if ac else "fsdp-mp-bf16" if mp else "fp32"),
@@ -104,7 +108,8 @@ CASES = []
 
 
 def add(model, batch, strategy, accum=1, ckpt=False, cleanup_after_wrap=False, init="cuda", mp=True, steps=4):
-    tag = {"ddp-bucket-view": "ddpbv", "fsdp-full": "fsdp1full", "fsdp-grad-op": "fsdp1gradop"}[strategy]
+    tag = {"ddp-bucket-view": "ddpbv", "fsdp-full": "fsdp1full", "fsdp-grad-op": "fsdp1gradop", "fsdp2": "fsdp2",
+           "ddp-zero1": "zero1"}[strategy]
     cid = (f"plan-{model}-{tag}-{'bf16' if mp else 'fp32'}-b{batch}x{accum}" + ("-ckpt" if ckpt else "")
            + ("-cleanup" if cleanup_after_wrap else "") + ("-cpuinit" if init == "cpu" else ""))
     CASES.append(dict(id=cid, model=model, batch=batch, strategy=strategy, mixed_precision=mp, opt="adamw",
@@ -115,6 +120,11 @@ def add(model, batch, strategy, accum=1, ckpt=False, cleanup_after_wrap=False, i
 # the planner's script: no cleanup after the wrapper is built
 for s in ("ddp-bucket-view", "fsdp-full", "fsdp-grad-op"):
     add("gpt2-medium", 8, s)
+    add("gpt2-medium", 4, s, accum=4)
+    add("gpt2-medium", 8, s, ckpt=True)
+# the planner's fsdp2 (torchtitan's MixedPrecisionPolicy: collect_dist.py's wrap) and ddp-zero1 plans with
+# accumulation and checkpointing (the shared file has them at b8 x 1 only)
+for s in ("fsdp2", "ddp-zero1"):
     add("gpt2-medium", 4, s, accum=4)
     add("gpt2-medium", 8, s, ckpt=True)
 # the shared file's protocol, for the pairing (the same runs with the cleanup)

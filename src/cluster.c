@@ -1118,6 +1118,9 @@ static const vp_engine shard_engine[VP_SHARD__COUNT] = {
     [VP_SHARD_FSDP_FULL] = VP_ENGINE_TORCH,
     [VP_SHARD_FSDP_GRAD_OP] = VP_ENGINE_TORCH,
     [VP_SHARD_FSDP_HYBRID] = VP_ENGINE_TORCH,
+    [VP_SHARD_FSDP2] = VP_ENGINE_TORCH,
+    [VP_SHARD_HSDP2] = VP_ENGINE_TORCH,
+    [VP_SHARD_DDP_ZERO1] = VP_ENGINE_TORCH,
 };
 
 vp_engine vp_sharding_engine(vp_sharding s)
@@ -1151,7 +1154,9 @@ bool vp__offload_allowed(vp_sharding s, vp_offload o)
         return s == VP_SHARD_DISTOPT || s == VP_SHARD_ZERO1 ||
                s == VP_SHARD_ZERO2 || s == VP_SHARD_ZERO3;
     case VP_OFFLOAD_ALL:
-        return s == VP_SHARD_ZERO3 || s == VP_SHARD_FSDP_FULL;
+        /* FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy */
+        return s == VP_SHARD_ZERO3 || s == VP_SHARD_FSDP_FULL ||
+               s == VP_SHARD_FSDP2 || s == VP_SHARD_HSDP2;
     default:
         return false;
     }
@@ -1278,10 +1283,10 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     if (e == VP_ENGINE_DEEPSPEED && p->recompute == VP_RC_SELECTIVE)
         BAD("selective recomputation needs Megatron (the core attention) "
             "or PyTorch (op-level policy)");
-    if (e == VP_ENGINE_TORCH && p->sharding == VP_SHARD_DDP &&
+    if (vp__ddp_like(p->sharding) &&
         (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
-        BAD("ddp runs data parallelism only (tp = pp = cp = ep = 1); "
-            "FSDP composes with them");
+        BAD("%s runs data parallelism only (tp = pp = cp = ep = 1); "
+            "FSDP composes with them", vp_sharding_name(p->sharding));
     if (e == VP_ENGINE_DEEPSPEED) {
         if (p->cp > 1 || p->ep > 1)
             BAD("DeepSpeed plans here use cp = ep = 1");
@@ -1303,7 +1308,7 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
             "sequence parallelism");
     if (p->overlap_ep == VP_ON && p->ep < 2)
         BAD("expert all-to-all overlap needs ep > 1");
-    if (p->sharding == VP_SHARD_FSDP_HYBRID &&
+    if (vp__hybrid(p->sharding) &&
         (p->dp <= c->gpus_per_node || p->dp % c->gpus_per_node))
         BAD("hybrid sharding needs dp a multiple of the %u GPUs per node "
             "and larger than it",

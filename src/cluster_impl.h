@@ -195,6 +195,26 @@ static inline bool vp__on(vp_switch s, bool dflt)
     return s == VP_AUTO ? dflt : s == VP_ON;
 }
 
+/* PyTorch DDP, alone or with ZeroRedundancyOptimizer: replicated fp32
+ * parameters and gradients under autocast, data parallelism only. */
+static inline bool vp__ddp_like(vp_sharding s)
+{
+    return s == VP_SHARD_DDP || s == VP_SHARD_DDP_ZERO1;
+}
+
+/* FSDP2 (fully_shard) on a 1-D or a 2-D (HSDP) mesh. */
+static inline bool vp__fsdp2(vp_sharding s)
+{
+    return s == VP_SHARD_FSDP2 || s == VP_SHARD_HSDP2;
+}
+
+/* Sharded within a node, replicated across nodes (FSDP1 HYBRID_SHARD,
+ * FSDP2 on a (replicate, shard) mesh). */
+static inline bool vp__hybrid(vp_sharding s)
+{
+    return s == VP_SHARD_FSDP_HYBRID || s == VP_SHARD_HSDP2;
+}
+
 /* Candidates of a search re-evaluated by simulation (cluster_search.c):
  * the fastest family bests, at least 20. */
 #define VP__VERIFY_TOP 24

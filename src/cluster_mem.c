@@ -108,9 +108,16 @@ typedef struct {
  * them, so at its peak only those made so far exist. With accumulation
  * they exist from the second micro-batch on; bucket views are the
  * buckets, allocated when DDP is built. */
+static inline bool bucket_views(const vp_par *p)
+{
+    /* ZeroRedundancyOptimizer's DDP keeps its .grad apart from the
+     * buckets (dist_ddp.c: ddp-zero1 without gradient_as_bucket_view) */
+    return p->sharding == VP_SHARD_DDP && p->bucket_view;
+}
+
 static inline bool grads_progressive(const vp_par *p)
 {
-    return p->sharding == VP_SHARD_DDP && !p->bucket_view && p->accum == 1;
+    return vp__ddp_like(p->sharding) && !bucket_views(p) && p->accum == 1;
 }
 
 /* The share of the simulated gradients (those the backward has made by
@@ -120,7 +127,7 @@ static inline bool grads_progressive(const vp_par *p)
  * FSDP's unsharded gradients, the other engines as before). */
 static inline double sim_grad_share(const vp_par *p)
 {
-    if (p->sharding == VP_SHARD_DDP && !grads_progressive(p))
+    if (vp__ddp_like(p->sharding) && !grads_progressive(p))
         return 0.0;
     return 1.0;
 }
@@ -147,6 +154,35 @@ static double largest_tensor(const vp_cluster_model *cm, double t)
 #define DS_MAX_LIVE 1e9
 #define DS_PREFETCH 5e7
 #define DS_REDUCE_BUCKET 5e8
+
+/* FSDP2's unsharded bytes at the forward/backward peak (PyTorch 2.11
+ * torch/distributed/fsdp/_fully_shard/, dist_fsdp2.c), reshard_after_
+ * forward True, parameters gathered in ab bytes, reduced in fp32: the
+ * root group (embedding, head: pr) is unsharded from the head's backward
+ * to the embedding's with the head's unsharded gradients
+ * (FSDPParamGroup.post_backward runs once all its gradients exist); a
+ * layer's backward holds its unsharded parameters, the next group's
+ * prefetched all-gather output, its unsharded gradients and the fp32
+ * reduce-scatter input (foreach_reduce, _chunk_cat), the all-gather input
+ * (the shard cast to ab, 1/D of a unit) beside. */
+static double fsdp2_buffers(double ab, double pu, double pr, double D)
+{
+    double layer = 3.0 * ab * pu + 4.0 * pu + ab * pu / D;
+    return 2.0 * ab * pr + layer;
+}
+
+/* Parameters whose optimizer state a DDP rank holds: all, or with
+ * ZeroRedundancyOptimizer those of its partition (zero_redundancy_
+ * optimizer.py _partition_parameters: whole tensors, greedily by size, so
+ * at least the largest tensor), stepped then broadcast in place. */
+static double ddp_opt_params(const vp__evctx *x, const vp_par *p, double P,
+                             double Ps)
+{
+    if (p->sharding != VP_SHARD_DDP_ZERO1)
+        return P;
+    double big = largest_tensor(x->cm, p->tp);
+    return Ps > big ? Ps : big;
+}
 
 static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
                          double pe, double pu, double pr, stbytes *o)
@@ -180,10 +216,11 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     }
     double ab = f32 ? 4 : 2; /* gathered / autocast copies */
     double Ps;               /* sharded parameter count per rank */
-    if (p->sharding == VP_SHARD_FSDP_HYBRID) {
+    double Dsh = D;          /* the shard group */
+    if (vp__hybrid(p->sharding)) {
         double gpn = (double)x->c->gpus_per_node;
-        double Dh = gpn < D ? gpn : D;
-        Ps = pd / Dh + pe / Dh;
+        Dsh = gpn < D ? gpn : D;
+        Ps = pd / Dsh + pe / Dsh;
     } else {
         Ps = pd / D + pe / De;
     }
@@ -195,17 +232,20 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     memset(o, 0, sizeof *o);
     switch (p->sharding) {
     case VP_SHARD_DDP:
-        o->w = w * P, o->g = g * P, o->o = opt * P;
+    case VP_SHARD_DDP_ZERO1: {
+        double po = ddp_opt_params(x, p, P, Ps);
+        o->w = w * P, o->g = g * P, o->o = opt * po;
         /* buckets (1x grads, from construction) unless the grads are
          * views of them; autocast's bf16 weight copies, saved for the
          * backward, until their layer's backward */
-        o->bopt = p->bucket_view ? 0 : g * P;
+        o->bopt = bucket_views(p) ? 0 : g * P;
         o->buf = o->bopt + (f32 ? 0 : 2.0 * P);
         o->gfb = grads_progressive(p) ? 0 : o->g;
         /* foreach AdamW: _foreach_sqrt(exp_avg_sq), one fp32 copy */
-        o->temp = 4.0 * P;
-        o->popt = P;
+        o->temp = 4.0 * po;
+        o->popt = po;
         break;
+    }
     case VP_SHARD_MEGATRON:
         /* fused Adam in place; main grads are the fp32 grad buffer, or
          * with a bf16 one their fp32 copy (megatron/core/optimizer/
@@ -268,10 +308,20 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
         o->temp = 4.0 * Ps;
         o->popt = Ps;
         break;
+    case VP_SHARD_FSDP2:
+    case VP_SHARD_HSDP2:
+        /* fp32 DTensor shards, the reduce-scatter output (reduce_dtype
+         * fp32, torchtitan's MixedPrecisionPolicy) held as the sharded
+         * gradients (dist_fsdp2.c); buf: fsdp2_buffers */
+        o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
+        o->buf = fsdp2_buffers(ab, pu, pr, Dsh);
+        o->temp = 4.0 * Ps; /* foreach AdamW on the fp32 shards */
+        o->popt = Ps;
+        break;
     default:
         break;
     }
-    if (p->sharding != VP_SHARD_DDP)
+    if (!vp__ddp_like(p->sharding))
         o->gfb = o->g;
     if (p->offload == VP_OFFLOAD_OPTIMIZER) {
         o->host = (opt + 4.0) * Ps; /* state + the fp32 grad partition */
@@ -385,7 +435,7 @@ static double nccl_bytes(const vp__evctx *x, const vp_par *p)
     if (cp > 1)
         ncoll++;
     if (d * cp > 1)
-        ncoll += p->sharding == VP_SHARD_FSDP_HYBRID ? 2 : 1;
+        ncoll += vp__hybrid(p->sharding) ? 2 : 1;
     if (ep > 1 && d * cp / ep > 1)
         ncoll++;
     return ncoll * (double)c->nccl_comm_bytes +
@@ -674,7 +724,7 @@ double vp__states_bound(const vp__evctx *x, const vp_par *p, double *host)
      * buffers: DDP's .grad beside the buckets may be all still to come
      * (one micro-batch; the layout's accumulation is not chosen yet);
      * the optimizer step's peak is whole */
-    bool prog = p->sharding == VP_SHARD_DDP && !p->bucket_view;
+    bool prog = vp__ddp_like(p->sharding) && !bucket_views(p);
     double a = 0, hpr = 0;
     for (int i = 0; i < n; i++) {
         double g = prog ? 0 : s[i].gfb;
@@ -698,7 +748,7 @@ int vp__cls_of(const vp_par *p)
 {
     if (p->dtype == VP_DT_FP32)
         return VP__CLS_FP32;
-    return p->sharding == VP_SHARD_DDP ? VP__CLS_AMP : VP__CLS_HALF;
+    return vp__ddp_like(p->sharding) ? VP__CLS_AMP : VP__CLS_HALF;
 }
 
 vp_status vp_cluster_eval(vp_cluster_model *cm, const vp_cluster *c,

@@ -338,11 +338,13 @@ static bool sharding_ok(const sctx *s, vp_sharding sh, const vp_par *p)
     uint32_t D = p->dp * p->cp;
     switch (e) {
     case VP_ENGINE_TORCH:
-        /* DDP alone; FSDP composes with TP, PP, CP and EP (torchtitan) */
-        if (sh == VP_SHARD_DDP &&
+        /* DDP (with ZeroRedundancyOptimizer) alone; FSDP1 and FSDP2
+         * compose with TP, PP, CP and EP (torchtitan parallelize.py:
+         * apply_tp / pipelining, then apply_fsdp's fully_shard) */
+        if (vp__ddp_like(sh) &&
             (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
             return false;
-        if (sh == VP_SHARD_FSDP_HYBRID)
+        if (vp__hybrid(sh))
             return p->dp > s->c->gpus_per_node &&
                    p->dp % s->c->gpus_per_node == 0;
         return true;

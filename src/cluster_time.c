@@ -418,8 +418,10 @@ static void dp_bytes(const vp_par *p, double *gb, double *pb)
          * only (arguments.py: --bf16 sets accumulate_allreduce_grads_in_
          * fp32); fp16 reduces its fp16 gradients */
         *gb = p->dtype == VP_DT_FP16 ? 2 : 4;
-    else if (p->sharding == VP_SHARD_DDP)
+    else if (vp__ddp_like(p->sharding))
         *gb = 4; /* fp32 parameters under autocast */
+    else if (vp__fsdp2(p->sharding))
+        *gb = 4; /* torchtitan's MixedPrecisionPolicy reduce_dtype fp32 */
     else
         *gb = 2;
 }
@@ -471,12 +473,24 @@ static double dp_flat(tctx *k, const window *w)
     double m = (double)p->accum, l1, l2, l3, l4;
     bool ov = vp__on(p->overlap_dp, true);
     switch (p->sharding) {
-    case VP_SHARD_DDP: { /* 25 MiB buckets, overlapped with the backward */
+    case VP_SHARD_DDP:
+    case VP_SHARD_DDP_ZERO1: { /* 25 MiB buckets, overlapped with the
+                                  backward */
         double ar = bucketed(&gd, VP_COLL_ALL_REDUCE, gb * w->P, 25 * 1048576.0,
                              &l1) +
                     bucketed(&ge, VP_COLL_ALL_REDUCE, gb * w->Pe,
                              25 * 1048576.0, &l2);
-        return maxd(ar - w->Tb, l1 + l2);
+        double t = maxd(ar - w->Tb, l1 + l2);
+        if (p->sharding == VP_SHARD_DDP_ZERO1)
+            /* ZeroRedundancyOptimizer.step then broadcasts each rank's
+             * updated fp32 parameters from it (_sync_params, in buckets
+             * of at most 250 MiB): every rank receives all but its own
+             * partition, an all-gather's bytes, after the step */
+            t += bucketed(&gd, VP_COLL_ALL_GATHER, 4.0 * w->P,
+                          250 * 1048576.0, &l3) +
+                 bucketed(&ge, VP_COLL_ALL_GATHER, 4.0 * w->Pe,
+                          250 * 1048576.0, &l4);
+        return t;
     }
     case VP_SHARD_MEGATRON: {
         /* buckets of max(40M, 1M x dp) elements (DistributedDataParallel
@@ -531,7 +545,7 @@ static void dp_sharded(tctx *k, const window *w, double *lf, double *lb,
     double Pl = w->pu;
     double Dg = D, ar = 0;
     vp__group g;
-    if (p->sharding == VP_SHARD_FSDP_HYBRID) {
+    if (vp__hybrid(p->sharding)) {
         Dg = (double)x->c->gpus_per_node < D ? (double)x->c->gpus_per_node
                                              : D;
         vp__group gx;
@@ -697,7 +711,8 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
     bool sharded = p->sharding == VP_SHARD_ZERO3 ||
                    p->sharding == VP_SHARD_FSDP_FULL ||
                    p->sharding == VP_SHARD_FSDP_GRAD_OP ||
-                   p->sharding == VP_SHARD_FSDP_HYBRID;
+                   p->sharding == VP_SHARD_FSDP_HYBRID ||
+                   vp__fsdp2(p->sharding);
     if (sharded)
         dp_sharded(&k, &w, &slf, &slb, &first);
     double per = slf + slb;

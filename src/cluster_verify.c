@@ -1,5 +1,6 @@
 /* A PyTorch-engine plan of the cluster search simulated rank by rank: a
- * pure data-parallel layout (tp = pp = cp = ep = 1) of DDP or FSDP1 run
+ * pure data-parallel layout (tp = pp = cp = ep = 1) of DDP (alone or with
+ * ZeroRedundancyOptimizer), FSDP1 or FSDP2 (HSDP on a 2-D mesh) run
  * through the per-rank simulator of PyTorch's wrappers (vp_simulate_ranks,
  * src/dist*.c) exactly as `estimate --strategy S --world N` runs it; the
  * most loaded role's figures replace the fitted per-GPU formula of
@@ -44,7 +45,7 @@ static const char *unsupported(const vp_par *p)
                "attention)";
     if (p->dp > VP_DIST_MAX_WORLD)
         return "a data-parallel world beyond VP_DIST_MAX_WORLD";
-    if (p->offload != VP_OFFLOAD_NONE)
+    if (p->offload != VP_OFFLOAD_NONE && !vp__fsdp2(p->sharding))
         return "FSDP1's CPUOffload (the simulator has FSDP2's "
                "CPUOffloadPolicy)";
     return NULL;
@@ -52,9 +53,15 @@ static const char *unsupported(const vp_par *p)
 
 /* The plan's sharding, precision and batch as the wrapper's run and the
  * training setup (cluster_mem.c's torch rules: DDP keeps fp32 parameters
- * and runs under autocast in the plan's dtype; FSDP keeps fp32 flat
- * parameters and runs MixedPrecision with param_dtype the plan's dtype,
- * reduce_dtype the same; fp32 plans run neither; foreach AdamW). */
+ * and runs under autocast in the plan's dtype, ZeroRedundancyOptimizer
+ * without gradient_as_bucket_view; FSDP1 keeps fp32 flat parameters and
+ * runs MixedPrecision with param_dtype the plan's dtype, reduce_dtype the
+ * same; FSDP2 keeps fp32 DTensor shards and runs torchtitan's
+ * MixedPrecisionPolicy, param_dtype the plan's dtype, reduce_dtype fp32
+ * (torchtitan job_config.py Training.mixed_precision_param bfloat16,
+ * mixed_precision_reduce float32, read by parallelize.py apply_fsdp),
+ * reshard_after_forward True, CPUOffloadPolicy for offload all; fp32
+ * plans run no mixed precision; foreach AdamW). */
 static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
                       const vp_par *p, vp_dist *d, vp_setup *s)
 {
@@ -75,17 +82,25 @@ static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
     s->context_bytes = 0; /* the cluster's context is added once */
     s->skip_breakdown = true;
     s->dist = d;
-    if (p->sharding == VP_SHARD_DDP) {
-        d->strategy = p->bucket_view ? VP_DIST_DDP_BUCKET_VIEW : VP_DIST_DDP;
+    if (vp__ddp_like(p->sharding)) {
+        d->strategy = p->sharding == VP_SHARD_DDP_ZERO1 ? VP_DIST_DDP_ZERO1
+                      : p->bucket_view ? VP_DIST_DDP_BUCKET_VIEW
+                                       : VP_DIST_DDP;
         s->precision = amp[p->dtype];
         return;
     }
     d->strategy = p->sharding == VP_SHARD_FSDP_GRAD_OP ? VP_DIST_FSDP_GRAD_OP
                   : p->sharding == VP_SHARD_FSDP_HYBRID ? VP_DIST_FSDP_HYBRID
+                  : vp__fsdp2(p->sharding)             ? VP_DIST_FSDP2
                                                         : VP_DIST_FSDP_FULL;
     s->precision = VP_PREC_FP32;
     d->param_dtype = mp[p->dtype];
-    if (p->sharding == VP_SHARD_FSDP_HYBRID)
+    if (vp__fsdp2(p->sharding)) {
+        if (d->param_dtype != VP_MP_NONE)
+            d->reduce_dtype = VP_MP_FP32;
+        d->cpu_offload = p->offload == VP_OFFLOAD_ALL;
+    }
+    if (vp__hybrid(p->sharding))
         /* the shard group is a node (cluster_mem.c's D of hybrid) */
         d->shard = c->gpus_per_node < p->dp ? c->gpus_per_node : p->dp;
 }
@@ -173,8 +188,9 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
     torch_run(cm, c, p, &d, &s);
     bool *flags;
     vp_status st = checkpoint_all(g, p, &s, &flags, err);
-    /* every role once: DDP and FSDP1 have one (equal padded shards),
-     * whatever the world (dist_roles.c) */
+    /* every role once (dist_roles.c): DDP and FSDP1 have one (equal
+     * padded shards); FSDP2's last ranks hold shorter dim-0 chunks and
+     * ZeroRedundancyOptimizer's partitions differ: the most loaded */
     vp_rank_estimate *r = NULL;
     size_t n, worst;
     if (st == VP_OK) {

@@ -317,6 +317,38 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
 
 /* ---- torchrun + Hugging Face Trainer ---------------------------------- */
 
+/* FSDP2 through the Trainer (transformers training_args.py: fsdp_config
+ * "version" 2 hands accelerate's FSDP2 plugin the run; full_shard is
+ * reshard_after_forward True, hybrid_shard a (replicate, shard) mesh). */
+static vp_status fsdp2_header(sbuf *s, const vp_par *p, const char *cls,
+                              const char *dt, vp_error *err)
+{
+    put(s, "# FSDP2: fully_shard(layer) for each %s, then the model,\n"
+           "#   mesh=%s, reshard_after_forward=True,\n"
+           "#   mp_policy=MixedPrecisionPolicy(param_dtype=%s, "
+           "reduce_dtype=torch.float32),\n"
+           "#   offload_policy=%s\n",
+        cls,
+        p->sharding == VP_SHARD_HSDP2
+            ? "2-D (replicate across nodes, shard over a node's GPUs)"
+            : "1-D (every GPU)",
+        dt,
+        p->offload == VP_OFFLOAD_ALL ? "CPUOffloadPolicy()"
+                                     : "OffloadPolicy()");
+    json_t *cfg = json_pack("{s:i, s:[s], s:b, s:b}", "version", 2,
+                            "transformer_layer_cls_to_wrap", cls,
+                            "reshard_after_forward", 1,
+                            "activation_checkpointing",
+                            p->recompute == VP_RC_FULL);
+    char *text = cfg != NULL ? json_dumps(cfg, 0) : NULL;
+    json_decref(cfg);
+    if (text == NULL)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    put(s, "cat > fsdp_config.json <<'EOF'\n%s\nEOF\n", text);
+    free(text);
+    return VP_OK;
+}
+
 static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
                           const vp_cluster *c, const vp_par *p,
                           vp_error *err)
@@ -335,6 +367,11 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
                "bucket_cap_mb=25, gradient_as_bucket_view=True),\n"
                "# forward under torch.autocast(\"cuda\", dtype=%s)\n",
             dt);
+    } else if (p->sharding == VP_SHARD_FSDP2 ||
+               p->sharding == VP_SHARD_HSDP2) {
+        vp_status st = fsdp2_header(s, p, cls, dt, err);
+        if (st != VP_OK)
+            return st;
     } else {
         const char *st = p->sharding == VP_SHARD_FSDP_FULL ? "FULL_SHARD"
                          : p->sharding == VP_SHARD_FSDP_GRAD_OP
@@ -381,7 +418,9 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
         if (p->recompute == VP_RC_FULL)
             put(s, "    --gradient_checkpointing \\\n");
     } else {
-        const char *st = p->sharding == VP_SHARD_FSDP_FULL ? "full_shard"
+        const char *st = p->sharding == VP_SHARD_FSDP_FULL ||
+                                 p->sharding == VP_SHARD_FSDP2
+                             ? "full_shard"
                          : p->sharding == VP_SHARD_FSDP_GRAD_OP
                              ? "shard_grad_op"
                              : "hybrid_shard";
@@ -426,6 +465,11 @@ vp_status vp_export_plan(const vp_cluster_model *cm, const vp_cluster *c,
                                 "through Megatron-DeepSpeed "
                                 "(--tensor-model-parallel-size %u)",
                            p->tp);
+    if (f == VP_EXPORT_TORCHRUN && p->sharding == VP_SHARD_DDP_ZERO1)
+        return unsupported(err, "the Trainer has no ZeroRedundancyOptimizer "
+                                "(torch.distributed.optim); wrap the "
+                                "script's AdamW in it, or plan ZeRO-1 with "
+                                "--engine deepspeed");
     if (f == VP_EXPORT_TORCHRUN &&
         (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1))
         return unsupported(err, "the Trainer export runs data parallelism "

@@ -333,6 +333,119 @@ Test(cluster_memory, sharded_states_and_gather_buffers)
     vp_model_free(m);
 }
 
+/* FSDP2 (fully_shard, reshard_after_forward True, torchtitan's
+ * MixedPrecisionPolicy): fp32 shards, gradients and AdamW states as
+ * FSDP1's; at the backward the root group's parameters and the head's
+ * gradients (bf16), a layer's parameters, the next one's prefetched
+ * all-gather output and the layer's gradients (bf16), its fp32
+ * reduce-scatter input and the 1/8 all-gather input */
+Test(cluster_memory, fsdp2_states_and_buffers)
+{
+    vp_model *m = load("models/llama-1b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_cluster_mem f1, f2;
+    vp_par p = par(8, 1, 1, VP_SHARD_FSDP_FULL);
+    eval_ok(cm, &c, &p, &f1, NULL);
+    p.sharding = VP_SHARD_FSDP2;
+    eval_ok(cm, &c, &p, &f2, NULL);
+    double P = (double)in.params;
+    cr_assert_float_eq((double)(f2.weights + f2.grads + f2.optimizer),
+                       16 * P / 8, 16.0);
+    cr_assert_eq(f2.weights + f2.grads + f2.optimizer,
+                 f1.weights + f1.grads + f1.optimizer);
+    double layer = (double)in.layer_params;
+    double root = (double)(in.embed_params + in.head_params);
+    cr_assert_float_eq((double)f2.buffers,
+                       2 * 2 * root + 3 * 2 * layer + 4 * layer +
+                           2 * layer / 8,
+                       16.0);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* ZeroRedundancyOptimizer: DDP's replicated parameters, gradients and
+ * buckets, each rank's AdamW states of its partition only */
+Test(cluster_memory, ddp_zero1_partitions_the_optimizer)
+{
+    vp_model *m = load("models/llama-1b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_cluster_mem d, z;
+    vp_par p = par(8, 1, 1, VP_SHARD_DDP);
+    p.bucket_view = false;
+    eval_ok(cm, &c, &p, &d, NULL);
+    p.sharding = VP_SHARD_DDP_ZERO1;
+    eval_ok(cm, &c, &p, &z, NULL);
+    cr_assert_eq(z.weights, d.weights);
+    cr_assert_eq(z.grads, d.grads);
+    cr_assert_float_eq((double)d.optimizer, 8.0 * (double)in.params, 16.0);
+    /* at least 1/8, at least the largest tensor (the embedding) */
+    cr_assert_geq((double)z.optimizer, 8.0 * (double)in.params / 8 - 16);
+    cr_assert_lt(z.optimizer, d.optimizer / 4);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* FSDP2 reduces in fp32 (torchtitan's reduce_dtype): its reduce-scatter
+ * moves twice FSDP1's bf16 bytes */
+Test(cluster_time, fsdp2_reduces_in_fp32)
+{
+    vp_model *m = load("models/llama-1b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 16, 8);
+    vp_cluster_mem mem;
+    vp_cluster_time f1, f2;
+    vp_par p = par(16, 1, 1, VP_SHARD_FSDP_FULL);
+    p.accum = 1;
+    eval_ok(cm, &c, &p, &mem, &f1);
+    p.sharding = VP_SHARD_FSDP2;
+    eval_ok(cm, &c, &p, &mem, &f2);
+    cr_assert_gt(f2.step, f1.step);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* HSDP2 as FSDP1's hybrid sharding: dp a multiple of a node, above it;
+ * ddp-zero1 data parallelism only */
+Test(cluster_check, hsdp2_and_ddp_zero1_layouts)
+{
+    vp_model *m = load("models/llama-1b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 8, 8);
+    vp_error err;
+    vp_par p = par(8, 1, 1, VP_SHARD_HSDP2);
+    cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
+    cr_assert(strstr(err.msg, "hybrid sharding needs dp"), "%s", err.msg);
+    p = par(4, 2, 1, VP_SHARD_DDP_ZERO1);
+    cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_EARG);
+    cr_assert(strstr(err.msg, "ddp-zero1 runs data parallelism only"), "%s",
+              err.msg);
+    p = par(4, 2, 1, VP_SHARD_FSDP2);
+    cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_OK, "%s", err.msg);
+    vp_cluster_init(&c, &hw, 16, 8);
+    p = par(16, 1, 1, VP_SHARD_HSDP2);
+    cr_assert_eq(vp_par_check(cm, &c, &p, &err), VP_OK, "%s", err.msg);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
 Test(cluster_memory, sequence_parallel_divides_activations_by_t)
 {
     vp_model *m = load("models/llama-1b.yaml");
@@ -770,6 +883,36 @@ Test(cluster_export, engines)
     cr_assert(strstr(t, "LlamaDecoderLayer"));
     cr_assert(strstr(t, "ShardingStrategy.HYBRID_SHARD"));
     cr_assert(strstr(t, "\"activation_checkpointing\": true"));
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+Test(cluster_export, fsdp2_and_ddp_zero1_torchrun)
+{
+    vp_model *m = load("models/llama-1b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_hw hw;
+    h100(&hw);
+    vp_cluster c;
+    vp_cluster_init(&c, &hw, 16, 8);
+    vp_status st;
+    vp_par p = par(16, 1, 1, VP_SHARD_FSDP2);
+    char *t = export_text(cm, &c, &p, VP_EXPORT_TORCHRUN, &st);
+    cr_assert_eq(st, VP_OK, "%s", t);
+    cr_assert(strstr(t, "# FSDP2: fully_shard(layer) for each "
+                        "LlamaDecoderLayer"), "%s", t);
+    cr_assert(strstr(t, "reduce_dtype=torch.float32"), "%s", t);
+    cr_assert(strstr(t, "\"version\": 2"), "%s", t);
+    cr_assert(strstr(t, "--fsdp \"full_shard auto_wrap\""), "%s", t);
+    p.sharding = VP_SHARD_HSDP2;
+    t = export_text(cm, &c, &p, VP_EXPORT_TORCHRUN, &st);
+    cr_assert_eq(st, VP_OK, "%s", t);
+    cr_assert(strstr(t, "mesh=2-D"), "%s", t);
+    cr_assert(strstr(t, "--fsdp \"hybrid_shard auto_wrap\""), "%s", t);
+    p.sharding = VP_SHARD_DDP_ZERO1;
+    t = export_text(cm, &c, &p, VP_EXPORT_TORCHRUN, &st);
+    cr_assert_eq(st, VP_EUNSUPPORTED);
+    cr_assert(strstr(t, "ZeroRedundancyOptimizer"), "%s", t);
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }

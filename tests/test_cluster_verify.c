@@ -70,8 +70,10 @@ static uint64_t top_u64(const char *json, const char *key)
 }
 
 /* estimate of the run the plan stands for (docs/CLUSTER.md
- * "Verification": DDP with gradient_as_bucket_view under autocast, FSDP1
- * on fp32 parameters with MixedPrecision in the plan's dtype). */
+ * "Verification": DDP with gradient_as_bucket_view under autocast, DDP
+ * with ZeroRedundancyOptimizer under autocast, FSDP1 on fp32 parameters
+ * with MixedPrecision in the plan's dtype, FSDP2 on fp32 shards with
+ * MixedPrecisionPolicy(param_dtype the plan's, reduce_dtype fp32)). */
 static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
                      uint64_t *reserved)
 {
@@ -79,7 +81,10 @@ static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
         [VP_SHARD_DDP] = "ddp-bucket-view",
         [VP_SHARD_FSDP_FULL] = "fsdp-full",
         [VP_SHARD_FSDP_GRAD_OP] = "fsdp-grad-op",
-        [VP_SHARD_FSDP_HYBRID] = "fsdp-hybrid"};
+        [VP_SHARD_FSDP_HYBRID] = "fsdp-hybrid",
+        [VP_SHARD_FSDP2] = "fsdp2",
+        [VP_SHARD_HSDP2] = "fsdp2",
+        [VP_SHARD_DDP_ZERO1] = "ddp-zero1"};
     static const char *const amp[VP_DT__COUNT] = {
         [VP_DT_BF16] = "amp-bf16", [VP_DT_FP16] = "amp-fp16",
         [VP_DT_FP32] = "fp32"};
@@ -91,7 +96,10 @@ static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
     snprintf(accum, sizeof accum, "%" PRIu64, t->accum);
     snprintf(shard, sizeof shard, "%" PRIu32,
              c->gpus_per_node < t->dp ? c->gpus_per_node : t->dp);
-    bool ddp = t->sharding == VP_SHARD_DDP;
+    bool ddp = t->sharding == VP_SHARD_DDP ||
+               t->sharding == VP_SHARD_DDP_ZERO1;
+    bool fsdp2 = t->sharding == VP_SHARD_FSDP2 ||
+                 t->sharding == VP_SHARD_HSDP2;
     const char *args[32] = {
         "estimate", t->model, "--strategy", strategy[t->sharding],
         "--world", world, "--batch", batch, "--accum", accum, "--steps",
@@ -101,8 +109,13 @@ static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
     if (!ddp && mp[t->dtype]) {
         args[n++] = "--param-dtype";
         args[n++] = mp[t->dtype];
+        if (fsdp2) { /* torchtitan's MixedPrecisionPolicy */
+            args[n++] = "--reduce-dtype";
+            args[n++] = "fp32";
+        }
     }
-    if (t->sharding == VP_SHARD_FSDP_HYBRID) {
+    if (t->sharding == VP_SHARD_FSDP_HYBRID ||
+        t->sharding == VP_SHARD_HSDP2) {
         args[n++] = "--shard";
         args[n++] = shard;
     }
@@ -141,9 +154,11 @@ static void same_as_estimate(const tcase *t)
     cr_assert_eq(e.fits, e.mem.total <= c.memory);
 }
 
-/* DDP and FSDP (full, grad-op, hybrid), bf16 and fp32, with and without
- * recomputation and accumulation, on a GPT-2, a Llama (HSDP: sharded over
- * a node's 8 GPUs, replicated twice) and a graph-form model planned whole
+/* DDP (alone and with ZeroRedundancyOptimizer), FSDP1 (full, grad-op,
+ * hybrid) and FSDP2 (1-D, and HSDP on a 2-D mesh), bf16 and fp32, with and
+ * without recomputation and accumulation, on a GPT-2 (FSDP2 over 3 GPUs:
+ * dim-0 chunks padded unequally), a Llama (HSDP: sharded over a node's 8
+ * GPUs, replicated twice) and a graph-form model planned whole
  * (cluster_graph.c). */
 static tcase cases[] = {
     {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP, VP_DT_BF16, 8, 1,
@@ -162,6 +177,22 @@ static tcase cases[] = {
      VP_RC_FULL},
     {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1, VP_RC_NONE},
     {"models/resnet50.yaml", 16, VP_SHARD_FSDP_GRAD_OP, VP_DT_BF16, 16, 2,
+     VP_RC_NONE},
+    {"models/gpt2-medium.yaml", 8, VP_SHARD_FSDP2, VP_DT_BF16, 4, 2,
+     VP_RC_FULL},
+    {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP2, VP_DT_FP32, 2, 1,
+     VP_RC_NONE},
+    {"models/gpt2-medium.yaml", 3, VP_SHARD_FSDP2, VP_DT_BF16, 8, 1,
+     VP_RC_NONE},
+    {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP2, VP_DT_BF16, 1, 1,
+     VP_RC_NONE},
+    {"models/llama-3-8b.yaml", 16, VP_SHARD_HSDP2, VP_DT_BF16, 1, 2,
+     VP_RC_FULL},
+    {"models/gpt2-medium.yaml", 4, VP_SHARD_DDP_ZERO1, VP_DT_BF16, 8, 1,
+     VP_RC_NONE},
+    {"models/gpt2-medium.yaml", 8, VP_SHARD_DDP_ZERO1, VP_DT_BF16, 4, 4,
+     VP_RC_FULL},
+    {"models/resnet50.yaml", 8, VP_SHARD_FSDP2, VP_DT_BF16, 32, 1,
      VP_RC_NONE},
 };
 
@@ -285,6 +316,11 @@ Test(cluster_verify, fsdp_built_from_the_whole_model_keeps_the_formula,
 #define DDPBV_PEAK_ALLOC 30938385408ull
 #define DDPBV_PEAK_RESERVED 32757514240ull
 #define FSDP1_PEAK_ALLOC 19739773952ull
+/* gpt2-medium-fsdp2-bf16-b8 (fully_shard, MixedPrecisionPolicy bf16 /
+ * fp32 reduce, torchtitan's) and gpt2-medium-zero1-bf16-b8 (DDP + torch
+ * ZeroRedundancyOptimizer under autocast bf16), the larger rank */
+#define FSDP2_PEAK_ALLOC 19740869632ull
+#define ZERO1_PEAK_ALLOC 29519096832ull
 /* groundtruth/bounds.json, that file's largest-rank figures (max %) */
 #define ALLOC_MAX_PCT 0.01
 #define RESERVED_MAX_PCT 3.85
@@ -327,6 +363,27 @@ Test(cluster_verify, measured_fsdp_full_two_h200, .timeout = 60)
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);
     measured_alloc(&e, FSDP1_PEAK_ALLOC);
+}
+
+Test(cluster_verify, measured_fsdp2_two_h200, .timeout = 60)
+{
+    /* reserved not compared, as FSDP1's: the cleanup once it is built */
+    tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_FSDP2, VP_DT_BF16, 8, 1,
+               VP_RC_NONE};
+    vp_cluster c;
+    vp_plan_entry e = plan(&t, &c);
+    cr_assert(e.simulated);
+    measured_alloc(&e, FSDP2_PEAK_ALLOC);
+}
+
+Test(cluster_verify, measured_ddp_zero1_two_h200, .timeout = 60)
+{
+    tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP_ZERO1, VP_DT_BF16,
+               8, 1, VP_RC_NONE};
+    vp_cluster c;
+    vp_plan_entry e = plan(&t, &c);
+    cr_assert(e.simulated);
+    measured_alloc(&e, ZERO1_PEAK_ALLOC);
 }
 
 /* ---- the command line -------------------------------------------------- */

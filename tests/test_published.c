@@ -358,16 +358,16 @@ static const pubrun collected[] = {
      * = tokens/s per GPU: step = local batch x seq / WPS; "selective
      * op" is the torch engine's selective recomputation */
     {"T L3 8B sel", "models/llama-3-8b.yaml", 64, 1, 1, 1, 64, 1,
-     VP_DT_BF16, SEL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0, 8192 / 2973.0, SELENE},
+     VP_DT_BF16, SEL, false, VP_SHARD_FSDP2, VP_AUTO, 0, 8192 / 2973.0, SELENE},
     {"T L3 70B full", "models/llama-3-70b.yaml", 64, 1, 1, 1, 64, 1,
-     VP_DT_BF16, FULL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0, 8192 / 331.0, SELENE},
+     VP_DT_BF16, FULL, false, VP_SHARD_FSDP2, VP_AUTO, 0, 8192 / 331.0, SELENE},
     {"T L2 13B sel", "models/llama-2-13b.yaml", 64, 1, 1, 1, 128, 2,
-     VP_DT_BF16, SEL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0,
+     VP_DT_BF16, SEL, false, VP_SHARD_FSDP2, VP_AUTO, 0,
      2 * 4096 / 1904.0, SELENE},
     {"T L2 70B sel", "models/llama-2-70b.yaml", 64, 1, 1, 1, 64, 1,
-     VP_DT_BF16, SEL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0, 4096 / 355.0, SELENE},
+     VP_DT_BF16, SEL, false, VP_SHARD_FSDP2, VP_AUTO, 0, 4096 / 355.0, SELENE},
     {"T L2 70B full", "models/llama-2-70b.yaml", 64, 1, 1, 1, 128, 2,
-     VP_DT_BF16, FULL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0,
+     VP_DT_BF16, FULL, false, VP_SHARD_FSDP2, VP_AUTO, 0,
      2 * 4096 / 353.0, SELENE},
 };
 
@@ -394,7 +394,7 @@ static const pubrun held_out[] = {
  * error reported whatever it is (docs/STEP_TIME.md "Published runs").
  *  TT torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy,
  *     June 2025): Llama 3.1 8B on 4 and 8 nodes of 8 H200, 400 Gb/s per
- *     GPU, FSDP over all ranks, local batch 2, seq 8192, torch.compile,
+ *     GPU, FSDP2 over all ranks, local batch 2, seq 8192, torch.compile,
  *     float8 linears, selective op AC (train_configs/llama3_8b.toml);
  *     TPS/GPU 10938 and 10753
  *  MB Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container:
@@ -404,7 +404,7 @@ static const pubrun held_out[] = {
  *     tokens/s/GPU -> step = GBS x seq / (tokens/s/GPU x GPUs) */
 #define TT(n, tps)                                                         \
     {"TT L3.1 8B " #n " H200", "models/llama-3-8b.yaml", n, 1, 1, 1, 2 * n, \
-     2, VP_DT_FP8, SEL, false, VP_SHARD_FSDP_FULL, VP_AUTO, 0,             \
+     2, VP_DT_FP8, SEL, false, VP_SHARD_FSDP2, VP_AUTO, 0,                 \
      2 * 8192.0 / (tps), "h200", 50e9, true, 0}
 static const pubrun held_out2[] = {
     TT(32, 10938),

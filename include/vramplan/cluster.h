@@ -146,7 +146,10 @@ typedef enum {
     XX(ZERO3, "zero3")                                                     \
     XX(FSDP_FULL, "fsdp-full-shard")    /* PyTorch FSDP                */  \
     XX(FSDP_GRAD_OP, "fsdp-shard-grad-op")                                 \
-    XX(FSDP_HYBRID, "fsdp-hybrid-shard")
+    XX(FSDP_HYBRID, "fsdp-hybrid-shard")                                  \
+    XX(FSDP2, "fsdp2")                  /* fully_shard (torchtitan)    */  \
+    XX(HSDP2, "hsdp2")                  /* fully_shard, 2-D mesh       */  \
+    XX(DDP_ZERO1, "ddp-zero1")          /* DDP + ZeroRedundancyOpt.    */
 
 typedef enum {
 #define VP__SH(name, str) VP_SHARD_##name,

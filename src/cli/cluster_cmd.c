@@ -119,7 +119,7 @@ static const cli_opt OPTS[] = {
     STR(O_SHARDING, "sharding", "NAME", 0,
         "pin the sharding: ddp, megatron-ddp, distributed-optimizer, zero1, "
         "zero2, zero3, fsdp-full-shard, fsdp-shard-grad-op, "
-        "fsdp-hybrid-shard"),
+        "fsdp-hybrid-shard, fsdp2, hsdp2, ddp-zero1"),
     /* the step-time model's pins */
     U64(O_VPP, "vpp", "N", 1, 1024,
         "pin the model chunks per pipeline stage (> 1: interleaved)"),
