@@ -184,6 +184,59 @@ static double ddp_opt_params(const vp__evctx *x, const vp_par *p, double P,
     return Ps > big ? Ps : big;
 }
 
+/* Bytes a parameter of the stage costs in weights, gradients and optimizer
+ * state, by engine and dtype. */
+static void state_bytes(const vp_par *p, vp_engine e, double *w, double *g,
+                        double *opt)
+{
+    if (p->dtype == VP_DT_FP32) {
+        *w = 4, *g = 4, *opt = 8;
+    } else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP16) {
+        /* fp16 gradients, fp32 main parameters and their fp32 gradient
+         * copy, Adam moments: 20 bytes (docs/api-guide/dist_optimizer.md) */
+        *w = 2, *g = 2, *opt = 16;
+    } else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP8) {
+        /* Megatron-Bridge's fp8 recipes (mixed_precision.py
+         * bf16_with_fp8_*_mixed: fp8_param_gather; the performance
+         * configs' grad_reduce_in_fp32 = False): the parameters are
+         * Transformer Engine Float8Tensors, fp8 data and its transpose
+         * for the wgrad/dgrad GEMMs, no bf16 copy; bf16 grad buffer;
+         * fp32 main parameters and moments */
+        *w = 2, *g = 2, *opt = 12;
+    } else if (e == VP_ENGINE_MEGATRON) {
+        *w = 2, *g = 4, *opt = 12;
+    } else if (e == VP_ENGINE_DEEPSPEED) {
+        *w = 2, *g = 2, *opt = 12;
+    } else {
+        *w = 4, *g = 4, *opt = 8; /* fp32 parameters, autocast / FSDP MP */
+    }
+}
+
+/* The host's share under optimizer or full offload. */
+static void offload_states(const vp_par *p, vp_engine e, double P, double Ps,
+                           double w, double g, double opt, stbytes *o)
+{
+    if (p->offload == VP_OFFLOAD_OPTIMIZER) {
+        o->host = (opt + 4.0) * Ps; /* state + the fp32 grad partition */
+        o->o = 0;
+        o->temp = 0; /* the step runs on the host */
+        if (e == VP_ENGINE_DEEPSPEED) {
+            /* grads leave for the host as they are reduced */
+            if (p->sharding != VP_SHARD_ZERO3) {
+                double bucket = P < 5e7 ? P : 5e7;
+                o->g = o->gfb = 0;
+                o->buf = o->bopt = 4.5 * bucket * g;
+            } else {
+                o->g = o->gfb = 0;
+            }
+        }
+    } else if (p->offload == VP_OFFLOAD_ALL) {
+        o->host = (w + g + opt) * Ps;
+        o->w = o->g = o->gfb = o->o = 0;
+        o->temp = 0; /* the step runs on the host */
+    }
+}
+
 static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
                          double pe, double pu, double pr, stbytes *o)
 {
@@ -193,27 +246,7 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     vp_engine e = vp_sharding_engine(p->sharding);
     bool f32 = p->dtype == VP_DT_FP32;
     double w, g, opt;
-    if (f32) {
-        w = 4, g = 4, opt = 8;
-    } else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP16) {
-        /* fp16 gradients, fp32 main parameters and their fp32 gradient
-         * copy, Adam moments: 20 bytes (docs/api-guide/dist_optimizer.md) */
-        w = 2, g = 2, opt = 16;
-    } else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP8) {
-        /* Megatron-Bridge's fp8 recipes (mixed_precision.py
-         * bf16_with_fp8_*_mixed: fp8_param_gather; the performance
-         * configs' grad_reduce_in_fp32 = False): the parameters are
-         * Transformer Engine Float8Tensors, fp8 data and its transpose
-         * for the wgrad/dgrad GEMMs, no bf16 copy; bf16 grad buffer;
-         * fp32 main parameters and moments */
-        w = 2, g = 2, opt = 12;
-    } else if (e == VP_ENGINE_MEGATRON) {
-        w = 2, g = 4, opt = 12;
-    } else if (e == VP_ENGINE_DEEPSPEED) {
-        w = 2, g = 2, opt = 12;
-    } else {
-        w = 4, g = 4, opt = 8; /* fp32 parameters, autocast / FSDP MP */
-    }
+    state_bytes(p, e, &w, &g, &opt);
     double ab = f32 ? 4 : 2; /* gathered / autocast copies */
     double Ps;               /* sharded parameter count per rank */
     double Dsh = D;          /* the shard group */
@@ -323,25 +356,7 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
     }
     if (!vp__ddp_like(p->sharding))
         o->gfb = o->g;
-    if (p->offload == VP_OFFLOAD_OPTIMIZER) {
-        o->host = (opt + 4.0) * Ps; /* state + the fp32 grad partition */
-        o->o = 0;
-        o->temp = 0; /* the step runs on the host */
-        if (e == VP_ENGINE_DEEPSPEED) {
-            /* grads leave for the host as they are reduced */
-            if (p->sharding != VP_SHARD_ZERO3) {
-                double bucket = P < 5e7 ? P : 5e7;
-                o->g = o->gfb = 0;
-                o->buf = o->bopt = 4.5 * bucket * g;
-            } else {
-                o->g = o->gfb = 0;
-            }
-        }
-    } else if (p->offload == VP_OFFLOAD_ALL) {
-        o->host = (w + g + opt) * Ps;
-        o->w = o->g = o->gfb = o->o = 0;
-        o->temp = 0; /* the step runs on the host */
-    }
+    offload_states(p, e, P, Ps, w, g, opt, o);
 }
 
 void vp__stage_layers(const vp_cluster_model *cm, const vp_par *p,
