@@ -151,14 +151,8 @@ def run_case(torch, c, steps, rank, dev, at):
         ph["end"] = torch.cuda.memory_allocated() - base
         ph["reserved"] = torch.cuda.memory_reserved()
         steps_out.append(ph)
-    st = torch.cuda.memory_stats()
-    free, total = torch.cuda.mem_get_info()
-    later = sorted(times[1:])
-    r.update(steps=steps_out,
-             peak_alloc=max(max(p[k] for k in ("fwd_peak", "bwd_peak", "opt_peak")) for p in steps_out),
-             peak_alloc_steady=max(steps_out[-1][k] for k in ("fwd_peak", "bwd_peak", "opt_peak")),
-             peak_reserved=st["reserved_bytes.all.peak"], num_alloc_retries=st["num_alloc_retries"],
-             device_used=total - free, step_ms=(later[len(later) // 2] if later else times[0]) * 1e3)
+    import collect_more as M  # summarize: the shared schema's figures (imports torch)
+    M.summarize(r, steps_out, times)
     engine.destroy()
     del engine, m
     return r

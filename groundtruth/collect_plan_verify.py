@@ -33,6 +33,7 @@ for p in (os.path.join(HERE, "..", ".shared"), os.path.join(HERE, "..", "..", "s
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import collect_dist as D  # noqa: E402  (the shared protocol: wrap, warm-up, step loop)
+import collect_more as M  # noqa: E402  (summarize: the case's figures in the shared schema)
 
 G = D.G
 
@@ -93,13 +94,7 @@ def run_case(c, rank, world, local_rank):
         ph["end"] = torch.cuda.memory_allocated() - base
         ph["reserved"] = torch.cuda.memory_reserved()
         steps_out.append(ph)
-    st = torch.cuda.memory_stats()
-    free, total = torch.cuda.mem_get_info()
-    r.update(steps=steps_out,
-             peak_alloc=max(max(p[k] for k in ("fwd_peak", "bwd_peak", "opt_peak")) for p in steps_out),
-             peak_alloc_steady=max(steps_out[-1][k] for k in ("fwd_peak", "bwd_peak", "opt_peak")),
-             peak_reserved=st["reserved_bytes.all.peak"], num_alloc_retries=st["num_alloc_retries"],
-             device_used=total - free, step_ms=sorted(times[1:])[len(times[1:]) // 2] * 1e3)
+    M.summarize(r, steps_out, times)
     del m, opt
     return r
 
