@@ -317,6 +317,19 @@ static vp_status megatron(sbuf *s, const vp_cluster_model_info *in,
 
 /* ---- torchrun + Hugging Face Trainer ---------------------------------- */
 
+/* The Trainer's fsdp_config as a file the command writes; cfg (NULL when
+ * json_pack ran out of memory) is released. */
+static vp_status put_fsdp_config(sbuf *s, json_t *cfg, vp_error *err)
+{
+    char *text = cfg != NULL ? json_dumps(cfg, 0) : NULL;
+    json_decref(cfg);
+    if (text == NULL)
+        return vp_error_set(err, VP_ENOMEM, "out of memory");
+    put(s, "cat > fsdp_config.json <<'EOF'\n%s\nEOF\n", text);
+    free(text);
+    return VP_OK;
+}
+
 /* FSDP2 through the Trainer (transformers training_args.py: fsdp_config
  * "version" 2 hands accelerate's FSDP2 plugin the run; full_shard is
  * reshard_after_forward True, hybrid_shard a (replicate, shard) mesh). */
@@ -340,13 +353,7 @@ static vp_status fsdp2_header(sbuf *s, const vp_par *p, const char *cls,
                             "reshard_after_forward", 1,
                             "activation_checkpointing",
                             p->recompute == VP_RC_FULL);
-    char *text = cfg != NULL ? json_dumps(cfg, 0) : NULL;
-    json_decref(cfg);
-    if (text == NULL)
-        return vp_error_set(err, VP_ENOMEM, "out of memory");
-    put(s, "cat > fsdp_config.json <<'EOF'\n%s\nEOF\n", text);
-    free(text);
-    return VP_OK;
+    return put_fsdp_config(s, cfg, err);
 }
 
 static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
@@ -393,12 +400,9 @@ static vp_status torchrun(sbuf *s, const vp_cluster_model_info *in,
             "backward_pre", "forward_prefetch", 0, "limit_all_gathers", 1,
             "use_orig_params", 1, "sync_module_states", 1,
             "activation_checkpointing", p->recompute == VP_RC_FULL);
-        char *text = cfg != NULL ? json_dumps(cfg, 0) : NULL;
-        json_decref(cfg);
-        if (text == NULL)
-            return vp_error_set(err, VP_ENOMEM, "out of memory");
-        put(s, "cat > fsdp_config.json <<'EOF'\n%s\nEOF\n", text);
-        free(text);
+        vp_status cs = put_fsdp_config(s, cfg, err);
+        if (cs != VP_OK)
+            return cs;
     }
     put(s, "torchrun --nnodes %u --nproc-per-node %u --rdzv-backend c10d "
            "\\\n    --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" "
