@@ -831,6 +831,39 @@ static double host_kernels(const vp_op *o, const op_traffic *t, int ph,
     }
 }
 
+/* The host's kernels for op i in phase ph of one micro-batch (*nk) and
+ * its seconds per kernel (*per). A forward kernel costs host_fwd, a
+ * backward one host_bwd. In a checkpointed segment (torch/utils/
+ * checkpoint.py, non-reentrant) every tensor the forward saves goes
+ * through _checkpoint_hook.pack_hook (a _Holder, its weakref, the
+ * tensor's metadata for the determinism check), and in the backward
+ * the first unpack_hook runs the segment's forward again (the module's
+ * Python: host_fwd a kernel) under _recomputation_hook, whose pack_hook
+ * takes each recomputed tensor; the saved tensors are the ops'
+ * allocations, so both hooks are a cost per kernel (host_ckpt). */
+static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
+                      double *per)
+{
+    const vp_op *o = &q->g->ops[i];
+    const op_traffic *t = &q->c->t[i];
+    const vp_hw *hw = q->hw;
+    *nk = host_kernels(o, t, ph, q->mb);
+    *per = ph == 0 ? hw->host_fwd : hw->host_bwd;
+    if (!checkpointed(q->s, o) || *nk <= 0)
+        return;
+    if (ph == 0) {
+        *per += VP__HOST_CKPT_PACK;
+        return;
+    }
+    if (!rec)
+        return;
+    /* the recomputed forward's kernels are its forward's */
+    double kr = t->kernels[0] / q->mb;
+    if (kr > *nk)
+        kr = *nk;
+    *per = ((*nk - kr) * hw->host_bwd + kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;
+}
+
 /* GPU seconds of op i in phase ph of one micro-batch, the kernels the
  * host issues for it (*nk) and its host seconds per kernel (*per); *rec
  * gets the recomputed forward's share. */
@@ -846,8 +879,7 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     double gpu = ph == 0 ? mf : q->s->inference || !o->needs_grad ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    *nk = host_kernels(o, t, ph, q->mb);
-    *per = ph == 0 ? q->hw->host_fwd : q->hw->host_bwd;
+    host_cost(q, ph, i, *rec > 0, nk, per);
     return gpu;
 }
 

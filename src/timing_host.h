@@ -10,6 +10,18 @@
 
 #include "internal.h"
 
+/* The host's extra seconds per kernel of a checkpointed segment
+ * (torch/utils/checkpoint.py, non-reentrant; docs/STEP_TIME.md
+ * "Checkpointed steps"): in the forward, _checkpoint_hook.pack_hook per
+ * saved tensor; in the backward, per recomputed kernel (on top of the
+ * forward's host_fwd), unpack_hook and _recomputation_hook.pack_hook
+ * with their detaches and the determinism check. Measured by
+ * calibrate/vp-host-trace.py (calibrate/profiles/h200-host-trace.jsonl):
+ * the checkpointed steps' host phases against the same models' plain
+ * steps on the same host, scaled to the host of VP_HOST_FWD_KERNEL. */
+#define VP__HOST_CKPT_PACK 7.45e-6
+#define VP__HOST_CKPT_RECOMPUTE 53.83e-6
+
 /* When the host thread and the GPU are next free, seconds into the
  * step. */
 typedef struct {

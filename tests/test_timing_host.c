@@ -3,12 +3,16 @@
  * torch._grouped_mm's per-expert fallback launches one GEMM per expert
  * after a host sync where its CUTLASS kernel launches one; a LoRA step
  * is timed on the fine-tuned graph (frozen weights without gradients,
- * the adapters' tensors stepped). */
+ * the adapters' tensors stepped); a checkpointed segment's backward
+ * issues its forward again at the forward's host cost, plus checkpoint's
+ * saved-tensor hooks per kernel. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
 #include "vramplan/vramplan.h"
+
+#include "../src/timing_host.h" /* VP__HOST_CKPT_* */
 
 static vp_hw h200(void)
 {
@@ -194,4 +198,82 @@ Test(finetune_time, dora_with_dropout_runs_the_base_again)
     double want = 17.0 * (2.0 * n * n * n / c->peak * (n + c->kh) / n + gap);
     cr_assert_float_eq(a.gemm - b.gemm, want, 1e-6 * want, "%g vs %g",
                        a.gemm - b.gemm, want);
+}
+
+/* gpt2-small, amp bf16, batch 2, with the checkpoint spec (NULL: none),
+ * the host's seconds per forward and backward kernel set. */
+static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 1024, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    bool mask[64] = {false};
+    cr_assert_leq(vp_graph_segment_count(g), 64);
+    cr_assert_eq(vp_graph_checkpoint_select(g, ckpt, mask, &err), VP_OK,
+                 "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.seq = 1024;
+    s.precision = VP_PREC_AMP_BF16;
+    s.checkpoint = mask;
+    s.n_checkpoint = vp_graph_segment_count(g);
+    vp_hw hw = h200();
+    hw.host_fwd = fwd;
+    hw.host_bwd = bwd;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return t;
+}
+
+/* The host's kernels charged at the forward's cost (d cpu / d host_fwd)
+ * beyond the forward's own: the recomputed ones. */
+static double recomputed_kernels(const char *ckpt)
+{
+    vp_step_time a = gpt2_ckpt(ckpt, 30e-6, 20e-6);
+    vp_step_time b = gpt2_ckpt(ckpt, 31e-6, 20e-6);
+    return (b.cpu - a.cpu) / 1e-6 - a.host_kernels;
+}
+
+/* torch/utils/checkpoint.py runs a checkpointed segment's forward again
+ * in the backward (the first unpack_hook calls recompute_fn): its
+ * kernels cost the forward's host time; every kernel of the step is
+ * charged once, at the forward's or the backward's cost. */
+Test(ckpt_host, the_recomputed_forward_costs_the_forwards_host_time)
+{
+    cr_assert_float_eq(recomputed_kernels(NULL), 0.0, 1e-6);
+    double kr = recomputed_kernels("all");
+    cr_assert_gt(kr, 12.0, "%g recomputed kernels", kr); /* 12 layers */
+    vp_step_time a = gpt2_ckpt("all", 30e-6, 20e-6);
+    vp_step_time c = gpt2_ckpt("all", 30e-6, 21e-6);
+    double by_bwd = (c.cpu - a.cpu) / 1e-6;
+    cr_assert_float_eq(by_bwd + kr, a.host_bwd_kernels, 1e-6, "%g + %g vs %g",
+                       by_bwd, kr, a.host_bwd_kernels);
+    /* the recomputation never exceeds the forward it repeats */
+    cr_assert_leq(kr, a.host_kernels);
+}
+
+/* With the host's per-kernel costs near zero, what is left is
+ * checkpoint's hooks: VP__HOST_CKPT_PACK per forward kernel of a
+ * checkpointed segment (pack_hook), VP__HOST_CKPT_RECOMPUTE per
+ * recomputed kernel (unpack_hook, _recomputation_hook); none without
+ * checkpointing. */
+Test(ckpt_host, the_hooks_cost_per_kernel_of_a_checkpointed_segment)
+{
+    const double tiny = 1e-15;
+    vp_step_time none = gpt2_ckpt(NULL, tiny, tiny);
+    cr_assert_lt(none.cpu, 1e-9);
+    vp_step_time all = gpt2_ckpt("all", tiny, tiny);
+    double kr = recomputed_kernels("all");
+    double packed = (all.cpu - kr * VP__HOST_CKPT_RECOMPUTE) /
+                    VP__HOST_CKPT_PACK;
+    /* a whole number of forward kernels, the recomputed ones among them */
+    cr_assert_float_eq(packed, round(packed), 1e-6, "%g", packed);
+    cr_assert_geq(packed, kr);
+    cr_assert_leq(packed, all.host_kernels);
 }
