@@ -137,15 +137,17 @@ static vp_status dtensor_gather(tb *c, uint32_t *in)
     return VP_OK;
 }
 
-/* A row-parallel linear's whole-sequence output back to the hidden width
- * (RowwiseParallel, output_layouts Shard(1)): reduce-scattered to S/sp
- * tokens; *idx becomes the scattered op. */
+/* A row-parallel linear (RowwiseParallel, output_layouts Shard(1)): one
+ * back to the hidden width from a local whole-sequence activation (not a
+ * gathered input: those are column-parallel), its output reduce-
+ * scattered to S/sp tokens; *idx becomes the scattered op. */
 static vp_status dtensor_scatter(tb *c, uint32_t *idx)
 {
     const vp_op *y = &c->g->ops[*idx];
     uint64_t S = c->g->seq;
     if (!c->t->dtensor || sp_of(c->t) <= 1 || c->local || y->ndim != 3 ||
-        y->shape[1] != S || y->out_features != c->t->hidden)
+        y->shape[1] != S || y->out_features != c->t->hidden ||
+        c->g->ops[y->inputs[0]].kind == VP_OP_REDISTRIBUTE)
         return VP_OK;
     return redistribute(c, *idx, S / sp_of(c->t), "reduce_scatter", idx);
 }
