@@ -11,6 +11,8 @@
 
 #include "vramplan/vramplan.h"
 
+#include "cli_golden.h"
+
 #define LLAMA "tests/data/dist/tiny-llama.yaml"
 #define H 64ull
 #define HD 16ull
@@ -217,4 +219,95 @@ Test(dist_tp, expert_and_graph_models_are_refused_by_name)
     cr_assert_eq(err.code, VP_EUNSUPPORTED);
     cr_assert(strstr(err.msg, "mixture-of-experts"), "%s", err.msg);
     vp_model_free(m);
+}
+
+/* The peak allocated of the most loaded stage of tiny-llama at tp 2 x pp
+ * 2, fsdp2 over 2 ranks (torchtitan's mixed precision), 4 micro-batches,
+ * every layer checkpointed; *stage the stage. */
+static uint64_t library_peak(uint32_t *stage)
+{
+    vp_model *m = model();
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    d.param_dtype = VP_MP_BF16;
+    d.reduce_dtype = VP_MP_FP32;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.dist = &d;
+    s.batch = 1;
+    s.seq = 32;
+    s.accum = 4;
+    s.steps = 3;
+    vp_tp_layout l = {2, 2, VP_TP_WORST, true};
+    vp_rank_estimate *r;
+    size_t n, worst;
+    vp_error err;
+    cr_assert_eq(vp_tp_simulate(m, &l, &s, &r, &n, &worst, &err), VP_OK,
+                 "%s", err.msg);
+    uint64_t peak = r[worst].est.peak_alloc;
+    *stage = l.stage;
+    free(r);
+    vp_model_free(m);
+    return peak;
+}
+
+/* The JSON API's "tp", "pp" (and estimate's --tp, --pp) run the same
+ * simulation: the same stage, the same bytes. */
+Test(dist_tp, json_api_runs_the_layout_the_library_does)
+{
+    uint32_t stage;
+    uint64_t want = library_peak(&stage);
+    char *resp;
+    vp_error err;
+    cr_assert_eq(vp_api_call("{\"command\": \"estimate\", \"model\": \"" LLAMA
+                             "\", \"batch\": 1, \"seq\": 32, \"accum\": 4, "
+                             "\"steps\": 3, \"checkpoint\": \"all\", "
+                             "\"strategy\": \"fsdp2\", \"world\": 2, "
+                             "\"param_dtype\": \"bf16\", \"reduce_dtype\": "
+                             "\"fp32\", \"tp\": 2, \"pp\": 2}",
+                             &resp, &err),
+                 VP_OK, "%s", err.msg);
+    char key[64];
+    snprintf(key, sizeof key, "\"stage\":%u", stage);
+    cr_assert(strstr(resp, key), "%s", resp);
+    const char *at = strstr(resp, "\"peak_alloc\":");
+    cr_assert_not_null(at);
+    cr_assert_eq(strtoull(at + 13, NULL, 10), want, "%s", resp);
+    vp_api_free(resp);
+}
+
+Test(dist_tp, json_api_refuses_a_layout_without_fsdp2)
+{
+    char *resp;
+    vp_error err;
+    cr_assert_eq(vp_api_call("{\"command\": \"estimate\", \"model\": \"" LLAMA
+                             "\", \"strategy\": \"ddp\", \"world\": 2, "
+                             "\"tp\": 2}",
+                             &resp, &err),
+                 VP_EARG);
+    cr_assert(strstr(err.msg, "fsdp2"), "%s", err.msg);
+}
+
+/* estimate's report of the layout: the roles of the most loaded stage,
+ * named on the line after them (golden file). */
+Test(dist_tp, estimate_reports_the_most_loaded_stage)
+{
+    GOLDEN("estimate_fsdp2_tp2_pp2", 0, "estimate", LLAMA, "--strategy",
+           "fsdp2", "--world", "2", "--tp", "2", "--pp", "2",
+           "--param-dtype", "bf16", "--reduce-dtype", "fp32", "--accum", "4",
+           "--steps", "3", "--checkpoint", "all", "--batch", "1");
+}
+
+Test(dist_tp, estimate_refuses_a_schedule_it_does_not_model)
+{
+    GOLDEN("estimate_fsdp2_pp_zbv", 2, "estimate", LLAMA, "--strategy",
+           "fsdp2", "--world", "2", "--pp", "2", "--schedule", "zbv");
+}
+
+Test(dist_tp, estimate_refuses_tp_without_fsdp2)
+{
+    GOLDEN("estimate_ddp_tp2", 2, "estimate", LLAMA, "--strategy", "ddp",
+           "--world", "2", "--tp", "2");
 }
