@@ -255,7 +255,12 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
     if (st == VP_OK && !built)
         st = to_mem(&r[worst].est, c, &e->mem, err);
     if (st == VP_OK && !built) {
+        /* 1F1B: min(pp - stage, m) micro-batches in flight (sim_pipe.c) */
+        uint64_t w = p->pp - l.stage;
         e->mem.stage = p->pp > 1 ? l.stage : 0;
+        e->mem.in_flight = (double)(p->pp > 1 && w < p->accum ? w
+                                    : p->pp > 1          ? p->accum
+                                                         : 1);
         e->simulated = true;
         e->fits = vp_cluster_fits(c, &e->mem);
     }
