@@ -24,6 +24,7 @@ typedef struct request {
     bool precision_set, optimizer_set;
     vp_dist dist;               /* estimate's data-parallel run        */
     bool dist_set;              /* any of DIST_KEYS given              */
+    vp_tp_layout tp;            /* fsdp2's tp, pp, stage (1, 1, worst) */
 } request;
 
 /* Every key a request may hold (plan also takes global_batch). */
@@ -35,7 +36,7 @@ static const char *const KEYS[] = {
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
     "global_batch", "strategy", "world", "shard", "param_dtype",
     "reduce_dtype", "reshard_after_forward", "bucket_cap", "rebuild_freed",
-    "cpu_offload", "ds_config", "lora", "freeze", "quant", "double_quant", "load",
+    "cpu_offload", "ds_config", "tp", "pp", "stage", "schedule", "lora", "freeze", "quant", "double_quant", "load",
     "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
@@ -131,6 +132,25 @@ static vp_status dist_field(request *r, const char *key, json_t *v,
     r->dist_set = true;
     if (strcmp(key, "ds_config") == 0)
         return vp_ds_config_json(&d->ds, v, err);
+    if (strcmp(key, "tp") == 0 || strcmp(key, "pp") == 0 ||
+        strcmp(key, "stage") == 0) {
+        if (get_count(v, key, key[0] == 's' ? 0 : 1, 1024, &n, err) != VP_OK)
+            return VP_EARG;
+        *(key[0] == 't' ? &r->tp.tp : key[0] == 'p' ? &r->tp.pp
+                                                    : &r->tp.stage) =
+            (uint32_t)n;
+        return VP_OK;
+    }
+    if (strcmp(key, "schedule") == 0) {
+        if (get_str(v, key, &s, err) != VP_OK)
+            return VP_EARG;
+        if (strcmp(s, "1f1b") != 0)
+            return vp_error_set(err, VP_EARG,
+                                "'schedule' '%s' with fsdp2 is not "
+                                "modelled (1f1b is)",
+                                s);
+        return VP_OK;
+    }
     if (strcmp(key, "world") == 0 || strcmp(key, "shard") == 0) {
         if (get_count(v, key, 1, VP_DIST_MAX_WORLD, &n, err) != VP_OK)
             return VP_EARG;
@@ -261,7 +281,9 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
                strcmp(key, "bucket_cap") == 0 ||
                strcmp(key, "rebuild_freed") == 0 ||
                strcmp(key, "cpu_offload") == 0 ||
-               strcmp(key, "ds_config") == 0) {
+               strcmp(key, "ds_config") == 0 || strcmp(key, "tp") == 0 ||
+               strcmp(key, "pp") == 0 || strcmp(key, "stage") == 0 ||
+               strcmp(key, "schedule") == 0) {
         st = dist_field(r, key, v, err);
     } else if (strcmp(key, "generate") == 0) {
         st = get_str(v, key, &r->generate, err);
@@ -308,6 +330,7 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
 {
     memset(r, 0, sizeof *r);
     vp_setup_init(&r->setup);
+    r->tp = (vp_tp_layout){1, 1, VP_TP_WORST, false};
     if (!json_is_object(root))
         return vp_error_set(err, VP_EARG, "the request must be an object");
     const char *cmd;
@@ -355,6 +378,15 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
                                   "fields) is estimate's only"
                                 : "the data-parallel fields need a "
                                   "'strategy'");
+    bool layout = r->tp.tp > 1 || r->tp.pp > 1;
+    if (r->dist_set && (layout || r->tp.stage != VP_TP_WORST) &&
+        r->dist.strategy != VP_DIST_FSDP2)
+        return vp_error_set(err, VP_EARG,
+                            "'tp', 'pp', 'stage' and 'schedule' compose with "
+                            "the 'fsdp2' strategy (torchtitan)");
+    if (r->tp.stage != VP_TP_WORST && r->tp.stage >= r->tp.pp)
+        return vp_error_set(err, VP_EARG, "'stage' %u is not one of the %u "
+                            "stages", r->tp.stage, r->tp.pp);
     return apply_generate(r, root, err);
 }
 
@@ -511,19 +543,28 @@ static vp_status select_spec(const vp_graph *g, const char *spec, bool **out,
     return vp_graph_checkpoint_select(g, spec, *out, err);
 }
 
-/* A data-parallel run: every role simulated (vp_simulate_ranks); *e is
- * the most loaded rank's, and res gets "dist" with the roles. */
-static vp_status run_roles(request *r, const vp_graph *g, json_t *res,
-                           vp_estimate *e, vp_error *err)
+/* A data-parallel run: every role simulated (vp_simulate_ranks, or with
+ * tp or pp > 1 vp_tp_simulate, which builds its own graph: g unused);
+ * *e is the most loaded rank's, and res gets "dist" with the roles. */
+static vp_status run_roles(request *r, const vp_model *m, const vp_graph *g,
+                           json_t *res, vp_estimate *e, vp_error *err)
 {
     vp_rank_estimate *roles = NULL;
     size_t n = 0, worst = 0;
+    bool layout = r->tp.tp > 1 || r->tp.pp > 1;
 
     r->setup.dist = &r->dist;
-    vp_status st = vp_simulate_ranks(g, &r->setup, &roles, &n, &worst, err);
+    vp_status st =
+        layout ? vp_tp_simulate(m, &r->tp, &r->setup, &roles, &n, &worst, err)
+               : vp_simulate_ranks(g, &r->setup, &roles, &n, &worst, err);
     if (st != VP_OK)
         return st;
     json_t *o = json_object(), *a = json_array();
+    if (layout) {
+        put(o, "tp", num(r->tp.tp));
+        put(o, "pp", num(r->tp.pp));
+        put(o, "stage", num(r->tp.stage));
+    }
     put(o, "strategy", json_string(vp_dist_strategy_name(r->dist.strategy)));
     put(o, "world", num(r->dist.world));
     for (size_t k = 0; k < n; k++) {
@@ -542,6 +583,21 @@ static vp_status run_roles(request *r, const vp_graph *g, json_t *res,
     return VP_OK;
 }
 
+/* fsdp2 with tp or pp > 1: torchtitan's full activation checkpointing
+ * ('checkpoint' "all") or none; the layout's own graphs. */
+static vp_status tp_checkpoint(request *r, vp_error *err)
+{
+    const char *c = r->checkpoint;
+    r->tp.ac_full = c && strcmp(c, "all") == 0;
+    if ((c && !r->tp.ac_full && strcmp(c, "none") != 0) || r->selective)
+        return vp_error_set(err, VP_EARG,
+                            "with 'tp' or 'pp': 'checkpoint' all or none "
+                            "(torchtitan's activation_checkpoint.mode), no "
+                            "'selective'");
+    r->checkpoint = NULL;
+    return VP_OK;
+}
+
 static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
                               vp_error *err)
 {
@@ -551,8 +607,10 @@ static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
         return err ? err->code : VP_ENOMEM;
     bool *ck = NULL, *sel = NULL;
     vp_status st = VP_OK;
-    if (r->checkpoint && (st = select_spec(g, r->checkpoint, &ck, err)) ==
-                             VP_OK) {
+    if (r->dist_set && (r->tp.tp > 1 || r->tp.pp > 1))
+        st = tp_checkpoint(r, err);
+    if (st == VP_OK && r->checkpoint &&
+        (st = select_spec(g, r->checkpoint, &ck, err)) == VP_OK) {
         r->setup.checkpoint = ck;
         r->setup.n_checkpoint = vp_graph_segment_count(g);
     }
@@ -564,7 +622,7 @@ static vp_status run_estimate(request *r, const vp_model *m, json_t *res,
     vp_estimate e;
     memset(&e, 0, sizeof e);
     if (st == VP_OK && r->dist_set)
-        st = run_roles(r, g, res, &e, err);
+        st = run_roles(r, m, g, res, &e, err);
     else if (st == VP_OK)
         st = vp_simulate(g, &r->setup, &e, NULL, NULL, err);
     if (st == VP_OK || st == VP_EOOM) {

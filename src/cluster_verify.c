@@ -1,8 +1,10 @@
 /* A PyTorch-engine plan of the cluster search simulated rank by rank: a
  * pure data-parallel layout (tp = pp = cp = ep = 1) of DDP (alone or with
- * ZeroRedundancyOptimizer), FSDP1 or FSDP2 (HSDP on a 2-D mesh) run
- * through the per-rank simulator of PyTorch's wrappers (vp_simulate_ranks,
- * src/dist*.c) exactly as `estimate --strategy S --world N` runs it; the
+ * ZeroRedundancyOptimizer), FSDP1 or FSDP2 (HSDP on a 2-D mesh), or FSDP2
+ * with tensor parallelism and 1F1B pipeline stages as torchtitan composes
+ * them (vp_tp_simulate, src/dist_tp.c), run through the per-rank simulator
+ * of PyTorch's wrappers (vp_simulate_ranks, src/dist*.c) exactly as
+ * `estimate --strategy S --world N [--tp T --pp P]` runs it; the
  * most loaded role's figures replace the fitted per-GPU formula of
  * cluster_mem.c. docs/CLUSTER.md "Verification" gives the mapping of the
  * plan's fields onto the wrapper's and the gaps between the two. */
@@ -26,15 +28,32 @@
  * simulated micro-batch by micro-batch, at most VP_MAX_ACCUM_UNSTEADY). */
 #define TORCH_ACCUM 3u
 
+/* Under 1F1B: the warm-up's micro-batches in flight on the first stage
+ * (pp - 1) and the two that start the steady pairs, the same count on
+ * every stage (so that `estimate --accum` gives each one's figures). */
+static uint64_t torch_accum(const vp_par *p)
+{
+    uint64_t m = p->pp > 1 ? (uint64_t)p->pp + 2 : TORCH_ACCUM;
+    if (m > VP_MAX_ACCUM_UNSTEADY)
+        m = VP_MAX_ACCUM_UNSTEADY;
+    return p->accum < m ? p->accum : m;
+}
+
 /* What the per-rank simulator does not model of the plan, named; NULL if
  * it models it. Such a plan keeps the formula (docs/CLUSTER.md). */
 static const char *unsupported(const vp_par *p)
 {
     if (vp_sharding_engine(p->sharding) != VP_ENGINE_TORCH)
         return "an engine other than PyTorch's";
-    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
-        return "FSDP composed with tensor, pipeline, context or expert "
-               "parallelism";
+    if (p->cp > 1 || p->ep > 1)
+        return "FSDP composed with context or expert parallelism";
+    if ((p->tp > 1 || p->pp > 1) && !vp__fsdp2(p->sharding))
+        return "DDP or FSDP1 composed with tensor or pipeline parallelism "
+               "(torchtitan composes FSDP2)";
+    if (p->pp > 1 && (p->vpp > 1 || p->schedule != VP_SCHED_1F1B))
+        return "FSDP2 under a pipeline schedule other than 1F1B";
+    if ((p->tp > 1 || p->pp > 1) && p->offload != VP_OFFLOAD_NONE)
+        return "CPUOffloadPolicy with tensor or pipeline parallelism";
     if (p->dtype == VP_DT_FP8)
         return "fp8 (float8 linears)";
     if (p->compile)
@@ -76,7 +95,7 @@ static void torch_run(const vp_cluster_model *cm, const vp_cluster *c,
     vp_setup_init(s);
     s->batch = p->micro_batch;
     s->seq = cm->seq;
-    s->accum = p->accum < TORCH_ACCUM ? (uint32_t)p->accum : TORCH_ACCUM;
+    s->accum = (uint32_t)torch_accum(p);
     s->steps = TORCH_STEPS;
     s->optimizer = VP_OPT_ADAMW;
     s->context_bytes = 0; /* the cluster's context is added once */
@@ -174,36 +193,57 @@ static vp_status checkpoint_all(const vp_graph *g, const vp_par *p,
     return VP_OK;
 }
 
+/* Every role of the plan's rank: the graph of the whole model, or with
+ * tp or pp > 1 the most loaded stage's TP rank (vp_tp_simulate, *l's
+ * stage set to it). */
+static vp_status roles_of(vp_cluster_model *cm, const vp_par *p, vp_setup *s,
+                          vp_tp_layout *l, vp_rank_estimate **r, size_t *n,
+                          size_t *worst, vp_error *err)
+{
+    if (p->tp > 1 || p->pp > 1) {
+        l->stage = VP_TP_WORST;
+        return vp_tp_simulate(cm->m, l, s, r, n, worst, err);
+    }
+    vp_graph *g = vp_graph_build(cm->m, p->micro_batch, cm->seq, err);
+    if (!g)
+        return err ? err->code : VP_ESCHEMA;
+    bool *flags;
+    vp_status st = checkpoint_all(g, p, s, &flags, err);
+    if (st == VP_OK)
+        st = vp_simulate_ranks(g, s, r, n, worst, err);
+    s->checkpoint = NULL;
+    s->n_checkpoint = 0;
+    free(flags);
+    vp_graph_free(g);
+    return st;
+}
+
 vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
                                   vp_plan_entry *e, vp_error *err)
 {
     const vp_par *p = &e->par;
     if (unsupported(p))
         return VP_OK;
-    vp_graph *g = vp_graph_build(cm->m, p->micro_batch, cm->seq, err);
-    if (!g)
-        return err ? err->code : VP_ESCHEMA;
     vp_dist d;
     vp_setup s;
     torch_run(cm, c, p, &d, &s);
-    bool *flags;
-    vp_status st = checkpoint_all(g, p, &s, &flags, err);
+    /* torchtitan: apply_tp (sequence-parallel norms whatever p->sp says:
+     * torchtitan has no other), pipeline_llm's 1F1B, apply_ac's full
+     * mode; reshard_after_forward False under pp (dist_fsdp2.c) */
+    vp_tp_layout l = {p->tp, p->pp, VP_TP_WORST, p->recompute == VP_RC_FULL};
     /* every role once (dist_roles.c): DDP and FSDP1 have one (equal
      * padded shards); FSDP2's last ranks hold shorter dim-0 chunks and
      * ZeroRedundancyOptimizer's partitions differ: the most loaded */
     vp_rank_estimate *r = NULL;
     size_t n, worst;
-    if (st == VP_OK) {
-        s.alloc.device_total = vp__rank_device_bytes(c, e->mem.nccl,
-                                                     c->context);
-        st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
-        if (st == VP_EOOM && s.alloc.device_total) {
-            /* over the memory even after freeing its cache: the figures
-             * without the cap, which do not fit */
-            vp_error_clear(err);
-            s.alloc.device_total = 0;
-            st = vp_simulate_ranks(g, &s, &r, &n, &worst, err);
-        }
+    s.alloc.device_total = vp__rank_device_bytes(c, e->mem.nccl, c->context);
+    vp_status st = roles_of(cm, p, &s, &l, &r, &n, &worst, err);
+    if (st == VP_EOOM && s.alloc.device_total) {
+        /* over the memory even after freeing its cache: the figures
+         * without the cap, which do not fit */
+        vp_error_clear(err);
+        s.alloc.device_total = 0;
+        st = roles_of(cm, p, &s, &l, &r, &n, &worst, err);
     }
     /* FSDP built from the whole model on the GPU (model.cuda(), then the
      * wrapper, as estimate simulates it) peaks at its construction when
@@ -215,11 +255,15 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
     if (st == VP_OK && !built)
         st = to_mem(&r[worst].est, c, &e->mem, err);
     if (st == VP_OK && !built) {
+        /* 1F1B: min(pp - stage, m) micro-batches in flight (sim_pipe.c) */
+        uint64_t w = p->pp - l.stage;
+        e->mem.stage = p->pp > 1 ? l.stage : 0;
+        e->mem.in_flight = (double)(p->pp > 1 && w < p->accum ? w
+                                    : p->pp > 1          ? p->accum
+                                                         : 1);
         e->simulated = true;
         e->fits = vp_cluster_fits(c, &e->mem);
     }
     free(r);
-    free(flags);
-    vp_graph_free(g);
     return st;
 }

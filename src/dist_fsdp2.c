@@ -28,7 +28,19 @@
  *    until zero_grad; HSDP all-reduces it in place;
  *  - CPUOffloadPolicy: the shards live on the host; each all-gather
  *    copies them to the device first, each reduced gradient goes back to
- *    the host; the optimizer steps on the host. */
+ *    the host; the optimizer steps on the host;
+ *  - a pipeline stage (vp_setup.pipe; torch/distributed/pipelining/
+ *    stage.py, _PipelineStageBase.backward_maybe_with_nosync): every
+ *    micro-batch's backward runs with set_reshard_after_backward(False)
+ *    and set_requires_gradient_sync(False), so post_backward keeps the
+ *    unsharded parameters and only accumulates the unsharded gradients,
+ *    in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed, then
+ *    accumulate_unsharded_grad_if_needed); after the last micro-batch's
+ *    backward the stage calls each group's post_backward with both set
+ *    back (run_post_backward: all_states in order, the root's first),
+ *    which reshards and reduce-scatters. reshard_after_forward defaults
+ *    to False there (torchtitan parallelize.py apply_fsdp: "default" is
+ *    not pp_enabled). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +64,10 @@ typedef struct fsdp2 {
     uint32_t ag_state;     /* forward: the last all-gather output        */
     uint32_t rs_state;     /* the last reduce-scatter input              */
     int32_t raf;           /* 1 True, 0 False, n: reshard to n ranks     */
+    bool nosync;           /* a pipeline stage: no reduce but the last   */
+    uint32_t *acc;         /* per parameter: its unsharded gradient
+                              accumulated in reduce_dtype (nosync)       */
+    uint64_t n_bwd;        /* backwards run (nosync)                     */
 } fsdp2;
 
 static fsdp2 *impl(sim *S)
@@ -73,15 +89,18 @@ static vp_status f2_init(sim *S, vp__dist *d)
     f->post = malloc(np * sizeof *f->post);
     f->local = calloc(np, sizeof *f->local);
     f->on = calloc(np, sizeof *f->on);
-    if (!f->g || !f->shard || !f->full || !f->post || !f->local || !f->on)
+    f->acc = malloc(np * sizeof *f->acc);
+    if (!f->g || !f->shard || !f->full || !f->post || !f->local || !f->on ||
+        !f->acc)
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
     for (size_t p = 0; p < np; p++)
-        f->shard[p] = f->full[p] = f->post[p] = NONE;
+        f->shard[p] = f->full[p] = f->post[p] = f->acc[p] = NONE;
     for (uint32_t u = 0; u < d->n_units; u++)
         f->g[u].ag_out = f->g[u].grad = NONE;
     f->ag_state = f->rs_state = NONE;
     int32_t raf = d->cfg->reshard_after_forward;
-    f->raf = raf < 0 ? 1 : raf;
+    f->nosync = S->s->pipe != NULL;
+    f->raf = raf >= 0 ? raf : f->nosync ? 0 : 1;
     if (f->raf > 1 && (d->group % (uint32_t)f->raf != 0))
         return vp_error_set(S->err, VP_EARG,
                             "reshard_after_forward=%d does not divide the "
@@ -103,7 +122,8 @@ static void f2_destroy(vp__dist *d)
 {
     fsdp2 *f = d->impl;
     if (f) {
-        void *arrays[] = {f->g, f->shard, f->full, f->post, f->local, f->on};
+        void *arrays[] = {f->g,     f->shard, f->full, f->post,
+                          f->local, f->on,    f->acc};
         vp__dist_impl_free(d, arrays, sizeof arrays / sizeof arrays[0]);
     }
 }
@@ -391,15 +411,18 @@ static void reduce(sim *S, uint32_t u)
     const char *what = "fsdp2 reduce_scatter";
     bool any = false;
     for (uint32_t i = 0; i < un->n_params; i++)
-        any |= S->pgrad[un->params[i]] != NONE;
+        any |= S->pgrad[un->params[i]] != NONE ||
+               f->acc[un->params[i]] != NONE;
     if (!any)
         return;
     vp__dist_free_id(S, &f->rs_state);
     f->rs_state = vp__dist_alloc(
         S, vp__mulc(S, vp__mulc(S, un->padded, d->group), d->reduce_eb),
         VP_CAT_TEMP, VP_STREAM_DEFAULT, what);
-    for (uint32_t i = un->n_params; i-- > 0;)
+    for (uint32_t i = un->n_params; i-- > 0;) {
         vp__dist_free_id(S, &S->pgrad[un->params[i]]);
+        vp__dist_free_id(S, &f->acc[un->params[i]]);
+    }
     uint32_t out = vp__dist_alloc(S, vp__mulc(S, un->padded, d->reduce_eb),
                                   VP_CAT_GRAD, VP_STREAM_REDUCE, what);
     if (d->reduce_eb != d->model_eb) {
@@ -421,17 +444,60 @@ static void reduce(sim *S, uint32_t u)
                                S->g->params[un->params[i]].trainable;
 }
 
+/* post_backward without gradient sync (a pipeline stage's micro-batch):
+ * each unsharded gradient kept, in reduce_dtype: the first cast to it
+ * (to_accumulated_grad_if_needed: grad.to(reduce_dtype), then the grad
+ * dropped), the later ones added into it and dropped (accumulate_
+ * unsharded_grad_if_needed). In the parameters' dtype AccumulateGrad
+ * adds into .grad itself. */
+static void accumulate(sim *S, uint32_t u)
+{
+    vp__dist *d = S->dist;
+    fsdp2 *f = impl(S);
+    const vp__unit *un = &d->units[u];
+    if (d->reduce_eb == d->unsharded_eb)
+        return;
+    for (uint32_t i = 0; i < un->n_params; i++) {
+        uint32_t p = un->params[i];
+        if (S->pgrad[p] == NONE)
+            continue;
+        if (f->acc[p] == NONE)
+            f->acc[p] = vp__dist_alloc(
+                S, vp__mulc(S, S->g->params[p].numel, d->reduce_eb),
+                VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                "fsdp2 to_accumulated_grad_if_needed");
+        vp__dist_free_id(S, &S->pgrad[p]);
+    }
+}
+
 static void f2_unit_bwd_end(sim *S, uint32_t u)
 {
+    if (impl(S)->nosync) {
+        accumulate(S, u);
+        return;
+    }
     reshard(S, u, false);
     reduce(S, u);
 }
 
 static void f2_bwd_end(sim *S)
 {
+    vp__dist *d = S->dist;
     fsdp2 *f = impl(S);
-    reshard(S, 0, false);
-    reduce(S, 0);
+    if (f->nosync) {
+        accumulate(S, 0);
+        /* the step's last micro-batch: run_post_backward, the root's
+         * state first, then the others in the module order */
+        if (++f->n_bwd % (S->s->accum ? S->s->accum : 1) != 0)
+            return;
+        for (uint32_t u = 0; u < d->n_units && OK(S); u++) {
+            reshard(S, u, false);
+            reduce(S, u);
+        }
+    } else {
+        reshard(S, 0, false);
+        reduce(S, 0);
+    }
     vp__dist_free_id(S, &f->rs_state);
 }
 

@@ -18,6 +18,8 @@ typedef struct vp__tb {
     bool local;       /* the next linears run on the rank's own tokens:
                          no sequence-parallel gather, no fp8 (Megatron's
                          MoE router, graph_moe.c)                        */
+    uint32_t gsrc, gdst; /* vp_tf.dtensor: the last input all-gathered
+                            and its gathered op (gdst 0: none)          */
 } vp__tb;
 
 /* An op of kind k with one float output, nothing else set. */

@@ -102,9 +102,60 @@ static void sp_linear(const tb *c, vp_op *o)
     }
 }
 
+/* PyTorch's tensor parallelism (vp_tf.dtensor; torchtitan's
+ * parallelize.py apply_tp, torch/distributed/tensor/parallel/style.py):
+ * an op that redistributes in's sequence dim to rows_s tokens
+ * (ops/redistribute.c), named leaf. */
+static vp_status redistribute(tb *c, uint32_t in, uint64_t rows_s,
+                              const char *leaf, uint32_t *idx)
+{
+    vp_op o;
+    op_init(&o, VP_OP_REDISTRIBUTE);
+    o.n_inputs = 1;
+    o.inputs[0] = in;
+    same_shape(c, &o, in);
+    o.shape[1] = rows_s;
+    return push(c, &o, leaf, idx);
+}
+
+/* A column-parallel linear's input on S/sp tokens: PrepareModuleInput
+ * (input_layouts Shard(1), desired_input_layouts Replicate()) all-gathers
+ * it once for the module, and its linears (q, k and v; w1 and w3) take
+ * and save the one gathered tensor. *in becomes the gathered op. */
+static vp_status dtensor_gather(tb *c, uint32_t *in)
+{
+    const vp_op *x = &c->g->ops[*in];
+    uint64_t S = c->g->seq;
+    if (!c->t->dtensor || sp_of(c->t) <= 1 || c->local || x->ndim != 3 ||
+        x->shape[1] != S / sp_of(c->t))
+        return VP_OK;
+    if (!c->gdst || c->gsrc != *in) {
+        c->gsrc = *in;
+        VP_TRY(redistribute(c, *in, S, "all_gather", &c->gdst));
+    }
+    *in = c->gdst;
+    return VP_OK;
+}
+
+/* A row-parallel linear (RowwiseParallel, output_layouts Shard(1)): one
+ * back to the hidden width from a local whole-sequence activation (not a
+ * gathered input: those are column-parallel), its output reduce-
+ * scattered to S/sp tokens; *idx becomes the scattered op. */
+static vp_status dtensor_scatter(tb *c, uint32_t *idx)
+{
+    const vp_op *y = &c->g->ops[*idx];
+    uint64_t S = c->g->seq;
+    if (!c->t->dtensor || sp_of(c->t) <= 1 || c->local || y->ndim != 3 ||
+        y->shape[1] != S || y->out_features != c->t->hidden ||
+        c->g->ops[y->inputs[0]].kind == VP_OP_REDISTRIBUTE)
+        return VP_OK;
+    return redistribute(c, *idx, S / sp_of(c->t), "reduce_scatter", idx);
+}
+
 static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
                         bool bias, int64_t tied_weight, uint32_t *idx)
 {
+    VP_TRY(dtensor_gather(c, &in));
     vp_op o;
     op_init(&o, VP_OP_LINEAR);
     o.n_inputs = 1;
@@ -113,7 +164,8 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     o.in_features = o.shape[o.ndim - 1];
     o.out_features = out_f;
     o.shape[o.ndim - 1] = out_f;
-    sp_linear(c, &o);
+    if (!c->t->dtensor)
+        sp_linear(c, &o);
     if (c->t->megatron && c->t->fp8 && c->scope[0] && !c->local)
         o.flags |= VP_OPF_FP8;
     VP_TRY(named(c, &o, leaf));
@@ -127,7 +179,8 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
         VP_TRY(add_param(c, &o, "weight", wn, true));
     if (bias)
         VP_TRY(add_param(c, &o, "bias", out_f, true));
-    return push(c, &o, leaf, idx);
+    VP_TRY(push(c, &o, leaf, idx));
+    return dtensor_scatter(c, idx);
 }
 
 static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
@@ -594,8 +647,14 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
      * reduce-scattered to S/sp tokens (VocabParallelEmbedding,
      * reduce_scatter_embeddings) */
     uint64_t Sl = S / sp_of(t);
-    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B, Sl, x));
+    /* PyTorch's (vp_tf.dtensor): RowwiseParallel(input_layouts=
+     * Replicate(), output_layouts=Shard(1)) on tok_embeddings, the whole
+     * sequence's partial sums reduce-scattered */
+    VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B,
+                     t->dtensor ? S : Sl, x));
     *wte = g->ops[*x].params[0];
+    if (t->dtensor && sp_of(t) > 1)
+        VP_TRY(redistribute(c, *x, Sl, "embed_tokens.reduce_scatter", x));
     /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
      * (in the embedding's dtype), which HF keeps as inputs_embeds */
     if (t->x.embed_scale)
@@ -730,7 +789,7 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
 {
     if (t->type == VP_TF_ENCDEC)
         return vp__build_encdec(g, t, path, err);
-    tb c = {g, t, err, "", path, 0, false};
+    tb c = {g, t, err, "", path, 0, false, 0, 0};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte = 0;

@@ -96,6 +96,13 @@ typedef struct vp_tf {
      * S/sp tokens, the column-parallel linears' inputs gathered, the
      * row-parallel outputs reduce-scattered (VP_OPF_SP_GATHER, _SCATTER) */
     uint32_t sp;
+    /* with sp > 1, PyTorch's tensor parallelism instead of Megatron's, as
+     * torchtitan applies it (dist_tp.c): the column-parallel linears'
+     * shared input all-gathered into a new tensor they save
+     * (PrepareModuleInput to Replicate), the row-parallel outputs and the
+     * embedding's reduce-scattered (output_layouts Shard(1)): VP_OP_
+     * REDISTRIBUTE ops, no VP_OPF_SP_GATHER / _SCATTER */
+    bool dtensor;
     /* an interleaved pipeline rank's model chunks (0 or 1: one; megatron.
      * c): layers / chunks layers each, each from its own received input
      * (the first rank's first from the embeddings) */

@@ -357,6 +357,8 @@ vp__fwd_fn vp__mla_k_fwd;
 vp__bwd_fn vp__mla_cat_bwd;
 vp__fwd_fn vp__lora_fwd;       /* ops/lora.c                             */
 vp__bwd_fn vp__lora_bwd;
+vp__fwd_fn vp__redistribute_fwd; /* ops/redistribute.c               */
+vp__bwd_fn vp__redistribute_bwd;
 
 /* Helpers shared by rules. The output aliases the first input (in
  * place, or a view). */

@@ -28,18 +28,27 @@ typedef struct tcase {
     vp_dtype dtype;
     uint64_t micro_batch, accum;
     vp_recompute recompute;
+    uint32_t tp, pp; /* FSDP2 with torchtitan's TP / 1F1B stages; 0: 1 */
 } tcase;
+
+static uint32_t deg(uint32_t d) { return d ? d : 1; }
 
 /* The search's best plan for t on dp H200s (found: it fits). */
 static vp_plan_entry plan(const tcase *t, vp_cluster *c)
 {
     vp_model *m = load(t->model);
     vp_cluster_model *cm = cmodel(m);
-    *c = profile_cluster("h200", t->dp);
+    *c = profile_cluster("h200", t->dp * deg(t->tp) * deg(t->pp));
     vp_search_opts o;
     vp_search_opts_init(&o);
     o.dp = t->dp;
-    o.tp = o.pp = o.cp = o.ep = 1;
+    o.cp = o.ep = 1;
+    o.tp = deg(t->tp);
+    o.pp = deg(t->pp);
+    if (o.pp > 1) {
+        o.schedule = VP_SCHED_1F1B;
+        o.vpp = 1;
+    }
     o.micro_batch = t->micro_batch;
     o.global_batch = t->dp * t->micro_batch * t->accum;
     o.recompute = (int)t->recompute;
@@ -90,7 +99,9 @@ static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
         [VP_DT_FP32] = "fp32"};
     static const char *const mp[VP_DT__COUNT] = {
         [VP_DT_BF16] = "bf16", [VP_DT_FP16] = "fp16"};
-    char world[16], batch[24], accum[24], shard[16];
+    char world[16], batch[24], accum[24], shard[16], tp[16], pp[16];
+    snprintf(tp, sizeof tp, "%" PRIu32, deg(t->tp));
+    snprintf(pp, sizeof pp, "%" PRIu32, deg(t->pp));
     snprintf(world, sizeof world, "%" PRIu32, t->dp);
     snprintf(batch, sizeof batch, "%" PRIu64, t->micro_batch);
     snprintf(accum, sizeof accum, "%" PRIu64, t->accum);
@@ -113,6 +124,11 @@ static void estimate(const tcase *t, const vp_cluster *c, uint64_t *alloc,
             args[n++] = "--reduce-dtype";
             args[n++] = "fp32";
         }
+    }
+    if (deg(t->tp) > 1 || deg(t->pp) > 1) {
+        const char *more[] = {"--tp", tp, "--pp", pp};
+        memcpy(args + n, more, sizeof more);
+        n += 4;
     }
     if (t->sharding == VP_SHARD_FSDP_HYBRID ||
         t->sharding == VP_SHARD_HSDP2) {
@@ -162,38 +178,45 @@ static void same_as_estimate(const tcase *t)
  * (cluster_graph.c). */
 static tcase cases[] = {
     {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP, VP_DT_BF16, 8, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/gpt2-medium.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 4, 4,
-     VP_RC_FULL},
+     VP_RC_FULL, 1, 1},
     {"models/gpt2-medium.yaml", 8, VP_SHARD_FSDP_FULL, VP_DT_BF16, 4, 2,
-     VP_RC_FULL},
+     VP_RC_FULL, 1, 1},
     {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP, VP_DT_FP32, 2, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP_GRAD_OP, VP_DT_BF16, 2, 16,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP_FULL, VP_DT_BF16, 1, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/llama-3-8b.yaml", 16, VP_SHARD_FSDP_HYBRID, VP_DT_BF16, 1, 2,
-     VP_RC_FULL},
-    {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1, VP_RC_NONE},
+     VP_RC_FULL, 1, 1},
+    {"models/resnet50.yaml", 8, VP_SHARD_DDP, VP_DT_BF16, 32, 1, VP_RC_NONE, 1, 1},
     {"models/resnet50.yaml", 16, VP_SHARD_FSDP_GRAD_OP, VP_DT_BF16, 16, 2,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/gpt2-medium.yaml", 8, VP_SHARD_FSDP2, VP_DT_BF16, 4, 2,
-     VP_RC_FULL},
+     VP_RC_FULL, 1, 1},
     {"models/gpt2-medium.yaml", 4, VP_SHARD_FSDP2, VP_DT_FP32, 2, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/gpt2-medium.yaml", 3, VP_SHARD_FSDP2, VP_DT_BF16, 8, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/llama-3-8b.yaml", 64, VP_SHARD_FSDP2, VP_DT_BF16, 1, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/llama-3-8b.yaml", 16, VP_SHARD_HSDP2, VP_DT_BF16, 1, 2,
-     VP_RC_FULL},
+     VP_RC_FULL, 1, 1},
     {"models/gpt2-medium.yaml", 4, VP_SHARD_DDP_ZERO1, VP_DT_BF16, 8, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
     {"models/gpt2-medium.yaml", 8, VP_SHARD_DDP_ZERO1, VP_DT_BF16, 4, 4,
-     VP_RC_FULL},
+     VP_RC_FULL, 1, 1},
     {"models/resnet50.yaml", 8, VP_SHARD_FSDP2, VP_DT_BF16, 32, 1,
-     VP_RC_NONE},
+     VP_RC_NONE, 1, 1},
+    /* torchtitan's 2-D and 3-D (src/dist_tp.c): a Llama's TP ranks with
+     * sequence-parallel norms, and 1F1B stages with every layer
+     * checkpointed (accumulation pp + 2: the micro-batches simulated) */
+    {"models/llama-1b.yaml", 2, VP_SHARD_FSDP2, VP_DT_BF16, 2, 1, VP_RC_NONE,
+     2, 1},
+    {"models/llama-1b.yaml", 2, VP_SHARD_FSDP2, VP_DT_BF16, 1, 4, VP_RC_FULL,
+     2, 2},
 };
 
 ParameterizedTestParameters(cluster_verify, same_as_estimate)
@@ -343,7 +366,7 @@ static void measured_alloc(const vp_plan_entry *e, uint64_t measured)
 Test(cluster_verify, measured_ddp_two_h200, .timeout = 60)
 {
     tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP, VP_DT_BF16, 8, 1,
-               VP_RC_NONE};
+               VP_RC_NONE, 1, 1};
     vp_cluster c;
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);
@@ -358,7 +381,7 @@ Test(cluster_verify, measured_fsdp_full_two_h200, .timeout = 60)
     /* peak reserved is not compared: the measuring script empties the
      * cache once FSDP is built (docs/CLUSTER.md "Verification") */
     tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_FSDP_FULL, VP_DT_BF16,
-               8, 1, VP_RC_NONE};
+               8, 1, VP_RC_NONE, 1, 1};
     vp_cluster c;
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);
@@ -369,7 +392,7 @@ Test(cluster_verify, measured_fsdp2_two_h200, .timeout = 60)
 {
     /* reserved not compared, as FSDP1's: the cleanup once it is built */
     tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_FSDP2, VP_DT_BF16, 8, 1,
-               VP_RC_NONE};
+               VP_RC_NONE, 1, 1};
     vp_cluster c;
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);
@@ -379,7 +402,7 @@ Test(cluster_verify, measured_fsdp2_two_h200, .timeout = 60)
 Test(cluster_verify, measured_ddp_zero1_two_h200, .timeout = 60)
 {
     tcase t = {"models/gpt2-medium.yaml", 2, VP_SHARD_DDP_ZERO1, VP_DT_BF16,
-               8, 1, VP_RC_NONE};
+               8, 1, VP_RC_NONE, 1, 1};
     vp_cluster c;
     vp_plan_entry e = plan(&t, &c);
     cr_assert(e.simulated);

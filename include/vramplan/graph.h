@@ -72,7 +72,14 @@
     XX(CAST, "cast")                   /* .to(the weights' dtype)          */ \
     XX(LORA, "lora")                   /* a LoRA adapter on the linear op
                                           inputs[1] (made by fine-tuning
-                                          setups, finetune.h)              */
+                                          setups, finetune.h)              */ \
+    XX(REDISTRIBUTE, "redistribute")   /* a DTensor's sequence dim all-
+                                          gathered or reduce-scattered
+                                          (torch tensor parallelism, the
+                                          transformer form's vp_tf.dtensor):
+                                          a new tensor of its shape; the
+                                          gradient a new one of the
+                                          input's                          */
 
 typedef enum {
 #define VP__OPK(name, str) VP_OP_##name,

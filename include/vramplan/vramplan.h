@@ -35,6 +35,7 @@
 #include "vramplan/serve.h"
 #include "vramplan/techniques.h"
 #include "vramplan/timing.h"
+#include "vramplan/tp.h"
 #include "vramplan/validate.h"
 
 #define VRAMPLAN_VERSION "0.1.0"

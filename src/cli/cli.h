@@ -243,7 +243,8 @@ enum {
     CLI_O_RESHARD, CLI_O_BUCKET_CAP, CLI_O_STATIC_GRAPH, CLI_O_FIND_UNUSED,
     CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
     CLI_O_NO_LIMIT_AG, CLI_O_FWD_PREFETCH, CLI_O_BWD_PREFETCH,
-    CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O_DS, CLI_O__DIST_END
+    CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O_DS, CLI_O_TP, CLI_O_PP,
+    CLI_O_SCHEDULE, CLI_O_STAGE, CLI_O__DIST_END
 };
 _Static_assert((int)CLI_O__DIST_END <= CLI_OPT_HELP,
                "the data-parallel options' ids run into --help's");
@@ -315,12 +316,35 @@ extern const char *const cli_prefetches[]; /* vp_prefetch order        */
      .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,                      \
      .help = "deepspeed-zero*: zero_optimization knobs by their config "    \
              "names, comma-separated (e.g. "                                \
-             "overlap_comm=true,offload_optimizer=cpu)"}
+             "overlap_comm=true,offload_optimizer=cpu)"},                  \
+    {.id = CLI_O_TP, .name = "tp", .metavar = "N", .type = CLI_ARG_U64,     \
+     .min = 1, .max = 1024, .only = CLI_CMD_ESTIMATE,                       \
+     .help = "fsdp2: tensor-parallel degree, torchtitan's apply_tp with "   \
+             "sequence-parallel norms (default 1)"},                        \
+    {.id = CLI_O_PP, .name = "pp", .metavar = "N", .type = CLI_ARG_U64,     \
+     .min = 1, .max = 1024, .only = CLI_CMD_ESTIMATE,                       \
+     .help = "fsdp2: pipeline stages, torchtitan's pipeline_llm split "     \
+             "(default 1)"},                                                \
+    {.id = CLI_O_SCHEDULE, .name = "schedule", .metavar = "NAME",           \
+     .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,                      \
+     .help = "fsdp2 with --pp: the pipeline schedule (1f1b)"},              \
+    {.id = CLI_O_STAGE, .name = "stage", .metavar = "N",                    \
+     .type = CLI_ARG_U64, .min = 0, .max = 1023, .only = CLI_CMD_ESTIMATE,  \
+     .help = "fsdp2 with --pp: the stage simulated (default: the most "     \
+             "loaded)"}
 
 /* The data-parallel run the options describe, into *d (vp_dist_init'ed
  * first); *set when --strategy names one. -1 to go on, or CLI_USAGE after
  * the error. */
 int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set);
+/* fsdp2's tensor and pipeline layout (--tp, --pp, --schedule, --stage)
+ * into *l: tp = pp = 1 and the worst stage when not given. -1 to go on,
+ * or CLI_USAGE after the error. */
+int cli_tp_parse(const cli_val *v, const vp_dist *d, vp_tp_layout *l);
+/* The layout's line after the roles table, and its keys in the "dist"
+ * object. */
+void cli_tp_table(FILE *f, const vp_tp_layout *l);
+void cli_tp_json(json_t *dist, const vp_tp_layout *l);
 
 /* The roles of a run, for the table (after the setup lines), and as the
  * "dist" object of estimate's JSON. */
@@ -351,6 +375,7 @@ typedef struct cli_setup_args {
     vp_setup setup;
     vp_dist dist;           /* estimate's data-parallel run              */
     bool dist_set;          /* --strategy names one                      */
+    vp_tp_layout tp;        /* fsdp2's --tp, --pp, --stage (1, 1, worst) */
     char model_buf[CLI_PATH_MAX]; /* MODEL resolved from a name          */
 } cli_setup_args;
 

@@ -87,6 +87,47 @@ int cli_dist_parse(const cli_val *v, vp_dist *d, bool *set)
     return -1;
 }
 
+int cli_tp_parse(const cli_val *v, const vp_dist *d, vp_tp_layout *l)
+{
+    l->tp = v[CLI_O_TP].given ? (uint32_t)v[CLI_O_TP].u : 1;
+    l->pp = v[CLI_O_PP].given ? (uint32_t)v[CLI_O_PP].u : 1;
+    l->stage = v[CLI_O_STAGE].given ? (uint32_t)v[CLI_O_STAGE].u
+                                    : VP_TP_WORST;
+    bool any = v[CLI_O_TP].given || v[CLI_O_PP].given ||
+               v[CLI_O_SCHEDULE].given || v[CLI_O_STAGE].given;
+    if (any && d->strategy != VP_DIST_FSDP2)
+        return cli_usage_error("--tp, --pp, --schedule and --stage compose "
+                               "with --strategy fsdp2 (torchtitan)");
+    if ((v[CLI_O_SCHEDULE].given || v[CLI_O_STAGE].given) && l->pp == 1)
+        return cli_usage_error("--schedule and --stage need --pp > 1");
+    if (l->stage != VP_TP_WORST && l->stage >= l->pp)
+        return cli_usage_error("--stage %u is not one of the %u stages",
+                               l->stage, l->pp);
+    if (v[CLI_O_SCHEDULE].given &&
+        strcmp(v[CLI_O_SCHEDULE].text, "1f1b") != 0)
+        return cli_usage_error("--schedule %s with fsdp2 is not modelled "
+                               "(1f1b is: torch.distributed.pipelining's "
+                               "Schedule1F1B)",
+                               v[CLI_O_SCHEDULE].text);
+    return -1;
+}
+
+void cli_tp_table(FILE *f, const vp_tp_layout *l)
+{
+    fprintf(f, "tensor parallel %" PRIu32 " (sequence-parallel norms), "
+               "pipeline stage %" PRIu32 " of %" PRIu32 "%s%s\n\n",
+            l->tp, l->stage, l->pp, l->pp > 1 ? " (1F1B)" : "",
+            l->ac_full ? ", every layer checkpointed" : "");
+}
+
+void cli_tp_json(json_t *dist, const vp_tp_layout *l)
+{
+    cli_jset(dist, "tp", cli_ju64(l->tp));
+    cli_jset(dist, "pp", cli_ju64(l->pp));
+    cli_jset(dist, "stage", cli_ju64(l->stage));
+    cli_jset(dist, "schedule", json_string(l->pp > 1 ? "1f1b" : "none"));
+}
+
 /* "0" or "1-6" */
 static const char *rank_span(const vp_rank_estimate *r, char *buf, size_t n)
 {

@@ -328,6 +328,8 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
         cli_set_gpu_dir(v[OPT_GPU_DIR].text);
     if ((rc = cli_dist_parse(v, &a->dist, &a->dist_set)) >= 0)
         return rc;
+    if ((rc = cli_tp_parse(v, &a->dist, &a->tp)) >= 0)
+        return rc;
     a->model_path = a->args.n_operands ? a->args.operands[0] : NULL;
     a->gpu = v[OPT_GPU].given ? v[OPT_GPU].text : NULL;
     a->snapshot = v[OPT_SNAPSHOT].given ? v[OPT_SNAPSHOT].text : NULL;
@@ -420,6 +422,8 @@ typedef struct report {
                                   rank's                                */
     const vp_rank_estimate *roles; /* a data-parallel run's, or NULL    */
     size_t n_roles, worst;
+    const vp_tp_layout *tp;    /* fsdp2 with --tp / --pp: the stage
+                                  simulated; NULL without              */
 } report;
 
 /* A named byte count, shared by the JSON and CSV printers. */
@@ -719,6 +723,8 @@ static int print_table(FILE *f, const report *r)
 
     if (r->roles != NULL)
         cli_dist_table(f, r->setup->dist, r->roles, r->n_roles, r->worst);
+    if (r->tp != NULL)
+        cli_tp_table(f, r->tp);
     table_setup(f, r);
     table_peaks(f, r);
     table_steps(f, r);
@@ -864,9 +870,13 @@ static int print_json(FILE *f, const report *r)
     cli_jset(o, "model", cli_jstr(vp_graph_model_name(r->graph), SIZE_MAX));
     cli_jset(o, "model_path", cli_jstr(r->model_path, SIZE_MAX));
     cli_jset(o, "setup", json_setup(r));
-    if (r->roles != NULL)
-        cli_jset(o, "dist", cli_dist_json(r->setup->dist, r->roles,
-                                          r->n_roles, r->worst));
+    if (r->roles != NULL) {
+        json_t *d = cli_dist_json(r->setup->dist, r->roles, r->n_roles,
+                                  r->worst);
+        if (r->tp != NULL)
+            cli_tp_json(d, r->tp);
+        cli_jset(o, "dist", d);
+    }
     if (r->setup->generate.prompt)
         cli_jset(o, "generate", json_generate(r));
     cli_jset(o, "params", cli_ju64(e->params));
@@ -1093,6 +1103,44 @@ static int simulate_roles(const vp_graph *graph, const vp_setup *setup,
     return -1;
 }
 
+/* fsdp2 with --tp or --pp: the graph of the stage simulated (the most
+ * loaded one unless --stage; vp_tp_simulate) and its pipeline. Only
+ * --checkpoint all (torchtitan's full activation checkpointing) or none.
+ * -1 to go on, or the exit status. */
+static int tp_graph(const cli_setup_args *a, const vp_model *model,
+                    vp_setup *setup, vp_pipeline *pl, vp_tp_layout *out,
+                    vp_graph **graph)
+{
+    vp_tp_layout l = a->tp;
+    vp_rank_estimate *roles = NULL;
+    size_t n, worst;
+    vp_error err;
+    vp_status st;
+
+    l.ac_full = a->checkpoint != NULL && strcmp(a->checkpoint, "all") == 0;
+    if (a->checkpoint != NULL && !l.ac_full &&
+        strcmp(a->checkpoint, "none") != 0)
+        return cli_usage_error("--checkpoint with --tp or --pp: all or none "
+                               "(torchtitan's activation_checkpoint.mode "
+                               "full or none)");
+    if (a->selective != NULL)
+        return cli_usage_error("--selective with --tp or --pp is not "
+                               "modelled");
+    st = vp_tp_simulate(model, &l, setup, &roles, &n, &worst, &err);
+    free(roles);
+    if (st == VP_EOOM)
+        return cli_report_no_fit(setup, &err);
+    if (st != VP_OK)
+        return cli_report(&err, NULL);
+    *graph = vp_tp_graph_build(model, &l, setup->batch, setup->seq, &err);
+    if (*graph == NULL)
+        return cli_report(&err, NULL);
+    vp_tp_pipeline(&l, pl);
+    setup->pipe = l.pp > 1 ? pl : NULL;
+    *out = l;
+    return -1;
+}
+
 static int estimate_run(const cli_setup_args *a)
 {
     vp_setup setup = a->setup;
@@ -1110,10 +1158,18 @@ static int estimate_run(const cli_setup_args *a)
     vp_model *model = vp_model_load(a->model_path, &err);
     if (model == NULL)
         return cli_report(&err, NULL);
-    graph = vp_graph_build_target(model, setup.batch, setup.seq,
-                                  setup.target, &err);
-    if (graph == NULL)
+    vp_pipeline pl;
+    vp_tp_layout tp;
+    bool layout = a->dist_set && (a->tp.tp > 1 || a->tp.pp > 1);
+    if (layout)
+        rc = tp_graph(a, model, &setup, &pl, &tp, &graph);
+    else if ((graph = vp_graph_build_target(model, setup.batch, setup.seq,
+                                            setup.target, &err)) == NULL)
         rc = cli_report(&err, NULL);
+    else
+        rc = -1;
+    if (rc >= 0)
+        ;
     else if ((rc = select_all(a, model, graph, &setup, &ckpt, &sel)) < 0 &&
              (!a->dist_set ||
               (rc = simulate_roles(graph, &setup, &dist, &roles, &n_roles,
@@ -1121,7 +1177,7 @@ static int estimate_run(const cli_setup_args *a)
              (rc = simulate(a, graph, &setup, &est)) < 0) {
         report r = {a->model_path, graph, &setup,
                     a->checkpoint != NULL ? a->checkpoint : "none", &est,
-                    roles, n_roles, worst};
+                    roles, n_roles, worst, layout ? &tp : NULL};
         rc = PRINTERS[a->format](stdout, &r);
     }
     free(roles);

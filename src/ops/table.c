@@ -51,4 +51,5 @@ const vp__op_rules vp__op_table[VP_OP__COUNT] = {
                              0},
     [VP_OP_CAST] = {vp__cast_fwd, vp__cast_bwd, PASS},
     [VP_OP_LORA] = {vp__lora_fwd, vp__lora_bwd, 0},
+    [VP_OP_REDISTRIBUTE] = {vp__redistribute_fwd, vp__redistribute_bwd, 0},
 };
