@@ -18,6 +18,11 @@ typedef struct vp__tb {
     bool local;       /* the next linears run on the rank's own tokens:
                          no sequence-parallel gather, no fp8 (Megatron's
                          MoE router, graph_moe.c)                        */
+    bool duplicated;  /* the next linears are Transformer Engine's
+                         duplicated TELinear (Megatron's MLA down
+                         projections, graph_mla.c): the rank's own tokens,
+                         no sequence-parallel gather; fp8 as any TE
+                         linear                                          */
 } vp__tb;
 
 /* An op of kind k with one float output, nothing else set. */
