@@ -106,3 +106,84 @@ Test(megatron_mla, a_micro_batch_keeps_the_rule)
     vp_cluster_model_free(cm);
     vp_model_free(m);
 }
+
+/* DeepSeek-V3 (models/deepseek-v3.yaml) on 2048 H800s as its report lays
+ * it out (pp 16, ep 64, dp 128, ZeRO-1: the distributed optimizer; 1F1B
+ * here, DualPipe aside), and at tp 2 with sequence parallelism: a middle
+ * stage's rank holds, per MoE layer, the whole down projections and
+ * their norms (duplicated: q_down 7168 x 1536, kv_down 7168 x 576, the
+ * 1536 and 512 norm weights), heads / t of the up projections (192 and
+ * 256 wide per head) and of linear_proj (128 per head), the two layer
+ * norms, the replicated router (256 x 7168), its 4 local experts and the
+ * shared expert at 2048 / t each (3 GEMMs of 7168 x f). */
+static uint64_t dsv3_layer_params(uint64_t t)
+{
+    uint64_t h = 7168, a = 128 / t, f = 2048 / t;
+    uint64_t attn = h * 1536 + 1536 + a * 192 * 1536 + h * 576 + 512 +
+                    512 * a * 256 + a * 128 * h;
+    uint64_t moe = 256 * h + 4 * 3 * f * h + 3 * f * h;
+    return attn + 2 * h + moe;
+}
+
+Test(megatron_mla, deepseek_v3_stage_weights_per_rank, .timeout = 60)
+{
+    vp_model *m = load("models/deepseek-v3.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    for (uint32_t t = 1; t <= 2; t++) {
+        vp_cluster c = profile_cluster("h800", 2048);
+        vp_par p = par(128 / t, t, 16, VP_SHARD_DISTOPT);
+        p.sp = t > 1;
+        p.ep = 64;
+        p.accum = 16;
+        vp_stage_sim r;
+        sim_stage(cm, &c, &p, 1, &r);
+        cr_assert_eq(r.params, r.layers * dsv3_layer_params(t),
+                     "t %u: %llu vs %u x %llu", t,
+                     (unsigned long long)r.params, r.layers,
+                     (unsigned long long)dsv3_layer_params(t));
+        fprintf(stderr, "deepseek-v3 tp %u pp 16 ep 64 stage 1: %u layers, "
+                "peak %.2f GiB allocated, %.2f GiB with NCCL and context\n",
+                t, r.layers, (double)r.peak_alloc / (1 << 30),
+                (double)r.total / (1 << 30));
+    }
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* The report's layout (pp 16, ep 64, dp 128, the distributed optimizer,
+ * micro-batch 1, global batch 1024 sequences of 4096; full recomputation,
+ * 1F1B) on 2048 H800s: each stage that differs (first, middle, last) is
+ * simulated and fits; the worst stage's figure and the fitted one are
+ * printed (docs/DISTRIBUTED.md "Megatron-LM", MLA, gives them). */
+Test(megatron_mla, deepseek_v3_report_layout_simulated, .timeout = 60)
+{
+    vp_model *m = load("models/deepseek-v3.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = profile_cluster("h800", 2048);
+    vp_par p = par(128, 1, 16, VP_SHARD_DISTOPT);
+    p.ep = 64;
+    p.accum = 8;
+    vp_cluster_mem mem;
+    vp_error err;
+    cr_assert_eq(vp_cluster_eval(cm, &c, &p, &mem, NULL, &err), VP_OK, "%s",
+                 err.msg);
+    const uint32_t stages[] = {0, 1, 15};
+    uint64_t worst = 0;
+    uint32_t at = 0;
+    for (size_t i = 0; i < 3; i++) {
+        vp_stage_sim r;
+        sim_stage(cm, &c, &p, stages[i], &r);
+        cr_assert_leq(r.total, c.memory, "stage %u: %llu", stages[i],
+                      (unsigned long long)r.total);
+        if (r.total > worst) {
+            worst = r.total;
+            at = stages[i];
+        }
+    }
+    fprintf(stderr, "deepseek-v3 pp 16 ep 64 dp 128: simulated %.2f GiB "
+            "(stage %u), fitted %.2f GiB (stage %u)\n",
+            (double)worst / (1 << 30), at, (double)mem.total / (1 << 30),
+            mem.stage);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
