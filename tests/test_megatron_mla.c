@@ -27,27 +27,6 @@
 #define DR 64.0   /* qk_pos_emb_head_dim */
 #define DV 128.0  /* v_head_dim */
 
-static void sim_stage(vp_cluster_model *cm, const vp_cluster *c,
-                      const vp_par *p, uint32_t stage, vp_stage_sim *out)
-{
-    vp_error err;
-    cr_assert_eq(vp_cluster_stage_sim(cm, c, p, stage, out, &err), VP_OK,
-                 "%s", err.msg);
-}
-
-/* The peak's growth from m = 2 to 3 micro-batches on stage `stage`: one
- * more micro-batch in flight, what its layers keep. */
-static double one_more(vp_cluster_model *cm, const vp_cluster *c, vp_par p,
-                       uint32_t stage, vp_stage_sim *a)
-{
-    vp_stage_sim b;
-    p.accum = 2;
-    sim_stage(cm, c, &p, stage, a);
-    p.accum = 3;
-    sim_stage(cm, c, &p, stage, &b);
-    return (double)b.peak_alloc - (double)a->peak_alloc;
-}
-
 /* What one dense MLA layer keeps for its backward (bf16, b = 1, no
  * dropout, Transformer Engine's fused attention), read off
  * MLASelfAttention's forward at tp = t, with n = s/t tokens on the rank
@@ -97,7 +76,7 @@ Test(megatron_mla, a_micro_batch_keeps_the_rule)
         p.sp = runs[i].sp;
         p.recompute = VP_RC_NONE;
         vp_stage_sim a;
-        double got = one_more(cm, &c, p, 1, &a);
+        double got = stage_one_more(cm, &c, p, 1, &a);
         double want = a.layers * mla_layer((double)in.seq, runs[i].t,
                                            runs[i].sp);
         cr_assert_eq(got, want, "t %u sp %d: %.0f vs %.0f (%+.0f)",
