@@ -308,7 +308,7 @@ vp_status vp__build_encdec(vp_graph *g, const vp_tf *t, const char *path,
 {
     ed e;
     memset(&e, 0, sizeof e);
-    e.c = (vp__tb){g, t, err, "", path, 0, false, 0, 0};
+    e.c = (vp__tb){g, t, err, "", path, 0, false, 0, 0, false};
     e.shared = e.enc_out = e.bias = e.xbias = NO_OP;
     uint64_t B = g->batch, S = g->seq, T = g->target;
     VP_TRY(check_sizes(&e, B, S, T));

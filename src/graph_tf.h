@@ -20,6 +20,11 @@ typedef struct vp__tb {
                          MoE router, graph_moe.c)                        */
     uint32_t gsrc, gdst; /* vp_tf.dtensor: the last input all-gathered
                             and its gathered op (gdst 0: none)          */
+    bool duplicated;  /* the next linears are Transformer Engine's
+                         duplicated TELinear (Megatron's MLA down
+                         projections, graph_mla.c): the rank's own tokens,
+                         no sequence-parallel gather; fp8 as any TE
+                         linear                                          */
 } vp__tb;
 
 /* An op of kind k with one float output, nothing else set. */

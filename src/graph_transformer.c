@@ -91,7 +91,7 @@ static void sp_linear(const tb *c, vp_op *o)
 {
     uint32_t sp = c->t->sp;
     uint64_t S = c->g->seq;
-    if (sp <= 1 || o->ndim != 3 || c->local)
+    if (sp <= 1 || o->ndim != 3 || c->local || c->duplicated)
         return;
     if (o->shape[1] == S / sp) {
         o->shape[1] = S;
@@ -789,7 +789,7 @@ vp_status vp__build_transformer(vp_graph *g, const vp_tf *t, const char *path,
 {
     if (t->type == VP_TF_ENCDEC)
         return vp__build_encdec(g, t, path, err);
-    tb c = {g, t, err, "", path, 0, false, 0, 0};
+    tb c = {g, t, err, "", path, 0, false, 0, 0, false};
     uint64_t B = g->batch, S = g->seq;
     VP_TRY(check_sizes(&c, B, S));
     uint32_t x, wte = 0;

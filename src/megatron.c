@@ -20,8 +20,9 @@ static const char *unsupported(const vp_cluster_model *cm, const vp_par *p)
         return "a graph-form model (Megatron runs transformers)";
     if (t->type != VP_TF_DECODER)
         return "a model other than a decoder (Megatron's GPT model)";
-    if (t->x.mla.kv_lora)
-        return "latent attention";
+    if (t->x.mla.kv_lora && p->cp > 1)
+        return "latent attention under context parallelism (k and v of "
+               "different widths in the KV ring)";
     if (t->x.qk_norm || t->x.norm_offset || t->x.post_norms ||
         t->x.attn_softcap > 0 || t->x.logit_softcap > 0 || t->x.window ||
         t->x.embed_scale || t->x.packed_qkv)

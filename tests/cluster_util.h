@@ -1,5 +1,6 @@
 /* Helpers of the cluster planner's tests (test_published.c,
  * test_cluster_time.c, test_cluster_graph.c, test_moe_routing.c,
+ * test_megatron*.c: a stage simulated, one more micro-batch in flight;
  * test_cluster_verify.c): load a model, precompute its cluster model, a
  * cluster of a shipped GPU profile, a configuration.
  * Include after criterion.h. */
@@ -64,6 +65,31 @@ static inline vp_par par(uint32_t dp, uint32_t tp, uint32_t pp,
     p.sharding = sh;
     p.bucket_view = true;
     return p;
+}
+
+/* Simulate stage `stage` of configuration p (vp_cluster_stage_sim), which
+ * must succeed. */
+static inline void sim_stage(vp_cluster_model *cm, const vp_cluster *c,
+                             const vp_par *p, uint32_t stage,
+                             vp_stage_sim *out)
+{
+    vp_error err;
+    cr_assert_eq(vp_cluster_stage_sim(cm, c, p, stage, out, &err), VP_OK,
+                 "%s", err.msg);
+}
+
+/* The peak's growth from m = 2 to 3 micro-batches on stage `stage`: one
+ * more micro-batch in flight, what its layers keep (*a: the m = 2 run). */
+static inline double stage_one_more(vp_cluster_model *cm,
+                                    const vp_cluster *c, vp_par p,
+                                    uint32_t stage, vp_stage_sim *a)
+{
+    vp_stage_sim b;
+    p.accum = 2;
+    sim_stage(cm, c, &p, stage, a);
+    p.accum = 3;
+    sim_stage(cm, c, &p, stage, &b);
+    return (double)b.peak_alloc - (double)a->peak_alloc;
 }
 
 #endif

@@ -43,14 +43,6 @@ static void a100(vp_cluster *c, uint32_t gpus)
     vp_cluster_init(c, &hw, gpus, 8);
 }
 
-static void sim_stage(vp_cluster_model *cm, const vp_cluster *c,
-                      const vp_par *p, uint32_t stage, vp_stage_sim *out)
-{
-    vp_error err;
-    cr_assert_eq(vp_cluster_stage_sim(cm, c, p, stage, out, &err), VP_OK,
-                 "%s", err.msg);
-}
-
 /* The fitted per-GPU bytes before the allocator overhead, NCCL and the
  * context: what the simulation's peak allocated stands for. */
 static double fitted_alloc(vp_cluster_model *cm, const vp_cluster *c,

@@ -367,12 +367,13 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
      * copies flash's output when its head width is not a power of two,
      * or v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA;
      * never for 64, 128, 256; the fp32 MLA case measures none for the
-     * efficient kernel); the kernel keeps its own for backward. Traced
+     * efficient kernel; not Megatron's, whose output is a view:
+     * graph_mla.c); the kernel keeps its own for backward. Traced
      * on causal decoders only: the measured U-Nets' non-causal
      * cross-attention (head width 40, groundtruth/h200-torch2.11-
      * encdec.jsonl) shows no such copy */
     bool copy = !mha && o->causal && o->n_inputs == 3 &&
-                impl == VP_ATTN_FLASH &&
+                impl == VP_ATTN_FLASH && !(o->flags & VP_OPF_MEGATRON) &&
                 ((o->head_dim & (o->head_dim - 1)) ||
                  (o->v_head_dim && o->v_head_dim != o->head_dim));
     uint32_t ko = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
