@@ -22,20 +22,25 @@ static vp_hw gpu(const char *name)
     return hw;
 }
 
-/* The forward of model `path` at batch b in precision p, forward only. */
-static vp_step_time forward(const char *path, uint64_t b, vp_precision p,
-                            const vp_hw *hw, vp_graph **gout)
+/* One step of model `path` at batch b and sequence seq (0: the model's)
+ * in precision p, forward only when `infer`; SDPA's choice of attention
+ * or `ai` when `force`. */
+static vp_step_time step(const char *path, uint64_t b, uint64_t seq,
+                         vp_precision p, bool infer, const vp_hw *hw,
+                         bool force, vp_attn_impl ai, vp_graph **gout)
 {
     vp_error err;
     vp_model *m = vp_model_load(path, &err);
     cr_assert_not_null(m, "%s: %s", path, err.msg);
-    vp_graph *g = vp_graph_build(m, b, 0, &err);
+    vp_graph *g = vp_graph_build(m, b, seq, &err);
     cr_assert_not_null(g, "%s", err.msg);
     vp_setup s;
     vp_setup_init(&s);
     s.batch = b;
     s.precision = p;
-    s.inference = true;
+    s.inference = infer;
+    s.attn = ai;
+    s.attn_set = force;
     vp_step_time t;
     cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
                  err.msg);
@@ -45,6 +50,13 @@ static vp_step_time forward(const char *path, uint64_t b, vp_precision p,
     else
         vp_graph_free(g);
     return t;
+}
+
+/* The forward of model `path` at batch b in precision p, forward only. */
+static vp_step_time forward(const char *path, uint64_t b, vp_precision p,
+                            const vp_hw *hw, vp_graph **gout)
+{
+    return step(path, b, 0, p, true, hw, false, VP_ATTN_SDPA, gout);
 }
 
 static void near_rel(double got, double want, double tol, const char *what)
@@ -129,22 +141,8 @@ Test(timing_kernels, fp32_attention_runs_at_its_measured_share)
 static double train_attention(const char *path, uint64_t b, uint64_t seq,
                               const vp_hw *hw, bool force, vp_attn_impl ai)
 {
-    vp_error err;
-    vp_model *m = vp_model_load(path, &err);
-    cr_assert_not_null(m, "%s: %s", path, err.msg);
-    vp_graph *g = vp_graph_build(m, b, seq, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = b;
-    s.precision = VP_PREC_AMP_BF16;
-    s.attn = ai;
-    s.attn_set = force;
-    vp_step_time t;
-    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
-                 err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
+    vp_step_time t = step(path, b, seq, VP_PREC_AMP_BF16, false, hw, force,
+                          ai, NULL);
     cr_assert_gt(t.attention, 0.0);
     return t.attention;
 }
