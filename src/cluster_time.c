@@ -72,14 +72,19 @@ static double gemms(tctx *k, const vp__gemm *g, size_t n, double *best)
 }
 
 /* Memory-bound seconds of `bytes` in `kernels` kernels. */
-static double memtime(const vp__evctx *x, double bytes, double kernels)
+static double memtime_of(const vp__evctx *x, int cls, double bytes,
+                         double kernels)
 {
     if (bytes <= 0)
         return 0;
     if (kernels < 1)
         kernels = 1;
-    return kernels *
-           vp_curve_time(&x->hw.mem_kind[VP_HW_MEM_COPY], bytes / kernels);
+    return kernels * vp_curve_time(&x->hw.mem_kind[cls], bytes / kernels);
+}
+
+static double memtime(const vp__evctx *x, double bytes, double kernels)
+{
+    return memtime_of(x, VP_HW_MEM_COPY, bytes, kernels);
 }
 
 /* The attention core, forward and backward. */
@@ -573,12 +578,18 @@ static void dp_sharded(tctx *k, const window *w, double *lf, double *lb,
          * copy: read and written), and its gradients into the reduce-
          * scatter input on that stream (foreach_reduce, torch._chunk_cat:
          * read in the parameter dtype, written in the reduce dtype).
-         * FSDP1's flat parameter is gathered in place: timed as FSDP2. */
+         * FSDP1's flat parameter is gathered in place: timed as FSDP2.
+         * _chunk_cat upcasting to an fp32 reduce dtype runs at the cast
+         * class's bandwidth: calibrate/profiles/h200-fsdp2-copies.jsonl
+         * (calibrate/vp-fsdp2-copies.py, world 1) measured 2071, 2027,
+         * 1939 GB/s of (pb + gb) bytes per unit of 34M, 134M, 537M
+         * parameters, against to_fp32's 2208 (copy's 4580). */
         double out = memtime(x, 2 * pb * Pl, 1);
         cf += out;
         if (agb > 0)
             cb += out;
-        rs += memtime(x, (pb + gb) * Pl, 1);
+        rs += memtime_of(x, gb != pb ? VP_HW_MEM_CAST : VP_HW_MEM_COPY,
+                         (pb + gb) * Pl, 1);
     }
     if (p->sharding == VP_SHARD_ZERO3 && !vp__on(p->overlap_dp, true)) {
         /* no prefetch: each sub-module waits for its gather

@@ -609,6 +609,107 @@ static void lora_time(const tctx *x, const vp_setup *s, const vp_op *o,
     }
 }
 
+/* SDPA's fused kernels on the H200, one call's GPU seconds by shape
+ * (docs/STEP_TIME.md "Attention by shape"): calibrate/fit-attn.py on
+ * calibrate/profiles/h200-sdpa-gpu.jsonl (the kernels' own time under
+ * torch.profiler, calibrate/vp-kernels-attn.py sdpa). By backend, pass
+ * (forward, backward), mask (full, causal) and dropout (0, > 0): the
+ * call's fixed microseconds, picoseconds per element of q (b h s d: the
+ * backward's dO.O pass and dQ accumulator, the causal diagonal tiles) and
+ * TFLOP/s at each head dimension of attn_dims. 0: not measured (the
+ * efficient kernel refuses grouped KV, so d 256 has no point). */
+typedef struct {
+    double t0_us, ps_el, tflops[5];
+} attn_fit;
+
+static const double attn_dims[5] = {64, 80, 96, 128, 256};
+
+static const attn_fit attn_h200[VP_HW_ATTN__N][2][2][2] = {
+    [VP_HW_ATTN_FLASH] = {
+        {{{5.42, 0.810, {306.3, 271.3, 358.4, 367.0, 335.1}},
+           {5.56, 0.826, {227.4, 223.9, 276.7, 287.6, 328.9}}},
+         {{16.13, 1.434, {256.0, 250.5, 325.5, 326.1, 276.1}},
+           {19.35, 1.120, {194.9, 184.5, 261.8, 257.6, 273.8}}}},
+        {{{12.56, 12.729, {295.9, 222.8, 310.3, 314.4, 260.5}},
+           {15.50, 12.951, {249.6, 220.6, 284.0, 301.1, 257.4}}},
+         {{30.53, 13.513, {261.2, 198.6, 265.4, 305.0, 233.5}},
+           {35.04, 14.217, {222.0, 200.5, 270.9, 270.3, 243.4}}}},
+    },
+    [VP_HW_ATTN_EFFICIENT] = {
+        {{{4.84, 1.013, {129.3, 112.3, 137.2, 176.8, 0.0}},
+           {8.48, 0.812, {65.5, 67.8, 82.2, 107.0, 0.0}}},
+         {{13.41, 1.490, {109.9, 104.5, 130.2, 165.2, 0.0}},
+           {21.83, 1.546, {56.0, 64.1, 78.6, 100.9, 0.0}}}},
+        {{{7.89, 3.918, {107.4, 90.3, 109.7, 139.0, 0.0}},
+           {13.73, 4.370, {73.1, 55.7, 66.6, 82.1, 0.0}}},
+         {{22.89, 5.903, {89.7, 80.9, 100.4, 125.8, 0.0}},
+           {32.38, 7.797, {62.2, 49.9, 61.1, 74.3, 0.0}}}},
+    },
+    [VP_HW_ATTN_CUDNN] = {
+        {{{5.51, 0.690, {483.5, 445.3, 538.6, 704.4, 749.1}},
+           {6.82, 0.826, {181.2, 185.7, 224.1, 300.5, 281.1}}},
+         {{10.64, 0.882, {422.9, 388.8, 486.4, 639.7, 569.4}},
+           {19.00, 0.983, {162.9, 176.4, 218.9, 287.3, 153.9}}}},
+        {{{16.72, 6.637, {497.9, 399.5, 480.8, 618.6, 384.2}},
+           {15.43, 6.477, {349.0, 282.7, 336.8, 446.5, 252.5}}},
+         {{28.82, 7.288, {431.4, 367.8, 448.7, 597.6, 401.4}},
+           {29.76, 7.113, {301.8, 281.5, 343.0, 455.3, 322.6}}}},
+    },
+};
+
+/* The H200 profile's attention peaks the table was measured against
+ * (gpus/h200.yaml measured.attention, TFLOP/s) and its copy bandwidth
+ * (GB/s): another GPU's rates scale with its own curve's peak, the
+ * per-element term with its copy bandwidth. */
+static const double attn_h200_peak[VP_HW_ATTN__N][2] = {
+    [VP_HW_ATTN_FLASH] = {338.865, 387.957},
+    [VP_HW_ATTN_EFFICIENT] = {369.295, 201.9},
+    [VP_HW_ATTN_CUDNN] = {647.071, 638.359}};
+#define ATTN_H200_COPY_GBPS 4580.28
+
+/* TFLOP/s of fit f at head dimension d: between the measured neighbours
+ * linearly in seconds per FLOP, the nearest measured one outside. */
+static double attn_tflops(const attn_fit *f, double d)
+{
+    int lo = -1, hi = -1;
+    for (int i = 0; i < 5; i++) {
+        if (f->tflops[i] <= 0)
+            continue;
+        if (attn_dims[i] <= d)
+            lo = i;
+        if (attn_dims[i] >= d && hi < 0)
+            hi = i;
+    }
+    if (lo < 0)
+        return hi < 0 ? 0 : f->tflops[hi];
+    if (hi < 0 || hi == lo)
+        return f->tflops[lo];
+    double u = (d - attn_dims[lo]) / (attn_dims[hi] - attn_dims[lo]);
+    return 1.0 / ((1 - u) / f->tflops[lo] + u / f->tflops[hi]);
+}
+
+/* GPU seconds of one fused SDPA call of backend impl, pass ph (0 forward,
+ * 1 backward) of op o, its attention dropout applied when training (drop):
+ * the H200's fit scaled by the profile's peak. */
+static double attn_call_time(const vp_hw *hw, int impl, int ph,
+                             const vp_op *o, bool drop)
+{
+    const vp_curve *c = &hw->attn[impl][ph];
+    double w = ph ? o->flops_bwd : o->flops_fwd;
+    if (c->peak <= 0 || w <= 0)
+        return 0;
+    const attn_fit *f = &attn_h200[impl][ph][o->causal ? 1 : 0][drop ? 1 : 0];
+    double rate = attn_tflops(f, (double)o->head_dim) * 1e12 * c->peak /
+                  (attn_h200_peak[impl][ph] * 1e12);
+    double bw = hw->mem_kind[VP_HW_MEM_COPY].peak;
+    double bh = (double)o->shape[0] * (double)o->heads;
+    double el = bh * 0.5 * (double)(o->q_len + o->kv_len) *
+                (double)o->head_dim;
+    double e = f->ps_el * 1e-12 * el *
+               (bw > 0 ? ATTN_H200_COPY_GBPS * 1e9 / bw : 1.0);
+    return f->t0_us * 1e-6 + e + (rate > 0 ? w / rate : 0);
+}
+
 /* The attention core's seconds: the kernel the simulator runs (sim.c
  * attn_impl_of: the user's choice or the model's). Eager attention is two
  * batched matmuls over the whole (masked) score matrix; SDPA on fp32
@@ -641,8 +742,9 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
                : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
                : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
                                          : VP_HW_ATTN_FLASH;
-    *f = vp_curve_time(&hw->attn[impl][0], o->flops_fwd);
-    *b = vp_curve_time(&hw->attn[impl][1], o->flops_bwd);
+    bool drop = !s->inference && o->dropout > 0;
+    *f = attn_call_time(hw, impl, 0, o, drop);
+    *b = attn_call_time(hw, impl, 1, o, drop);
 }
 
 /* The routed experts' GEMMs of op o in phase ph (timing_host.c): the
