@@ -330,7 +330,7 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
 {
     memset(r, 0, sizeof *r);
     vp_setup_init(&r->setup);
-    r->tp = (vp_tp_layout){1, 1, VP_TP_WORST, false};
+    r->tp = (vp_tp_layout){1, 1, VP_TP_WORST, false, false};
     if (!json_is_object(root))
         return vp_error_set(err, VP_EARG, "the request must be an object");
     const char *cmd;

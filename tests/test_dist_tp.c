@@ -43,7 +43,7 @@ static vp_model *model(void)
 static vp_graph *rank_graph(uint32_t tp, uint32_t pp, uint32_t stage)
 {
     vp_model *m = model();
-    vp_tp_layout l = {tp, pp, stage, false};
+    vp_tp_layout l = {tp, pp, stage, false, false};
     vp_error err;
     vp_graph *g = vp_tp_graph_build(m, &l, 1, 32, &err);
     cr_assert_not_null(g, "%s", err.msg);
@@ -214,7 +214,7 @@ Test(dist_tp, expert_and_graph_models_are_refused_by_name)
     vp_error err;
     vp_model *m = vp_model_load("models/mixtral-8x7b.yaml", &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_tp_layout l = {2, 1, 0, false};
+    vp_tp_layout l = {2, 1, 0, false, false};
     cr_assert_null(vp_tp_graph_build(m, &l, 1, 64, &err));
     cr_assert_eq(err.code, VP_EUNSUPPORTED);
     cr_assert(strstr(err.msg, "mixture-of-experts"), "%s", err.msg);
@@ -240,7 +240,7 @@ static uint64_t library_peak(uint32_t *stage)
     s.seq = 32;
     s.accum = 4;
     s.steps = 3;
-    vp_tp_layout l = {2, 2, VP_TP_WORST, true};
+    vp_tp_layout l = {2, 2, VP_TP_WORST, true, false};
     vp_rank_estimate *r;
     size_t n, worst;
     vp_error err;
