@@ -160,6 +160,20 @@ static vp_status dtensor_scatter(tb *c, uint32_t *idx)
     return redistribute(c, *idx, S / sp_of(c->t), "reduce_scatter", idx);
 }
 
+/* The placements apply_tp gives linear op lin's parameters
+ * (style.py): ColwiseParallel, on a gathered input, Shard(0) weight and
+ * bias; RowwiseParallel, its output reduce-scattered, Shard(1) weight
+ * (a bias is replicated). */
+static void tp_placement(tb *c, uint32_t lin, bool rowwise)
+{
+    const vp_op *o = &c->g->ops[lin];
+    if (!c->t->dtensor || sp_of(c->t) <= 1 || c->local)
+        return;
+    bool colwise = c->g->ops[o->inputs[0]].kind == VP_OP_REDISTRIBUTE;
+    for (uint32_t k = 0; k < o->n_params && (colwise || rowwise); k++)
+        c->g->params[o->params[k]].tp_dim = colwise ? 1 : k == 0 ? 2 : 0;
+}
+
 static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
                         bool bias, int64_t tied_weight, uint32_t *idx)
 {
@@ -188,7 +202,10 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     if (bias)
         VP_TRY(add_param(c, &o, "bias", out_f, true));
     VP_TRY(push(c, &o, leaf, idx));
-    return dtensor_scatter(c, idx);
+    uint32_t lin = *idx;
+    VP_TRY(dtensor_scatter(c, idx));
+    tp_placement(c, lin, *idx != lin);
+    return VP_OK;
 }
 
 static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
@@ -661,8 +678,10 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B,
                      t->dtensor ? S : Sl, x));
     *wte = g->ops[*x].params[0];
-    if (t->dtensor && sp_of(t) > 1)
+    if (t->dtensor && sp_of(t) > 1) {
+        g->params[*wte].tp_dim = 1; /* RowwiseParallel's embedding */
         VP_TRY(redistribute(c, *x, Sl, "embed_tokens.reduce_scatter", x));
+    }
     /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
      * (in the embedding's dtype), which HF keeps as inputs_embeds */
     if (t->x.embed_scale)

@@ -110,6 +110,10 @@ typedef struct vp_param {
     uint8_t quant;      /* a quantized base weight: its vp_quant
                            (finetune.h); 0 = stored as it is             */
     bool adapter;       /* added by a fine-tuning setup (LoRA, DoRA)     */
+    uint8_t tp_dim;     /* PyTorch tensor parallelism (vp_tf.dtensor):
+                           0 replicated or none, 1 Shard(0), 2 Shard(1)
+                           of the whole tensor that apply_tp distributes
+                           (numel is the rank's share)                   */
 } vp_param;
 
 typedef struct vp_op {
