@@ -411,3 +411,47 @@ Test(dist_tp, loss_parallel_makes_loss_py_s_temporaries)
     cr_assert_eq(w.n, 6);
     vp_graph_free(g);
 }
+
+/* The JSON API's "disable_loss_parallel" (and estimate's
+ * --disable-loss-parallel) is the layout's: the same bytes as the
+ * library's tp 2 rank with the logits gathered. */
+Test(dist_tp, json_api_disable_loss_parallel_is_the_layout_s)
+{
+    vp_model *m = model();
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.dist = &d;
+    s.batch = 1;
+    s.seq = 32;
+    s.steps = 2;
+    vp_tp_layout l = {2, 1, VP_TP_WORST, false, true};
+    vp_rank_estimate *r;
+    size_t n, worst;
+    vp_error err;
+    cr_assert_eq(vp_tp_simulate(m, &l, &s, &r, &n, &worst, &err), VP_OK,
+                 "%s", err.msg);
+    uint64_t want = r[worst].est.peak_alloc;
+    free(r);
+    vp_model_free(m);
+    char *resp;
+    cr_assert_eq(vp_api_call("{\"command\": \"estimate\", \"model\": \"" LLAMA
+                             "\", \"batch\": 1, \"seq\": 32, \"steps\": 2, "
+                             "\"strategy\": \"fsdp2\", \"world\": 2, "
+                             "\"tp\": 2, \"disable_loss_parallel\": true}",
+                             &resp, &err),
+                 VP_OK, "%s", err.msg);
+    const char *at = strstr(resp, "\"peak_alloc\":");
+    cr_assert_not_null(at);
+    cr_assert_eq(strtoull(at + 13, NULL, 10), want, "%s", resp);
+    vp_api_free(resp);
+}
+
+Test(dist_tp, estimate_refuses_disable_loss_parallel_without_tp)
+{
+    GOLDEN("estimate_fsdp2_nolp_tp1", 2, "estimate", LLAMA, "--strategy",
+           "fsdp2", "--world", "2", "--disable-loss-parallel");
+}
