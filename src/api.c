@@ -36,7 +36,8 @@ static const char *const KEYS[] = {
     "context", "cublas_workspace", "budget", "gpu", "gpu_dir",
     "global_batch", "strategy", "world", "shard", "param_dtype",
     "reduce_dtype", "reshard_after_forward", "bucket_cap", "rebuild_freed",
-    "cpu_offload", "ds_config", "tp", "pp", "stage", "schedule", "lora", "freeze", "quant", "double_quant", "load",
+    "cpu_offload", "ds_config", "tp", "pp", "stage", "schedule",
+    "disable_loss_parallel", "lora", "freeze", "quant", "double_quant", "load",
     "base_dtype", "generate", "cache", NULL};
 
 static vp_status bad(vp_error *err, const char *key, const char *want)
@@ -141,6 +142,10 @@ static vp_status dist_field(request *r, const char *key, json_t *v,
             (uint32_t)n;
         return VP_OK;
     }
+    if (strcmp(key, "disable_loss_parallel") == 0)
+        return get_flag(v, key, &r->tp.disable_loss_parallel, err) == VP_OK
+                   ? VP_OK
+                   : VP_EARG;
     if (strcmp(key, "schedule") == 0) {
         if (get_str(v, key, &s, err) != VP_OK)
             return VP_EARG;
@@ -283,7 +288,8 @@ static vp_status field(request *r, const char *key, json_t *v, vp_error *err)
                strcmp(key, "cpu_offload") == 0 ||
                strcmp(key, "ds_config") == 0 || strcmp(key, "tp") == 0 ||
                strcmp(key, "pp") == 0 || strcmp(key, "stage") == 0 ||
-               strcmp(key, "schedule") == 0) {
+               strcmp(key, "schedule") == 0 ||
+               strcmp(key, "disable_loss_parallel") == 0) {
         st = dist_field(r, key, v, err);
     } else if (strcmp(key, "generate") == 0) {
         st = get_str(v, key, &r->generate, err);
@@ -330,7 +336,7 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
 {
     memset(r, 0, sizeof *r);
     vp_setup_init(&r->setup);
-    r->tp = (vp_tp_layout){1, 1, VP_TP_WORST, false};
+    r->tp = (vp_tp_layout){1, 1, VP_TP_WORST, false, false};
     if (!json_is_object(root))
         return vp_error_set(err, VP_EARG, "the request must be an object");
     const char *cmd;
@@ -387,6 +393,9 @@ static vp_status parse(json_t *root, request *r, vp_error *err)
     if (r->tp.stage != VP_TP_WORST && r->tp.stage >= r->tp.pp)
         return vp_error_set(err, VP_EARG, "'stage' %u is not one of the %u "
                             "stages", r->tp.stage, r->tp.pp);
+    if (r->tp.disable_loss_parallel && r->tp.tp == 1)
+        return vp_error_set(err, VP_EARG, "'disable_loss_parallel' needs "
+                            "'tp' > 1");
     return apply_generate(r, root, err);
 }
 

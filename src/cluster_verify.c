@@ -230,7 +230,8 @@ vp_status vp__plan_simulate_torch(vp_cluster_model *cm, const vp_cluster *c,
     /* torchtitan: apply_tp (sequence-parallel norms whatever p->sp says:
      * torchtitan has no other), pipeline_llm's 1F1B, apply_ac's full
      * mode; reshard_after_forward False under pp (dist_fsdp2.c) */
-    vp_tp_layout l = {p->tp, p->pp, VP_TP_WORST, p->recompute == VP_RC_FULL};
+    vp_tp_layout l = {p->tp, p->pp, VP_TP_WORST, p->recompute == VP_RC_FULL,
+                      false};
     /* every role once (dist_roles.c): DDP and FSDP1 have one (equal
      * padded shards); FSDP2's last ranks hold shorter dim-0 chunks and
      * ZeroRedundancyOptimizer's partitions differ: the most loaded */

@@ -10,7 +10,9 @@
  *    Shard(1) (reduce-scatter), tok_embeddings RowwiseParallel
  *    (Replicate in, Shard(1) out), norm SequenceParallel, output
  *    ColwiseParallel to Shard(-1) logits (loss_parallel: vocab/tp
- *    columns). The rank's graph is the transformer form's local share
+ *    columns, the cross entropy tensor/parallel/loss.py's), or with
+ *    disable_loss_parallel to Replicate() (the whole logits gathered on
+ *    every rank, HF's loss over them). The rank's graph is the transformer form's local share
  *    (heads/tp, kv_heads/tp, ffn/tp, vocab/tp: vp__local_tf) with
  *    vp_tf.dtensor's redistributions (graph_transformer.c,
  *    ops/redistribute.c);
@@ -100,6 +102,7 @@ vp_graph *vp_tp_graph_build(const vp_model *m, const vp_tp_layout *l,
     tf.stage_out = l->stage + 1 < l->pp;
     tf.sp = l->tp > 1 ? l->tp : 1;
     tf.dtensor = true;
+    tf.replicate_logits = l->tp > 1 && l->disable_loss_parallel;
     if (tf.stage_in)
         tf.tied = false;
     return vp__graph_build_tf(&tf, m, batch, seq, err);

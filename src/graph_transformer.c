@@ -106,16 +106,24 @@ static void sp_linear(const tb *c, vp_op *o)
  * parallelize.py apply_tp, torch/distributed/tensor/parallel/style.py):
  * an op that redistributes in's sequence dim to rows_s tokens
  * (ops/redistribute.c), named leaf. */
-static vp_status redistribute(tb *c, uint32_t in, uint64_t rows_s,
-                              const char *leaf, uint32_t *idx)
+static vp_status redistribute_dim(tb *c, uint32_t in, uint32_t dim,
+                                  uint64_t size, uint32_t flags,
+                                  const char *leaf, uint32_t *idx)
 {
     vp_op o;
     op_init(&o, VP_OP_REDISTRIBUTE);
     o.n_inputs = 1;
     o.inputs[0] = in;
     same_shape(c, &o, in);
-    o.shape[1] = rows_s;
+    o.shape[dim] = size;
+    o.flags |= flags;
     return push(c, &o, leaf, idx);
+}
+
+static vp_status redistribute(tb *c, uint32_t in, uint64_t rows_s,
+                              const char *leaf, uint32_t *idx)
+{
+    return redistribute_dim(c, in, 1, rows_s, 0, leaf, idx);
 }
 
 /* A column-parallel linear's input on S/sp tokens: PrepareModuleInput
@@ -152,6 +160,20 @@ static vp_status dtensor_scatter(tb *c, uint32_t *idx)
     return redistribute(c, *idx, S / sp_of(c->t), "reduce_scatter", idx);
 }
 
+/* The placements apply_tp gives linear op lin's parameters
+ * (style.py): ColwiseParallel, on a gathered input, Shard(0) weight and
+ * bias; RowwiseParallel, its output reduce-scattered, Shard(1) weight
+ * (a bias is replicated). */
+static void tp_placement(tb *c, uint32_t lin, bool rowwise)
+{
+    const vp_op *o = &c->g->ops[lin];
+    if (!c->t->dtensor || sp_of(c->t) <= 1 || c->local)
+        return;
+    bool colwise = c->g->ops[o->inputs[0]].kind == VP_OP_REDISTRIBUTE;
+    for (uint32_t k = 0; k < o->n_params && (colwise || rowwise); k++)
+        c->g->params[o->params[k]].tp_dim = colwise ? 1 : k == 0 ? 2 : 0;
+}
+
 static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
                         bool bias, int64_t tied_weight, uint32_t *idx)
 {
@@ -180,7 +202,10 @@ static vp_status linear(tb *c, uint32_t in, const char *leaf, uint64_t out_f,
     if (bias)
         VP_TRY(add_param(c, &o, "bias", out_f, true));
     VP_TRY(push(c, &o, leaf, idx));
-    return dtensor_scatter(c, idx);
+    uint32_t lin = *idx;
+    VP_TRY(dtensor_scatter(c, idx));
+    tp_placement(c, lin, *idx != lin);
+    return VP_OK;
 }
 
 static vp_status norm(tb *c, uint32_t in, const char *leaf, uint32_t *idx)
@@ -653,8 +678,10 @@ static vp_status embeddings(tb *c, uint64_t B, uint64_t S, uint32_t *x,
     VP_TRY(embedding(c, ids, "embed_tokens", t->vocab, B,
                      t->dtensor ? S : Sl, x));
     *wte = g->ops[*x].params[0];
-    if (t->dtensor && sp_of(t) > 1)
+    if (t->dtensor && sp_of(t) > 1) {
+        g->params[*wte].tp_dim = 1; /* RowwiseParallel's embedding */
         VP_TRY(redistribute(c, *x, Sl, "embed_tokens.reduce_scatter", x));
+    }
     /* Gemma: the scaled embedding module returns embedding * sqrt(hidden)
      * (in the embedding's dtype), which HF keeps as inputs_embeds */
     if (t->x.embed_scale)
@@ -743,6 +770,31 @@ static vp_status classifier(tb *c, uint32_t x, uint64_t B, uint32_t *logits)
     return push(c, &o, "pool_last", logits);
 }
 
+/* A causal LM's loss; under PyTorch's tensor parallelism (vp_tf.dtensor)
+ * the head's vocab/tp logits either go to loss_parallel()'s cross entropy
+ * or are all-gathered to the whole vocabulary first (replicate_logits:
+ * ColwiseParallel output_layouts Replicate(), use_local_output). */
+static vp_status dtensor_loss(tb *c, uint32_t logits, uint64_t rows,
+                              uint32_t *out)
+{
+    const vp_tf *t = c->t;
+    bool tp = t->dtensor && sp_of(t) > 1 && !c->local;
+    if (tp && t->replicate_logits) {
+        const vp_op *o = &c->g->ops[logits];
+        uint64_t v; /* the padded shards gathered, then unpadded */
+        if (!vp_mul_u64(o->shape[o->ndim - 1], sp_of(t), &v))
+            return vp_error_at(c->err, VP_EOVERFLOW, c->path, t->line,
+                               t->col, 1, "the gathered logits overflow");
+        VP_TRY(redistribute_dim(c, logits, o->ndim - 1, v,
+                                VP_OPF_GATHER_LAST, "lm_head.all_gather",
+                                &logits));
+    }
+    VP_TRY(loss(c, logits, rows, true, out));
+    if (tp && !t->replicate_logits)
+        c->g->ops[*out].flags |= VP_OPF_LOSS_PARALLEL;
+    return VP_OK;
+}
+
 /* The head on the final hidden states x and its loss. */
 static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
                       uint32_t wte)
@@ -761,7 +813,7 @@ static vp_status head(tb *c, uint32_t x, uint64_t B, uint64_t S,
                          &logits));
             g->ops[logits].softcap = t->x.logit_softcap;
         }
-        return loss(c, logits, B * S, true, &l);
+        return dtensor_loss(c, logits, B * S, &l);
     case VP_HEAD_MASKED_LM:
         VP_TRY(linear(c, x, "mlm.transform", t->hidden, true, -1, &x));
         VP_TRY(unary(c, t->act == VP_ACT_RELU ? VP_OP_RELU

@@ -101,8 +101,11 @@ typedef struct vp_tf {
      * shared input all-gathered into a new tensor they save
      * (PrepareModuleInput to Replicate), the row-parallel outputs and the
      * embedding's reduce-scattered (output_layouts Shard(1)): VP_OP_
-     * REDISTRIBUTE ops, no VP_OPF_SP_GATHER / _SCATTER */
-    bool dtensor;
+     * REDISTRIBUTE ops, no VP_OPF_SP_GATHER / _SCATTER; the head's
+     * Shard(-1) logits under loss_parallel() (VP_OPF_LOSS_PARALLEL), or
+     * with replicate_logits all-gathered to the whole vocabulary
+     * (torchtitan's disable_loss_parallel, VP_OPF_GATHER_LAST) */
+    bool dtensor, replicate_logits;
     /* an interleaved pipeline rank's model chunks (0 or 1: one; megatron.
      * c): layers / chunks layers each, each from its own received input
      * (the first rank's first from the embeddings) */

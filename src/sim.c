@@ -498,6 +498,63 @@ static void tied_late_free(sim *S, const tied_lates *L)
  * built between its bias and the head's own bias); on the meta device it
  * takes no memory. A quantized weight is quantized as it loads
  * (ops/quant.c). built[p] is the tensor made. */
+/* PyTorch tensor parallelism (vp_param.tp_dim): the whole tensor is
+ * built, tp times the rank's share. */
+static uint64_t tp_whole(const vp_graph *g, const vp_param *pp)
+{
+    return pp->tp_dim && g->has_tf && g->tf.dtensor && g->tf.sp > 1
+               ? g->tf.sp
+               : 1;
+}
+
+static bool in_segment(const vp_graph *g, uint32_t op)
+{
+    for (size_t k = 0; k < g->n_segs; k++)
+        if (op >= g->segs[k].first_op && op <= g->segs[k].last_op)
+            return true;
+    return false;
+}
+
+/* apply_tp (torchtitan parallelize.py; the plan as parallelize_module
+ * walks it: the model's own modules, then each layer's in order):
+ * distribute_tensor of each sharded parameter (Shard._shard_tensor,
+ * placement_types.py): _split_tensor(contiguous=True) copies the tp
+ * chunks of a Shard(1) tensor (those of Shard(0) are views), empty_like
+ * makes the rank's share, the copies go on return and the whole tensor
+ * when register_parameter replaces it. */
+static void tp_distribute(sim *S, uint32_t *built)
+{
+    const vp_graph *g = S->g;
+    uint32_t tp = g->has_tf && g->tf.dtensor ? g->tf.sp : 1;
+    if (tp <= 1)
+        return;
+    uint32_t *tmp = malloc(tp * sizeof *tmp);
+    if (!tmp) {
+        S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
+        return;
+    }
+    S->cur_op = "apply_tp";
+    for (int layers = 0; layers < 2; layers++) {
+        for (size_t p = 0; p < g->n_params && OK(S); p++) {
+            const vp_param *pp = &g->params[p];
+            if (tp_whole(g, pp) == 1 || built[p] == NONE ||
+                in_segment(g, pp->op) != (layers == 1))
+                continue;
+            uint64_t b = vp__mulc(S, pp->numel, build_bytes(S, pp));
+            uint32_t n = pp->tp_dim == 2 ? tp : 0;
+            for (uint32_t k = 0; k < n; k++)
+                tmp[k] = vp__talloc(S, b, VP_CAT_TEMP);
+            uint32_t t = vp__talloc(S, b, VP_CAT_PARAM);
+            for (uint32_t k = 0; k < n; k++)
+                vp__tunref(S, tmp[k]);
+            vp__tunref(S, built[p]);
+            built[p] = t;
+        }
+    }
+    free(tmp);
+    S->cur_op = "model";
+}
+
 static void construct(sim *S, uint32_t *built)
 {
     const vp_graph *g = S->g;
@@ -538,7 +595,9 @@ static void construct(sim *S, uint32_t *built)
         if (pp->quant)
             vp__quant_load(S, (uint32_t)p);
         else
-            built[p] = vp__talloc(S, vp__mulc(S, pp->numel, build_bytes(S, pp)),
+            built[p] = vp__talloc(S, vp__mulc(S, vp__mulc(S, pp->numel,
+                                                          tp_whole(g, pp)),
+                                              build_bytes(S, pp)),
                                   VP_CAT_PARAM);
         if (S->dist && OK(S))
             vp__dist_param_built(S, (uint32_t)p, &built[p]);
@@ -664,6 +723,7 @@ void vp__load_model(sim *S)
     for (size_t p = 0; p < g->n_params; p++)
         built[p] = NONE;
     construct(S, built);
+    tp_distribute(S, built);
     if (!S->dist || !vp__dist_wrap(S, built))
         vp__model_convert(S, built);
     free(built);

@@ -359,6 +359,11 @@ vp__fwd_fn vp__lora_fwd;       /* ops/lora.c                             */
 vp__bwd_fn vp__lora_bwd;
 vp__fwd_fn vp__redistribute_fwd; /* ops/redistribute.c               */
 vp__bwd_fn vp__redistribute_bwd;
+/* ops/loss_parallel.c (VP_OPF_LOSS_PARALLEL): the log-probabilities of
+ * rc logits of eb bytes, and the gradient of the logits from the saved
+ * ones of op (released) */
+uint32_t vp__loss_parallel_logp(sim *S, uint64_t rc, uint8_t eb);
+uint32_t vp__loss_parallel_grad(sim *S, uint32_t op, uint64_t rc, uint8_t eb);
 
 /* Helpers shared by rules. The output aliases the first input (in
  * place, or a view). */

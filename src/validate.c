@@ -122,7 +122,8 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_RANK_ONLY("rank"), ROW_RANK_ONLY("strategy"),
     ROW_RANK_ONLY("local_world"), ROW_RANK_ONLY("mixed_precision"),
     ROW_RANK_ONLY("run"), ROW_RANK_ONLY("pg"), ROW_RANK_ONLY("mesh"),
-    ROW_RANK_ONLY("ds_config"),
+    ROW_RANK_ONLY("ds_config"), ROW_RANK_ONLY("tp"), ROW_RANK_ONLY("dp"),
+    ROW_RANK_ONLY("sequence_parallel"), ROW_RANK_ONLY("loss_parallel"),
 };
 
 /* What a training case measured (one GPU or one rank). */
@@ -200,6 +201,13 @@ static const vp_jfield ROWS_RANK[] = {
     {.name = "mesh", .type = VP_JT_ARRAY, .apply = read_mesh},
     {.name = "ds_config", .type = VP_JT_ANY, .apply = vp__jset_node,
      .offset = offsetof(vp_case_in, ds_node)},
+    /* FSDP2 + TP (collect_tp_fake.py; validate_dist.c) */
+    ROW_U64("tp", 1, VP_VALIDATE_MAX_WORLD, tp),
+    ROW_U64("dp", 1, VP_VALIDATE_MAX_WORLD, dp),
+    {.name = "sequence_parallel", .type = VP_JT_BOOL, .apply = vp__jset_node,
+     .offset = offsetof(vp_case_in, sp_node)},
+    {.name = "loss_parallel", .type = VP_JT_BOOL, .apply = vp__jset_node,
+     .offset = offsetof(vp_case_in, lp_node)},
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -340,7 +348,7 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
-    in->ds_node = -1;
+    in->ds_node = in->sp_node = in->lp_node = -1;
     in->pg = -1;
     in->retries_node = -1;
     in->set_to_none = true;

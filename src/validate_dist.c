@@ -15,7 +15,14 @@
  * Precision, as the scripts run it: DDP's mixed precision is autocast
  * (`autocast`, bf16 by default) over fp32 parameters; FSDP's is
  * MixedPrecision(Policy) with `param_dtype` (bf16 by default) and
- * `reduce_dtype` (FSDP1: param_dtype's; FSDP2: fp32) over fp32 shards. */
+ * `reduce_dtype` (FSDP1: param_dtype's; FSDP2: fp32) over fp32 shards.
+ *
+ * FSDP2 + TP (collect_tp_fake.py): `tp` and `dp` the degrees of the
+ * ("dp", "tp") mesh (world = dp x tp, global rank = dp rank x tp + tp
+ * rank), `sequence_parallel` (the norms' SequenceParallel; only true is
+ * modelled) and `loss_parallel` (default true; false: torchtitan's
+ * disable_loss_parallel). The line's rank is simulated as dist_tp.c's
+ * tensor-parallel rank over FSDP2 of dp ranks (vp_tp_graph_build). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +32,7 @@
 #include "dist_ds.h"
 #include "validate_impl.h"
 #include "vramplan/dist.h"
+#include "vramplan/tp.h"
 
 /* vp__dist_strategies' order */
 static const vp_dist_strategy STRATEGY[] = {
@@ -168,6 +176,46 @@ static vp_status reshard(const vp_case_in *in, vp_dist *d, vp_error *err)
     return VP_OK;
 }
 
+/* The tensor-parallel layout of an FSDP2 + TP line into *l (tp 1 when
+ * the line has none); d->world becomes the data-parallel degree and
+ * d->rank the rank's data-parallel index. */
+static vp_status tp_layout(const vp_case_in *in, vp_dist *d, vp_tp_layout *l,
+                           vp_error *err)
+{
+    *l = (vp_tp_layout){1, 1, 0, in->ckpt, false};
+    if (!in->tp) {
+        const char *f = in->dp            ? "dp"
+                        : in->sp_node >= 0 ? "sequence_parallel"
+                        : in->lp_node >= 0 ? "loss_parallel"
+                                           : NULL;
+        return f ? at(in, f, VP_ESCHEMA, err, "'%s' needs 'tp' (FSDP2 + "
+                      "tensor parallelism)", f)
+                 : VP_OK;
+    }
+    if (d->strategy != VP_DIST_FSDP2)
+        return at(in, "tp", VP_ESCHEMA, err, "tensor parallelism composes "
+                  "with fsdp2 (torchtitan's apply_fsdp), not '%s'",
+                  vp_dist_strategy_name(d->strategy));
+    if (in->mesh[0])
+        return at(in, "mesh", VP_ESCHEMA, err, "an HSDP mesh with 'tp' is "
+                  "not modelled");
+    uint64_t dp = in->dp ? in->dp : in->world / in->tp;
+    if (in->world % in->tp || dp * in->tp != in->world)
+        return at(in, in->dp ? "dp" : "tp", VP_ERANGE, err,
+                  "dp %" PRIu64 " x tp %" PRIu64 " is not the world of "
+                  "%" PRIu64, dp, in->tp, in->world);
+    if (in->sp_node >= 0 && !json_is_true(in->doc->nodes[in->sp_node].value))
+        return at(in, "sequence_parallel", VP_EUNSUPPORTED, err,
+                  "tensor parallelism without sequence-parallel norms is "
+                  "not modelled");
+    l->tp = (uint32_t)in->tp;
+    l->disable_loss_parallel =
+        in->lp_node >= 0 && !json_is_true(in->doc->nodes[in->lp_node].value);
+    d->world = (uint32_t)dp;
+    d->rank = (uint32_t)(in->rank / in->tp);
+    return VP_OK;
+}
+
 /* The run the line describes, as a vp_dist (and the precision of s). */
 static vp_status rank_run(const vp_case_in *in, vp_dist *d, vp_setup *s,
                           vp_error *err)
@@ -286,10 +334,12 @@ static vp_setup rank_setup(const vp_case_in *in, const vp_validate_opts *o)
     return s;
 }
 
-static vp_status simulate(const vp_case_in *in, vp_model *m, vp_setup *s,
-                          vp_estimate *e, vp_error *err)
+static vp_status simulate(const vp_case_in *in, vp_model *m,
+                          const vp_tp_layout *l, vp_setup *s, vp_estimate *e,
+                          vp_error *err)
 {
-    vp_graph *g = vp_graph_build(m, s->batch, s->seq, err);
+    vp_graph *g = l->tp > 1 ? vp_tp_graph_build(m, l, s->batch, s->seq, err)
+                            : vp_graph_build(m, s->batch, s->seq, err);
     if (g == NULL)
         return err != NULL ? err->code : VP_ESCHEMA;
     size_t ns = vp_graph_segment_count(g);
@@ -297,6 +347,8 @@ static vp_status simulate(const vp_case_in *in, vp_model *m, vp_setup *s,
     vp_status st = VP_OK;
     if (ck == NULL)
         st = vp_error_set(err, VP_ENOMEM, "out of memory");
+    /* HF's gradient_checkpointing_enable: every decoder layer, as
+     * torchtitan's apply_ac "full" (vp_tp_checkpoint's) */
     if (st == VP_OK && in->ckpt)
         vp_graph_default_checkpoint(g, ck);
     s->checkpoint = ck;
@@ -313,12 +365,15 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
 {
     vp_setup s = rank_setup(in, o);
     vp_dist d;
+    vp_tp_layout l;
     vp_estimate e;
 
     if (in->infer)
         return at(in, "infer", VP_EUNSUPPORTED, err,
                   "multi-GPU inference is not modelled");
     vp_status st = rank_run(in, &d, &s, err);
+    if (st == VP_OK)
+        st = tp_layout(in, &d, &l, err);
     if (st != VP_OK)
         return st;
     s.dist = &d;
@@ -327,7 +382,7 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
         return err != NULL ? err->code : VP_EIO;
     if (in->attn >= 0 && m->form == 0)
         m->tf.attn = (vp_attn_impl)in->attn;
-    st = simulate(in, m, &s, &e, err);
+    st = simulate(in, m, &l, &s, &e, err);
     if (st == VP_OK) {
         /* the scripts reset the peaks after building the wrapper, and
          * before each phase: the steps' phase peaks, and the reserved

@@ -51,6 +51,9 @@ typedef struct vp_case_in {
     int ds_node;            /* DeepSpeed's ds_config object, -1  */
     int pg;                 /* multi-GPU: 0 nccl, 1 fake, -1     */
     uint64_t mesh[2];       /* HSDP [replicate, shard]; 0: none  */
+    uint64_t tp, dp;        /* FSDP2 + TP: the mesh's degrees; 0 */
+    int sp_node, lp_node;   /* sequence_parallel, loss_parallel's
+                               nodes, -1                          */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;

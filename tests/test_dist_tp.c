@@ -43,7 +43,7 @@ static vp_model *model(void)
 static vp_graph *rank_graph(uint32_t tp, uint32_t pp, uint32_t stage)
 {
     vp_model *m = model();
-    vp_tp_layout l = {tp, pp, stage, false};
+    vp_tp_layout l = {tp, pp, stage, false, false};
     vp_error err;
     vp_graph *g = vp_tp_graph_build(m, &l, 1, 32, &err);
     cr_assert_not_null(g, "%s", err.msg);
@@ -214,7 +214,7 @@ Test(dist_tp, expert_and_graph_models_are_refused_by_name)
     vp_error err;
     vp_model *m = vp_model_load("models/mixtral-8x7b.yaml", &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_tp_layout l = {2, 1, 0, false};
+    vp_tp_layout l = {2, 1, 0, false, false};
     cr_assert_null(vp_tp_graph_build(m, &l, 1, 64, &err));
     cr_assert_eq(err.code, VP_EUNSUPPORTED);
     cr_assert(strstr(err.msg, "mixture-of-experts"), "%s", err.msg);
@@ -240,7 +240,7 @@ static uint64_t library_peak(uint32_t *stage)
     s.seq = 32;
     s.accum = 4;
     s.steps = 3;
-    vp_tp_layout l = {2, 2, VP_TP_WORST, true};
+    vp_tp_layout l = {2, 2, VP_TP_WORST, true, false};
     vp_rank_estimate *r;
     size_t n, worst;
     vp_error err;
@@ -310,4 +310,148 @@ Test(dist_tp, estimate_refuses_tp_without_fsdp2)
 {
     GOLDEN("estimate_ddp_tp2", 2, "estimate", LLAMA, "--strategy", "ddp",
            "--world", "2", "--tp", "2");
+}
+
+/* apply_tp before fully_shard (collect_tp_fake.py, torchtitan): each
+ * sharded weight is built whole (fp32), then distribute_tensor makes the
+ * rank's share: per layer q, k, v, gate, up (ColwiseParallel, Shard(0)),
+ * o and down (RowwiseParallel, Shard(1)), and the embedding and output
+ * (Shard(0)); the norms are replicated, not copied. */
+Test(dist_tp, apply_tp_makes_each_sharded_weight_s_share)
+{
+    seen w = {"apply_tp", 0, VP_CAT_PARAM, 0, 0};
+    run_stage(1, 0, &w);
+    cr_assert_eq(w.n, 2 * 7 + 2);
+    cr_assert_eq(w.bytes, (2 * (layer_local(2) - 2 * H) + 2 * (VOCAB / 2) * H) *
+                              4);
+}
+
+/* ... and Shard(1)'s _split_tensor(contiguous=True) copies the tp column
+ * chunks of o and down first (Shard(0)'s chunks are views). */
+Test(dist_tp, apply_tp_copies_the_column_chunks_of_rowwise_weights)
+{
+    seen w = {"apply_tp", 0, VP_CAT_TEMP, 0, 0};
+    run_stage(1, 0, &w);
+    cr_assert_eq(w.n, 2 * 2 * 2);
+    cr_assert_eq(w.bytes,
+                 2 * 2 * (H * (HEADS / 2 * HD) + H * (FFN / 2)) * 4);
+}
+
+/* The head's placements: loss_parallel (the default) keeps the vocab/tp
+ * logits and runs loss.py's cross entropy on them; torchtitan's
+ * disable_loss_parallel all-gathers them (Shard(-1) to Replicate) and
+ * HF's loss takes the whole vocabulary. */
+static const vp_op *loss_of(const vp_graph *g)
+{
+    for (size_t i = 0; i < vp_graph_op_count(g); i++)
+        if (vp_graph_op(g, i)->kind == VP_OP_CROSS_ENTROPY)
+            return vp_graph_op(g, i);
+    cr_assert_fail("no loss");
+    return NULL;
+}
+
+Test(dist_tp, loss_parallel_takes_the_vocab_shard)
+{
+    vp_graph *g = rank_graph(2, 1, 0);
+    const vp_op *l = loss_of(g);
+    cr_assert(l->flags & VP_OPF_LOSS_PARALLEL);
+    cr_assert_eq(l->classes, VOCAB / 2);
+    vp_graph_free(g);
+}
+
+Test(dist_tp, disable_loss_parallel_gathers_the_whole_vocabulary)
+{
+    vp_model *m = model();
+    vp_tp_layout lay = {2, 1, 0, false, true};
+    vp_error err;
+    vp_graph *g = vp_tp_graph_build(m, &lay, 1, 32, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    const vp_op *l = loss_of(g);
+    cr_assert_not(l->flags & VP_OPF_LOSS_PARALLEL);
+    cr_assert_eq(l->classes, VOCAB);
+    const vp_op *in = vp_graph_op(g, l->inputs[0]);
+    cr_assert_eq(in->kind, VP_OP_REDISTRIBUTE);
+    cr_assert(in->flags & VP_OPF_GATHER_LAST);
+    cr_assert_eq(vp_graph_op(g, in->inputs[0])->shape[2], VOCAB / 2);
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+/* The fp32 logits-sized temporaries of the loss in step 2. */
+static void on_logits(const vp_sim_event *ev, void *ud)
+{
+    seen *s = ud;
+    if (!ev->is_free && ev->step == s->step && ev->category == s->cat &&
+        ev->bytes == s->bytes && strcmp(ev->op, s->op) == 0)
+        s->n++;
+}
+
+/* loss.py's _log_softmax: shifted and exp(shifted) beside the fp32
+ * logits; the backward's grad_input, exp(x), their sum and the product
+ * it returns: six a micro-batch, where HF's fused kernels make two (the
+ * backward's). */
+Test(dist_tp, loss_parallel_makes_loss_py_s_temporaries)
+{
+    vp_graph *g = rank_graph(2, 1, 0);
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.dist = &d;
+    s.batch = 1;
+    s.seq = 32;
+    s.steps = 2;
+    seen w = {"loss", 2, VP_CAT_TEMP, 0, 32 * (VOCAB / 2) * 4};
+    vp_estimate e;
+    vp_error err;
+    cr_assert_eq(vp_simulate(g, &s, &e, on_logits, &w, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(w.n, 6);
+    vp_graph_free(g);
+}
+
+/* The JSON API's "disable_loss_parallel" (and estimate's
+ * --disable-loss-parallel) is the layout's: the same bytes as the
+ * library's tp 2 rank with the logits gathered. */
+Test(dist_tp, json_api_disable_loss_parallel_is_the_layout_s)
+{
+    vp_model *m = model();
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.dist = &d;
+    s.batch = 1;
+    s.seq = 32;
+    s.steps = 2;
+    vp_tp_layout l = {2, 1, VP_TP_WORST, false, true};
+    vp_rank_estimate *r;
+    size_t n, worst;
+    vp_error err;
+    cr_assert_eq(vp_tp_simulate(m, &l, &s, &r, &n, &worst, &err), VP_OK,
+                 "%s", err.msg);
+    uint64_t want = r[worst].est.peak_alloc;
+    free(r);
+    vp_model_free(m);
+    char *resp;
+    cr_assert_eq(vp_api_call("{\"command\": \"estimate\", \"model\": \"" LLAMA
+                             "\", \"batch\": 1, \"seq\": 32, \"steps\": 2, "
+                             "\"strategy\": \"fsdp2\", \"world\": 2, "
+                             "\"tp\": 2, \"disable_loss_parallel\": true}",
+                             &resp, &err),
+                 VP_OK, "%s", err.msg);
+    const char *at = strstr(resp, "\"peak_alloc\":");
+    cr_assert_not_null(at);
+    cr_assert_eq(strtoull(at + 13, NULL, 10), want, "%s", resp);
+    vp_api_free(resp);
+}
+
+Test(dist_tp, estimate_refuses_disable_loss_parallel_without_tp)
+{
+    GOLDEN("estimate_fsdp2_nolp_tp1", 2, "estimate", LLAMA, "--strategy",
+           "fsdp2", "--world", "2", "--disable-loss-parallel");
 }

@@ -236,6 +236,12 @@ static const bad_case BAD_CASES[] = {
     {"no-batch", VP_ESCHEMA, "no \"batch\""},
     {"batch-0", VP_ERANGE, "at least 1"},
     {"peak-not-int", VP_ESCHEMA, "must be an integer"},
+    /* FSDP2 + TP (collect_tp_fake.py) */
+    {"tp-ddp", VP_ESCHEMA, "composes with fsdp2"},
+    {"tp-mesh", VP_ERANGE, "dp 3 x tp 2 is not the world of 4"},
+    {"lp-no-tp", VP_ESCHEMA, "'loss_parallel' needs 'tp'"},
+    {"tp-no-sp", VP_EUNSUPPORTED, "without sequence-parallel norms"},
+    {"tp-unknown", VP_ESCHEMA, "tp_mesh"},
 };
 
 Test(validate_dist, malformed_and_unsupported_cases)
@@ -353,4 +359,64 @@ Test(validate_dist, world_one_smoke_run_is_simulated)
     free(line);
     fclose(f);
     cr_assert_eq(n, 4);
+}
+
+/* An FSDP2 + TP line (collect_tp_fake.py): its rank is dist_tp.c's
+ * tensor-parallel rank (tp 2) of FSDP2 over the dp ranks (2), as the
+ * library simulates it: the same bytes after the model and at the peak;
+ * loss_parallel false is torchtitan's disable_loss_parallel. */
+static void tp_pair(bool lp, uint64_t *after, uint64_t *peak)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("tests/data/dist/tiny-llama.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_tp_layout l = {2, 1, 0, false, !lp};
+    vp_graph *g = vp_tp_graph_build(m, &l, 1, 32, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_dist d;
+    vp_dist_init(&d);
+    d.strategy = VP_DIST_FSDP2;
+    d.world = 2;
+    d.param_dtype = VP_MP_BF16;
+    d.reduce_dtype = VP_MP_FP32;
+    d.empty_cache_after_wrap = true;
+    vp_setup s;
+    vp_setup_init(&s);
+    s.dist = &d;
+    s.batch = 1;
+    s.seq = 32;
+    s.fresh_process = false;
+    vp_estimate e;
+    cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_OK, "%s",
+                 err.msg);
+    *after = e.after_model;
+    *peak = 0;
+    for (uint32_t k = 0; k < e.steps; k++)
+        for (int ph = VP_PHASE_FORWARD; ph < VP_PHASE__COUNT; ph++)
+            *peak = e.step[k].peak[ph] > *peak ? e.step[k].peak[ph] : *peak;
+    vp_graph_free(g);
+    vp_model_free(m);
+}
+
+Test(validate_dist, a_tp_line_is_its_tensor_parallel_rank)
+{
+    for (int lp = 0; lp < 2; lp++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "{\"id\": \"tp\", \"model\": \"tiny-llama\", "
+                 "\"batch\": 1, \"seq\": 32, \"world\": 4, \"rank\": 1, "
+                 "\"strategy\": \"fsdp2\", \"mixed_precision\": true, "
+                 "\"param_dtype\": \"bf16\", \"reduce_dtype\": \"fp32\", "
+                 "\"tp\": 2, \"dp\": 2, \"sequence_parallel\": true, "
+                 "\"loss_parallel\": %s, \"after_model\": 1, "
+                 "\"peak_alloc\": 1}", lp ? "true" : "false");
+        vp_case_result r;
+        vp_error err;
+        cr_assert_eq(dist_line(line, strlen(line), &r, &err), VP_OK, "%s",
+                     err.msg);
+        uint64_t after, peak;
+        tp_pair(lp, &after, &peak);
+        cr_assert_eq(metric(&r, "rank1.after_model")->predicted, after);
+        cr_assert_eq(metric(&r, "rank1.peak_alloc")->predicted, peak);
+    }
 }

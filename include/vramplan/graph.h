@@ -110,6 +110,10 @@ typedef struct vp_param {
     uint8_t quant;      /* a quantized base weight: its vp_quant
                            (finetune.h); 0 = stored as it is             */
     bool adapter;       /* added by a fine-tuning setup (LoRA, DoRA)     */
+    uint8_t tp_dim;     /* PyTorch tensor parallelism (vp_tf.dtensor):
+                           0 replicated or none, 1 Shard(0), 2 Shard(1)
+                           of the whole tensor that apply_tp distributes
+                           (numel is the rank's share)                   */
 } vp_param;
 
 typedef struct vp_op {
@@ -211,6 +215,16 @@ typedef struct vp_op {
 #define VP_OPF_SOFTMAX_NATIVE 0x40000u /* eager attention: softmax in the
                                          scores' dtype (GPT-2, BERT), not
                                          softmax(dtype=torch.float32)    */
+/* PyTorch's tensor parallelism on the head (vp_tf.dtensor; torchtitan's
+ * apply_tp, docs/DISTRIBUTED.md "FSDP2 + TP"): the cross entropy of
+ * Shard(-1) logits under torch.distributed.tensor.parallel's
+ * loss_parallel() (tensor/parallel/loss.py: _log_softmax and
+ * _nll_loss_and_log_softmax_backward, ops/loss_parallel.c); a
+ * redistribution of the last dim, Shard(-1) to Replicate (ColwiseParallel
+ * output_layouts Replicate(): torchtitan's disable_loss_parallel), whose
+ * backward is Shard._replicate_to_shard's clone of the rank's chunk. */
+#define VP_OPF_LOSS_PARALLEL 0x80000u
+#define VP_OPF_GATHER_LAST 0x100000u
 /* Megatron's sequence parallelism (megatron/core/tensor_parallel/
  * layers.py, LinearWithGradAccumulationAndAsyncCommunication): a
  * column-parallel linear whose input (S/t tokens) is all-gathered into the

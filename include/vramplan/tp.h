@@ -30,6 +30,11 @@ typedef struct vp_tp_layout {
     bool ac_full;   /* every layer checkpointed (torchtitan apply_ac,
                        activation_checkpoint.mode "full": each
                        TransformerBlock in ptd_checkpoint_wrapper)        */
+    bool disable_loss_parallel; /* torchtitan's parallelism.
+                       disable_loss_parallel: the output ColwiseParallel
+                       to Replicate(), the whole logits on every rank;
+                       false (the default): Shard(-1) logits under
+                       loss_parallel()                                    */
 } vp_tp_layout;
 
 /* The transformer layers of stage `stage` of pp (torchtitan

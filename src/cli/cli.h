@@ -244,7 +244,7 @@ enum {
     CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
     CLI_O_NO_LIMIT_AG, CLI_O_FWD_PREFETCH, CLI_O_BWD_PREFETCH,
     CLI_O_ORIG_PARAMS, CLI_O_CPU_OFFLOAD, CLI_O_DS, CLI_O_TP, CLI_O_PP,
-    CLI_O_SCHEDULE, CLI_O_STAGE, CLI_O__DIST_END
+    CLI_O_SCHEDULE, CLI_O_STAGE, CLI_O_NO_LOSS_PARALLEL, CLI_O__DIST_END
 };
 _Static_assert((int)CLI_O__DIST_END <= CLI_OPT_HELP,
                "the data-parallel options' ids run into --help's");
@@ -331,7 +331,11 @@ extern const char *const cli_prefetches[]; /* vp_prefetch order        */
     {.id = CLI_O_STAGE, .name = "stage", .metavar = "N",                    \
      .type = CLI_ARG_U64, .min = 0, .max = 1023, .only = CLI_CMD_ESTIMATE,  \
      .help = "fsdp2 with --pp: the stage simulated (default: the most "     \
-             "loaded)"}
+             "loaded)"},                                                    \
+    CLI_DIST_FLAG(CLI_O_NO_LOSS_PARALLEL, "disable-loss-parallel",          \
+                  "fsdp2 with --tp: torchtitan's disable_loss_parallel, "   \
+                  "the output's logits all-gathered (Replicate) for the "   \
+                  "loss")
 
 /* The data-parallel run the options describe, into *d (vp_dist_init'ed
  * first); *set when --strategy names one. -1 to go on, or CLI_USAGE after

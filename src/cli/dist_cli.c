@@ -93,8 +93,11 @@ int cli_tp_parse(const cli_val *v, const vp_dist *d, vp_tp_layout *l)
     l->pp = v[CLI_O_PP].given ? (uint32_t)v[CLI_O_PP].u : 1;
     l->stage = v[CLI_O_STAGE].given ? (uint32_t)v[CLI_O_STAGE].u
                                     : VP_TP_WORST;
+    l->disable_loss_parallel = v[CLI_O_NO_LOSS_PARALLEL].given;
     bool any = v[CLI_O_TP].given || v[CLI_O_PP].given ||
                v[CLI_O_SCHEDULE].given || v[CLI_O_STAGE].given;
+    if (l->disable_loss_parallel && l->tp == 1)
+        return cli_usage_error("--disable-loss-parallel needs --tp > 1");
     if (any && d->strategy != VP_DIST_FSDP2)
         return cli_usage_error("--tp, --pp, --schedule and --stage compose "
                                "with --strategy fsdp2 (torchtitan)");
@@ -114,9 +117,12 @@ int cli_tp_parse(const cli_val *v, const vp_dist *d, vp_tp_layout *l)
 
 void cli_tp_table(FILE *f, const vp_tp_layout *l)
 {
-    fprintf(f, "tensor parallel %" PRIu32 " (sequence-parallel norms), "
+    fprintf(f, "tensor parallel %" PRIu32 " (sequence-parallel norms%s), "
                "pipeline stage %" PRIu32 " of %" PRIu32 "%s%s\n\n",
-            l->tp, l->stage, l->pp, l->pp > 1 ? " (1F1B)" : "",
+            l->tp,
+            l->disable_loss_parallel ? ", logits gathered: no loss_parallel"
+                                     : "",
+            l->stage, l->pp, l->pp > 1 ? " (1F1B)" : "",
             l->ac_full ? ", every layer checkpointed" : "");
 }
 
@@ -126,6 +132,8 @@ void cli_tp_json(json_t *dist, const vp_tp_layout *l)
     cli_jset(dist, "pp", cli_ju64(l->pp));
     cli_jset(dist, "stage", cli_ju64(l->stage));
     cli_jset(dist, "schedule", json_string(l->pp > 1 ? "1f1b" : "none"));
+    if (l->disable_loss_parallel) /* only when set: the schema stands */
+        cli_jset(dist, "disable_loss_parallel", json_true());
 }
 
 /* "0" or "1-6" */

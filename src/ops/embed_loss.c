@@ -89,7 +89,9 @@ static void loss_terms(sim *S, vp__fwd_op *f, loss_parts *lt)
         uint8_t le = o->upcast_logits ? 4 : eb0;
         if (lt->up == NONE)
             lt->up = vp__cast_input(S, f->in0, le);
-        lt->lp = vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_ACT);
+        lt->lp = o->flags & VP_OPF_LOSS_PARALLEL
+                     ? vp__loss_parallel_logp(S, rc, le)
+                     : vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_ACT);
     }
 }
 
@@ -196,6 +198,9 @@ void vp__loss_bwd(sim *S, vp__bwd_op *b)
         b->gx = vp__talloc(S, vp__mulc(S, rc, 2), VP_CAT_TEMP);
         vp__tunref(S, c16);
         b->gxe = 2;
+    } else if (o->flags & VP_OPF_LOSS_PARALLEL) {
+        b->gxe = o->upcast_logits ? 4 : eb0;
+        b->gx = vp__loss_parallel_grad(S, b->i, rc, b->gxe);
     } else {
         uint8_t le = o->upcast_logits ? 4 : eb0;
         uint32_t gn = vp__talloc(S, vp__mulc(S, rc, le), VP_CAT_TEMP);

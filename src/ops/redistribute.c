@@ -14,7 +14,11 @@
  *    whole), the reduce-scatter writes a new shard, the copy is freed.
  * Either way the whole sequence's bytes live once more beside the op,
  * and the backward (Redistribute.backward: the opposite collective) does
- * the same in the other direction. */
+ * the same in the other direction;
+ *  - Shard(-1) -> Replicate of the head's logits (VP_OPF_GATHER_LAST,
+ *    ColwiseParallel output_layouts Replicate()): the same all-gather
+ *    with gather_dim -1 forward; backward Replicate -> Shard(-1) is
+ *    Shard._replicate_to_shard, shards[rank].clone(): the chunk only. */
 #include "../sim_internal.h"
 
 /* The larger of the input's and the output's bytes: the collective's
@@ -36,6 +40,12 @@ void vp__redistribute_bwd(sim *S, vp__bwd_op *b)
 {
     if (!b->ig0)
         return;
+    /* Replicate -> Shard(-1) (VP_OPF_GATHER_LAST's backward):
+     * Shard._replicate_to_shard clones the rank's chunk, no collective */
+    if (b->o->flags & VP_OPF_GATHER_LAST) {
+        b->gx = vp__grad_like(S, b->in0, b->eb0);
+        return;
+    }
     uint32_t t = vp__talloc(S, staging(S, b->in0, b->n, b->eb0), VP_CAT_TEMP);
     b->gx = vp__grad_like(S, b->in0, b->eb0);
     vp__tunref(S, t);
