@@ -19,6 +19,16 @@ found_inf with .item(), a synchronize) and of the other optimizers (one case eac
 that case with the fixed cost fitted on foreach). Prints the constants in microseconds and each phase's median and max relative error, and, as a check
 of the forward's form, the fit with a cost per call and per cast apart (both come out as a kernel's or less:
 neither the module call nor the model's code, plain nn.Module or Hugging Face, adds a cost of its own).
+
+    python3 calibrate/fit-host.py ckpt calibrate/profiles/h200-host-trace.jsonl calibrate/profiles/h200-host-trace-counts.jsonl
+
+reads checkpoint's hook costs off vp-host-trace.py's host phases (docs/STEP_TIME.md "Checkpointed steps on the host"):
+the counts file gives, per case, the launches vramplan's model issues in one micro-batch (vp_step_time's host_kernels,
+host_bwd_kernels: allocations plus the op families' launch rules, src/ops/) and, for a checkpointed case, its recomputed
+forward's launches. For each pair (checkpointed / plain, same model on the same host) the plain case gives that host's
+cost per launch, forward f and backward b; pack = the checkpointed forward's host time / its launches - f; recompute =
+(its backward host time - non-recomputed launches x b - recomputed x f) / recomputed; both scaled by 30.46 us / f to
+the host of VP_HOST_FWD_KERNEL. The constants are the medians.
 """
 import json
 import sys
@@ -47,7 +57,31 @@ def report(name, X, y, b, labels):
                                                                100 * err[-1]))
 
 
+CKPT_PAIRS = (("qwen3-0.6b-bf16-b8-ckpt", "qwen3-0.6b-amp-bf16-b4"), ("gemma2-2b-bf16-b4-ckpt", "gemma2-2b-amp-bf16-b2"),
+              ("mt5-small-bf16-b32-ckpt", "mt5-small-amp-bf16-b16"))
+
+
+def ckpt(trace, counts):
+    h = {d["case"]: d for d in map(json.loads, filter(str.strip, open(trace)))}
+    n = {d["case"]: d for d in map(json.loads, filter(str.strip, open(counts)))}
+    pack, rec = [], []
+    for c, p in CKPT_PAIRS:
+        f = h[p]["fwd_ms"] * 1e-3 / n[p]["kernels"]
+        b = h[p]["bwd_ms"] * 1e-3 / n[p]["bwd_kernels"]
+        r = n[c]["recomputed"]
+        s = 30.46e-6 / f
+        pack.append((h[c]["fwd_ms"] * 1e-3 / n[c]["kernels"] - f) * s)
+        rec.append((h[c]["bwd_ms"] * 1e-3 - (n[c]["bwd_kernels"] - r) * b - r * f) / r * s)
+        print("%-26s f %.2f us, b %.2f us: pack %.2f us, recompute %.2f us" % (c, f * 1e6, b * 1e6, pack[-1] * 1e6,
+                                                                               rec[-1] * 1e6))
+    med = lambda v: sorted(v)[len(v) // 2]
+    print("median: pack %.2f us, recompute %.2f us" % (med(pack) * 1e6, med(rec) * 1e6))
+
+
 def main():
+    if sys.argv[1] == "ckpt":
+        ckpt(sys.argv[2], sys.argv[3])
+        return
     host = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
     cnt = {d["case"]: d for d in map(json.loads, filter(str.strip, open(sys.argv[2])))}
     rows = [(h, cnt[h["case"]]) for h in host if "error" not in h and h["case"] in cnt]

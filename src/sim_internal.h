@@ -287,6 +287,15 @@ typedef struct vp__bwd_op {
 typedef void vp__fwd_fn(sim *S, vp__fwd_op *f);
 typedef void vp__bwd_fn(sim *S, vp__bwd_op *b);
 
+/* Kernels op o launches in phase ph (0 forward, 1 backward) of one
+ * micro-batch beyond the allocations its rules make: the launches that
+ * allocate nothing (a view's zero-filled gradient, an accumulation in
+ * place) or whose allocations the rules fold into one (docs/STEP_TIME.md
+ * "Launches"). wide: the op's activations are fp32 (fp32 or autocast).
+ * The step's host model (timing.c) issues these with the allocations. */
+typedef double vp__launch_fn(const vp_graph *g, const vp_op *o, int ph,
+                             bool wide);
+
 /* Traits of an op kind (vp__op_rules.traits). */
 #define VP__TRAIT_PASSTHROUGH 0x1u /* its output is a view, a sum or a join
                                       of its inputs, and it saves nothing:
@@ -298,6 +307,7 @@ typedef struct vp__op_rules {
     vp__fwd_fn *fwd;    /* NULL: nothing in the forward (the input)       */
     vp__bwd_fn *bwd;    /* NULL: nothing in the backward                  */
     uint32_t traits;
+    vp__launch_fn *launches; /* NULL: its kernels are its allocations */
 } vp__op_rules;
 
 /* Indexed by vp_op_kind (ops/table.c). */
@@ -311,6 +321,7 @@ vp__bwd_fn vp__attention_bwd;
 vp__fwd_fn vp__layernorm_fwd;  /* layernorm, groupnorm (ops/norm.c)      */
 vp__fwd_fn vp__rmsnorm_fwd;
 vp__bwd_fn vp__norm_bwd;       /* layernorm, groupnorm, rmsnorm          */
+vp__launch_fn vp__rmsnorm_launches;
 vp__fwd_fn vp__batchnorm_fwd;
 vp__bwd_fn vp__batchnorm_bwd;
 vp__fwd_fn vp__activation_fwd; /* relu, tanh, sigmoid, gelu, silu
@@ -319,6 +330,7 @@ vp__fwd_fn vp__gelu_tanh_fwd;
 vp__bwd_fn vp__gelu_tanh_bwd;
 vp__fwd_fn vp__rope_fwd;
 vp__bwd_fn vp__rope_bwd;
+vp__launch_fn vp__rope_launches;
 vp__fwd_fn vp__dropout_fwd;
 vp__fwd_fn vp__binary_fwd;     /* add, mul                               */
 vp__bwd_fn vp__binary_bwd;     /* add, mul, concat                       */

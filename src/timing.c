@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "sim_internal.h" /* vp__op_table: the ops' launches */
 #include "timing_host.h"
 
 double vp_hw_matmul_rate(const vp_hw *hw, vp_precision p)
@@ -933,6 +934,24 @@ static double host_kernels(const vp_op *o, const op_traffic *t, int ph,
     }
 }
 
+/* The kernels op o launches in phase ph of one micro-batch beyond its
+ * allocations (its family's launch rule, src/ops/; docs/STEP_TIME.md
+ * "Launches"), in a phase whose rules ran. Its activations are fp32 in
+ * fp32 and under autocast over an fp32 base. */
+static double op_launches(const qctx *q, const vp_op *o, const op_traffic *t,
+                          int ph)
+{
+    vp__launch_fn *f = vp__op_table[o->kind].launches;
+    if (f == NULL || t->kernels[ph] <= 0)
+        return 0;
+    vp_precision p = q->s->precision;
+    vp_base_dtype b = q->s->ft.base_dtype;
+    bool amp = p == VP_PREC_AMP_BF16 || p == VP_PREC_AMP_FP16;
+    bool wide = p == VP_PREC_FP32 ||
+                (amp && (b == VP_BASE_AUTO || b == VP_BASE_FP32));
+    return f(q->g, o, ph, wide);
+}
+
 /* The host's kernels for op i in phase ph of one micro-batch (*nk) and
  * its seconds per kernel (*per). A forward kernel costs host_fwd, a
  * backward one host_bwd. In a checkpointed segment (torch/utils/
@@ -949,7 +968,7 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
     const vp_hw *hw = q->hw;
-    *nk = host_kernels(o, t, ph, q->mb);
+    *nk = host_kernels(o, t, ph, q->mb) + op_launches(q, o, t, ph);
     *per = ph == 0 ? hw->host_fwd : hw->host_bwd;
     if (!checkpointed(q->s, o) || *nk <= 0)
         return;
@@ -960,7 +979,7 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     if (!rec)
         return;
     /* the recomputed forward's kernels are its forward's */
-    double kr = t->kernels[0] / q->mb;
+    double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0);
     if (kr > *nk)
         kr = *nk;
     *per = ((*nk - kr) * hw->host_bwd + kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;

@@ -18,9 +18,11 @@
  * with their detaches and the determinism check. Measured by
  * calibrate/vp-host-trace.py (calibrate/profiles/h200-host-trace.jsonl):
  * the checkpointed steps' host phases against the same models' plain
- * steps on the same host, scaled to the host of VP_HOST_FWD_KERNEL. */
-#define VP__HOST_CKPT_PACK 7.45e-6
-#define VP__HOST_CKPT_RECOMPUTE 53.83e-6
+ * steps on the same host, per launch the model issues (allocations and
+ * the op families' launch rules), scaled to the host of
+ * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
+#define VP__HOST_CKPT_PACK 7.43e-6
+#define VP__HOST_CKPT_RECOMPUTE 40.08e-6
 
 /* When the host thread and the GPU are next free, seconds into the
  * step. */

@@ -137,6 +137,38 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
     vp__tunref(S, xf);
 }
 
+/* HF's RMSNorm in Python (LlamaRMSNorm, and GemmaRMSNorm's 1 + weight;
+ * modeling_llama.py LlamaRMSNorm.forward): to(fp32), pow, mean, + eps,
+ * rsqrt, mul, to(dtype), weight * h. The forward's rules fold mean, + eps
+ * and rsqrt into one rows-sized allocation: 2 launches more; Gemma's
+ * weight.float() of a half weight one more. Its backward, autograd's nodes
+ * (tools/autograd/derivatives.yaml; torch/csrc/autograd/
+ * FunctionsManual.cpp): MulBackward0 of weight * h (grad * w; for a
+ * trained weight grad * h and its sum to the weight's shape),
+ * ToCopyBackward0 of the cast back (half), MulBackward0 of x * rsqrt
+ * (grad * r; grad * x and its sum over the row), RsqrtBackward0 (-0.5 *
+ * grad * result.pow(3): 3), AddBackward0 of + eps (none), MeanBackward1
+ * (expand, / n: 1), PowBackward0 (grad * 2 * x.pow(1): 3), the sum of x's
+ * two gradients (1), ToCopyBackward0 of x.float() (half): 12 + 2 (trained
+ * weight) + 2 (half) kernels, of which the rules allocate the two fp32
+ * temporaries, x's gradient, the weight's (trained) and Gemma's fp32
+ * gradient (half). T5's and Megatron's norms are their rules. */
+double vp__rmsnorm_launches(const vp_graph *g, const vp_op *o, int ph,
+                            bool wide)
+{
+    if (!(o->flags & VP_OPF_PY_RMSNORM) || (o->flags & VP_OPF_T5_NORM) ||
+        (o->flags & VP_OPF_MEGATRON))
+        return 0;
+    bool gemma = o->flags & VP_OPF_NORM_OFFSET;
+    bool train = o->n_params > 0 && g->params[o->params[0]].trainable;
+    if (ph == 0)
+        return 2.0 + (gemma && !wide ? 1.0 : 0.0);
+    double k = 12.0 + (train ? 2.0 : 0.0) + (wide ? 0.0 : 2.0) +
+               (gemma && train && !wide ? 1.0 : 0.0);
+    double made = 3.0 + (train ? 1.0 : 0.0) + (gemma && !wide ? 1.0 : 0.0);
+    return k - made;
+}
+
 /* layernorm, groupnorm and rmsnorm (whose Python graph first makes two
  * fp32 temporaries of the input's size). */
 void vp__norm_bwd(sim *S, vp__bwd_op *b)

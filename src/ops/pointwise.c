@@ -176,6 +176,24 @@ void vp__rope_bwd(sim *S, vp__bwd_op *b)
     vp__elementwise_bwd(S, b);
 }
 
+/* HF's apply_rotary_pos_emb on one of q, k (modeling_llama.py:
+ * q * cos + rotate_half(q) * sin, rotate_half = cat(-x2, x1) of two
+ * slices): mul, neg, cat, mul, add, of which the rules allocate two
+ * temporaries and the output: 2 launches more. The backward
+ * (derivatives.yaml): AddBackward0 (none), grad * sin, CatBackward0
+ * (views), NegBackward0 (1), SliceBackward0 for each half (zeros and a
+ * copy into the slice: 2 each), grad * cos, and the sums of x's three
+ * gradients (2): 9 kernels, of which the rules allocate a temporary and
+ * x's gradient. */
+double vp__rope_launches(const vp_graph *g, const vp_op *o, int ph,
+                         bool wide)
+{
+    (void)g;
+    (void)o;
+    (void)wide;
+    return ph == 0 ? 2.0 : 9.0 - 2.0;
+}
+
 /* native_dropout: the bool mask, then the output */
 void vp__dropout_fwd(sim *S, vp__fwd_op *f)
 {
