@@ -363,6 +363,7 @@ static void backward_ops(sim *S, uint32_t *refs_of)
     const vp_graph *g = S->g;
     if (S->dist)
         vp__dist_bwd_begin(S);
+    memset(S->gview, 0, g->n_params ? g->n_params : 1);
     int32_t active_seg = -1;
     for (uint32_t ii = vp__op_end(S); ii-- > S->op_lo && OK(S);) {
         const vp_op *o = &g->ops[ii];
@@ -901,7 +902,7 @@ static void sim_destroy(sim *S)
     void *arrays[] = {S->t, S->free_ids, S->out_t, S->out_eb,
                       S->lay, S->glay, S->saved, S->n_saved, S->grad_t,
                       S->consumers, S->reload, S->sel, S->int8, S->opc,
-                      S->leaf, S->pgrad, S->cast, S->st1, S->st2,
+                      S->leaf, S->pgrad, S->gview, S->cast, S->st1, S->st2,
                       S->ckpt, S->held, S->ckin, S->ph, S->fp8w};
     vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
 }
@@ -929,6 +930,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->consumers = calloc(no, sizeof *S->consumers);
     S->reload = calloc(no, sizeof *S->reload);
     S->pgrad = malloc(np * sizeof *S->pgrad);
+    S->gview = calloc(np, 1);
     S->cast = malloc(np * sizeof *S->cast);
     S->st1 = malloc(np * sizeof *S->st1);
     S->st2 = malloc(np * sizeof *S->st2);
@@ -939,7 +941,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     size_t nt0 = 4 * (no + np);
     if (!S->out_t || !S->out_eb || !S->lay || !S->glay || !S->saved ||
         !S->n_saved || !S->grad_t || !S->consumers || !S->reload ||
-        !S->pgrad || !S->cast || !S->st1 || !S->st2 || !S->ckpt ||
+        !S->pgrad || !S->gview || !S->cast || !S->st1 || !S->st2 || !S->ckpt ||
         !vp__grow((void **)&S->t, &S->capt, nt0, sizeof *S->t) ||
         !vp__grow((void **)&S->free_ids, &S->cap_free, nt0,
                   sizeof *S->free_ids))

@@ -408,7 +408,12 @@ uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb)
 /* ---- gradients --------------------------------------------------------- */
 
 /* Hand a parameter gradient (an owned tensor in param dtype) to
- * AccumulateGrad: steal it when .grad is unset, else add in place. */
+ * AccumulateGrad: steal it when .grad is unset, else add in place. A
+ * weight used twice in one backward (a tied head) gets both contributions
+ * in the engine's InputBuffer first, which sums in place only into a
+ * tensor it holds the last reference to (input_buffer.cpp, accumulate and
+ * can_accumulate_inplace): a view (gview) keeps its base alive, so the sum
+ * is a new tensor, then the view and the new contribution are freed. */
 void vp__param_grad(sim *S, uint32_t p, uint32_t gid)
 {
     if (gid == NONE)
@@ -418,6 +423,12 @@ void vp__param_grad(sim *S, uint32_t p, uint32_t gid)
         S->t[gid].cat = VP_CAT_GRAD;
         S->cat_live[VP_CAT_GRAD] += S->t[gid].bytes;
         S->pgrad[p] = gid;
+    } else if (S->gview[p]) {
+        uint32_t held = S->pgrad[p];
+        S->pgrad[p] = vp__talloc(S, S->t[held].bytes, VP_CAT_GRAD);
+        S->gview[p] = 0;
+        vp__tunref(S, held);
+        vp__tunref(S, gid);
     } else {
         vp__tunref(S, gid);
     }
@@ -458,6 +469,18 @@ void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo)
         lo = hi;
     }
     vp__param_grad(S, p, lo);
+}
+
+/* The weight enters F.linear as weight.t(): MmBackward's grad comes back
+ * through TBackward as a view of the mm output (FunctionsManual.cpp,
+ * mm_mat2_backward; t's derivative, derivatives.yaml). Under autocast
+ * ToCopyBackward copies it instead. */
+void vp__param_grad_tview(sim *S, uint32_t p, uint32_t lo)
+{
+    bool view = lo != NONE && S->pgrad[p] == NONE && !vp__param_is_cast(S, p);
+    vp__param_grad_cast(S, p, lo);
+    if (view && S->pgrad[p] == lo)
+        S->gview[p] = 1;
 }
 
 /* Give grad tensor gid (owned) to producer op `in`: convert its dtype if

@@ -84,6 +84,9 @@ typedef struct sim {
     uint32_t *consumers;
     /* per param */
     uint32_t *pgrad, *cast, *st1, *st2;
+    uint8_t *gview;   /* pgrad is the view this backward's first
+                         contribution came as (vp__param_grad_tview);
+                         cleared when a backward begins */
     size_t n_cast;    /* cast[] entries that are not NONE */
     bool *ckpt;       /* per segment */
     uint32_t *held;   /* tensors kept until the model output is dropped */
@@ -214,6 +217,10 @@ uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb);
 void vp__param_grad(sim *S, uint32_t p, uint32_t gid);
 void vp__weight_grad(sim *S, uint32_t p, bool via_cast);
 void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo);
+/* A Linear's weight gradient (owned, compute dtype): as
+ * vp__param_grad_cast, but without a cast it arrives as a view, which a
+ * later contribution in the same backward sums out of place. */
+void vp__param_grad_tview(sim *S, uint32_t p, uint32_t lo);
 /* Give gradient gid (owned, g_eb bytes per element, `strided` when not
  * in the dims' memory order) to op `in`: converted to its output's dtype,
  * then kept or summed into the one it has. */

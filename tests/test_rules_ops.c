@@ -322,3 +322,83 @@ Test(rules_ops, cublas_workspaces_per_thread_and_the_lt_one_at_the_first_addmm)
     cr_expect_eq(w.phase[2], VP_PHASE_BACKWARD);
     cr_expect_str_eq(w.op[2], "lm_head");
 }
+
+/* HF LlamaRMSNorm.forward (modeling_llama.py): `hidden_states =
+ * hidden_states.to(torch.float32)`, `variance = hidden_states.pow(2)
+ * .mean(-1, keepdim=True)`, `hidden_states = hidden_states *
+ * torch.rsqrt(variance + eps)`, `return self.weight *
+ * hidden_states.to(input_dtype)`. The fp32 product h is the local
+ * `hidden_states` until forward returns, so it dies after the weight
+ * multiply's output is made (traced: ho3-qwen3-0.6b-bf16-b2-s4096, events
+ * 424-437). tests/data/good/hf-llama.json (hidden 64) at batch 2 x 256
+ * tokens in bf16: N x H = 32768 elements, x.float() and h 131072 B, the
+ * bf16 cast and the output 65536 B, rsqrt 512 x 4 = 2048 B. */
+Test(rules_ops, rmsnorm_fp32_product_dies_after_the_weight_multiply)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/hf-llama.json", "layers.0.input_norm",
+                VP_PREC_BF16, VP_ATTN_SDPA, false, &st);
+    op_event e[MAX_EV];
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == VP_PHASE_FORWARD)
+            e[n++] = st.ev[i];
+    cr_assert_eq(n, 8, "%zu forward events, expected 8", n);
+    expect_event(e, 0, false, 131072, VP_CAT_ACT);  /* x.float() */
+    expect_event(e, 1, false, 131072, VP_CAT_TEMP); /* pow(2) */
+    expect_event(e, 2, true, 131072, VP_CAT_TEMP);
+    expect_event(e, 3, false, 2048, VP_CAT_ACT);    /* rsqrt */
+    expect_event(e, 4, false, 131072, VP_CAT_ACT);  /* h */
+    expect_event(e, 5, false, 65536, VP_CAT_ACT);   /* h.to(bf16) */
+    expect_event(e, 6, false, 65536, VP_CAT_ACT);   /* weight * ... */
+    expect_event(e, 7, true, 131072, VP_CAT_ACT);   /* h at return */
+}
+
+/* Step 1's backward events of embed_tokens in tests/data/good/
+ * tf-small-tied.yaml (lm_head tied to the 1000 x 64 table) at batch 2,
+ * after its partial sums are freed. */
+static size_t tied_embedding_tail(vp_precision prec, op_event *out)
+{
+    static op_stream st;
+    simulate_op("tests/data/good/tf-small-tied.yaml", "embed_tokens", prec,
+                VP_ATTN_SDPA, false, &st);
+    size_t n = 0;
+    bool after = false;
+    for (size_t i = 0; i < st.n; i++) {
+        if (st.ev[i].phase != VP_PHASE_BACKWARD)
+            continue;
+        if (after)
+            out[n++] = st.ev[i];
+        if (st.ev[i].is_free && st.ev[i].bytes == 35840)
+            after = true;
+    }
+    return n;
+}
+
+/* The tied weight's two gradients meet in AccumulateGrad's InputBuffer
+ * (input_buffer.cpp, accumulate): lm_head's first, as TBackward's view
+ * of MmBackward's product (the weight enters F.linear as weight.t()),
+ * which keeps its base alive, so can_accumulate_inplace fails and the
+ * sum is a new tensor; then the view and the embedding's dense gradient
+ * die (traced: ho3-qwen3-0.6b-bf16-b2-s4096, events 14160-14164). fp32:
+ * 1000 x 64 x 4 = 256000 B each. */
+Test(rules_ops, tied_head_gradient_is_summed_out_of_place)
+{
+    op_event e[MAX_EV];
+    size_t n = tied_embedding_tail(VP_PREC_FP32, e);
+    cr_assert_geq(n, 3, "%zu events after the partial sums, expected 3", n);
+    expect_event(e, 0, false, 256000, VP_CAT_GRAD);
+    expect_event(e, 1, true, 256000, VP_CAT_GRAD);
+    expect_event(e, 2, true, 256000, VP_CAT_TEMP);
+}
+
+/* Under autocast lm_head's gradient comes through ToCopyBackward of the
+ * weight's bf16 cast, a tensor of its own, so the dense gradient is
+ * added into it in place and freed (SIMULATION_NOTES.md section 3.6). */
+Test(rules_ops, tied_head_gradient_under_autocast_is_summed_in_place)
+{
+    op_event e[MAX_EV];
+    size_t n = tied_embedding_tail(VP_PREC_AMP_BF16, e);
+    cr_assert_geq(n, 1, "no event after the partial sums");
+    expect_event(e, 0, true, 256000, VP_CAT_TEMP);
+}

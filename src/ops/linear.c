@@ -603,9 +603,12 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
         vp__param_grad_cast(S, pb, gr.gb);
         vp__give_grad_l(S, in0, gr.gx, gr.gxe, gr.gxs);
         vp__param_grad_cast(S, pw, gr.gw);
-    } else { /* linear / conv (x, W, b) */
+    } else { /* linear / conv (x, W, b); linear's W as weight.t() */
         vp__give_grad_l(S, in0, gr.gx, gr.gxe, gr.gxs);
-        vp__param_grad_cast(S, pw, gr.gw);
+        if (conv)
+            vp__param_grad_cast(S, pw, gr.gw);
+        else
+            vp__param_grad_tview(S, pw, gr.gw);
         vp__param_grad_cast(S, pb, gr.gb);
     }
 }

@@ -116,14 +116,21 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
     vp__transient(S, vp__mulc(S, n, 4)); /* pow(2) */
     uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
     uint32_t h = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_ACT);
+    /* h is the local `hidden_states` until forward returns, after the
+     * weight multiply's output; x.float() goes when the local is rebound
+     * to h unless saved. Without a graph the two orders hold the same
+     * bytes (x.float() or h), so h goes at once there. */
     uint32_t h2 = h;
     if (eb0 != 4) {
         h2 = vp__talloc(S, vp__mulc(S, n, eb0), VP_CAT_ACT);
-        vp__tunref(S, h);
+        if (!f->sv)
+            vp__tunref(S, h);
     }
     f->oeb = vp__promote((uint8_t)vp__param_bytes(S, &S->g->params[o->params[0]]),
                          eb0);
     f->out = vp__talloc(S, vp__mulc(S, n, f->oeb), VP_CAT_ACT);
+    if (h2 != h && f->sv)
+        vp__tunref(S, h);
     if (f->sv) {
         vp__save(S, i, RMS_XF, xf);
         vp__save(S, i, RMS_RSTD, r);
