@@ -1893,40 +1893,10 @@ static void state_rec(const blk *x, uint64_t *rec)
     rec[7] = x->es;
 }
 
-/* (key, value) pairs v[0..n) sorted by key, least significant byte
- * first (a stable radix sort; the bytes in which every key is the same
- * are skipped); tmp has room for n pairs. */
-static void radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
-{
-    uint64_t diff = 0;
-    for (size_t i = 1; i < n; i++)
-        diff |= v[2 * i] ^ v[0];
-    uint64_t *src = v, *dst = tmp;
-    for (unsigned sh = 0; sh < 64; sh += 8) {
-        if (!((diff >> sh) & 0xff))
-            continue;
-        size_t at[257] = {0};
-        for (size_t i = 0; i < n; i++)
-            at[((src[2 * i] >> sh) & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++)
-            at[d + 1] += at[d];
-        for (size_t i = 0; i < n; i++) {
-            size_t j = at[(src[2 * i] >> sh) & 0xff]++;
-            dst[2 * j] = src[2 * i];
-            dst[2 * j + 1] = src[2 * i + 1];
-        }
-        uint64_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != v)
-        memcpy(v, src, n * 2 * sizeof *v);
-}
-
 /* The live blocks' records in the order of state_cmp without sorting
  * them all: the segments (a chain of blocks from one with no previous
  * neighbour, in address order along next) sorted by their first block's
- * address (radix_pairs: most blocks are a segment of their own, and
+ * address (vp__radix_pairs: most blocks are a segment of their own, and
  * qsort of 7,000 segments was a third of an llama-3-70b step), then
  * walked. The records are then in state_cmp's order when
  * the addresses rise strictly from one to the next, which is checked
@@ -1948,10 +1918,9 @@ static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
             heads[2 * k + 1] = i;
             k++;
         }
-    radix_pairs(heads, heads + 2 * live, k);
     uint64_t *o = w->v + from;
     size_t m = 0;
-    bool ok = true;
+    bool ok = vp__radix_pairs(heads, heads + 2 * live, k);
     for (size_t j = 0; j < k && ok; j++)
         for (uint32_t i = (uint32_t)heads[2 * j + 1]; i != NIL && ok;
              i = a->b[i].next) {

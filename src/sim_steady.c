@@ -153,6 +153,32 @@ static bool slots(names *m)
             add_bytes(m->w, S->int8, np * sizeof *S->int8));
 }
 
+/* The n records at r in the order of their block addresses (a radix
+ * sort), when no two share one; false otherwise (nothing moved) or when
+ * memory runs out. Like rec_cmp's order, a listing of the multiset: two
+ * states list the same records alike, and different records apart. */
+static bool by_address(uint64_t *r, size_t n)
+{
+    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
+    uint64_t *c = malloc((n ? n : 1) * 5 * sizeof *c);
+    bool ok = p && c;
+    for (size_t i = 0; i < n && ok; i++) {
+        p[2 * i] = r[5 * i + 4];
+        p[2 * i + 1] = i;
+    }
+    ok = ok && vp__radix_pairs(p, p + 2 * n, n);
+    for (size_t i = 1; i < n && ok; i++)
+        ok = p[2 * i] > p[2 * i - 2];
+    if (ok) {
+        for (size_t i = 0; i < n; i++)
+            memcpy(c + 5 * i, r + 5 * p[2 * i + 1], 5 * sizeof *c);
+        memcpy(r, c, n * 5 * sizeof *c);
+    }
+    free(p);
+    free(c);
+    return ok;
+}
+
 /* The tensors, named: those referred to in the order of their names,
  * then the others. */
 static bool tensors(names *m)
@@ -173,7 +199,8 @@ static bool tensors(names *m)
             return false;
         n++;
     }
-    qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
+    if (!by_address(m->w->v + from, n))
+        qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
     return add1(m->w, n);
 }
 
@@ -231,7 +258,12 @@ bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
 {
     if (!OK(S))
         return false;
-    if (!state(S, batch, nb, loss_t, &d->cur)) {
+    /* room for the state at once, not by doubling from 16 words: the
+     * last one's size, or at first a share of the tensors and ops */
+    size_t room = d->have ? d->prev.n
+                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024;
+    if (!vp__grow((void **)&d->cur.v, &d->cur.cap, room, sizeof *d->cur.v) ||
+        !state(S, batch, nb, loss_t, &d->cur)) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return false;
     }
