@@ -206,12 +206,12 @@ static bool tensors(names *m)
 
 /* Everything that decides the rest of the loop, in *w. */
 static bool state(const sim *S, const uint32_t *batch, size_t nb,
-                  uint32_t loss_t, vp_words *w)
+                  uint32_t loss_t, bool any_peak, vp_words *w)
 {
     uint64_t scalars[] = {nb,
                           S->host_now,
                           S->phase_peak,
-                          S->peak,
+                          any_peak ? 0 : S->peak,
                           (uint64_t)S->ws_fwd_lt << 2 |
                               (uint64_t)S->ws_bwd << 1 | S->ws_bwd_lt,
                           (uint64_t)S->saving_offloadable << 32 |
@@ -219,7 +219,7 @@ static bool state(const sim *S, const uint32_t *batch, size_t nb,
                           S->out->host_bytes,
                           (uint64_t)S->kbit << 1 | S->qmaps,
                           S->gen_token,
-                          (uint64_t)(uintptr_t)S->peak_op};
+                          any_peak ? 0 : (uint64_t)(uintptr_t)S->peak_op};
     names m = {S, w, malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)),
                malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)), 0};
     bool ok = m.canon && m.order;
@@ -263,7 +263,7 @@ bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
     size_t room = d->have ? d->prev.n
                           : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024;
     if (!vp__grow((void **)&d->cur.v, &d->cur.cap, room, sizeof *d->cur.v) ||
-        !state(S, batch, nb, loss_t, &d->cur)) {
+        !state(S, batch, nb, loss_t, d->any_peak, &d->cur)) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return false;
     }
