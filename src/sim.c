@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator_internal.h"
 #include "dist_internal.h"
 
 /* Kinds of Python references (struct vp__pyhold). */
@@ -895,6 +896,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->a = vp_allocator_new(&s->alloc, err);
     if (!S->a)
         return err ? err->code : VP_ENOMEM;
+    S->ast = vp__allocator_stats(S->a);
     S->out_t = malloc(no * sizeof *S->out_t);
     S->out_eb = calloc(no, 1);
     S->lay = calloc(no, 1);

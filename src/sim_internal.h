@@ -65,6 +65,7 @@ typedef struct sim {
     const vp_graph *g;
     const vp_setup *s;
     vp_allocator *a;
+    const vp_allocator_stats *ast; /* a's counters (vp__allocator_stats) */
     vp_error *err;
     vp_status st;
     vp__tensor *t;
