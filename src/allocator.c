@@ -1920,9 +1920,10 @@ static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
         }
     uint64_t *o = w->v + from;
     size_t m = 0;
-    bool ok = vp__radix_pairs(heads, heads + 2 * live, k);
+    const uint64_t *sorted = vp__radix_pairs(heads, heads + 2 * live, k);
+    bool ok = sorted != NULL;
     for (size_t j = 0; j < k && ok; j++)
-        for (uint32_t i = (uint32_t)heads[2 * j + 1]; i != NIL && ok;
+        for (uint32_t i = (uint32_t)sorted[2 * j + 1]; i != NIL && ok;
              i = a->b[i].next) {
             ok = m < live && (m == 0 || a->b[i].addr > o[-STATE_WORDS]);
             if (ok) {

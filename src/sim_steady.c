@@ -166,12 +166,13 @@ static bool by_address(uint64_t *r, size_t n)
         p[2 * i] = r[5 * i + 4];
         p[2 * i + 1] = i;
     }
-    ok = ok && vp__radix_pairs(p, p + 2 * n, n);
+    const uint64_t *q = ok ? vp__radix_pairs(p, p + 2 * n, n) : NULL;
+    ok = q != NULL;
     for (size_t i = 1; i < n && ok; i++)
-        ok = p[2 * i] > p[2 * i - 2];
+        ok = q[2 * i] > q[2 * i - 2];
     if (ok) {
         for (size_t i = 0; i < n; i++)
-            memcpy(c + 5 * i, r + 5 * p[2 * i + 1], 5 * sizeof *c);
+            memcpy(c + 5 * i, r + 5 * q[2 * i + 1], 5 * sizeof *c);
         memcpy(r, c, n * 5 * sizeof *c);
     }
     free(p);

@@ -166,9 +166,9 @@ vp_status vp_file_read(const char *path, size_t max, char **buf,
 /* (key, value) pairs v[0..n) sorted by key: a stable radix sort, a
  * digit a pass from the lowest bit in which two keys differ to the
  * highest (segment addresses are 2 MiB apart: two or three passes); tmp
- * has room for n pairs. False, with v unsorted, when memory for the
- * counts runs out. */
-bool vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
+ * has room for n pairs. Returns where the sorted pairs are (v or tmp),
+ * NULL when memory for the counts runs out. */
+uint64_t *vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
 {
     /* digits of 8 bits below 4,096 pairs (fewer counts to clear and sum
      * per pass), of 11 above */
@@ -178,10 +178,10 @@ bool vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
     for (size_t i = 1; i < n; i++)
         diff |= v[2 * i] ^ v[0];
     if (!diff)
-        return true;
+        return v;
     size_t *at = malloc((digits + 1) * sizeof *at);
     if (!at)
-        return false;
+        return NULL;
     unsigned low = 0;
     while (!((diff >> low) & 1))
         low++;
@@ -202,9 +202,7 @@ bool vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
         dst = t;
     }
     free(at);
-    if (src != v)
-        memcpy(v, src, n * 2 * sizeof *v);
-    return true;
+    return src;
 }
 
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)

@@ -57,9 +57,10 @@ vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err);
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 
-/* (key, value) pairs of 64-bit words, v[0..2n), sorted by key, stable;
- * tmp has room for n pairs; false when memory runs out (util.c). */
-bool vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n);
+/* (key, value) pairs of 64-bit words, v[0..2n), sorted by key, stable,
+ * into v or tmp (room for n pairs): returns which, NULL when memory runs
+ * out (util.c). */
+uint64_t *vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n);
 
 /* A growing array of 64-bit words (a state written out to be compared). */
 typedef struct vp_words {
