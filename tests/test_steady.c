@@ -69,13 +69,21 @@ Test(steady, mlp10_every_setup_matches_the_loop)
     vp_graph_free(g);
 }
 
-Test(steady, gpt2_checkpointed_and_expandable_match_the_loop)
+/* gpt2-small at batch 1, 64 tokens, and every segment checkpointed in
+ * ck (room for 256). */
+static vp_graph *gpt2_checkpointed(bool *ck)
 {
     vp_graph *g = graph("models/gpt2-small.yaml", 1, 64);
     vp_error err;
-    bool ck[256];
     cr_assert_leq(vp_graph_segment_count(g), 256);
     cr_assert_eq(vp_graph_checkpoint_select(g, "all", ck, &err), VP_OK);
+    return g;
+}
+
+Test(steady, gpt2_checkpointed_and_expandable_match_the_loop)
+{
+    bool ck[256];
+    vp_graph *g = gpt2_checkpointed(ck);
     for (uint32_t acc = 2; acc <= 5; acc++) {
         vp_setup s;
         vp_setup_init(&s);
@@ -301,11 +309,8 @@ Test(steady, lora_accumulation_is_closed_form, .timeout = 20)
  * checkpointing, offload and expandable segments. */
 Test(steady, steps_match_the_loop)
 {
-    vp_graph *g = graph("models/gpt2-small.yaml", 1, 64);
-    vp_error err;
     bool ck[256];
-    cr_assert_leq(vp_graph_segment_count(g), 256);
-    cr_assert_eq(vp_graph_checkpoint_select(g, "all", ck, &err), VP_OK);
+    vp_graph *g = gpt2_checkpointed(ck);
     for (uint32_t steps = 3; steps <= VP_MAX_STEPS; steps += 13) {
         for (int p = 0; p < VP_PREC__COUNT; p++) {
             vp_setup s;
