@@ -39,7 +39,13 @@ const vp_allocator_stats *vp__allocator_stats(const vp_allocator *a);
  * blocks follow from the free blocks; its treaps' shape and priorities
  * do not change which block a best-fit search finds).
  * Two allocators that append the same words answer every later request
- * alike. O(n log n) in the blocks; false when memory runs out. */
+ * alike. O(n log n) in the blocks; false when memory runs out. The live
+ * blocks are written segment by segment (the segments sorted by address
+ * with a radix sort), in the order of a sort of all of them. */
 bool vp__allocator_state(const vp_allocator *a, vp_words *w);
+
+/* vp__allocator_state with every live block sorted by qsort: the
+ * reference the tests compare it with. */
+bool vp__allocator_state_sorted(const vp_allocator *a, vp_words *w);
 
 #endif

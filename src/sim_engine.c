@@ -58,7 +58,7 @@ static void emit_tail(sim *S, bool is_free, uint64_t bytes, vp_category cat,
             cat = VP_CAT_ACT; /* the public categories */
         vp_sim_event ev = {S->events, is_free, bytes, cat, S->phase,
                            S->step, S->cur_op ? S->cur_op : "",
-                           al, vp__allocator_stats(S->a)->reserved, handle,
+                           al, S->ast->reserved, handle,
                            vp_allocator_block_addr(S->a, handle)};
         S->cb(&ev, S->ud);
     }
@@ -85,7 +85,7 @@ static inline void emit_free(sim *S, uint64_t bytes, vp_category cat,
     S->events++;
     if (S->cb || S->stop_at)
         emit_tail(S, true, bytes, cat, handle,
-                  vp__allocator_stats(S->a)->allocated);
+                  S->ast->allocated);
 }
 
 /* The allocator's error for `bytes` (an out-of-memory one names the op). */
@@ -145,7 +145,7 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
         return NONE;
     S->t[id] = (vp__tensor){h, bs, 1, (uint8_t)cat, S->cur_op_idx};
     S->cat_live[cat] += bs;
-    emit_alloc(S, bytes, cat, h, vp__allocator_stats(S->a)->allocated);
+    emit_alloc(S, bytes, cat, h, S->ast->allocated);
     return id;
 }
 

@@ -65,6 +65,7 @@ typedef struct sim {
     const vp_graph *g;
     const vp_setup *s;
     vp_allocator *a;
+    const vp_allocator_stats *ast; /* a's counters (vp__allocator_stats) */
     vp_error *err;
     vp_status st;
     vp__tensor *t;
@@ -243,6 +244,10 @@ typedef struct vp__steady {
     vp_words prev, cur;
     uint64_t at[3]; /* events, allocator retries, host traffic */
     bool have;
+    /* the peak so far (and its op) left out of the state: set where a
+     * repetition's events cannot raise it (the step loop: the peak so far
+     * is at least every figure the step to repeat reached) */
+    bool any_peak;
 } vp__steady;
 
 /* Called at the start of each micro-batch after the first, with the

@@ -153,6 +153,33 @@ static bool slots(names *m)
             add_bytes(m->w, S->int8, np * sizeof *S->int8));
 }
 
+/* The n records at r in the order of their block addresses (a radix
+ * sort), when no two share one; false otherwise (nothing moved) or when
+ * memory runs out. Like rec_cmp's order, a listing of the multiset: two
+ * states list the same records alike, and different records apart. */
+static bool by_address(uint64_t *r, size_t n)
+{
+    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
+    uint64_t *c = malloc((n ? n : 1) * 5 * sizeof *c);
+    bool ok = p && c;
+    for (size_t i = 0; i < n && ok; i++) {
+        p[2 * i] = r[5 * i + 4];
+        p[2 * i + 1] = i;
+    }
+    const uint64_t *q = ok ? vp__radix_pairs(p, p + 2 * n, n) : NULL;
+    ok = q != NULL;
+    for (size_t i = 1; i < n && ok; i++)
+        ok = q[2 * i] > q[2 * i - 2];
+    if (ok) {
+        for (size_t i = 0; i < n; i++)
+            memcpy(c + 5 * i, r + 5 * q[2 * i + 1], 5 * sizeof *c);
+        memcpy(r, c, n * 5 * sizeof *c);
+    }
+    free(p);
+    free(c);
+    return ok;
+}
+
 /* The tensors, named: those referred to in the order of their names,
  * then the others. */
 static bool tensors(names *m)
@@ -173,18 +200,19 @@ static bool tensors(names *m)
             return false;
         n++;
     }
-    qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
+    if (!by_address(m->w->v + from, n))
+        qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
     return add1(m->w, n);
 }
 
 /* Everything that decides the rest of the loop, in *w. */
 static bool state(const sim *S, const uint32_t *batch, size_t nb,
-                  uint32_t loss_t, vp_words *w)
+                  uint32_t loss_t, bool any_peak, vp_words *w)
 {
     uint64_t scalars[] = {nb,
                           S->host_now,
                           S->phase_peak,
-                          S->peak,
+                          any_peak ? 0 : S->peak,
                           (uint64_t)S->ws_fwd_lt << 2 |
                               (uint64_t)S->ws_bwd << 1 | S->ws_bwd_lt,
                           (uint64_t)S->saving_offloadable << 32 |
@@ -192,7 +220,7 @@ static bool state(const sim *S, const uint32_t *batch, size_t nb,
                           S->out->host_bytes,
                           (uint64_t)S->kbit << 1 | S->qmaps,
                           S->gen_token,
-                          (uint64_t)(uintptr_t)S->peak_op};
+                          any_peak ? 0 : (uint64_t)(uintptr_t)S->peak_op};
     names m = {S, w, malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)),
                malloc((S->nt ? S->nt : 1) * sizeof(uint32_t)), 0};
     bool ok = m.canon && m.order;
@@ -231,7 +259,12 @@ bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
 {
     if (!OK(S))
         return false;
-    if (!state(S, batch, nb, loss_t, &d->cur)) {
+    /* room for the state at once, not by doubling from 16 words: the
+     * last one's size, or at first a share of the tensors and ops */
+    size_t room = d->have ? d->prev.n
+                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024;
+    if (!vp__grow((void **)&d->cur.v, &d->cur.cap, room, sizeof *d->cur.v) ||
+        !state(S, batch, nb, loss_t, d->any_peak, &d->cur)) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
         return false;
     }

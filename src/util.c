@@ -163,6 +163,48 @@ vp_status vp_file_read(const char *path, size_t max, char **buf,
     return vp__read_file(path, max, buf, len, err);
 }
 
+/* (key, value) pairs v[0..n) sorted by key: a stable radix sort, a
+ * digit a pass from the lowest bit in which two keys differ to the
+ * highest (segment addresses are 2 MiB apart: two or three passes); tmp
+ * has room for n pairs. Returns where the sorted pairs are (v or tmp),
+ * NULL when memory for the counts runs out. */
+uint64_t *vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
+{
+    /* digits of 8 bits below 4,096 pairs (fewer counts to clear and sum
+     * per pass), of 11 above */
+    unsigned bits = n < 4096 ? 8 : 11;
+    size_t digits = (size_t)1 << bits;
+    uint64_t diff = 0;
+    for (size_t i = 1; i < n; i++)
+        diff |= v[2 * i] ^ v[0];
+    if (!diff)
+        return v;
+    size_t *at = malloc((digits + 1) * sizeof *at);
+    if (!at)
+        return NULL;
+    unsigned low = 0;
+    while (!((diff >> low) & 1))
+        low++;
+    uint64_t *src = v, *dst = tmp;
+    for (unsigned sh = low; sh < 64 && (diff >> sh); sh += bits) {
+        memset(at, 0, (digits + 1) * sizeof *at);
+        for (size_t i = 0; i < n; i++)
+            at[((src[2 * i] >> sh) & (digits - 1)) + 1]++;
+        for (size_t d = 0; d < digits; d++)
+            at[d + 1] += at[d];
+        for (size_t i = 0; i < n; i++) {
+            size_t j = at[(src[2 * i] >> sh) & (digits - 1)]++;
+            dst[2 * j] = src[2 * i];
+            dst[2 * j + 1] = src[2 * i + 1];
+        }
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    free(at);
+    return src;
+}
+
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
@@ -183,7 +225,7 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
-bool vp__words_add(vp_words *w, const uint64_t *v, size_t k)
+bool vp__words_grow_add(vp_words *w, const uint64_t *v, size_t k)
 {
     if (k > SIZE_MAX - w->n ||
         !vp__grow((void **)&w->v, &w->cap, w->n + k, sizeof *w->v))

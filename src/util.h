@@ -57,13 +57,28 @@ vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err);
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 
+/* (key, value) pairs of 64-bit words, v[0..2n), sorted by key, stable,
+ * into v or tmp (room for n pairs): returns which, NULL when memory runs
+ * out (util.c). */
+uint64_t *vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n);
+
 /* A growing array of 64-bit words (a state written out to be compared). */
 typedef struct vp_words {
     uint64_t *v;
     size_t n, cap;
 } vp_words;
-/* Append k words; false when memory runs out. */
-bool vp__words_add(vp_words *w, const uint64_t *v, size_t k);
+/* Append k words; false when memory runs out. Inline when they fit (a
+ * state is written a few words at a time). */
+bool vp__words_grow_add(vp_words *w, const uint64_t *v, size_t k);
+static inline bool vp__words_add(vp_words *w, const uint64_t *v, size_t k)
+{
+    if (k > w->cap - w->n)
+        return vp__words_grow_add(w, v, k);
+    for (size_t i = 0; i < k; i++)
+        w->v[w->n + i] = v[i];
+    w->n += k;
+    return true;
+}
 
 /* v x ppm / 1e6, rounded down, without overflow (ppm <= 1e6). */
 static inline uint64_t vp__share_ppm(uint64_t v, uint32_t ppm)

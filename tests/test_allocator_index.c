@@ -222,3 +222,56 @@ Test(allocator_index, transient_is_malloc_and_release_three_streams)
 {
     run_transient(22, 2000, 3);
 }
+
+/* The state written segment by segment (vp__allocator_state) is the one
+ * with every live block sorted, word for word, along random runs of
+ * mallocs, releases and cache releases on several streams, with and
+ * without expandable segments. */
+static void state_run(uint64_t seed, int ops, bool expandable)
+{
+    vp_error err;
+    vp_allocator_config cfg;
+    vp_allocator_config_init(&cfg);
+    cfg.expandable_segments = expandable;
+    vp_allocator *a = vp_allocator_new(&cfg, &err);
+    cr_assert_not_null(a, "%s", err.msg);
+    uint64_t *live = calloc((size_t)ops, sizeof *live);
+    cr_assert_not_null(live);
+    size_t n = 0;
+    vp_words ws = {0}, wq = {0};
+    for (int op = 0; op < ops; op++) {
+        uint64_t r = rnd(&seed) % 100;
+        if (r < 2) {
+            vp_allocator_empty_cache(a);
+        } else if (r < 45 && n > 0) {
+            size_t k = (size_t)(rnd(&seed) % n);
+            cr_assert_eq(vp_allocator_release(a, live[k], &err), VP_OK);
+            live[k] = live[--n];
+        } else {
+            int stream = (int)(rnd(&seed) % 3);
+            cr_assert_eq(vp_allocator_malloc(a, request(&seed), stream,
+                                             &live[n++], &err),
+                         VP_OK, "%s", err.msg);
+        }
+        ws.n = wq.n = 0;
+        cr_assert(vp__allocator_state(a, &ws) &&
+                  vp__allocator_state_sorted(a, &wq));
+        cr_assert_eq(ws.n, wq.n, "op %d: state sizes differ", op);
+        cr_assert_arr_eq(ws.v, wq.v, ws.n * sizeof *ws.v,
+                         "op %d: states differ", op);
+    }
+    free(ws.v);
+    free(wq.v);
+    free(live);
+    vp_allocator_free(a);
+}
+
+Test(allocator_index, state_by_segment_is_the_sorted_state)
+{
+    state_run(31, 1500, false);
+}
+
+Test(allocator_index, state_by_segment_is_the_sorted_state_expandable)
+{
+    state_run(32, 1500, true);
+}

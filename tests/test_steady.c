@@ -69,13 +69,21 @@ Test(steady, mlp10_every_setup_matches_the_loop)
     vp_graph_free(g);
 }
 
-Test(steady, gpt2_checkpointed_and_expandable_match_the_loop)
+/* gpt2-small at batch 1, 64 tokens, and every segment checkpointed in
+ * ck (room for 256). */
+static vp_graph *gpt2_checkpointed(bool *ck)
 {
     vp_graph *g = graph("models/gpt2-small.yaml", 1, 64);
     vp_error err;
-    bool ck[256];
     cr_assert_leq(vp_graph_segment_count(g), 256);
     cr_assert_eq(vp_graph_checkpoint_select(g, "all", ck, &err), VP_OK);
+    return g;
+}
+
+Test(steady, gpt2_checkpointed_and_expandable_match_the_loop)
+{
+    bool ck[256];
+    vp_graph *g = gpt2_checkpointed(ck);
     for (uint32_t acc = 2; acc <= 5; acc++) {
         vp_setup s;
         vp_setup_init(&s);
@@ -292,5 +300,98 @@ Test(steady, lora_accumulation_is_closed_form, .timeout = 20)
         cr_expect_eq(big.paged_bytes, e4.paged_bytes);
         cr_expect_lt(cpu, 5.0, "%.2f s", cpu);
     }
+    vp_graph_free(g);
+}
+
+/* The step loop's steady state (src/sim.c steps_repeat): from step 3 on,
+ * a step that starts where the one before started repeats it; the
+ * estimate is the loop's for every step count, with accumulation,
+ * checkpointing, offload and expandable segments. */
+Test(steady, steps_match_the_loop)
+{
+    bool ck[256];
+    vp_graph *g = gpt2_checkpointed(ck);
+    for (uint32_t steps = 3; steps <= VP_MAX_STEPS; steps += 13) {
+        for (int p = 0; p < VP_PREC__COUNT; p++) {
+            vp_setup s;
+            vp_setup_init(&s);
+            s.steps = steps;
+            s.precision = (vp_precision)p;
+            same_as_loop(g, &s);
+            s.accum = 3;
+            s.checkpoint = ck;
+            same_as_loop(g, &s);
+            s.offload_activations = true;
+            s.alloc.expandable_segments = true;
+            s.set_to_none = false;
+            same_as_loop(g, &s);
+        }
+    }
+    vp_graph_free(g);
+}
+
+Test(steady, steps_of_mlp10_and_resnet50_match_the_loop)
+{
+    const char *models[] = {"models/mlp10.yaml", "models/resnet50.yaml"};
+    for (int m = 0; m < 2; m++) {
+        vp_graph *g = graph(models[m], 2, 64);
+        for (uint32_t steps = 3; steps <= 6; steps++) {
+            vp_setup s;
+            vp_setup_init(&s);
+            s.steps = steps;
+            s.batch = 2;
+            same_as_loop(g, &s);
+            s.inference = true;
+            same_as_loop(g, &s);
+        }
+        vp_graph_free(g);
+    }
+}
+
+/* Best CPU time of three simulations. */
+static double best_cpu(vp_graph *g, const vp_setup *s, vp_estimate *e)
+{
+    double best = 1e30;
+    vp_error err;
+    for (int r = 0; r < 3; r++) {
+        clock_t t0 = clock();
+        cr_assert_eq(vp_simulate(g, s, e, NULL, NULL, &err), VP_OK);
+        double t = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        if (t < best)
+            best = t;
+    }
+    return best;
+}
+
+/* Events grow by one step's worth per step once steps repeat, the last
+ * step's figures are the repeated step's, and the most steps cost about
+ * what four do (the steps after the steady state are not simulated: the
+ * loop would take four times as long). */
+Test(steady, steps_after_the_steady_state_are_closed_form, .timeout = 60)
+{
+    vp_graph *g = graph("models/gpt2-small.yaml", 4, 256);
+    vp_setup s;
+    vp_setup_init(&s);
+    vp_estimate *e = calloc(VP_MAX_STEPS + 1, sizeof *e);
+    cr_assert_not_null(e);
+    vp_error err;
+    for (uint32_t n = 4; n < VP_MAX_STEPS; n++) {
+        s.steps = n;
+        cr_assert_eq(vp_simulate(g, &s, &e[n], NULL, NULL, &err), VP_OK);
+    }
+    s.steps = 4;
+    double t4 = best_cpu(g, &s, &e[4]);
+    s.steps = VP_MAX_STEPS;
+    double t16 = best_cpu(g, &s, &e[VP_MAX_STEPS]);
+    uint64_t per = e[5].events - e[4].events;
+    cr_assert_gt(per, 0);
+    for (uint32_t n = 5; n <= VP_MAX_STEPS; n++) {
+        cr_expect_eq(e[n].events, e[4].events + (n - 4) * per);
+        cr_expect(memcmp(&e[n].step[n - 1], &e[4].step[3],
+                         sizeof e[4].step[3]) == 0, "step %u", n);
+    }
+    cr_expect_lt(t16, 2 * t4, "%u steps %.4f s, 4 steps %.4f s",
+                 VP_MAX_STEPS, t16, t4);
+    free(e);
     vp_graph_free(g);
 }
