@@ -36,15 +36,18 @@ def main(path):
             print("env: %s, torch %s" % (r.get("gpu"), r.get("torch")))
     casts = [r for r in rows if r.get("kind") == "fp8cast"]
     fits = {}
-    for mode in ("copy", "compile", "eager"):
+    present = {r["mode"] for r in casts}
+    for mode in ("copy", "compile", "eager", "compile_cast", "compile_tcast"):
         pts = [(r["rows"] * r["cols"], r["ms"] * 1e-3) for r in casts if r["mode"] == mode]
+        if mode not in present and mode.startswith("compile_"):
+            continue  # the split of the compiled cast, measured since
         if len(pts) < 2:
             sys.exit("%s: fewer than two %s rows" % (path, mode))
         fits[mode] = fit(pts)
         a, b, med, worst = fits[mode]
         print("%-7s %2d shapes: %6.1f us + %.4f ps an element (%.0f GB/s of 4 B), |err| median %.3f, max %.3f" % (
             mode, len(pts), a * 1e6, b * 1e12, 4 / b / 1e9, med, worst))
-    for mode in ("compile", "eager"):
+    for mode in (m for m in ("compile", "eager", "compile_cast", "compile_tcast") if m in fits):
         print("%s per element over a copy's: %.3f" % (mode, fits[mode][1] / fits["copy"][1]))
 
 
