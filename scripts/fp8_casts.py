@@ -10,7 +10,10 @@ separate kernels) and under torch.compile (what torchtitan's float8 runs), and a
 copy curve. Every time is the median of CUDA-event-timed repetitions after warm-up, on random data. One JSON object a
 line:
   {"kind":"env",...}
-  {"kind":"fp8cast","mode":"eager"|"compile"|"copy","rows":R,"cols":C,"bytes_model":6RC,"ms":..,"gbps_model":..}
+  {"kind":"fp8cast","mode":"eager"|"compile"|"compile_cast"|"compile_tcast"|"copy","rows":R,"cols":C,"bytes_model":6RC,
+   "ms":..,"gbps_model":..}
+compile_cast (amax, row-major cast: torchao's forward casts) and compile_tcast (amax, transposed cast: its backward's
+re-casts of input and weight) split the compiled cost between the passes; bytes_model 5RC for them, 4RC for copy.
 Compare gbps_model with the profile's copy curve at bytes_model / 2 (the two kernels): the rule holds where they agree.
 """
 import json
@@ -49,22 +52,35 @@ def cast_transpose(x):
     return y, yt, scale
 
 
+def cast_only(x):
+    amax = x.abs().amax().float()
+    scale = F8_MAX / torch.clamp(amax, min=1e-12)
+    return (x.float() * scale).clamp(-F8_MAX, F8_MAX).to(F8), scale
+
+
+def tcast_only(x):
+    amax = x.abs().amax().float()
+    scale = F8_MAX / torch.clamp(amax, min=1e-12)
+    return (x.t().float() * scale).clamp(-F8_MAX, F8_MAX).to(F8).contiguous(), scale
+
+
 def main():
     out = open(sys.argv[1], "w")
     emit = lambda d: (out.write(json.dumps(d) + "\n"), out.flush())
     emit({"kind": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)})
     compiled = torch.compile(cast_transpose)
+    compiled_cast, compiled_tcast = torch.compile(cast_only), torch.compile(tcast_only)
     # linear inputs and output gradients of Llama 3 8B / 70B / 405B layers at tp 1-8, 4096-16384 tokens
     for rows in (4096, 8192, 16384):
         for cols in (512, 1024, 2048, 4096, 6656, 8192, 14336, 16384, 28672, 53248):
             if rows * cols * 2 > 4 << 30:
                 continue
             x = torch.randn(rows, cols, device=DEV, dtype=torch.bfloat16)
-            b = 6.0 * rows * cols
             for mode, fn in (("eager", lambda: cast_transpose(x)), ("compile", lambda: compiled(x)),
+                             ("compile_cast", lambda: compiled_cast(x)), ("compile_tcast", lambda: compiled_tcast(x)),
                              ("copy", lambda: x.clone())):
                 ms = bench(fn)
-                bm = 4.0 * rows * cols if mode == "copy" else b
+                bm = {"copy": 4.0, "compile_cast": 5.0, "compile_tcast": 5.0}.get(mode, 6.0) * rows * cols
                 emit({"kind": "fp8cast", "mode": mode, "rows": rows, "cols": cols, "bytes_model": bm, "ms": ms,
                       "gbps_model": bm / ms / 1e6})
             del x

@@ -232,16 +232,27 @@ static void comms(tctx *k, ltime *o)
     }
 }
 
-/* fp8 training's scaling and casts, per layer and micro-batch: current
- * scaling reads a tensor for its amax, then reads it again and writes
- * the fp8 data and its transpose (Transformer Engine
- * pytorch/module/linear.py _Linear.forward / backward: the input, and
- * the output gradient before dgrad and wgrad; torchao float8
- * hp_tensor_to_float8_dynamic: the same for input, weight and output
- * gradient), 2 + 2 + 1 + 1 bytes an element, two kernels. Under
- * Megatron the weights are fp8 parameters, cast once in the optimizer
- * step (fp8_param_gather); under torch they are the bf16 gathered
- * weights, cast every forward. */
+/* fp8 current scaling's casts, per layer and micro-batch
+ * (docs/CLUSTER.md "fp8 step time"): a tensor is read for its amax, then
+ * read again to write the fp8 data and its transpose.
+ *   Megatron: Transformer Engine's fused cast-transpose (Float8Current-
+ * Scaling's quantizer, cpp_extensions cast_transpose; pytorch/module/
+ * linear.py _Linear.forward casts the input, _Linear.backward the output
+ * gradient), 2 + 2 + 1 + 1 B an element in two kernels at the copy
+ * curve; the weights are fp8 parameters, cast once in the optimizer
+ * step (fp8_param_gather).
+ *   torch: torchao's tensorwise dynamic float8 under torch.compile
+ * (float8/float8_linear.py matmul_with_hp_or_float8_args; float8_
+ * scaling_utils.py hp_tensor_to_float8_dynamic): the forward casts the
+ * input and the bf16 gathered weight, the backward the output gradient
+ * both ways under one amax, and the input and weight again, transposed,
+ * for wgrad and dgrad (their amax is the forward's: the same tensorwise
+ * max in one compiled graph, and torchtitan's op-level policy saves
+ * aten.max). Each of the three thus gets an amax, a cast and a
+ * transposed cast, which Inductor's kernels run at VP_FP8_CAST_COMPILED
+ * times a copy of the tensor, ATen's eager ones at VP_FP8_CAST_EAGER
+ * (timing.h), two kernels a tensor; the input's and weight's are charged
+ * to the forward. */
 static void fp8_casts(tctx *k, ltime *o)
 {
     const vp_cluster_model *cm = k->x->cm;
@@ -258,11 +269,17 @@ static void fp8_casts(tctx *k, ltime *o)
         wt += g->count * nn * kk;
         n += g->count;
     }
-    if (k->eng == VP_ENGINE_TORCH)
-        in += wt;
-    /* two kernels a linear each way */
-    o->mem_f += memtime(k->x, 6.0 * in, 2.0 * n);
-    o->mem_b += memtime(k->x, 6.0 * out, 2.0 * n);
+    if (k->eng != VP_ENGINE_TORCH) {
+        /* two kernels a linear each way */
+        o->mem_f += memtime(k->x, 6.0 * in, 2.0 * n);
+        o->mem_b += memtime(k->x, 6.0 * out, 2.0 * n);
+        return;
+    }
+    /* a copy of a bf16 tensor reads and writes 2 B an element */
+    double per = 4.0 * (k->p->compile ? VP_FP8_CAST_COMPILED
+                                      : VP_FP8_CAST_EAGER);
+    o->mem_f += memtime(k->x, per * (in + wt), 4.0 * n);
+    o->mem_b += memtime(k->x, per * out, 2.0 * n);
 }
 
 static void layer(tctx *k, ltime *o)

@@ -607,6 +607,51 @@ Test(fp8, megatron_cast_kernels_by_bytes)
     vp_model_free(m);
 }
 
+/* fp8 under torch (torchao's tensorwise dynamic float8; Llama 3 8B,
+ * FSDP on 8 GPUs, one micro-batch): each linear's input, gathered bf16
+ * weight and output gradient gets an amax, a cast and a transposed cast,
+ * two kernels a tensor, moving the measured multiple of a copy's 4 B an
+ * element at the copy curve: Inductor's under torch.compile, ATen's
+ * eager. The memory-bound time grows by exactly that over bf16's (the
+ * q/k/v and gate/up pairs share their input's cast). */
+static void torch_casts(bool compile, double per_element)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster c = cluster(8);
+    vp_cluster_mem mb, m8;
+    vp_cluster_time tb, t8;
+    torch_eval(cm, VP_RC_NONE, VP_DT_BF16, compile, &mb, &tb);
+    torch_eval(cm, VP_RC_NONE, VP_DT_FP8, compile, &m8, &t8);
+    double s = (double)in.seq, h = (double)in.hidden;
+    double qd = (double)in.heads * (double)in.head_dim;
+    double kv = (double)in.kv_heads * (double)in.head_dim;
+    double f = (double)in.ffn, lin = 7;
+    double x = s * (h + qd + h + f), dy = s * (qd + 2 * kv + h + 2 * f + h);
+    double w = h * (qd + 2 * kv) + qd * h + 3 * h * f;
+    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
+    double b = 4 * per_element;
+    double per = 4 * lin * vp_curve_time(cc, b * (x + w) / (4 * lin)) +
+                 2 * lin * vp_curve_time(cc, b * dy / (2 * lin));
+    double want = (double)in.layers * per;
+    cr_assert_float_eq(t8.memory - tb.memory, want, 1e-9 * want,
+                       "%g s vs %g s", t8.memory - tb.memory, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+Test(fp8, torch_compiled_casts_at_the_measured_multiple_of_a_copy)
+{
+    torch_casts(true, VP_FP8_CAST_COMPILED);
+}
+
+Test(fp8, torch_eager_casts_at_the_measured_multiple_of_a_copy)
+{
+    torch_casts(false, VP_FP8_CAST_EAGER);
+}
+
 /* ---- the MFU bound --------------------------------------------------- */
 
 /* No plan the search picks claims more MFU than the GPU's GEMM curve
