@@ -1297,6 +1297,10 @@ vp_status vp_par_check(const vp_cluster_model *cm, const vp_cluster *c,
     }
     if (p->compile && e != VP_ENGINE_TORCH)
         BAD("torch.compile applies to the PyTorch engine");
+    if (p->fp8_gather &&
+        (p->dtype != VP_DT_FP8 || !vp__fsdp2(p->sharding)))
+        BAD("the fp8 all-gather is torchao's float8 recipe under FSDP2 or "
+            "HSDP2 (fp8 dtype)");
     if (p->mtp && (cm->whole || p->mtp > 8))
         BAD("multi-token prediction takes 1 to 8 modules after a "
             "decoder-only transformer");

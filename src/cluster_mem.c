@@ -164,10 +164,17 @@ static double largest_tensor(const vp_cluster_model *cm, double t)
  * layer's backward holds its unsharded parameters, the next group's
  * prefetched all-gather output, its unsharded gradients and the fp32
  * reduce-scatter input (foreach_reduce, _chunk_cat), the all-gather input
- * (the shard cast to ab, 1/D of a unit) beside. */
-static double fsdp2_buffers(double ab, double pu, double pr, double D)
+ * (the shard cast to ab, 1/D of a unit) beside. Under torchao's fp8
+ * all-gather (float8/fsdp_utils.py fsdp_pre_all_gather / fsdp_post_all_
+ * gather) a layer's parameters are gathered in fp8 (lb = 1: its unsharded
+ * and prefetched parameters and the all-gather input; the root group,
+ * whose output head torchtitan leaves in bf16, and the gradients keep
+ * ab); with force_recompute_fp8_weight_in_bwd no fp8 weight is saved for
+ * the backward: the backward gathers it again. */
+static double fsdp2_buffers(double ab, double lb, double pu, double pr,
+                            double D)
 {
-    double layer = 3.0 * ab * pu + 4.0 * pu + ab * pu / D;
+    double layer = 2.0 * lb * pu + ab * pu + 4.0 * pu + lb * pu / D;
     return 2.0 * ab * pr + layer;
 }
 
@@ -347,7 +354,7 @@ static void stage_states(const vp__evctx *x, const vp_par *p, double pd,
          * fp32, torchtitan's MixedPrecisionPolicy) held as the sharded
          * gradients (dist_fsdp2.c); buf: fsdp2_buffers */
         o->w = w * Ps, o->g = g * Ps, o->o = opt * Ps;
-        o->buf = fsdp2_buffers(ab, pu, pr, Dsh);
+        o->buf = fsdp2_buffers(ab, p->fp8_gather ? 1.0 : ab, pu, pr, Dsh);
         o->temp = 4.0 * Ps; /* foreach AdamW on the fp32 shards */
         o->popt = Ps;
         break;

@@ -374,6 +374,7 @@ static vp_status layout(sctx *s, vp_par *p)
         p->overlap_tp = s->o->overlap_tp;
         p->overlap_ep = s->o->overlap_ep;
         p->compile = s->o->compile;
+        p->fp8_gather = s->o->fp8_gather;
         p->mtp = s->o->mtp;
         int cls = vp__cls_of(p);
         if (!act[cls]) {
@@ -481,7 +482,8 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.err = err;
     uint32_t sims0 = cm->sims;
     s.check = o->first_layers || o->last_layers || o->overlap_dp ||
-              o->overlap_tp || o->overlap_ep || o->compile || o->mtp;
+              o->overlap_tp || o->overlap_ep || o->compile || o->mtp ||
+              o->fp8_gather;
     s.G = o->global_batch;
     if (s.G == 0 && cm->whole) {
         /* a graph-form model: 32 samples per GPU, Goyal et al. 2017's

@@ -232,6 +232,49 @@ static void comms(tctx *k, ltime *o)
     }
 }
 
+/* A layer's linear outputs and weights per rank (elements) and its
+ * linear count. */
+static void lin_elems(const tctx *k, double *out, double *wt, double *n)
+{
+    const vp_cluster_model *cm = k->x->cm;
+    double bcp = k->b / k->cp;
+    *out = *wt = *n = 0;
+    for (size_t i = 0; i < cm->n_gemm; i++) {
+        const vp__gemm *g = &cm->gemm[i];
+        double nn = g->n, kk = g->k;
+        if (g->split == VP__SPLIT_COL)
+            nn /= k->t;
+        else if (g->split == VP__SPLIT_ROW)
+            kk /= k->t;
+        *out += g->count * bcp * g->rows * nn;
+        *wt += g->count * nn * kk;
+        *n += g->count;
+    }
+}
+
+/* FSDP's shard group: the data-parallel ranks, HSDP's within a node. */
+static double shard_ranks(const tctx *k)
+{
+    double D = (double)k->p->dp * k->p->cp;
+    double gpn = (double)k->x->c->gpus_per_node;
+    return vp__hybrid(k->p->sharding) && gpn < D ? gpn : D;
+}
+
+/* The rank's shard of a layer's linear weights cast to fp8 before the
+ * all-gather (torchao float8/fsdp_utils.py WeightWithDynamicFloat8Cast-
+ * Tensor.fsdp_pre_all_gather with the precomputed scale: float8_training_
+ * tensor.py hp_tensor_and_scale_to_float8, no amax), in FSDP's eager
+ * hook: the eager cast's row share, its fp32 shard read in 4 B where the
+ * measured bf16 tensor was read in 2 (5 B moved for 3). */
+static double shard_cast(const tctx *k, double wt, double n)
+{
+    double row = (VP_FP8_CAST_COMPILED - VP_FP8_CAST_TRANS_AMAX) /
+                 VP_FP8_CAST_COMPILED;
+    return memtime(k->x, 4.0 * VP_FP8_CAST_EAGER * row * 5.0 / 3.0 * wt /
+                             shard_ranks(k),
+                   3.0 * n);
+}
+
 /* fp8 current scaling's casts, per layer and micro-batch
  * (docs/CLUSTER.md "fp8 step time"): a tensor is read for its amax, then
  * read again to write the fp8 data and its transpose.
@@ -251,24 +294,22 @@ static void comms(tctx *k, ltime *o)
  * aten.max). Each of the three thus gets an amax, a cast and a
  * transposed cast, which Inductor's kernels run at VP_FP8_CAST_COMPILED
  * times a copy of the tensor, ATen's eager ones at VP_FP8_CAST_EAGER
- * (timing.h), two kernels a tensor; the input's and weight's are charged
- * to the forward. */
+ * (timing.h); the amax and row-major cast of the input and weight are
+ * charged to the forward (VP_FP8_CAST_ROW_AMAX), their transposed casts
+ * to the backward (the rest), the eager cast split in the compiled
+ * one's proportion.
+ *   torch with the fp8 all-gather (p->fp8_gather): the weight arrives in
+ * fp8 (shard_cast, once in the forward and again for the backward's
+ * gather under force_recompute_fp8_weight_in_bwd), so only the input is
+ * cast in the forward; the backward's dgrad reads the gathered fp8
+ * weight column-major for torch._scaled_mm (float8_ops.py float8_mm ->
+ * addmm_float8_unwrapped), a 1 + 1 B transposing copy. */
 static void fp8_casts(tctx *k, ltime *o)
 {
     const vp_cluster_model *cm = k->x->cm;
-    double bcp = k->b / k->cp, in = bcp * vsplit(&cm->lin_in, k->t, k->sp);
-    double out = 0, wt = 0, n = 0;
-    for (size_t i = 0; i < cm->n_gemm; i++) {
-        const vp__gemm *g = &cm->gemm[i];
-        double nn = g->n, kk = g->k;
-        if (g->split == VP__SPLIT_COL)
-            nn /= k->t;
-        else if (g->split == VP__SPLIT_ROW)
-            kk /= k->t;
-        out += g->count * bcp * g->rows * nn;
-        wt += g->count * nn * kk;
-        n += g->count;
-    }
+    double in = k->b / k->cp * vsplit(&cm->lin_in, k->t, k->sp);
+    double out, wt, n;
+    lin_elems(k, &out, &wt, &n);
     if (k->eng != VP_ENGINE_TORCH) {
         /* two kernels a linear each way */
         o->mem_f += memtime(k->x, 6.0 * in, 2.0 * n);
@@ -278,8 +319,33 @@ static void fp8_casts(tctx *k, ltime *o)
     /* a copy of a bf16 tensor reads and writes 2 B an element */
     double per = 4.0 * (k->p->compile ? VP_FP8_CAST_COMPILED
                                       : VP_FP8_CAST_EAGER);
-    o->mem_f += memtime(k->x, per * (in + wt), 4.0 * n);
-    o->mem_b += memtime(k->x, per * out, 2.0 * n);
+    double fw = VP_FP8_CAST_ROW_AMAX / VP_FP8_CAST_COMPILED, bw = 1 - fw;
+    if (!k->p->fp8_gather) {
+        o->mem_f += memtime(k->x, per * fw * (in + wt), 4.0 * n);
+        o->mem_b += memtime(k->x, per * (bw * (in + wt) + out), 4.0 * n);
+        return;
+    }
+    double sc = shard_cast(k, wt, n);
+    o->mem_f += memtime(k->x, per * fw * in, 2.0 * n) + sc;
+    o->mem_b += memtime(k->x, per * (bw * in + out) + 2.0 * wt, 4.0 * n) +
+                sc;
+}
+
+/* torchao's precompute_float8_dynamic_scale_for_fsdp (float8/fsdp_
+ * utils.py), once a step after the optimizer: one torch._foreach_norm
+ * (ord inf) over the rank's fp32 shards of the float8 linears' weights,
+ * 4 B an element, and one all-reduce (MAX) of their amaxes. */
+static double fp8_amax_pass(const tctx *k, double layers)
+{
+    if (!k->p->fp8_gather)
+        return 0;
+    double out, wt, n;
+    lin_elems(k, &out, &wt, &n);
+    double Ds = shard_ranks(k);
+    vp__group g;
+    vp__group_shape(k->x->c, Ds, k->t, &g);
+    return memtime(k->x, 4.0 * layers * wt / Ds, 1) +
+           vp__coll(&g, VP_COLL_ALL_REDUCE, 4.0 * layers * n);
 }
 
 static void layer(tctx *k, ltime *o)
@@ -429,6 +495,8 @@ static void dp_bytes(const vp_par *p, double *gb, double *pb)
 {
     vp_engine e = vp_sharding_engine(p->sharding);
     *pb = p->dtype == VP_DT_FP32 ? 4 : 2;
+    if (p->fp8_gather)
+        *pb = 1; /* torchao's fp8 all-gather: fsdp_pre_all_gather */
     if (p->dtype == VP_DT_FP32)
         *gb = 4;
     else if (e == VP_ENGINE_MEGATRON && p->dtype == VP_DT_FP8) {
@@ -788,6 +856,7 @@ void vp__time(const vp__evctx *x, const vp__act *a, const vp_par *p,
 
     double opt, off;
     opt_offload(&k, st->popt, &w, &opt, &off);
+    opt += fp8_amax_pass(&k, lmax);
 
     double step = pipe + dpx + opt + off;
     double gbatch = (double)p->dp * k.b * m;

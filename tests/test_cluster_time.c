@@ -610,10 +610,32 @@ Test(fp8, megatron_cast_kernels_by_bytes)
 /* fp8 under torch (torchao's tensorwise dynamic float8; Llama 3 8B,
  * FSDP on 8 GPUs, one micro-batch): each linear's input, gathered bf16
  * weight and output gradient gets an amax, a cast and a transposed cast,
- * two kernels a tensor, moving the measured multiple of a copy's 4 B an
- * element at the copy curve: Inductor's under torch.compile, ATen's
- * eager. The memory-bound time grows by exactly that over bf16's (the
- * q/k/v and gate/up pairs share their input's cast). */
+ * moving the measured multiple of a copy's 4 B an element at the copy
+ * curve: Inductor's under torch.compile, ATen's eager. The input's and
+ * weight's amax and row cast run in the forward (the measured share of
+ * the compiled cast), their transposed casts in the backward with the
+ * output gradient's three, four kernels a linear each way. The
+ * memory-bound time grows by exactly that over bf16's (the q/k/v and
+ * gate/up pairs share their input's cast). */
+typedef struct {
+    double x, dy, w, lin, layers;
+} lin_sizes;
+
+static lin_sizes llama_linears(vp_cluster_model *cm)
+{
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    double s = (double)in.seq, h = (double)in.hidden;
+    double qd = (double)in.heads * (double)in.head_dim;
+    double kv = (double)in.kv_heads * (double)in.head_dim;
+    double f = (double)in.ffn;
+    lin_sizes z = {s * (h + qd + h + f),
+                   s * (qd + 2 * kv + h + 2 * f + h),
+                   h * (qd + 2 * kv) + qd * h + 3 * h * f, 7,
+                   (double)in.layers};
+    return z;
+}
+
 static void torch_casts(bool compile, double per_element)
 {
     vp_model *m = load("models/llama-3-8b.yaml");
@@ -625,17 +647,14 @@ static void torch_casts(bool compile, double per_element)
     vp_cluster_time tb, t8;
     torch_eval(cm, VP_RC_NONE, VP_DT_BF16, compile, &mb, &tb);
     torch_eval(cm, VP_RC_NONE, VP_DT_FP8, compile, &m8, &t8);
-    double s = (double)in.seq, h = (double)in.hidden;
-    double qd = (double)in.heads * (double)in.head_dim;
-    double kv = (double)in.kv_heads * (double)in.head_dim;
-    double f = (double)in.ffn, lin = 7;
-    double x = s * (h + qd + h + f), dy = s * (qd + 2 * kv + h + 2 * f + h);
-    double w = h * (qd + 2 * kv) + qd * h + 3 * h * f;
+    lin_sizes z = llama_linears(cm);
     const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
     double b = 4 * per_element;
-    double per = 4 * lin * vp_curve_time(cc, b * (x + w) / (4 * lin)) +
-                 2 * lin * vp_curve_time(cc, b * dy / (2 * lin));
-    double want = (double)in.layers * per;
+    double fw = VP_FP8_CAST_ROW_AMAX / VP_FP8_CAST_COMPILED, l4 = 4 * z.lin;
+    double per = l4 * vp_curve_time(cc, b * fw * (z.x + z.w) / l4) +
+                 l4 * vp_curve_time(cc, b * ((1 - fw) * (z.x + z.w) + z.dy) /
+                                            l4);
+    double want = z.layers * per;
     cr_assert_float_eq(t8.memory - tb.memory, want, 1e-9 * want,
                        "%g s vs %g s", t8.memory - tb.memory, want);
     vp_cluster_model_free(cm);
@@ -650,6 +669,121 @@ Test(fp8, torch_compiled_casts_at_the_measured_multiple_of_a_copy)
 Test(fp8, torch_eager_casts_at_the_measured_multiple_of_a_copy)
 {
     torch_casts(false, VP_FP8_CAST_EAGER);
+}
+
+/* torchao's fp8 all-gather recipe (Llama 3 8B, FSDP2 on 8 GPUs,
+ * compiled, one micro-batch) against the plain fp8 run: no gathered
+ * weight is cast in the layer; each rank casts its shard (1/8 of the
+ * weights, fp32 read: 5 B for the measured bf16 cast's 3, eager, three
+ * kernels a linear) before the forward's gather and again before the
+ * backward's; the backward copies the gathered fp8 weight to column-major
+ * for dgrad (1 + 1 B). */
+static void fp8_fsdp2(bool gather, vp_cluster_mem *m, vp_cluster_time *t,
+                      vp_cluster_model *cm)
+{
+    vp_cluster c = cluster(8);
+    vp_par p = par(8, 1, 1, VP_SHARD_FSDP2);
+    p.recompute = VP_RC_NONE;
+    p.dtype = VP_DT_FP8;
+    p.compile = true;
+    p.fp8_gather = gather;
+    eval_ok(cm, &c, &p, m, t);
+}
+
+Test(fp8, all_gather_casts_the_shard_not_the_gathered_weight)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    fp8_fsdp2(false, &m0, &t0, cm);
+    fp8_fsdp2(true, &m1, &t1, cm);
+    lin_sizes z = llama_linears(cm);
+    vp_cluster c = cluster(8);
+    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
+    double b = 4 * VP_FP8_CAST_COMPILED, l2 = 2 * z.lin, l4 = 4 * z.lin;
+    double fw = VP_FP8_CAST_ROW_AMAX / VP_FP8_CAST_COMPILED;
+    double row = (VP_FP8_CAST_COMPILED - VP_FP8_CAST_TRANS_AMAX) /
+                 VP_FP8_CAST_COMPILED;
+    double plain = l4 * vp_curve_time(cc, b * fw * (z.x + z.w) / l4) +
+                   l4 * vp_curve_time(cc, b * ((1 - fw) * (z.x + z.w) +
+                                               z.dy) / l4);
+    double shard = 4 * VP_FP8_CAST_EAGER * row * 5.0 / 3.0 * z.w / 8;
+    double ag = l2 * vp_curve_time(cc, b * fw * z.x / l2) +
+                2 * 3 * z.lin * vp_curve_time(cc, shard / (3 * z.lin)) +
+                l4 * vp_curve_time(cc, (b * ((1 - fw) * z.x + z.dy) +
+                                        2 * z.w) / l4);
+    double want = z.layers * (ag - plain);
+    cr_assert_float_eq(t1.memory - t0.memory, want, 1e-9 * fabs(want),
+                       "%g s vs %g s", t1.memory - t0.memory, want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* precompute_float8_dynamic_scale_for_fsdp: once a step, the rank's fp32
+ * shards of the linear weights read for their amax (4 B an element, one
+ * kernel) and one all-reduce of the amaxes, added to the optimizer step */
+Test(fp8, all_gather_precomputes_the_weight_amax_once_a_step)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    fp8_fsdp2(false, &m0, &t0, cm);
+    fp8_fsdp2(true, &m1, &t1, cm);
+    lin_sizes z = llama_linears(cm);
+    vp_cluster c = cluster(8);
+    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
+    double read = vp_curve_time(cc, 4 * z.layers * z.w / 8);
+    /* the all-reduce of 4 B a linear: more than nothing, less than the
+     * read */
+    cr_assert_gt(t1.optimizer - t0.optimizer, read);
+    cr_assert_lt(t1.optimizer - t0.optimizer, 2 * read);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* FSDP2's gathered layer parameters in fp8: the unsharded and prefetched
+ * parameters and the all-gather input lose 1 B a parameter each; the
+ * unsharded gradients and the root group (embedding, head) keep bf16 */
+Test(fp8, all_gather_holds_fp8_gathered_weights)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster_model_info in;
+    vp_cluster_model_info_get(cm, &in);
+    vp_cluster_mem m0, m1;
+    vp_cluster_time t0, t1;
+    fp8_fsdp2(false, &m0, &t0, cm);
+    fp8_fsdp2(true, &m1, &t1, cm);
+    lin_sizes z = llama_linears(cm);
+    double pu = z.w + 2.0 * (double)in.hidden; /* the norms' weights */
+    double want = 2 * pu + pu / 8;
+    cr_assert_float_eq((double)m0.buffers - (double)m1.buffers, want, 2.0,
+                       "%g vs %g", (double)m0.buffers - (double)m1.buffers,
+                       want);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
+}
+
+/* the recipe is torchao's under FSDP2: refused with bf16 or with
+ * Megatron's sharding */
+Test(fp8, all_gather_needs_fp8_under_fsdp2)
+{
+    vp_model *m = load("models/llama-3-8b.yaml");
+    vp_cluster_model *cm = cmodel(m);
+    vp_cluster c = cluster(8);
+    vp_par p = par(8, 1, 1, VP_SHARD_FSDP2);
+    p.fp8_gather = true;
+    vp_error err;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    cr_assert(strstr(err.msg, "fp8 all-gather") != NULL, "%s", err.msg);
+    p = par(8, 1, 1, VP_SHARD_MEGATRON);
+    p.dtype = VP_DT_FP8;
+    p.fp8_gather = true;
+    cr_assert_eq(eval_err(cm, &c, &p, &err), VP_EARG);
+    vp_cluster_model_free(cm);
+    vp_model_free(m);
 }
 
 /* ---- the MFU bound --------------------------------------------------- */

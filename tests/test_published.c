@@ -296,6 +296,7 @@ typedef struct {
     double network;
     bool compile;
     uint32_t cp;
+    bool fp8_gather; /* torchao's fp8 all-gather recipe */
 } pubrun;
 
 #define GPT(n) "tests/data/published/gpt-" n ".yaml"
@@ -307,7 +308,7 @@ typedef struct {
 #define FULL VP_RC_FULL
 #define SEL VP_RC_SELECTIVE
 /* Selene: the A100 80GB profile, 25 GB/s per GPU, eager, no CP */
-#define SELENE NULL, 0, false, 0
+#define SELENE NULL, 0, false, 0, false
 
 static const pubrun collected[] = {
     /* N1: DDP-impl torch up to 18B (buckets overlap the backward), local
@@ -405,22 +406,22 @@ static const pubrun held_out[] = {
 #define TT(n, tps)                                                         \
     {"TT L3.1 8B " #n " H200", "models/llama-3-8b.yaml", n, 1, 1, 1, 2 * n, \
      2, VP_DT_FP8, SEL, false, VP_SHARD_FSDP2, VP_AUTO, 0,                 \
-     2 * 8192.0 / (tps), "h200", 50e9, true, 0}
+     2 * 8192.0 / (tps), "h200", 50e9, true, 0, true}
 static const pubrun held_out2[] = {
     TT(32, 10938),
     TT(64, 10753),
     {"MB L3 70B 64 H100", "models/llama-3-70b.yaml", 64, 4, 8, 5, 128, 1,
      VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
-     128 * 8192.0 / (1602.0 * 64), "h100-80g", 50e9, false, 1},
+     128 * 8192.0 / (1602.0 * 64), "h100-80g", 50e9, false, 1, false},
     {"MB L3.1 405B 1024 H100", "models/llama-3.1-405b.yaml", 1024, 8, 8, 8,
      512, 1, VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
-     512 * 8192.0 / (292.0 * 1024), "h100-80g", 50e9, false, 2},
+     512 * 8192.0 / (292.0 * 1024), "h100-80g", 50e9, false, 2, false},
     {"MB L3 8B 8 B200", "models/llama-3-8b.yaml", 8, 1, 1, 1, 128, 2,
      VP_DT_FP8, VP_RC_NONE, false, VP_SHARD_DISTOPT, VP_AUTO, 0,
-     128 * 8192.0 / (30624.0 * 8), "b200", 50e9, false, 1},
+     128 * 8192.0 / (30624.0 * 8), "b200", 50e9, false, 1, false},
     {"MB L3.1 405B 128 B200", "models/llama-3.1-405b.yaml", 128, 4, 8, 8, 64,
      1, VP_DT_FP8, VP_RC_NONE, true, VP_SHARD_DISTOPT, VP_AUTO, 0,
-     64 * 8192.0 / (661.0 * 128), "b200", 50e9, false, 2},
+     64 * 8192.0 / (661.0 * 128), "b200", 50e9, false, 2, false},
 };
 
 /* Not reproduced: Narayanan et al.'s ZeRO-3 rows (docs/STEP_TIME.md
@@ -468,6 +469,7 @@ static vp_par run_par(const pubrun *r)
     vp_par p = par(r->gpus / (r->tp * r->pp * cp), r->tp, r->pp, r->sh);
     p.cp = cp;
     p.compile = r->compile;
+    p.fp8_gather = r->fp8_gather;
     p.vpp = r->vpp;
     p.schedule = r->vpp > 1 ? VP_SCHED_INTERLEAVED : VP_SCHED_1F1B;
     p.micro_batch = r->mb;

@@ -214,6 +214,11 @@ typedef struct vp_par {
      * off). VP_AUTO (0) takes the default. */
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;             /* torch.compile: fused memory-bound kernels  */
+    /* torchao's float8 FSDP all-gather recipe (torchtitan --float8.enable_
+     * fsdp_float8_all_gather, --float8.precompute_float8_dynamic_scale_
+     * for_fsdp, --float8.force_recompute_fp8_weight_in_bwd): fp8 dtype,
+     * FSDP2 or HSDP2 sharding; docs/CLUSTER.md "fp8 all-gather" */
+    bool fp8_gather;
     /* multi-token prediction modules on the last stage (DeepSeek-V3's D,
      * Megatron-Core --mtp-num-layers): each a transformer layer, two
      * norms and a 2h x h projection, the embedding and the output head
@@ -409,6 +414,7 @@ typedef struct vp_search_opts {
     uint32_t first_layers, last_layers;
     vp_switch overlap_dp, overlap_tp, overlap_ep;
     bool compile;
+    bool fp8_gather;
     uint32_t mtp;
     uint32_t top;                     /* alternatives, <= VP_CLUSTER_TOP  */
 } vp_search_opts;

@@ -195,14 +195,19 @@ typedef struct vp_step_time {
 #define VP_HW_GEMM_KH 207.7
 /* torchao's dynamic float8 cast of a bf16 tensor (the tensorwise amax,
  * the fp8 data and its transpose) against a copy of the tensor, per
- * element, on the H200: under torch.compile (Inductor's kernels) 5.4054
- * ps, eager (ATen's abs, amax, float, mul, clamp, to) 23.8918, a copy
- * 0.9258 (30 linear-shaped tensors, 4096-16384 x 512-53248; calibrate/
+ * element, on the H200: under torch.compile (Inductor's kernels) 4.9534
+ * ps, eager (ATen's abs, amax, float, mul, clamp, to) 23.4372, a copy
+ * 0.8693 (30 linear-shaped tensors, 4096-16384 x 512-53248; calibrate/
  * profiles/h200-fp8-casts.jsonl from scripts/fp8_casts.py, fitted by
  * calibrate/fit-fp8.py). The cast moves this many times the copy's 4 B
- * an element at the copy curve. */
-#define VP_FP8_CAST_COMPILED 5.839
-#define VP_FP8_CAST_EAGER 25.808
+ * an element at the copy curve. The compiled amax and row-major cast
+ * alone (the forward's share) 3.4243 ps, the amax and transposed cast
+ * 3.8934: the transposed cast (the backward's) is the whole less the
+ * first, the row cast alone the whole less the second. */
+#define VP_FP8_CAST_COMPILED 5.698
+#define VP_FP8_CAST_EAGER 26.961
+#define VP_FP8_CAST_ROW_AMAX 3.939
+#define VP_FP8_CAST_TRANS_AMAX 4.479
 /* Sustained over burst GEMM rate where nothing was measured: the H200's
  * bf16 8192^3 back to back for 0.5 s (692.252 TFLOP/s, median of ten
  * 50 ms windows) over its best burst (797.029), calibrate/README.md. */

@@ -61,7 +61,7 @@ enum {
     O_ENGINE, O_NO_OFFLOAD, O_TP, O_PP, O_CP, O_EP, O_DP, O_MICRO_BATCH,
     O_RECOMPUTE, O_SHARDING, O_VPP, O_SCHEDULE, O_SP, O_NO_SP,
     O_FIRST_LAYERS, O_LAST_LAYERS, O_OVERLAP_DP, O_OVERLAP_TP, O_OVERLAP_EP,
-    O_COMPILE, O_MTP, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
+    O_COMPILE, O_FP8AG, O_MTP, O_MEMORY, O_HOST_MEM, O_NETWORK, O_TOP, O_MAX_GPUS, O_EXPORT,
     O_OUTPUT, O_FORMAT, O_GPU_DIR, O_MARGIN, O_DAYS, O_MOE_IMBALANCE,
     O_MOE_CAPACITY
 };
@@ -141,6 +141,8 @@ static const cli_opt OPTS[] = {
     STR(O_OVERLAP_EP, "overlap-ep", "on|off", 0,
         "expert all-to-alls behind compute (default off)"),
     FLAG(O_COMPILE, "compile", "torch.compile (PyTorch engine)"),
+    FLAG(O_FP8AG, "fp8-all-gather",
+         "torchao's float8 FSDP all-gather recipe (fp8, FSDP2/HSDP2)"),
     U64(O_MTP, "mtp", "N", 1, 8,
         "multi-token prediction modules on the last stage (DeepSeek-V3, "
         "Megatron --mtp-num-layers)"),
@@ -449,6 +451,7 @@ static int parse_step_pins(const cli_val *v, cargs *a)
             return bad_value(names[k], x->text, "on or off");
     }
     o->compile = v[O_COMPILE].given;
+    o->fp8_gather = v[O_FP8AG].given;
     if (v[O_MTP].given)
         o->mtp = (uint32_t)v[O_MTP].u;
     return check_pins(o);
@@ -667,6 +670,8 @@ static void switches(char *buf, size_t n, const vp_par *p)
                                   switch_name(sw[i]));
     if (p->compile && k < n)
         k += (size_t)snprintf(buf + k, n - k, ", torch.compile");
+    if (p->fp8_gather && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", fp8 all-gather");
     if (p->mtp && k < n)
         snprintf(buf + k, n - k, ", %u MTP module%s", p->mtp,
                  p->mtp > 1 ? "s" : "");
@@ -812,6 +817,8 @@ static json_t *json_par(const vp_par *p, const vp_plan_entry *e)
     cli_jset(o, "overlap_tp", json_string(switch_name(p->overlap_tp)));
     cli_jset(o, "overlap_ep", json_string(switch_name(p->overlap_ep)));
     cli_jset(o, "compile", json_boolean(p->compile));
+    if (p->fp8_gather) /* only when set, as mtp */
+        cli_jset(o, "fp8_all_gather", json_true());
     if (p->mtp) /* only when set: the schema of plans without it stands */
         cli_jset(o, "mtp", cli_ju64(p->mtp));
     return o;
