@@ -10,6 +10,8 @@ median and largest relative error, and the per-element time over the copy's. The
 Python call timed alone: 10 us for a copy, 64 us for the compiled function's guards and wrapper), not a kernel's; the
 per-element ratios are the rule's constants (include/vramplan/timing.h VP_FP8_CAST_COMPILED, _EAGER): the compiled cast moves
 that many times a copy's bytes at the profile's copy curve, so it carries over to other GPUs by their copy curve.
+Modes compile_cast (amax + row-major cast) and compile_tcast (amax + transposed cast) split the compiled cost:
+VP_FP8_CAST_ROW_AMAX and VP_FP8_CAST_TRANS_AMAX, the forward's share and (whole less the second) the row cast alone.
 """
 import json
 import statistics
@@ -49,6 +51,12 @@ def main(path):
             mode, len(pts), a * 1e6, b * 1e12, 4 / b / 1e9, med, worst))
     for mode in (m for m in ("compile", "eager", "compile_cast", "compile_tcast") if m in fits):
         print("%s per element over a copy's: %.3f" % (mode, fits[mode][1] / fits["copy"][1]))
+    if "compile_cast" in fits and "compile_tcast" in fits:
+        whole, cast, tcast = (fits[m][1] for m in ("compile", "compile_cast", "compile_tcast"))
+        # amax + row cast is the forward's share; the whole less it the transposed cast (the backward's);
+        # the whole less amax + transposed cast the row cast alone (the fp8 all-gather's shard cast)
+        print("forward share (amax + row cast) %.3f, transposed cast %.3f, row cast alone %.3f of the compiled cast" % (
+            cast / whole, 1 - cast / whole, 1 - tcast / whole))
 
 
 if __name__ == "__main__":

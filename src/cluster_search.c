@@ -162,7 +162,8 @@ typedef struct {
     uint64_t G;
     double closest_over;
     bool check;       /* pins that need vp_par_check on each configuration */
-    vp_error perr;    /* its message (unused)                              */
+    vp_error perr;    /* its message: the last pin refused                 */
+    uint64_t applies; /* configurations the pins apply to                  */
     vp_error *err;
 } sctx;
 
@@ -297,6 +298,7 @@ static void inner(sctx *s, vp_par *p, const vp__act *a, bool prune)
                         s->out->evaluated++;
                         continue; /* a pin that does not apply */
                     }
+                    s->applies++;
                     vp_cluster_mem mem;
                     vp__evaluate(&s->x, a, p, &mem, NULL);
                     s->out->evaluated++;
@@ -413,8 +415,12 @@ static vp_status layout(sctx *s, vp_par *p)
                 p->sp = o->sp >= 0 ? o->sp == 1 && p->tp > 1 : p->tp > 1;
                 p->recompute = o->recompute >= 0 ? (vp_recompute)o->recompute
                                                  : VP_RC_FULL;
-                vp__evaluate(&s->x, act[cls], p, &mem, NULL);
-                note_closest(s, p, &mem);
+                if (!s->check ||
+                    vp_par_check(s->cm, s->c, p, &s->perr) == VP_OK) {
+                    s->applies++;
+                    vp__evaluate(&s->x, act[cls], p, &mem, NULL);
+                    note_closest(s, p, &mem); /* only where the pins apply */
+                }
             }
             inner(s, p, act[cls], prune);
         }
@@ -571,6 +577,11 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
             }
         }
     }
+    if (s.check && s.applies == 0 && (out->evaluated || out->pruned))
+        return vp_error_set(err, VP_EARG,
+                            "the options apply to no configuration searched: "
+                            "%s",
+                            s.perr.msg);
     if (s.r.n == 0 && s.r.have_closest) {
         /* the figures of the nearest configuration, step time included */
         const vp__act *a;

@@ -79,3 +79,23 @@ Test(cli_pins, mtp_export_megatron)
            "h100-80g", "--to", "megatron", "--tp", "8", "--pp", "8",
            "--mtp", "1", "--global-batch", "1024");
 }
+
+/* torchao's fp8 all-gather recipe (torchtitan's float8 FSDP2 runs) on the
+ * command line: the plan names it (json: fp8_all_gather); asked of a
+ * search where it applies to no configuration (bf16), an error that
+ * says why */
+Test(cli_pins, fp8_all_gather_plan)
+{
+    GOLDEN("pins_plan_fp8ag", 0, "plan", "models/llama-3-8b.yaml", "--gpus",
+           "64", "--gpu", "h200", "--tp", "1", "--pp", "1", "--precision",
+           "fp8", "--engine", "torch", "--sharding", "fsdp2", "--compile",
+           "--recompute", "selective", "--micro-batch", "2",
+           "--global-batch", "128", "--fp8-all-gather", "--top", "1",
+           "--format", "json");
+}
+
+Test(cli_pins, fp8_all_gather_refused_without_fp8)
+{
+    GOLDEN("pins_fp8ag_bf16", 2, "plan", "models/llama-3-8b.yaml", "--gpus",
+           "8", "--gpu", "h200", "--precision", "bf16", "--fp8-all-gather");
+}
