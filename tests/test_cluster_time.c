@@ -690,17 +690,39 @@ static void fp8_fsdp2(bool gather, vp_cluster_mem *m, vp_cluster_time *t,
     eval_ok(cm, &c, &p, m, t);
 }
 
-Test(fp8, all_gather_casts_the_shard_not_the_gathered_weight)
-{
-    vp_model *m = load("models/llama-3-8b.yaml");
-    vp_cluster_model *cm = cmodel(m);
+/* the plain fp8 run (0) and the recipe's (1) */
+typedef struct {
+    vp_model *m;
+    vp_cluster_model *cm;
     vp_cluster_mem m0, m1;
     vp_cluster_time t0, t1;
-    fp8_fsdp2(false, &m0, &t0, cm);
-    fp8_fsdp2(true, &m1, &t1, cm);
-    lin_sizes z = llama_linears(cm);
+    lin_sizes z;
+    vp_curve copy;
+} fp8ag_pair;
+
+static void fp8ag_eval(fp8ag_pair *r)
+{
+    r->m = load("models/llama-3-8b.yaml");
+    r->cm = cmodel(r->m);
+    fp8_fsdp2(false, &r->m0, &r->t0, r->cm);
+    fp8_fsdp2(true, &r->m1, &r->t1, r->cm);
+    r->z = llama_linears(r->cm);
     vp_cluster c = cluster(8);
-    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
+    r->copy = c.hw.mem_kind[VP_HW_MEM_COPY];
+}
+
+static void fp8ag_free(fp8ag_pair *r)
+{
+    vp_cluster_model_free(r->cm);
+    vp_model_free(r->m);
+}
+
+Test(fp8, all_gather_casts_the_shard_not_the_gathered_weight)
+{
+    fp8ag_pair r;
+    fp8ag_eval(&r);
+    lin_sizes z = r.z;
+    const vp_curve *cc = &r.copy;
     double b = 4 * VP_FP8_CAST_COMPILED, l2 = 2 * z.lin, l4 = 4 * z.lin;
     double fw = VP_FP8_CAST_ROW_AMAX / VP_FP8_CAST_COMPILED;
     double row = (VP_FP8_CAST_COMPILED - VP_FP8_CAST_TRANS_AMAX) /
@@ -714,10 +736,10 @@ Test(fp8, all_gather_casts_the_shard_not_the_gathered_weight)
                 l4 * vp_curve_time(cc, (b * ((1 - fw) * z.x + z.dy) +
                                         2 * z.w) / l4);
     double want = z.layers * (ag - plain);
-    cr_assert_float_eq(t1.memory - t0.memory, want, 1e-9 * fabs(want),
-                       "%g s vs %g s", t1.memory - t0.memory, want);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    double got = r.t1.memory - r.t0.memory;
+    cr_assert_float_eq(got, want, 1e-9 * fabs(want), "%g s vs %g s", got,
+                       want);
+    fp8ag_free(&r);
 }
 
 /* precompute_float8_dynamic_scale_for_fsdp: once a step, the rank's fp32
@@ -725,22 +747,15 @@ Test(fp8, all_gather_casts_the_shard_not_the_gathered_weight)
  * kernel) and one all-reduce of the amaxes, added to the optimizer step */
 Test(fp8, all_gather_precomputes_the_weight_amax_once_a_step)
 {
-    vp_model *m = load("models/llama-3-8b.yaml");
-    vp_cluster_model *cm = cmodel(m);
-    vp_cluster_mem m0, m1;
-    vp_cluster_time t0, t1;
-    fp8_fsdp2(false, &m0, &t0, cm);
-    fp8_fsdp2(true, &m1, &t1, cm);
-    lin_sizes z = llama_linears(cm);
-    vp_cluster c = cluster(8);
-    const vp_curve *cc = &c.hw.mem_kind[VP_HW_MEM_COPY];
-    double read = vp_curve_time(cc, 4 * z.layers * z.w / 8);
+    fp8ag_pair r;
+    fp8ag_eval(&r);
+    double read = vp_curve_time(&r.copy, 4 * r.z.layers * r.z.w / 8);
     /* the all-reduce of 4 B a linear: more than nothing, less than the
      * read */
-    cr_assert_gt(t1.optimizer - t0.optimizer, read);
-    cr_assert_lt(t1.optimizer - t0.optimizer, 2 * read);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    double got = r.t1.optimizer - r.t0.optimizer;
+    cr_assert_gt(got, read);
+    cr_assert_lt(got, 2 * read);
+    fp8ag_free(&r);
 }
 
 /* FSDP2's gathered layer parameters in fp8: the unsharded and prefetched
@@ -748,22 +763,15 @@ Test(fp8, all_gather_precomputes_the_weight_amax_once_a_step)
  * unsharded gradients and the root group (embedding, head) keep bf16 */
 Test(fp8, all_gather_holds_fp8_gathered_weights)
 {
-    vp_model *m = load("models/llama-3-8b.yaml");
-    vp_cluster_model *cm = cmodel(m);
+    fp8ag_pair r;
+    fp8ag_eval(&r);
     vp_cluster_model_info in;
-    vp_cluster_model_info_get(cm, &in);
-    vp_cluster_mem m0, m1;
-    vp_cluster_time t0, t1;
-    fp8_fsdp2(false, &m0, &t0, cm);
-    fp8_fsdp2(true, &m1, &t1, cm);
-    lin_sizes z = llama_linears(cm);
-    double pu = z.w + 2.0 * (double)in.hidden; /* the norms' weights */
+    vp_cluster_model_info_get(r.cm, &in);
+    double pu = r.z.w + 2.0 * (double)in.hidden; /* the norms' weights */
     double want = 2 * pu + pu / 8;
-    cr_assert_float_eq((double)m0.buffers - (double)m1.buffers, want, 2.0,
-                       "%g vs %g", (double)m0.buffers - (double)m1.buffers,
-                       want);
-    vp_cluster_model_free(cm);
-    vp_model_free(m);
+    double got = (double)r.m0.buffers - (double)r.m1.buffers;
+    cr_assert_float_eq(got, want, 2.0, "%g vs %g", got, want);
+    fp8ag_free(&r);
 }
 
 /* the recipe is torchao's under FSDP2: refused with bf16 or with
