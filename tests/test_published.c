@@ -396,7 +396,10 @@ static const pubrun held_out[] = {
  *  TT torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy,
  *     June 2025): Llama 3.1 8B on 4 and 8 nodes of 8 H200, 400 Gb/s per
  *     GPU, FSDP2 over all ranks, local batch 2, seq 8192, torch.compile,
- *     float8 linears, selective op AC (train_configs/llama3_8b.toml);
+ *     float8 linears, selective op AC (train_configs/llama3_8b.toml),
+ *     --float8.enable_fsdp_float8_all_gather --float8.precompute_float8_
+ *     dynamic_scale_for_fsdp --float8.force_recompute_fp8_weight_in_bwd
+ *     (the file's command: torchao's fp8 all-gather recipe, fp8_gather);
  *     TPS/GPU 10938 and 10753
  *  MB Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container:
  *     DGX-H100 and DGX-B200 (8 x 400 Gb/s), FP8 current scaling, the
