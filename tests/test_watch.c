@@ -282,7 +282,7 @@ Test(watch, csv_and_html_of_the_samples, .timeout = 20)
     j.c.predicted[0] = 3 * GiB;
     j.c.n_predicted = 1;
     job_run(&j, "echo step 1; echo '3221225472 2147483648' > "
-                "$FAKE_NVML_USED_FILE; sleep 0.2");
+                "$FAKE_NVML_USED_FILE; sleep 1");
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
