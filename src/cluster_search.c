@@ -462,23 +462,37 @@ static vp_status verify(sctx *s, uint32_t shown)
     return VP_OK;
 }
 
-vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
-                            const vp_search_opts *o, vp_cluster_plan *out,
-                            vp_error *err)
+/* The cluster, its GPU profile and, for a graph-form model, the options. */
+static vp_status search_args_check(const vp_cluster_model *cm,
+                                   const vp_cluster *c,
+                                   const vp_search_opts *o, vp_error *err)
 {
-    vp_error_clear(err);
-    memset(out, 0, sizeof *out);
     if (c->gpus == 0 || c->gpus_per_node == 0)
         return vp_error_set(err, VP_EARG, "the cluster needs >= 1 GPU");
     if (c->hw.hbm <= 0)
         return vp_error_set(err, VP_EARG,
                             "the GPU profile '%s' has no memory bandwidth",
                             c->hw.name);
-    if (cm->whole) {
-        vp_status st = vp__whole_opts_check(cm, o, err);
-        if (st != VP_OK)
-            return st;
-    }
+    return cm->whole ? vp__whole_opts_check(cm, o, err) : VP_OK;
+}
+
+/* Pins that apply to some configurations only (vp_par_check on each). */
+static bool pins_need_check(const vp_search_opts *o)
+{
+    return o->first_layers || o->last_layers || o->overlap_dp ||
+           o->overlap_tp || o->overlap_ep || o->compile || o->mtp ||
+           o->fp8_gather;
+}
+
+vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
+                            const vp_search_opts *o, vp_cluster_plan *out,
+                            vp_error *err)
+{
+    vp_error_clear(err);
+    memset(out, 0, sizeof *out);
+    vp_status ast = search_args_check(cm, c, o, err);
+    if (ast != VP_OK)
+        return ast;
     sctx s;
     memset(&s, 0, sizeof s);
     s.cm = cm;
@@ -487,9 +501,7 @@ vp_status vp_cluster_search(vp_cluster_model *cm, const vp_cluster *c,
     s.out = out;
     s.err = err;
     uint32_t sims0 = cm->sims;
-    s.check = o->first_layers || o->last_layers || o->overlap_dp ||
-              o->overlap_tp || o->overlap_ep || o->compile || o->mtp ||
-              o->fp8_gather;
+    s.check = pins_need_check(o);
     s.G = o->global_batch;
     if (s.G == 0 && cm->whole) {
         /* a graph-form model: 32 samples per GPU, Goyal et al. 2017's

@@ -221,40 +221,50 @@ Test(dist_tp, expert_and_graph_models_are_refused_by_name)
     vp_model_free(m);
 }
 
-/* The peak allocated of the most loaded stage of tiny-llama at tp 2 x pp
- * 2, fsdp2 over 2 ranks (torchtitan's mixed precision), 4 micro-batches,
- * every layer checkpointed; *stage the stage. */
-static uint64_t library_peak(uint32_t *stage)
+/* The peak allocated of the most loaded stage of tiny-llama under layout
+ * *l, fsdp2 over 2 ranks (torchtitan's mixed precision when mp), batch 1
+ * of 32 tokens, accum micro-batches, steps steps; l->stage the stage. */
+static uint64_t tp_peak(vp_tp_layout *l, bool mp, uint32_t accum,
+                        uint32_t steps)
 {
     vp_model *m = model();
     vp_dist d;
     vp_dist_init(&d);
     d.strategy = VP_DIST_FSDP2;
     d.world = 2;
-    d.param_dtype = VP_MP_BF16;
-    d.reduce_dtype = VP_MP_FP32;
+    if (mp) {
+        d.param_dtype = VP_MP_BF16;
+        d.reduce_dtype = VP_MP_FP32;
+    }
     vp_setup s;
     vp_setup_init(&s);
     s.dist = &d;
     s.batch = 1;
     s.seq = 32;
-    s.accum = 4;
-    s.steps = 3;
-    vp_tp_layout l = {2, 2, VP_TP_WORST, true, false};
+    s.accum = accum;
+    s.steps = steps;
     vp_rank_estimate *r;
     size_t n, worst;
     vp_error err;
-    cr_assert_eq(vp_tp_simulate(m, &l, &s, &r, &n, &worst, &err), VP_OK,
+    cr_assert_eq(vp_tp_simulate(m, l, &s, &r, &n, &worst, &err), VP_OK,
                  "%s", err.msg);
     uint64_t peak = r[worst].est.peak_alloc;
-    *stage = l.stage;
     free(r);
     vp_model_free(m);
     return peak;
 }
 
-/* The JSON API's "tp", "pp" (and estimate's --tp, --pp) run the same
- * simulation: the same stage, the same bytes. */
+/* The peak allocated of the most loaded stage of tiny-llama at tp 2 x pp
+ * 2, fsdp2 over 2 ranks (torchtitan's mixed precision), 4 micro-batches,
+ * every layer checkpointed; *stage the stage. */
+static uint64_t library_peak(uint32_t *stage)
+{
+    vp_tp_layout l = {2, 2, VP_TP_WORST, true, false};
+    uint64_t peak = tp_peak(&l, true, 4, 3);
+    *stage = l.stage;
+    return peak;
+}
+
 Test(dist_tp, json_api_runs_the_layout_the_library_does)
 {
     uint32_t stage;
@@ -417,26 +427,9 @@ Test(dist_tp, loss_parallel_makes_loss_py_s_temporaries)
  * library's tp 2 rank with the logits gathered. */
 Test(dist_tp, json_api_disable_loss_parallel_is_the_layout_s)
 {
-    vp_model *m = model();
-    vp_dist d;
-    vp_dist_init(&d);
-    d.strategy = VP_DIST_FSDP2;
-    d.world = 2;
-    vp_setup s;
-    vp_setup_init(&s);
-    s.dist = &d;
-    s.batch = 1;
-    s.seq = 32;
-    s.steps = 2;
     vp_tp_layout l = {2, 1, VP_TP_WORST, false, true};
-    vp_rank_estimate *r;
-    size_t n, worst;
+    uint64_t want = tp_peak(&l, false, 1, 2);
     vp_error err;
-    cr_assert_eq(vp_tp_simulate(m, &l, &s, &r, &n, &worst, &err), VP_OK,
-                 "%s", err.msg);
-    uint64_t want = r[worst].est.peak_alloc;
-    free(r);
-    vp_model_free(m);
     char *resp;
     cr_assert_eq(vp_api_call("{\"command\": \"estimate\", \"model\": \"" LLAMA
                              "\", \"batch\": 1, \"seq\": 32, \"steps\": 2, "
