@@ -218,6 +218,9 @@ static inline bool vp__hybrid(vp_sharding s)
 /* Candidates of a search re-evaluated by simulation (cluster_search.c):
  * the fastest family bests, at least 20. */
 #define VP__VERIFY_TOP 24
+/* The stages of a pipeline of pp stages that differ, into st (megatron.c):
+ * the first, the first middle one and the last; returns their count. */
+uint32_t vp__stages_that_differ(uint32_t pp, uint32_t st[3]);
 /* Replace e's memory by its most loaded simulated rank's (megatron.c)
  * when vp_cluster_stage_sim models its layout (e->simulated), and set
  * e->fits from it; otherwise leave e as fitted. */

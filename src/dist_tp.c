@@ -129,17 +129,11 @@ vp_status vp_tp_checkpoint(const vp_tp_layout *l, const vp_graph *g,
  * most micro-batches in flight) and the last. */
 static uint32_t stages_of(const vp_tp_layout *l, uint32_t st[3])
 {
-    uint32_t n = 0;
     if (l->stage != VP_TP_WORST) {
-        st[n++] = l->stage;
-        return n;
+        st[0] = l->stage;
+        return 1;
     }
-    st[n++] = 0;
-    if (l->pp > 2)
-        st[n++] = 1;
-    if (l->pp > 1)
-        st[n++] = l->pp - 1;
-    return n;
+    return vp__stages_that_differ(l->pp, st);
 }
 
 static bool heavier(const vp_estimate *a, const vp_estimate *b)

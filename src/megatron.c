@@ -234,17 +234,17 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
     return st;
 }
 
-/* The stages that differ: the first, the last and the first middle one
- * (the middle stages hold the same layers, the first of them the most
+/* The stages of pp that differ: the first, the last and the first middle
+ * one (the middle stages hold the same layers, the first of them the most
  * micro-batches in flight). */
-static uint32_t stages_to_run(const vp_par *p, uint32_t st[3])
+uint32_t vp__stages_that_differ(uint32_t pp, uint32_t st[3])
 {
     uint32_t n = 0;
     st[n++] = 0;
-    if (p->pp > 2)
+    if (pp > 2)
         st[n++] = 1;
-    if (p->pp > 1)
-        st[n++] = p->pp - 1;
+    if (pp > 1)
+        st[n++] = pp - 1;
     return n;
 }
 
@@ -271,7 +271,7 @@ vp_status vp__plan_simulate(vp_cluster_model *cm, const vp_cluster *c,
     if (unsupported(cm, &e->par))
         return VP_OK;
     uint32_t st[3];
-    uint32_t n = stages_to_run(&e->par, st);
+    uint32_t n = vp__stages_that_differ(e->par.pp, st);
     vp_stage_sim worst;
     memset(&worst, 0, sizeof worst);
     for (uint32_t i = 0; i < n; i++) {
