@@ -5,7 +5,9 @@
  * grouped GEMMs (integrations/moe.py, grouped_mm_experts_forward), read
  * off the allocator traces groundtruth/traces/qwen3-moe-small-*,
  * qwen2-moe-small-* and deepseek-v3-small-* (docs/SIMULATION_NOTES.md
- * §12). */
+ * §12); their launch rules (the host calls beyond the allocations, from
+ * the same sources and autograd's nodes: docs/STEP_TIME.md "MoE routers'
+ * and experts' glue"). */
 #include <math.h>
 
 #include "../sim_internal.h"
