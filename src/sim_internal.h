@@ -372,6 +372,8 @@ vp__fwd_fn vp__upsample_fwd;   /* ops/spatial.c                          */
 vp__bwd_fn vp__router_bwd;
 vp__fwd_fn vp__moe_experts_fwd;
 vp__bwd_fn vp__moe_experts_bwd;
+vp__launch_fn vp__router_launches;
+vp__launch_fn vp__moe_experts_launches;
 vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
 vp__bwd_fn vp__softcap_bwd;
 vp__fwd_fn vp__scale_fwd;

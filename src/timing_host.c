@@ -82,7 +82,12 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
     out->calls = 0;
     out->fallback = !(grouped && p == VP_PREC_BF16);
     double e = o->classes ? (double)o->classes : 1.0;
-    out->launches = out->fallback ? e : 1.0;
+    /* the fallback: offs.cpu() (a copy, a host call) and an mm per
+     * expert; the grouped kernel: prepare_grouped_gemm_data (the problem
+     * sizes and pointers, on the GPU) and the CUTLASS kernel
+     * (at::cuda::detail::bf16bf16_grouped_mm; 2 launches per
+     * aten::_grouped_mm in calibrate/profiles/h200-launch-ops.jsonl) */
+    out->launches = out->fallback ? e + 1.0 : 2.0;
     int dt = p == VP_PREC_BF16   ? VP_HW_BF16
              : p == VP_PREC_FP16 ? VP_HW_FP16
                                  : VP_HW_FP32;

@@ -5,7 +5,11 @@
  * grouped GEMMs (integrations/moe.py, grouped_mm_experts_forward), read
  * off the allocator traces groundtruth/traces/qwen3-moe-small-*,
  * qwen2-moe-small-* and deepseek-v3-small-* (docs/SIMULATION_NOTES.md
- * §12). */
+ * §12); their launch rules (the host calls beyond the allocations, from
+ * the same sources and autograd's nodes: docs/STEP_TIME.md "MoE routers'
+ * and experts' glue"). */
+#include <math.h>
+
 #include "../sim_internal.h"
 
 static void meg_router_fwd(sim *S, vp__fwd_op *f);
@@ -273,6 +277,119 @@ void vp__moe_experts_bwd(sim *S, vp__bwd_op *b)
         b->gxe = pe;
     }
     vp__tunref(S, c);
+}
+
+/* ---- launches (docs/STEP_TIME.md "MoE routers' and experts' glue") ----- */
+
+/* The bits of the largest of n indices (n - 1). */
+static double index_bits(uint64_t n)
+{
+    double b = 0;
+    for (uint64_t v = n > 1 ? n - 1 : 0; v != 0; v >>= 1)
+        b += 1.0;
+    return b;
+}
+
+/* at::cuda::cub::radix_sort_pairs over `bits` of the key (aten/src/ATen/
+ * cuda/cub.cuh; cub's onesweep sort): a histogram kernel, an exclusive
+ * sum, then one pass per 8 bits. */
+static double radix_launches(double bits)
+{
+    return 2.0 + ceil(bits / 8.0);
+}
+
+/* IndexBackward0 of x[idx] over n indexed rows (torch/csrc/autograd/
+ * FunctionsManual.cpp index_backward: zeros_like(x).index_put_(idx, grad,
+ * accumulate=True); aten/src/ATen/native/cuda/Indexing.cu
+ * index_put_with_sort_kernel): the zeros, wrapIndexOnce's remainder, the
+ * index times its stride (computeLinearIndex), divide_ by the slice,
+ * arange, the sort over bits(n - 1), the accumulating kernel. */
+static double index_bwd_launches(uint64_t n)
+{
+    return 5.0 + radix_launches(index_bits(n)) + 1.0;
+}
+
+/* DivBackward0 of topk /= topk.sum(-1, keepdim=True) (derivatives.yaml
+ * div.Tensor): grad / d; the divisor's -grad * ((a / d) / d) (4) summed
+ * to [tokens, 1]; the sum's backward an expand (a view); the top-k values'
+ * two gradients summed: 7. */
+#define RENORM_BWD 7.0
+
+/* The routers' kernels beyond their rules' allocations (vp__router_fwd,
+ * vp__router_bwd). Softmax routers (modeling_mixtral.py MixtralTopKRouter,
+ * modeling_qwen3_moe.py Qwen3MoeTopKRouter, Qwen2-MoE's): the forward's
+ * copy, softmax, topk (gatherTopK and the sort of its k: two kernels, two
+ * outputs), the renormalisation's sum and division and the cast are one
+ * allocation each; the backward is TopkBackward0 (zeros [tokens, E], a
+ * scatter), SoftmaxBackward0 and, renormalised, DivBackward0 (7), where
+ * the rules allocate the zeros and the logits' gradient. DeepSeek-V3's
+ * group-limited router (modeling_deepseek_v3.py DeepseekV3MoE.
+ * route_tokens_to_experts): sigmoid, + e_score_correction_bias, the
+ * groups' topk(2) (2) and its sum, topk over the groups (unsorted: 1),
+ * zeros_like, scatter_, the mask's expand().reshape() (a copy), .bool(),
+ * ~, masked_fill (a clone and the fill), topk (unsorted: 1), gather;
+ * renormalised: sum, + 1e-20, /=; * routed_scaling_factor: 16 + 3
+ * kernels, where the rules allocate the scores, the biased scores, the
+ * masked scores, the weights and the indices (+ the sum and the divided
+ * weights). Its backward: MulBackward0 (1), DivBackward0 (7),
+ * GatherBackward0 (zeros, scatter_add), SigmoidBackward0; the selection's
+ * path carries no gradient (its outputs are indices). */
+double vp__router_launches(const vp_graph *g, const vp_op *o, int ph,
+                           bool wide)
+{
+    (void)wide;
+    if (o->flags & VP_OPF_MEGATRON)
+        return 0;
+    double norm = (o->flags & VP_OPF_NORM_TOPK) ? 1.0 : 0.0;
+    double gx = g->ops[o->inputs[0]].needs_grad ? 1.0 : 0.0;
+    if (o->flags & VP_OPF_ROUTER_GROUP)
+        return ph == 0 ? (16.0 + 3.0 * norm) - (5.0 + 2.0 * norm)
+                       : (4.0 + RENORM_BWD * norm) - (1.0 + gx);
+    return ph == 0 ? 0.0 : (3.0 + RENORM_BWD * norm) - (1.0 + gx);
+}
+
+/* The routed experts' kernels beyond their rules' allocations, the
+ * grouped GEMMs apart (timing_host.c vp__moe_gemms_of launches those); a
+ * masked_fill's clone is a copy_ (cudaMemcpyAsync), a host call as a
+ * kernel is. grouped_mm_experts_forward (integrations/moe.py,
+ * transformers 5.17): torch.sort(expert_ids) (Sort.cu
+ * segmented_sort_large_segments: fill_reverse_indices_kernel, then the
+ * radix sort over the int64 key's 64 bits: 11), perm // top_k,
+ * hidden_states[...], sample_weights[perm], .int(), histc (zeros, the
+ * histogram), cumsum (2), the sentinel mask's >=, clamp_, each GEMM's
+ * output masked out of place (a clone and the fill: 2 x 2) and the
+ * gathered tokens in place (1), act(gate) * up (2), * the weights,
+ * arange and inv_perm[perm] = (2), [inv_perm], the sum over the k picks:
+ * 33 host calls (the casts to the weights' dtype and back are one
+ * allocation each) for the rules' 20 allocations. The backward,
+ * autograd's nodes in reverse: the view of the sum's expanded gradient (a
+ * copy), IndexBackward0 of [inv_perm] over tokens x k rows, three
+ * MaskedFillBackward0 (a clone and the fill each), the weights'
+ * MulBackward0 (grad * w; for the weights' gradient grad * out summed to
+ * [rows, 1], and IndexBackward0 of sample_weights[perm]), the gate's
+ * MulBackward0 (2), SiluBackward0, the chunk's cat, and for the tokens'
+ * gradient IndexBackward0 of hidden_states[perm // k] over the tokens;
+ * the rules allocate 13 tensors, the weights' gradient, the tokens' and
+ * each trained expert weight's. */
+double vp__moe_experts_launches(const vp_graph *g, const vp_op *o, int ph,
+                                bool wide)
+{
+    (void)wide;
+    if ((o->flags & VP_OPF_MEGATRON) || o->in_features == 0)
+        return 0;
+    if (ph == 0)
+        return 33.0 - 20.0;
+    uint64_t tokens = o->numel / o->in_features, rows;
+    if (!vp_mul_u64(tokens, o->top_k, &rows))
+        rows = UINT64_MAX; /* bits(rows - 1): 64 */
+    double w = g->ops[o->inputs[1]].needs_grad ? 1.0 : 0.0;
+    double x = g->ops[o->inputs[0]].needs_grad ? 1.0 : 0.0;
+    double trained = 0;
+    for (uint32_t k = 0; k < o->n_params && k < 2; k++)
+        trained += g->params[o->params[k]].trainable ? 1.0 : 0.0;
+    double k = 12.0 + 2.0 * w + (1.0 + w) * index_bwd_launches(rows) +
+               x * index_bwd_launches(tokens);
+    return k - (13.0 + w + x + trained);
 }
 
 /* ---- Megatron-Core (VP_OPF_MEGATRON; graph_moe.c meg_moe) ------------- */
