@@ -10,17 +10,13 @@
 #include "allocator_internal.h"
 #include "dist_internal.h"
 
-uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
+uint64_t vp__mulc_overflow(sim *S)
 {
-    uint64_t r;
-    if (!vp_mul_u64(a, b, &r)) {
-        if (S->st == VP_OK)
-            S->st = vp_error_set(S->err, VP_EOVERFLOW,
-                                 "a tensor of %s is larger than 2^64 bytes",
-                                 S->cur_op ? S->cur_op : "the model");
-        return 0;
-    }
-    return r;
+    if (S->st == VP_OK)
+        S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                             "a tensor of %s is larger than 2^64 bytes",
+                             S->cur_op ? S->cur_op : "the model");
+    return 0;
 }
 
 /* A new peak of allocated bytes: what the estimate says of it. */

@@ -172,8 +172,15 @@ typedef struct sim {
 
 /* ---- the engine (sim_engine.c) ----------------------------------------- */
 
-/* a * b, checked: on overflow S->st is set (VP_EOVERFLOW) and 0 returned. */
-uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b);
+/* a * b, checked: on overflow S->st is set (VP_EOVERFLOW) and 0 returned.
+ * Inline (the op rules call it for nearly every tensor they size); the
+ * overflow's error out of line. */
+uint64_t vp__mulc_overflow(sim *S);
+static inline uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return vp_mul_u64(a, b, &r) ? r : vp__mulc_overflow(S);
+}
 /* Allocate a tensor with one reference on stream S->stream; NONE on
  * failure (S->st set). */
 uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat);
