@@ -145,20 +145,9 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
     return id;
 }
 
-void vp__tref(sim *S, uint32_t id)
+void vp__tfree(sim *S, uint32_t id)
 {
-    if (id != NONE)
-        S->t[id].refs++;
-}
-
-void vp__tunref(sim *S, uint32_t id)
-{
-    if (id == NONE || S->st != VP_OK)
-        return;
-    vp__tensor *t = &S->t[id];
-    VP_ASSERT(t->refs > 0);
-    if (--t->refs)
-        return;
+    const vp__tensor *t = &S->t[id];
     uint64_t bytes = t->bytes;
     uint64_t handle = t->handle;
     vp_category cat = (vp_category)t->cat;
