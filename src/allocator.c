@@ -317,7 +317,7 @@ static inline bool reserve_slots(vp_allocator *a, uint64_t n)
 }
 
 /* A new block; reserve_slots must have been called. */
-static uint32_t new_block(vp_allocator *a)
+static inline uint32_t new_block(vp_allocator *a)
 {
     uint32_t i;
     uint32_t gen = 0;

@@ -304,26 +304,7 @@ void vp__release_saved(sim *S, uint32_t op)
     S->n_saved[op] = 0;
 }
 
-uint32_t vp__param_bytes(const sim *S, const vp_param *p)
-{
-    if (p->elem_bytes_override)
-        return p->elem_bytes_override;
-    if (p->fp32_buffer)
-        return 4;
-    return S->PE;
-}
-
 /* ---- autocast -------------------------------------------------------- */
-
-/* Whether autocast casts parameter p for its op: a fp32 weight under
- * autocast (a half-precision weight is already in the compute dtype; a
- * quantized one is dequantized by its op). */
-bool vp__param_is_cast(const sim *S, uint32_t p)
-{
-    const vp_param *pp = &S->g->params[p];
-    return S->amp && !(S->int8 && S->int8[p]) && !pp->quant &&
-           vp__param_bytes(S, pp) == 4;
-}
 
 /* The low-precision copy of a parameter (autocast's weight cache); NONE
  * when no cast happens (not amp). The cache keeps one reference. The

@@ -221,10 +221,26 @@ void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id);
 void vp__drop_saved(sim *S, uint32_t op, uint32_t slot);
 void vp__release_saved(sim *S, uint32_t op); /* all, in slot order */
 
-/* Bytes per element of a parameter in this precision. */
-uint32_t vp__param_bytes(const sim *S, const vp_param *p);
-/* Whether autocast casts parameter p (a fp32 weight under autocast). */
-bool vp__param_is_cast(const sim *S, uint32_t p);
+/* Bytes per element of a parameter in this precision (inline, as the
+ * next: the op rules ask for every parameter they touch). */
+static inline uint32_t vp__param_bytes(const sim *S, const vp_param *p)
+{
+    if (p->elem_bytes_override)
+        return p->elem_bytes_override;
+    if (p->fp32_buffer)
+        return 4;
+    return S->PE;
+}
+
+/* Whether autocast casts parameter p for its op: a fp32 weight under
+ * autocast (a half-precision weight is already in the compute dtype; a
+ * quantized one is dequantized by its op). */
+static inline bool vp__param_is_cast(const sim *S, uint32_t p)
+{
+    const vp_param *pp = &S->g->params[p];
+    return S->amp && !(S->int8 && S->int8[p]) && !pp->quant &&
+           vp__param_bytes(S, pp) == 4;
+}
 /* The autocast copy of parameter p (the cache keeps one reference); NONE
  * when no cast happens. */
 uint32_t vp__weight_cast(sim *S, uint32_t p);
