@@ -53,6 +53,9 @@ typedef struct {
  * checkpointed segment's first forward, or recomputed for the backward. */
 typedef enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE } vp__fwd_mode;
 
+/* The kinds of vp__pyhold (sim.c's PH_*). */
+#define VP__PH_KINDS 5
+
 /* A reference that a Python variable holds (graph.h, VP_OPF_HOLD_*). */
 struct vp__pyhold {
     uint32_t id;
@@ -118,6 +121,9 @@ typedef struct sim {
     size_t n_opc, cap_opc;
     struct vp__pyhold *ph; /* tensors kept by Python locals (VP_OPF_HOLD_*) */
     size_t n_ph, cap_ph;
+    uint32_t n_ph_kind[VP__PH_KINDS]; /* ph's entries by kind */
+    int32_t ph_until_min; /* at most the lowest op a hold_until entry of
+                             ph waits for (INT32_MAX: none)          */
     /* state */
     vp_phase phase;
     uint32_t step;
