@@ -200,7 +200,6 @@ static void mb_backward(sched *q, uint64_t k)
         q->bwd_peak = S->phase_peak;
     vp__tunref(S, c->loss_t);
     c->loss_t = NONE;
-    c->ph_until_min = INT32_MAX;
     vp__release_graph(S);
     for (size_t i = 0; i < c->nb; i++)
         vp__tunref(S, c->batch[i]);
