@@ -317,7 +317,7 @@ static inline bool reserve_slots(vp_allocator *a, uint64_t n)
 }
 
 /* A new block; reserve_slots must have been called. */
-static uint32_t new_block(vp_allocator *a)
+static inline uint32_t new_block(vp_allocator *a)
 {
     uint32_t i;
     uint32_t gen = 0;
@@ -854,7 +854,10 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size, 0};
     uint32_t it = t_find(t, &k, false, at);
-    if (it == NIL || a->b[it].stream != r->stream)
+    /* at->d is set exactly when the block is in the stream's own
+     * directory: a block of a later stream is no fit (its stream is not
+     * read) */
+    if (it == NIL || at->d == NULL)
         return NIL;
     if (a->b[it].es != NIL) {
         /* prefer a plain block over one that could grow into unmapped

@@ -14,6 +14,7 @@
 
 /* Kinds of Python references (struct vp__pyhold). */
 enum { PH_MODULE, PH_ADD, PH_LAYER, PH_SEG, PH_UNTIL };
+_Static_assert(PH_UNTIL + 1 == VP__PH_KINDS, "VP__PH_KINDS: the PH_ kinds");
 
 /* Modules built with a weight of their own that tying frees (T5: 3). */
 #define MAX_TIED_LATE 4
@@ -34,23 +35,44 @@ static void pyhold_push(sim *S, uint32_t id, uint8_t kind, int32_t seg)
     }
     vp__tref(S, id);
     S->ph[S->n_ph++] = (struct vp__pyhold){id, kind, seg};
+    S->n_ph_kind[kind]++;
+    if (kind == PH_UNTIL && seg < S->ph_until_min)
+        S->ph_until_min = seg;
 }
 
 /* Drop the Python references of one kind (kind < 0: all; seg >= 0: only
- * those tied to that layer), innermost (latest) first. */
-static void pyhold_release(sim *S, int kind, int32_t seg)
+ * those tied to that layer), innermost (latest) first (pyhold_release's
+ * look at them all, which finds again the lowest op that hold_until
+ * entries wait for). */
+static void pyhold_scan(sim *S, int kind, int32_t seg)
 {
+    int32_t until_min = INT32_MAX; /* of the PH_UNTIL entries kept */
     size_t k = S->n_ph;
     while (k-- > 0) {
         struct vp__pyhold h = S->ph[k];
-        if (kind >= 0 && h.kind != kind)
+        if ((kind >= 0 && h.kind != kind) || (seg >= 0 && h.seg != seg)) {
+            if (h.kind == PH_UNTIL && h.seg < until_min)
+                until_min = h.seg;
             continue;
-        if (seg >= 0 && h.seg != seg)
-            continue;
+        }
         memmove(&S->ph[k], &S->ph[k + 1], (S->n_ph - k - 1) * sizeof h);
         S->n_ph--;
+        S->n_ph_kind[h.kind]--;
         vp__tunref(S, h.id);
     }
+    if (kind < 0 || kind == PH_UNTIL)
+        S->ph_until_min = until_min;
+}
+
+/* pyhold_scan, but not for a kind that holds nothing, nor for the
+ * hold_until entries of an op before the lowest one they wait for (every
+ * op asks for its own). */
+static inline void pyhold_release(sim *S, int kind, int32_t seg)
+{
+    if (kind >= 0 && (S->n_ph_kind[kind] == 0 ||
+                      (kind == PH_UNTIL && seg < S->ph_until_min)))
+        return;
+    pyhold_scan(S, kind, seg);
 }
 
 void vp__hold_layer(sim *S, uint32_t id, int32_t seg)
@@ -994,6 +1016,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     for (size_t k = 0; k < g->n_segs && k < s->n_checkpoint; k++)
         S->ckpt[k] = s->checkpoint ? s->checkpoint[k] : false;
     S->recompute_slot = -1;
+    S->ph_until_min = INT32_MAX;
     S->sel = calloc(g->n_segs ? g->n_segs : 1, sizeof *S->sel);
     if (!S->sel)
         return vp_error_set(err, VP_ENOMEM, "out of memory");

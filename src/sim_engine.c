@@ -10,17 +10,13 @@
 #include "allocator_internal.h"
 #include "dist_internal.h"
 
-uint64_t vp__mulc(sim *S, uint64_t a, uint64_t b)
+uint64_t vp__mulc_overflow(sim *S)
 {
-    uint64_t r;
-    if (!vp_mul_u64(a, b, &r)) {
-        if (S->st == VP_OK)
-            S->st = vp_error_set(S->err, VP_EOVERFLOW,
-                                 "a tensor of %s is larger than 2^64 bytes",
-                                 S->cur_op ? S->cur_op : "the model");
-        return 0;
-    }
-    return r;
+    if (S->st == VP_OK)
+        S->st = vp_error_set(S->err, VP_EOVERFLOW,
+                             "a tensor of %s is larger than 2^64 bytes",
+                             S->cur_op ? S->cur_op : "the model");
+    return 0;
 }
 
 /* A new peak of allocated bytes: what the estimate says of it. */
@@ -149,20 +145,9 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
     return id;
 }
 
-void vp__tref(sim *S, uint32_t id)
+void vp__tfree(sim *S, uint32_t id)
 {
-    if (id != NONE)
-        S->t[id].refs++;
-}
-
-void vp__tunref(sim *S, uint32_t id)
-{
-    if (id == NONE || S->st != VP_OK)
-        return;
-    vp__tensor *t = &S->t[id];
-    VP_ASSERT(t->refs > 0);
-    if (--t->refs)
-        return;
+    const vp__tensor *t = &S->t[id];
     uint64_t bytes = t->bytes;
     uint64_t handle = t->handle;
     vp_category cat = (vp_category)t->cat;
@@ -319,26 +304,7 @@ void vp__release_saved(sim *S, uint32_t op)
     S->n_saved[op] = 0;
 }
 
-uint32_t vp__param_bytes(const sim *S, const vp_param *p)
-{
-    if (p->elem_bytes_override)
-        return p->elem_bytes_override;
-    if (p->fp32_buffer)
-        return 4;
-    return S->PE;
-}
-
 /* ---- autocast -------------------------------------------------------- */
-
-/* Whether autocast casts parameter p for its op: a fp32 weight under
- * autocast (a half-precision weight is already in the compute dtype; a
- * quantized one is dequantized by its op). */
-bool vp__param_is_cast(const sim *S, uint32_t p)
-{
-    const vp_param *pp = &S->g->params[p];
-    return S->amp && !(S->int8 && S->int8[p]) && !pp->quant &&
-           vp__param_bytes(S, pp) == 4;
-}
 
 /* The low-precision copy of a parameter (autocast's weight cache); NONE
  * when no cast happens (not amp). The cache keeps one reference. The

@@ -38,6 +38,8 @@ typedef struct {
     uint32_t *held, *leaf;
     size_t n_held, cap_held, n_leaf, cap_leaf, n_ckin, cap_ckin, n_ph, cap_ph;
     void *ckin, *ph;
+    uint32_t n_ph_kind[VP__PH_KINDS];
+    int32_t ph_until_min;
     uint32_t batch[VP__MAX_BATCH];
     size_t nb;
     uint32_t loss_t;
@@ -69,6 +71,9 @@ static void swap_ctx(sim *S, mbctx *c)
     SWAP(size_t, S->cap_ckin, c->cap_ckin);
     SWAP(size_t, S->n_ph, c->n_ph);
     SWAP(size_t, S->cap_ph, c->cap_ph);
+    for (int k = 0; k < VP__PH_KINDS; k++)
+        SWAP(uint32_t, S->n_ph_kind[k], c->n_ph_kind[k]);
+    SWAP(int32_t, S->ph_until_min, c->ph_until_min);
     void *t = S->ckin;
     S->ckin = c->ckin;
     c->ckin = t;
@@ -95,6 +100,7 @@ static bool ctx_init(mbctx *c, size_t no)
     c->n_saved = calloc(no, 1);
     c->reload = calloc(no, sizeof *c->reload);
     c->loss_t = NONE;
+    c->ph_until_min = INT32_MAX;
     if (!c->out_t || !c->saved || !c->out_eb || !c->lay || !c->n_saved ||
         !c->reload)
         return false;

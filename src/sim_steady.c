@@ -92,14 +92,22 @@ static bool add_ids(names *m, const uint32_t *v, size_t n)
     return true;
 }
 
-static void tensor_rec(const sim *S, uint32_t id, uint64_t rec[5])
+/* Tensor id's record, its block at `addr`. */
+static void tensor_rec_at(const sim *S, uint32_t id, uint64_t addr,
+                          uint64_t rec[5])
 {
     const vp__tensor *t = &S->t[id];
     rec[0] = t->refs;
     rec[1] = t->bytes;
     rec[2] = t->cat;
     rec[3] = (uint64_t)(uint32_t)t->op;
-    rec[4] = vp_allocator_block_addr(S->a, t->handle);
+    rec[4] = addr;
+}
+
+static void tensor_rec(const sim *S, uint32_t id, uint64_t rec[5])
+{
+    tensor_rec_at(S, id, vp_allocator_block_addr(S->a, S->t[id].handle),
+                  rec);
 }
 
 static int rec_cmp(const void *x, const void *y)
@@ -153,35 +161,32 @@ static bool slots(names *m)
             add_bytes(m->w, S->int8, np * sizeof *S->int8));
 }
 
-/* The n records at r in the order of their block addresses (a radix
- * sort), when no two share one; false otherwise (nothing moved) or when
- * memory runs out. Like rec_cmp's order, a listing of the multiset: two
- * states list the same records alike, and different records apart. */
-static bool by_address(uint64_t *r, size_t n)
+/* The n live tensors nothing refers to, as (block address, id) pairs at
+ * p (room for 4n words), in the order of their addresses (a radix sort),
+ * their records appended to w in that order, when no two share an
+ * address: true. Otherwise (or when memory runs out) w is as it was and
+ * false. In address order the records are in rec_cmp's order: a listing
+ * of the multiset, as the sort of the records that tensors falls back
+ * to. */
+static bool by_address(const sim *S, vp_words *w, uint64_t *p, size_t n)
 {
-    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
-    uint64_t *c = malloc((n ? n : 1) * 5 * sizeof *c);
-    bool ok = p && c;
-    for (size_t i = 0; i < n && ok; i++) {
-        p[2 * i] = r[5 * i + 4];
-        p[2 * i + 1] = i;
-    }
-    const uint64_t *q = ok ? vp__radix_pairs(p, p + 2 * n, n) : NULL;
-    ok = q != NULL;
+    const uint64_t *q = vp__radix_pairs(p, p + 2 * n, n);
+    bool ok = q != NULL && n <= (SIZE_MAX - w->n) / 5 &&
+              vp__grow((void **)&w->v, &w->cap, w->n + 5 * n, sizeof *w->v);
     for (size_t i = 1; i < n && ok; i++)
         ok = q[2 * i] > q[2 * i - 2];
-    if (ok) {
-        for (size_t i = 0; i < n; i++)
-            memcpy(c + 5 * i, r + 5 * q[2 * i + 1], 5 * sizeof *c);
-        memcpy(r, c, n * 5 * sizeof *c);
-    }
-    free(p);
-    free(c);
-    return ok;
+    if (!ok)
+        return false;
+    uint64_t *o = w->v + w->n;
+    for (size_t i = 0; i < n; i++)
+        tensor_rec_at(S, (uint32_t)q[2 * i + 1], q[2 * i], o + 5 * i);
+    w->n += 5 * n;
+    return true;
 }
 
 /* The tensors, named: those referred to in the order of their names,
- * then the others. */
+ * then the others (by_address; sorted whole where two share an
+ * address). */
 static bool tensors(names *m)
 {
     const sim *S = m->S;
@@ -191,17 +196,30 @@ static bool tensors(names *m)
         if (!vp__words_add(m->w, rec, 5))
             return false;
     }
-    size_t from = m->w->n, n = 0;
-    for (uint32_t id = 0; id < S->nt; id++) {
-        if (S->t[id].refs == 0 || m->canon[id] != NONE)
-            continue;
-        tensor_rec(S, id, rec);
-        if (!vp__words_add(m->w, rec, 5))
-            return false;
-        n++;
-    }
-    if (!by_address(m->w->v + from, n))
+    size_t n = 0;
+    for (uint32_t id = 0; id < S->nt; id++)
+        n += S->t[id].refs != 0 && m->canon[id] == NONE;
+    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
+    size_t k = 0;
+    for (uint32_t id = 0; id < S->nt && p; id++)
+        if (S->t[id].refs != 0 && m->canon[id] == NONE) {
+            p[2 * k] = vp_allocator_block_addr(S->a, S->t[id].handle);
+            p[2 * k + 1] = id;
+            k++;
+        }
+    bool sorted = p && by_address(S, m->w, p, n);
+    free(p);
+    if (!sorted) {
+        size_t from = m->w->n;
+        for (uint32_t id = 0; id < S->nt; id++) {
+            if (S->t[id].refs == 0 || m->canon[id] != NONE)
+                continue;
+            tensor_rec(S, id, rec);
+            if (!vp__words_add(m->w, rec, 5))
+                return false;
+        }
         qsort(m->w->v + from, n, 5 * sizeof *m->w->v, rec_cmp);
+    }
     return add1(m->w, n);
 }
 

@@ -170,21 +170,27 @@ vp_status vp_file_read(const char *path, size_t max, char **buf,
  * NULL when memory for the counts runs out. */
 uint64_t *vp__radix_pairs(uint64_t *v, uint64_t *tmp, size_t n)
 {
-    /* digits of 8 bits below 4,096 pairs (fewer counts to clear and sum
-     * per pass), of 11 above */
-    unsigned bits = n < 4096 ? 8 : 11;
-    size_t digits = (size_t)1 << bits;
     uint64_t diff = 0;
     for (size_t i = 1; i < n; i++)
         diff |= v[2 * i] ^ v[0];
     if (!diff)
         return v;
+    unsigned low = 0, span = 0;
+    while (!((diff >> low) & 1))
+        low++;
+    while (span < 64 - low && (diff >> low >> span))
+        span++;
+    /* the bits that differ (span, from bit low) in as few passes as
+     * digits of at most 8 bits below 1,024 pairs (fewer counts to clear
+     * and sum per pass), of 11 above, allow; the passes' digits of one
+     * width (addresses of 29 bits: 3 passes of 10, not 4 of 8) */
+    unsigned most = n < 1024 ? 8 : 11;
+    unsigned passes = (span + most - 1) / most;
+    unsigned bits = (span + passes - 1) / passes;
+    size_t digits = (size_t)1 << bits;
     size_t *at = malloc((digits + 1) * sizeof *at);
     if (!at)
         return NULL;
-    unsigned low = 0;
-    while (!((diff >> low) & 1))
-        low++;
     uint64_t *src = v, *dst = tmp;
     for (unsigned sh = low; sh < 64 && (diff >> sh); sh += bits) {
         memset(at, 0, (digits + 1) * sizeof *at);
