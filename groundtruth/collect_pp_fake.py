@@ -243,24 +243,20 @@ def run_case(c, rank, mesh, lp):
         steps_out.append(rec)
     sm = torch.cuda.memory_stats()
     keys = ("fwd_peak", "bwd_peak", "opt_peak")
-    r.update(steps=steps_out, peak_alloc=max(max(p[k] for k in keys) for p in steps_out),
-             peak_alloc_steady=max(steps_out[-1][k] for k in keys),
+    r.update(steps=steps_out, peak_alloc=max(max(p.get(k, 0) for k in keys) for p in steps_out),
+             peak_alloc_steady=max(steps_out[-1].get(k, 0) for k in keys),
              peak_reserved=sm["reserved_bytes.all.peak"], num_alloc_retries=sm["num_alloc_retries"])
     del stage, sched, root, m, opt
     return r
 
 
 def trace_case(c, rank, mesh, lp, tracedir):
+    """trace_more.traced over 2 steps of the case (its format; the head's case carries `stage`)."""
     import trace_more as T
     os.makedirs(tracedir, exist_ok=True)
-    torch.cuda.memory._record_memory_history(max_entries=4_000_000, context="alloc", stacks="python")
-    r = run_case(dict(c, steps=2), rank, mesh, lp)
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    head = {k: r[k] for k in ("id", "peak_alloc", "peak_reserved", "steps", "after_model", "stage")}
-    head["case"] = c
-    T.dump(os.path.join(tracedir, f"{c['id']}-w{mesh.size()}-r{rank}.trace.jsonl.gz"), head, snap)
-    G.cleanup()
+    path = os.path.join(tracedir, f"{c['id']}-w{mesh.size()}-r{rank}.trace.jsonl.gz")
+    st = rank // (c["dp"] * c["tp"])
+    T.traced(lambda case, _: run_case(case, rank, mesh, lp), dict(c, steps=2, stage=st), path)
 
 
 CASES = []
@@ -378,6 +374,8 @@ def main():
             i = args.index(flag)
             opts[flag] = args[i + 1] if has_value else True
             del args[i:i + (2 if has_value else 1)]
+    if args:
+        os.makedirs(os.path.dirname(os.path.abspath(args[0])), exist_ok=True)
     if "--all" in opts:
         return run_all(args[0], opts.get("--trace", ""))
     if "--smoke" in opts:
