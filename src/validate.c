@@ -124,6 +124,9 @@ static const vp_jfield ROWS_SETUP[] = {
     ROW_RANK_ONLY("run"), ROW_RANK_ONLY("pg"), ROW_RANK_ONLY("mesh"),
     ROW_RANK_ONLY("ds_config"), ROW_RANK_ONLY("tp"), ROW_RANK_ONLY("dp"),
     ROW_RANK_ONLY("sequence_parallel"), ROW_RANK_ONLY("loss_parallel"),
+    ROW_RANK_ONLY("pp"), ROW_RANK_ONLY("stage"), ROW_RANK_ONLY("schedule"),
+    ROW_RANK_ONLY("microbatches"), ROW_RANK_ONLY("stage_layers"),
+    ROW_RANK_ONLY("return_outputs"),
 };
 
 /* What a training case measured (one GPU or one rank). */
@@ -168,6 +171,9 @@ static vp_status read_mesh(void *ctx, const vp_jval *v, vp_error *err)
     return VP_OK;
 }
 
+/* The pipeline schedules a rank line may name (vp_tp_layout: 1F1B). */
+static const char *const SCHEDULES[] = {"1f1b", NULL};
+
 /* One rank of a multi-GPU run (collect_dist.py). */
 static const vp_jfield ROWS_RANK[] = {
     ROW_REQ_U64("world", 1, VP_VALIDATE_MAX_WORLD, world),
@@ -208,6 +214,16 @@ static const vp_jfield ROWS_RANK[] = {
      .offset = offsetof(vp_case_in, sp_node)},
     {.name = "loss_parallel", .type = VP_JT_BOOL, .apply = vp__jset_node,
      .offset = offsetof(vp_case_in, lp_node)},
+    /* + PP (collect_pp_fake.py; validate_dist.c) */
+    ROW_U64("pp", 1, VP_VALIDATE_MAX_WORLD, pp),
+    {.name = "stage", .type = VP_JT_U64, .max = VP_VALIDATE_MAX_WORLD - 1,
+     .apply = vp__jset_node, .offset = offsetof(vp_case_in, stage_node)},
+    ROW_ENUM("schedule", SCHEDULES, schedule),
+    ROW_U64("microbatches", 1, UINT32_MAX, microbatches),
+    ROW_U64("stage_layers", 1, UINT32_MAX, stage_layers),
+    /* whether schedule.step kept the last stage's outputs (it had no
+     * return_outputs argument): information */
+    ROW_INFO("return_outputs", VP_JT_BOOL),
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])
@@ -348,7 +364,8 @@ static vp_status read_case(const char *json, size_t len,
     in->doc = d;
     in->prec = in->opt = in->attn = in->strategy = in->autocast = -1;
     in->param_dtype = in->reduce_dtype = in->reshard_node = -1;
-    in->ds_node = in->sp_node = in->lp_node = -1;
+    in->ds_node = in->sp_node = in->lp_node = in->stage_node = -1;
+    in->schedule = -1;
     in->pg = -1;
     in->retries_node = -1;
     in->set_to_none = true;

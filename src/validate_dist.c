@@ -22,7 +22,15 @@
  * rank), `sequence_parallel` (the norms' SequenceParallel; only true is
  * modelled) and `loss_parallel` (default true; false: torchtitan's
  * disable_loss_parallel). The line's rank is simulated as dist_tp.c's
- * tensor-parallel rank over FSDP2 of dp ranks (vp_tp_graph_build). */
+ * tensor-parallel rank over FSDP2 of dp ranks (vp_tp_graph_build).
+ *
+ * FSDP2 + TP + PP (collect_pp_fake.py): `pp` stages more (world = pp x
+ * dp x tp, torchtitan's mesh ("pp", "dp", "tp"): the stage is rank /
+ * (dp x tp)), `stage` (checked against the rank), `schedule` ("1f1b"),
+ * `microbatches` (the step's `batch` split into them: the setup's
+ * micro-batch and accumulation), `stage_layers` (checked against
+ * vp_tp_stage_layers). The rank is simulated as its stage's graph under
+ * 1F1B (vp_tp_pipeline; FSDP2's nosync rules, dist_fsdp2.c). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -176,44 +184,110 @@ static vp_status reshard(const vp_case_in *in, vp_dist *d, vp_error *err)
     return VP_OK;
 }
 
-/* The tensor-parallel layout of an FSDP2 + TP line into *l (tp 1 when
- * the line has none); d->world becomes the data-parallel degree and
- * d->rank the rank's data-parallel index. */
+/* A field of a pipeline line on a line without 'pp' of 2 or more;
+ * NULL when there is none. */
+static const char *pipe_field(const vp_case_in *in)
+{
+    return in->stage_node >= 0    ? "stage"
+           : in->schedule >= 0    ? "schedule"
+           : in->microbatches     ? "microbatches"
+           : in->stage_layers     ? "stage_layers"
+                                  : NULL;
+}
+
+/* The pipeline stage of an FSDP2 + TP + PP line (collect_pp_fake.py):
+ * its stage from its rank (torchtitan's mesh ("pp", "dp", "tp"): rank =
+ * stage x dp x tp + dp rank x tp + tp rank), checked against 'stage';
+ * the step's batch split into 'microbatches' (Schedule1F1B needs at least
+ * as many as the stages) is the setup's micro-batch and accumulation. */
+static vp_status pipe_stage(const vp_case_in *in, uint64_t dp, uint64_t tp,
+                            vp_tp_layout *l, vp_setup *s, vp_error *err)
+{
+    uint64_t stage = in->rank / (dp * tp), n = in->microbatches;
+    uint64_t given = in->stage_node < 0 ? stage
+                     : (uint64_t)json_integer_value(
+                           in->doc->nodes[in->stage_node].value);
+    if (given != stage)
+        return at(in, "stage", VP_ERANGE, err, "stage %" PRIu64 " contradicts "
+                  "rank %" PRIu64 " of dp %" PRIu64 " x tp %" PRIu64 " x pp %"
+                  PRIu64 " (stage %" PRIu64 ")", given, in->rank, dp, tp,
+                  in->pp, stage);
+    if (in->accum)
+        return at(in, "accum", VP_ESCHEMA, err, "a pipeline line's "
+                  "micro-batches are 'microbatches', not 'accum'");
+    if (n == 0)
+        return at(in, "pp", VP_ESCHEMA, err, "a pipeline line needs "
+                  "'microbatches' (the step's batch is split into them)");
+    if (n < in->pp)
+        return at(in, "microbatches", VP_ERANGE, err, "1F1B needs at least "
+                  "as many micro-batches as stages (Schedule1F1B): %" PRIu64
+                  " < %" PRIu64, n, in->pp);
+    if (in->batch % n)
+        return at(in, "microbatches", VP_ERANGE, err, "batch %" PRIu64
+                  " is not split evenly into %" PRIu64 " micro-batches",
+                  in->batch, n);
+    l->stage = (uint32_t)stage;
+    s->batch = in->batch / n;
+    s->accum = (uint32_t)n;
+    return VP_OK;
+}
+
+/* The tensor- and pipeline-parallel layout of an FSDP2 + TP (+ PP) line
+ * into *l (tp and pp 1 when the line has none); d->world becomes the
+ * data-parallel degree and d->rank the rank's data-parallel index. */
 static vp_status tp_layout(const vp_case_in *in, vp_dist *d, vp_tp_layout *l,
-                           vp_error *err)
+                           vp_setup *s, vp_error *err)
 {
     *l = (vp_tp_layout){1, 1, 0, in->ckpt, false};
-    if (!in->tp) {
-        const char *f = in->dp            ? "dp"
-                        : in->sp_node >= 0 ? "sequence_parallel"
-                        : in->lp_node >= 0 ? "loss_parallel"
-                                           : NULL;
+    const char *f = pipe_field(in);
+    if (in->pp < 2 && f)
+        return at(in, f, VP_ESCHEMA, err, "'%s' needs 'pp' (pipeline "
+                  "stages, 2 or more)", f);
+    if (!in->tp && !in->pp) {
+        f = in->dp                ? "dp"
+            : in->sp_node >= 0    ? "sequence_parallel"
+            : in->lp_node >= 0    ? "loss_parallel"
+                                  : NULL;
         return f ? at(in, f, VP_ESCHEMA, err, "'%s' needs 'tp' (FSDP2 + "
                       "tensor parallelism)", f)
                  : VP_OK;
     }
+    if (!in->tp && (in->sp_node >= 0 || in->lp_node >= 0))
+        return at(in, in->sp_node >= 0 ? "sequence_parallel"
+                                       : "loss_parallel",
+                  VP_ESCHEMA, err, "'%s' needs 'tp' (FSDP2 + tensor "
+                  "parallelism)", in->sp_node >= 0 ? "sequence_parallel"
+                                                   : "loss_parallel");
     if (d->strategy != VP_DIST_FSDP2)
-        return at(in, "tp", VP_ESCHEMA, err, "tensor parallelism composes "
-                  "with fsdp2 (torchtitan's apply_fsdp), not '%s'",
+        return at(in, in->tp ? "tp" : "pp", VP_ESCHEMA, err, "%s "
+                  "parallelism composes with fsdp2 (torchtitan's "
+                  "apply_fsdp), not '%s'", in->tp ? "tensor" : "pipeline",
                   vp_dist_strategy_name(d->strategy));
     if (in->mesh[0])
-        return at(in, "mesh", VP_ESCHEMA, err, "an HSDP mesh with 'tp' is "
-                  "not modelled");
-    uint64_t dp = in->dp ? in->dp : in->world / in->tp;
-    if (in->world % in->tp || dp * in->tp != in->world)
-        return at(in, in->dp ? "dp" : "tp", VP_ERANGE, err,
-                  "dp %" PRIu64 " x tp %" PRIu64 " is not the world of "
-                  "%" PRIu64, dp, in->tp, in->world);
+        return at(in, "mesh", VP_ESCHEMA, err, "an HSDP mesh with 'tp' or "
+                  "'pp' is not modelled");
+    /* each at most VP_VALIDATE_MAX_WORLD: the products fit */
+    uint64_t tp = in->tp ? in->tp : 1, pp = in->pp ? in->pp : 1;
+    uint64_t dp = in->dp ? in->dp : in->world / (tp * pp);
+    if (in->world % (tp * pp) || dp * tp * pp != in->world) {
+        char ppn[32] = "";
+        if (in->pp)
+            snprintf(ppn, sizeof ppn, " x pp %" PRIu64, pp);
+        return at(in, in->dp ? "dp" : in->tp ? "tp" : "pp", VP_ERANGE, err,
+                  "dp %" PRIu64 " x tp %" PRIu64 "%s is not the world of "
+                  "%" PRIu64, dp, tp, ppn, in->world);
+    }
     if (in->sp_node >= 0 && !json_is_true(in->doc->nodes[in->sp_node].value))
         return at(in, "sequence_parallel", VP_EUNSUPPORTED, err,
                   "tensor parallelism without sequence-parallel norms is "
                   "not modelled");
-    l->tp = (uint32_t)in->tp;
+    l->tp = (uint32_t)tp;
+    l->pp = (uint32_t)pp;
     l->disable_loss_parallel =
         in->lp_node >= 0 && !json_is_true(in->doc->nodes[in->lp_node].value);
     d->world = (uint32_t)dp;
-    d->rank = (uint32_t)(in->rank / in->tp);
-    return VP_OK;
+    d->rank = (uint32_t)(in->rank % (dp * tp) / tp);
+    return pp > 1 ? pipe_stage(in, dp, tp, l, s, err) : VP_OK;
 }
 
 /* The run the line describes, as a vp_dist (and the precision of s). */
@@ -338,10 +412,14 @@ static vp_status simulate(const vp_case_in *in, vp_model *m,
                           const vp_tp_layout *l, vp_setup *s, vp_estimate *e,
                           vp_error *err)
 {
-    vp_graph *g = l->tp > 1 ? vp_tp_graph_build(m, l, s->batch, s->seq, err)
-                            : vp_graph_build(m, s->batch, s->seq, err);
+    vp_graph *g = l->tp > 1 || l->pp > 1
+                      ? vp_tp_graph_build(m, l, s->batch, s->seq, err)
+                      : vp_graph_build(m, s->batch, s->seq, err);
     if (g == NULL)
         return err != NULL ? err->code : VP_ESCHEMA;
+    vp_pipeline pl; /* a stage: its 1F1B (sim_pipe.c) */
+    vp_tp_pipeline(l, &pl);
+    s->pipe = l->pp > 1 ? &pl : NULL;
     size_t ns = vp_graph_segment_count(g);
     bool *ck = calloc(ns ? ns : 1, sizeof *ck);
     vp_status st = VP_OK;
@@ -357,7 +435,25 @@ static vp_status simulate(const vp_case_in *in, vp_model *m,
         st = vp_simulate(g, s, e, NULL, NULL, err);
     free(ck);
     vp_graph_free(g);
+    s->pipe = NULL;
     return st;
+}
+
+/* 'stage_layers', the layers the script built for the stage, against
+ * torchtitan's split that the simulation takes (vp_tp_stage_layers). */
+static vp_status check_stage_layers(const vp_case_in *in, const vp_model *m,
+                                    const vp_tp_layout *l, vp_error *err)
+{
+    if (!in->stage_layers || m->form != 0)
+        return VP_OK;
+    uint32_t n = vp_tp_stage_layers(m->tf.layers, l->pp, l->stage);
+    if (in->stage_layers != n)
+        return at(in, "stage_layers", VP_ERANGE, err, "stage_layers %" PRIu64
+                  " is not stage %" PRIu32 "'s share of %" PRIu32 " stages "
+                  "(%" PRIu32 " of %" PRIu64 " layers, torchtitan's "
+                  "generate_llm_fqn_per_model_part)", in->stage_layers,
+                  l->stage, l->pp, n, m->tf.layers);
+    return VP_OK;
 }
 
 vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
@@ -373,7 +469,7 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
                   "multi-GPU inference is not modelled");
     vp_status st = rank_run(in, &d, &s, err);
     if (st == VP_OK)
-        st = tp_layout(in, &d, &l, err);
+        st = tp_layout(in, &d, &l, &s, err);
     if (st != VP_OK)
         return st;
     s.dist = &d;
@@ -382,7 +478,9 @@ vp_status vp__validate_rank(const vp_case_in *in, const vp_validate_opts *o,
         return err != NULL ? err->code : VP_EIO;
     if (in->attn >= 0 && m->form == 0)
         m->tf.attn = (vp_attn_impl)in->attn;
-    st = simulate(in, m, &l, &s, &e, err);
+    st = check_stage_layers(in, m, &l, err);
+    if (st == VP_OK)
+        st = simulate(in, m, &l, &s, &e, err);
     if (st == VP_OK) {
         /* the scripts reset the peaks after building the wrapper, and
          * before each phase: the steps' phase peaks, and the reserved

@@ -54,6 +54,11 @@ typedef struct vp_case_in {
     uint64_t tp, dp;        /* FSDP2 + TP: the mesh's degrees; 0 */
     int sp_node, lp_node;   /* sequence_parallel, loss_parallel's
                                nodes, -1                          */
+    uint64_t pp;            /* + PP (collect_pp_fake.py): stages; 0 */
+    int stage_node;         /* "stage"'s node, -1                 */
+    int schedule;           /* its choice (1f1b), -1              */
+    uint64_t microbatches;  /* per step; 0 absent                 */
+    uint64_t stage_layers;  /* the stage's layers as built; 0     */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;

@@ -242,6 +242,19 @@ static const bad_case BAD_CASES[] = {
     {"lp-no-tp", VP_ESCHEMA, "'loss_parallel' needs 'tp'"},
     {"tp-no-sp", VP_EUNSUPPORTED, "without sequence-parallel norms"},
     {"tp-unknown", VP_ESCHEMA, "tp_mesh"},
+    /* + PP (collect_pp_fake.py) */
+    {"pp-stage", VP_ERANGE,
+     "stage 0 contradicts rank 4 of dp 2 x tp 2 x pp 2 (stage 1)"},
+    {"pp-few-micro", VP_ERANGE, "at least as many micro-batches as stages"},
+    {"pp-no-micro", VP_ESCHEMA, "needs 'microbatches'"},
+    {"pp-uneven", VP_ERANGE, "batch 3 is not split evenly into 2"},
+    {"pp-accum", VP_ESCHEMA, "'microbatches', not 'accum'"},
+    {"pp-gpipe", VP_ESCHEMA, "unknown value 'gpipe' for 'schedule'"},
+    {"stage-no-pp", VP_ESCHEMA, "'stage' needs 'pp'"},
+    {"pp-world", VP_ERANGE, "dp 2 x tp 2 x pp 2 is not the world of 4"},
+    {"pp-ddp", VP_ESCHEMA, "pipeline parallelism composes with fsdp2"},
+    {"pp-layers", VP_ERANGE, "stage_layers 2 is not stage 0's share"},
+    {"pp-unknown", VP_ESCHEMA, "virtual_stages"},
 };
 
 Test(validate_dist, malformed_and_unsupported_cases)
@@ -361,17 +374,18 @@ Test(validate_dist, world_one_smoke_run_is_simulated)
     cr_assert_eq(n, 4);
 }
 
-/* An FSDP2 + TP line (collect_tp_fake.py): its rank is dist_tp.c's
- * tensor-parallel rank (tp 2) of FSDP2 over the dp ranks (2), as the
- * library simulates it: the same bytes after the model and at the peak;
- * loss_parallel false is torchtitan's disable_loss_parallel. */
-static void tp_pair(bool lp, uint64_t *after, uint64_t *peak)
+/* The bytes after the model and at the peak of the rank of layout l
+ * (tp 2, dp 2) that the library simulates (dist_tp.c), a micro-batch of
+ * `batch` and `accum` of them; FSDP2's reshard_after_forward `raf` (-1:
+ * its default). */
+static void layout_peaks(const vp_tp_layout *l, uint64_t batch,
+                         uint32_t accum, int32_t raf, uint64_t *after,
+                         uint64_t *peak)
 {
     vp_error err;
     vp_model *m = vp_model_load("tests/data/dist/tiny-llama.yaml", &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_tp_layout l = {2, 1, 0, false, !lp};
-    vp_graph *g = vp_tp_graph_build(m, &l, 1, 32, &err);
+    vp_graph *g = vp_tp_graph_build(m, l, batch, 32, &err);
     cr_assert_not_null(g, "%s", err.msg);
     vp_dist d;
     vp_dist_init(&d);
@@ -380,12 +394,18 @@ static void tp_pair(bool lp, uint64_t *after, uint64_t *peak)
     d.param_dtype = VP_MP_BF16;
     d.reduce_dtype = VP_MP_FP32;
     d.empty_cache_after_wrap = true;
+    if (raf >= 0)
+        d.reshard_after_forward = raf;
     vp_setup s;
     vp_setup_init(&s);
     s.dist = &d;
-    s.batch = 1;
+    s.batch = batch;
+    s.accum = accum;
     s.seq = 32;
     s.fresh_process = false;
+    vp_pipeline pl;
+    vp_tp_pipeline(l, &pl);
+    s.pipe = l->pp > 1 ? &pl : NULL;
     vp_estimate e;
     cr_assert_eq(vp_simulate(g, &s, &e, NULL, NULL, &err), VP_OK, "%s",
                  err.msg);
@@ -396,6 +416,16 @@ static void tp_pair(bool lp, uint64_t *after, uint64_t *peak)
             *peak = e.step[k].peak[ph] > *peak ? e.step[k].peak[ph] : *peak;
     vp_graph_free(g);
     vp_model_free(m);
+}
+
+/* An FSDP2 + TP line (collect_tp_fake.py): its rank is dist_tp.c's
+ * tensor-parallel rank (tp 2) of FSDP2 over the dp ranks (2), as the
+ * library simulates it: the same bytes after the model and at the peak;
+ * loss_parallel false is torchtitan's disable_loss_parallel. */
+static void tp_pair(bool lp, uint64_t *after, uint64_t *peak)
+{
+    vp_tp_layout l = {2, 1, 0, false, !lp};
+    layout_peaks(&l, 1, 1, -1, after, peak);
 }
 
 Test(validate_dist, a_tp_line_is_its_tensor_parallel_rank)
@@ -418,5 +448,61 @@ Test(validate_dist, a_tp_line_is_its_tensor_parallel_rank)
         tp_pair(lp, &after, &peak);
         cr_assert_eq(metric(&r, "rank1.after_model")->predicted, after);
         cr_assert_eq(metric(&r, "rank1.peak_alloc")->predicted, peak);
+    }
+}
+
+/* An FSDP2 + TP + PP line (collect_pp_fake.py): rank 6 of dp 2 x tp 2 x
+ * pp 2 is stage 6 / (dp x tp) = 1, and rank 1 stage 0; each is simulated
+ * as its stage's graph under 1F1B with the step's batch of 4 split into
+ * 2 micro-batches of 2, as the library simulates that stage. */
+Test(validate_dist, a_pp_line_is_its_pipeline_stage)
+{
+    static const int rank[] = {1, 6};
+    for (uint32_t stage = 0; stage < 2; stage++) {
+        char line[640], name[32];
+        snprintf(line, sizeof line,
+                 "{\"id\": \"pp\", \"model\": \"tiny-llama\", "
+                 "\"batch\": 4, \"seq\": 32, \"world\": 8, \"rank\": %d, "
+                 "\"strategy\": \"fsdp2\", \"mixed_precision\": true, "
+                 "\"param_dtype\": \"bf16\", \"reduce_dtype\": \"fp32\", "
+                 "\"reshard_after_forward\": false, \"tp\": 2, \"dp\": 2, "
+                 "\"pp\": 2, \"stage\": %u, \"stage_layers\": 1, "
+                 "\"schedule\": \"1f1b\", \"microbatches\": 2, "
+                 "\"return_outputs\": false, \"sequence_parallel\": true, "
+                 "\"loss_parallel\": true, \"after_model\": 1, "
+                 "\"peak_alloc\": 1}", rank[stage], stage);
+        vp_case_result r;
+        vp_error err;
+        cr_assert_eq(dist_line(line, strlen(line), &r, &err), VP_OK, "%s",
+                     err.msg);
+        vp_tp_layout l = {2, 2, stage, false, false};
+        uint64_t after, peak;
+        layout_peaks(&l, 2, 2, 0, &after, &peak);
+        snprintf(name, sizeof name, "rank%d.after_model", rank[stage]);
+        cr_assert_eq(metric(&r, name)->predicted, after, "stage %u", stage);
+        snprintf(name, sizeof name, "rank%d.peak_alloc", rank[stage]);
+        cr_assert_eq(metric(&r, name)->predicted, peak, "stage %u", stage);
+    }
+}
+
+/* The pipeline fields belong to multi-GPU lines: on a one-GPU line each
+ * is an error that names it. */
+Test(validate_dist, pipeline_fields_need_a_world)
+{
+    static const char *const fields[] = {"\"pp\": 2", "\"stage\": 0",
+                                         "\"microbatches\": 2",
+                                         "\"schedule\": \"1f1b\""};
+    for (size_t i = 0; i < 4; i++) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"id\": \"one\", \"model\": \"tiny-llama\", "
+                 "\"batch\": 1, \"seq\": 32, \"peak_alloc\": 1, %s}",
+                 fields[i]);
+        vp_case_result r;
+        vp_error err;
+        cr_expect_eq(dist_line(line, strlen(line), &r, &err), VP_ESCHEMA,
+                     "%s", fields[i]);
+        cr_expect_not_null(strstr(err.msg, "is a field of multi-GPU cases"),
+                           "%s: %s", fields[i], err.msg);
     }
 }
