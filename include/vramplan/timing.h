@@ -180,7 +180,7 @@ typedef struct vp_step_time {
  * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
  * host_opt_h200). */
 #define VP_HOST_FWD_KERNEL 30.46e-6
-#define VP_HOST_BWD_KERNEL 24.43e-6
+#define VP_HOST_BWD_KERNEL 23.34e-6
 #define VP_HOST_OPT_FIXED 868.4e-6
 #define VP_HOST_OPT_TENSOR 16.93e-6
 
