@@ -485,3 +485,25 @@ Test(launches, gradient_sums_are_backward_launches)
      * vit-b16-fp32-b32, before the sums were launches) */
     cr_assert_float_eq(all.host_bwd_kernels, 605.0 + 24.0, 0.0);
 }
+
+/* native_dropout writes the output and the mask in one kernel
+ * (fused_dropout_kernel_vec): 1 forward launch for its 2 allocations;
+ * the backward's masked_scale_kernel is its one allocation. GPT-2
+ * small's 25 dropouts (the embeddings', two a layer) take 25 launches
+ * off its forward: 361 of the fit's counts
+ * (calibrate/profiles/h200-host-counts.jsonl, gpt2-small-fp32-b8). */
+Test(launches, dropout_writes_its_mask_in_the_same_launch)
+{
+    vp_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = VP_OP_DROPOUT;
+    vp__launch_fn *f = vp__op_table[VP_OP_DROPOUT].launches;
+    cr_assert_float_eq(f(NULL, &o, 0, true), 1.0 - 2.0, 1e-12);
+    cr_assert_float_eq(f(NULL, &o, 1, true), 0.0, 1e-12);
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 8;
+    vp_step_time t = timed("models/gpt2-small.yaml", &s, &hw);
+    cr_assert_float_eq(t.host_kernels, 386.0 - 25.0, 0.0);
+}
