@@ -738,8 +738,8 @@ static int fused_impl(const tctx *x, vp_attn_impl ai)
  * that allocate nothing of the simulator's (the GQA head sums of dK and
  * dV, fmha_reduce_head, are its allocations). Every cuDNN call in
  * calibrate/profiles/h200-host-trace.jsonl shows exactly one of each;
- * an attention with a bias input (T5's position bias) ran the efficient
- * kernel there and has none. */
+ * an attention with a bias input (T5's position bias) ran SDPA's math
+ * path there (bmm, _safe_softmax) and has none. */
 #define CUDNN_BWD_HELPERS 2.0
 
 static double cudnn_bwd_launches(const tctx *x, const vp_setup *s,
