@@ -27,7 +27,7 @@ the counts file gives, per case, the launches vramplan's model issues in one mic
 host_bwd_kernels: allocations plus the op families' launch rules, src/ops/) and, for a checkpointed case, its recomputed
 forward's launches. For each pair (checkpointed / plain, same model on the same host) the plain case gives that host's
 cost per launch, forward f and backward b; pack = the checkpointed forward's host time / its launches - f; recompute =
-(its backward host time - non-recomputed launches x b - recomputed x f) / recomputed; both scaled by 30.46 us / f to
+(its backward host time - non-recomputed launches x b - recomputed x f) / recomputed; both scaled by VP_HOST_FWD_KERNEL / f to
 the host of VP_HOST_FWD_KERNEL. The constants are the medians.
 """
 import json
@@ -61,6 +61,9 @@ CKPT_PAIRS = (("qwen3-0.6b-bf16-b8-ckpt", "qwen3-0.6b-amp-bf16-b4"), ("gemma2-2b
               ("mt5-small-bf16-b32-ckpt", "mt5-small-amp-bf16-b16"))
 
 
+HOST_FWD_KERNEL = 31.06e-6  # include/vramplan/timing.h VP_HOST_FWD_KERNEL (this file's forward fit)
+
+
 def ckpt(trace, counts):
     h = {d["case"]: d for d in map(json.loads, filter(str.strip, open(trace)))}
     n = {d["case"]: d for d in map(json.loads, filter(str.strip, open(counts)))}
@@ -69,7 +72,7 @@ def ckpt(trace, counts):
         f = h[p]["fwd_ms"] * 1e-3 / n[p]["kernels"]
         b = h[p]["bwd_ms"] * 1e-3 / n[p]["bwd_kernels"]
         r = n[c]["recomputed"]
-        s = 30.46e-6 / f
+        s = HOST_FWD_KERNEL / f
         pack.append((h[c]["fwd_ms"] * 1e-3 / n[c]["kernels"] - f) * s)
         rec.append((h[c]["bwd_ms"] * 1e-3 - (n[c]["bwd_kernels"] - r) * b - r * f) / r * s)
         print("%-26s f %.2f us, b %.2f us: pack %.2f us, recompute %.2f us" % (c, f * 1e6, b * 1e6, pack[-1] * 1e6,

@@ -390,6 +390,7 @@ vp__fwd_fn vp__rope_fwd;
 vp__bwd_fn vp__rope_bwd;
 vp__launch_fn vp__rope_launches;
 vp__fwd_fn vp__dropout_fwd;
+vp__launch_fn vp__dropout_launches;
 vp__fwd_fn vp__binary_fwd;     /* add, mul                               */
 vp__bwd_fn vp__binary_bwd;     /* add, mul, concat                       */
 vp__fwd_fn vp__maxpool_fwd;

@@ -223,6 +223,7 @@ typedef struct {
     double outs[2];     /* allocations a matmul kernel wrote so far       */
     double out_bytes;   /* its largest forward allocation: its output     */
     uint32_t consumers; /* ops that take its output and need a gradient    */
+    double sums;        /* autograd's gradient sums into it, a micro-batch */
 } op_traffic;
 
 typedef struct {
@@ -386,12 +387,15 @@ static void inplace_kernels(tctx *c, double micro_batches)
 }
 
 /* Autograd sums the gradients of an output that feeds several ops (a
- * residual stream, ResNet's identity): each gradient after the first is
- * added into the first in place (torch/csrc/autograd/input_buffer.cpp
- * InputBuffer::add; the simulator allocates nothing for it), one binary
- * kernel over the output's bytes per extra consumer that needs a
- * gradient, once per micro-batch. The host's per-kernel cost was fitted
- * on the allocations, so this adds GPU time only. */
+ * residual stream, ResNet's identity, the q, k and v projections' shared
+ * input): each gradient after the first is added into the first
+ * (torch/csrc/autograd/input_buffer.cpp InputBuffer::add, accumulate:
+ * in place where the buffer's tensor can be stolen, else out of place;
+ * the simulator allocates nothing for it), one binary kernel over the
+ * output's bytes per extra consumer that needs a gradient, once per
+ * micro-batch. The engine's thread launches it while it runs the node
+ * that hands the gradient over, so it is a backward launch of the
+ * host's as well (host_cost). */
 static void grad_sums(tctx *c, double micro_batches)
 {
     const vp_graph *g = c->g;
@@ -408,9 +412,11 @@ static void grad_sums(tctx *c, double micro_batches)
             if (!first || in >= g->n_ops || !g->ops[in].needs_grad)
                 continue;
             op_traffic *t = &c->t[in];
-            if (t->consumers++ > 0)
+            if (t->consumers++ > 0) {
                 t->mem[1] += micro_batches *
                              kernel_time(c, VP_HW_MEM_ADD, 3.0 * t->out_bytes);
+                t->sums += 1.0;
+            }
         }
     }
 }
@@ -711,6 +717,42 @@ static double attn_call_time(const vp_hw *hw, int impl, int ph,
     return f->t0_us * 1e-6 + e + (rate > 0 ? w / rate : 0);
 }
 
+/* The fused kernel SDPA runs on 16-bit inputs (ai: the user's or the
+ * model's choice): cuDNN's on Hopper and later (x->sdpa_cudnn), flash
+ * before. */
+static int fused_impl(const tctx *x, vp_attn_impl ai)
+{
+    return ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
+           : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
+           : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
+                                     : VP_HW_ATTN_FLASH;
+}
+
+/* The kernels cuDNN's SDPA backward launches beside its own (torch 2.11
+ * aten/src/ATen/native/cudnn/MHA.cpp run_cudnn_SDP_bprop runs the
+ * cuDNN frontend's sdpa_backward graph; the H200 profiles name them):
+ * FlashAttention-2's backward (Dao 2023, Algorithm 2) first takes the
+ * row sums D = rowsum(dO * O) (cudnn::fusion::compute_dot_do_o), and
+ * accumulates dQ in fp32 across the key blocks, converted to the
+ * 16-bit gradient at the end (convert_dq_to_16bits): 2 launches a call
+ * that allocate nothing of the simulator's (the GQA head sums of dK and
+ * dV, fmha_reduce_head, are its allocations). Every cuDNN call in
+ * calibrate/profiles/h200-host-trace.jsonl shows exactly one of each;
+ * an attention with a bias input (T5's position bias) ran SDPA's math
+ * path there (bmm, _safe_softmax) and has none. */
+#define CUDNN_BWD_HELPERS 2.0
+
+static double cudnn_bwd_launches(const tctx *x, const vp_setup *s,
+                                 const vp_op *o)
+{
+    vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+    if (o->kind != VP_OP_ATTENTION || ai == VP_ATTN_EAGER ||
+        ai == VP_ATTN_MATH || s->precision == VP_PREC_FP32 ||
+        o->n_inputs >= 4 || fused_impl(x, ai) != VP_HW_ATTN_CUDNN)
+        return 0;
+    return CUDNN_BWD_HELPERS;
+}
+
 /* The attention core's seconds: the kernel the simulator runs (sim.c
  * attn_impl_of: the user's choice or the model's). Eager attention is two
  * batched matmuls over the whole (masked) score matrix; SDPA on fp32
@@ -739,10 +781,7 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
         *b = r > 0 ? o->flops_bwd / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
         return;
     }
-    int impl = ai == VP_ATTN_FLASH       ? VP_HW_ATTN_FLASH
-               : ai == VP_ATTN_EFFICIENT ? VP_HW_ATTN_EFFICIENT
-               : x->sdpa_cudnn           ? VP_HW_ATTN_CUDNN
-                                         : VP_HW_ATTN_FLASH;
+    int impl = fused_impl(x, ai);
     bool drop = !s->inference && o->dropout > 0;
     *f = attn_call_time(hw, impl, 0, o, drop);
     *b = attn_call_time(hw, impl, 1, o, drop);
@@ -969,6 +1008,9 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     const op_traffic *t = &q->c->t[i];
     const vp_hw *hw = q->hw;
     *nk = host_kernels(o, t, ph, q->mb) + op_launches(q, o, t, ph);
+    if (ph == 1) /* the gradient sums into its output; cuDNN's helpers */
+        *nk += t->sums +
+               (t->kernels[1] > 0 ? cudnn_bwd_launches(q->c, q->s, o) : 0);
     *per = ph == 0 ? hw->host_fwd : hw->host_bwd;
     if (!checkpointed(q->s, o) || *nk <= 0)
         return;

@@ -21,8 +21,8 @@
  * steps on the same host, per launch the model issues (allocations and
  * the op families' launch rules), scaled to the host of
  * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
-#define VP__HOST_CKPT_PACK 7.43e-6
-#define VP__HOST_CKPT_RECOMPUTE 40.08e-6
+#define VP__HOST_CKPT_PACK 7.90e-6
+#define VP__HOST_CKPT_RECOMPUTE 43.71e-6
 
 /* When the host thread and the GPU are next free, seconds into the
  * step. */

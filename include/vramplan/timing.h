@@ -174,13 +174,13 @@ typedef struct vp_step_time {
 /* The host model of an eager step, fitted on the H200 host's phase times
  * (calibrate/profiles/h200-host.jsonl, calibrate/fit-host.py; docs/
  * STEP_TIME.md "The host"): a forward kernel issued from Python costs
- * 30.5 us whatever the model's code (plain nn.Module or Hugging Face; an
- * autocast cast as much), a backward kernel 24.4 us (autograd's engine),
+ * 31.1 us whatever the model's code (plain nn.Module or Hugging Face; an
+ * autocast cast as much), a backward kernel 23.3 us (autograd's engine),
  * the optimizer step 868 us plus, per parameter tensor, 16.93 us for
  * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
  * host_opt_h200). */
-#define VP_HOST_FWD_KERNEL 30.46e-6
-#define VP_HOST_BWD_KERNEL 24.43e-6
+#define VP_HOST_FWD_KERNEL 31.06e-6
+#define VP_HOST_BWD_KERNEL 23.34e-6
 #define VP_HOST_OPT_FIXED 868.4e-6
 #define VP_HOST_OPT_TENSOR 16.93e-6
 

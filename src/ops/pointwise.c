@@ -204,6 +204,21 @@ void vp__dropout_fwd(sim *S, vp__fwd_op *f)
     vp__tunref(S, m);
 }
 
+/* native_dropout's CUDA kernel writes the output and the mask in one
+ * launch (aten/src/ATen/native/cuda/Dropout.cu dropout_cuda:
+ * fused_dropout_kernel_vec takes both; the H200 profiles show one
+ * fused_dropout_kernel_vec per nn.Dropout call): one launch fewer than
+ * the forward's two allocations. Its backward (native_dropout_backward,
+ * masked_scale_kernel) is its one allocation. */
+double vp__dropout_launches(const vp_graph *g, const vp_op *o, int ph,
+                            bool wide)
+{
+    (void)g;
+    (void)o;
+    (void)wide;
+    return ph == 0 ? -1.0 : 0.0;
+}
+
 /* The widest input (and a learned operand's parameter dtype): type
  * promotion of a binary op. */
 uint8_t vp__promoted_eb(const sim *S, const vp__fwd_op *f)
