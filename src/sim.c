@@ -745,7 +745,10 @@ static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
         const vp_op *o = &g->ops[i];
         if (o->kind == VP_OP_INPUT) {
             uint8_t e = o->value == VP_VAL_INDEX ? 8 : S->half ? 2 : 4;
-            if (S->half && o->value == VP_VAL_FLOAT) {
+            if (S->recv_set && o->value == VP_VAL_FLOAT) {
+                vp__tref(S, S->recv_in); /* the stage's receive buffer */
+                batch[(*nb)++] = S->recv_in;
+            } else if (S->half && o->value == VP_VAL_FLOAT) {
                 uint32_t f = vp__talloc(S, vp__mulc(S, o->numel, 4), VP_CAT_INPUT);
                 batch[(*nb)++] = vp__talloc(S, vp__mulc(S, o->numel, e), VP_CAT_INPUT);
                 vp__tunref(S, f);

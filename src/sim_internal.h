@@ -143,6 +143,11 @@ typedef struct sim {
      * an interleaved pipeline rank's model chunk (sim_pipe.c); op_hi 0:
      * all of them */
     uint32_t op_lo, op_hi;
+    /* a torch pipeline stage's receive buffer of the micro-batch, the
+     * stage input's tensor (sim_pipe.c); recv_set false: the input is
+     * allocated with the batch */
+    bool recv_set;
+    uint32_t recv_in;
     /* per param: Transformer Engine's fp8 weight copy and transpose with
      * the scaling metadata, made at its first fp8 forward and kept
      * (ops/linear.c); NULL until then */

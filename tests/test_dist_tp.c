@@ -164,7 +164,7 @@ static void run_stage(uint32_t pp, uint32_t stage, seen *w)
     s.seq = 32;
     s.accum = 4;
     s.steps = 2;
-    vp_pipeline pl = {pp, stage, 1};
+    vp_pipeline pl = {pp, stage, 1, true};
     s.pipe = pp > 1 ? &pl : NULL;
     vp_estimate e;
     vp_error err;
