@@ -502,7 +502,7 @@ static void tied_late_free(sim *S, const tied_lates *L)
  * (ops/quant.c). built[p] is the tensor made. */
 /* PyTorch tensor parallelism (vp_param.tp_dim): the whole tensor is
  * built, tp times the rank's share. */
-static uint64_t tp_whole(const vp_graph *g, const vp_param *pp)
+uint64_t vp__tp_whole(const vp_graph *g, const vp_param *pp)
 {
     return pp->tp_dim && g->has_tf && g->tf.dtensor && g->tf.sp > 1
                ? g->tf.sp
@@ -539,7 +539,7 @@ static void tp_distribute(sim *S, uint32_t *built)
     for (int layers = 0; layers < 2; layers++) {
         for (size_t p = 0; p < g->n_params && OK(S); p++) {
             const vp_param *pp = &g->params[p];
-            if (tp_whole(g, pp) == 1 || built[p] == NONE ||
+            if (vp__tp_whole(g, pp) == 1 || built[p] == NONE ||
                 in_segment(g, pp->op) != (layers == 1))
                 continue;
             uint64_t b = vp__mulc(S, pp->numel, build_bytes(S, pp));
@@ -598,7 +598,7 @@ static void construct(sim *S, uint32_t *built)
             vp__quant_load(S, (uint32_t)p);
         else
             built[p] = vp__talloc(S, vp__mulc(S, vp__mulc(S, pp->numel,
-                                                          tp_whole(g, pp)),
+                                                          vp__tp_whole(g, pp)),
                                               build_bytes(S, pp)),
                                   VP_CAT_PARAM);
         if (S->dist && OK(S))

@@ -221,6 +221,9 @@ uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb);
  * compute dtype, then ToCopyBackward to fp32 under autocast);
  * vp__param_grad_cast hands one made in the compute dtype. */
 void vp__param_grad(sim *S, uint32_t p, uint32_t gid);
+/* PyTorch tensor parallelism (vp_param.tp_dim): the whole tensor is tp
+ * times the rank's share (1: not distributed) */
+uint64_t vp__tp_whole(const vp_graph *g, const vp_param *pp);
 void vp__weight_grad(sim *S, uint32_t p, bool via_cast);
 void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo);
 /* A Linear's weight gradient (owned, compute dtype): as

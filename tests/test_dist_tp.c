@@ -147,8 +147,10 @@ static void on_event(const vp_sim_event *ev, void *ud)
 
 /* Stage `stage` of tp 2 x pp (1: no pipeline) under FSDP2 over 2 ranks,
  * bf16 parameters, fp32 reduction (torchtitan's MixedPrecisionPolicy), 4
- * micro-batches, watching step 2. */
-static void run_stage(uint32_t pp, uint32_t stage, seen *w)
+ * micro-batches, 2 steps, every event to fn; torch: PipelineStage's
+ * rules (vp_pipeline.torch), else Megatron's stage. */
+static void run_stage_events(uint32_t pp, uint32_t stage, bool torch,
+                             vp_sim_event_fn fn, void *ud)
 {
     vp_graph *g = rank_graph(2, pp, stage);
     vp_dist d;
@@ -164,13 +166,18 @@ static void run_stage(uint32_t pp, uint32_t stage, seen *w)
     s.seq = 32;
     s.accum = 4;
     s.steps = 2;
-    vp_pipeline pl = {pp, stage, 1, true};
+    vp_pipeline pl = {pp, stage, 1, torch};
     s.pipe = pp > 1 ? &pl : NULL;
     vp_estimate e;
     vp_error err;
-    cr_assert_eq(vp_simulate(g, &s, &e, on_event, w, &err), VP_OK, "%s",
-                 err.msg);
+    cr_assert_eq(vp_simulate(g, &s, &e, fn, ud, &err), VP_OK, "%s", err.msg);
     vp_graph_free(g);
+}
+
+/* ... torchtitan's (torch's PipelineStage), watching w's step. */
+static void run_stage(uint32_t pp, uint32_t stage, seen *w)
+{
+    run_stage_events(pp, stage, true, on_event, w);
 }
 
 /* PipelineStage.backward_maybe_with_nosync: no gradient sync until the
@@ -182,7 +189,106 @@ Test(dist_tp, pipeline_stage_accumulates_unsharded_fp32_gradients)
     seen w = {"fsdp2 to_accumulated_grad_if_needed", 2, VP_CAT_GRAD, 0, 0};
     run_stage(2, 0, &w);
     cr_assert_eq(w.n, 9 + 1); /* a layer's 9 tensors, the embedding */
-    cr_assert_eq(w.bytes, (layer_local(2) + (VOCAB / 2) * H) * 4);
+    /* the embedding's gradient is a Replicate DTensor of the whole
+     * vocabulary: grad.to(reduce_dtype) upcasts all of it */
+    cr_assert_eq(w.bytes, (layer_local(2) + VOCAB * H) * 4);
+}
+
+/* RowwiseParallel's embedding: embedding_dense_backward under DTensor
+ * makes the whole vocabulary's gradient (Replicate), and FSDP2 reads the
+ * rank's rows (_get_grad_inner_tensor: Shard._replicate_to_shard's
+ * clone) before each reduce-scatter: without a pipeline one bf16 clone
+ * a micro-batch ... */
+Test(dist_tp, embedding_gradient_is_cloned_to_the_rank_s_rows_per_reduce)
+{
+    seen w = {"fsdp2 _replicate_to_shard", 2, VP_CAT_GRAD, 0, 0};
+    run_stage(1, 0, &w);
+    cr_assert_eq(w.n, 4);
+    cr_assert_eq(w.bytes, 4 * (VOCAB / 2) * H * 2);
+}
+
+/* ... on a pipeline stage one fp32 clone of the accumulated gradient a
+ * step, at the reduce after the last micro-batch. */
+Test(dist_tp, pipeline_stage_clones_the_accumulated_embedding_gradient_once)
+{
+    seen w = {"fsdp2 _replicate_to_shard", 2, VP_CAT_GRAD, 0, 0};
+    run_stage(2, 0, &w);
+    cr_assert_eq(w.n, 1);
+    cr_assert_eq(w.bytes, (VOCAB / 2) * H * 4);
+}
+
+/* torch's PipelineStage at its first step (_prepare_forward_infra): a
+ * receive buffer per micro-batch, of the stage input's shape (1 x 32/2
+ * tokens x H, bf16), on a stage after the first; kept, so never made
+ * again. */
+Test(dist_tp, torch_stage_makes_a_receive_buffer_per_micro_batch_once)
+{
+    seen first = {"pipeline buffers", 1, VP_CAT_INPUT, 0, 0};
+    run_stage(2, 1, &first);
+    cr_assert_eq(first.n, 4);
+    cr_assert_eq(first.bytes, 4 * (32 / 2) * H * 2);
+    seen second = {"pipeline buffers", 2, VP_CAT_INPUT, 0, 0};
+    run_stage(2, 1, &second);
+    cr_assert_eq(second.n, 0);
+    seen none = {"pipeline buffers", 1, VP_CAT_INPUT, 0, 0};
+    run_stage(2, 0, &none);
+    cr_assert_eq(none.n, 0);
+}
+
+/* ... and a gradient-receive buffer per micro-batch, of the output's
+ * shape, on a stage before the last (_create_grad_recv_info). */
+Test(dist_tp, torch_stage_makes_a_gradient_buffer_per_micro_batch_once)
+{
+    seen first = {"pipeline buffers", 1, VP_CAT_TEMP, 0, 0};
+    run_stage(2, 0, &first);
+    cr_assert_eq(first.n, 4);
+    cr_assert_eq(first.bytes, 4 * (32 / 2) * H * 2);
+    seen last = {"pipeline buffers", 1, VP_CAT_TEMP, 0, 0};
+    run_stage(2, 1, &last);
+    cr_assert_eq(last.n, 0);
+}
+
+/* The phases in which the stage output's tensors (the op named `op`,
+ * made in a forward) are freed. */
+typedef struct {
+    const char *op;
+    uint64_t ids[64];
+    size_t n_ids, freed[VP_PHASE__COUNT];
+} out_watch;
+
+static void on_output(const vp_sim_event *ev, void *ud)
+{
+    out_watch *o = ud;
+    if (!ev->is_free) {
+        if (ev->phase == VP_PHASE_FORWARD && strcmp(ev->op, o->op) == 0 &&
+            o->n_ids < sizeof o->ids / sizeof o->ids[0])
+            o->ids[o->n_ids++] = ev->tensor;
+        return;
+    }
+    for (size_t i = 0; i < o->n_ids; i++)
+        if (o->ids[i] == ev->tensor) {
+            o->freed[ev->phase]++;
+            o->ids[i] = o->ids[--o->n_ids];
+            return;
+        }
+}
+
+/* forward_one_chunk keeps the stage's output in fwd_cache until
+ * backward_one_chunk pops it: every output of stage 0 is freed in a
+ * backward phase, where Megatron's deallocate_output_tensor frees it
+ * once sent, in its forward. */
+Test(dist_tp, torch_stage_keeps_each_output_until_its_backward)
+{
+    vp_graph *g = rank_graph(2, 2, 0);
+    const char *last = vp_graph_op(g, vp_graph_op_count(g) - 1)->name;
+    out_watch torch = {last, {0}, 0, {0}}, megatron = torch;
+    run_stage_events(2, 0, true, on_output, &torch);
+    run_stage_events(2, 0, false, on_output, &megatron);
+    cr_assert_eq(torch.freed[VP_PHASE_BACKWARD], 2 * 4);
+    cr_assert_eq(torch.freed[VP_PHASE_FORWARD], 0);
+    cr_assert_eq(megatron.freed[VP_PHASE_FORWARD], 2 * 4);
+    cr_assert_eq(megatron.freed[VP_PHASE_BACKWARD], 0);
+    vp_graph_free(g);
 }
 
 /* ... and reduce-scatters once a step, after the last micro-batch's
