@@ -217,58 +217,71 @@ Test(dist_tp, pipeline_stage_clones_the_accumulated_embedding_gradient_once)
     cr_assert_eq(w.bytes, (VOCAB / 2) * H * 4);
 }
 
-/* torch's PipelineStage at its first step (_prepare_forward_infra): a
- * receive buffer per micro-batch, of the stage input's shape (1 x 32/2
- * tokens x H, bf16), on a stage after the first; kept, so never made
- * again. */
-Test(dist_tp, torch_stage_makes_a_receive_buffer_per_micro_batch_once)
+/* torch's PipelineStage's buffers of category cat: at the first step
+ * one per micro-batch, of the hidden states' shape (1 x 32/2 tokens x H,
+ * bf16), on stage `with` of 2; kept, so never made again; none on stage
+ * `without`. */
+static void buffers_made(vp_category cat, uint32_t with, uint32_t without)
 {
-    seen first = {"pipeline buffers", 1, VP_CAT_INPUT, 0, 0};
-    run_stage(2, 1, &first);
+    seen first = {"pipeline buffers", 1, cat, 0, 0};
+    run_stage(2, with, &first);
     cr_assert_eq(first.n, 4);
     cr_assert_eq(first.bytes, 4 * (32 / 2) * H * 2);
-    seen second = {"pipeline buffers", 2, VP_CAT_INPUT, 0, 0};
-    run_stage(2, 1, &second);
+    seen second = {"pipeline buffers", 2, cat, 0, 0};
+    run_stage(2, with, &second);
     cr_assert_eq(second.n, 0);
-    seen none = {"pipeline buffers", 1, VP_CAT_INPUT, 0, 0};
-    run_stage(2, 0, &none);
+    seen none = {"pipeline buffers", 1, cat, 0, 0};
+    run_stage(2, without, &none);
     cr_assert_eq(none.n, 0);
 }
 
-/* ... and a gradient-receive buffer per micro-batch, of the output's
- * shape, on a stage before the last (_create_grad_recv_info). */
+/* _prepare_forward_infra: a receive buffer per micro-batch on a stage
+ * after the first ... */
+Test(dist_tp, torch_stage_makes_a_receive_buffer_per_micro_batch_once)
+{
+    buffers_made(VP_CAT_INPUT, 1, 0);
+}
+
+/* ... _create_grad_recv_info: a gradient-receive buffer per micro-batch
+ * on a stage before the last. */
 Test(dist_tp, torch_stage_makes_a_gradient_buffer_per_micro_batch_once)
 {
-    seen first = {"pipeline buffers", 1, VP_CAT_TEMP, 0, 0};
-    run_stage(2, 0, &first);
-    cr_assert_eq(first.n, 4);
-    cr_assert_eq(first.bytes, 4 * (32 / 2) * H * 2);
-    seen last = {"pipeline buffers", 1, VP_CAT_TEMP, 0, 0};
-    run_stage(2, 1, &last);
-    cr_assert_eq(last.n, 0);
+    buffers_made(VP_CAT_TEMP, 0, 1);
 }
 
 /* The phases in which the stage output's tensors (the op named `op`,
- * made in a forward) are freed. */
+ * made in a forward) are freed, and how many in the forward that made
+ * them (same). */
 typedef struct {
     const char *op;
-    uint64_t ids[64];
-    size_t n_ids, freed[VP_PHASE__COUNT];
+    uint64_t ids[64], fwd_of[64];
+    size_t n_ids, freed[VP_PHASE__COUNT], same;
+    uint64_t fwd_no;
+    vp_phase last;
 } out_watch;
 
 static void on_output(const vp_sim_event *ev, void *ud)
 {
     out_watch *o = ud;
+    if (ev->phase == VP_PHASE_FORWARD && o->last != VP_PHASE_FORWARD)
+        o->fwd_no++;
+    o->last = ev->phase;
     if (!ev->is_free) {
         if (ev->phase == VP_PHASE_FORWARD && strcmp(ev->op, o->op) == 0 &&
-            o->n_ids < sizeof o->ids / sizeof o->ids[0])
+            o->n_ids < sizeof o->ids / sizeof o->ids[0]) {
+            o->fwd_of[o->n_ids] = o->fwd_no;
             o->ids[o->n_ids++] = ev->tensor;
+        }
         return;
     }
     for (size_t i = 0; i < o->n_ids; i++)
         if (o->ids[i] == ev->tensor) {
             o->freed[ev->phase]++;
-            o->ids[i] = o->ids[--o->n_ids];
+            o->same += ev->phase == VP_PHASE_FORWARD &&
+                       o->fwd_of[i] == o->fwd_no;
+            o->n_ids--;
+            o->ids[i] = o->ids[o->n_ids];
+            o->fwd_of[i] = o->fwd_of[o->n_ids];
             return;
         }
 }
@@ -281,7 +294,7 @@ Test(dist_tp, torch_stage_keeps_each_output_until_its_backward)
 {
     vp_graph *g = rank_graph(2, 2, 0);
     const char *last = vp_graph_op(g, vp_graph_op_count(g) - 1)->name;
-    out_watch torch = {last, {0}, 0, {0}}, megatron = torch;
+    out_watch torch = {.op = last}, megatron = torch;
     run_stage_events(2, 0, true, on_output, &torch);
     run_stage_events(2, 0, false, on_output, &megatron);
     cr_assert_eq(torch.freed[VP_PHASE_BACKWARD], 2 * 4);
@@ -289,6 +302,22 @@ Test(dist_tp, torch_stage_keeps_each_output_until_its_backward)
     cr_assert_eq(megatron.freed[VP_PHASE_FORWARD], 2 * 4);
     cr_assert_eq(megatron.freed[VP_PHASE_BACKWARD], 0);
     vp_graph_free(g);
+}
+
+/* ... the last stage's too: the logits its loss is computed from, which
+ * Megatron's stage drops in their forward once the loss has made its
+ * own fp32 copy. Past their backward the schedule's `output` variable
+ * holds them until the next forward's logits are made: each step's
+ * first three go in the next forward, the last at the step's end. */
+Test(dist_tp, torch_last_stage_keeps_its_logits_until_their_backward)
+{
+    out_watch torch = {.op = "lm_head"}, megatron = torch;
+    run_stage_events(2, 1, true, on_output, &torch);
+    run_stage_events(2, 1, false, on_output, &megatron);
+    cr_assert_eq(torch.same, 0);
+    cr_assert_eq(torch.freed[VP_PHASE_FORWARD], 2 * 3);
+    cr_assert_eq(torch.freed[VP_PHASE_BACKWARD], 2 * 1);
+    cr_assert_eq(megatron.same, 2 * 4);
 }
 
 /* ... and reduce-scatters once a step, after the last micro-batch's
