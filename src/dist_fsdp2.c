@@ -68,11 +68,32 @@ typedef struct fsdp2 {
     uint32_t *acc;         /* per parameter: its unsharded gradient
                               accumulated in reduce_dtype (nosync)       */
     uint64_t n_bwd;        /* backwards run (nosync)                     */
+    uint64_t *whole;       /* per parameter: tp when its gradient is a
+                              Replicate DTensor of the whole tensor
+                              (grad_share), else 1                      */
 } fsdp2;
 
 static fsdp2 *impl(sim *S)
 {
     return S->dist->impl;
+}
+
+/* The parameters whose gradient is a Replicate DTensor of the whole
+ * tensor: RowwiseParallel's embedding (ops/embed_loss.c), untied (a tied
+ * head's Shard(0) gradient comes first and is not modelled so). */
+static void whole_grads(const vp_graph *g, uint64_t *whole)
+{
+    for (uint32_t p = 0; p < g->n_params; p++)
+        whole[p] = 1;
+    for (uint32_t i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == VP_OP_EMBEDDING && g->ops[i].n_params > 0) {
+            uint32_t p = g->ops[i].params[0];
+            whole[p] = vp__tp_whole(g, &g->params[p]);
+        }
+    for (uint32_t i = 0; i < g->n_ops; i++)
+        for (uint32_t k = 0; k < g->ops[i].n_params; k++)
+            if (g->ops[i].kind != VP_OP_EMBEDDING)
+                whole[g->ops[i].params[k]] = 1;
 }
 
 static vp_status f2_init(sim *S, vp__dist *d)
@@ -90,9 +111,11 @@ static vp_status f2_init(sim *S, vp__dist *d)
     f->local = calloc(np, sizeof *f->local);
     f->on = calloc(np, sizeof *f->on);
     f->acc = malloc(np * sizeof *f->acc);
+    f->whole = malloc(np * sizeof *f->whole);
     if (!f->g || !f->shard || !f->full || !f->post || !f->local || !f->on ||
-        !f->acc)
+        !f->acc || !f->whole)
         return vp_error_set(S->err, VP_ENOMEM, "out of memory");
+    whole_grads(g, f->whole);
     for (size_t p = 0; p < np; p++)
         f->shard[p] = f->full[p] = f->post[p] = f->acc[p] = NONE;
     for (uint32_t u = 0; u < d->n_units; u++)
@@ -123,7 +146,7 @@ static void f2_destroy(vp__dist *d)
     fsdp2 *f = d->impl;
     if (f) {
         void *arrays[] = {f->g,     f->shard, f->full, f->post,
-                          f->local, f->on,    f->acc};
+                          f->local, f->on,    f->acc,  f->whole};
         vp__dist_impl_free(d, arrays, sizeof arrays / sizeof arrays[0]);
     }
 }
@@ -403,6 +426,23 @@ static void f2_unit_bwd_begin(sim *S, uint32_t u)
 }
 
 /* foreach_reduce: the reduce-scatter of unit u's unsharded gradients. */
+/* A gradient that is a Replicate DTensor of the whole tensor (the tensor-
+ * parallel embedding's, ops/embed_loss.c), as FSDPParam's
+ * unsharded_grad_data / unsharded_accumulated_grad_data read it
+ * (_get_grad_inner_tensor: grad.redistribute to the parameter's
+ * placements, Shard._replicate_to_shard's clone of the rank's rows, then
+ * post_backward drops the whole one): *id becomes the clone. */
+static void grad_share(sim *S, uint32_t p, uint32_t *id, uint8_t eb)
+{
+    if (*id == NONE || impl(S)->whole[p] == 1)
+        return;
+    uint64_t share = vp__mulc(S, S->g->params[p].numel, eb);
+    uint32_t c = vp__dist_alloc(S, share, VP_CAT_GRAD, VP_STREAM_DEFAULT,
+                                "fsdp2 _replicate_to_shard");
+    vp__dist_free_id(S, id);
+    *id = c;
+}
+
 static void reduce(sim *S, uint32_t u)
 {
     vp__dist *d = S->dist;
@@ -415,6 +455,11 @@ static void reduce(sim *S, uint32_t u)
                f->acc[un->params[i]] != NONE;
     if (!any)
         return;
+    for (uint32_t i = 0; i < un->n_params; i++) {
+        grad_share(S, un->params[i], &S->pgrad[un->params[i]],
+                   d->unsharded_eb);
+        grad_share(S, un->params[i], &f->acc[un->params[i]], d->reduce_eb);
+    }
     vp__dist_free_id(S, &f->rs_state);
     f->rs_state = vp__dist_alloc(
         S, vp__mulc(S, vp__mulc(S, un->padded, d->group), d->reduce_eb),
@@ -461,9 +506,12 @@ static void accumulate(sim *S, uint32_t u)
         uint32_t p = un->params[i];
         if (S->pgrad[p] == NONE)
             continue;
+        /* grad.to(reduce_dtype) as the gradient is: the whole tensor
+         * for a Replicate DTensor (grad_share) */
         if (f->acc[p] == NONE)
             f->acc[p] = vp__dist_alloc(
-                S, vp__mulc(S, S->g->params[p].numel, d->reduce_eb),
+                S, vp__mulc(S, vp__mulc(S, S->g->params[p].numel, f->whole[p]),
+                            d->reduce_eb),
                 VP_CAT_GRAD, VP_STREAM_DEFAULT,
                 "fsdp2 to_accumulated_grad_if_needed");
         vp__dist_free_id(S, &S->pgrad[p]);

@@ -70,6 +70,7 @@ void vp_tp_pipeline(const vp_tp_layout *l, vp_pipeline *out)
     out->stages = l->pp;
     out->stage = l->stage;
     out->chunks = 1;
+    out->torch = true; /* torchtitan: PipelineStage, Schedule1F1B */
 }
 
 vp_graph *vp_tp_graph_build(const vp_model *m, const vp_tp_layout *l,

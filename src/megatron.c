@@ -199,7 +199,7 @@ vp_status vp_cluster_stage_sim(vp_cluster_model *cm, const vp_cluster *c,
      * data- and context-parallel ones with etp = tp) */
     d.expert_world = p->ep > 1 ? d.world / p->ep : 0;
     d.cpu_offload = p->offload == VP_OFFLOAD_OPTIMIZER;
-    vp_pipeline pl = {p->pp, stage, p->vpp};
+    vp_pipeline pl = {p->pp, stage, p->vpp, false};
     vp_setup s;
     vp_setup_init(&s);
     s.batch = p->micro_batch;

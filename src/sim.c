@@ -524,7 +524,7 @@ static void tied_late_free(sim *S, const tied_lates *L)
  * (ops/quant.c). built[p] is the tensor made. */
 /* PyTorch tensor parallelism (vp_param.tp_dim): the whole tensor is
  * built, tp times the rank's share. */
-static uint64_t tp_whole(const vp_graph *g, const vp_param *pp)
+uint64_t vp__tp_whole(const vp_graph *g, const vp_param *pp)
 {
     return pp->tp_dim && g->has_tf && g->tf.dtensor && g->tf.sp > 1
                ? g->tf.sp
@@ -561,7 +561,7 @@ static void tp_distribute(sim *S, uint32_t *built)
     for (int layers = 0; layers < 2; layers++) {
         for (size_t p = 0; p < g->n_params && OK(S); p++) {
             const vp_param *pp = &g->params[p];
-            if (tp_whole(g, pp) == 1 || built[p] == NONE ||
+            if (vp__tp_whole(g, pp) == 1 || built[p] == NONE ||
                 in_segment(g, pp->op) != (layers == 1))
                 continue;
             uint64_t b = vp__mulc(S, pp->numel, build_bytes(S, pp));
@@ -620,7 +620,7 @@ static void construct(sim *S, uint32_t *built)
             vp__quant_load(S, (uint32_t)p);
         else
             built[p] = vp__talloc(S, vp__mulc(S, vp__mulc(S, pp->numel,
-                                                          tp_whole(g, pp)),
+                                                          vp__tp_whole(g, pp)),
                                               build_bytes(S, pp)),
                                   VP_CAT_PARAM);
         if (S->dist && OK(S))
@@ -767,7 +767,10 @@ static void alloc_batch(sim *S, uint32_t *batch, size_t *nb)
         const vp_op *o = &g->ops[i];
         if (o->kind == VP_OP_INPUT) {
             uint8_t e = o->value == VP_VAL_INDEX ? 8 : S->half ? 2 : 4;
-            if (S->half && o->value == VP_VAL_FLOAT) {
+            if (S->recv_set && o->value == VP_VAL_FLOAT) {
+                vp__tref(S, S->recv_in); /* the stage's receive buffer */
+                batch[(*nb)++] = S->recv_in;
+            } else if (S->half && o->value == VP_VAL_FLOAT) {
                 uint32_t f = vp__talloc(S, vp__mulc(S, o->numel, 4), VP_CAT_INPUT);
                 batch[(*nb)++] = vp__talloc(S, vp__mulc(S, o->numel, e), VP_CAT_INPUT);
                 vp__tunref(S, f);

@@ -149,6 +149,11 @@ typedef struct sim {
      * an interleaved pipeline rank's model chunk (sim_pipe.c); op_hi 0:
      * all of them */
     uint32_t op_lo, op_hi;
+    /* a torch pipeline stage's receive buffer of the micro-batch, the
+     * stage input's tensor (sim_pipe.c); recv_set false: the input is
+     * allocated with the batch */
+    bool recv_set;
+    uint32_t recv_in;
     /* per param: Transformer Engine's fp8 weight copy and transpose with
      * the scaling metadata, made at its first fp8 forward and kept
      * (ops/linear.c); NULL until then */
@@ -262,6 +267,9 @@ uint32_t vp__cast_input(sim *S, uint32_t in_op, uint8_t eb);
  * compute dtype, then ToCopyBackward to fp32 under autocast);
  * vp__param_grad_cast hands one made in the compute dtype. */
 void vp__param_grad(sim *S, uint32_t p, uint32_t gid);
+/* PyTorch tensor parallelism (vp_param.tp_dim): the whole tensor is tp
+ * times the rank's share (1: not distributed) */
+uint64_t vp__tp_whole(const vp_graph *g, const vp_param *pp);
 void vp__weight_grad(sim *S, uint32_t p, bool via_cast);
 void vp__param_grad_cast(sim *S, uint32_t p, uint32_t lo);
 /* A Linear's weight gradient (owned, compute dtype): as

@@ -24,7 +24,26 @@
  * Each pass in flight has its own per-op state (outputs, saved slots,
  * checkpointed inputs, Python holds, autograd leaves, batch), taken from
  * a free list: the engine's arrays are swapped for the pass's while it
- * runs, and its op range (sim.op_lo, op_hi) bounds the engine's passes. */
+ * runs, and its op range (sim.op_lo, op_hi) bounds the engine's passes.
+ *
+ * torch's PipelineStage under Schedule1F1B (vp_pipeline.torch,
+ * torchtitan; torch/distributed/pipelining/schedules.py,
+ * Schedule1F1B._step_microbatches: min(m, p - s) warm-up forwards, then
+ * a backward and a forward in turn, the same order as Megatron's) keeps
+ * more (stage.py, _PipelineStageBase; docs/DISTRIBUTED.md):
+ *  - the stage's first step makes a receive buffer per micro-batch
+ *    (_prepare_forward_infra, _create_act_recv_info: torch.empty of the
+ *    input's shape) on a stage after the first, then a gradient-receive
+ *    buffer per micro-batch (_prepare_backward_infra,
+ *    _create_grad_recv_info) on a stage before the last; the stage keeps
+ *    them for the run, each micro-batch's input is its buffer and its
+ *    backward starts from its gradient buffer;
+ *  - forward_one_chunk keeps the stage's output in fwd_cache until
+ *    backward_one_chunk pops it: alive until that backward has run (the
+ *    last stage's too: the logits its loss is computed from);
+ *  - the schedule's `output` variable keeps the latest forward's output
+ *    until the next forward_one_chunk returns, the last one's until
+ *    _step_microbatches returns (after perform_reduce_grad). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +62,7 @@ typedef struct {
     uint32_t batch[VP__MAX_BATCH];
     size_t nb;
     uint32_t loss_t;
+    uint32_t out_keep; /* torch: the stage output in fwd_cache */
 } mbctx;
 
 #define SWAP(T, a, b)                                                      \
@@ -101,6 +121,7 @@ static bool ctx_init(mbctx *c, size_t no)
     c->reload = calloc(no, sizeof *c->reload);
     c->loss_t = NONE;
     c->ph_until_min = INT32_MAX;
+    c->out_keep = NONE;
     if (!c->out_t || !c->saved || !c->out_eb || !c->lay || !c->n_saved ||
         !c->reload)
         return false;
@@ -123,6 +144,13 @@ typedef struct {
     uint32_t *free_slot;
     uint32_t n_free;
     uint64_t fwd_peak, bwd_peak;
+    /* torch's PipelineStage (vp_pipeline.torch; n_units entries each,
+     * NONE where the stage has none): the receive and gradient-receive
+     * buffers; out_op the op whose output the stage returns, last_out
+     * the schedule's `output` */
+    bool torch;
+    uint32_t *recv, *grecv;
+    uint32_t out_op, last_out;
 } sched;
 
 static uint32_t unit_chunk(const sched *q, uint64_t k)
@@ -147,6 +175,34 @@ static void select_chunk(sched *q, uint64_t k)
     q->S->op_hi = q->lo[c + 1];
 }
 
+/* torch's forward_one_chunk of micro-batch k: its input the receive
+ * buffer; the output gets fwd_cache's reference (one consumer more);
+ * the previous forward's output, the schedule's `output`, is dropped
+ * when the stage's output is made (forward_one_chunk returns). */
+static void torch_fwd_begin(sched *q, uint64_t k)
+{
+    sim *S = q->S;
+    S->recv_set = q->recv[k] != NONE;
+    S->recv_in = q->recv[k];
+    S->consumers[q->out_op]++;
+    if (q->last_out != NONE) {
+        vp__hold_until(S, q->last_out, q->out_op);
+        vp__tunref(S, q->last_out);
+        q->last_out = NONE;
+    }
+}
+
+static void torch_fwd_end(sched *q, mbctx *c)
+{
+    sim *S = q->S;
+    S->consumers[q->out_op]--;
+    if (!OK(S))
+        return;
+    c->out_keep = S->out_t[q->out_op];
+    vp__tref(S, c->out_keep);
+    q->last_out = c->out_keep;
+}
+
 /* The forward of unit k (run()'s micro-batch, sim.c). */
 static void mb_forward(sched *q, uint64_t k)
 {
@@ -157,8 +213,13 @@ static void mb_forward(sched *q, uint64_t k)
     bool loss = q->loss != NONE && q->loss >= S->op_lo && q->loss < S->op_hi;
     swap_ctx(S, c);
     vp__sim_phase(S, VP_PHASE_FORWARD);
+    if (q->torch)
+        torch_fwd_begin(q, k);
     vp__sim_alloc_batch(S, c->batch, &c->nb);
+    S->recv_set = false;
     vp__sim_forward(S);
+    if (q->torch)
+        torch_fwd_end(q, c);
     if (OK(S)) {
         vp__release_held(S);
         if (loss) {
@@ -188,18 +249,26 @@ static void mb_backward(sched *q, uint64_t k)
     if (q->loss != NONE && q->loss >= S->op_lo && q->loss < S->op_hi) {
         vp__sim_loss_backward(S, q->loss, q->refs_of);
     } else {
-        /* recv_backward: the gradient of the chunk's output */
+        /* recv_backward: the gradient of the chunk's output (torch: its
+         * gradient-receive buffer) */
         uint32_t last = S->op_hi - 1;
         S->cur_op = "recv grad";
-        S->grad_t[last] = vp__talloc(
-            S, vp__mulc(S, S->g->ops[last].numel, S->out_eb[last]),
-            VP_CAT_TEMP);
+        if (q->torch) {
+            vp__tref(S, q->grecv[u]);
+            S->grad_t[last] = q->grecv[u];
+        } else {
+            S->grad_t[last] = vp__talloc(
+                S, vp__mulc(S, S->g->ops[last].numel, S->out_eb[last]),
+                VP_CAT_TEMP);
+        }
         vp__sim_backward(S, q->refs_of);
     }
     if (S->phase_peak > q->bwd_peak)
         q->bwd_peak = S->phase_peak;
     vp__tunref(S, c->loss_t);
     c->loss_t = NONE;
+    vp__tunref(S, c->out_keep); /* fwd_cache's entry popped */
+    c->out_keep = NONE;
     vp__release_graph(S);
     for (size_t i = 0; i < c->nb; i++)
         vp__tunref(S, c->batch[i]);
@@ -261,6 +330,41 @@ static vp_status chunk_bounds(sim *S, uint32_t v, uint32_t *lo)
     return VP_OK;
 }
 
+/* torch's stage at its first step (_initialize_stage): a receive
+ * buffer per micro-batch of the stage input's shape on a stage after the
+ * first, then a gradient-receive buffer per micro-batch of the output's
+ * on a stage before the last, in the activations' dtype. */
+static void torch_buffers(sched *q, uint64_t n)
+{
+    sim *S = q->S;
+    const vp_graph *g = S->g;
+    const vp_pipeline *p = S->s->pipe;
+    uint64_t e = S->half ? 2 : 4, in = NONE;
+    for (uint32_t i = 0; i < g->n_ops && in == NONE; i++)
+        if (g->ops[i].kind == VP_OP_INPUT && g->ops[i].value == VP_VAL_FLOAT)
+            in = i;
+    S->cur_op = "pipeline buffers";
+    for (uint64_t k = 0; k < n && p->stage > 0 && in != NONE && OK(S); k++)
+        q->recv[k] = vp__talloc(S, vp__mulc(S, g->ops[in].numel, e),
+                                VP_CAT_INPUT);
+    uint64_t out = g->ops[g->n_ops - 1].numel;
+    for (uint64_t k = 0; k < n && p->stage + 1 < p->stages && OK(S); k++)
+        q->grecv[k] = vp__talloc(S, vp__mulc(S, out, e), VP_CAT_TEMP);
+    S->cur_op = "";
+}
+
+/* The op whose output the stage returns: its last; the last stage's
+ * the logits its loss is computed from. */
+static uint32_t torch_out_op(const sched *q)
+{
+    const vp_graph *g = q->S->g;
+    const vp_pipeline *p = q->S->s->pipe;
+    if (p->stage + 1 < p->stages || q->loss == NONE ||
+        g->ops[q->loss].n_inputs == 0)
+        return (uint32_t)g->n_ops - 1;
+    return g->ops[q->loss].inputs[0];
+}
+
 static vp_status check(sim *S)
 {
     const vp_pipeline *p = S->s->pipe;
@@ -278,6 +382,10 @@ static vp_status check(sim *S)
                             VP_MAX_ACCUM_UNSTEADY);
     if (S->g->n_ops == 0)
         return vp_error_set(S->err, VP_EARG, "the stage has no ops");
+    if (p->torch && p->chunks > 1)
+        return vp_error_set(S->err, VP_EUNSUPPORTED,
+                            "torch's pipeline stage is simulated under "
+                            "Schedule1F1B, one model chunk a rank");
     if (p->chunks > 1 && S->s->accum % p->stages)
         return vp_error_set(S->err, VP_EARG,
                             "the interleaved schedule runs the micro-batches "
@@ -312,7 +420,16 @@ vp_status vp__pipe_run(sim *S)
     q.lo = calloc(v + 1, sizeof *q.lo);
     q.slot_of = calloc(n, sizeof *q.slot_of);
     q.free_slot = calloc(q.slots, sizeof *q.free_slot);
-    bool ok = q.refs_of && q.ctx && q.lo && q.slot_of && q.free_slot;
+    q.torch = p->torch;
+    q.last_out = NONE;
+    q.recv = malloc(n * sizeof *q.recv);
+    q.grecv = malloc(n * sizeof *q.grecv);
+    bool ok = q.refs_of && q.ctx && q.lo && q.slot_of && q.free_slot &&
+              q.recv && q.grecv;
+    for (uint64_t k = 0; ok && k < n; k++)
+        q.recv[k] = q.grecv[k] = NONE;
+    if (ok)
+        q.out_op = torch_out_op(&q);
     for (uint32_t k = 0; ok && k < q.slots; k++)
         ok = ctx_init(&q.ctx[k], g->n_ops);
     if (!ok)
@@ -333,7 +450,11 @@ vp_status vp__pipe_run(sim *S)
             q.free_slot[k] = q.slots - 1 - k;
         if (S->dist)
             vp__dist_step_begin(S);
+        if (q.torch && step == 1)
+            torch_buffers(&q, n);
         schedule(&q, n, w);
+        vp__tunref(S, q.last_out); /* _step_microbatches returns */
+        q.last_out = NONE;
         if (!OK(S))
             break;
         pk->peak[VP_PHASE_FORWARD] = q.fwd_peak - out->baseline;
@@ -356,7 +477,12 @@ vp_status vp__pipe_run(sim *S)
     for (uint32_t k = 0; q.ctx && k < q.slots; k++) {
         ctx_free(&q.ctx[k]);
     }
-    void *const arrays[] = {q.ctx, q.refs_of, q.lo, q.slot_of, q.free_slot};
+    for (uint64_t k = 0; q.recv && q.grecv && k < n; k++) {
+        vp__tunref(S, q.recv[k]);
+        vp__tunref(S, q.grecv[k]);
+    }
+    void *const arrays[] = {q.ctx,       q.refs_of, q.lo,   q.slot_of,
+                            q.free_slot, q.recv,    q.grecv};
     vp__free_each(arrays, sizeof arrays / sizeof arrays[0]);
     return S->st;
 }

@@ -222,8 +222,8 @@ static const vp_jfield ROWS_RANK[] = {
     ROW_U64("microbatches", 1, UINT32_MAX, microbatches),
     ROW_U64("stage_layers", 1, UINT32_MAX, stage_layers),
     /* whether schedule.step kept the last stage's outputs (it had no
-     * return_outputs argument): information */
-    ROW_INFO("return_outputs", VP_JT_BOOL),
+     * return_outputs argument): refused on the last stage (validate_dist.c) */
+    ROW_BOOL("return_outputs", return_outputs),
 };
 
 #define N(rows) (sizeof rows / sizeof rows[0])

@@ -192,6 +192,7 @@ static const char *pipe_field(const vp_case_in *in)
            : in->schedule >= 0    ? "schedule"
            : in->microbatches     ? "microbatches"
            : in->stage_layers     ? "stage_layers"
+           : in->return_outputs   ? "return_outputs"
                                   : NULL;
 }
 
@@ -226,6 +227,13 @@ static vp_status pipe_stage(const vp_case_in *in, uint64_t dp, uint64_t tp,
         return at(in, "microbatches", VP_ERANGE, err, "batch %" PRIu64
                   " is not split evenly into %" PRIu64 " micro-batches",
                   in->batch, n);
+    /* forward_one_chunk(save_forward_output=return_outputs): the last
+     * stage's output_chunks hold every micro-batch's output until the
+     * next step, which the simulated stage does not keep */
+    if (in->return_outputs && stage + 1 == in->pp)
+        return at(in, "return_outputs", VP_EUNSUPPORTED, err, "the last "
+                  "stage's outputs kept for the step's return (output_chunks"
+                  ", step() without return_outputs=False) are not modelled");
     l->stage = (uint32_t)stage;
     s->batch = in->batch / n;
     s->accum = (uint32_t)n;

@@ -59,6 +59,7 @@ typedef struct vp_case_in {
     int schedule;           /* its choice (1f1b), -1              */
     uint64_t microbatches;  /* per step; 0 absent                 */
     uint64_t stage_layers;  /* the stage's layers as built; 0     */
+    bool return_outputs;    /* the last stage kept its outputs    */
     int retries_node;       /* num_alloc_retries' node, -1       */
     bool ckpt, set_to_none, infer, mixed_precision;
     uint64_t batch, seq, accum, world, rank, local_world, run, fsdp_version;

@@ -147,8 +147,10 @@ static void on_event(const vp_sim_event *ev, void *ud)
 
 /* Stage `stage` of tp 2 x pp (1: no pipeline) under FSDP2 over 2 ranks,
  * bf16 parameters, fp32 reduction (torchtitan's MixedPrecisionPolicy), 4
- * micro-batches, watching step 2. */
-static void run_stage(uint32_t pp, uint32_t stage, seen *w)
+ * micro-batches, 2 steps, every event to fn; torch: PipelineStage's
+ * rules (vp_pipeline.torch), else Megatron's stage. */
+static void run_stage_events(uint32_t pp, uint32_t stage, bool torch,
+                             vp_sim_event_fn fn, void *ud)
 {
     vp_graph *g = rank_graph(2, pp, stage);
     vp_dist d;
@@ -164,13 +166,18 @@ static void run_stage(uint32_t pp, uint32_t stage, seen *w)
     s.seq = 32;
     s.accum = 4;
     s.steps = 2;
-    vp_pipeline pl = {pp, stage, 1};
+    vp_pipeline pl = {pp, stage, 1, torch};
     s.pipe = pp > 1 ? &pl : NULL;
     vp_estimate e;
     vp_error err;
-    cr_assert_eq(vp_simulate(g, &s, &e, on_event, w, &err), VP_OK, "%s",
-                 err.msg);
+    cr_assert_eq(vp_simulate(g, &s, &e, fn, ud, &err), VP_OK, "%s", err.msg);
     vp_graph_free(g);
+}
+
+/* ... torchtitan's (torch's PipelineStage), watching w's step. */
+static void run_stage(uint32_t pp, uint32_t stage, seen *w)
+{
+    run_stage_events(pp, stage, true, on_event, w);
 }
 
 /* PipelineStage.backward_maybe_with_nosync: no gradient sync until the
@@ -182,7 +189,135 @@ Test(dist_tp, pipeline_stage_accumulates_unsharded_fp32_gradients)
     seen w = {"fsdp2 to_accumulated_grad_if_needed", 2, VP_CAT_GRAD, 0, 0};
     run_stage(2, 0, &w);
     cr_assert_eq(w.n, 9 + 1); /* a layer's 9 tensors, the embedding */
-    cr_assert_eq(w.bytes, (layer_local(2) + (VOCAB / 2) * H) * 4);
+    /* the embedding's gradient is a Replicate DTensor of the whole
+     * vocabulary: grad.to(reduce_dtype) upcasts all of it */
+    cr_assert_eq(w.bytes, (layer_local(2) + VOCAB * H) * 4);
+}
+
+/* RowwiseParallel's embedding: embedding_dense_backward under DTensor
+ * makes the whole vocabulary's gradient (Replicate), and FSDP2 reads the
+ * rank's rows (_get_grad_inner_tensor: Shard._replicate_to_shard's
+ * clone) before each reduce-scatter: without a pipeline one bf16 clone
+ * a micro-batch ... */
+Test(dist_tp, embedding_gradient_is_cloned_to_the_rank_s_rows_per_reduce)
+{
+    seen w = {"fsdp2 _replicate_to_shard", 2, VP_CAT_GRAD, 0, 0};
+    run_stage(1, 0, &w);
+    cr_assert_eq(w.n, 4);
+    cr_assert_eq(w.bytes, 4 * (VOCAB / 2) * H * 2);
+}
+
+/* ... on a pipeline stage one fp32 clone of the accumulated gradient a
+ * step, at the reduce after the last micro-batch. */
+Test(dist_tp, pipeline_stage_clones_the_accumulated_embedding_gradient_once)
+{
+    seen w = {"fsdp2 _replicate_to_shard", 2, VP_CAT_GRAD, 0, 0};
+    run_stage(2, 0, &w);
+    cr_assert_eq(w.n, 1);
+    cr_assert_eq(w.bytes, (VOCAB / 2) * H * 4);
+}
+
+/* torch's PipelineStage's buffers of category cat: at the first step
+ * one per micro-batch, of the hidden states' shape (1 x 32/2 tokens x H,
+ * bf16), on stage `with` of 2; kept, so never made again; none on stage
+ * `without`. */
+static void buffers_made(vp_category cat, uint32_t with, uint32_t without)
+{
+    seen first = {"pipeline buffers", 1, cat, 0, 0};
+    run_stage(2, with, &first);
+    cr_assert_eq(first.n, 4);
+    cr_assert_eq(first.bytes, 4 * (32 / 2) * H * 2);
+    seen second = {"pipeline buffers", 2, cat, 0, 0};
+    run_stage(2, with, &second);
+    cr_assert_eq(second.n, 0);
+    seen none = {"pipeline buffers", 1, cat, 0, 0};
+    run_stage(2, without, &none);
+    cr_assert_eq(none.n, 0);
+}
+
+/* _prepare_forward_infra: a receive buffer per micro-batch on a stage
+ * after the first ... */
+Test(dist_tp, torch_stage_makes_a_receive_buffer_per_micro_batch_once)
+{
+    buffers_made(VP_CAT_INPUT, 1, 0);
+}
+
+/* ... _create_grad_recv_info: a gradient-receive buffer per micro-batch
+ * on a stage before the last. */
+Test(dist_tp, torch_stage_makes_a_gradient_buffer_per_micro_batch_once)
+{
+    buffers_made(VP_CAT_TEMP, 0, 1);
+}
+
+/* The phases in which the stage output's tensors (the op named `op`,
+ * made in a forward) are freed, and how many in the forward that made
+ * them (same). */
+typedef struct {
+    const char *op;
+    uint64_t ids[64], fwd_of[64];
+    size_t n_ids, freed[VP_PHASE__COUNT], same;
+    uint64_t fwd_no;
+    vp_phase last;
+} out_watch;
+
+static void on_output(const vp_sim_event *ev, void *ud)
+{
+    out_watch *o = ud;
+    if (ev->phase == VP_PHASE_FORWARD && o->last != VP_PHASE_FORWARD)
+        o->fwd_no++;
+    o->last = ev->phase;
+    if (!ev->is_free) {
+        if (ev->phase == VP_PHASE_FORWARD && strcmp(ev->op, o->op) == 0 &&
+            o->n_ids < sizeof o->ids / sizeof o->ids[0]) {
+            o->fwd_of[o->n_ids] = o->fwd_no;
+            o->ids[o->n_ids++] = ev->tensor;
+        }
+        return;
+    }
+    for (size_t i = 0; i < o->n_ids; i++)
+        if (o->ids[i] == ev->tensor) {
+            o->freed[ev->phase]++;
+            o->same += ev->phase == VP_PHASE_FORWARD &&
+                       o->fwd_of[i] == o->fwd_no;
+            o->n_ids--;
+            o->ids[i] = o->ids[o->n_ids];
+            o->fwd_of[i] = o->fwd_of[o->n_ids];
+            return;
+        }
+}
+
+/* forward_one_chunk keeps the stage's output in fwd_cache until
+ * backward_one_chunk pops it: every output of stage 0 is freed in a
+ * backward phase, where Megatron's deallocate_output_tensor frees it
+ * once sent, in its forward. */
+Test(dist_tp, torch_stage_keeps_each_output_until_its_backward)
+{
+    vp_graph *g = rank_graph(2, 2, 0);
+    const char *last = vp_graph_op(g, vp_graph_op_count(g) - 1)->name;
+    out_watch torch = {.op = last}, megatron = torch;
+    run_stage_events(2, 0, true, on_output, &torch);
+    run_stage_events(2, 0, false, on_output, &megatron);
+    cr_assert_eq(torch.freed[VP_PHASE_BACKWARD], 2 * 4);
+    cr_assert_eq(torch.freed[VP_PHASE_FORWARD], 0);
+    cr_assert_eq(megatron.freed[VP_PHASE_FORWARD], 2 * 4);
+    cr_assert_eq(megatron.freed[VP_PHASE_BACKWARD], 0);
+    vp_graph_free(g);
+}
+
+/* ... the last stage's too: the logits its loss is computed from, which
+ * Megatron's stage drops in their forward once the loss has made its
+ * own fp32 copy. Past their backward the schedule's `output` variable
+ * holds them until the next forward's logits are made: each step's
+ * first three go in the next forward, the last at the step's end. */
+Test(dist_tp, torch_last_stage_keeps_its_logits_until_their_backward)
+{
+    out_watch torch = {.op = "lm_head"}, megatron = torch;
+    run_stage_events(2, 1, true, on_output, &torch);
+    run_stage_events(2, 1, false, on_output, &megatron);
+    cr_assert_eq(torch.same, 0);
+    cr_assert_eq(torch.freed[VP_PHASE_FORWARD], 2 * 3);
+    cr_assert_eq(torch.freed[VP_PHASE_BACKWARD], 2 * 1);
+    cr_assert_eq(megatron.same, 2 * 4);
 }
 
 /* ... and reduce-scatters once a step, after the last micro-batch's

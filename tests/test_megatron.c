@@ -710,7 +710,7 @@ static vp_estimate pipe_run(const char *model, uint32_t stages,
     vp_dist_init(&d);
     d.strategy = VP_DIST_MEGATRON_DISTOPT;
     d.world = 4;
-    vp_pipeline pl = {stages, stage, 1};
+    vp_pipeline pl = {stages, stage, 1, false};
     vp_setup s;
     vp_setup_init(&s);
     s.batch = 2;
@@ -752,7 +752,7 @@ Test(megatron_pipe, bad_stage_and_inference_refused)
     vp_error err;
     vp_graph *g = vp_graph_build(m, 1, 128, &err);
     cr_assert_not_null(g, "%s", err.msg);
-    vp_pipeline pl = {2, 2, 1};
+    vp_pipeline pl = {2, 2, 1, false};
     vp_setup s;
     vp_setup_init(&s);
     s.seq = 128;

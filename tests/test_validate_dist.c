@@ -255,6 +255,8 @@ static const bad_case BAD_CASES[] = {
     {"pp-ddp", VP_ESCHEMA, "pipeline parallelism composes with fsdp2"},
     {"pp-layers", VP_ERANGE, "stage_layers 2 is not stage 0's share"},
     {"pp-unknown", VP_ESCHEMA, "virtual_stages"},
+    {"pp-outputs", VP_EUNSUPPORTED, "last stage's outputs kept"},
+    {"outputs-no-pp", VP_ESCHEMA, "'return_outputs' needs 'pp'"},
 };
 
 Test(validate_dist, malformed_and_unsupported_cases)

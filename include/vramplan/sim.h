@@ -152,10 +152,18 @@ vp_status vp_generate_parse(const char *spec, vp_generate *out,
  * chunks > 1: the interleaved schedule (forward_backward_pipelining_with_
  * interleaving) over the rank's `chunks` model chunks, the graph's chunks
  * in order, each from its own input op (the first rank's first from the
- * embeddings); 0 or 1: one chunk, 1F1B. */
+ * embeddings); 0 or 1: one chunk, 1F1B.
+ * torch: torch.distributed.pipelining's PipelineStage under Schedule1F1B
+ * (torchtitan's pipeline; one chunk; the same order of forwards and
+ * backwards): a receive buffer per micro-batch on a stage after the
+ * first and a gradient-receive buffer per micro-batch on a stage before
+ * the last, made at the first step and kept; each forward's output kept
+ * until its backward has run, the last forward's until the step's end
+ * (docs/DISTRIBUTED.md "torch's PipelineStage"). */
 typedef struct vp_pipeline {
     uint32_t stages, stage;
     uint32_t chunks;
+    bool torch;
 } vp_pipeline;
 
 /* A training setup. Initialise with vp_setup_init, then change fields. */

@@ -62,7 +62,15 @@ void vp__embedding_bwd(sim *S, vp__bwd_op *b)
                    (tokens < o->classes ? tokens : o->classes);
     uint32_t buf = vp__talloc(S, vp__mulc(S, vp__mulc(S, seg, dim), 4),
                               VP_CAT_TEMP);
-    uint32_t dense = vp__talloc(S, vp__mulc(S, p->numel, vp__param_bytes(S, p)),
+    /* RowwiseParallel's embedding (vp_param.tp_dim): DTensor's strategy
+     * for embedding_dense_backward takes the all-Replicate one (the
+     * output's gradient all-gathered, the indices replicated), so the
+     * weight's gradient is a Replicate DTensor of the whole vocabulary
+     * (torch/distributed/tensor/_ops/_embedding_ops.py; the FSDP2 + TP
+     * trace: the whole gradient, then Shard._replicate_to_shard's clone
+     * of the rank's rows when FSDP reads it, dist_fsdp2.c) */
+    uint64_t n = vp__mulc(S, p->numel, vp__tp_whole(g, p));
+    uint32_t dense = vp__talloc(S, vp__mulc(S, n, vp__param_bytes(S, p)),
                                 VP_CAT_TEMP);
     vp__tunref(S, buf);
     vp__param_grad(S, o->params[0], dense);
