@@ -69,31 +69,62 @@ static vp_step_time moe(const char *experts, vp_precision p)
     return moe_lora(experts, p, NULL);
 }
 
+/* The launches of the fallback's mm calls of one MoE layer of the
+ * moe-e* models (hidden 2048, expert_ffn 1024, top 8 of e experts) at
+ * 1 x 1024 tokens, balanced: per call an mm per expert and, where cuBLAS
+ * splits the expert's fp32 GEMM along k, its second kernel. The calls
+ * (transformers' grouped_mm_experts_forward, _grouped_mm's backward):
+ * gate_up, down; down's input and weight gradients, gate_up's; m x n
+ * over k. Frozen experts skip the weight gradients. */
+static double fallback_launches(double e, bool wgrad)
+{
+    double r = 1024.0 * 8 / e, h = 2048, f = 1024;
+    const double call[6][3] = {{r, 2 * f, h}, {r, h, f},     {r, f, h},
+                               {h, f, r},     {r, h, 2 * f}, {2 * f, h, r}};
+    double n = 0;
+    for (int i = 0; i < 6; i++) {
+        if (!wgrad && (i == 3 || i == 5))
+            continue;
+        bool split = vp__gemm_splitk(VP_HW_FP32, call[i][0], call[i][1],
+                                     call[i][2]);
+        n += e * (split ? 2.0 : 1.0);
+    }
+    return n;
+}
+
 /* Under autocast the experts run fp32 GEMMs (transformers casts the
  * tokens to the weights' dtype), so torch._grouped_mm takes its fallback:
  * per MoE layer 6 grouped calls (2 forward, 4 backward), each one mm
- * launch per expert. Doubling the experts at equal active FLOPs adds
- * exactly 6 x 8 layers x 64 launches of the host. */
+ * launch per expert, two where the GEMM is split. Doubling the experts
+ * at equal active FLOPs adds the host exactly the launches of 8 layers'
+ * calls at 128 experts less those at 64: 6 x 8 x 64 unsplit, here
+ * 10 x 8 x 64 (at 128 and 64 rows an expert the four GEMMs over m rows
+ * split, the weight gradients' inner 128 or 64 rows are too short). */
 Test(moe_host, the_fallback_launches_a_gemm_per_expert)
 {
     vp_hw hw = h200();
     vp_step_time a = moe("64", VP_PREC_AMP_BF16);
     vp_step_time b = moe("128", VP_PREC_AMP_BF16);
-    double want = 6.0 * 8 * 64 * hw.dispatch;
+    double n = 8 * (fallback_launches(128, true) - fallback_launches(64, true));
+    cr_assert_float_eq(n, 10.0 * 8 * 64, 0.0);
+    double want = n * hw.dispatch;
     cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
                        b.cpu - a.cpu, want);
 }
 
 /* With adapters on the attention only, the experts are frozen: their
  * backward has the two input gradients and no weight gradient, so 2 + 2
- * calls a layer launch a GEMM per expert. */
+ * calls a layer launch a GEMM (and its split's second kernel) per
+ * expert. */
 Test(moe_host, frozen_experts_have_no_weight_gradient)
 {
     vp_hw hw = h200();
     const char *l = "r=8,targets=q_proj";
     vp_step_time a = moe_lora("64", VP_PREC_AMP_BF16, l);
     vp_step_time b = moe_lora("128", VP_PREC_AMP_BF16, l);
-    double want = 4.0 * 8 * 64 * hw.dispatch;
+    double want =
+        8 * (fallback_launches(128, false) - fallback_launches(64, false)) *
+        hw.dispatch;
     cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
                        b.cpu - a.cpu, want);
 }
