@@ -546,6 +546,30 @@ Test(timing_host, autocast_casts_are_forward_kernels)
     vp_model_free(m);
 }
 
+/* cuBLAS's split-K second kernels are host launches of the linears'
+ * GEMMs (docs/STEP_TIME.md "cuBLAS split-K"): mlp10 in fp32 at batch 256
+ * splits every forward GEMM (256 x 4096 over 4096, 256 x 1000 over 4096:
+ * at most 2^20 outputs, 512 per inner element) and the input gradients
+ * of the eight 4096-wide layers that have one (256 x 4096 over 4096; over
+ * 1000 for the last layer's, too short), no weight gradient (4096 x 4096
+ * over 256 rows); at batch 2048 no GEMM is small enough. */
+Test(timing_host, split_gemms_launch_a_second_kernel)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 256;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(a.host_kernels, 22.0 + 10.0, 0.0);
+    cr_assert_float_eq(a.host_bwd_kernels, 60.0 + 8.0, 0.0);
+    s.batch = 2048;
+    vp_step_time b = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(b.host_kernels, 22.0, 0.0);
+    cr_assert_float_eq(b.host_bwd_kernels, 60.0, 0.0);
+    vp_model_free(m);
+}
+
 Test(timing_host, h200_defaults_are_the_host_fit)
 {
     /* calibrate/fit-host.py on calibrate/profiles/h200-host.jsonl */
