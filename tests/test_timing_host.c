@@ -544,15 +544,18 @@ static double measured_fwd_calls(const char *id)
  * file's cases; checkpointing turns the cache's copies off):
  * its allocations, launch rules and grouped GEMMs (2 launches, 2 calls a
  * MoE layer) against the launches and copies measured. */
-static void moe_forward_within(const char *cfg, const char *id,
-                               double moe_layers, double tol)
+/* One step of a family's model (its config.json) at batch x 1024 tokens
+ * in precision p, every segment checkpointed or none; *experts gets a
+ * copy of its first routed experts' op. */
+static vp_step_time family_step(const char *cfg, int batch, vp_precision p,
+                                bool ckpt, vp_op *experts)
 {
     vp_hw hw = h200();
     vp_setup s;
     vp_setup_init(&s);
-    s.batch = 8;
+    s.batch = batch;
     s.seq = 1024;
-    s.precision = VP_PREC_BF16;
+    s.precision = p;
     vp_error err;
     vp_model *m = vp_model_load(cfg, &err);
     cr_assert_not_null(m, "%s: %s", cfg, err.msg);
@@ -561,15 +564,29 @@ static void moe_forward_within(const char *cfg, const char *id,
     size_t ns = vp_graph_segment_count(g);
     bool *ck = calloc(ns ? ns : 1, sizeof *ck);
     cr_assert_not_null(ck);
-    vp_graph_default_checkpoint(g, ck);
-    s.checkpoint = ck;
-    s.n_checkpoint = ns;
+    if (ckpt) {
+        vp_graph_default_checkpoint(g, ck);
+        s.checkpoint = ck;
+        s.n_checkpoint = ns;
+    }
+    memset(experts, 0, sizeof *experts);
+    for (size_t i = vp_graph_op_count(g); i-- > 0;)
+        if (vp_graph_op(g, i)->kind == VP_OP_MOE_EXPERTS)
+            *experts = *vp_graph_op(g, i);
     vp_step_time t;
     cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
                  err.msg);
     free(ck);
     vp_graph_free(g);
     vp_model_free(m);
+    return t;
+}
+
+static void moe_forward_within(const char *cfg, const char *id,
+                               double moe_layers, double tol)
+{
+    vp_op x;
+    vp_step_time t = family_step(cfg, 8, VP_PREC_BF16, true, &x);
     double got = t.host_kernels + moe_layers * 2.0 * 2.0;
     double want = measured_fwd_calls(id);
     cr_assert_lt(fabs(got / want - 1.0), tol, "%g vs %g", got, want);
@@ -715,31 +732,13 @@ Test(splitk, reduce_time_grows_with_the_partials)
 static void fallback_forward_within(const char *cfg, const char *id,
                                     double layers, double tol)
 {
-    vp_hw hw = h200();
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = 4;
-    s.seq = 1024;
-    s.precision = VP_PREC_AMP_BF16;
-    vp_error err;
-    vp_model *m = vp_model_load(cfg, &err);
-    cr_assert_not_null(m, "%s: %s", cfg, err.msg);
-    vp_graph *g = vp_graph_build(m, s.batch, s.seq, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    const vp_op *x = NULL;
-    for (size_t i = 0; i < vp_graph_op_count(g) && x == NULL; i++)
-        if (vp_graph_op(g, i)->kind == VP_OP_MOE_EXPERTS)
-            x = vp_graph_op(g, i);
-    cr_assert_not_null(x);
-    double tokens = (double)x->numel / (double)x->in_features;
-    double calls = expert_calls(tokens, x->top_k, x->classes,
-                                (double)x->in_features,
-                                (double)x->out_features, 0, true);
-    vp_step_time t;
-    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
-                 err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
+    vp_op x;
+    vp_step_time t = family_step(cfg, 4, VP_PREC_AMP_BF16, false, &x);
+    cr_assert_eq(x.kind, VP_OP_MOE_EXPERTS);
+    double tokens = (double)x.numel / (double)x.in_features;
+    double calls = expert_calls(tokens, x.top_k, x.classes,
+                                (double)x.in_features,
+                                (double)x.out_features, 0, true);
     double got = t.host_kernels + layers * calls;
     double want = measured_fwd_calls(id);
     cr_assert_lt(fabs(got / want - 1.0), tol, "%g vs %g", got, want);
