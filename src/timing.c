@@ -557,10 +557,41 @@ static void conv_time(const vp_hw *hw, const vp_setup *s, const vp_op *o,
         *b += conv_gemm(c, gap, m, k, n);
 }
 
+/* A linear's backward GEMMs: the weight gradient unless the weight is
+ * frozen (fine-tuning's base), the input gradient when the input needs
+ * one (the graph's backward FLOPs say). */
+static void linear_grads(const tctx *x, const vp_op *o, bool *wg, bool *dg)
+{
+    *wg = o->n_params > 0 && x->g->params[o->params[0]].trainable;
+    *dg = o->flops_bwd > 1.5 * o->flops_fwd;
+}
+
+/* The launches of a linear's GEMMs in phase ph beyond one kernel each
+ * (cuBLAS's split-K, timing_host.c vp__gemm_extra) and *gpu their
+ * GPU seconds; m tokens, n outputs, k inputs. */
+static double linear_extra(const tctx *x, const vp_setup *s, const vp_op *o,
+                           int ph, double *gpu)
+{
+    double m = (double)o->numel / (double)o->out_features;
+    double n = (double)o->out_features, k = (double)o->in_features;
+    int dt = gemm_dtype(s->precision);
+    double g, l;
+    *gpu = 0;
+    if (ph == 0)
+        return vp__gemm_extra(x->hw, dt, x->gap, m, n, k, gpu);
+    bool wg, dg;
+    linear_grads(x, o, &wg, &dg);
+    l = wg ? vp__gemm_extra(x->hw, dt, x->gap, n, k, m, &g) : 0;
+    *gpu += l > 0 ? g : 0;
+    double d = dg ? vp__gemm_extra(x->hw, dt, x->gap, m, k, n, &g) : 0;
+    *gpu += d > 0 ? g : 0;
+    return l + d;
+}
+
 /* A linear's forward and backward GEMMs: the forward, the weight
- * gradient (k over m) and, when the input needs one (the graph's backward
- * FLOPs say), the input gradient (m x n @ n x k); unaligned 16-bit rows at
- * their measured rates. */
+ * gradient (k over m) and the input gradient (m x n @ n x k), as
+ * linear_grads says; unaligned 16-bit rows at their measured rates; the
+ * split GEMMs' reduce kernels. */
 static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
                         double *f, double *b)
 {
@@ -568,15 +599,20 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
     double m = (double)o->numel / (double)o->out_features;
     double n = (double)o->out_features, k = (double)o->in_features;
     int al = unaligned_class(s, o->out_features, o->in_features);
+    bool wg, dg;
+    linear_grads(x, o, &wg, &dg);
     *f = unaligned(c, al, GEMM_FWD, gemm_gpu(c, x->gap, m, n, k), m * n * k);
-    /* a frozen weight (fine-tuning's base) has no gradient */
-    bool wg = o->n_params > 0 && x->g->params[o->params[0]].trainable;
     *b = wg ? unaligned(c, al, GEMM_WGRAD, gemm_gpu(c, x->gap, n, k, m),
                         n * k * m)
             : 0;
-    if (o->flops_bwd > 1.5 * o->flops_fwd)
+    if (dg)
         *b += unaligned(c, al, GEMM_DGRAD, gemm_gpu(c, x->gap, m, k, n),
                         m * k * n);
+    double r;
+    linear_extra(x, s, o, 0, &r);
+    *f += r;
+    linear_extra(x, s, o, 1, &r);
+    *b += r;
 }
 
 /* A LoRA adapter's GEMMs (peft 0.21, peft/tuners/lora/layer.py
@@ -991,6 +1027,18 @@ static double op_launches(const qctx *q, const vp_op *o, const op_traffic *t,
     return f(q->g, o, ph, wide);
 }
 
+/* The kernels a linear's GEMMs launch in phase ph of one micro-batch
+ * beyond one each (linear_extra), in a phase whose rules ran. */
+static double gemm_launches(const qctx *q, const vp_op *o,
+                            const op_traffic *t, int ph)
+{
+    if (o->kind != VP_OP_LINEAR || !o->out_features || !o->in_features ||
+        t->kernels[ph] <= 0 || (ph == 1 && (q->s->inference || !o->needs_grad)))
+        return 0;
+    double g;
+    return linear_extra(q->c, q->s, o, ph, &g);
+}
+
 /* The host's kernels for op i in phase ph of one micro-batch (*nk) and
  * its seconds per kernel (*per). A forward kernel costs host_fwd, a
  * backward one host_bwd. In a checkpointed segment (torch/utils/
@@ -1007,7 +1055,8 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
     const vp_hw *hw = q->hw;
-    *nk = host_kernels(o, t, ph, q->mb) + op_launches(q, o, t, ph);
+    *nk = host_kernels(o, t, ph, q->mb) + op_launches(q, o, t, ph) +
+          gemm_launches(q, o, t, ph);
     if (ph == 1) /* the gradient sums into its output; cuDNN's helpers */
         *nk += t->sums +
                (t->kernels[1] > 0 ? cudnn_bwd_launches(q->c, q->s, o) : 0);
@@ -1021,7 +1070,8 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     if (!rec)
         return;
     /* the recomputed forward's kernels are its forward's */
-    double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0);
+    double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0) +
+                gemm_launches(q, o, t, 0);
     if (kr > *nk)
         kr = *nk;
     *per = ((*nk - kr) * hw->host_bwd + kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;

@@ -59,6 +59,36 @@ double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
     return vp__gemm_work(c, m, n, k) + (fixed > gap ? fixed : gap);
 }
 
+bool vp__gemm_splitk(int dt, double m, double n, double k)
+{
+    /* the least inner size and the most output elements per inner
+     * element: 16-bit, fp32 */
+    static const double r[2][2] = {{4096, 32}, {256, 512}};
+    const double *q = r[dt == VP_HW_FP32];
+    double mn = m * n;
+    return m > 0 && n > 0 && k >= q[0] && mn <= 1048576.0 && mn <= q[1] * k;
+}
+
+double vp__splitk_reduce(const vp_hw *hw, int dt, double gap, double m,
+                         double n)
+{
+    double bw = hw->mem.peak;
+    double eb = dt == VP_HW_FP32 ? 4.0 : 2.0;
+    if (m <= 0 || n <= 0 || bw <= 0)
+        return 0;
+    return m * n * (4.0 * VP__SPLITK_SPLITS + eb) / bw + gap;
+}
+
+double vp__gemm_extra(const vp_hw *hw, int dt, double gap, double m,
+                      double n, double k, double *gpu)
+{
+    *gpu = 0;
+    if (!vp__gemm_splitk(dt, m, n, k))
+        return 0;
+    *gpu = vp__splitk_reduce(hw, dt, gap, m, n);
+    return 1;
+}
+
 /* torch._grouped_mm (aten/src/ATen/native/cuda/GroupedBlas.cpp
  * _grouped_mm_cuda) runs CUTLASS's grouped kernel (bf16bf16_grouped_mm,
  * "fast path, no d2h sync needed") only when both operands and the output
@@ -87,7 +117,6 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
      * sizes and pointers, on the GPU) and the CUTLASS kernel
      * (at::cuda::detail::bf16bf16_grouped_mm; 2 launches per
      * aten::_grouped_mm in calibrate/profiles/h200-launch-ops.jsonl) */
-    out->launches = out->fallback ? e + 1.0 : 2.0;
     int dt = p == VP_PREC_BF16   ? VP_HW_BF16
              : p == VP_PREC_FP16 ? VP_HW_FP16
                                  : VP_HW_FP32;
@@ -112,7 +141,13 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
         double one = out->fallback
                          ? vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
                          : vp__gemm_work(c, m, d[1], k);
-        out->gpu[out->calls++] = e * one + (out->fallback ? 0 : gap);
+        /* the fallback's mm per expert, each split or not alike
+         * (balanced rows) */
+        double red = 0, x = out->fallback
+                                ? vp__gemm_extra(hw, dt, gap, m, d[1], k, &red)
+                                : 0;
+        out->launches[out->calls] = out->fallback ? e * (1.0 + x) + 1.0 : 2.0;
+        out->gpu[out->calls++] = e * (one + red) + (out->fallback ? 0 : gap);
     }
 }
 
@@ -126,7 +161,10 @@ double vp__moe_gemms_gpu(const vp__moe_gemms *m)
 
 double vp__moe_gemms_host(const vp__moe_gemms *m, double per)
 {
-    return (double)m->calls * m->launches * per;
+    double n = 0;
+    for (int i = 0; i < m->calls; i++)
+        n += m->launches[i];
+    return n * per;
 }
 
 void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k)
@@ -134,6 +172,6 @@ void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k)
     for (int i = 0; i < m->calls; i++) {
         if (m->fallback)
             vp__host_sync(k);
-        vp__host_issue(k, m->launches, per, m->gpu[i]);
+        vp__host_issue(k, m->launches[i], per, m->gpu[i]);
     }
 }

@@ -61,6 +61,29 @@ double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
 double vp__host_optimizer(vp__clocks *k, double per, double fixed, double gpu,
                           double cpu, double unscale);
 
+/* cuBLAS's split-K (docs/STEP_TIME.md "cuBLAS split-K"): a GEMM whose
+ * m x n output is too small to fill the GPU for its inner size k is
+ * split along k, and a second kernel sums the partials
+ * (cublasLt::splitKreduce_kernel, or the sm80 xmma kernel's split_k
+ * pass in fp32). The region, from calibrate/profiles/
+ * h200-gemm-launches.jsonl (H200, torch 2.11+cu130), the same for the
+ * three layouts of a linear: 16-bit, k >= 4096 and m n <= min(2^20,
+ * 32 k); fp32 (TF32 off), k >= 256 and m n <= min(2^20, 512 k). dt:
+ * VP_HW_*. */
+bool vp__gemm_splitk(int dt, double m, double n, double k);
+
+/* GPU seconds of the second kernel of a split GEMM with an m x n output
+ * of dtype dt: VP__SPLITK_SPLITS fp32 partials read and the output
+ * written at the memory-bound kernels' peak, after the gap. */
+#define VP__SPLITK_SPLITS 2.0
+double vp__splitk_reduce(const vp_hw *hw, int dt, double gap, double m,
+                         double n);
+
+/* Launches of one GEMM (m x n over k, dtype dt) beyond its GEMM kernel:
+ * the second kernel where it is split; *gpu gets its GPU seconds. */
+double vp__gemm_extra(const vp_hw *hw, int dt, double gap, double m,
+                      double n, double k, double *gpu);
+
 /* The routed experts' GEMMs in one phase of one micro-batch
  * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
  * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
@@ -71,7 +94,7 @@ enum { VP__MOE_CALLS = 4 };
 typedef struct {
     int calls;
     bool fallback;
-    double launches;            /* kernels per call                  */
+    double launches[VP__MOE_CALLS]; /* kernels of each call          */
     double gpu[VP__MOE_CALLS];  /* GPU seconds of each call          */
 } vp__moe_gemms;
 

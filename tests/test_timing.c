@@ -508,16 +508,18 @@ Test(timing_host, a_call_that_writes_in_place_issues_one_kernel)
     vp_step_time t = timed(m, &s, NULL, &hw);
     /* the fit's counts (calibrate/profiles/h200-host-counts.jsonl,
      * resnet50-fp32-b64): 309 forward kernels = 244 allocations + 65;
-     * 413 backward ones = 397 allocations + the 16 blocks' sums of the
-     * identity's two gradients (autograd's InputBuffer) */
-    cr_assert_float_eq(t.host_kernels, 244.0 + 65.0, 0.0);
-    cr_assert_float_eq(t.host_bwd_kernels, 397.0 + 16.0, 0.0);
+     * 414 backward ones = 397 allocations + the 16 blocks' sums of the
+     * identity's two gradients (autograd's InputBuffer) + 1; the fc
+     * layer's split-K second kernel (fp32, 8 x 1000 over 2048; its input
+     * gradient 8 x 2048 over 1000), one each way */
+    cr_assert_float_eq(t.host_kernels, 244.0 + 65.0 + 1.0, 0.0);
+    cr_assert_float_eq(t.host_bwd_kernels, 397.0 + 16.0 + 1.0, 0.0);
     cr_assert_float_eq(t.host_tensors, 161.0, 0.0);
     /* counts are per micro-batch: the same under accumulation */
     s.accum = 2;
     vp_step_time a = timed(m, &s, NULL, &hw);
-    cr_assert_float_eq(a.host_kernels, 309.0, 0.0);
-    cr_assert_float_eq(a.host_bwd_kernels, 413.0, 0.0);
+    cr_assert_float_eq(a.host_kernels, 310.0, 0.0);
+    cr_assert_float_eq(a.host_bwd_kernels, 414.0, 0.0);
     vp_model_free(m);
 }
 
@@ -526,14 +528,16 @@ Test(timing_host, autocast_casts_are_forward_kernels)
     /* mlp10: 10 Linears, 9 ReLUs and the loss issue 22 kernels; under
      * autocast each Linear's weight and bias are cast (20 casts) and the
      * 16-bit activations add 2 kernels (the fit's counts,
-     * calibrate/profiles/h200-host-counts.jsonl: kernels + casts) */
+     * calibrate/profiles/h200-host-counts.jsonl: kernels + casts). In
+     * fp32 the last Linear (1024 x 1000 over 4096) is split along k: one
+     * kernel more (vp__gemm_splitk); its 16-bit GEMM is not. */
     vp_model *m = load("models/mlp10.yaml");
     vp_hw hw = h200();
     vp_setup s;
     vp_setup_init(&s);
     s.batch = 1024;
     vp_step_time a = timed(m, &s, NULL, &hw);
-    cr_assert_float_eq(a.host_kernels, 22.0, 0.0);
+    cr_assert_float_eq(a.host_kernels, 22.0 + 1.0, 0.0);
     cr_assert_float_eq(a.host_casts, 0.0, 0.0);
     cr_assert_float_eq(a.host_bwd_kernels, 60.0, 0.0);
     s.precision = VP_PREC_AMP_BF16;
@@ -541,6 +545,30 @@ Test(timing_host, autocast_casts_are_forward_kernels)
     cr_assert_float_eq(b.host_casts, 20.0, 0.0);
     cr_assert_float_eq(b.host_kernels, 44.0, 0.0);
     cr_assert_float_eq(b.host_bwd_kernels, 81.0, 0.0);
+    vp_model_free(m);
+}
+
+/* cuBLAS's split-K second kernels are host launches of the linears'
+ * GEMMs (docs/STEP_TIME.md "cuBLAS split-K"): mlp10 in fp32 at batch 256
+ * splits every forward GEMM (256 x 4096 over 4096, 256 x 1000 over 4096:
+ * at most 2^20 outputs, 512 per inner element) and the input gradients
+ * of the eight 4096-wide layers that have one (256 x 4096 over 4096; over
+ * 1000 for the last layer's, too short), no weight gradient (4096 x 4096
+ * over 256 rows); at batch 2048 no GEMM is small enough. */
+Test(timing_host, split_gemms_launch_a_second_kernel)
+{
+    vp_model *m = load("models/mlp10.yaml");
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 256;
+    vp_step_time a = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(a.host_kernels, 22.0 + 10.0, 0.0);
+    cr_assert_float_eq(a.host_bwd_kernels, 60.0 + 8.0, 0.0);
+    s.batch = 2048;
+    vp_step_time b = timed(m, &s, NULL, &hw);
+    cr_assert_float_eq(b.host_kernels, 22.0, 0.0);
+    cr_assert_float_eq(b.host_bwd_kernels, 60.0, 0.0);
     vp_model_free(m);
 }
 
