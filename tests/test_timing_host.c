@@ -870,8 +870,16 @@ Test(launches, gradient_sums_are_backward_launches)
     s.batch = 32;
     vp_step_time all = timed("models/vit-b16.yaml", &s, &hw);
     /* its allocations: 605 (calibrate/profiles/h200-host-counts.jsonl,
-     * vit-b16-fp32-b32, before the sums were launches) */
-    cr_assert_float_eq(all.host_bwd_kernels, 605.0 + 24.0, 0.0);
+     * vit-b16-fp32-b32, before the sums were launches), and the second
+     * kernels of the GEMMs cuBLAS splits ("cuBLAS split-K"): the head's
+     * input gradient (32 x 768 over 1000) and each layer's attention
+     * output projection's weight gradient (768 x 768 over 32 x 197
+     * tokens), not the other weight gradients (2304 or 3072 x 768) */
+    cr_assert(vp__gemm_splitk(VP_HW_FP32, 32, 768, 1000));
+    cr_assert(vp__gemm_splitk(VP_HW_FP32, 768, 768, 32 * 197));
+    cr_assert(!vp__gemm_splitk(VP_HW_FP32, 2304, 768, 32 * 197));
+    cr_assert_float_eq(all.host_bwd_kernels, 605.0 + 24.0 + 1.0 + 12.0,
+                       0.0, "%g", all.host_bwd_kernels);
 }
 
 /* native_dropout writes the output and the mask in one kernel
