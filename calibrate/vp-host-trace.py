@@ -109,13 +109,18 @@ def analyse(prof):
     return phases, gaps[:40], {k: [v[0], round(v[1], 1)] for k, v in sorted(kernels.items(), key=lambda x: -x[1][1])}
 
 
-def traced_steps(m, params, c, batch_fn):
-    """Replaces collect_more.phase_steps: warm-up, host phases, one profiled step."""
-    prec, accum = c.get("prec", "fp32"), c.get("accum", 1)
+def step_setup(params, c):
+    """The case's optimizer, autocast dtype (None: none) and accumulation steps, as collect_more.py's cases run."""
     opt = {"adamw": lambda: torch.optim.AdamW(params, lr=1e-4),
            "adamw-fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
            "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9)}[c.get("opt", "adamw")]()
-    ac = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
+    ac = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(c.get("prec", "fp32"))
+    return opt, ac, c.get("accum", 1)
+
+
+def traced_steps(m, params, c, batch_fn):
+    """Replaces collect_more.phase_steps: warm-up, host phases, one profiled step."""
+    opt, ac, accum = step_setup(params, c)
     rows = []
     for s in range(6):
         batch = batch_fn()

@@ -63,11 +63,7 @@ def analyse(prof):
 
 
 def traced_steps(m, params, c, batch_fn):
-    prec, accum = c.get("prec", "fp32"), c.get("accum", 1)
-    opt = {"adamw": lambda: torch.optim.AdamW(params, lr=1e-4),
-           "adamw-fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
-           "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9)}[c.get("opt", "adamw")]()
-    ac = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
+    opt, ac, accum = T.step_setup(params, c)
     for s in range(3):
         T.one_step(m, opt, batch_fn(), ac, accum)
     batch = batch_fn()

@@ -375,30 +375,38 @@ Test(launches, rope_launches_rotate_halfs_graph)
     cr_assert_float_eq(f(NULL, &o, 1, true), 9.0 - 2.0, 1e-12);
 }
 
-/* A number in one case's line of a profile (JSON lines with "case"):
- * the one after `key` that follows `within` and comes before `stop`
- * (NULL: the line's end); `none` where it has none there. */
-static double case_number(const char *file, const char *id,
-                          const char *within, const char *key,
-                          const char *stop, double none)
+/* One case's line of a profile (JSON lines with "case"), in a buffer
+ * that the next call overwrites. */
+static const char *case_line(const char *file, const char *id)
 {
     FILE *f = fopen(file, "r");
     cr_assert_not_null(f, "%s", file);
     char want[128];
     snprintf(want, sizeof want, "\"case\": \"%s\"", id);
     static char line[1 << 17];
-    double n = -1;
-    while (n < 0 && fgets(line, sizeof line, f))
-        if (strstr(line, want)) {
-            const char *p = strstr(line, within);
-            cr_assert_not_null(p, "%s: %s has no %s", file, id, within);
-            const char *q = strstr(p, key);
-            const char *e = stop ? strstr(p, stop) : NULL;
-            n = q != NULL && (e == NULL || q < e) ? strtod(q + strlen(key), NULL)
-                                                 : none;
-        }
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, want) != NULL;
     fclose(f);
-    cr_assert_geq(n, 0, "%s not in %s", id, file);
+    cr_assert(found, "%s not in %s", id, file);
+    return line;
+}
+
+/* A number in one case's line of a profile: the one after `key` that
+ * follows `within` and comes before `stop` (NULL: the line's end);
+ * `none` where it has none there. */
+static double case_number(const char *file, const char *id,
+                          const char *within, const char *key,
+                          const char *stop, double none)
+{
+    const char *line = case_line(file, id);
+    const char *p = strstr(line, within);
+    cr_assert_not_null(p, "%s: %s has no %s", file, id, within);
+    const char *q = strstr(p, key);
+    const char *e = stop ? strstr(p, stop) : NULL;
+    double n = q != NULL && (e == NULL || q < e) ? strtod(q + strlen(key), NULL)
+                                                : none;
+    cr_assert_geq(n, 0, "%s: %s has no %s", file, id, key);
     return n;
 }
 
@@ -417,45 +425,30 @@ static double measured_fwd_launches(const char *id)
  * cudaMemcpyAsync: no kernel launch; the forward's are among them). */
 static double measured_bwd_launches(const char *id)
 {
-    FILE *f = fopen("calibrate/profiles/h200-host-trace.jsonl", "r");
-    cr_assert_not_null(f);
-    char key[128];
-    snprintf(key, sizeof key, "\"case\": \"%s\"", id);
-    static char line[1 << 16];
-    double n = -1;
-    while (n < 0 && fgets(line, sizeof line, f)) {
-        if (!strstr(line, key))
-            continue;
-        const char *k = strstr(line, "\"kernels\": {");
-        cr_assert_not_null(k);
-        n = 0;
-        /* "NAME": [count, us] pairs, names without quotes inside */
-        for (const char *q = strchr(k + 11, '"'); q; q = strchr(q, '"')) {
-            const char *e = strchr(q + 1, '"');
-            cr_assert_not_null(e);
-            size_t len = (size_t)(e - q - 1);
-            double c = strtod(strchr(e, '[') + 1, NULL);
-            bool skip = (len == 3 && (!strncmp(q + 1, "fwd", 3) ||
-                                      !strncmp(q + 1, "bwd", 3) ||
-                                      !strncmp(q + 1, "opt", 3))) ||
-                        !strncmp(q + 1, "Optimizer.", 10) ||
-                        !strncmp(q + 1, "Memset", 6) ||
-                        !strncmp(q + 1, "Memcpy", 6);
-            n += skip ? 0 : c;
-            q = strchr(e, ']');
-            if (!q || q[1] == '}')
-                break;
-        }
-        const char *ph[2] = {"\"fwd\": {\"launches\": ",
-                             "\"opt\": {\"launches\": "};
-        for (int i = 0; i < 2; i++) {
-            const char *p = strstr(line, ph[i]);
-            cr_assert_not_null(p);
-            n -= strtod(p + strlen(ph[i]), NULL);
-        }
+    const char *trace = "calibrate/profiles/h200-host-trace.jsonl";
+    const char *k = strstr(case_line(trace, id), "\"kernels\": {");
+    cr_assert_not_null(k);
+    double n = 0;
+    /* "NAME": [count, us] pairs, names without quotes inside */
+    for (const char *q = strchr(k + 11, '"'); q; q = strchr(q, '"')) {
+        const char *e = strchr(q + 1, '"');
+        cr_assert_not_null(e);
+        size_t len = (size_t)(e - q - 1);
+        double c = strtod(strchr(e, '[') + 1, NULL);
+        bool skip = (len == 3 && (!strncmp(q + 1, "fwd", 3) ||
+                                  !strncmp(q + 1, "bwd", 3) ||
+                                  !strncmp(q + 1, "opt", 3))) ||
+                    !strncmp(q + 1, "Optimizer.", 10) ||
+                    !strncmp(q + 1, "Memset", 6) ||
+                    !strncmp(q + 1, "Memcpy", 6);
+        n += skip ? 0 : c;
+        q = strchr(e, ']');
+        if (!q || q[1] == '}')
+            break;
     }
-    fclose(f);
-    cr_assert_gt(n, 0, "%s not in the host trace", id);
+    n -= measured_fwd_launches(id) +
+         case_number(trace, id, "\"opt\": {", "\"launches\": ", NULL, -1);
+    cr_assert_gt(n, 0, "%s: no backward launches", id);
     return n;
 }
 
