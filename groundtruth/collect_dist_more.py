@@ -13,6 +13,7 @@ wrappers and two ways to run them on a single GPU:
   tensors are meaningless; memory and shapes are not. Not a multi-GPU measurement: step_ms is not recorded.
 
     torchrun --nproc_per_node=1 groundtruth/collect_dist_more.py OUT.jsonl nccl [filter] [TRACEDIR]
+    (filter: comma-separated substrings of case ids; "=ID" matches that id exactly)
     python3 groundtruth/collect_dist_more.py OUT.jsonl fake W R [filter]
 
 Extra fields beyond collect_dist.py's: `pg` (nccl or fake), `fsdp_version`, `param_dtype`, `reduce_dtype`,
@@ -240,7 +241,7 @@ def main():
         f.write(json.dumps(dict(env=env)) + "\n")
     for c in CASES:
         c = dict(c)
-        if filt and not any(x in c["id"] for x in filt.split(",")):
+        if filt and not any(c["id"] == x[1:] if x.startswith("=") else x in c["id"] for x in filt.split(",")):
             continue
         if c.get("mesh") == "HALF":
             if world < 2 or world % 2:
