@@ -12,7 +12,8 @@ of its process, alone on the GPUs.
 
     python3 groundtruth/collect_dist2.py --dry-run                 # the case list and each process's command
     python3 groundtruth/collect_dist2.py OUT.jsonl [--filter a,b] [--runs 2 | --run R] [--nproc 2]  # the driver
-    torchrun --standalone --nproc_per_node=2 groundtruth/collect_dist2.py --case ID --run R OUT.jsonl  # one case
+    torchrun --standalone --nproc_per_node=2 groundtruth/collect_dist2.py --case ID --rep R OUT.jsonl  # one case
+(`--rep`, not `--run`: torchrun's parser takes `--run` as an ambiguous abbreviation of its own `--run-path`.)
 
 The DDP rebuild probes test the rule of docs/DISTRIBUTED.md ("DDP's rebuild"): step 1's bucket stays in
 ProcessGroupNCCL's stash until a collective is enqueued after the watchdog (a 100 ms poll) has retired step 1's
@@ -97,7 +98,7 @@ assert len({c["id"] for c in CASES}) == len(CASES), "case ids must be unique"
 
 def torchrun_cmd(cid, run, out, nproc):
     return ["torchrun", "--standalone", f"--nproc_per_node={nproc}", os.path.join(HERE, "collect_dist2.py"),
-            "--case", cid, "--run", str(run), out]
+            "--case", cid, "--rep", str(run), out]
 
 
 def selected(filt):
@@ -288,7 +289,7 @@ def usage():
 
 
 def main(argv):
-    opts = {"--filter": "", "--runs": "2", "--nproc": "2", "--case": None, "--run": None}
+    opts = {"--filter": "", "--runs": "2", "--nproc": "2", "--case": None, "--run": None, "--rep": None}
     dry, rest, i = False, [], 0
     while i < len(argv):
         a = argv[i]
@@ -308,7 +309,7 @@ def main(argv):
     if opts["--case"]:
         if not any(c["id"] == opts["--case"] for c in CASES):
             sys.exit(f"unknown case {opts['--case']}")
-        return one_case(opts["--case"], int(opts["--run"] or 1), out)
+        return one_case(opts["--case"], int(opts["--rep"] or opts["--run"] or 1), out)
     nproc = int(opts["--nproc"])
     runs = [int(opts["--run"])] if opts["--run"] else list(range(1, int(opts["--runs"]) + 1))
     cases = selected(opts["--filter"])
