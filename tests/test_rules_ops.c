@@ -50,16 +50,16 @@ static vp_setup setup_b2(void)
     return s;
 }
 
-/* Simulate a model file under setup *s (every layer checkpointed when
- * ckpt_all), its events to fn. */
-static void run_model(const char *model, vp_setup *s, bool ckpt_all,
-                      vp_sim_event_fn fn, void *ud)
+/* Simulate a model file under setup *s at sequence length seq (0: the
+ * model's; every layer checkpointed when ckpt_all), its events to fn. */
+static void run_model(const char *model, vp_setup *s, uint64_t seq,
+                      bool ckpt_all, vp_sim_event_fn fn, void *ud)
 {
     vp_error err;
     memset(&err, 0, sizeof err);
     vp_model *m = vp_model_load(model, &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, s->batch, 0, &err);
+    vp_graph *g = vp_graph_build(m, s->batch, seq, &err);
     cr_assert_not_null(g, "%s", err.msg);
     bool ck[64] = {false};
     if (ckpt_all) {
@@ -89,7 +89,7 @@ static void simulate_op(const char *model, const char *op, vp_precision prec,
     s.attn_set = attn_set;
     memset(st, 0, sizeof *st);
     st->op = op;
-    run_model(model, &s, false, record, st);
+    run_model(model, &s, 0, false, record, st);
     cr_assert_gt(st->n, 0, "no event of %s", op);
 }
 
@@ -255,7 +255,7 @@ static size_t checkpointed_bwd_allocs(const char *op)
 {
     vp_setup s = setup_b2();
     bwd_count c = {op, 0};
-    run_model(TF_SMALL, &s, true, count_bwd, &c);
+    run_model(TF_SMALL, &s, 0, true, count_bwd, &c);
     return c.allocs;
 }
 
@@ -309,7 +309,7 @@ Test(rules_ops, cublas_workspaces_per_thread_and_the_lt_one_at_the_first_addmm)
     s.steps = 2;
     ws_events w;
     memset(&w, 0, sizeof w);
-    run_model(TF_SMALL, &s, false, record_ws, &w);
+    run_model(TF_SMALL, &s, 0, false, record_ws, &w);
     cr_assert_eq(w.n, 3, "%zu workspaces, expected 3", w.n);
     cr_expect_eq(w.bytes[0], 32ull << 20);
     cr_expect_eq(w.phase[0], VP_PHASE_SETUP);
@@ -401,4 +401,140 @@ Test(rules_ops, tied_head_gradient_under_autocast_is_summed_in_place)
     size_t n = tied_embedding_tail(VP_PREC_AMP_BF16, e);
     cr_assert_geq(n, 1, "no event after the partial sums");
     expect_event(e, 0, true, 256000, VP_CAT_TEMP);
+}
+
+/* One bf16 training step of a small Hugging Face config at batch 2,
+ * sequence 64 (hidden 64: 8192 elements a hidden state, 32768 B in fp32,
+ * 16384 B in bf16; 128 rows), the parameters matching `freeze` frozen
+ * (NULL: none); the events of op `op` in phase `ph` into out. */
+static size_t hf_op_events(const char *model, const char *freeze,
+                           const char *op, vp_phase ph, op_event *out)
+{
+    static op_stream st;
+    vp_setup s = setup_b2();
+    s.precision = VP_PREC_BF16;
+    if (freeze) {
+        vp_error err;
+        cr_assert_eq(vp_freeze_parse(freeze, &s.ft, &err), VP_OK, "%s",
+                     err.msg);
+    }
+    memset(&st, 0, sizeof st);
+    st.op = op;
+    run_model(model, &s, 64, false, record, &st);
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == ph)
+            out[n++] = st.ev[i];
+    return n;
+}
+
+#define HF_GEMMA3 "tests/data/good/hf-gemma3-mqa.json"
+#define HF_DEEPSEEK "tests/data/good/hf-deepseek-v3.json"
+
+/* transformers 5.17 modeling_gemma3.py Gemma3RMSNorm.forward:
+ * `output = self._norm(x.float())`, `output = output * (1.0 +
+ * self.weight.float())`, `return output.type_as(x)`. MulBackward0 keeps
+ * the normalised x (`self`) only for the gradient of `other`
+ * (derivatives.yaml, mul.Tensor), so with the weight frozen it dies as
+ * the name is rebound to the product, before the cast back (traced:
+ * ho5-gemma-2b-lora-r8-qkvo-bf16base-amp-b2, modeling_gemma.py:77).
+ * x.float(), pow(2), rsqrt (128 rows), x * rsqrt, 1 + w (64 fp32), the
+ * product, the cast back. */
+Test(rules_ops, gemma_rmsnorm_with_a_frozen_weight_drops_the_normalised_x)
+{
+    op_event e[MAX_EV];
+    size_t n = hf_op_events(HF_GEMMA3, "layers.1", "layers.1.input_norm",
+                            VP_PHASE_FORWARD, e);
+    cr_assert_eq(n, 10, "%zu forward events, expected 10", n);
+    expect_event(e, 0, false, 32768, VP_CAT_ACT);  /* x.float() */
+    expect_event(e, 1, false, 32768, VP_CAT_TEMP); /* pow(2) */
+    expect_event(e, 2, true, 32768, VP_CAT_TEMP);
+    expect_event(e, 3, false, 512, VP_CAT_ACT);    /* rsqrt */
+    expect_event(e, 4, false, 32768, VP_CAT_ACT);  /* x * rsqrt */
+    expect_event(e, 5, false, 256, VP_CAT_ACT);    /* 1 + w.float() */
+    expect_event(e, 6, false, 32768, VP_CAT_ACT);  /* the product */
+    expect_event(e, 7, true, 32768, VP_CAT_ACT);   /* x * rsqrt dropped */
+    expect_event(e, 8, false, 16384, VP_CAT_ACT);  /* type_as(x) */
+    expect_event(e, 9, true, 32768, VP_CAT_ACT);   /* the fp32 product */
+}
+
+/* The same norm with its weight trained: x * rsqrt is saved for the
+ * weight's gradient, so only the fp32 product dies in the forward. */
+Test(rules_ops, gemma_rmsnorm_with_a_trained_weight_keeps_the_normalised_x)
+{
+    op_event e[MAX_EV];
+    size_t n = hf_op_events(HF_GEMMA3, NULL, "layers.1.input_norm",
+                            VP_PHASE_FORWARD, e);
+    cr_assert_eq(n, 9, "%zu forward events, expected 9", n);
+    expect_event(e, 6, false, 32768, VP_CAT_ACT); /* the product */
+    expect_event(e, 7, false, 16384, VP_CAT_ACT); /* type_as(x) */
+    expect_event(e, 8, true, 32768, VP_CAT_ACT);  /* the fp32 product */
+}
+
+/* A sliding layer whose window (32) cuts the 64 keys passes its mask to
+ * SDPA, so transformers' sdpa_attention_forward calls repeat_kv
+ * (use_gqa_in_sdpa is false with a mask). With one KV head the reshape
+ * of the expanded [2, 1, 4, 64, 16] is a view (a size-1 dim merged with
+ * the stride-0 one: ATen's computeStride), and the efficient kernel
+ * takes it: no copy (traced: ho5-gemma3-1b-bf16-b8's sliding layers).
+ * DynamicCache's k and v copies (2 x 1 x 64 x 16 x 2 B), the output
+ * (2 x 4 x 64 x 16 x 2 B), the logsumexp (2 x 4 x 64 x 4 B), the kernel's
+ * scratch, the bool mask as an additive bf16 bias (2 x 64 x 64 x 2 B,
+ * convert_boolean_attn_mask; saved), then the layer's k and v die. */
+Test(rules_ops, sdpa_with_one_kv_head_repeats_k_and_v_as_a_view)
+{
+    op_event e[MAX_EV];
+    size_t n = hf_op_events(HF_GEMMA3, NULL, "layers.0.attn.core",
+                            VP_PHASE_FORWARD, e);
+    cr_assert_eq(n, 9, "%zu forward events, expected 9", n);
+    expect_event(e, 0, false, 4096, VP_CAT_ACT);  /* cache k */
+    expect_event(e, 1, false, 4096, VP_CAT_ACT);  /* cache v */
+    expect_event(e, 2, false, 16384, VP_CAT_ACT); /* output */
+    expect_event(e, 3, false, 2048, VP_CAT_ACT);  /* logsumexp */
+    expect_event(e, 4, false, 256, VP_CAT_TEMP);  /* scratch */
+    expect_event(e, 5, true, 512, VP_CAT_TEMP);
+    expect_event(e, 6, false, 16384, VP_CAT_ACT); /* the additive bias */
+    expect_event(e, 7, true, 4096, VP_CAT_ACT);
+    expect_event(e, 8, true, 4096, VP_CAT_ACT);
+}
+
+/* transformers 5.17 modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
+ * `F.linear(hidden_states.type(torch.float32),
+ * self.weight.type(torch.float32))` in a bf16 model: fp32 copies of the
+ * input (128 x 64) and of the weight (8 x 64), the fp32 logits (128 x
+ * 8); with autograd MmBackward0 keeps both copies (derivatives.yaml, mm),
+ * so the forward frees nothing (traced: ho5-deepseek-v3-tiny-bf16-b8,
+ * modeling_deepseek_v3.py:146). */
+Test(rules_ops, fp32_router_linear_keeps_its_fp32_copies_for_the_backward)
+{
+    op_event e[MAX_EV];
+    size_t n = hf_op_events(HF_DEEPSEEK, NULL, "layers.1.mlp.gate",
+                            VP_PHASE_FORWARD, e);
+    cr_assert_eq(n, 3, "%zu forward events, expected 3", n);
+    expect_event(e, 0, false, 32768, VP_CAT_ACT); /* x.float() */
+    expect_event(e, 1, false, 2048, VP_CAT_TEMP); /* W.float() */
+    expect_event(e, 2, false, 4096, VP_CAT_ACT);  /* fp32 logits */
+}
+
+/* Its backward (traced, the same case): MmBackward0 makes the weight's
+ * fp32 gradient, then the input's, and drops grad_out and its saved
+ * copies; ToCopyBackward0 of W.type(fp32) casts the weight's gradient to
+ * bf16, then that of x.type(fp32) the input's, which is summed into the
+ * layer input's gradient. */
+Test(rules_ops, fp32_router_linear_backward_casts_both_gradients_back)
+{
+    op_event e[MAX_EV];
+    size_t n = hf_op_events(HF_DEEPSEEK, NULL, "layers.1.mlp.gate",
+                            VP_PHASE_BACKWARD, e);
+    cr_assert_eq(n, 10, "%zu backward events, expected 10", n);
+    expect_event(e, 0, false, 2048, VP_CAT_TEMP);  /* dW, fp32 */
+    expect_event(e, 1, false, 32768, VP_CAT_TEMP); /* dx, fp32 */
+    expect_event(e, 2, true, 4096, VP_CAT_TEMP);   /* grad_out */
+    expect_event(e, 3, true, 32768, VP_CAT_ACT);   /* saved x.float() */
+    expect_event(e, 4, true, 2048, VP_CAT_TEMP);   /* saved W.float() */
+    expect_event(e, 5, false, 1024, VP_CAT_TEMP);  /* dW, bf16 */
+    expect_event(e, 6, true, 2048, VP_CAT_TEMP);
+    expect_event(e, 7, false, 16384, VP_CAT_TEMP); /* dx, bf16 */
+    expect_event(e, 8, true, 32768, VP_CAT_TEMP);
+    expect_event(e, 9, true, 16384, VP_CAT_TEMP);  /* summed in */
 }

@@ -446,13 +446,27 @@ static bool att_repeats(const sim *S, const vp_op *o, vp_attn_impl impl)
            (impl == VP_ATTN_EFFICIENT && windowed(S, o));
 }
 
+/* Whether HF's repeat_kv is a view, not a copy, for the fused kernels:
+ * it expands [B, kv, S, D] to [B, kv, n_rep, S, D] and reshapes that to
+ * [B, kv * n_rep, S, D] (transformers integrations/sdpa_attention.py,
+ * repeat_kv). With one KV head the reshape only merges a size-1 dim into
+ * the stride-0 one, which ATen's computeStride (aten/src/ATen/
+ * TensorUtils.cpp) can view: the heads share k and v, and the efficient
+ * kernel, which needs only the last dim contiguous, takes them as they
+ * are (traced: gemma3-1b bf16 b8's sliding layers, ho5; no copy). Eager
+ * attention's matmul reshapes the view again and copies it: its rule. */
+static bool repeat_view(const vp_op *o, vp_attn_impl impl)
+{
+    return o->kv_heads == 1 && impl != VP_ATTN_EAGER;
+}
+
 /* HF DynamicCache in training (use_cache; off under checkpointing, read
  * off the Llama, Qwen3 and Gemma traces): update() is cat([], k) and
  * cat([], v), copies that the cache keeps until the model's output is
  * dropped, v promoted to k's dtype (fp32 after the rotary embedding under
  * autocast); the attention reads the copies (repeated for eager GQA). */
 static void cache_kv(sim *S, const vp_op *o, att_in *a, bool rep,
-                     uint32_t *kr, uint32_t *vr)
+                     bool view, uint32_t *kr, uint32_t *vr)
 {
     uint8_t ke = S->out_eb[o->inputs[1]];
     uint8_t ve = vp__promote(ke, S->out_eb[o->inputs[2]]);
@@ -473,7 +487,7 @@ static void cache_kv(sim *S, const vp_op *o, att_in *a, bool rep,
     uint32_t *dst[2] = {&a->k, &a->v}, *reps[2] = {kr, vr};
     for (int j = 0; j < 2; j++) {
         uint32_t src = c[j];
-        if (r > 1) { /* repeat_kv of the cached tensor */
+        if (r > 1 && !view) { /* repeat_kv of the cached tensor */
             src = *reps[j] = vp__talloc(S, vp__mulc(S, vp__mulc(S, n[j], r),
                                                     e[j]), VP_CAT_TEMP);
         }
@@ -492,12 +506,21 @@ static void cache_kv(sim *S, const vp_op *o, att_in *a, bool rep,
 /* Eager attention with fewer KV heads than heads: repeat_kv copies k
  * (or v) to every head in its dtype (a local freed when the attention
  * function returns), then autocast casts the copy for the matmul (saved).
- * *rep the copy (NONE when it is the cast itself). */
+ * *rep the copy (NONE when it is the cast itself, or a view: view, then
+ * only a cast copies, to every head). */
 static uint32_t repeat_kv(sim *S, const vp_op *o, uint32_t in, bool v,
-                          uint8_t ce, uint32_t *rep)
+                          uint8_t ce, bool view, uint32_t *rep)
 {
     uint64_t n = vp__mulc(S, att_kn(S, o, v), o->heads / o->kv_heads);
     uint8_t eb = S->out_eb[in];
+    if (view) {
+        *rep = NONE;
+        if (eb == ce) {
+            vp__tref(S, S->out_t[in]);
+            return S->out_t[in];
+        }
+        return vp__talloc(S, vp__mulc(S, n, ce), VP_CAT_ACT);
+    }
     *rep = vp__talloc(S, vp__mulc(S, n, eb), VP_CAT_TEMP);
     if (eb == ce) {
         vp__tref(S, *rep);
@@ -512,13 +535,13 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     att_in a;
     a.ce = S->amp ? 2 : f->eb0;
     vp_attn_impl impl = vp__attention_impl(S, o, a.ce);
-    bool rep = att_repeats(S, o, impl);
+    bool rep = att_repeats(S, o, impl), view = repeat_view(o, impl);
     uint32_t kr = NONE, vr = NONE;
     a.q = vp__cast_input(S, f->in0, a.ce);
     a.k = a.v = NONE;
     if (rep) {
-        a.k = repeat_kv(S, o, o->inputs[1], false, a.ce, &kr);
-        a.v = repeat_kv(S, o, o->inputs[2], true, a.ce, &vr);
+        a.k = repeat_kv(S, o, o->inputs[1], false, a.ce, view, &kr);
+        a.v = repeat_kv(S, o, o->inputs[2], true, a.ce, view, &vr);
     } else if (o->n_inputs >= 3) {
         a.k = vp__cast_input(S, o->inputs[1], a.ce);
         a.v = vp__cast_input(S, o->inputs[2], a.ce);
@@ -528,7 +551,7 @@ void vp__attention_fwd(sim *S, vp__fwd_op *f)
     uint64_t kvn = att_kn(S, o, false);
     bool copy = kv_copy(S, o) && f->mode == MODE_SAVE;
     if (copy && o->n_inputs == 3)
-        cache_kv(S, o, &a, rep, &kr, &vr);
+        cache_kv(S, o, &a, rep, view, &kr, &vr);
     else if (copy) {
         /* HF DynamicCache (use_cache): the copies live in the cache
          * until the model's output is dropped; separate projections'

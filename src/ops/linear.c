@@ -338,17 +338,18 @@ static lin_path linear_path(const sim *S, const vp_op *o, uint32_t in0)
 }
 
 /* F.linear(x.type(torch.float32), W.type(torch.float32)) outside
- * autocast and without autograd (transformers 5.17 modeling_deepseek_v3.py
- * DeepseekV3TopkRouter.forward; traced on deepseek-v3-small generate()
- * and its bf16 training): fp32 copies of a 16-bit input and weight, the
- * output in fp32, the copies dropped. Under autocast the linear runs in
- * the autocast dtype as any other; with autograd the 16-bit path is kept
- * (its backward is not traced). */
+ * autocast (transformers 5.17 modeling_deepseek_v3.py
+ * DeepseekV3TopkRouter.forward; traced on deepseek-v3-small generate(),
+ * and on deepseek-v3-tiny bf16 b8 training, ho5): fp32 copies of a 16-bit
+ * input and weight, the output in fp32. With autograd MmBackward0 keeps
+ * the fp32 input for the weight's gradient and the fp32 weight for the
+ * input's (tools/autograd/derivatives.yaml, mm: mm_mat2_backward reads
+ * self, mm_mat1_backward mat2); without, the copies are dropped. Under
+ * autocast the linear runs in the autocast dtype as any other. */
 static bool fp32_linear_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
-    if (!(o->flags & VP_OPF_FP32_LINEAR) || S->amp || f->sv ||
-        o->n_params != 1)
+    if (!(o->flags & VP_OPF_FP32_LINEAR) || S->amp || o->n_params != 1)
         return false;
     const vp_param *pw = &S->g->params[o->params[0]];
     uint32_t x = vp__cast_input(S, f->in0, 4);
@@ -359,8 +360,47 @@ static bool fp32_linear_fwd(sim *S, vp__fwd_op *f)
     f->oeb = 4;
     f->ol = 0;
     f->out = vp__talloc(S, vp__mulc(S, f->n, 4), VP_CAT_ACT);
+    if (f->sv) {
+        if (pw->trainable)
+            vp__save(S, f->i, LIN_X, x);
+        if (S->g->ops[f->in0].needs_grad)
+            vp__save(S, f->i, LIN_W, w);
+    }
     vp__tunref(S, x);
     vp__tunref(S, w);
+    return true;
+}
+
+/* Its backward (traced, ho5 deepseek-v3-tiny): MmBackward0 makes the
+ * weight's fp32 gradient, then the input's, and drops grad_out and what
+ * it saved; then the ToCopyBackward0 of W.type(fp32) casts the weight's
+ * to its dtype, and that of x.type(fp32) the input's. */
+static bool fp32_linear_bwd(sim *S, vp__bwd_op *b)
+{
+    const vp_op *o = b->o;
+    if (!(o->flags & VP_OPF_FP32_LINEAR) || S->amp || o->n_params != 1)
+        return false;
+    uint32_t pw = o->params[0];
+    const vp_param *p = &S->g->params[pw];
+    workspace_bwd(S, false);
+    uint32_t gw = p->trainable
+                      ? vp__talloc(S, vp__mulc(S, p->numel, 4), VP_CAT_TEMP)
+                      : NONE;
+    uint32_t gx = b->ig0 ? vp__talloc(S, vp__mulc(S, S->g->ops[b->in0].numel,
+                                                  4),
+                                      VP_CAT_TEMP)
+                         : NONE;
+    vp__tunref(S, b->gy);
+    b->gy = NONE;
+    vp__release_saved(S, b->i);
+    uint64_t eb = vp__param_bytes(S, p);
+    if (gw != NONE && eb != 4) {
+        uint32_t c = vp__talloc(S, vp__mulc(S, p->numel, eb), VP_CAT_TEMP);
+        vp__tunref(S, gw);
+        gw = c;
+    }
+    vp__param_grad(S, pw, gw);
+    vp__give_grad(S, b->in0, gx, 4);
     return true;
 }
 
@@ -555,6 +595,8 @@ void vp__linear_bwd(sim *S, vp__bwd_op *b)
         vp__quant_linear_bwd(S, b); /* ops/quant.c */
         return;
     }
+    if (fp32_linear_bwd(S, b))
+        return;
     uint32_t i = b->i, in0 = b->in0;
     bool conv = is_conv(o);
     uint8_t ce = S->amp ? 2 : b->eb0;

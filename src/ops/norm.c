@@ -42,12 +42,21 @@ void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
 }
 
 /* HF GemmaRMSNorm (Gemma 1-3; traced): x.float(), pow, mean, + eps,
- * rsqrt (saved), x * rsqrt (saved), 1 + weight.float() (saved), the
- * product in fp32, .type_as(x). */
+ * rsqrt (saved), x * rsqrt (saved for a trained weight), 1 +
+ * weight.float() (saved), the product in fp32, .type_as(x).
+ * modeling_gemma.py GemmaRMSNorm.forward computes
+ * `output * (1.0 + self.weight.float())`: MulBackward0 keeps `self`
+ * (the normalised x) only for the gradient of `other`
+ * (tools/autograd/derivatives.yaml, mul.Tensor; autograd's codegen saves
+ * an input only when an output that reads it is needed), so a frozen
+ * weight (LoRA's base, --freeze) leaves it, and it goes when _norm's
+ * result is dropped, before the cast back (ho5 gemma-2b LoRA trace). */
 static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
 {
     const vp_op *o = f->o;
     uint64_t n = f->n;
+    bool keep_h = f->sv && o->n_params > 0 &&
+                  S->g->params[o->params[0]].trainable;
     uint32_t xf = vp__cast_input(S, f->in0, 4);
     vp__transient(S, vp__mulc(S, n, 4)); /* pow(2) */
     uint32_t r = vp__talloc(S, vp__mulc(S, o->rows, 4), VP_CAT_ACT);
@@ -55,6 +64,10 @@ static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
     uint32_t w1 = vp__talloc(S, vp__mulc(S, n / o->rows, 4), VP_CAT_ACT);
     f->out = vp__talloc(S, vp__mulc(S, n, 4), VP_CAT_ACT);
     f->oeb = 4;
+    if (!keep_h) {
+        vp__tunref(S, h);
+        h = NONE;
+    }
     if (f->eb0 != 4) {
         uint32_t c = vp__talloc(S, vp__mulc(S, n, f->eb0), VP_CAT_ACT);
         vp__tunref(S, f->out);
@@ -64,7 +77,8 @@ static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
     if (f->sv) {
         vp__save(S, f->i, RMS_XF, xf);
         vp__save(S, f->i, RMS_RSTD, r);
-        vp__save(S, f->i, RMS_H, h);
+        if (keep_h)
+            vp__save(S, f->i, RMS_H, h);
         vp__save(S, f->i, RMS_W1, w1);
     }
     vp__tunref(S, w1);
