@@ -19,21 +19,24 @@
  * calibrate/vp-host-trace.py (calibrate/profiles/h200-host-trace.jsonl):
  * the checkpointed steps' host phases against the same models' plain
  * steps on the same host, per launch the model issues (allocations and
- * the op families' launch rules), scaled to the host of
+ * the op families' launch rules; the backward's GEMM nodes' units at a
+ * launch's cost, VP__HOST_GEMM_NODE), scaled to the host of
  * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
 #define VP__HOST_CKPT_PACK 7.88e-6
 #define VP__HOST_CKPT_RECOMPUTE 43.12e-6
 
 /* The host's cost of a GEMM's backward node beyond its launches, in
  * backward launches (docs/STEP_TIME.md "The host per op"): autograd's
- * MmBackward0 runs mm_mat1_backward and mm_mat2_backward (torch/csrc/
- * autograd/FunctionsManual.cpp), each a transposed view, an at::mm and
- * at::cuda::blas::gemm's cuBLAS handle, stream and workspace set-up
- * (aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp), beyond a
- * plain node's one call. The median over the non-checkpointed cases of
+ * MmBackward0 (tools/autograd/derivatives.yaml mm) runs
+ * mm_mat1_backward and mm_mat2_backward (torch/csrc/autograd/
+ * FunctionsManual.cpp), each a transposed view and an at::mm whose
+ * cuBLAS call first takes the thread's handle (aten/src/ATen/cuda/
+ * CublasHandlePool.cpp getCurrentCUDABlasHandle: the device, the
+ * current context, the pool's handle, cublasSetStream, the stream's
+ * workspace looked up). The median over the 41 non-checkpointed cases of
  * calibrate/profiles/h200-launch-ops.jsonl of (the node's host us - its
  * launches x the same case's single-launch node's us) / that node's us
- * (calibrate/fit-host.py ops: 1.01, quartiles 0.57 and 1.21). */
+ * (calibrate/fit-host.py ops: quartiles 0.57 and 1.21). */
 #define VP__HOST_GEMM_NODE 1.01
 
 /* When the host thread and the GPU are next free, seconds into the
