@@ -121,7 +121,26 @@ def units(ph, op, one):
     return (us - ph["by_outer"].get(op, 0) * one) / calls / one
 
 
-def ops(path):
+def inflation(path):
+    """The profiler's own cost per call of each op class (vp-host-ops.py: profiled - unprofiled us, one host)."""
+    d = {r["op"]: r for r in map(json.loads, filter(str.strip, open(path))) if r.get("kind") == "host_op"}
+    infl = {k: r["profiled_us_per_call"] - r["us_per_call"] for k, r in d.items()}
+    return {"one fwd": (infl["mul"] + infl["add"]) / 2, "one bwd": infl["MulBackward1"],
+            "linear": infl["linear_3d"], "linear autocast": infl["linear_3d_autocast"] - (infl["mul"] + infl["add"]) / 2,
+            "node 1": infl["MmBackward0"], "node 2": infl["MmBackward0_weight"],
+            "sdpa fwd": infl["sdpa_causal"], "sdpa bwd": infl["ScaledDotProductCudnnAttentionBackward0"]}
+
+
+def units_true(ph, op, one, infl_one, infl_op):
+    """units() with the profiler's inflation taken off the op and off the single-launch op."""
+    if op not in ph["outer_ops"]:
+        return None
+    calls, us = ph["outer_ops"][op]
+    t = one - infl_one
+    return (us / calls - infl_op - ph["by_outer"].get(op, 0) / calls * t) / t
+
+
+def ops(path, hostops=None):
     got = {}
     for d in map(json.loads, filter(str.strip, open(path))):
         if "phases" not in d or "ckpt" in d["case"]:
@@ -136,6 +155,21 @@ def ops(path):
                          if cudnn else None)):
             if v is not None:
                 got.setdefault(name, []).append(v)
+        if hostops is None:
+            continue
+        i = inflation(hostops)
+        amp = "-amp" in d["case"]  # autocast: the linear's casts are inside its call
+        nb = b["outer_ops"].get(BWD + "MmBackward0")
+        node = i["node 2"] if nb and b["by_outer"].get(BWD + "MmBackward0", 0) / nb[0] > 1.5 else i["node 1"]
+        for name, v in (("linear forward (true)", units_true(f, "aten::linear", of, i["one fwd"],
+                                                             i["linear autocast" if amp else "linear"])),
+                        ("GEMM backward node (true)", units_true(b, BWD + "MmBackward0", ob, i["one bwd"], node)),
+                        ("cuDNN SDPA forward (true)", units_true(f, "aten::scaled_dot_product_attention", of,
+                                                                 i["one fwd"], i["sdpa fwd"]) if cudnn else None),
+                        ("cuDNN SDPA backward (true)", units_true(b, BWD + "ScaledDotProductCudnnAttentionBackward0",
+                                                                  ob, i["one bwd"], i["sdpa bwd"]) if cudnn else None)):
+            if v is not None:
+                got.setdefault(name, []).append(v)
     for name, v in got.items():
         v.sort()
         print("%-20s %2d cases: median %.2f launches (quartiles %.2f, %.2f; %.2f to %.2f)" % (
@@ -148,7 +182,7 @@ def main():
         ckpt(sys.argv[2], sys.argv[3])
         return
     if sys.argv[1] == "ops":
-        ops(sys.argv[2])
+        ops(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
         return
     host = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
     cnt = {d["case"]: d for d in map(json.loads, filter(str.strip, open(sys.argv[2])))}

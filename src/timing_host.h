@@ -23,7 +23,7 @@
  * launch's cost, VP__HOST_GEMM_NODE), scaled to the host of
  * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
 #define VP__HOST_CKPT_PACK 7.88e-6
-#define VP__HOST_CKPT_RECOMPUTE 43.12e-6
+#define VP__HOST_CKPT_RECOMPUTE 42.62e-6
 
 /* The host's cost of a GEMM's backward node beyond its launches, in
  * backward launches (docs/STEP_TIME.md "The host per op"): autograd's
@@ -37,7 +37,7 @@
  * calibrate/profiles/h200-launch-ops.jsonl of (the node's host us - its
  * launches x the same case's single-launch node's us) / that node's us
  * (calibrate/fit-host.py ops: quartiles 0.57 and 1.21). */
-#define VP__HOST_GEMM_NODE 1.01
+#define VP__HOST_GEMM_NODE 2.22
 
 /* When the host thread and the GPU are next free, seconds into the
  * step. */

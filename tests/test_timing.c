@@ -584,7 +584,7 @@ Test(timing_host, h200_defaults_are_the_host_fit)
     memset(&hw, 0, sizeof hw);
     vp_hw_fill_defaults(&hw);
     cr_assert_float_eq(hw.host_fwd, 30.97e-6, 1e-12);
-    cr_assert_float_eq(hw.host_bwd, 21.96e-6, 1e-12);
+    cr_assert_float_eq(hw.host_bwd, 20.46e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt, 868.4e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW], 16.93e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW_FUSED], 9.71e-6,

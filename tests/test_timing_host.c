@@ -7,6 +7,7 @@
  * issues its forward again at the forward's host cost, plus checkpoint's
  * saved-tensor hooks per kernel. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1016,4 +1017,99 @@ Test(host_ops, dora_base_again_has_a_node_where_its_input_needs_one)
      * whose input needs a gradient (eight hidden ones) and the head's */
     cr_assert_float_eq(b.host_bwd_calls, (9.0 * 2.0 + 9.0) *
                        VP__HOST_GEMM_NODE, 1e-12, "%g", b.host_bwd_calls);
+}
+
+/* The profiler's own host us per call of one op class of
+ * calibrate/profiles/h200-host-ops.jsonl (vp-host-ops.py): profiled less
+ * unprofiled, the same calls on one host. */
+static double profiler_us(const char *op)
+{
+    FILE *f = fopen("calibrate/profiles/h200-host-ops.jsonl", "r");
+    cr_assert_not_null(f);
+    char line[1024];
+    double us = -1;
+    while (us < 0 && fgets(line, sizeof line, f)) {
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r, "%s", line);
+        const char *name = json_string_value(json_object_get(r, "op"));
+        if (name && !strcmp(name, op))
+            us = json_number_value(json_object_get(r, "profiled_us_per_call")) -
+                 json_number_value(json_object_get(r, "us_per_call"));
+        json_decref(r);
+    }
+    fclose(f);
+    cr_assert_geq(us, 0, "%s not in h200-host-ops.jsonl", op);
+    return us;
+}
+
+/* Calls and host us of one outermost op of a phase (NULL: none). */
+static bool outer_op(json_t *ph, const char *op, double *calls, double *us)
+{
+    json_t *v = json_object_get(json_object_get(ph, "outer_ops"), op);
+    if (!v)
+        return false;
+    *calls = json_number_value(json_array_get(v, 0));
+    *us = json_number_value(json_array_get(v, 1));
+    return true;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* VP__HOST_GEMM_NODE is the median over the non-checkpointed cases of
+ * h200-launch-ops.jsonl of the node's host cost beyond its launches in
+ * the backward's single-launch nodes, each with the profiler's own cost
+ * per call taken off (h200-host-ops.jsonl: MulBackward1's for the
+ * single-launch nodes, MmBackward0's for a node of one launch, with the
+ * weight gradient's for one of two or more; calibrate/fit-host.py ops). */
+Test(host_ops, gemm_node_units_are_the_measured_median_without_the_profiler)
+{
+    static const char *const one[] = {
+        "NegBackward0", "SiluBackward0", "MeanBackward1",
+        "LogSoftmaxBackward0", "GeluBackward0", "TanhBackward0",
+        "SubBackward0", "MulBackward1"};
+    const char *pre = "autograd::engine::evaluate_function: ";
+    double p_one = profiler_us("MulBackward1"),
+           p_in = profiler_us("MmBackward0"),
+           p_w = profiler_us("MmBackward0_weight");
+    FILE *f = fopen("calibrate/profiles/h200-launch-ops.jsonl", "r");
+    cr_assert_not_null(f);
+    static char line[1 << 17];
+    double u[128];
+    size_t n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r);
+        const char *id = json_string_value(json_object_get(r, "case"));
+        json_t *b = json_object_get(json_object_get(r, "phases"), "bwd");
+        double c, us, sc = 0, sus = 0, nc, nus;
+        char key[128];
+        for (size_t i = 0; b && id && !strstr(id, "ckpt") && i < 8; i++) {
+            snprintf(key, sizeof key, "%s%s", pre, one[i]);
+            json_t *l = json_object_get(json_object_get(b, "by_outer"), key);
+            if (outer_op(b, key, &c, &us) && l &&
+                json_number_value(l) == c) {
+                sc += c;
+                sus += us;
+            }
+        }
+        snprintf(key, sizeof key, "%sMmBackward0", pre);
+        if (sc > 0 && outer_op(b, key, &nc, &nus)) {
+            double l = json_number_value(
+                           json_object_get(json_object_get(b, "by_outer"),
+                                           key)) / nc;
+            double t = sus / sc - p_one; /* a single-launch node, unprofiled */
+            cr_assert_lt(n, 128);
+            u[n++] = (nus / nc - (l > 1.5 ? p_w : p_in) - l * t) / t;
+        }
+        json_decref(r);
+    }
+    fclose(f);
+    cr_assert_eq(n, 41);
+    qsort(u, n, sizeof u[0], by_value);
+    cr_assert_float_eq(VP__HOST_GEMM_NODE, u[n / 2], 0.005, "median %g",
+                       u[n / 2]);
 }

@@ -185,7 +185,7 @@ typedef struct vp_step_time {
  * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
  * host_opt_h200). */
 #define VP_HOST_FWD_KERNEL 30.97e-6
-#define VP_HOST_BWD_KERNEL 21.96e-6
+#define VP_HOST_BWD_KERNEL 20.46e-6
 #define VP_HOST_OPT_FIXED 868.4e-6
 #define VP_HOST_OPT_TENSOR 16.93e-6
 
