@@ -34,7 +34,7 @@ cost per launch, forward f and backward b; pack = the checkpointed forward's hos
 the host of VP_HOST_FWD_KERNEL. The constants are the medians. The backward's launches count with its GEMM nodes'
 units (bwd_call_units), which carry no hook: b = backward host / (launches + units).
 
-    python3 calibrate/fit-host.py ops calibrate/profiles/h200-launch-ops.jsonl
+    python3 calibrate/fit-host.py ops calibrate/profiles/h200-launch-ops.jsonl [calibrate/profiles/h200-host-ops.jsonl]
 
 reads the call units off vp-launch-ops.py's host microseconds per outermost op (docs/STEP_TIME.md "The host per op";
 src/timing_host.h VP__HOST_GEMM_NODE): in each case that is not checkpointed (there the host
@@ -44,8 +44,12 @@ NegBackward0, SiluBackward0, MeanBackward1, LogSoftmaxBackward0, GeluBackward0, 
 MulBackward1); an op's units are (its host us - its launches x that cost) / that cost per call. Printed per op class,
 the median and quartiles over the cases: the forward linear (aten::linear), the backward GEMM node (MmBackward0), and
 cuDNN SDPA's forward and backward (the cases whose backward runs ScaledDotProductCudnnAttentionBackward0). Ratios
-within the one session: the host's absolute speed drops out. The model takes the backward GEMM node's only (the
-others' totals disagree, docs/STEP_TIME.md "The host per op").
+within the one session: the host's absolute speed drops out. With vp-host-ops.py's file, each class again with the
+profiler's own cost per call (profiled - unprofiled us of the class on small tensors) taken off the op and off the
+single-launch op ("(true)"): mul and add's mean forward, MulBackward1 backward; the 3-D linear (under autocast the
+autocast linear's less a float()); MmBackward0 of one launch, of more the weight gradient's; SDPA causal; cuDNN's
+backward. The model takes the backward GEMM node's corrected median only (the others' host phases or step times get
+worse, docs/STEP_TIME.md "The host per op").
 """
 import json
 import sys

@@ -35,8 +35,11 @@
  * current context, the pool's handle, cublasSetStream, the stream's
  * workspace looked up). The median over the 41 non-checkpointed cases of
  * calibrate/profiles/h200-launch-ops.jsonl of (the node's host us - its
- * launches x the same case's single-launch node's us) / that node's us
- * (calibrate/fit-host.py ops: quartiles 0.57 and 1.21). */
+ * launches x the same case's single-launch node's us) / that node's us,
+ * each without the profiler's own cost per call
+ * (calibrate/profiles/h200-host-ops.jsonl: MulBackward1's, MmBackward0's
+ * of one launch or of the weight gradient's three; calibrate/fit-host.py
+ * ops: quartiles 1.65 and 2.52; profiled, 1.01). */
 #define VP__HOST_GEMM_NODE 2.22
 
 /* When the host thread and the GPU are next free, seconds into the
