@@ -368,7 +368,8 @@ done:
 
 /* The kernels the host issues for one micro-batch in each phase, as the
  * single-GPU time model counts them (vp_step_time_estimate's
- * host_kernels, host_bwd_kernels): they depend neither on the GPU's
+ * host_kernels, host_bwd_kernels and the backward's GEMM nodes' units,
+ * host_bwd_calls, docs/STEP_TIME.md "The host per op"): they depend neither on the GPU's
  * rates, so any rates will do, nor on the batch from 2 on (at 1 the
  * backward allocates less: ViT-B/16 issues 387 backward kernels at 1,
  * 485 from 2 to 64). */
@@ -395,7 +396,7 @@ static vp_status host_kernels(vp_cluster_model *cm, int cls, double k[2],
     vp_status st = vp_step_time_estimate(g, &s, &hw, &t, err);
     vp_graph_free(g);
     k[0] = t.host_kernels;
-    k[1] = t.host_bwd_kernels;
+    k[1] = t.host_bwd_kernels + t.host_bwd_calls;
     return st;
 }
 

@@ -1039,9 +1039,32 @@ static double gemm_launches(const qctx *q, const vp_op *o,
     return linear_extra(q->c, q->s, o, ph, &g);
 }
 
-/* The host's kernels for op i in phase ph of one micro-batch (*nk) and
- * its seconds per kernel (*per). A forward kernel costs host_fwd, a
- * backward one host_bwd. In a checkpointed segment (torch/utils/
+/* The host's cost of op o's GEMM calls in phase ph of one micro-batch
+ * beyond their launches, in launches of the phase (docs/STEP_TIME.md
+ * "The host per op"): a GEMM's backward node, a linear's MmBackward0
+ * (VP__HOST_GEMM_NODE). A LoRA adapter has two (lora_A's, lora_B's);
+ * DoRA's weight norm is detached (peft/tuners/lora/dora.py
+ * DoraLinearLayer.forward), so its eye GEMMs have none, but under
+ * dropout the base layer it runs again on the dropped input has one
+ * where that input needs a gradient. */
+static double op_calls(const qctx *q, const vp_op *o, const op_traffic *t,
+                       int ph)
+{
+    if (ph != 1 || t->kernels[1] <= 0 || q->s->inference || !o->needs_grad)
+        return 0;
+    if (o->kind == VP_OP_LINEAR && o->out_features && o->in_features)
+        return VP__HOST_GEMM_NODE;
+    if (o->kind != VP_OP_LORA)
+        return 0;
+    bool xg = o->n_inputs && q->g->ops[o->inputs[0]].needs_grad;
+    bool again = o->n_params >= 3 && o->dropout > 0 && xg;
+    return (again ? 3.0 : 2.0) * VP__HOST_GEMM_NODE;
+}
+
+/* The host's kernels for op i in phase ph of one micro-batch (*nk), its
+ * seconds per kernel (*per) and its GEMM calls' cost beyond them in
+ * launches (*calls, op_calls). A forward kernel costs host_fwd, a
+ * backward one host_bwd, and so does a call's unit. In a checkpointed segment (torch/utils/
  * checkpoint.py, non-reentrant) every tensor the forward saves goes
  * through _checkpoint_hook.pack_hook (a _Holder, its weakref, the
  * tensor's metadata for the determinism check), and in the backward
@@ -1050,7 +1073,7 @@ static double gemm_launches(const qctx *q, const vp_op *o,
  * takes each recomputed tensor; the saved tensors are the ops'
  * allocations, so both hooks are a cost per kernel (host_ckpt). */
 static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
-                      double *per)
+                      double *per, double *calls)
 {
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
@@ -1061,27 +1084,29 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
         *nk += t->sums +
                (t->kernels[1] > 0 ? cudnn_bwd_launches(q->c, q->s, o) : 0);
     *per = ph == 0 ? hw->host_fwd : hw->host_bwd;
-    if (!checkpointed(q->s, o) || *nk <= 0)
+    *calls = *nk > 0 ? op_calls(q, o, t, ph) : 0;
+    if (*nk <= 0)
         return;
-    if (ph == 0) {
+    double call_s = *calls * *per; /* a unit at the phase's launch cost */
+    if (checkpointed(q->s, o) && ph == 0) {
         *per += VP__HOST_CKPT_PACK;
-        return;
+    } else if (checkpointed(q->s, o) && rec) {
+        /* the recomputed forward's kernels are its forward's */
+        double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0) +
+                    gemm_launches(q, o, t, 0);
+        if (kr > *nk)
+            kr = *nk;
+        *per = ((*nk - kr) * hw->host_bwd +
+                kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;
     }
-    if (!rec)
-        return;
-    /* the recomputed forward's kernels are its forward's */
-    double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0) +
-                gemm_launches(q, o, t, 0);
-    if (kr > *nk)
-        kr = *nk;
-    *per = ((*nk - kr) * hw->host_bwd + kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;
+    *per += call_s / *nk;
 }
 
 /* GPU seconds of op i in phase ph of one micro-batch, the kernels the
  * host issues for it (*nk) and its host seconds per kernel (*per); *rec
  * gets the recomputed forward's share. */
 static double op_cost(const qctx *q, int ph, size_t i, double *nk,
-                      double *per, double *rec)
+                      double *per, double *rec, double *calls)
 {
     const vp_op *o = &q->g->ops[i];
     const op_traffic *t = &q->c->t[i];
@@ -1092,7 +1117,7 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     double gpu = ph == 0 ? mf : q->s->inference || !o->needs_grad ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    host_cost(q, ph, i, *rec > 0, nk, per);
+    host_cost(q, ph, i, *rec > 0, nk, per, calls);
     return gpu;
 }
 
@@ -1122,8 +1147,8 @@ static double run_phase(const qctx *q, int ph, clocks *k)
     double rec = 0;
     for (size_t n = 0; n < q->g->n_ops; n++) {
         size_t i = ph == 0 ? n : q->g->n_ops - 1 - n;
-        double nk, per, r;
-        double gpu = op_cost(q, ph, i, &nk, &per, &r);
+        double nk, per, r, calls;
+        double gpu = op_cost(q, ph, i, &nk, &per, &r, &calls);
         rec += r;
         bool moe = q->g->ops[i].kind == VP_OP_MOE_EXPERTS;
         if (moe && !(ph && q->s->inference)) {
@@ -1144,9 +1169,9 @@ static void account(const qctx *q, vp_step_time *out)
     for (int ph = 0; ph < (q->s->inference ? 1 : 2); ph++)
         for (size_t i = 0; i < q->g->n_ops; i++) {
             const vp_op *o = &q->g->ops[i];
-            double mf, mbk, nk, per, rec;
+            double mf, mbk, nk, per, rec, calls;
             matmul_time(q->c, q->s, o, &mf, &mbk);
-            op_cost(q, ph, i, &nk, &per, &rec);
+            op_cost(q, ph, i, &nk, &per, &rec, &calls);
             double mm = (ph == 0 ? mf : mbk) + rec;
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
@@ -1169,6 +1194,7 @@ static void account(const qctx *q, vp_step_time *out)
                 out->host_casts += q->c->t[i].casts / q->mb;
             } else {
                 out->host_bwd_kernels += nk;
+                out->host_bwd_calls += calls;
             }
         }
     out->flops = flops * q->mb;

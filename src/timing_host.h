@@ -19,10 +19,28 @@
  * calibrate/vp-host-trace.py (calibrate/profiles/h200-host-trace.jsonl):
  * the checkpointed steps' host phases against the same models' plain
  * steps on the same host, per launch the model issues (allocations and
- * the op families' launch rules), scaled to the host of
+ * the op families' launch rules; the backward's GEMM nodes' units at a
+ * launch's cost, VP__HOST_GEMM_NODE), scaled to the host of
  * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
-#define VP__HOST_CKPT_PACK 7.90e-6
-#define VP__HOST_CKPT_RECOMPUTE 43.71e-6
+#define VP__HOST_CKPT_PACK 7.88e-6
+#define VP__HOST_CKPT_RECOMPUTE 42.62e-6
+
+/* The host's cost of a GEMM's backward node beyond its launches, in
+ * backward launches (docs/STEP_TIME.md "The host per op"): autograd's
+ * MmBackward0 (tools/autograd/derivatives.yaml mm) runs
+ * mm_mat1_backward and mm_mat2_backward (torch/csrc/autograd/
+ * FunctionsManual.cpp), each a transposed view and an at::mm whose
+ * cuBLAS call first takes the thread's handle (aten/src/ATen/cuda/
+ * CublasHandlePool.cpp getCurrentCUDABlasHandle: the device, the
+ * current context, the pool's handle, cublasSetStream, the stream's
+ * workspace looked up). The median over the 41 non-checkpointed cases of
+ * calibrate/profiles/h200-launch-ops.jsonl of (the node's host us - its
+ * launches x the same case's single-launch node's us) / that node's us,
+ * each without the profiler's own cost per call
+ * (calibrate/profiles/h200-host-ops.jsonl: MulBackward1's, MmBackward0's
+ * of one launch or of the weight gradient's three; calibrate/fit-host.py
+ * ops: quartiles 1.65 and 2.52; profiled, 1.01). */
+#define VP__HOST_GEMM_NODE 2.22
 
 /* When the host thread and the GPU are next free, seconds into the
  * step. */

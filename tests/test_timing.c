@@ -8,6 +8,8 @@
 
 #include "vramplan/vramplan.h"
 
+#include "../src/timing_host.h" /* VP__HOST_GEMM_NODE */
+
 #define ONE_LINEAR "tests/data/validate/one-linear.yaml"
 
 static vp_model *load(const char *path)
@@ -455,10 +457,12 @@ Test(timing_host, a_host_bound_step_is_the_hosts_time)
     cr_assert_geq(t.host_kernels, 2.0);
     cr_assert_geq(t.host_bwd_kernels, 2.0);
     cr_assert_float_eq(t.host_casts, 0.0, 0.0);
-    /* forward kernels x 1 ms + backward kernels x 2 ms + the optimizer's
-     * 5 ms + 1 tensor x 0.1 ms (the sweep's cpu_us, 50 us, is not the
-     * host's) */
-    double want = t.host_kernels * 1e-3 + t.host_bwd_kernels * 2e-3 + 5e-3 +
+    /* forward kernels x 1 ms + backward kernels and its GEMM node's
+     * units ("The host per op") x 2 ms + the optimizer's 5 ms + 1 tensor
+     * x 0.1 ms (the sweep's cpu_us, 50 us, is not the host's) */
+    cr_assert_float_eq(t.host_bwd_calls, VP__HOST_GEMM_NODE, 1e-12);
+    double want = t.host_kernels * 1e-3 +
+                  (t.host_bwd_kernels + t.host_bwd_calls) * 2e-3 + 5e-3 +
                   1.0 * 1e-4;
     near_rel(t.total, want, 1e-9, "host-bound step");
     near_rel(t.optimizer, 5e-3 + 1e-4, 1e-9, "optimizer's host");
@@ -479,7 +483,8 @@ Test(timing_host, the_optimizers_kernels_wait_for_its_python)
     vp_setup_init(&s);
     s.batch = 64;
     vp_step_time t = timed(m, &s, NULL, &hw);
-    double passes = t.host_kernels * 1e-3 + t.host_bwd_kernels * 2e-3;
+    double passes = t.host_kernels * 1e-3 +
+                    (t.host_bwd_kernels + t.host_bwd_calls) * 2e-3;
     double gpu = 4096.0 * 4096.0 * 1000.0 / 1e9;
     near_rel(t.total, passes + 5e-3 + 1e-5 + gpu, 1e-9, "step");
     vp_model_free(m);
@@ -578,8 +583,8 @@ Test(timing_host, h200_defaults_are_the_host_fit)
     vp_hw hw;
     memset(&hw, 0, sizeof hw);
     vp_hw_fill_defaults(&hw);
-    cr_assert_float_eq(hw.host_fwd, 31.06e-6, 1e-12);
-    cr_assert_float_eq(hw.host_bwd, 23.34e-6, 1e-12);
+    cr_assert_float_eq(hw.host_fwd, 30.97e-6, 1e-12);
+    cr_assert_float_eq(hw.host_bwd, 20.46e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt, 868.4e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW], 16.93e-6, 1e-12);
     cr_assert_float_eq(hw.host_opt_tensor[VP_HW_OPTIM_ADAMW_FUSED], 9.71e-6,

@@ -7,6 +7,7 @@
  * issues its forward again at the forward's host cost, plus checkpoint's
  * saved-tensor hooks per kernel. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,9 +297,11 @@ Test(ckpt_host, the_recomputed_forward_costs_the_forwards_host_time)
     cr_assert_gt(kr, 12.0, "%g recomputed kernels", kr); /* 12 layers */
     vp_step_time a = gpt2_ckpt("all", 30e-6, 20e-6);
     vp_step_time c = gpt2_ckpt("all", 30e-6, 21e-6);
+    /* the backward's GEMM nodes' units at its cost ("The host per op") */
     double by_bwd = (c.cpu - a.cpu) / 1e-6;
-    cr_assert_float_eq(by_bwd + kr, a.host_bwd_kernels, 1e-6, "%g + %g vs %g",
-                       by_bwd, kr, a.host_bwd_kernels);
+    cr_assert_float_eq(by_bwd + kr, a.host_bwd_kernels + a.host_bwd_calls,
+                       1e-6, "%g + %g vs %g", by_bwd, kr,
+                       a.host_bwd_kernels + a.host_bwd_calls);
     /* the recomputation never exceeds the forward it repeats */
     cr_assert_leq(kr, a.host_kernels);
 }
@@ -895,4 +898,218 @@ Test(launches, dropout_writes_its_mask_in_the_same_launch)
     s.batch = 8;
     vp_step_time t = timed("models/gpt2-small.yaml", &s, &hw);
     cr_assert_float_eq(t.host_kernels, 386.0 - 25.0, 0.0);
+}
+
+/* ---- the host per op (docs/STEP_TIME.md "The host per op") ----------- */
+
+/* The autograd nodes of one case's backward that run GEMMs
+ * (MmBackward0, AddmmBackward0): their count among the outermost ops of
+ * its backward in calibrate/profiles/h200-launch-ops.jsonl
+ * (vp-launch-ops.py). */
+static double measured_gemm_nodes(const char *id)
+{
+    const char *line =
+        case_line("calibrate/profiles/h200-launch-ops.jsonl", id);
+    const char *bwd = strstr(line, "\"bwd\": {");
+    cr_assert_not_null(bwd, "%s: no backward", id);
+    const char *ops = strstr(bwd, "\"outer_ops\": {");
+    cr_assert_not_null(ops, "%s: no backward ops", id);
+    static const char *const nodes[] = {"MmBackward0", "AddmmBackward0"};
+    double n = 0;
+    for (size_t i = 0; i < 2; i++) {
+        char key[96];
+        snprintf(key, sizeof key,
+                 "\"autograd::engine::evaluate_function: %s\": [", nodes[i]);
+        const char *q = strstr(ops, key);
+        n += q ? strtod(q + strlen(key), NULL) : 0;
+    }
+    return n;
+}
+
+/* llama-1b (22 layers, 7 linears each, and the head) at the batch of
+ * the case, with a LoRA spec and frozen parameters (NULL: none). */
+static vp_step_time llama_ft(vp_precision p, uint64_t batch, uint64_t seq,
+                             const char *lora, const char *freeze)
+{
+    vp_error err;
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = batch;
+    s.seq = seq;
+    s.precision = p;
+    if (lora)
+        cr_assert_eq(vp_lora_parse(lora, &s.ft.lora, &err), VP_OK, "%s",
+                     err.msg);
+    if (freeze)
+        cr_assert_eq(vp_freeze_parse(freeze, &s.ft, &err), VP_OK, "%s",
+                     err.msg);
+    return timed("models/llama-1b.yaml", &s, &hw);
+}
+
+/* A GEMM's backward node (MmBackward0) costs the host
+ * VP__HOST_GEMM_NODE backward launches beyond its own: the model's nodes
+ * are the measured ones exactly. llama-1b in bf16: the 155 linears;
+ * layers 0-15 and the embedding frozen: the nodes of layers 16-21 and
+ * the head (an op whose output needs no gradient has none: 6 x 7 + 1);
+ * DoRA on q and v with dropout (the base frozen): the base linears'
+ * but layer 0's q, k and v (their input, the frozen embedding's, needs
+ * no gradient), lora_A's and lora_B's of the 44 adapters, and the base
+ * layer run again on the dropped input where that needs a gradient (not
+ * layer 0's q and v); the weight norm's eye GEMMs are detached (peft
+ * dora.py), no node. */
+Test(host_ops, gemm_nodes_match_the_measured_autograd_nodes)
+{
+    vp_step_time t = llama_ft(VP_PREC_BF16, 2, 2048, NULL, NULL);
+    double want = measured_gemm_nodes("llama-1b-bf16-load-dtype-b2");
+    cr_assert_float_eq(want, 155.0, 0.0);
+    cr_assert_float_eq(t.host_bwd_calls, want * VP__HOST_GEMM_NODE, 1e-9,
+                       "%g", t.host_bwd_calls);
+    vp_step_time f = llama_ft(VP_PREC_AMP_BF16, 4, 1024, NULL,
+                              "embed,layers.0-15");
+    want = measured_gemm_nodes("llama-1b-freeze-embed-l0-15-amp-b4");
+    cr_assert_float_eq(want, 6.0 * 7.0 + 1.0, 0.0);
+    cr_assert_float_eq(f.host_bwd_calls, want * VP__HOST_GEMM_NODE, 1e-9,
+                       "%g", f.host_bwd_calls);
+    vp_step_time d = llama_ft(VP_PREC_AMP_BF16, 2, 1024,
+                              "r=16,alpha=32,targets=q_proj,v_proj,dora,"
+                              "dropout=0.05",
+                              NULL);
+    want = measured_gemm_nodes("llama-1b-dora-r16-qv-bf16base-amp-b2");
+    cr_assert_float_eq(want, (155.0 - 3.0) + 44.0 * 2.0 + (44.0 - 2.0), 0.0);
+    cr_assert_float_eq(d.host_bwd_calls, want * VP__HOST_GEMM_NODE, 1e-9,
+                       "%g", d.host_bwd_calls);
+}
+
+/* The nodes' units cost the host what a backward launch does: the host's
+ * time grows by host_bwd_kernels + host_bwd_calls per second of
+ * host_bwd. mlp10 in fp32: 10 linears, 10 nodes; none in inference. */
+Test(host_ops, gemm_nodes_cost_backward_launches)
+{
+    vp_hw hw = h200();
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1024;
+    hw.host_bwd = 20e-6;
+    vp_step_time a = timed("models/mlp10.yaml", &s, &hw);
+    hw.host_bwd = 21e-6;
+    vp_step_time b = timed("models/mlp10.yaml", &s, &hw);
+    cr_assert_float_eq(a.host_bwd_calls, 10.0 * VP__HOST_GEMM_NODE, 1e-12);
+    cr_assert_float_eq((b.cpu - a.cpu) / 1e-6,
+                       a.host_bwd_kernels + a.host_bwd_calls, 1e-6, "%g",
+                       (b.cpu - a.cpu) / 1e-6);
+    s.inference = true;
+    vp_step_time i = timed("models/mlp10.yaml", &s, &hw);
+    cr_assert_float_eq(i.host_bwd_calls, 0.0, 0.0);
+}
+
+/* DoRA with dropout runs the base layer again on the dropped input: one
+ * node more per adapter whose input needs a gradient. mlp10's nine
+ * hidden linears: 8 (net.0's input is the batch). */
+Test(host_ops, dora_base_again_has_a_node_where_its_input_needs_one)
+{
+    vp_step_time a = dora("0.1");
+    vp_step_time b = dora("0");
+    cr_assert_float_eq(a.host_bwd_calls - b.host_bwd_calls,
+                       8.0 * VP__HOST_GEMM_NODE, 1e-12, "%g",
+                       a.host_bwd_calls - b.host_bwd_calls);
+    /* lora_A's and lora_B's nodes of the nine adapters, the base linears'
+     * whose input needs a gradient (eight hidden ones) and the head's */
+    cr_assert_float_eq(b.host_bwd_calls, (9.0 * 2.0 + 9.0) *
+                       VP__HOST_GEMM_NODE, 1e-12, "%g", b.host_bwd_calls);
+}
+
+/* The profiler's own host us per call of one op class of
+ * calibrate/profiles/h200-host-ops.jsonl (vp-host-ops.py): profiled less
+ * unprofiled, the same calls on one host. */
+static double profiler_us(const char *op)
+{
+    FILE *f = fopen("calibrate/profiles/h200-host-ops.jsonl", "r");
+    cr_assert_not_null(f);
+    char line[1024];
+    double us = -1;
+    while (us < 0 && fgets(line, sizeof line, f)) {
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r, "%s", line);
+        const char *name = json_string_value(json_object_get(r, "op"));
+        if (name && !strcmp(name, op))
+            us = json_number_value(json_object_get(r, "profiled_us_per_call")) -
+                 json_number_value(json_object_get(r, "us_per_call"));
+        json_decref(r);
+    }
+    fclose(f);
+    cr_assert_geq(us, 0, "%s not in h200-host-ops.jsonl", op);
+    return us;
+}
+
+/* Calls and host us of one outermost op of a phase (NULL: none). */
+static bool outer_op(json_t *ph, const char *op, double *calls, double *us)
+{
+    json_t *v = json_object_get(json_object_get(ph, "outer_ops"), op);
+    if (!v)
+        return false;
+    *calls = json_number_value(json_array_get(v, 0));
+    *us = json_number_value(json_array_get(v, 1));
+    return true;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* VP__HOST_GEMM_NODE is the median over the non-checkpointed cases of
+ * h200-launch-ops.jsonl of the node's host cost beyond its launches in
+ * the backward's single-launch nodes, each with the profiler's own cost
+ * per call taken off (h200-host-ops.jsonl: MulBackward1's for the
+ * single-launch nodes, MmBackward0's for a node of one launch, with the
+ * weight gradient's for one of two or more; calibrate/fit-host.py ops). */
+Test(host_ops, gemm_node_units_are_the_measured_median_without_the_profiler)
+{
+    static const char *const one[] = {
+        "NegBackward0", "SiluBackward0", "MeanBackward1",
+        "LogSoftmaxBackward0", "GeluBackward0", "TanhBackward0",
+        "SubBackward0", "MulBackward1"};
+    const char *pre = "autograd::engine::evaluate_function: ";
+    double p_one = profiler_us("MulBackward1"),
+           p_in = profiler_us("MmBackward0"),
+           p_w = profiler_us("MmBackward0_weight");
+    FILE *f = fopen("calibrate/profiles/h200-launch-ops.jsonl", "r");
+    cr_assert_not_null(f);
+    static char line[1 << 17];
+    double u[128];
+    size_t n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r);
+        const char *id = json_string_value(json_object_get(r, "case"));
+        json_t *b = json_object_get(json_object_get(r, "phases"), "bwd");
+        double c, us, sc = 0, sus = 0, nc, nus;
+        char key[128];
+        for (size_t i = 0; b && id && !strstr(id, "ckpt") && i < 8; i++) {
+            snprintf(key, sizeof key, "%s%s", pre, one[i]);
+            json_t *l = json_object_get(json_object_get(b, "by_outer"), key);
+            if (outer_op(b, key, &c, &us) && l &&
+                json_number_value(l) == c) {
+                sc += c;
+                sus += us;
+            }
+        }
+        snprintf(key, sizeof key, "%sMmBackward0", pre);
+        if (sc > 0 && outer_op(b, key, &nc, &nus)) {
+            double l = json_number_value(
+                           json_object_get(json_object_get(b, "by_outer"),
+                                           key)) / nc;
+            double t = sus / sc - p_one; /* a single-launch node, unprofiled */
+            cr_assert_lt(n, 128);
+            u[n++] = (nus / nc - (l > 1.5 ? p_w : p_in) - l * t) / t;
+        }
+        json_decref(r);
+    }
+    fclose(f);
+    cr_assert_eq(n, 41);
+    qsort(u, n, sizeof u[0], by_value);
+    cr_assert_float_eq(VP__HOST_GEMM_NODE, u[n / 2], 0.005, "median %g",
+                       u[n / 2]);
 }

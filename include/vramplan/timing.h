@@ -136,6 +136,9 @@ typedef struct vp_step_time {
      * write in place count one), of which autocast casts, backward
      * kernels; parameter tensors the optimizer steps */
     double host_kernels, host_casts, host_bwd_kernels, host_tensors;
+    /* the host's cost of the backward's GEMM nodes beyond their launches,
+     * in backward launches (docs/STEP_TIME.md "The host per op") */
+    double host_bwd_calls;
     double flops;          /* model FLOPs of the step (no recompute)        */
     double mfu;            /* flops / (total x peak of the compute dtype)   */
 } vp_step_time;
@@ -174,13 +177,15 @@ typedef struct vp_step_time {
 /* The host model of an eager step, fitted on the H200 host's phase times
  * (calibrate/profiles/h200-host.jsonl, calibrate/fit-host.py; docs/
  * STEP_TIME.md "The host"): a forward kernel issued from Python costs
- * 31.1 us whatever the model's code (plain nn.Module or Hugging Face; an
- * autocast cast as much), a backward kernel 23.3 us (autograd's engine),
+ * 31.0 us whatever the model's code (plain nn.Module or Hugging Face; an
+ * autocast cast as much), a backward kernel 22.0 us (autograd's engine),
+ * and a backward GEMM node's units beyond its launches as many ("The
+ * host per op"),
  * the optimizer step 868 us plus, per parameter tensor, 16.93 us for
  * foreach AdamW (the for-loop, fused and SGD costs are timing.c's
  * host_opt_h200). */
-#define VP_HOST_FWD_KERNEL 31.06e-6
-#define VP_HOST_BWD_KERNEL 23.34e-6
+#define VP_HOST_FWD_KERNEL 30.97e-6
+#define VP_HOST_BWD_KERNEL 20.46e-6
 #define VP_HOST_OPT_FIXED 868.4e-6
 #define VP_HOST_OPT_TENSOR 16.93e-6
 

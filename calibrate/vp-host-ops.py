@@ -1,0 +1,162 @@
+"""The host's cost of one op class, with and without the profiler (docs/STEP_TIME.md "The host per op"): what
+calibrate/profiles/h200-launch-ops.jsonl's profiled host microseconds cannot settle, the profiler's own cost per
+recorded event, which inflates an op with many nested calls (a linear: t, matmul, mm, views) more than one with a
+single call (mul).
+
+    python3 calibrate/vp-host-ops.py OUT.jsonl        (one GPU; torch 2.11 on the H200 of the ground truth)
+
+Every op runs on tensors small enough that its kernels take less than the host's launch (the host leads, the launch
+queue never fills): N calls issued back to back, timed on the host without a synchronize inside the loop
+(perf_counter before and after; the GPU drained before), the median of REPS runs; the same loop again under
+torch.profiler (CPU activity), to give the profiler's inflation per op. Forward: the op's call. Backward: a chain of N
+calls of the op built under grad, then .backward() timed (the engine's nodes; the loss's own nodes are one call).
+One JSON object per line:
+  {"kind": "host_op", "op": NAME, "phase": "fwd"|"bwd", "calls": N, "launches": per call (profiled count),
+   "us_per_call": unprofiled, "profiled_us_per_call": under the profiler}
+plus one {"kind": "env", "torch": ..., "gpu": ...}.
+"""
+import json, statistics, sys, time
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+N, REPS = 400, 7
+DEV, BF = "cuda", torch.bfloat16
+LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+
+
+def small():
+    """Activations [rows, 256] and weights [256, 256] in bf16: a few microseconds of GPU work a kernel."""
+    x = torch.randn(64, 256, device=DEV, dtype=BF)
+    w = torch.randn(256, 256, device=DEV, dtype=BF) / 16
+    return x, w
+
+
+def fwd_ops():
+    x, w = small()
+    x3 = x.view(4, 16, 256)
+    wf = w.float()
+    q = torch.randn(2, 4, 64, 64, device=DEV, dtype=BF)
+    bias = torch.zeros(2, 4, 64, 64, device=DEV, dtype=BF)
+
+    def autocast_linear():
+        with torch.autocast("cuda", dtype=BF):
+            return F.linear(x3.float(), wf)
+
+    return {
+        "mul": lambda: x * x,
+        "add": lambda: x + x,
+        "view": lambda: x.view(64, 16, 16),
+        "transpose": lambda: x3.transpose(1, 2),
+        "linear_2d": lambda: F.linear(x, w),
+        "linear_3d": lambda: F.linear(x3, w),
+        "linear_3d_autocast": autocast_linear,  # the input and weight casts inside
+        "sdpa_causal": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),  # cuDNN on sm90, 16-bit
+        "sdpa_bias": lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=bias),  # T5's: the math path
+    }
+
+
+def bwd_chains():
+    """Chains whose backward runs N nodes of one kind (and the leaf's AccumulateGrad)."""
+    x, w = small()
+
+    def chain(step):
+        def build():
+            y = x.detach().requires_grad_(True)
+            for _ in range(N):
+                y = step(y)
+            return y.float().sum()
+        return build
+
+    ws = w.detach().requires_grad_(True)
+    q0 = torch.randn(2, 4, 64, 64, device=DEV, dtype=BF)
+    return {
+        "MulBackward1": chain(lambda y: y * 1.0001),  # a single-launch node: the unit
+        "MmBackward0": chain(lambda y: y @ w),  # frozen weight: the input gradient only
+        "MmBackward0_weight": chain(lambda y: y @ ws),  # and the weight's: mm_mat1 and mm_mat2_backward
+        "ScaledDotProductCudnnAttentionBackward0": lambda: sdpa_chain(q0),
+    }
+
+
+def sdpa_chain(q0):
+    y = q0.detach().requires_grad_(True)
+    for _ in range(N // 8):
+        y = F.scaled_dot_product_attention(y, y, y, is_causal=True)
+    return y.float().sum()
+
+
+def host_us(fn, calls):
+    """Median host microseconds per call of fn() run `calls` times back to back."""
+    out = []
+    for _ in range(REPS):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def profiled(fn, calls):
+    """(host microseconds per call, launches per call) of the same loop under the profiler."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - t0) / calls * 1e6
+        torch.cuda.synchronize()
+    n = sum(1 for e in prof.events() if e.name in LAUNCH)
+    return us, n / calls
+
+
+def backward_us(build, calls):
+    """Median host microseconds per node of .backward() on a fresh chain of `calls` nodes."""
+    out = []
+    for _ in range(REPS):
+        loss = build()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss.backward()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def backward_profiled(build, calls):
+    loss = build()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        loss.backward()
+        us = (time.perf_counter() - t0) / calls * 1e6
+        torch.cuda.synchronize()
+    n = sum(1 for e in prof.events() if e.name in LAUNCH)
+    return us, n / calls
+
+
+def main():
+    out = open(sys.argv[1], "w")
+    out.write(json.dumps(dict(kind="env", torch=torch.__version__, gpu=torch.cuda.get_device_name())) + "\n")
+    for name, fn in fwd_ops().items():
+        for _ in range(20):
+            fn()
+        us = host_us(fn, N)
+        pus, launches = profiled(fn, N)
+        out.write(json.dumps(dict(kind="host_op", op=name, phase="fwd", calls=N, launches=round(launches, 3),
+                                  us_per_call=round(us, 2), profiled_us_per_call=round(pus, 2))) + "\n")
+        out.flush()
+    for name, build in bwd_chains().items():
+        calls = N // 8 if name.startswith("ScaledDotProduct") else N
+        build().backward()
+        us = backward_us(build, calls)
+        pus, launches = backward_profiled(build, calls)
+        out.write(json.dumps(dict(kind="host_op", op=name, phase="bwd", calls=calls, launches=round(launches, 3),
+                                  us_per_call=round(us, 2), profiled_us_per_call=round(pus, 2))) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
