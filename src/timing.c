@@ -223,6 +223,7 @@ typedef struct {
     double casts;       /* autocast casts among the forward's kernels     */
     double outs[2];     /* allocations a matmul kernel wrote so far       */
     double out_bytes;   /* its largest forward allocation: its output     */
+    double act_bytes;   /* the same less autocast's casts (a weight's)     */
     uint32_t consumers; /* ops that take its output and need a gradient    */
     double sums;        /* autograd's gradient sums into it, a micro-batch */
 } op_traffic;
@@ -357,6 +358,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
         t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
         return;
     }
+    if (ph == 0 && b > t->act_bytes)
+        t->act_bytes = b;
     if (t->outs[ph] < matmul_outputs(o, ph)) {
         t->outs[ph] += 1.0; /* written by the matmul: in its time */
         return;
@@ -936,12 +939,13 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
         attention_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
         /* HF's RMSNorm in Python: the sweep's rate per byte of its
-         * kernels, by its input's width (the input op's output); the
-         * backward retraces it twice */
+         * kernels, by its input's width (the input op's output, not
+         * autocast's cast of its weight); the backward retraces it
+         * twice */
         double w = 2.0;
         uint32_t in = o->n_inputs ? o->inputs[0] : UINT32_MAX;
         if (in < x->g->n_ops && x->g->ops[in].numel)
-            w = x->t[in].out_bytes / (double)x->g->ops[in].numel;
+            w = x->t[in].act_bytes / (double)x->g->ops[in].numel;
         double e = vp__rmsnorm_py_bytes(w) / 2.0;
         const vp_curve *r = &hw->mem_kind[VP_HW_MEM_RMSNORM_PY];
         double t = (r->peak > 0 ? 2.0 * (double)o->numel * e / r->peak : 0) +
