@@ -815,48 +815,49 @@ static double cudnn_bwd_launches(const tctx *x, const vp_setup *s,
 static void math_time(const tctx *x, const vp_setup *s, const vp_op *o,
                       int ce, double *f, double *b)
 {
-    const tctx *c = x;
     const vp_curve *g = &x->hw->gemm[VP_HW_FP32];
     double bh = (double)o->shape[0] * (double)o->heads;
     double q = (double)o->q_len, kv = (double)o->kv_len;
     double d = (double)o->head_dim, sc = bh * q * kv, qn = bh * q * d;
     double kvn = (double)o->shape[0] * (double)o->kv_heads * kv * d;
-    bool gqa = o->kv_heads && o->kv_heads < o->heads;
+    bool gqa = o->kv_heads && o->kv_heads < o->heads &&
+               !(o->flags & VP_OPF_TORCH_MHA);
     bool mask = o->causal || o->n_inputs >= 4, up = ce != 4;
     bool drop = !s->inference && o->dropout > 0;
     double tr = vp__layout_transpose_copy(ce == 4) * 2.0 * ce * qn;
-    *f = gemm_gpu(g, x->gap, bh * q, kv, d) + gemm_gpu(g, x->gap, bh * q, d, kv);
-    *b = gemm_gpu(g, x->gap, bh * q, kv, d) + gemm_gpu(g, x->gap, bh * kv, d, q) +
-         gemm_gpu(g, x->gap, bh * q, d, kv) + gemm_gpu(g, x->gap, bh * kv, d, q);
-    double fm = (mask ? kernel_time(c, VP_HW_MEM_ADD,
+    double gap = x->gap;
+    *f = gemm_gpu(g, gap, bh * q, kv, d) + gemm_gpu(g, gap, bh * q, d, kv);
+    *b = gemm_gpu(g, gap, bh * q, kv, d) + gemm_gpu(g, gap, bh * kv, d, q) +
+         gemm_gpu(g, gap, bh * q, d, kv) + gemm_gpu(g, gap, bh * kv, d, q);
+    double fm = (mask ? kernel_time(x, VP_HW_MEM_ADD,
                                     8 * sc * vp__layout_broadcast(true))
                       : 0) +
-                kernel_time(c, VP_HW_MEM_SOFTMAX, 8 * sc) +
-                kernel_time(c, VP_HW_MEM_ADD, 5 * sc) +
-                kernel_time(c, VP_HW_MEM_COPY, sc) +
-                kernel_time(c, VP_HW_MEM_ADD, 9 * sc) +
-                2 * kernel_time(c, VP_HW_MEM_ADD, 8 * qn) +
-                kernel_time(c, VP_HW_MEM_COPY, tr);
-    double bm = kernel_time(c, VP_HW_MEM_ADD, 9 * sc) +
-                kernel_time(c, VP_HW_MEM_SOFTMAX, 12 * sc) +
-                2 * kernel_time(c, VP_HW_MEM_ADD, 8 * qn) +
-                kernel_time(c, VP_HW_MEM_COPY, tr);
+                kernel_time(x, VP_HW_MEM_SOFTMAX, 8 * sc) +
+                kernel_time(x, VP_HW_MEM_ADD, 5 * sc) +
+                kernel_time(x, VP_HW_MEM_COPY, sc) +
+                kernel_time(x, VP_HW_MEM_ADD, 9 * sc) +
+                2 * kernel_time(x, VP_HW_MEM_ADD, 8 * qn) +
+                kernel_time(x, VP_HW_MEM_COPY, tr);
+    double bm = kernel_time(x, VP_HW_MEM_ADD, 9 * sc) +
+                kernel_time(x, VP_HW_MEM_SOFTMAX, 12 * sc) +
+                2 * kernel_time(x, VP_HW_MEM_ADD, 8 * qn) +
+                kernel_time(x, VP_HW_MEM_COPY, tr);
     if (drop) {
-        fm += kernel_time(c, VP_HW_MEM_ADD, 9 * sc);
-        bm += kernel_time(c, VP_HW_MEM_ADD, 9 * sc);
+        fm += kernel_time(x, VP_HW_MEM_ADD, 9 * sc);
+        bm += kernel_time(x, VP_HW_MEM_ADD, 9 * sc);
     }
     if (gqa) {
-        fm += 2 * kernel_time(c, VP_HW_MEM_COPY, 4 * (qn + kvn));
-        bm += 2 * kernel_time(c, VP_HW_MEM_COPY, 4 * (qn + kvn));
+        fm += 2 * kernel_time(x, VP_HW_MEM_COPY, 4 * (qn + kvn));
+        bm += 2 * kernel_time(x, VP_HW_MEM_COPY, 4 * (qn + kvn));
     }
     if (up) { /* q, k, v to fp32 and back; the output and weights down */
         double n = qn + 2 * kvn;
-        fm += kernel_time(c, VP_HW_MEM_CAST, 6 * n) +
-              kernel_time(c, VP_HW_MEM_CAST, 6 * (qn + sc));
-        bm += kernel_time(c, VP_HW_MEM_CAST, 6 * (qn + n));
+        fm += kernel_time(x, VP_HW_MEM_CAST, 6 * n) +
+              kernel_time(x, VP_HW_MEM_CAST, 6 * (qn + sc));
+        bm += kernel_time(x, VP_HW_MEM_CAST, 6 * (qn + n));
     }
     if (o->n_inputs >= 4)
-        bm += kernel_time(c, VP_HW_MEM_COPY, 4 * sc);
+        bm += kernel_time(x, VP_HW_MEM_COPY, 4 * sc);
     *f += fm;
     *b += bm;
 }

@@ -83,8 +83,9 @@ double vp__layout_ratio(const vp_graph *g, const vp_op *o, int ph,
         chunk = chunk || sliced(g, o->inputs[a]);
     if (!chunk)
         return 1.0;
-    /* Phi-3's MLP (modeling_phi3.py Phi3MLP.forward: gate, up =
-     * gate_up_states.chunk(2, dim=-1); up * activation_fn(gate)) */
+    /* Phi-3's MLP (transformers models/phi3/modeling_phi3.py
+     * Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1);
+     * up_states * self.activation_fn(gate)) */
     switch (o->kind) {
     case VP_OP_MUL:
     case VP_OP_ADD:
