@@ -465,6 +465,9 @@ void vp__attention_model_mask(sim *S);
  * resolved by the compute element bytes ce, GQA and an additive bias
  * (ops/attention.c). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
+/* The same from the graph and the setup alone (the step-time model). */
+vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
+                                   const vp_op *o, uint8_t ce);
 /* SDPA's math kernel and an additive attention bias (ops/attention_math.c):
  * the bias's mask (owned *mask, the
  * autocast copy *cast, the causal condition *cond to save after the

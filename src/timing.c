@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "sim_internal.h" /* vp__op_table: the ops' launches */
 #include "timing_host.h"
+#include "timing_layout.h"
 
 double vp_hw_matmul_rate(const vp_hw *hw, vp_precision p)
 {
@@ -222,6 +223,7 @@ typedef struct {
     double casts;       /* autocast casts among the forward's kernels     */
     double outs[2];     /* allocations a matmul kernel wrote so far       */
     double out_bytes;   /* its largest forward allocation: its output     */
+    double act_bytes;   /* the same less autocast's casts (a weight's)     */
     uint32_t consumers; /* ops that take its output and need a gradient    */
     double sums;        /* autograd's gradient sums into it, a micro-batch */
 } op_traffic;
@@ -356,6 +358,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
         t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
         return;
     }
+    if (ph == 0 && b > t->act_bytes)
+        t->act_bytes = b;
     if (t->outs[ph] < matmul_outputs(o, ph)) {
         t->outs[ph] += 1.0; /* written by the matmul: in its time */
         return;
@@ -364,7 +368,9 @@ static void on_event(const vp_sim_event *ev, void *ud)
     if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY ||
         o->kind == VP_OP_BATCHNORM2D)
         return; /* timed as a whole op (matmul_time) */
-    t->mem[ph] += kernel_time(c, k, moved * b);
+    /* non-contiguous and broadcast inputs: ATen's strided path */
+    double r = vp__layout_ratio(c->g, o, ph, b);
+    t->mem[ph] += kernel_time(c, k, moved * b * r);
 }
 
 /* The forward kernels of in-place calls (torchvision's ReLU(inplace=True),
@@ -789,6 +795,73 @@ static double cudnn_bwd_launches(const tctx *x, const vp_setup *s,
     return CUDNN_BWD_HELPERS;
 }
 
+/* SDPA's math path (aten/src/ATen/native/transformers/attention.cpp
+ * _scaled_dot_product_attention_math, torch 2.11), which the simulator
+ * runs for fp32 grouped-KV attention and an additive bias that needs a
+ * gradient (ops/attention.c vp__attention_impl_of): its batched GEMMs on
+ * the fp32 curve (16-bit inputs are upcast first), two forward, four
+ * backward (MmBackward of each: grad @ v^T, probs^T @ grad, grad_s @ k,
+ * grad_s^T @ q), and its memory-bound kernels by class, bytes moved per
+ * element of the scores (sc, fp32) or of q (qn): forward the mask or bias
+ * added in place (8 sc, a broadcast operand), _safe_softmax (softmax 8
+ * sc, isneginf 5, the rows' all() 1, where 9), dropout (9 sc), the
+ * scalings of q and k (8 qn each), enable_gqa's repeat_interleave of k
+ * and v, the upcasts and the casts back, and HF's transpose(1, 2).
+ * contiguous() of the output; backward the gradient made contiguous
+ * through that transpose, dropout's and where's backward (9 sc each),
+ * softmax's (12 sc), the scalings, the repeats summed back, a bias's
+ * gradient summed over the batch (4 sc). Its allocations are not timed
+ * one by one (on_event: the attention op's memory-bound time is here). */
+static void math_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                      int ce, double *f, double *b)
+{
+    const vp_curve *g = &x->hw->gemm[VP_HW_FP32];
+    double bh = (double)o->shape[0] * (double)o->heads;
+    double q = (double)o->q_len, kv = (double)o->kv_len;
+    double d = (double)o->head_dim, sc = bh * q * kv, qn = bh * q * d;
+    double kvn = (double)o->shape[0] * (double)o->kv_heads * kv * d;
+    bool gqa = o->kv_heads && o->kv_heads < o->heads &&
+               !(o->flags & VP_OPF_TORCH_MHA);
+    bool mask = o->causal || o->n_inputs >= 4, up = ce != 4;
+    bool drop = !s->inference && o->dropout > 0;
+    double tr = vp__layout_transpose_copy(ce == 4) * 2.0 * ce * qn;
+    double gap = x->gap;
+    *f = gemm_gpu(g, gap, bh * q, kv, d) + gemm_gpu(g, gap, bh * q, d, kv);
+    *b = gemm_gpu(g, gap, bh * q, kv, d) + gemm_gpu(g, gap, bh * kv, d, q) +
+         gemm_gpu(g, gap, bh * q, d, kv) + gemm_gpu(g, gap, bh * kv, d, q);
+    double fm = (mask ? kernel_time(x, VP_HW_MEM_ADD,
+                                    8 * sc * vp__layout_broadcast(true))
+                      : 0) +
+                kernel_time(x, VP_HW_MEM_SOFTMAX, 8 * sc) +
+                kernel_time(x, VP_HW_MEM_ADD, 5 * sc) +
+                kernel_time(x, VP_HW_MEM_COPY, sc) +
+                kernel_time(x, VP_HW_MEM_ADD, 9 * sc) +
+                2 * kernel_time(x, VP_HW_MEM_ADD, 8 * qn) +
+                kernel_time(x, VP_HW_MEM_COPY, tr);
+    double bm = kernel_time(x, VP_HW_MEM_ADD, 9 * sc) +
+                kernel_time(x, VP_HW_MEM_SOFTMAX, 12 * sc) +
+                2 * kernel_time(x, VP_HW_MEM_ADD, 8 * qn) +
+                kernel_time(x, VP_HW_MEM_COPY, tr);
+    if (drop) {
+        fm += kernel_time(x, VP_HW_MEM_ADD, 9 * sc);
+        bm += kernel_time(x, VP_HW_MEM_ADD, 9 * sc);
+    }
+    if (gqa) {
+        fm += 2 * kernel_time(x, VP_HW_MEM_COPY, 4 * (qn + kvn));
+        bm += 2 * kernel_time(x, VP_HW_MEM_COPY, 4 * (qn + kvn));
+    }
+    if (up) { /* q, k, v to fp32 and back; the output and weights down */
+        double n = qn + 2 * kvn;
+        fm += kernel_time(x, VP_HW_MEM_CAST, 6 * n) +
+              kernel_time(x, VP_HW_MEM_CAST, 6 * (qn + sc));
+        bm += kernel_time(x, VP_HW_MEM_CAST, 6 * (qn + n));
+    }
+    if (o->n_inputs >= 4)
+        bm += kernel_time(x, VP_HW_MEM_COPY, 4 * sc);
+    *f += fm;
+    *b += bm;
+}
+
 /* The attention core's seconds: the kernel the simulator runs (sim.c
  * attn_impl_of: the user's choice or the model's). Eager attention is two
  * batched matmuls over the whole (masked) score matrix; SDPA on fp32
@@ -801,6 +874,12 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
 {
     const vp_hw *hw = x->hw;
     vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
+    int ce = s->precision == VP_PREC_FP32 ? 4 : 2;
+    if (ai == VP_ATTN_SDPA &&
+        vp__attention_impl_of(x->g, s, o, (uint8_t)ce) == VP_ATTN_MATH) {
+        math_time(x, s, o, ce, f, b);
+        return;
+    }
     if (ai == VP_ATTN_EAGER || ai == VP_ATTN_MATH) {
         const vp_curve *c = &hw->gemm[gemm_dtype(s->precision)];
         double bh = (double)o->shape[0] * (double)o->heads;
@@ -860,11 +939,15 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
     } else if (o->kind == VP_OP_ATTENTION) {
         attention_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {
-        /* HF's RMSNorm in Python: the sweep's rate per byte of its input
-         * and output (fp32 inside); the backward retraces it twice */
-        double e = s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16
-                       ? 2.0
-                       : 4.0;
+        /* HF's RMSNorm in Python: the sweep's rate per byte of its
+         * kernels, by its input's width (the input op's output, not
+         * autocast's cast of its weight); the backward retraces it
+         * twice */
+        double w = 2.0;
+        uint32_t in = o->n_inputs ? o->inputs[0] : UINT32_MAX;
+        if (in < x->g->n_ops && x->g->ops[in].numel)
+            w = x->t[in].act_bytes / (double)x->g->ops[in].numel;
+        double e = vp__rmsnorm_py_bytes(w) / 2.0;
         const vp_curve *r = &hw->mem_kind[VP_HW_MEM_RMSNORM_PY];
         double t = (r->peak > 0 ? 2.0 * (double)o->numel * e / r->peak : 0) +
                    gap;

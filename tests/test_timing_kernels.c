@@ -274,3 +274,45 @@ Test(timing_kernels, a_forked_output_adds_one_gradient_sum)
     double want = bytes / f.mem_kind[VP_HW_MEM_ADD].peak + own;
     near_rel(fork.memory - chain.memory, want, 1e-9, "gradient sum");
 }
+
+/* A memory-bound kernel of class k moving `bytes` (timing.c kernel_time):
+ * its class's bandwidth and a kernel's own GPU time, copy's fixed cost
+ * less the host's dispatch, at least the gap. */
+static double mem_kernel(const vp_hw *hw0, int k, double bytes)
+{
+    vp_hw hw = *hw0;
+    vp_hw_fill_defaults(&hw);
+    const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
+    double own = cp->half / cp->peak - hw.dispatch;
+    if (own < gap_of(hw0))
+        own = gap_of(hw0);
+    return bytes / hw.mem_kind[k].peak + own;
+}
+
+/* fp32 grouped-KV attention runs SDPA's math path (the efficient kernel
+ * refuses enable_gqa): TinyLlama's 22 layers at batch 1, 256 tokens, the
+ * forward's two batched GEMMs on the fp32 curve and its memory-bound
+ * kernels (the causal mask added, a broadcast operand; _safe_softmax's
+ * softmax, isneginf, all() and where(); the scalings of q and k; the
+ * repeats of k and v; HF's transpose of the output made contiguous), per
+ * element of the fp32 scores (sc) and of q (qn). */
+Test(timing_kernels, fp32_gqa_attention_runs_the_math_path)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t = step("models/llama-1b.yaml", 1, 256, VP_PREC_FP32, true,
+                          &hw, false, VP_ATTN_SDPA, NULL);
+    double bh = 32, s = 256, d = 64, sc = bh * s * s, qn = bh * s * d;
+    double kvn = 4 * s * d;
+    double layer =
+        curve_gemm(&hw, VP_HW_FP32, bh * s, s, d) +
+        curve_gemm(&hw, VP_HW_FP32, bh * s, d, s) +
+        mem_kernel(&hw, VP_HW_MEM_ADD, 8 * sc * 1.15) +
+        mem_kernel(&hw, VP_HW_MEM_SOFTMAX, 8 * sc) +
+        mem_kernel(&hw, VP_HW_MEM_ADD, 5 * sc) +
+        mem_kernel(&hw, VP_HW_MEM_COPY, sc) +
+        mem_kernel(&hw, VP_HW_MEM_ADD, 9 * sc) +
+        2 * mem_kernel(&hw, VP_HW_MEM_ADD, 8 * qn) +
+        mem_kernel(&hw, VP_HW_MEM_COPY, 1.69 * 8 * qn) +
+        2 * mem_kernel(&hw, VP_HW_MEM_COPY, 4 * (qn + kvn));
+    near_rel(t.attention, 22 * layer, 1e-9, "attention");
+}

@@ -23,7 +23,7 @@ enum { ATT_LSE = ATT_V + 1, ATT_OUT, ATT_RNG_SEED, ATT_RNG_OFFSET,
  * workspace beyond an fp32 q and the row sums. */
 #define FUSED_SCRATCH 256u
 
-static bool windowed(const sim *S, const vp_op *o);
+static bool windowed(const vp_setup *s, const vp_op *o);
 static bool sdpa_gqa(const vp_op *o);
 
 /* The kernel that runs, the one choice for every caller: the setup's or
@@ -38,16 +38,23 @@ static bool sdpa_gqa(const vp_op *o);
  * cross-attention, whose zero bias needs none, the efficient kernel). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 {
-    vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
-    bool chosen = S->s->attn_set && S->s->attn != VP_ATTN_SDPA;
+    return vp__attention_impl_of(S->g, S->s, o, ce);
+}
+
+vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
+                                   const vp_op *o, uint8_t ce)
+{
+    vp_attn_impl impl = s->attn_set ? s->attn : o->attn_impl;
+    bool chosen = s->attn_set && s->attn != VP_ATTN_SDPA;
+    bool training = !s->inference && !s->generate.prompt; /* sim.c */
     if (impl == VP_ATTN_SDPA)
-        impl = windowed(S, o) ? VP_ATTN_EFFICIENT
+        impl = windowed(s, o) ? VP_ATTN_EFFICIENT
                : ce == 2      ? VP_ATTN_FLASH
                : sdpa_gqa(o)  ? VP_ATTN_MATH
                               : VP_ATTN_EFFICIENT;
     if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
         return impl;
-    if (!chosen && S->g->ops[o->inputs[3]].needs_grad && S->training)
+    if (!chosen && g->ops[o->inputs[3]].needs_grad && training)
         return VP_ATTN_MATH;
     return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
 }
@@ -55,9 +62,9 @@ vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
 /* Whether a windowed layer's window cuts (shorter than the keys) in a
  * training or inference step; generate() models its masks, their repeats
  * and conversions itself (generate.c, mask_needed). */
-static bool windowed(const sim *S, const vp_op *o)
+static bool windowed(const vp_setup *s, const vp_op *o)
 {
-    return o->window && o->window < o->kv_len && !S->s->generate.prompt;
+    return o->window && o->window < o->kv_len && !s->generate.prompt;
 }
 
 /* HF masking_utils: the model builds its masks once, before the decoder
@@ -77,7 +84,7 @@ void vp__attention_model_mask(sim *S)
             continue;
         vp_attn_impl impl = S->s->attn_set ? S->s->attn : o->attn_impl;
         bool eager = impl == VP_ATTN_EAGER;
-        bool w = windowed(S, o);
+        bool w = windowed(S->s, o);
         if ((w && slide) || (!w && (full || !eager)))
             continue;
         uint64_t e = vp__mulc(S, vp__mulc(S, o->shape[0], o->q_len),
@@ -399,7 +406,7 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         ko = NONE;
     }
     uint32_t bias = NONE;
-    if (windowed(S, o) && impl == VP_ATTN_EFFICIENT)
+    if (windowed(S->s, o) && impl == VP_ATTN_EFFICIENT)
         bias = vp__talloc(S, vp__mulc(S, vp__mulc(S, vp__mulc(S,
                               o->shape[0], o->q_len), o->kv_len), a->ce),
                           VP_CAT_ACT);
@@ -443,7 +450,7 @@ static bool att_repeats(const sim *S, const vp_op *o, vp_attn_impl impl)
     if (o->n_inputs != 3 || o->kv_heads >= o->heads)
         return false;
     return impl == VP_ATTN_EAGER ||
-           (impl == VP_ATTN_EFFICIENT && windowed(S, o));
+           (impl == VP_ATTN_EFFICIENT && windowed(S->s, o));
 }
 
 /* Whether HF's repeat_kv is a view, not a copy, for the fused kernels:

@@ -1,0 +1,108 @@
+/* Memory-bound kernels by input layout (docs/STEP_TIME.md "Memory-bound
+ * kernels by input layout").
+ *
+ * ATen's TensorIterator vectorizes an elementwise kernel only when every
+ * operand is contiguous (aten/src/ATen/native/cuda/CUDALoops.cuh
+ * gpu_kernel_impl: vectorized_elementwise_kernel when
+ * iter.is_contiguous(), else unrolled_elementwise_kernel or, with
+ * non-trivial strides, elementwise_kernel over offset calculators); a
+ * slice of a fused projection's output (row stride twice its width) and a
+ * stride-0 broadcast operand are not. A transpose alone is not: the
+ * iterator reorders the dimensions of operands permuted alike (the
+ * profile: mul, add, silu, neg on transposed inputs at 0.99-1.01 of the
+ * contiguous time). The H200's run (calibrate/profiles/h200-strided.jsonl,
+ * calibrate/vp-kernels-strided.py, torch 2.11.0+cu130; the kernels' own
+ * time at 64 M elements against the same op's contiguous kernel) gives
+ * the ratios below; 16 and 32 M elements agree within 0.07. */
+#include "timing_layout.h"
+
+#include "graph_internal.h"
+
+enum {
+    LAY_BCAST,
+    LAY_CHUNK_BINARY,
+    LAY_CHUNK_UNARY,
+    LAY_CHUNK_COPY,
+    LAY_TRANSPOSE_COPY,
+    LAY__N
+};
+
+/* [16-bit, fp32] */
+static const double layout_ratio[LAY__N][2] = {
+    [LAY_BCAST] = {1.98, 1.15},        /* mul 183.2 / 92.5, 212.1 / 184.8 us */
+    [LAY_CHUNK_BINARY] = {1.95, 1.26}, /* mul 180.8 / 92.5, 232.5 / 184.8 us */
+    [LAY_CHUNK_UNARY] = {2.58, 1.68},  /* silu 181.3 / 70.1, 213.1 / 126.9  */
+    [LAY_CHUNK_COPY] = {2.42, 1.53},   /* copy 155.5 / 64.4, 194.1 / 126.8  */
+    /* x.transpose(1, 2).contiguous() of [B, S, H, d]: 182.7 / 64.4,
+     * 214.4 / 126.8 us */
+    [LAY_TRANSPOSE_COPY] = {2.84, 1.69},
+};
+
+double vp__layout_transpose_copy(bool wide)
+{
+    return layout_ratio[LAY_TRANSPOSE_COPY][wide];
+}
+
+double vp__layout_broadcast(bool wide)
+{
+    return layout_ratio[LAY_BCAST][wide];
+}
+
+static bool sliced(const vp_graph *g, uint32_t in)
+{
+    return in < g->n_ops && g->ops[in].kind == VP_OP_SELECT;
+}
+
+/* The elements an allocation of op o counts: a slice's backward writes
+ * its input's gradient (slice_backward), the others their output's. */
+static double elements(const vp_graph *g, const vp_op *o)
+{
+    if (o->kind == VP_OP_SELECT && o->n_inputs && o->inputs[0] < g->n_ops)
+        return (double)g->ops[o->inputs[0]].numel;
+    return (double)o->numel;
+}
+
+double vp__layout_ratio(const vp_graph *g, const vp_op *o, int ph,
+                        double bytes)
+{
+    double n = elements(g, o);
+    int wide = n > 0 && bytes / n > 3.0; /* fp32 elements */
+    /* HF apply_rotary_pos_emb (transformers models/llama/modeling_llama.
+     * py): q * cos + rotate_half(q) * sin, cos and sin [B, 1, S, d]
+     * broadcast over the heads (unsqueeze_dim 1), rotate_half's halves
+     * slices of q: every kernel of it, forward and backward, is a
+     * broadcast or a slice */
+    if (o->kind == VP_OP_ROPE)
+        return vp__layout_broadcast(wide);
+    /* slice_backward: zeros, then a copy into the slice's strided rows
+     * (aten/src/ATen/native/TensorShape.cpp slice_backward) */
+    if (o->kind == VP_OP_SELECT)
+        return ph == 1 ? layout_ratio[LAY_CHUNK_COPY][wide] : 1.0;
+    bool chunk = false;
+    for (uint32_t a = 0; a < o->n_inputs; a++)
+        chunk = chunk || sliced(g, o->inputs[a]);
+    if (!chunk)
+        return 1.0;
+    /* Phi-3's MLP (transformers models/phi3/modeling_phi3.py
+     * Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1);
+     * up_states * self.activation_fn(gate)) */
+    switch (o->kind) {
+    case VP_OP_MUL:
+    case VP_OP_ADD:
+        return layout_ratio[LAY_CHUNK_BINARY][wide];
+    case VP_OP_SILU:
+    case VP_OP_GELU:
+        return layout_ratio[LAY_CHUNK_UNARY][wide];
+    default:
+        return 1.0;
+    }
+}
+
+/* LlamaRMSNorm.forward (modeling_llama.py): to(float32), pow(2),
+ * mean(-1), rsqrt, multiply, to(input dtype), times the weight: 36 bytes
+ * moved per element on a 16-bit input, 28 on fp32 (the casts are
+ * no-ops). The sweep's rate counts 4 (a 16-bit input and output). */
+double vp__rmsnorm_py_bytes(double width)
+{
+    return width > 3.0 ? 4.0 * 28.0 / 36.0 : 4.0;
+}

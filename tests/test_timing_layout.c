@@ -1,0 +1,101 @@
+/* Memory-bound kernels by input layout and HF's Python RMSNorm by its
+ * input's width (src/timing_layout.c; docs/STEP_TIME.md "Memory-bound
+ * kernels by input layout"): the ratios of the H200's strided profile
+ * (calibrate/profiles/h200-strided.jsonl, at 64 M elements), on the ops
+ * whose inputs the models make non-contiguous or broadcast. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "vramplan/vramplan.h"
+
+#include "../src/graph_internal.h"
+#include "../src/timing_layout.h"
+
+/* ops: 0 a linear [N, 2F], 1 a slice of it [N, F] (Phi-3's gate), 2 a
+ * second slice (up), 3 silu(gate), 4 up * silu(gate), 5 a linear [N, F],
+ * 6 silu of it, 7 RoPE on it */
+enum { LIN2, GATE, UP, ACT, MUL, LIN, ACT2, ROPE, N_OPS };
+#define ROWS 64
+#define F 128
+
+static vp_op ops[N_OPS];
+static vp_graph g;
+
+static void op(int i, vp_op_kind k, uint64_t numel, int in0, int in1)
+{
+    memset(&ops[i], 0, sizeof ops[i]);
+    ops[i].kind = k;
+    ops[i].numel = numel;
+    ops[i].n_inputs = in0 < 0 ? 0 : in1 < 0 ? 1 : 2;
+    ops[i].inputs[0] = in0 < 0 ? 0 : (uint32_t)in0;
+    ops[i].inputs[1] = in1 < 0 ? 0 : (uint32_t)in1;
+}
+
+static void setup(void)
+{
+    op(LIN2, VP_OP_LINEAR, ROWS * 2 * F, -1, -1);
+    op(GATE, VP_OP_SELECT, ROWS * F, LIN2, -1);
+    op(UP, VP_OP_SELECT, ROWS * F, LIN2, -1);
+    op(ACT, VP_OP_SILU, ROWS * F, GATE, -1);
+    op(MUL, VP_OP_MUL, ROWS * F, UP, ACT);
+    op(LIN, VP_OP_LINEAR, ROWS * F, -1, -1);
+    op(ACT2, VP_OP_SILU, ROWS * F, LIN, -1);
+    op(ROPE, VP_OP_ROPE, ROWS * F, LIN, -1);
+    memset(&g, 0, sizeof g);
+    g.ops = ops;
+    g.n_ops = N_OPS;
+}
+
+/* the ratio of op i's kernel writing `width`-byte elements of its output */
+static double ratio(int i, int ph, double width)
+{
+    return vp__layout_ratio(&g, &ops[i], ph, width * (double)ops[i].numel);
+}
+
+TestSuite(timing_layout, .init = setup);
+
+Test(timing_layout, silu_on_a_chunk_runs_the_strided_unary_kernel)
+{
+    cr_assert_float_eq(ratio(ACT, 0, 2), 2.58, 1e-12);
+    cr_assert_float_eq(ratio(ACT, 1, 2), 2.58, 1e-12);
+    cr_assert_float_eq(ratio(ACT, 0, 4), 1.68, 1e-12);
+}
+
+Test(timing_layout, product_with_a_chunk_runs_the_strided_binary_kernel)
+{
+    cr_assert_float_eq(ratio(MUL, 0, 2), 1.95, 1e-12);
+    cr_assert_float_eq(ratio(MUL, 1, 4), 1.26, 1e-12);
+}
+
+Test(timing_layout, rope_runs_the_broadcast_kernel)
+{
+    cr_assert_float_eq(ratio(ROPE, 0, 2), 1.98, 1e-12);
+    cr_assert_float_eq(ratio(ROPE, 1, 2), 1.98, 1e-12);
+    cr_assert_float_eq(ratio(ROPE, 0, 4), 1.15, 1e-12);
+}
+
+Test(timing_layout, contiguous_inputs_run_the_vectorized_kernel)
+{
+    cr_assert_float_eq(ratio(ACT2, 0, 2), 1.0, 1e-12);
+    cr_assert_float_eq(ratio(ACT2, 1, 4), 1.0, 1e-12);
+    cr_assert_float_eq(ratio(LIN, 0, 2), 1.0, 1e-12);
+}
+
+/* slice_backward writes the sliced input's gradient: its width is
+ * read off the input's elements, not the slice's */
+Test(timing_layout, slice_backward_copies_into_strided_rows)
+{
+    double in = (double)ops[LIN2].numel;
+    cr_assert_float_eq(vp__layout_ratio(&g, &ops[GATE], 1, 2 * in), 2.42,
+                       1e-12);
+    cr_assert_float_eq(vp__layout_ratio(&g, &ops[GATE], 1, 4 * in), 1.53,
+                       1e-12);
+    cr_assert_float_eq(vp__layout_ratio(&g, &ops[GATE], 0, 2 * in), 1.0,
+                       1e-12);
+}
+
+Test(timing_layout, rmsnorm_charges_a_wide_input_its_kernels_bytes)
+{
+    cr_assert_float_eq(vp__rmsnorm_py_bytes(2.0), 4.0, 1e-12);
+    cr_assert_float_eq(vp__rmsnorm_py_bytes(4.0), 4.0 * 28.0 / 36.0, 1e-12);
+}
