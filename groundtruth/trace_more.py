@@ -40,6 +40,24 @@ def traced(fn, c, path):
     G.cleanup()
 
 
+
+def trace_all(cases, out, filt=""):
+    """Each (runner, case) of `cases` traced for 3 steps into OUT/<id>.trace.jsonl.gz, after the warm-up; a case that
+    fails is reported and the rest still run (the held-out trace scripts' loop)."""
+    os.makedirs(out, exist_ok=True)
+    print("cases", [c["id"] for _, c in cases], flush=True)
+    M.warmup()
+    for fn, c in cases:
+        if filt and filt not in c["id"]:
+            continue
+        t0 = time.time()
+        try:
+            traced(fn, dict(c, steps=3), os.path.join(out, c["id"] + ".trace.jsonl.gz"))
+            print("traced", c["id"], round(time.time() - t0, 1), flush=True)
+        except Exception as e:
+            print("trace failed", c["id"], repr(e)[:300], flush=True)
+            G.cleanup()
+
 FT = {c["id"]: c for c in M.FT}
 FAM = {c["id"]: c for c in M.FAM}
 TRACES = [

@@ -5,7 +5,7 @@ for reading the allocator rule they miss off them.
 
     python3 groundtruth/heldout/trace_heldout4.py OUTDIR [id-filter]
 """
-import copy, os, sys, time
+import copy, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,22 +26,7 @@ def wanted():
 
 
 def main():
-    out = sys.argv[1]
-    filt = sys.argv[2] if len(sys.argv) > 2 else ""
-    os.makedirs(out, exist_ok=True)
-    cases = wanted()
-    print("cases", [c["id"] for c in cases], flush=True)
-    T.M.warmup()
-    for c in cases:
-        if filt and filt not in c["id"]:
-            continue
-        t0 = time.time()
-        try:
-            T.traced(T.M.run_family, dict(c, steps=3), os.path.join(out, c["id"] + ".trace.jsonl.gz"))
-            print("traced", c["id"], round(time.time() - t0, 1), flush=True)
-        except Exception as e:
-            print("trace failed", c["id"], repr(e)[:300], flush=True)
-            T.G.cleanup()
+    T.trace_all([(T.M.run_family, c) for c in wanted()], sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ deepseek-v3-tiny bf16 b8 (-1.12 %), for reading the rule they miss off them.
 
     python3 groundtruth/heldout/trace_heldout5.py OUTDIR [id-filter]
 """
-import copy, os, sys, time
+import copy, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -17,23 +17,9 @@ WANT = ("ho5-gemma-2b-lora-r8-qkvo-bf16base-amp-b2", "ho5-gemma3-1b-bf16-b8", "h
 
 
 def main():
-    out = sys.argv[1]
-    filt = sys.argv[2] if len(sys.argv) > 2 else ""
-    os.makedirs(out, exist_ok=True)
     cases = [(T.M.run_ft, copy.deepcopy(c)) for c in H.FT if c["id"] in WANT]
     cases += [(T.M.run_family, copy.deepcopy(c)) for c in H.FAM if c["id"] in WANT]
-    print("cases", [c["id"] for _, c in cases], flush=True)
-    T.M.warmup()
-    for fn, c in cases:
-        if filt and filt not in c["id"]:
-            continue
-        t0 = time.time()
-        try:
-            T.traced(fn, dict(c, steps=3), os.path.join(out, c["id"] + ".trace.jsonl.gz"))
-            print("traced", c["id"], round(time.time() - t0, 1), flush=True)
-        except Exception as e:
-            print("trace failed", c["id"], repr(e)[:300], flush=True)
-            T.G.cleanup()
+    T.trace_all(cases, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
 
 
 if __name__ == "__main__":
