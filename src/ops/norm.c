@@ -267,8 +267,9 @@ static uint64_t rows_sum_staging(const sim *S, uint64_t rows, uint64_t out,
  * reduce_grad, at::sum_to): the weight's gradient, then Reduce.cuh's
  * staging and semaphores (the semaphores freed first), then the
  * unreduced product. Traced: llama-1b-amp-bf16-b1 (90 x 33,554,432 B),
- * ho3-qwen3-0.6b-bf16-b2-s4096 (q_norm and k_norm too). */
-static void rmsnorm_weight_grad(sim *S, const vp__bwd_op *b, uint8_t geb)
+ * ho3-qwen3-0.6b-bf16-b2-s4096 (q_norm and k_norm too). T5LayerNorm's
+ * `self.weight * hidden_states` is the same node (ops/encdec.c). */
+void vp__norm_weight_sum(sim *S, const vp__bwd_op *b, uint8_t geb)
 {
     const vp_op *o = b->o;
     uint32_t p = o->params[0];
@@ -319,7 +320,7 @@ void vp__norm_bwd(sim *S, vp__bwd_op *b)
     bool py_rms = o->kind == VP_OP_RMSNORM && !(o->flags & VP_OPF_MEGATRON) &&
                   o->n_params > 0 && S->g->params[o->params[0]].trainable;
     if (py_rms)
-        rmsnorm_weight_grad(S, b, (o->flags & VP_OPF_NORM_OFFSET) ? 4 : b->oeb);
+        vp__norm_weight_sum(S, b, (o->flags & VP_OPF_NORM_OFFSET) ? 4 : b->oeb);
     for (uint32_t k = py_rms ? 1 : 0; k < o->n_params; k++)
         vp__weight_grad(S, o->params[k], false);
     if (ln && b->gstr && b->gy != NONE)
