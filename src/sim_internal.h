@@ -388,6 +388,10 @@ vp__fwd_fn vp__layernorm_fwd;  /* layernorm, groupnorm (ops/norm.c)      */
 vp__fwd_fn vp__rmsnorm_fwd;
 vp__bwd_fn vp__norm_bwd;       /* layernorm, groupnorm, rmsnorm          */
 vp__launch_fn vp__rmsnorm_launches;
+/* A Python norm's `weight * h` gradient: grad * h (geb bytes an element),
+ * the weight's gradient, then at::sum_to's Reduce.cuh staging (ops/norm.c;
+ * also T5LayerNorm's, ops/encdec.c) */
+void vp__norm_weight_sum(sim *S, const vp__bwd_op *b, uint8_t geb);
 vp__fwd_fn vp__batchnorm_fwd;
 vp__bwd_fn vp__batchnorm_bwd;
 vp__fwd_fn vp__activation_fwd; /* relu, tanh, sigmoid, gelu, silu

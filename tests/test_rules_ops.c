@@ -538,3 +538,89 @@ Test(rules_ops, fp32_router_linear_backward_casts_both_gradients_back)
     expect_event(e, 8, true, 32768, VP_CAT_TEMP);
     expect_event(e, 9, true, 16384, VP_CAT_TEMP);  /* summed in */
 }
+
+/* The backward events of op `op` of a model file in bf16 at batch 2 and
+ * sequence seq. */
+static size_t norm_bwd(const char *model, const char *op, uint64_t seq,
+                       op_event *out)
+{
+    static op_stream st;
+    vp_setup s = setup_b2();
+    s.precision = VP_PREC_BF16;
+    memset(&st, 0, sizeof st);
+    st.op = op;
+    run_model(model, &s, seq, false, record, &st);
+    size_t n = 0;
+    for (size_t i = 0; i < st.n; i++)
+        if (st.ev[i].phase == VP_PHASE_BACKWARD)
+            out[n++] = st.ev[i];
+    return n;
+}
+
+/* layers.0.input_norm of tests/data/good/hf-llama.json (hidden 64) */
+static size_t llama_norm_bwd(uint64_t seq, op_event *out)
+{
+    return norm_bwd("tests/data/good/hf-llama.json", "layers.0.input_norm",
+                    seq, out);
+}
+
+/* MulBackward0 of `self.weight * h` makes grad * h, which the engine sums
+ * to the weight's [64] (at::sum_to): Reduce.cuh setReduceConfig at 2 x
+ * 8192 = 16384 rows: block 16 x 8 (outputs by 4), 2048 values a thread,
+ * grid 1, a wave of 132 x 16 blocks, ctas_per_output = max(min(2112,
+ * 128), 8) = 128: staging 4 x 64 x 128 x 16 x 4 = 2,097,152 B and 4 B of
+ * semaphores, the semaphores freed first (traced: llama-1b-amp-bf16-b1,
+ * 33,554,432 B at 2048 x 2048). The product: 16384 x 64 x 2 B. */
+Test(rules_ops, rmsnorm_weight_gradient_sum_stages_its_partials)
+{
+    op_event e[MAX_EV];
+    size_t n = llama_norm_bwd(8192, e);
+    size_t k = 0;
+    while (k < n && e[k].cat != VP_CAT_WORKSPACE)
+        k++;
+    cr_assert_geq(k, 2, "no weight gradient before the staging");
+    cr_assert_lt(k + 3, n, "no staging in %zu backward events", n);
+    expect_event(e, k - 2, false, 2097152, VP_CAT_TEMP); /* grad * h */
+    expect_event(e, k - 1, false, 128, VP_CAT_TEMP);     /* weight grad */
+    expect_event(e, k, false, 2097152, VP_CAT_WORKSPACE);
+    expect_event(e, k + 1, false, 4, VP_CAT_WORKSPACE);  /* semaphores */
+    expect_event(e, k + 2, true, 512, VP_CAT_WORKSPACE);
+    expect_event(e, k + 3, true, 2097152, VP_CAT_WORKSPACE);
+    expect_event(e, k + 4, true, 2097152, VP_CAT_TEMP);
+}
+
+/* At 2 x 256 = 512 rows each of the 8 warps sums 64 values, under
+ * max_values_per_thread (256): the sum stays in each block, no staging. */
+Test(rules_ops, rmsnorm_weight_gradient_sum_of_few_rows_stays_in_a_block)
+{
+    op_event e[MAX_EV];
+    size_t n = llama_norm_bwd(256, e);
+    cr_assert_gt(n, 0, "no backward event");
+    for (size_t i = 0; i < n; i++)
+        cr_expect_neq(e[i].cat, VP_CAT_WORKSPACE, "event %zu: staging", i);
+}
+
+/* T5LayerNorm's `self.weight * hidden_states` (modeling_t5.py) is the
+ * same MulBackward0 and sum_to: tests/data/hf/mt5-small.json (d_model
+ * 512) at 2 x 512 = 1024 rows: block 32 x 4, 256 values a thread, grid
+ * 4, ctas_per_output = max(min(528, 16), 1) = 16: staging 4 x 512 x 16
+ * x 32 x 4 = 4,194,304 B, semaphores 16 B; grad * h 1024 x 512 x 2 B and
+ * the weight's gradient 512 x 2 B before it. */
+Test(rules_ops, t5_norm_weight_gradient_sum_stages_its_partials)
+{
+    op_event e[MAX_EV];
+    size_t n = norm_bwd("tests/data/hf/mt5-small.json",
+                        "encoder.block.0.self_attn.norm", 512, e);
+    size_t k = 0;
+    while (k < n && e[k].cat != VP_CAT_WORKSPACE)
+        k++;
+    cr_assert_geq(k, 2, "no weight gradient before the staging");
+    cr_assert_lt(k + 4, n, "no staging in %zu backward events", n);
+    expect_event(e, k - 2, false, 1048576, VP_CAT_TEMP); /* grad * h */
+    expect_event(e, k - 1, false, 1024, VP_CAT_TEMP);    /* weight grad */
+    expect_event(e, k, false, 4194304, VP_CAT_WORKSPACE);
+    expect_event(e, k + 1, false, 16, VP_CAT_WORKSPACE); /* semaphores */
+    expect_event(e, k + 2, true, 512, VP_CAT_WORKSPACE);
+    expect_event(e, k + 3, true, 4194304, VP_CAT_WORKSPACE);
+    expect_event(e, k + 4, true, 1048576, VP_CAT_TEMP);
+}

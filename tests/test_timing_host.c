@@ -350,13 +350,14 @@ static double rmsnorm_launches(uint32_t flags, bool train, int ph, bool wide)
  * allocate one rows-sized tensor; its autograd backward launches 12
  * kernels, 2 more for a trained weight (grad * h and its sum) and 2 more
  * in half precision (the two casts' backward), of which the rules
- * allocate two fp32 temporaries, the input's gradient and the weight's. */
+ * allocate two fp32 temporaries, the input's gradient, the weight's and
+ * (trained) the unreduced grad * h it is summed from. */
 Test(launches, hf_rmsnorm_launches_its_autograd_graph)
 {
     cr_assert_float_eq(rmsnorm_launches(0, true, 0, false), 2.0, 1e-12);
     cr_assert_float_eq(rmsnorm_launches(0, true, 0, true), 2.0, 1e-12);
-    cr_assert_float_eq(rmsnorm_launches(0, true, 1, false), 16.0 - 4.0, 1e-12);
-    cr_assert_float_eq(rmsnorm_launches(0, true, 1, true), 14.0 - 4.0, 1e-12);
+    cr_assert_float_eq(rmsnorm_launches(0, true, 1, false), 16.0 - 5.0, 1e-12);
+    cr_assert_float_eq(rmsnorm_launches(0, true, 1, true), 14.0 - 5.0, 1e-12);
     cr_assert_float_eq(rmsnorm_launches(0, false, 1, true), 12.0 - 3.0, 1e-12);
     /* T5's norm and Megatron's fused one are their rules' kernels */
     cr_assert_float_eq(rmsnorm_launches(VP_OPF_T5_NORM, true, 1, true), 0.0,

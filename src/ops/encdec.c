@@ -64,8 +64,10 @@ void vp__t5norm_bwd(sim *S, vp__bwd_op *b)
     uint64_t n4 = vp__mulc(S, b->n, 4), r4 = vp__mulc(S, o->rows, 4);
     uint8_t he = S->PE;
     uint32_t gh = vp__talloc(S, vp__mulc(S, b->n, he), VP_CAT_TEMP);
-    vp__transient(S, vp__mulc(S, b->n, he));
-    vp__weight_grad(S, o->params[0], false);
+    if (S->g->params[o->params[0]].trainable)
+        vp__norm_weight_sum(S, b, he); /* grad * h summed to the weight */
+    else
+        vp__transient(S, vp__mulc(S, b->n, he));
     vp__tunref(S, b->gy);
     b->gy = NONE;
     vp__drop_saved(S, b->i, T5N_H);

@@ -172,8 +172,10 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
  * (expand, / n: 1), PowBackward0 (grad * 2 * x.pow(1): 3), the sum of x's
  * two gradients (1), ToCopyBackward0 of x.float() (half): 12 + 2 (trained
  * weight) + 2 (half) kernels, of which the rules allocate the two fp32
- * temporaries, x's gradient, the weight's (trained) and Gemma's fp32
- * gradient (half). T5's and Megatron's norms are their rules. */
+ * temporaries, x's gradient, the weight's and its unreduced product
+ * grad * h (trained) and Gemma's fp32 gradient (half); the sum's staging
+ * is the reduce kernel's scratch (a workspace: no kernel of its own).
+ * T5's and Megatron's norms are their rules. */
 double vp__rmsnorm_launches(const vp_graph *g, const vp_op *o, int ph,
                             bool wide)
 {
@@ -186,8 +188,103 @@ double vp__rmsnorm_launches(const vp_graph *g, const vp_op *o, int ph,
         return 2.0 + (gemma && !wide ? 1.0 : 0.0);
     double k = 12.0 + (train ? 2.0 : 0.0) + (wide ? 0.0 : 2.0) +
                (gemma && train && !wide ? 1.0 : 0.0);
-    double made = 3.0 + (train ? 1.0 : 0.0) + (gemma && !wide ? 1.0 : 0.0);
+    double made = 3.0 + (train ? 2.0 : 0.0) + (gemma && !wide ? 1.0 : 0.0);
     return k - made;
+}
+
+/* floor(log2(n)) as a power of two (Reduce.cuh last_pow2), n >= 1 */
+static uint64_t last_pow2(uint64_t n)
+{
+    uint64_t p = 1;
+    while (p <= n / 2)
+        p *= 2;
+    return p;
+}
+
+#define REDUCE_MAX_THREADS 512u  /* ReduceConfig's mnt() for a float sum */
+#define REDUCE_OUT_VEC 4u        /* output_vec_size of a contiguous row  */
+#define REDUCE_WARP 32u
+#define REDUCE_MIN_VPT 16u       /* min_values_per_thread                */
+#define REDUCE_MAX_VPT 256u      /* max_values_per_thread                */
+#define REDUCE_THREADS_PER_SM 2048u /* maxThreadsPerMultiProcessor, sm_80+ */
+
+/* The global-memory staging of a sum over the leading dims of a
+ * contiguous [rows, out] tensor to [out] (sum_to_size of a broadcast
+ * weight's gradient), as aten/src/ATen/native/cuda/Reduce.cuh
+ * setReduceConfig sizes it for a reduction over a non-fastest-striding
+ * dim: outputs vectorised by 4 across a warp's lanes (block_width =
+ * min(pow2(out/4), 32)), the rows across block_height = min(pow2(rows),
+ * 128 / block_width) warps when that leaves each thread >= min(16
+ * block_height, 256) values; then, when each thread still has >= 256
+ * values and the grid (out / 4 / block_width blocks) fits in one wave
+ * (SMs x 2048 / threads blocks), ctas_per_output = max(min(ceil(wave /
+ * grid), ceil(vpt / 16)), ceil(vpt / 256)) blocks per output column,
+ * and gpu_reduce_kernel allocates global_memory_size() = 4 B (the fp32
+ * accumulator) x out x ctas x block_width x 4, and semaphore_size() = 4
+ * B x grid. Returns the buffer's bytes (0: the sum stays in one block)
+ * and the semaphores' in *sem. SIMULATION_NOTES.md section 8.1a. */
+static uint64_t rows_sum_staging(const sim *S, uint64_t rows, uint64_t out,
+                                 uint64_t *sem)
+{
+    *sem = 0;
+    uint64_t vec = REDUCE_OUT_VEC;
+    while (vec > 1 && out % vec)
+        vec /= 2;
+    uint64_t lim = REDUCE_MAX_THREADS / vec, cols = out / vec;
+    if (cols == 0 || rows == 0)
+        return 0;
+    uint64_t d0 = cols < lim ? last_pow2(cols) : lim;
+    uint64_t d1 = rows < lim ? last_pow2(rows) : lim;
+    uint64_t bw = d0 < REDUCE_WARP ? d0 : REDUCE_WARP;
+    uint64_t bh = d1 < lim / bw ? d1 : lim / bw;
+    bw = d0 < lim / bh ? d0 : lim / bh;
+    uint64_t split = bh * REDUCE_MIN_VPT < REDUCE_MAX_VPT
+                         ? bh * REDUCE_MIN_VPT
+                         : REDUCE_MAX_VPT;
+    if (rows < split)
+        return 0; /* each warp takes its own outputs: no global reduce */
+    uint64_t vpt = (rows + bh - 1) / bh;
+    uint64_t grid = (cols + bw - 1) / bw;
+    uint64_t wave = (uint64_t)S->s->sm_count *
+                    (REDUCE_THREADS_PER_SM / (bw * bh));
+    if (vpt < REDUCE_MAX_VPT || grid > wave)
+        return 0;
+    uint64_t c1 = (wave + grid - 1) / grid;
+    uint64_t c2 = (vpt + REDUCE_MIN_VPT - 1) / REDUCE_MIN_VPT;
+    uint64_t c3 = (vpt + REDUCE_MAX_VPT - 1) / REDUCE_MAX_VPT;
+    uint64_t ctas = c1 < c2 ? c1 : c2;
+    if (ctas < c3)
+        ctas = c3;
+    if (ctas <= 1)
+        return 0;
+    *sem = 4 * grid;
+    return vp__mulc((sim *)S, vp__mulc((sim *)S, 4 * out, ctas), bw * vec);
+}
+
+/* HF's Python RMSNorm, trained weight: MulBackward0 of weight * h makes
+ * grad * h (the grad's dtype; Gemma's product is fp32) and the engine's
+ * validate_outputs sums it to the weight's shape (InputMetadata::
+ * reduce_grad, at::sum_to): the weight's gradient, then Reduce.cuh's
+ * staging and semaphores (the semaphores freed first), then the
+ * unreduced product. Traced: llama-1b-amp-bf16-b1 (90 x 33,554,432 B),
+ * ho3-qwen3-0.6b-bf16-b2-s4096 (q_norm and k_norm too). T5LayerNorm's
+ * `self.weight * hidden_states` is the same node (ops/encdec.c). */
+void vp__norm_weight_sum(sim *S, const vp__bwd_op *b, uint8_t geb)
+{
+    const vp_op *o = b->o;
+    uint32_t p = o->params[0];
+    uint64_t out = S->g->params[p].numel;
+    uint32_t prod = vp__talloc(S, vp__mulc(S, b->n, geb), VP_CAT_TEMP);
+    vp__weight_grad(S, p, false);
+    uint64_t sem;
+    uint64_t buf = rows_sum_staging(S, out ? b->n / out : 0, out, &sem);
+    if (buf) {
+        uint32_t a = vp__talloc(S, buf, VP_CAT_WORKSPACE);
+        uint32_t s = vp__talloc(S, sem, VP_CAT_WORKSPACE);
+        vp__tunref(S, s);
+        vp__tunref(S, a);
+    }
+    vp__tunref(S, prod);
 }
 
 /* layernorm, groupnorm and rmsnorm (whose Python graph first makes two
@@ -220,7 +317,11 @@ void vp__norm_bwd(sim *S, vp__bwd_op *b)
         b->gx = vp__grad_like(S, b->in0, ce);
         b->gxe = ce;
     }
-    for (uint32_t k = 0; k < o->n_params; k++)
+    bool py_rms = o->kind == VP_OP_RMSNORM && !(o->flags & VP_OPF_MEGATRON) &&
+                  o->n_params > 0 && S->g->params[o->params[0]].trainable;
+    if (py_rms)
+        vp__norm_weight_sum(S, b, (o->flags & VP_OPF_NORM_OFFSET) ? 4 : b->oeb);
+    for (uint32_t k = py_rms ? 1 : 0; k < o->n_params; k++)
         vp__weight_grad(S, o->params[k], false);
     if (ln && b->gstr && b->gy != NONE)
         vp__transient(S, vp__mulc(S, n, b->oeb));
