@@ -16,12 +16,13 @@ kernel's name (first 100 characters). One JSON object per line:
   {"kind": "kernels_byop", "case": ID, "phases": {"fwd": {"gpu_us": T, "by_key": {KEY: [n, us]},
    "by_key_op": {"KEY | aten::mul": [n, us]}, "by_key_kernel": {"KEY | KERNEL": [n, us]}}, "bwd": ..., "opt": ...}}
 """
-import importlib.util, json, os, sys, tempfile, time
+import importlib.util, json, os, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("vp_host_trace", os.path.join(HERE, "vp-host-trace.py"))
-T = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(T)
+spec = importlib.util.spec_from_file_location("vp_launch_ops", os.path.join(HERE, "vp-launch-ops.py"))
+L = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(L)
+T = L.T  # vp-host-trace.py: the cases, one_step, step_setup
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
@@ -115,25 +116,7 @@ def traced_steps(m, params, c, batch_fn):
 
 
 def main():
-    out = open(sys.argv[1], "w")
-    want = sys.argv[2].split(",") if len(sys.argv) > 2 else [""]
-    T.C.phase_steps = traced_steps
-    T.C.summarize = lambda *a: None
-    T.C.warmup()
-    for c, run in T.cases():
-        if not any(w in c["id"] for w in want):
-            continue
-        OUT.clear()
-        t0 = time.time()
-        try:
-            run(dict(c), None)
-            rec = dict(kind="kernels_byop", case=c["id"], **OUT)
-        except Exception as e:  # a case that does not run here: say so and go on
-            rec = dict(kind="kernels_byop", case=c["id"], error=repr(e)[:200])
-        rec["wall_s"] = round(time.time() - t0, 1)
-        torch.cuda.empty_cache()
-        out.write(json.dumps(rec) + "\n")
-        out.flush()
+    L.run_cases("kernels_byop", traced_steps, OUT)
 
 
 if __name__ == "__main__":
