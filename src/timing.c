@@ -900,6 +900,17 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     bool drop = !s->inference && o->dropout > 0;
     *f = attn_call_time(hw, impl, 0, o, drop);
     *b = attn_call_time(hw, impl, 1, o, drop);
+    /* HF's copy of the output out of the kernel's [B, h, L, d] layout
+     * (vp__attention_out_copied: Phi-3's head width 96, MLA's v width),
+     * a write the simulator allocates to the op: the transposed copy's
+     * rate (docs/STEP_TIME.md "Memory-bound kernels by input layout") */
+    const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
+    if (cp->peak > 0 &&
+        vp__attention_out_copied(o, vp__attention_impl_of(x->g, s, o,
+                                                           (uint8_t)ce)))
+        *f += 2.0 * (double)o->numel * ce *
+                  vp__layout_transpose_copy(false) / cp->peak +
+              x->own;
 }
 
 /* The routed experts' GEMMs of op o in phase ph (timing_host.c): the

@@ -9,6 +9,7 @@
 #include "vramplan/vramplan.h"
 
 #include "../src/graph_internal.h"
+#include "../src/sim_internal.h"
 #include "../src/timing_layout.h"
 
 /* ops: 0 a linear [N, 2F], 1 a slice of it [N, F] (Phi-3's gate), 2 a
@@ -145,4 +146,28 @@ Test(timing_layout, rmsnorm_charges_a_wide_input_its_kernels_bytes)
 {
     cr_assert_float_eq(vp__rmsnorm_py_bytes(2.0), 4.0, 1e-12);
     cr_assert_float_eq(vp__rmsnorm_py_bytes(4.0), 4.0 * 28.0 / 36.0, 1e-12);
+}
+
+/* transformers' sdpa_attention_forward copies the kernel's output
+ * (transpose(1, 2).contiguous()) where flash's layout is not already
+ * [B, L, h, d]: a head width not a power of two (Phi-3's 96) or v's
+ * width unlike q's (MLA); timed then at the transposed copy's rate */
+Test(timing_layout, hf_copies_a_flash_output_of_odd_head_width)
+{
+    vp_op a;
+    memset(&a, 0, sizeof a);
+    a.kind = VP_OP_ATTENTION;
+    a.causal = true;
+    a.n_inputs = 3;
+    a.head_dim = 96;
+    cr_assert(vp__attention_out_copied(&a, VP_ATTN_FLASH));
+    cr_assert_not(vp__attention_out_copied(&a, VP_ATTN_EFFICIENT));
+    a.head_dim = 128;
+    cr_assert_not(vp__attention_out_copied(&a, VP_ATTN_FLASH));
+    a.head_dim = 192;
+    a.v_head_dim = 128;
+    cr_assert(vp__attention_out_copied(&a, VP_ATTN_FLASH));
+    a.flags = VP_OPF_MEGATRON;
+    cr_assert_not(vp__attention_out_copied(&a, VP_ATTN_FLASH));
+    cr_assert_float_eq(vp__layout_transpose_copy(false), 2.84, 1e-12);
 }
