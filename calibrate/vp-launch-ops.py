@@ -75,26 +75,32 @@ def traced_steps(m, params, c, batch_fn):
     return [], []
 
 
-def main():
+def run_cases(kind, steps, state):
+    """Every case of the host traces' list matching argv[2]'s filters, its steps run by `steps`, which leaves its
+    record's fields in `state`: one JSON line of `kind` a case to argv[1]."""
     out = open(sys.argv[1], "w")
     want = sys.argv[2].split(",") if len(sys.argv) > 2 else [""]
-    T.C.phase_steps = traced_steps
+    T.C.phase_steps = steps
     T.C.summarize = lambda *a: None
     T.C.warmup()
     for c, run in T.cases():
         if not any(w in c["id"] for w in want):
             continue
-        OUT.clear()
+        state.clear()
         t0 = time.time()
         try:
             run(dict(c), None)
-            rec = dict(kind="launch_ops", case=c["id"], **OUT)
+            rec = dict(kind=kind, case=c["id"], **state)
         except Exception as e:  # a case that does not run here: say so and go on
-            rec = dict(kind="launch_ops", case=c["id"], error=repr(e)[:200])
+            rec = dict(kind=kind, case=c["id"], error=repr(e)[:200])
         rec["wall_s"] = round(time.time() - t0, 1)
         torch.cuda.empty_cache()
         out.write(json.dumps(rec) + "\n")
         out.flush()
+
+
+def main():
+    run_cases("launch_ops", traced_steps, OUT)
 
 
 if __name__ == "__main__":

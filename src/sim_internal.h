@@ -472,6 +472,9 @@ vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
 /* The same from the graph and the setup alone (the step-time model). */
 vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
                                    const vp_op *o, uint8_t ce);
+/* Whether HF's transpose(1, 2).contiguous() copies the output of the
+ * kernel impl (the simulator's choice) runs (ops/attention.c). */
+bool vp__attention_out_copied(const vp_op *o, vp_attn_impl impl);
 /* SDPA's math kernel and an additive attention bias (ops/attention_math.c):
  * the bias's mask (owned *mask, the
  * autocast copy *cast, the causal condition *cond to save after the

@@ -366,7 +366,7 @@ static void on_event(const vp_sim_event *ev, void *ud)
     }
     int k = mem_class(o, &moved);
     if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY ||
-        o->kind == VP_OP_BATCHNORM2D)
+        o->kind == VP_OP_BATCHNORM2D || o->kind == VP_OP_ROPE)
         return; /* timed as a whole op (matmul_time) */
     /* non-contiguous and broadcast inputs: ATen's strided path */
     double r = vp__layout_ratio(c->g, o, ph, b);
@@ -900,6 +900,17 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     bool drop = !s->inference && o->dropout > 0;
     *f = attn_call_time(hw, impl, 0, o, drop);
     *b = attn_call_time(hw, impl, 1, o, drop);
+    /* HF's copy of the output out of the kernel's [B, h, L, d] layout
+     * (vp__attention_out_copied: Phi-3's head width 96, MLA's v width),
+     * a write the simulator allocates to the op: the transposed copy's
+     * rate (docs/STEP_TIME.md "Memory-bound kernels by input layout") */
+    const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
+    if (cp->peak > 0 &&
+        vp__attention_out_copied(o, vp__attention_impl_of(x->g, s, o,
+                                                           (uint8_t)ce)))
+        *f += 2.0 * (double)o->numel * ce *
+                  vp__layout_transpose_copy(false) / cp->peak +
+              x->own;
 }
 
 /* The routed experts' GEMMs of op o in phase ph (timing_host.c): the
@@ -914,6 +925,46 @@ static void moe_gemms(const tctx *x, const vp_setup *s, const vp_op *o,
         o->needs_grad && o->n_params && g->params[o->params[0]].trainable};
     vp__moe_gemms_of(x->hw, o, s->precision, x->sdpa_cudnn, x->gap, ph, grads,
                      m);
+}
+
+/* Bytes an element of op i's output: its largest forward allocation
+ * but autocast's casts, through the views (reshape, permute) that
+ * allocate nothing; 0 where none is known. */
+static double elem_bytes(const tctx *x, uint32_t i)
+{
+    for (uint32_t d = 0; d < x->g->n_ops && i < x->g->n_ops; d++) {
+        const vp_op *o = &x->g->ops[i];
+        if (x->t[i].act_bytes > 0 && o->numel)
+            return x->t[i].act_bytes / (double)o->numel;
+        if ((o->kind != VP_OP_RESHAPE && o->kind != VP_OP_PERMUTE &&
+             o->kind != VP_OP_FLATTEN) || o->n_inputs == 0)
+            return 0;
+        i = o->inputs[0];
+    }
+    return 0;
+}
+
+/* HF's RoPE on one of q, k: the bytes of apply_rotary_pos_emb's kernels
+ * and its backward's, each at the elementwise rate times its layout's
+ * ratio, not only its allocations' (the rules allocate 3 of the
+ * forward's 5 kernels and 2 of the backward's 9), and the allocations'
+ * fixed time (vp__rope_bytes; docs/STEP_TIME.md "RoPE by its kernels").
+ * The rotated tensor's width is its input's (q's: a linear's or a
+ * norm's output), the result's the op's own (the wider of q and cos). */
+static void rope_time(const tctx *x, const vp_op *o, double *f, double *b)
+{
+    const vp_curve *m = &x->hw->mem_kind[VP_HW_MEM_ADD];
+    double n = (double)o->numel, kf, kb;
+    if (m->peak <= 0 || n <= 0)
+        return;
+    double out = elem_bytes(x, (uint32_t)(o - x->g->ops));
+    double in = o->n_inputs ? elem_bytes(x, o->inputs[0]) : 0;
+    if (out <= 0)
+        out = 2.0;
+    if (in <= 0)
+        in = out;
+    *f = vp__rope_bytes(n, in, out, 0, &kf) / m->peak + kf * x->own;
+    *b = vp__rope_bytes(n, in, out, 1, &kb) / m->peak + kb * x->own;
 }
 
 /* Forward and backward matmul seconds of one op. */
@@ -953,6 +1004,8 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                    gap;
         *f = t;
         *b = 2.0 * t;
+    } else if (o->kind == VP_OP_ROPE) {
+        rope_time(x, o, f, b);
     } else if (o->kind == VP_OP_LORA) {
         lora_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_MOE_EXPERTS) {
@@ -1200,7 +1253,10 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     double gpu = ph == 0 ? mf : q->s->inference || !o->needs_grad ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    host_cost(q, ph, i, *rec > 0, nk, per, calls);
+    /* RoPE is timed as a whole op like a matmul but its host cost is a
+     * memory-bound op's, whose recomputed kernels the host issues at the
+     * backward's rate (host_cost) */
+    host_cost(q, ph, i, *rec > 0 && o->kind != VP_OP_ROPE, nk, per, calls);
     return gpu;
 }
 
@@ -1258,6 +1314,8 @@ static void account(const qctx *q, vp_step_time *out)
             double mm = (ph == 0 ? mf : mbk) + rec;
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
+            else if (o->kind == VP_OP_ROPE)
+                out->memory += mm * q->mb;
             else
                 out->gemm += mm * q->mb;
             flops += ph == 0 ? o->flops_fwd : o->flops_bwd;

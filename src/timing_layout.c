@@ -24,6 +24,8 @@ enum {
     LAY_CHUNK_UNARY,
     LAY_CHUNK_COPY,
     LAY_TRANSPOSE_COPY,
+    LAY_CHUNK_NEG,
+    LAY_ROTATE_HALF,
     LAY__N
 };
 
@@ -36,6 +38,11 @@ static const double layout_ratio[LAY__N][2] = {
     /* x.transpose(1, 2).contiguous() of [B, S, H, d]: 182.7 / 64.4,
      * 214.4 / 126.8 us */
     [LAY_TRANSPOSE_COPY] = {2.84, 1.69},
+    [LAY_CHUNK_NEG] = {2.48, 1.53},    /* neg 158.6 / 64.0, 194.9 / 127.1  */
+    /* HF rotate_half, cat((-x2, x1), dim=-1) of x's two halves (the
+     * strided neg and CatArrayBatchedCopy), against a copy of x: 223.4 /
+     * 64.4, 278.7 / 126.8 us */
+    [LAY_ROTATE_HALF] = {3.47, 2.20},
 };
 
 double vp__layout_transpose_copy(bool wide)
@@ -67,13 +74,6 @@ double vp__layout_ratio(const vp_graph *g, const vp_op *o, int ph,
 {
     double n = elements(g, o);
     int wide = n > 0 && bytes / n > 3.0; /* fp32 elements */
-    /* HF apply_rotary_pos_emb (transformers models/llama/modeling_llama.
-     * py): q * cos + rotate_half(q) * sin, cos and sin [B, 1, S, d]
-     * broadcast over the heads (unsqueeze_dim 1), rotate_half's halves
-     * slices of q: every kernel of it, forward and backward, is a
-     * broadcast or a slice */
-    if (o->kind == VP_OP_ROPE)
-        return vp__layout_broadcast(wide);
     /* slice_backward: zeros, then a copy into the slice's strided rows
      * (aten/src/ATen/native/TensorShape.cpp slice_backward) */
     if (o->kind == VP_OP_SELECT)
@@ -105,4 +105,44 @@ double vp__layout_ratio(const vp_graph *g, const vp_op *o, int ph,
 double vp__rmsnorm_py_bytes(double width)
 {
     return width > 3.0 ? 4.0 * 28.0 / 36.0 : 4.0;
+}
+
+/* HF apply_rotary_pos_emb on one of q, k of n elements (transformers
+ * models/llama/modeling_llama.py apply_rotary_pos_emb, rotate_half):
+ * bytes of its kernels at the elementwise rate, each already times its
+ * layout's ratio; `in` the rotated tensor's bytes an element, `out` the
+ * result's (the wider of it and cos's). Forward: q * cos and
+ * rotate_half(q) * sin against the [B, 1, S, d] broadcast cos and sin
+ * (read in, write out each), rotate_half (the profile's neg of the slice
+ * x2 and cat with the slice x1, against a copy of x), the add (two read,
+ * one written). Backward
+ * (tools/autograd/derivatives.yaml): AddBackward0 nothing; MulBackward0
+ * grad * sin and grad * cos (out read, out written, broadcast, then a
+ * copy to in where the dtypes differ: the engine's cast of a gradient
+ * to its input's dtype); CatBackward0 narrow views; NegBackward0 on the
+ * strided half of grad; SliceBackward0 of each half (aten/src/ATen/
+ * native/TensorShape.cpp slice_backward: zeros of x's size, then a copy
+ * into the half: in written, then in read and written over the half);
+ * the sums of x's three gradients (2 adds: two read, one written); the
+ * fill is contiguous, the copies into the slices strided (the chunk
+ * copy's ratio). *k gets the kernels whose fixed time the model charges:
+ * the rules' allocations (src/ops/pointwise.c vp__rope_fwd: two
+ * temporaries and the output; vp__rope_bwd: a temporary and x's
+ * gradient), as for every op's allocations (timing.c kernel_time); the
+ * others' start and tail overlap their neighbours'. */
+double vp__rope_bytes(double n, double in, double out, int ph, double *k)
+{
+    bool w = in > 3.0;
+    double bc = layout_ratio[LAY_BCAST][out > 3.0];
+    double un = layout_ratio[LAY_CHUNK_NEG][w];
+    double cp = layout_ratio[LAY_CHUNK_COPY][w];
+    if (ph == 0) {
+        *k = 3.0;
+        return n * (2.0 * (in + out) * bc +
+                    2.0 * in * layout_ratio[LAY_ROTATE_HALF][w] + 3.0 * out);
+    }
+    bool cast = in != out;
+    *k = 2.0;
+    return n * (2.0 * 2.0 * out * bc + (cast ? 2.0 * (in + out) : 0.0) +
+                in * un + 2.0 * (in + in * cp) + 2.0 * 3.0 * in);
 }

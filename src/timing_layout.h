@@ -24,4 +24,10 @@ double vp__layout_broadcast(bool wide);
  * input and output at 16 bits, 28/36 of that on a wider input. */
 double vp__rmsnorm_py_bytes(double width);
 
+/* Bytes HF's RoPE moves on one rotated tensor of n elements in phase ph
+ * (0 forward, 1 backward), each times its layout's ratio, `in` and `out`
+ * the rotated tensor's and the result's bytes an element; *k gets its
+ * kernels. */
+double vp__rope_bytes(double n, double in, double out, int ph, double *k);
+
 #endif

@@ -41,6 +41,22 @@ vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce)
     return vp__attention_impl_of(S->g, S->s, o, ce);
 }
 
+/* transformers' sdpa_attention_forward: transpose(1, 2).contiguous()
+ * copies flash's output when its head width is not a power of two, or
+ * v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA; never for
+ * 64, 128, 256; the fp32 MLA case measures none for the efficient
+ * kernel; not Megatron's, whose output is a view: graph_mla.c); the
+ * kernel keeps its own for backward. Traced on causal decoders only: the
+ * measured U-Nets' non-causal cross-attention (head width 40,
+ * groundtruth/h200-torch2.11-encdec.jsonl) shows no such copy. */
+bool vp__attention_out_copied(const vp_op *o, vp_attn_impl impl)
+{
+    return !(o->flags & VP_OPF_TORCH_MHA) && o->causal && o->n_inputs == 3 &&
+           impl == VP_ATTN_FLASH && !(o->flags & VP_OPF_MEGATRON) &&
+           ((o->head_dim & (o->head_dim - 1)) ||
+            (o->v_head_dim && o->v_head_dim != o->head_dim));
+}
+
 vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
                                    const vp_op *o, uint8_t ce)
 {
@@ -370,19 +386,7 @@ static void fused_fwd(sim *S, vp__fwd_op *f, const att_in *a,
         rng1 = vp__talloc(S, 8, VP_CAT_ACT);
         rng2 = vp__talloc(S, 8, VP_CAT_ACT);
     }
-    /* transformers' sdpa_attention_forward: transpose(1, 2).contiguous()
-     * copies flash's output when its head width is not a power of two,
-     * or v's differs from q's (traced: Phi-3's 96, DeepSeek-V3's MLA;
-     * never for 64, 128, 256; the fp32 MLA case measures none for the
-     * efficient kernel; not Megatron's, whose output is a view:
-     * graph_mla.c); the kernel keeps its own for backward. Traced
-     * on causal decoders only: the measured U-Nets' non-causal
-     * cross-attention (head width 40, groundtruth/h200-torch2.11-
-     * encdec.jsonl) shows no such copy */
-    bool copy = !mha && o->causal && o->n_inputs == 3 &&
-                impl == VP_ATTN_FLASH && !(o->flags & VP_OPF_MEGATRON) &&
-                ((o->head_dim & (o->head_dim - 1)) ||
-                 (o->v_head_dim && o->v_head_dim != o->head_dim));
+    bool copy = vp__attention_out_copied(o, impl);
     uint32_t ko = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
     uint64_t L = o->q_len;
     if (impl == VP_ATTN_EFFICIENT)
