@@ -862,6 +862,56 @@ static void math_time(const tctx *x, const vp_setup *s, const vp_op *o,
     *b += bm;
 }
 
+static double elem_bytes(const tctx *x, uint32_t i);
+
+/* Whether op i's output is fp32 under autocast: its element width from
+ * the simulation (elem_bytes), through views, where autocast did not
+ * make it: a linear's and a LoRA adapter's outputs are in the autocast
+ * dtype (peft's base + B(A(x)) * scaling, all 16-bit). */
+static bool amp_fp32_out(const tctx *x, uint32_t i)
+{
+    const vp_graph *g = x->g;
+    for (uint32_t d = 0; d < g->n_ops && i < g->n_ops; d++) {
+        const vp_op *o = &g->ops[i];
+        if (o->kind == VP_OP_LORA ||
+            (o->kind == VP_OP_LINEAR && !(o->flags & VP_OPF_FP32_LINEAR)))
+            return false;
+        if ((o->kind != VP_OP_RESHAPE && o->kind != VP_OP_PERMUTE &&
+             o->kind != VP_OP_FLATTEN) || o->n_inputs == 0)
+            break;
+        i = o->inputs[0];
+    }
+    return i < g->n_ops && elem_bytes(x, i) == 4.0;
+}
+
+/* SDPA under autocast (aten/src/ATen/autocast_mode.cpp: lower_precision_fp
+ * ops, cached_cast) casts each fp32 one of q, k, v to the 16-bit dtype
+ * before the fused kernel: a copy kernel per tensor, 4 bytes read and 2
+ * written an element (ATen's vectorized bfloat16_copy_kernel_cuda: the
+ * copy class's rate); the backward's ToCopyBackward0 casts its gradient
+ * back up (2 read, 4 written; the unrolled direct_copy_kernel_cuda: the
+ * to_fp32 sweep's rate) where the tensor needs one. The simulator
+ * allocates the casts to the attention op, whose fused allocations
+ * on_event does not time one by one. fp32 q and k: HF's RoPE over an fp32
+ * residual stream (modeling_llama.py LlamaRotaryEmbedding.forward: cos and
+ * sin in the hidden states' dtype), Qwen3's norms of q and k with fp32
+ * weights (docs/STEP_TIME.md "Autocast's casts of q, k, v"). */
+static void fused_casts(const tctx *x, const vp_setup *s, const vp_op *o,
+                        double *f, double *b)
+{
+    if (s->precision != VP_PREC_AMP_BF16 && s->precision != VP_PREC_AMP_FP16)
+        return;
+    for (uint32_t j = 0; j < o->n_inputs && j < 3; j++) {
+        uint32_t in = o->inputs[j];
+        if (in >= x->g->n_ops || !amp_fp32_out(x, in))
+            continue;
+        double n = (double)x->g->ops[in].numel;
+        *f += kernel_time(x, VP_HW_MEM_COPY, 6.0 * n);
+        if (x->g->ops[in].needs_grad)
+            *b += kernel_time(x, VP_HW_MEM_CAST, 6.0 * n);
+    }
+}
+
 /* The attention core's seconds: the kernel the simulator runs (sim.c
  * attn_impl_of: the user's choice or the model's). Eager attention is two
  * batched matmuls over the whole (masked) score matrix; SDPA on fp32
@@ -900,6 +950,7 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     bool drop = !s->inference && o->dropout > 0;
     *f = attn_call_time(hw, impl, 0, o, drop);
     *b = attn_call_time(hw, impl, 1, o, drop);
+    fused_casts(x, s, o, f, b);
     /* HF's copy of the output out of the kernel's [B, h, L, d] layout
      * (vp__attention_out_copied: Phi-3's head width 96, MLA's v width),
      * a write the simulator allocates to the op: the transposed copy's
