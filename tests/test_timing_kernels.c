@@ -316,3 +316,21 @@ Test(timing_kernels, fp32_gqa_attention_runs_the_math_path)
         2 * mem_kernel(&hw, VP_HW_MEM_COPY, 4 * (qn + kvn));
     near_rel(t.attention, 22 * layer, 1e-9, "attention");
 }
+
+/* Autocast casts fp32 q and k (HF's RoPE over the fp32 residual stream:
+ * cos and sin in its dtype) to bf16 before the fused kernel, one copy
+ * kernel each at the copy rate, 6 bytes an element; v, v_proj's output,
+ * is bf16 already (timing.c fused_casts). TinyLlama's 22 layers at batch
+ * 1, 256 tokens: the AMP forward's attention less the bf16 one's. */
+Test(timing_kernels, amp_casts_fp32_q_and_k_before_the_fused_kernel)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time amp = step("models/llama-1b.yaml", 1, 256, VP_PREC_AMP_BF16,
+                            true, &hw, false, VP_ATTN_SDPA, NULL);
+    vp_step_time bf = step("models/llama-1b.yaml", 1, 256, VP_PREC_BF16,
+                           true, &hw, false, VP_ATTN_SDPA, NULL);
+    double qn = 32.0 * 256 * 64, kn = 4.0 * 256 * 64;
+    double layer = mem_kernel(&hw, VP_HW_MEM_COPY, 6 * qn) +
+                   mem_kernel(&hw, VP_HW_MEM_COPY, 6 * kn);
+    near_rel(amp.attention - bf.attention, 22 * layer, 1e-9, "casts");
+}
