@@ -1031,7 +1031,7 @@ static vp_status sim_init(sim *S, const vp_graph *g, const vp_setup *s,
     S->A = p == VP_PREC_FP32 ? 4 : 2;
     S->PE = vp__base_bytes(s);
     S->kbit = s->ft.quant != VP_QUANT_NONE;
-    S->training = !s->inference && !s->generate.prompt;
+    S->training = vp__setup_training(s);
     if (s->weight_bits == 8) {
         /* INT8 weights: the weights of linear layers that own them (a
          * weight tied to an embedding stays as it is) */

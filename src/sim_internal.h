@@ -470,6 +470,13 @@ void vp__attention_model_mask(sim *S);
  * (ops/attention.c). */
 vp_attn_impl vp__attention_impl(const sim *S, const vp_op *o, uint8_t ce);
 /* The same from the graph and the setup alone (the step-time model). */
+/* Whether a setup runs training steps (a backward): not inference and not
+ * generate() (sim.c's S->training; ops/attention.c's kernel choice). */
+static inline bool vp__setup_training(const vp_setup *s)
+{
+    return !s->inference && !s->generate.prompt;
+}
+
 vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
                                    const vp_op *o, uint8_t ce);
 /* Whether HF's transpose(1, 2).contiguous() copies the output of the

@@ -862,26 +862,47 @@ static void math_time(const tctx *x, const vp_setup *s, const vp_op *o,
     *b += bm;
 }
 
-static double elem_bytes(const tctx *x, uint32_t i);
-
-/* Whether op i's output is fp32 under autocast: its element width from
- * the simulation (elem_bytes), through views, where autocast did not
- * make it: a linear's and a LoRA adapter's outputs are in the autocast
- * dtype (peft's base + B(A(x)) * scaling, all 16-bit). */
-static bool amp_fp32_out(const tctx *x, uint32_t i)
+/* The op whose allocation op i's output is: i itself, or through the
+ * views (reshape, permute, flatten) that allocate nothing, the op they
+ * view. */
+static uint32_t viewed_op(const tctx *x, uint32_t i)
 {
-    const vp_graph *g = x->g;
-    for (uint32_t d = 0; d < g->n_ops && i < g->n_ops; d++) {
-        const vp_op *o = &g->ops[i];
-        if (o->kind == VP_OP_LORA ||
-            (o->kind == VP_OP_LINEAR && !(o->flags & VP_OPF_FP32_LINEAR)))
-            return false;
-        if ((o->kind != VP_OP_RESHAPE && o->kind != VP_OP_PERMUTE &&
-             o->kind != VP_OP_FLATTEN) || o->n_inputs == 0)
-            break;
+    for (uint32_t d = 0; d < x->g->n_ops && i < x->g->n_ops; d++) {
+        const vp_op *o = &x->g->ops[i];
+        if ((x->t[i].act_bytes > 0 && o->numel) ||
+            (o->kind != VP_OP_RESHAPE && o->kind != VP_OP_PERMUTE &&
+             o->kind != VP_OP_FLATTEN) ||
+            o->n_inputs == 0)
+            return i;
         i = o->inputs[0];
     }
-    return i < g->n_ops && elem_bytes(x, i) == 4.0;
+    return i;
+}
+
+/* Bytes an element of op i's output: its largest forward allocation
+ * but autocast's casts (viewed_op); 0 where none is known. */
+static double elem_bytes(const tctx *x, uint32_t i)
+{
+    i = viewed_op(x, i);
+    if (i >= x->g->n_ops || x->t[i].act_bytes <= 0 || !x->g->ops[i].numel)
+        return 0;
+    return x->t[i].act_bytes / (double)x->g->ops[i].numel;
+}
+
+/* Whether op i's output is fp32 under autocast: its element width from
+ * the simulation (elem_bytes), where autocast did not make it: a
+ * linear's and a LoRA adapter's outputs are in the autocast dtype
+ * (peft's base + B(A(x)) * scaling, all 16-bit). */
+static bool amp_fp32_out(const tctx *x, uint32_t i)
+{
+    i = viewed_op(x, i);
+    if (i >= x->g->n_ops)
+        return false;
+    const vp_op *o = &x->g->ops[i];
+    if (o->kind == VP_OP_LORA ||
+        (o->kind == VP_OP_LINEAR && !(o->flags & VP_OPF_FP32_LINEAR)))
+        return false;
+    return elem_bytes(x, i) == 4.0;
 }
 
 /* SDPA under autocast (aten/src/ATen/autocast_mode.cpp: lower_precision_fp
@@ -925,8 +946,8 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     const vp_hw *hw = x->hw;
     vp_attn_impl ai = s->attn_set ? s->attn : o->attn_impl;
     int ce = s->precision == VP_PREC_FP32 ? 4 : 2;
-    if (ai == VP_ATTN_SDPA &&
-        vp__attention_impl_of(x->g, s, o, (uint8_t)ce) == VP_ATTN_MATH) {
+    vp_attn_impl runs = vp__attention_impl_of(x->g, s, o, (uint8_t)ce);
+    if (ai == VP_ATTN_SDPA && runs == VP_ATTN_MATH) {
         math_time(x, s, o, ce, f, b);
         return;
     }
@@ -956,9 +977,7 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
      * a write the simulator allocates to the op: the transposed copy's
      * rate (docs/STEP_TIME.md "Memory-bound kernels by input layout") */
     const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
-    if (cp->peak > 0 &&
-        vp__attention_out_copied(o, vp__attention_impl_of(x->g, s, o,
-                                                           (uint8_t)ce)))
+    if (cp->peak > 0 && vp__attention_out_copied(o, runs))
         *f += 2.0 * (double)o->numel * ce *
                   vp__layout_transpose_copy(false) / cp->peak +
               x->own;
@@ -976,23 +995,6 @@ static void moe_gemms(const tctx *x, const vp_setup *s, const vp_op *o,
         o->needs_grad && o->n_params && g->params[o->params[0]].trainable};
     vp__moe_gemms_of(x->hw, o, s->precision, x->sdpa_cudnn, x->gap, ph, grads,
                      m);
-}
-
-/* Bytes an element of op i's output: its largest forward allocation
- * but autocast's casts, through the views (reshape, permute) that
- * allocate nothing; 0 where none is known. */
-static double elem_bytes(const tctx *x, uint32_t i)
-{
-    for (uint32_t d = 0; d < x->g->n_ops && i < x->g->n_ops; d++) {
-        const vp_op *o = &x->g->ops[i];
-        if (x->t[i].act_bytes > 0 && o->numel)
-            return x->t[i].act_bytes / (double)o->numel;
-        if ((o->kind != VP_OP_RESHAPE && o->kind != VP_OP_PERMUTE &&
-             o->kind != VP_OP_FLATTEN) || o->n_inputs == 0)
-            return 0;
-        i = o->inputs[0];
-    }
-    return 0;
 }
 
 /* HF's RoPE on one of q, k: the bytes of apply_rotary_pos_emb's kernels

@@ -62,7 +62,6 @@ vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
 {
     vp_attn_impl impl = s->attn_set ? s->attn : o->attn_impl;
     bool chosen = s->attn_set && s->attn != VP_ATTN_SDPA;
-    bool training = !s->inference && !s->generate.prompt; /* sim.c */
     if (impl == VP_ATTN_SDPA)
         impl = windowed(s, o) ? VP_ATTN_EFFICIENT
                : ce == 2      ? VP_ATTN_FLASH
@@ -70,7 +69,7 @@ vp_attn_impl vp__attention_impl_of(const vp_graph *g, const vp_setup *s,
                               : VP_ATTN_EFFICIENT;
     if (o->n_inputs < 4 || impl == VP_ATTN_EAGER)
         return impl;
-    if (!chosen && g->ops[o->inputs[3]].needs_grad && training)
+    if (!chosen && g->ops[o->inputs[3]].needs_grad && vp__setup_training(s))
         return VP_ATTN_MATH;
     return impl == VP_ATTN_FLASH ? VP_ATTN_EFFICIENT : impl;
 }

@@ -223,7 +223,7 @@ static uint64_t last_pow2(uint64_t n)
  * accumulator) x out x ctas x block_width x 4, and semaphore_size() = 4
  * B x grid. Returns the buffer's bytes (0: the sum stays in one block)
  * and the semaphores' in *sem. SIMULATION_NOTES.md section 8.1a. */
-static uint64_t rows_sum_staging(const sim *S, uint64_t rows, uint64_t out,
+static uint64_t rows_sum_staging(sim *S, uint64_t rows, uint64_t out,
                                  uint64_t *sem)
 {
     *sem = 0;
@@ -258,7 +258,7 @@ static uint64_t rows_sum_staging(const sim *S, uint64_t rows, uint64_t out,
     if (ctas <= 1)
         return 0;
     *sem = 4 * grid;
-    return vp__mulc((sim *)S, vp__mulc((sim *)S, 4 * out, ctas), bw * vec);
+    return vp__mulc(S, vp__mulc(S, vp__mulc(S, out, 4), ctas), bw * vec);
 }
 
 /* HF's Python RMSNorm, trained weight: MulBackward0 of weight * h makes
