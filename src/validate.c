@@ -82,6 +82,8 @@ static const vp_jfield ROWS_IDENT[] = {
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
+    /* groundtruth/collect_hostprobe.py's host benchmark beside the case */
+    ROW_INFO("host_probe_us", VP_JT_NUMBER),
     {.name = "env", .type = VP_JT_ANY, .apply = not_first_line},
 };
 
@@ -671,6 +673,9 @@ static vp_status env_fields(void *ctx, const vp_jval *v, vp_error *err)
         ROW_INFO("nccl", VP_JT_STRING),
         ROW_INFO("nccl_env", VP_JT_OBJECT),
         ROW_INFO("host", VP_JT_STRING),
+        /* groundtruth/collect_hostprobe.py's host benchmark {probe_us,
+           launch_us} at the start of the set */
+        ROW_INFO("host_probe", VP_JT_OBJECT),
         ROW_INFO("peft", VP_JT_STRING),
         ROW_INFO("pg", VP_JT_STRING),
         {.name = "rank", .type = VP_JT_U64, .max = VP_VALIDATE_MAX_WORLD},

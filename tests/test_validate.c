@@ -428,6 +428,38 @@ Test(validate, no_step_us_without_a_measured_step_time)
     cr_assert_not_null(metric(&r, "peak_alloc"));
 }
 
+/* collect_hostprobe.py's host benchmark is a recorded measurement, not an
+ * input of the model: the figures stay those of the line without it. */
+Test(validate, a_host_probe_is_recorded_not_modelled)
+{
+    static const char plain[] = "{\"model\": \"mlp10\", \"batch\": 64, "
+                                "\"id\": \"x\", \"step_ms\": 2.5}";
+    static const char probed[] = "{\"model\": \"mlp10\", \"batch\": 64, "
+                                 "\"id\": \"x\", \"step_ms\": 2.5, "
+                                 "\"host_probe_us\": 1503.9}";
+    vp_hw hw = h200();
+    vp_case_result a, b;
+    vp_error err;
+    cr_assert_eq(run_with(plain, DIRS, 1, NULL, &hw, &a, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(run_with(probed, DIRS, 1, NULL, &hw, &b, &err), VP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(must_metric(&b, "step_us")->predicted,
+                 must_metric(&a, "step_us")->predicted);
+}
+
+Test(validate, a_host_probe_must_be_a_number)
+{
+    static const char json[] = "{\"model\": \"mlp10\", \"batch\": 64, "
+                               "\"id\": \"x\", \"step_ms\": 2.5, "
+                               "\"host_probe_us\": \"fast\"}";
+    vp_hw hw = h200();
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, &hw, &r, &err), VP_ESCHEMA);
+    cr_assert(strstr(err.msg, "host_probe_us") != NULL, "%s", err.msg);
+}
+
 Test(validate, the_base_setup_sets_the_context)
 {
     char *json = line_of(CASES, MLP10_B1024);
@@ -808,6 +840,19 @@ Test(validate_file, the_env_line_is_strict)
                  VP_ESCHEMA);
     cr_assert_str_eq(err.msg, "unknown field 'toch' in the env line (did you "
                               "mean 'torch'?)");
+}
+
+Test(validate_file, the_env_line_takes_a_host_probe)
+{
+    static const char env[] = "{\"env\": {\"gpu\": \"NVIDIA H200\", "
+                              "\"host_probe\": {\"probe_us\": 1503.9, "
+                              "\"launch_us\": 9.26}}}";
+    vp_gt_env out;
+    vp_error err;
+
+    cr_assert_eq(vp_validate_env(env, strlen(env), "e", 1, &out, &err),
+                 VP_OK, "%s", err.msg);
+    cr_assert_str_eq(out.gpu, "NVIDIA H200");
 }
 
 /* A device is refused before it is read (issue 18: validate /dev/zero
