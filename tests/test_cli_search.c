@@ -10,6 +10,9 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
 #include "cli_golden.h"
 
 /* --- maxbatch ---------------------------------------------------------- */
@@ -142,6 +145,70 @@ Test(cli_search, validate_two_files_jsonl)
 }
 /* a case measured as failed, an unknown model and a malformed line: each
  * reported with its file:line, the other cases still compared; exit 2 */
+/* The same cases measured again (groundtruth/h200-torch2.11-rerun-cases-a
+ * .jsonl's lines): the summary adds the repeated cases' line. */
+Test(cli_search, validate_repeated_cases_table)
+{
+    GOLDEN("search_validate_repeated_table", 0, "validate", "--gpu", "h200",
+           "tests/data/validate/cases.jsonl",
+           "tests/data/validate/cases-again.jsonl");
+}
+
+/* Each value of the first step_us line for ID in out, from offset *at on. */
+static bool step_line(const char *id, const char *metric,
+                      const char **at, double *pred, double *meas)
+{
+    char key[160];
+    snprintf(key, sizeof key, "{\"id\": \"%s\", \"metric\": \"%s\"", id,
+             metric);
+    const char *p = strstr(*at, key);
+    if (p == NULL)
+        return false;
+    *at = p + 1;
+    return sscanf(strstr(p, "\"predicted\""),
+                  "\"predicted\": %lf, \"measured\": %lf", pred, meas) == 2;
+}
+
+/* In jsonl, a case measured twice gets a step_us_median line: the median
+ * (of two, their mean) of its measured step times, its prediction, the
+ * error between them and the number of measurements. */
+Test(cli_search, validate_repeated_cases_jsonl_median)
+{
+    static const char *const args[] = {
+        "validate", "--gpu", "h200", "tests/data/validate/cases.jsonl",
+        "tests/data/validate/cases-again.jsonl", "--format", "jsonl", NULL};
+    static const char id[] = "gpt2-small-amp-bf16-b16-ckpt";
+    cli_run r;
+    double p1, m1, p2, m2, pm, mm;
+
+    cli_exec(args, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *at = r.out;
+    cr_assert(step_line(id, "step_us", &at, &p1, &m1));
+    cr_assert(step_line(id, "step_us", &at, &p2, &m2));
+    cr_assert_neq(m1, m2, "the two measurements differ");
+    at = r.out;
+    cr_assert(step_line(id, "step_us_median", &at, &pm, &mm));
+    cr_assert_eq(pm, p1);
+    cr_assert_eq(pm, p2);
+    cr_assert_leq(fabs(mm - (m1 + m2) / 2.0), 0.5);
+    cr_assert(strstr(at, "\"measurements\": 2}") != NULL, "%s", at);
+    cli_run_free(&r);
+}
+
+/* One measurement per case: no repeated line. */
+Test(cli_search, validate_single_measurements_have_no_median)
+{
+    static const char *const args[] = {
+        "validate", "--gpu", "h200", "tests/data/validate/cases.jsonl", NULL};
+    cli_run r;
+
+    cli_exec(args, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.out, "repeated cases"), "%s", r.out);
+    cli_run_free(&r);
+}
+
 Test(cli_search, validate_bad_cases)
 {
     GOLDEN("search_validate_bad_cases", 2, "validate",

@@ -74,7 +74,12 @@ static void validate_help(FILE *f)
         "simulated as its rank (rank_allocated, rank_reserved,\n"
         "rank_device_used); each run's most loaded simulated rank is then\n"
         "compared with its largest measured one (largest.*, in allocated,\n"
-        "reserved and device_used). A documented\n"
+        "reserved and device_used). A case id measured in more than one\n"
+        "line (the same case run again, in one file or several) is also\n"
+        "compared with the median of its measured step times: one summary\n"
+        "line (step_time, repeated cases), or in jsonl one line per such\n"
+        "case (metric step_us_median, with its number of measurements).\n"
+        "A documented\n"
         "outlier must keep its known error (within its tolerance) and does "
         "not\n"
         "count towards the bounds.\n"
@@ -93,6 +98,13 @@ typedef struct record {
     uint32_t world;        /* a rank line's run (0: one GPU)              */
     uint64_t predicted, measured;
 } record;
+
+/* A step time kept for the repeated cases' summary: a case id measured in
+ * more than one line (the same case run again, in this file or another). */
+typedef struct repeat {
+    char id[128];
+    uint64_t predicted, measured;
+} repeat;
 
 typedef struct state {
     const cli_args *args;
@@ -114,12 +126,32 @@ typedef struct state {
     const vp_outlier *last_unsupported; /* reported once per case        */
     size_t not_modelled;   /* the current file's cases refused as such   */
     size_t not_cases;      /* files documented as not of cases           */
+    repeat *rep;           /* every one-GPU step time, all files          */
+    size_t n_rep, cap_rep;
 } state;
 
 static void note_rc(state *s, int rc)
 {
     if (s->rc == CLI_OK && rc != CLI_OK)
         s->rc = rc;
+}
+
+static bool keep_repeat(state *s, const vp_case_result *r,
+                        const vp_metric *m)
+{
+    if (s->n_rep == s->cap_rep) {
+        size_t cap = s->cap_rep ? 2 * s->cap_rep : 64;
+        repeat *n = realloc(s->rep, cap * sizeof *n);
+        if (n == NULL)
+            return false;
+        s->rep = n;
+        s->cap_rep = cap;
+    }
+    repeat *k = &s->rep[s->n_rep++];
+    snprintf(k->id, sizeof k->id, "%s", r->id);
+    k->predicted = m->predicted;
+    k->measured = m->measured;
+    return true;
 }
 
 static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
@@ -147,6 +179,8 @@ static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
     k->world = r->world;
     k->predicted = m->predicted;
     k->measured = m->measured;
+    if (g == VP_MG_STEP_TIME && r->world == 0 && !keep_repeat(s, r, m))
+        return false;
     if (g < 0)
         return true;
     v = realloc(s->all[g], (s->n_all[g] + 1) * sizeof *v);
@@ -518,6 +552,74 @@ static void summary(const state *s, int g)
            100.0 * v[n - 1]);
 }
 
+/* ---- repeated cases ------------------------------------------------------- */
+
+static int rcmp(const void *a, const void *b)
+{
+    const repeat *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->measured > y->measured) - (x->measured < y->measured);
+}
+
+/* Measured step times vary between runs of the same case (the host's speed
+ * from step to step and from machine to machine: docs/STEP_TIME.md
+ * "Measurement spread"); a case measured more than once is also compared
+ * with the median of its measurements. One jsonl line per such case
+ * (metric step_us_median, measurements), or a summary line. */
+static void repeated(state *s)
+{
+    double *err = NULL, *dev = NULL;
+    size_t n_case = 0, n_dev = 0, most = 0, least = SIZE_MAX;
+
+    qsort(s->rep, s->n_rep, sizeof *s->rep, rcmp);
+    err = malloc((s->n_rep + 1) * sizeof *err);
+    dev = malloc((s->n_rep + 1) * sizeof *dev);
+    for (size_t i = 0, j; err != NULL && dev != NULL && i < s->n_rep; i = j) {
+        for (j = i + 1; j < s->n_rep && !strcmp(s->rep[j].id, s->rep[i].id);)
+            j++;
+        size_t n = j - i, h = i + n / 2;
+        if (n < 2)
+            continue;
+        double med = n % 2 ? (double)s->rep[h].measured
+                           : ((double)s->rep[h - 1].measured +
+                              (double)s->rep[h].measured) / 2.0;
+        double pred = (double)s->rep[i].predicted;
+        if (med <= 0.0)
+            continue;
+        for (size_t k = i; k < j; k++)
+            dev[n_dev++] = fabs((double)s->rep[k].measured / med - 1.0);
+        err[n_case++] = fabs(pred / med - 1.0);
+        most = n > most ? n : most;
+        least = n < least ? n : least;
+        if (s->jsonl) {
+            json_t *o = json_object();
+            cli_jset(o, "id", cli_jstr(s->rep[i].id, sizeof s->rep[i].id));
+            cli_jset(o, "metric", json_string("step_us_median"));
+            cli_jset(o, "predicted", cli_ju64(s->rep[i].predicted));
+            cli_jset(o, "measured", cli_ju64((uint64_t)(med + 0.5)));
+            cli_jset(o, "rel_err", cli_jreal(pred / med - 1.0, "%.6f"));
+            cli_jset(o, "measurements", cli_ju64(n));
+            cli_jprint(stdout, o, false);
+        }
+    }
+    if (n_case > 0 && !s->jsonl) {
+        double em = median_of(err, n_case), dm = median_of(dev, n_dev);
+        char times[48];
+        if (least == most)
+            snprintf(times, sizeof times, "%zu", most);
+        else
+            snprintf(times, sizeof times, "%zu to %zu", least, most);
+        printf("step_time, repeated cases: %zu cases measured %s times; "
+               "against each case's median, median |err| %.2f%%, max |err| "
+               "%.2f%%; the measurements about their case's median, median "
+               "%.2f%%, max %.2f%%\n",
+               n_case, times, 100.0 * em, 100.0 * err[n_case - 1],
+               100.0 * dm, 100.0 * dev[n_dev - 1]);
+    }
+    free(err);
+    free(dev);
+}
+
 /* --gpu, --max-error and --outliers; -1, or the exit status. */
 static int prepare(state *s)
 {
@@ -561,6 +663,7 @@ static int validate_run(state *s)
         run_file(s, a->operands[i]);
     for (int g = 0; g < VP_MG__COUNT && !s->jsonl; g++)
         summary(s, g);
+    repeated(s);
     if (s->cases == 0 && s->not_cases == 0 && s->rc == CLI_OK)
         note_rc(s, cli_fail("no cases in the input"));
     return s->rc != CLI_OK ? s->rc : s->exceeded ? CLI_NOFIT : CLI_OK;
@@ -595,6 +698,7 @@ int cli_validate(int argc, char **argv)
     }
     free(s.dirs);
     free(s.rec);
+    free(s.rep);
     for (int g = 0; g < VP_MG__COUNT; g++)
         free(s.all[g]);
     vp_bounds_destroy(&s.bounds);
