@@ -3,7 +3,8 @@
     python3 calibrate/vp-kernels.py OUT.jsonl [id-filter ...]     (from the repository root, one GPU)
 
 For each case of shared/groundtruth/collect.py named by a filter (all training and inference cases without
-accumulation when none is given): one steady step under torch.profiler (CUDA activity only), issued as collect.py
+accumulation when none is given; a filter may also name a case of groundtruth/extra.py or collect_encdec.py's
+checkpointed ViT-B/16, more_cases): one steady step under torch.profiler (CUDA activity only), issued as collect.py
 issues it, and a second one with a synchronize between its phases to count each phase's kernels. One JSON object per
 line:
   {"kind":"kernel_profile","case":ID,"kernels":N,"busy_ms":..,"span_ms":..,
@@ -129,10 +130,24 @@ def kernel_profile(c):
     return r
 
 
+def more_cases():
+    """Cases of other collectors that collect.py's build() makes as they run them, by their ground-truth ids:
+    groundtruth/extra.py's CASES (resnet50 amp b32, vit-b16 amp b64 and fp32 b32, bert-large amp b16, ...) and
+    groundtruth/collect_encdec.py's checkpointed ViT-B/16 (CkptSeq around each encoder layer)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("gt_extra", os.path.join(here, "..", "groundtruth", "extra.py"))
+    x = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(x)  # its __main__ block does not run
+    cases = [dict(c, id=x.cid(c)) for c in x.CASES]
+    for b in (64, 128):
+        cases.append(dict(id="vit-b16-amp-bf16-b%d-ckpt" % b, model="vit-b16", batch=b, prec="amp-bf16", ckpt=True))
+    return cases
+
+
 def main():
     out = open(sys.argv[1], "w")
     want = sys.argv[2:]
-    for c in G.CASES:
+    for c in G.CASES + (more_cases() if want else []):
         if c.get("accum", 1) > 1 or (want and not any(w == c["id"] for w in want)):
             continue
         try:

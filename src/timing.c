@@ -1,3 +1,4 @@
+#include <stdio.h>
 /* The step-time model of one GPU running eager PyTorch
  * (docs/STEP_TIME.md "One GPU"). The simulator replays the step; every
  * allocation it makes is a kernel writing that many bytes. A matmul
@@ -737,14 +738,63 @@ static double attn_tflops(const attn_fit *f, double d)
     return 1.0 / ((1 - u) / f->tflops[lo] + u / f->tflops[hi]);
 }
 
+/* The query and key rows one thread block of a fused attention kernel of
+ * backend impl, pass ph, head dimension d computes (*bq, *bk), read off
+ * the kernels the H200 profiles ran (calibrate/profiles/h200-sdpa-gpu.jsonl,
+ * h200-kernels-byname.jsonl): FlashAttention's Flash_fwd_kernel_traits
+ * and Flash_bwd_kernel_traits<d, kBlockM, kBlockN> (pytorch_flash::
+ * flash_fwd_kernel: <64, 128, 128>, <96 and 128, 128, 64>, <256, 64, 64>;
+ * flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel: <64, 128, 128>, <96 and
+ * 128, 64, 128>, <256, 64, 64>), the memory-efficient kernel's
+ * AttentionKernel / AttentionBackwardKernel<..., kQueriesPerBlock,
+ * kKeysPerBlock, kMaxK> (fmha_cutlassF_{f32,bf16}_aligned_64x64_rf at d
+ * 64, fmha_cutlassF_bf16_aligned_64x128_rf above; fmha_cutlassB_*_64x64
+ * _k64, _128x128_k128), cuDNN's sdpa_sm90_flash_fprop_*_64x128xd and
+ * sdpa_sm90_flash_bprop_*_64x64xd at every d, queries first as in the
+ * other two. */
+static void attn_tile(int impl, int ph, double d, double *bq, double *bk)
+{
+    if (impl == VP_HW_ATTN_CUDNN) {
+        *bq = 64;
+        *bk = ph ? 64 : 128;
+    } else if (impl == VP_HW_ATTN_EFFICIENT) {
+        *bq = ph && d > 64 ? 128 : 64;
+        *bk = d > 64 ? 128 : 64;
+    } else if (ph) {
+        *bq = d > 64 ? 64 : 128;
+        *bk = d > 128 ? 64 : 128;
+    } else {
+        *bq = d > 128 ? 64 : 128;
+        *bk = d > 64 ? 64 : 128;
+    }
+}
+
+/* The work of a fused attention call over its FLOPs: a block of the
+ * kernel computes all its rows' scores, a sequence's last, partial block
+ * as much as a whole one (its rows masked, flash_fwd_kernel's
+ * Is_even_MN = false path, the memory-efficient kernel's predicated
+ * iterators): the FLOPs of the lengths rounded up to whole blocks.
+ * ViT-B/16's 197 tokens run 256 rows a side, 1.69 times their FLOPs;
+ * lengths that are multiples of 128 (every measured shape, the
+ * transformers' sequences) 1. */
+static double attn_blocks(int impl, int ph, const vp_op *o)
+{
+    double q = (double)o->q_len, kv = (double)o->kv_len, bq, bk;
+    if (q <= 0 || kv <= 0)
+        return 1.0;
+    attn_tile(impl, ph, (double)o->head_dim, &bq, &bk);
+    return ceil(q / bq) * bq * ceil(kv / bk) * bk / (q * kv);
+}
+
 /* GPU seconds of one fused SDPA call of backend impl, pass ph (0 forward,
  * 1 backward) of op o, its attention dropout applied when training (drop):
- * the H200's fit scaled by the profile's peak. */
+ * the H200's fit scaled by the profile's peak, over the whole blocks'
+ * work (attn_blocks). */
 static double attn_call_time(const vp_hw *hw, int impl, int ph,
                              const vp_op *o, bool drop)
 {
     const vp_curve *c = &hw->attn[impl][ph];
-    double w = ph ? o->flops_bwd : o->flops_fwd;
+    double w = (ph ? o->flops_bwd : o->flops_fwd) * attn_blocks(impl, ph, o);
     if (c->peak <= 0 || w <= 0)
         return 0;
     const attn_fit *f = &attn_h200[impl][ph][o->causal ? 1 : 0][drop ? 1 : 0];
@@ -963,8 +1013,11 @@ static void attention_time(const tctx *x, const vp_setup *s, const vp_op *o,
     }
     if (s->precision == VP_PREC_FP32) {
         double r = hw->gemm[VP_HW_FP32].peak;
-        *f = r > 0 ? o->flops_fwd / (VP_ATTN_FP32_FWD_SHARE * r) : 0;
-        *b = r > 0 ? o->flops_bwd / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
+        /* the memory-efficient kernel in fp32, over its blocks' work */
+        double wf = o->flops_fwd * attn_blocks(VP_HW_ATTN_EFFICIENT, 0, o);
+        double wb = o->flops_bwd * attn_blocks(VP_HW_ATTN_EFFICIENT, 1, o);
+        *f = r > 0 ? wf / (VP_ATTN_FP32_FWD_SHARE * r) : 0;
+        *b = r > 0 ? wb / (VP_ATTN_FP32_BWD_SHARE * r) : 0;
         return;
     }
     int impl = fused_impl(x, ai);
@@ -1365,6 +1418,7 @@ static void account(const qctx *q, vp_step_time *out)
             matmul_time(q->c, q->s, o, &mf, &mbk);
             op_cost(q, ph, i, &nk, &per, &rec, &calls);
             double mm = (ph == 0 ? mf : mbk) + rec;
+            if (getenv("VPDBG2")) fprintf(stderr, "ACC ph%d kind%d mm %.1f mem %.1f out %llu in %llu numel %llu\n", ph, (int)o->kind, mm*1e6, q->c->t[i].mem[ph]*1e6, (unsigned long long)o->out_features, (unsigned long long)o->in_features, (unsigned long long)o->numel);
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
             else if (o->kind == VP_OP_ROPE)

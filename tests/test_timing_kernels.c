@@ -334,3 +334,38 @@ Test(timing_kernels, amp_casts_fp32_q_and_k_before_the_fused_kernel)
                    mem_kernel(&hw, VP_HW_MEM_COPY, 6 * kn);
     near_rel(amp.attention - bf.attention, 22 * layer, 1e-9, "casts");
 }
+
+/* A fused attention kernel computes whole blocks of queries and keys
+ * (timing.c attn_blocks): ViT-B/16's 197 tokens run 256 rows a side. In
+ * fp32 the memory-efficient kernel (fmha_cutlassF_f32_aligned_64x64) does
+ * 256 x 256 scores per head at its measured share of the fp32 peak. */
+Test(timing_kernels, fp32_attention_computes_whole_blocks)
+{
+    vp_hw hw = gpu("h200");
+    vp_graph *g;
+    vp_step_time t = forward("models/vit-b16.yaml", 4, VP_PREC_FP32, &hw, &g);
+    double rate = VP_ATTN_FP32_FWD_SHARE * hw.gemm[VP_HW_FP32].peak;
+    double blocks = (256.0 * 256.0) / (197.0 * 197.0);
+    near_rel(t.attention, blocks * attention_time(g, rate), 1e-9,
+             "attention");
+    vp_graph_free(g);
+}
+
+/* cuDNN's kernels (sdpa_sm90_flash_fprop 64 x 128, bprop 64 x 64) on 197
+ * and on 226 tokens (ViT-B/16 at images 224 and 240) both compute 256 x
+ * 256 blocks: the FLOPs' time is the same, and the larger differs only by
+ * its per-element term (timing.c attn_h200, cuDNN without mask or
+ * dropout: 0.690 ps forward, 6.637 backward per element of q), 12 layers
+ * of 64 x 12 heads x 29 tokens x 64 more; without the blocks its FLOPs
+ * alone would cost (226 / 197)^2 = 1.32 times as much. */
+Test(timing_kernels, cudnn_attention_pays_the_partial_block)
+{
+    vp_hw hw = gpu("h200");
+    double t224 = train_attention("models/vit-b16.yaml", 64, 224, &hw, false,
+                                  VP_ATTN_SDPA);
+    double t240 = train_attention("models/vit-b16.yaml", 64, 240, &hw, false,
+                                  VP_ATTN_SDPA);
+    double el = 64.0 * 12.0 * (226.0 - 197.0) * 64.0;
+    near_rel(t240 - t224, 12.0 * (0.690 + 6.637) * 1e-12 * el, 1e-6,
+             "226 - 197 tokens");
+}
