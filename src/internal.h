@@ -43,6 +43,11 @@ double vp__conv_layout_bytes(double numel, bool half);
 typedef struct vp__sim_hooks {
     void (*mb_start)(void *ud, uint32_t step);
     void (*repeat)(void *ud, uint32_t step, uint64_t times);
+    /* NULL, or: the next allocation is written by a kernel the caller
+     * times elsewhere (vp__written_by): one of the op's GEMMs (launch:
+     * it is a launch of its own) or the kernel that writes the op's
+     * next allocation too (not a launch) */
+    void (*written_by)(void *ud, bool launch);
 } vp__sim_hooks;
 
 /* vp_simulate with hooks (NULL: every event is sent, as vp_simulate). */

@@ -276,6 +276,12 @@ static uint32_t stash(sim *S, uint32_t op, uint32_t slot, uint32_t id)
     return c;
 }
 
+void vp__written_by(sim *S, bool launch)
+{
+    if (S->hooks != NULL && S->hooks->written_by != NULL)
+        S->hooks->written_by(S->ud, launch);
+}
+
 void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id)
 {
     VP_ASSERT(slot < MAX_SAVED && slot >= S->n_saved[op]);

@@ -224,6 +224,13 @@ void vp__release_held(sim *S);
 void vp__hold_graph(sim *S, uint32_t id);
 void vp__release_graph(sim *S);
 
+/* The next allocation is not a memory-bound kernel of its own
+ * (vp__sim_hooks.written_by): a GEMM's output (launch true: its time is
+ * the op's matmul time, timing.c) or written by the kernel that writes
+ * the allocation after it (launch false: native_dropout's mask, with
+ * its output). */
+void vp__written_by(sim *S, bool launch);
+
 /* Save tensor id (NONE allowed) for op's backward in slot `slot`; slots
  * are saved in increasing order. Activation offload, compression and
  * selective recomputation may keep something else (stash). */

@@ -241,6 +241,10 @@ typedef struct {
     double gap;         /* GPU seconds between kernels                     */
     double own;         /* a memory-bound kernel's own fixed GPU seconds   */
     bool sdpa_cudnn;    /* SDPA runs cuDNN attention on 16-bit inputs      */
+    int written_by;     /* the next allocation's kernel is timed elsewhere:
+                           1 an op's GEMM (a launch), 2 the next
+                           allocation's kernel (none); 0 not
+                           (vp__sim_hooks.written_by)                     */
 } tctx;
 
 static int ptr_cmp(const void *a, const void *b)
@@ -325,7 +329,11 @@ static double kernel_time(const tctx *c, int k, double bytes)
 static void on_event(const vp_sim_event *ev, void *ud)
 {
     tctx *c = ud;
-    if (ev->is_free || ev->step != c->step)
+    if (ev->is_free)
+        return;
+    int by = c->written_by;
+    c->written_by = 0;
+    if (ev->step != c->step)
         return;
     if (ev->phase == VP_PHASE_OPTIMIZER) {
         c->opt_kernels += 1.0;
@@ -347,8 +355,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
     int ph = ev->phase == VP_PHASE_FORWARD ? 0 : 1;
     const vp_op *o = &c->g->ops[c->index[lo]];
     op_traffic *t = &c->t[c->index[lo]];
-    if (ev->category == VP_CAT_WORKSPACE)
-        return; /* a library's scratch: no kernel of its own */
+    if (ev->category == VP_CAT_WORKSPACE || by == 2)
+        return; /* a library's scratch, a kernel's second output */
     t->kernels[ph] += 1.0;
     double moved, b = (double)ev->bytes;
     if (ph == 0 && b > t->out_bytes)
@@ -361,6 +369,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
     }
     if (ph == 0 && b > t->act_bytes)
         t->act_bytes = b;
+    if (by == 1)
+        return; /* written by one of the op's GEMMs: in its time */
     if (t->outs[ph] < matmul_outputs(o, ph)) {
         t->outs[ph] += 1.0; /* written by the matmul: in its time */
         return;
@@ -426,6 +436,15 @@ static void grad_sums(tctx *c, double micro_batches)
             }
         }
     }
+}
+
+/* The simulator says the next allocation is written by a kernel timed
+ * elsewhere (vp__sim_hooks.written_by, ops/lora.c): on_event counts a
+ * GEMM's output as a launch without a memory-bound kernel's time, and
+ * native_dropout's mask as neither. */
+static void on_written_by(void *ud, bool launch)
+{
+    ((tctx *)ud)->written_by = launch ? 1 : 2;
 }
 
 /* Accumulation's steady state (vp__sim_hooks): t as the last two
@@ -633,15 +652,26 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
  * norm (no gradient: detached) and, with dropout, the base layer again
  * on the dropped input (F.linear(x, weight): forward and its input
  * gradient, the weight frozen). The elementwise kernels (dropout, the
- * scaling, the add, DoRA's norm) are the simulator's allocations. */
+ * scaling, the add, DoRA's norm) are the simulator's allocations; those
+ * the GEMMs write are in this time (vp__written_by). The GEMMs run in
+ * the adapters' compute dtype: autocast's, else their own: peft's
+ * autocast_adapter_dtype (peft/tuners/tuners_utils.py
+ * BaseTuner._cast_adapter_dtype) keeps them fp32 over a 16-bit base, so
+ * in a bf16 step the adapters' GEMMs are fp32 ones (the H200 profile of
+ * gpt2-medium's bf16 LoRA ran sm80_xmma_gemm_f32f32 ffma kernels). */
 static void lora_time(const tctx *x, const vp_setup *s, const vp_op *o,
                       double *f, double *b)
 {
-    const vp_curve *c = &x->hw->gemm[gemm_dtype(s->precision)];
     double n = (double)o->out_features, k = (double)o->in_features;
     *f = *b = 0;
     if (n <= 0 || k <= 0 || o->n_params < 2)
         return;
+    bool amp = s->precision == VP_PREC_AMP_BF16 ||
+               s->precision == VP_PREC_AMP_FP16;
+    const vp_param *pa = &x->g->params[o->params[0]];
+    int dt = !amp && pa->elem_bytes_override == 4 ? VP_HW_FP32
+                                                  : gemm_dtype(s->precision);
+    const vp_curve *c = &x->hw->gemm[dt];
     double m = (double)o->numel / n;
     double r = (double)x->g->params[o->params[0]].numel / k;
     bool xg = o->n_inputs && x->g->ops[o->inputs[0]].needs_grad;
@@ -1584,7 +1614,8 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
     s2.alloc.limit = 0;
     s2.alloc.device_total = 0;
     vp_estimate e;
-    static const vp__sim_hooks hooks = {on_mb_start, on_repeat};
+    static const vp__sim_hooks hooks = {on_mb_start, on_repeat,
+                                        on_written_by};
     st = vp__simulate_prepared(g0, g == g0 ? NULL : g, &s2, &e, on_event, &c,
                                &hooks, err);
     if (st != VP_OK)

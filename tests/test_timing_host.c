@@ -215,6 +215,77 @@ Test(finetune_time, lora_steps_the_adapters)
     cr_assert_eq(t.host_tensors, 18.0, "%g", t.host_tensors);
 }
 
+/* mlp10 in fp32 or bf16 at batch 4096 with adapters `spec` on every
+ * hidden linear. */
+static vp_step_time lora_mlp10(const char *spec, vp_precision p)
+{
+    vp_error err;
+    vp_setup s;
+    vp_setup_init(&s);
+    cr_assert_eq(vp_lora_parse(spec, &s.ft.lora, &err), VP_OK, "%s",
+                 err.msg);
+    vp_hw hw = h200();
+    s.batch = 4096;
+    s.precision = p;
+    return timed("models/mlp10.yaml", &s, &hw);
+}
+
+/* The adapters' GEMMs write lora_A's output and its gradient and both
+ * weight gradients (ops/lora.c vp__written_by): their time is the GEMMs'
+ * (lora_time), not a memory-bound kernel's, so in fp32 without dropout
+ * no memory-bound kernel of the step grows with the rank, and the
+ * launches stay: the same memory time and kernels at r 16 and r 64. */
+Test(finetune_time, lora_gemm_outputs_are_not_memory_bound_kernels)
+{
+    vp_step_time a = lora_mlp10("r=16,targets=all-linear", VP_PREC_FP32);
+    vp_step_time b = lora_mlp10("r=64,targets=all-linear", VP_PREC_FP32);
+    cr_assert_float_eq(b.memory, a.memory, 1e-12, "%g vs %g", b.memory,
+                       a.memory);
+    cr_assert_float_eq(b.host_kernels, a.host_kernels, 0.0);
+    cr_assert_float_eq(b.host_bwd_kernels, a.host_bwd_kernels, 0.0);
+    cr_assert_gt(b.gemm, a.gemm);
+}
+
+/* native_dropout writes the mask and the dropped x in one kernel
+ * (peft's lora_dropout, aten native_dropout): dropout adds one forward
+ * launch per adapter, nine on mlp10's hidden linears. */
+Test(finetune_time, lora_dropout_is_one_launch)
+{
+    vp_step_time a = lora_mlp10("r=16,targets=all-linear", VP_PREC_FP32);
+    vp_step_time b = lora_mlp10("r=16,targets=all-linear,dropout=0.1",
+                                VP_PREC_FP32);
+    cr_assert_float_eq(b.host_kernels - a.host_kernels, 9.0, 0.0, "%g",
+                       b.host_kernels - a.host_kernels);
+}
+
+/* Outside autocast the adapters' GEMMs run in their own dtype: peft keeps
+ * them fp32 over a bf16 base (autocast_adapter_dtype), so a bf16 step's
+ * adapter GEMMs are fp32 ones, in the base's dtype bf16 ones. mlp10's
+ * nine 4096 x 4096 adapters at r 16 over 4096 rows: lora_A and lora_B
+ * forward, both weight gradients and lora_B's input gradient (4096 x 16
+ * x 4096 thrice, 16 x 4096 x 4096, 4096 x 4096 x 16), lora_A's input
+ * gradient (4096 x 4096 x 16) but for net.0 (its input is the batch). */
+Test(finetune_time, fp32_adapters_run_fp32_gemms_in_a_bf16_step)
+{
+    vp_step_time f = lora_mlp10("r=16,targets=all-linear", VP_PREC_BF16);
+    vp_step_time h = lora_mlp10("r=16,targets=all-linear,adapter_dtype=base",
+                                VP_PREC_BF16);
+    vp_hw hw = h200();
+    double g = hw.launch > 0 ? hw.launch : VP_GPU_KERNEL_GAP,
+           d = hw.dispatch, n = 4096.0, r = 16.0, want = 0;
+    for (int dt = 0; dt < 2; dt++) {
+        const vp_curve *c = &hw.gemm[dt ? VP_HW_BF16 : VP_HW_FP32];
+        double one = vp__gemm_small(c, d, g, n, r, n) * 3.0 +
+                     vp__gemm_small(c, d, g, r, n, n) +
+                     vp__gemm_small(c, d, g, n, n, r);
+        double t = 9.0 * one + 8.0 * vp__gemm_small(c, d, g, n, n, r);
+        want += dt ? -t : t;
+    }
+    cr_assert_gt(want, 0.0);
+    cr_assert_float_eq(f.gemm - h.gemm, want, 1e-9 * want, "%g vs %g",
+                       f.gemm - h.gemm, want);
+}
+
 static vp_step_time dora(const char *dropout)
 {
     vp_error err;

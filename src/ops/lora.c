@@ -87,6 +87,7 @@ static uint32_t dropout_fwd(sim *S, vp__fwd_op *f, const lora_dims *d,
         vp__tref(S, xa);
         return xa;
     }
+    vp__written_by(S, false); /* one kernel writes both */
     uint32_t m = vp__talloc(S, d->nin, VP_CAT_ACT);
     uint32_t dx = vp__talloc(S, vp__mulc(S, d->nin, d->ae), VP_CAT_ACT);
     if (f->sv && d->xg)
@@ -105,6 +106,7 @@ static uint32_t ab_fwd(sim *S, vp__fwd_op *f, const lora_dims *d,
     uint32_t xin = d->ae == d->ce
                        ? (vp__tref(S, dx), dx)
                        : vp__talloc(S, vp__mulc(S, d->nin, d->ce), VP_CAT_ACT);
+    vp__written_by(S, true);
     uint32_t a = vp__talloc(S, vp__mulc(S, d->nr, d->ce), VP_CAT_ACT);
     if (f->sv) {
         vp__save(S, i, sl->ax, xin);
@@ -113,6 +115,7 @@ static uint32_t ab_fwd(sim *S, vp__fwd_op *f, const lora_dims *d,
     }
     vp__tunref(S, xin);
     uint32_t wb = vp__weight_cast(S, d->pb);
+    vp__written_by(S, true);
     uint32_t b = vp__talloc(S, vp__mulc(S, d->nout, d->ce), VP_CAT_ACT);
     if (f->sv) {
         vp__save(S, i, sl->bx, a);
@@ -150,8 +153,10 @@ static uint32_t dora_norm(sim *S, const vp_op *o, const lora_dims *d,
     vp__weight_cast(S, d->pa);
     keep[0] = d->ae != d->ce ? vp__talloc(S, vp__mulc(S, ii, d->ce), VP_CAT_TEMP)
                              : NONE;
+    vp__written_by(S, true);
     keep[1] = vp__talloc(S, vp__mulc(S, ir, d->ce), VP_CAT_TEMP);
     vp__weight_cast(S, d->pb);
+    vp__written_by(S, true);
     uint32_t lw = vp__talloc(S, vp__mulc(S, io, d->ce), VP_CAT_TEMP);
     vp__tunref(S, eye);
     keep[2] = lw;
@@ -203,6 +208,7 @@ static uint32_t dora_fwd(sim *S, vp__fwd_op *f, const lora_dims *d,
                                                   VP_CAT_TEMP)
                                      : NONE;
         vp__tunref(S, base);
+        vp__written_by(S, true);
         base = vp__talloc(S, vp__mulc(S, d->nout, d->ce), VP_CAT_ACT);
         vp__tunref(S, xc);
         if (f->sv && d->xg)
@@ -276,8 +282,13 @@ static uint32_t adapter_linear_bwd(sim *S, uint32_t op, uint32_t p,
                                    uint32_t slot_x, uint32_t slot_w)
 {
     const vp_param *pp = &S->g->params[p];
+    vp__written_by(S, true);
     uint32_t gw = vp__talloc(S, vp__mulc(S, pp->numel, ce), VP_CAT_TEMP);
-    uint32_t gx = xg ? vp__talloc(S, vp__mulc(S, nx, ce), VP_CAT_TEMP) : NONE;
+    uint32_t gx = NONE;
+    if (xg) {
+        vp__written_by(S, true);
+        gx = vp__talloc(S, vp__mulc(S, nx, ce), VP_CAT_TEMP);
+    }
     vp__tunref(S, gy);
     vp__drop_saved(S, op, slot_x);
     vp__drop_saved(S, op, slot_w);
@@ -336,6 +347,7 @@ static uint32_t dora_bwd(sim *S, vp__bwd_op *b, const lora_dims *d,
     vp__drop_saved(S, i, DORA_M1);
     uint32_t gx = NONE;
     if (gb != NONE && o->dropout > 0.0) { /* base F.linear: grad_x */
+        vp__written_by(S, true);
         gx = vp__talloc(S, vp__mulc(S, d->nin, d->ce), VP_CAT_TEMP);
         vp__tunref(S, gb);
         vp__drop_saved(S, i, DORA_WCAST);
