@@ -55,6 +55,14 @@ double vp__layout_broadcast(bool wide)
     return layout_ratio[LAY_BCAST][wide];
 }
 
+double vp__layout_chunk(int kind, bool wide)
+{
+    int r = kind == VP_HW_MEM_ADD                              ? LAY_CHUNK_BINARY
+            : kind == VP_HW_MEM_SILU || kind == VP_HW_MEM_GELU ? LAY_CHUNK_UNARY
+                                                               : LAY_CHUNK_COPY;
+    return layout_ratio[r][wide];
+}
+
 static bool sliced(const vp_graph *g, uint32_t in)
 {
     return in < g->n_ops && g->ops[in].kind == VP_OP_SELECT;
