@@ -497,10 +497,14 @@ size_t vp__moe_experts_mem(const vp_graph *g, const vp_op *o, int ph,
         return 0;
     double h = (double)o->in_features, i = (double)o->out_features;
     double t = (double)(o->numel / o->in_features), r = t * (double)o->top_k;
-    bool need[2] = {g->ops[o->inputs[0]].needs_grad,
-                    g->ops[o->inputs[1]].needs_grad};
-    size_t n = ph == 0 ? experts_fwd_mem(r, t, h, i, eb, k)
-                       : experts_bwd_mem(r, t, h, i, eb, need, k);
+    size_t n;
+    if (ph == 0) {
+        n = experts_fwd_mem(r, t, h, i, eb, k);
+    } else {
+        bool need[2] = {g->ops[o->inputs[0]].needs_grad,
+                        g->ops[o->inputs[1]].needs_grad};
+        n = experts_bwd_mem(r, t, h, i, eb, need, k);
+    }
     size_t casts = 0;
     for (size_t j = 0; j < n; j++)
         casts += k[j].kind == VP_HW_MEM_CAST;
