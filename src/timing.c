@@ -1192,14 +1192,10 @@ static double moe_mem_phase(const tctx *c, const vp_setup *s,
     vp__mem_kernel k[VP__MOE_MEM_KERNELS];
     double small, t = 0;
     size_t n = vp__moe_experts_mem(c->g, o, ph, eb, k, &small);
-    for (size_t j = 0; j < n; j++) {
-        double r = k[j].layout == VP__LAY_BCAST
-                       ? vp__layout_broadcast(k[j].wide)
-                   : k[j].layout == VP__LAY_CHUNK
-                       ? vp__layout_chunk(k[j].kind, k[j].wide)
-                       : 1.0;
-        t += kernel_time(c, k[j].kind, k[j].bytes * r);
-    }
+    for (size_t j = 0; j < n; j++)
+        t += kernel_time(c, k[j].kind,
+                         k[j].bytes * vp__layout_of(k[j].layout, k[j].kind,
+                                                    k[j].wide));
     return t + small * c->gap;
 }
 

@@ -687,44 +687,55 @@ static mem_sum experts_mem(moe_graph *m, const vp_op *o, int ph,
 }
 
 /* Mixtral-small's experts at 8192 tokens x 2 picks (r = 16384 rows, h =
- * 1024, i = 3584), fp32: the forward's 11 kernels move, in elements, the
- * gather 2rh, the tokens' fill 3rh, gate_up's clone 2(2ri) and fill
- * 3(2ri), act 2ri and * up 3ri over the chunk, down's clone 2rh and fill
- * 3rh, * the weights 3rh, [inv_perm] 2rh, the sum (r + t)h: 4 over a
- * broadcast, 2 over a chunk; the other 22 of the 33 calls are small. */
-Test(moe_mem, forward_kernels_from_the_source)
+ * 1024, i = 3584), fp32: n kernels in phase ph, `bcast` over a broadcast
+ * and `chunk` over a chunk, moving crh r h + cri r i + cth t h elements,
+ * the op's other calls `small`. */
+static vp_op *mixtral_experts(moe_graph *m)
+{
+    vp_op *o = moe_op(m, VP_OP_MOE_EXPERTS, 8192, 2, 0, true);
+    o->out_features = 3584;
+    return o;
+}
+
+static void mixtral_kernels(int ph, size_t n, size_t bcast, size_t chunk,
+                            double small, const double c[3])
 {
     moe_graph m;
-    vp_op *o = moe_op(&m, VP_OP_MOE_EXPERTS, 8192, 2, 0, true);
-    o->out_features = 3584;
+    vp_op *o = mixtral_experts(&m);
     double eb[3] = {4, 4, 4}, r = 16384, t = 8192, h = 1024, i = 3584;
-    mem_sum f = experts_mem(&m, o, 0, eb);
-    cr_assert_eq(f.n, 11);
-    cr_assert_eq(f.bcast, 4);
-    cr_assert_eq(f.chunk, 2);
-    cr_assert_float_eq(f.small, 22.0, 1e-12);
-    double want = 15.0 * r * h + 15.0 * r * i + (r + t) * h;
-    cr_assert_float_eq(f.elems, want, want * 1e-12);
+    mem_sum k = experts_mem(&m, o, ph, eb);
+    cr_assert_eq(k.n, n);
+    cr_assert_eq(k.bcast, bcast);
+    cr_assert_eq(k.chunk, chunk);
+    cr_assert_float_eq(k.small, small, 1e-12);
+    double want = c[0] * r * h + c[1] * r * i + c[2] * t * h;
+    cr_assert_float_eq(k.elems, want, want * 1e-12);
+}
+
+/* The forward's 11 kernels move, in elements, the gather 2rh, the
+ * tokens' fill 3rh, gate_up's clone 2(2ri) and fill 3(2ri), act 2ri and
+ * * up 3ri over the chunk, down's clone 2rh and fill 3rh, * the weights
+ * 3rh, [inv_perm] 2rh, the sum (r + t)h: 4 over a broadcast, 2 over a
+ * chunk; the other 22 of the 33 calls are small. */
+Test(moe_mem, forward_kernels_from_the_source)
+{
+    static const double c[3] = {16, 15, 1};
+    mixtral_kernels(0, 11, 4, 2, 22.0, c);
 }
 
 /* The backward's 18 (the sum's expanded gradient, IndexBackward0's zeros
  * and accumulation, grad * w, grad * out and its sum, down's mask, the
  * gate's 2 and silu's over the chunk, the cat, gate_up's mask, the
- * tokens' mask, zeros like them and their accumulation) of the 44 calls;
- * routing weights without a gradient drop 2, tokens without one 4. */
+ * tokens' mask, zeros like them and their accumulation: 24rh + 23ri +
+ * th) of the 44 calls; routing weights without a gradient drop 2, tokens
+ * without one 4. */
 Test(moe_mem, backward_kernels_from_the_source)
 {
+    static const double c[3] = {24, 23, 1};
+    mixtral_kernels(1, 18, 5, 3, 44.0 - 18.0, c);
     moe_graph m;
-    vp_op *o = moe_op(&m, VP_OP_MOE_EXPERTS, 8192, 2, 0, true);
-    o->out_features = 3584;
-    double eb[3] = {4, 4, 4}, r = 16384, t = 8192, h = 1024, i = 3584;
-    mem_sum b = experts_mem(&m, o, 1, eb);
-    cr_assert_eq(b.n, 18);
-    cr_assert_eq(b.bcast, 5);
-    cr_assert_eq(b.chunk, 3);
-    cr_assert_float_eq(b.small, 44.0 - 18.0, 1e-12);
-    double want = 24.0 * r * h + 23.0 * r * i + t * h;
-    cr_assert_float_eq(b.elems, want, want * 1e-12);
+    vp_op *o = mixtral_experts(&m);
+    double eb[3] = {4, 4, 4};
     m.ops[1].needs_grad = false;
     cr_assert_eq(experts_mem(&m, o, 1, eb).n, 16);
     m.ops[0].needs_grad = false;
@@ -760,14 +771,10 @@ static double fwd_mem_seconds(const vp_hw *hw, moe_graph *m, const vp_op *o,
     double own = cp->half / cp->peak - hw->dispatch, t = 0;
     own = own > gap ? own : gap;
     size_t n = vp__moe_experts_mem(&m->g, o, 0, eb, k, &small);
-    for (size_t j = 0; j < n; j++) {
-        double r = k[j].layout == VP__LAY_BCAST
-                       ? vp__layout_broadcast(k[j].wide)
-                   : k[j].layout == VP__LAY_CHUNK
-                       ? vp__layout_chunk(k[j].kind, k[j].wide)
-                       : 1.0;
-        t += k[j].bytes * r / hw->mem_kind[k[j].kind].peak + own;
-    }
+    for (size_t j = 0; j < n; j++)
+        t += k[j].bytes * vp__layout_of(k[j].layout, k[j].kind, k[j].wide) /
+                 hw->mem_kind[k[j].kind].peak +
+             own;
     return t + small * gap;
 }
 
