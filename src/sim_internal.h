@@ -440,6 +440,27 @@ vp__fwd_fn vp__moe_experts_fwd;
 vp__bwd_fn vp__moe_experts_bwd;
 vp__launch_fn vp__router_launches;
 vp__launch_fn vp__moe_experts_launches;
+
+/* One memory-bound kernel of an op timed from its source's kernels: its
+ * class (VP_HW_MEM_*), the bytes it moves, and its operands' layout
+ * (timing_layout.h: contiguous, a stride-0 broadcast operand, a slice of
+ * a chunked tensor). */
+enum { VP__LAY_CONTIG, VP__LAY_BCAST, VP__LAY_CHUNK };
+typedef struct {
+    int kind;
+    double bytes;
+    int layout;
+    bool wide; /* fp32 elements                                       */
+} vp__mem_kernel;
+enum { VP__MOE_MEM_KERNELS = 24 };
+
+/* The routed experts' memory-bound kernels (ops/moe.c) of op o in phase
+ * ph, one micro-batch, into k (VP__MOE_MEM_KERNELS at most); eb: bytes an
+ * element of the tokens, of the experts and of the weighted outputs.
+ * Returns how many; *small gets the op's other, launch-bound kernels. */
+size_t vp__moe_experts_mem(const vp_graph *g, const vp_op *o, int ph,
+                           const double eb[3], vp__mem_kernel *k,
+                           double *small);
 vp__fwd_fn vp__softcap_fwd;   /* ops/pointwise.c                         */
 vp__bwd_fn vp__softcap_bwd;
 vp__fwd_fn vp__scale_fwd;

@@ -326,6 +326,16 @@ static double kernel_time(const tctx *c, int k, double bytes)
     return bytes / m->peak + c->own;
 }
 
+/* The routed experts (transformers' grouped_mm_experts_forward): their
+ * memory-bound kernels are not their allocations (a masked_fill's fill and
+ * the tokens' mask run in place; a broadcast, a chunk's strides, a sum
+ * reading k rows a row written): timed from the source's kernels
+ * (ops/moe.c vp__moe_experts_mem, moe_mem below). */
+static bool source_timed(const vp_op *o)
+{
+    return o->kind == VP_OP_MOE_EXPERTS && !(o->flags & VP_OPF_MEGATRON);
+}
+
 static void on_event(const vp_sim_event *ev, void *ud)
 {
     tctx *c = ud;
@@ -364,13 +374,16 @@ static void on_event(const vp_sim_event *ev, void *ud)
     if (ev->category == VP_CAT_CAST) {
         t->casts += 1.0;
         /* an autocast copy: fp32 read, 16-bit written */
-        t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
+        if (!source_timed(o))
+            t->mem[ph] += kernel_time(c, VP_HW_MEM_CAST, 3 * b);
         return;
     }
     if (ph == 0 && b > t->act_bytes)
         t->act_bytes = b;
     if (by == 1)
         return; /* written by one of the op's GEMMs: in its time */
+    if (source_timed(o))
+        return; /* timed from its source's kernels (moe_mem) */
     if (t->outs[ph] < matmul_outputs(o, ph)) {
         t->outs[ph] += 1.0; /* written by the matmul: in its time */
         return;
@@ -1243,6 +1256,50 @@ static bool recomputed(const vp_graph *g, const vp_setup *s, size_t i)
     return false;
 }
 
+/* Seconds of op o's memory-bound kernels in phase ph of one micro-batch
+ * from its source's kernels (vp__moe_experts_mem): the tokens' width
+ * from the simulation, the experts' their parameters' (16-bit in a 16-bit
+ * model, fp32 otherwise), the weighted outputs' the wider of the experts'
+ * and the routing weights' (DeepSeek-V3's router scores in fp32:
+ * modeling_deepseek_v3.py DeepseekV3TopkRouter.forward). */
+static double moe_mem_phase(const tctx *c, const vp_setup *s,
+                            const vp_op *o, int ph)
+{
+    double p = s->precision == VP_PREC_BF16 || s->precision == VP_PREC_FP16
+                   ? 2.0
+                   : 4.0;
+    double x = elem_bytes(c, o->inputs[0]);
+    bool fp32_router = o->inputs[1] < c->g->n_ops &&
+                       (c->g->ops[o->inputs[1]].flags & VP_OPF_ROUTER_GROUP);
+    double eb[3] = {x > 0 ? x : p, p, fp32_router ? 4.0 : p};
+    vp__mem_kernel k[VP__MOE_MEM_KERNELS];
+    double small, t = 0;
+    size_t n = vp__moe_experts_mem(c->g, o, ph, eb, k, &small);
+    for (size_t j = 0; j < n; j++)
+        t += kernel_time(c, k[j].kind,
+                         k[j].bytes * vp__layout_of(k[j].layout, k[j].kind,
+                                                    k[j].wide));
+    return t + small * c->gap;
+}
+
+/* The routed experts' memory-bound kernels of every micro-batch, the
+ * recomputed forward's in the backward (source_timed). */
+static void moe_mem(tctx *c, const vp_setup *s, double micro_batches)
+{
+    for (size_t i = 0; i < c->g->n_ops; i++) {
+        const vp_op *o = &c->g->ops[i];
+        if (!source_timed(o))
+            continue;
+        double f = moe_mem_phase(c, s, o, 0);
+        c->t[i].mem[0] = micro_batches * f;
+        c->t[i].mem[1] = 0;
+        if (s->inference || !o->needs_grad)
+            continue;
+        c->t[i].mem[1] = micro_batches * (moe_mem_phase(c, s, o, 1) +
+                                          (recomputed(c->g, s, i) ? f : 0));
+    }
+}
+
 /* The step's launch queue (docs/STEP_TIME.md): one host thread submits
  * each op's kernels in turn, a forward kernel through Python (host_fwd
  * each, the module call and the model's code included), a backward kernel
@@ -1622,6 +1679,7 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
         goto done;
     qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
     inplace_kernels(&c, q.mb);
+    moe_mem(&c, s, q.mb);
     if (!s->inference)
         grad_sums(&c, q.mb);
     account(&q, out);

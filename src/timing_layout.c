@@ -17,6 +17,7 @@
 #include "timing_layout.h"
 
 #include "graph_internal.h"
+#include "sim_internal.h" /* VP__LAY_* */
 
 enum {
     LAY_BCAST,
@@ -53,6 +54,18 @@ double vp__layout_transpose_copy(bool wide)
 double vp__layout_broadcast(bool wide)
 {
     return layout_ratio[LAY_BCAST][wide];
+}
+
+double vp__layout_of(int layout, int kind, bool wide)
+{
+    if (layout == VP__LAY_BCAST)
+        return layout_ratio[LAY_BCAST][wide];
+    if (layout != VP__LAY_CHUNK)
+        return 1.0;
+    int r = kind == VP_HW_MEM_ADD                              ? LAY_CHUNK_BINARY
+            : kind == VP_HW_MEM_SILU || kind == VP_HW_MEM_GELU ? LAY_CHUNK_UNARY
+                                                               : LAY_CHUNK_COPY;
+    return layout_ratio[r][wide];
 }
 
 static bool sliced(const vp_graph *g, uint32_t in)

@@ -19,6 +19,12 @@ double vp__layout_ratio(const vp_graph *g, const vp_op *o, int ph,
 double vp__layout_transpose_copy(bool wide);
 double vp__layout_broadcast(bool wide);
 
+/* The same for a kernel of class kind (VP_HW_MEM_*) whose operands have
+ * layout (sim_internal.h VP__LAY_*): contiguous 1, a broadcast operand,
+ * a slice of a chunked tensor (a binary, a unary activation, else a
+ * copy). */
+double vp__layout_of(int layout, int kind, bool wide);
+
 /* Bytes the sweep's rmsnorm_py rate is charged per element of HF's
  * Python RMSNorm, its input `width` bytes an element (2 or 4): its
  * input and output at 16 bits, 28/36 of that on a wider input. */

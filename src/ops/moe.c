@@ -371,6 +371,19 @@ double vp__router_launches(const vp_graph *g, const vp_op *o, int ph,
  * gradient IndexBackward0 of hidden_states[perm // k] over the tokens;
  * the rules allocate 13 tensors, the weights' gradient, the tokens' and
  * each trained expert weight's. */
+static double experts_calls(const vp_graph *g, const vp_op *o, int ph)
+{
+    if (ph == 0)
+        return 33.0;
+    uint64_t tokens = o->numel / o->in_features, rows;
+    if (!vp_mul_u64(tokens, o->top_k, &rows))
+        rows = UINT64_MAX; /* bits(rows - 1): 64 */
+    double w = g->ops[o->inputs[1]].needs_grad ? 1.0 : 0.0;
+    double x = g->ops[o->inputs[0]].needs_grad ? 1.0 : 0.0;
+    return 12.0 + 2.0 * w + (1.0 + w) * index_bwd_launches(rows) +
+           x * index_bwd_launches(tokens);
+}
+
 double vp__moe_experts_launches(const vp_graph *g, const vp_op *o, int ph,
                                 bool wide)
 {
@@ -378,18 +391,126 @@ double vp__moe_experts_launches(const vp_graph *g, const vp_op *o, int ph,
     if ((o->flags & VP_OPF_MEGATRON) || o->in_features == 0)
         return 0;
     if (ph == 0)
-        return 33.0 - 20.0;
-    uint64_t tokens = o->numel / o->in_features, rows;
-    if (!vp_mul_u64(tokens, o->top_k, &rows))
-        rows = UINT64_MAX; /* bits(rows - 1): 64 */
+        return experts_calls(g, o, 0) - 20.0;
     double w = g->ops[o->inputs[1]].needs_grad ? 1.0 : 0.0;
     double x = g->ops[o->inputs[0]].needs_grad ? 1.0 : 0.0;
     double trained = 0;
     for (uint32_t k = 0; k < o->n_params && k < 2; k++)
         trained += g->params[o->params[k]].trainable ? 1.0 : 0.0;
-    double k = 12.0 + 2.0 * w + (1.0 + w) * index_bwd_launches(rows) +
-               x * index_bwd_launches(tokens);
-    return k - (13.0 + w + x + trained);
+    return experts_calls(g, o, 1) - (13.0 + w + x + trained);
+}
+
+/* a kernel of class `kind` moving `moved` times `n` elements of e bytes */
+static size_t mk(vp__mem_kernel *k, size_t j, int kind, double moved,
+                 double n, double e, int layout)
+{
+    k[j] = (vp__mem_kernel){kind, moved * n * e, layout, e > 3.0};
+    return j + 1;
+}
+
+/* A masked_fill of n elements of e bytes over the [rows, 1] sentinel mask
+ * broadcast, out of place (a clone, then the fill in place) or in place;
+ * the fill as a binary kernel with a broadcast operand (calibrate/
+ * profiles/h200-kernels-byop.jsonl: masked_fill_'s elementwise_kernel
+ * per element as the strided profile's broadcast mul, fp32 and bf16) */
+static size_t masked(vp__mem_kernel *k, size_t j, double n, double e,
+                     bool clone)
+{
+    if (clone)
+        j = mk(k, j, VP_HW_MEM_COPY, 2.0, n, e, VP__LAY_CONTIG);
+    return mk(k, j, VP_HW_MEM_ADD, 3.0, n, e, VP__LAY_BCAST);
+}
+
+/* The forward's large kernels (grouped_mm_experts_forward, as the launch
+ * rule above counts them): the tokens gathered, masked in place and cast
+ * to the experts' dtype; gate_up's output masked out of place; act(gate)
+ * on a chunk and * up (the other chunk); down's output masked out of
+ * place; * the routing weights ([rows, 1]); [inv_perm]; the sum over the
+ * k picks (reads rows, writes tokens); the cast back. r rows of h and i
+ * elements, t tokens. */
+static size_t experts_fwd_mem(double r, double t, double h, double i,
+                              const double eb[3], vp__mem_kernel *k)
+{
+    size_t j = 0;
+    double x = eb[0], p = eb[1], w = eb[2];
+    j = mk(k, j, VP_HW_MEM_COPY, 2.0, r * h, x, VP__LAY_CONTIG);
+    j = masked(k, j, r * h, x, false);
+    if (x != p)
+        j = mk(k, j, VP_HW_MEM_CAST, 1.0, r * h, x + p, VP__LAY_CONTIG);
+    j = masked(k, j, 2.0 * r * i, p, true);
+    j = mk(k, j, VP_HW_MEM_SILU, 2.0, r * i, p, VP__LAY_CHUNK);
+    j = mk(k, j, VP_HW_MEM_ADD, 3.0, r * i, p, VP__LAY_CHUNK);
+    j = masked(k, j, r * h, p, true);
+    j = mk(k, j, VP_HW_MEM_ADD, 3.0, r * h, w, VP__LAY_BCAST);
+    j = mk(k, j, VP_HW_MEM_COPY, 2.0, r * h, w, VP__LAY_CONTIG);
+    j = mk(k, j, VP_HW_MEM_COPY, 1.0, (r + t) * h, w, VP__LAY_CONTIG);
+    if (w != x)
+        j = mk(k, j, VP_HW_MEM_CAST, 1.0, t * h, w + x, VP__LAY_CONTIG);
+    return j;
+}
+
+/* The backward's (autograd's nodes, as above): the cast's backward; the
+ * sum's expanded gradient made whole (a broadcast read); IndexBackward0
+ * of [inv_perm] (zeros, the accumulation); the weights' MulBackward0
+ * (grad * w; with the weights' gradient grad * out and its sum to
+ * [rows, 1]); down's MaskedFillBackward0; the gate's MulBackward0 (both
+ * over a chunk); SiluBackward0 (x a chunk); the chunk's cat; gate_up's
+ * MaskedFillBackward0; with the tokens' gradient their
+ * MaskedFillBackward0, the cast's backward and IndexBackward0 of their
+ * gather (zeros like the input, the accumulation). */
+static size_t experts_bwd_mem(double r, double t, double h, double i,
+                              const double eb[3], const bool need[2],
+                              vp__mem_kernel *k)
+{
+    size_t j = 0;
+    double x = eb[0], p = eb[1], w = eb[2];
+    if (w != x)
+        j = mk(k, j, VP_HW_MEM_CAST, 1.0, t * h, w + x, VP__LAY_CONTIG);
+    j = mk(k, j, VP_HW_MEM_COPY, 2.0, r * h, w, VP__LAY_BCAST);
+    j = mk(k, j, VP_HW_MEM_COPY, 1.0, r * h, w, VP__LAY_CONTIG);
+    j = mk(k, j, VP_HW_MEM_COPY, 2.0, r * h, w, VP__LAY_CONTIG);
+    j = mk(k, j, VP_HW_MEM_ADD, 3.0, r * h, w, VP__LAY_BCAST);
+    if (need[1]) {
+        j = mk(k, j, VP_HW_MEM_ADD, 3.0, r * h, w, VP__LAY_CONTIG);
+        j = mk(k, j, VP_HW_MEM_COPY, 1.0, r * h, w, VP__LAY_CONTIG);
+    }
+    j = masked(k, j, r * h, p, true);
+    for (int a = 0; a < 3; a++) /* grad * up, grad * act(gate), silu's */
+        j = mk(k, j, VP_HW_MEM_ADD, 3.0, r * i, p, VP__LAY_CHUNK);
+    j = mk(k, j, VP_HW_MEM_COPY, 2.0, 2.0 * r * i, p, VP__LAY_CONTIG);
+    j = masked(k, j, 2.0 * r * i, p, true);
+    if (!need[0])
+        return j;
+    j = masked(k, j, r * h, x, true);
+    if (x != p)
+        j = mk(k, j, VP_HW_MEM_CAST, 1.0, r * h, x + p, VP__LAY_CONTIG);
+    j = mk(k, j, VP_HW_MEM_COPY, 1.0, t * h, x, VP__LAY_CONTIG);
+    return mk(k, j, VP_HW_MEM_COPY, 2.0, r * h, x, VP__LAY_CONTIG);
+}
+
+size_t vp__moe_experts_mem(const vp_graph *g, const vp_op *o, int ph,
+                           const double eb[3], vp__mem_kernel *k,
+                           double *small)
+{
+    *small = 0;
+    if ((o->flags & VP_OPF_MEGATRON) || o->in_features == 0)
+        return 0;
+    double h = (double)o->in_features, i = (double)o->out_features;
+    double t = (double)(o->numel / o->in_features), r = t * (double)o->top_k;
+    size_t n;
+    if (ph == 0) {
+        n = experts_fwd_mem(r, t, h, i, eb, k);
+    } else {
+        bool need[2] = {g->ops[o->inputs[0]].needs_grad,
+                        g->ops[o->inputs[1]].needs_grad};
+        n = experts_bwd_mem(r, t, h, i, eb, need, k);
+    }
+    size_t casts = 0;
+    for (size_t j = 0; j < n; j++)
+        casts += k[j].kind == VP_HW_MEM_CAST;
+    double rest = experts_calls(g, o, ph) - (double)(n - casts);
+    *small = rest > 0 ? rest : 0;
+    return n;
 }
 
 /* ---- Megatron-Core (VP_OPF_MEGATRON; graph_moe.c meg_moe) ------------- */
