@@ -136,16 +136,8 @@ def set_cases(out):
 def set_extra(out):
     import collect as G
     X = load(os.path.join(HERE, "extra.py"), "extra_cases")
-    torch.ones(1, device="cuda") @ torch.ones(1, 1, device="cuda")
-    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).cuda()
-    x = torch.randn(32, 64, device="cuda")
-    m(x).sum().backward()
-    torch.utils.checkpoint.checkpoint(m, x.requires_grad_(), use_reentrant=False).sum().backward()
-    del m, x
-    G.cleanup()
-    import transformers
-    env = dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,
-               total=torch.cuda.mem_get_info()[1], transformers=transformers.__version__, host_probe=env_probe())
+    X.warmup()
+    env = dict(X.env_line(), host_probe=env_probe())
     run = with_probe(G.run_case)
     with open(os.path.join(out, "extra-cases.jsonl"), "w") as f:
         f.write(json.dumps(dict(env=env)) + "\n")

@@ -40,8 +40,8 @@ def trace(c, path):
             f.write(json.dumps([e["action"], e["addr"], e["size"], e.get("stream", 0), fr]) + "\n")
     g.cleanup()
 
-if __name__ == "__main__":
-    out = sys.argv[1]
+def warmup():
+    """CUDA up, and the backward thread's cuBLAS workspaces made first, as mlp10 does in collect.py."""
     torch.ones(1, device="cuda") @ torch.ones(1, 1, device="cuda")
     m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).cuda()
     x = torch.randn(32, 64, device="cuda")
@@ -49,9 +49,16 @@ if __name__ == "__main__":
     torch.utils.checkpoint.checkpoint(m, x.requires_grad_(), use_reentrant=False).sum().backward()
     del m, x
     g.cleanup()
+
+def env_line():
     import transformers
-    env = dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,
-               total=torch.cuda.mem_get_info()[1], transformers=transformers.__version__)
+    return dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,
+                total=torch.cuda.mem_get_info()[1], transformers=transformers.__version__)
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    warmup()
+    env = env_line()
     with open(os.path.join(out, "extra-cases.jsonl"), "w") as f:
       if len(sys.argv) <= 2:
         f.write(json.dumps(dict(env=env)) + "\n")

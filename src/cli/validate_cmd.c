@@ -136,17 +136,25 @@ static void note_rc(state *s, int rc)
         s->rc = rc;
 }
 
+/* Room for one more element of size `size` in *arr (n used of *cap). */
+static bool grow(void **arr, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return true;
+    size_t c = *cap ? 2 * *cap : 64;
+    void *p = c <= SIZE_MAX / size ? realloc(*arr, c * size) : NULL;
+    if (p == NULL)
+        return false;
+    *arr = p;
+    *cap = c;
+    return true;
+}
+
 static bool keep_repeat(state *s, const vp_case_result *r,
                         const vp_metric *m)
 {
-    if (s->n_rep == s->cap_rep) {
-        size_t cap = s->cap_rep ? 2 * s->cap_rep : 64;
-        repeat *n = realloc(s->rep, cap * sizeof *n);
-        if (n == NULL)
-            return false;
-        s->rep = n;
-        s->cap_rep = cap;
-    }
+    if (!grow((void **)&s->rep, s->n_rep, &s->cap_rep, sizeof *s->rep))
+        return false;
     repeat *k = &s->rep[s->n_rep++];
     snprintf(k->id, sizeof k->id, "%s", r->id);
     k->predicted = m->predicted;
@@ -160,14 +168,8 @@ static bool keep(state *s, const vp_case_result *r, const vp_metric *m,
     int g = vp_metric_group_of(m->name);
     double *v;
 
-    if (s->n_rec == s->cap_rec) {
-        size_t cap = s->cap_rec ? 2 * s->cap_rec : 256;
-        record *n = realloc(s->rec, cap * sizeof *n);
-        if (n == NULL)
-            return false;
-        s->rec = n;
-        s->cap_rec = cap;
-    }
+    if (!grow((void **)&s->rec, s->n_rec, &s->cap_rec, sizeof *s->rec))
+        return false;
     record *k = &s->rec[s->n_rec++];
     snprintf(k->id, sizeof k->id, "%s", r->id);
     k->run = r->run;
