@@ -11,12 +11,13 @@ workload measured right before the case (`probe`). The env line gets the same be
     python3 groundtruth/collect_hostprobe.py OUTDIR SET      # one set a process
 
 SET is one of: steps (a step-time series: 14 cases of several collectors at 16 steps each, every step's time and
-the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the probe), cases
+the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl), t5steps (the same
+series for every T5-family case of the families and held-out sets: OUTDIR/t5steps/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the probe), cases
 (shared collect.py), extra (extra.py), finetune (collect_more.py lora), families (collect_more.py families), moe
 (collect_moe.py cases), encdec (collect_encdec.py), ho1 .. ho5 (groundtruth/heldout/collect_heldout*.py, training
 cases only). Outputs go to OUTDIR/SET/ under each collector's own file names.
 """
-import importlib.util, json, os, runpy, statistics, sys, time
+import gc, importlib.util, json, os, runpy, statistics, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
@@ -204,21 +205,63 @@ SERIES = [("G", "mlp10-bf16-b1024"), ("G", "resnet50-fp32-b64"), ("G", "gpt2-sma
           ("L", "llama-1b-lora-r32-qkvo-fp32base-amp-b4-ckpt"), ("F", "qwen3-0.6b-amp-bf16-b4")]
 
 
-def set_steps(out, nsteps=16):
-    """Every step's time (between the step loop's own synchronizes, recorded by wrapping torch.cuda.synchronize)
-    and the SM clock after it (NVML through torch.cuda.clock_rate), for SERIES's cases at `nsteps` steps."""
+def series_cases():
+    """Every step-time case of the shared and extra collectors, the encoder-decoders, the families and LoRA: id ->
+    (runner, case)."""
     import collect as G
     import collect_more as M
     import collect_encdec as E
     X = load(os.path.join(HERE, "extra.py"), "extra_cases")
-    M.warmup()
     cases = {c["id"]: (G.run_case, c) for c in G.CASES}
     cases.update({X.cid(c): (G.run_case, dict(c, id=X.cid(c))) for c in X.CASES})
     cases.update({c["id"]: (fn, c) for fn, c in E.CASES})
     cases.update({c["id"]: (M.run_family, c) for c in M.FAM})
     cases.update({c["id"]: (M.run_ft, c) for c in M.FT})
+    return cases
+
+
+def t5_cases():
+    """The T5 family's training cases (t5, flan-t5, mt5) of the families set and the five held-out sets, in that
+    order: id -> (collect_more.run_family, case). Each held-out script rewrites collect_heldout.FAM in place when
+    imported, so its cases are copied right after its import."""
+    import collect_more as M
+    cases = {c["id"]: (M.run_family, c) for c in M.FAM if "t5" in c["model"]}
+    for n in range(1, 6):
+        name = "collect_heldout" if n == 1 else "collect_heldout%d" % n
+        load(os.path.join(HERE, "heldout", name + ".py"), name)
+        H = sys.modules["collect_heldout"]
+        cases.update({c["id"]: (M.run_family, dict(c)) for c in H.FAM if "t5" in c["model"]})
+    return cases
+
+
+def set_steps(out, nsteps=16, which="steps"):
+    """Every step's time (between the step loop's own synchronizes, recorded by wrapping torch.cuda.synchronize)
+    and the SM clock after it (NVML through torch.cuda.clock_rate), at `nsteps` steps, twice (the second pass in
+    reverse order): SERIES's cases (which "steps": OUTDIR/steps/steps.jsonl) or every T5-family case (which
+    "t5steps": OUTDIR/t5steps/steps.jsonl, issue 13: identical T5 cases measured 30 % apart at the median, against
+    4.7 % for the other families, docs/STEP_TIME.md "What is left"); each span with the milliseconds the garbage
+    collector took in it (gc_ms) and its full collections (gc_full)."""
+    import collect as G
+    import collect_more as M
+    M.warmup()
+    if which == "t5steps":
+        cases = t5_cases()
+        order = list(cases)
+    else:
+        cases = series_cases()
+        order = [cid for _, cid in SERIES]
     marks = []
     sync = torch.cuda.synchronize
+    # Python's garbage collector (gc.callbacks): seconds spent in collections and the full (generation 2) ones,
+    # cumulative, read at each mark, so that each span gets its own (a step whose host stalls in a collection)
+    gcs = dict(t0=0.0, s=0.0, full=0)
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gcs["t0"] = time.perf_counter()
+        else:
+            gcs["s"] += time.perf_counter() - gcs["t0"]
+            gcs["full"] += info.get("generation") == 2
 
     def timed_sync(*a, **k):
         sync(*a, **k)
@@ -227,8 +270,8 @@ def set_steps(out, nsteps=16):
             clk = torch.cuda.clock_rate()
         except Exception:  # noqa: BLE001
             clk = None
-        marks.append((t, clk))
-    order = [cid for _, cid in SERIES]
+        marks.append((t, clk, gcs["s"], gcs["full"]))
+    gc.callbacks.append(on_gc)
     with open(os.path.join(out, "steps.jsonl"), "w") as f:
         f.write(json.dumps(dict(env=dict(M.env_line(), host_probe=env_probe()))) + "\n")
         for p, ids in enumerate((order, order[::-1])):
@@ -244,12 +287,16 @@ def set_steps(out, nsteps=16):
                 G.cleanup()
                 # the loop synchronizes at each step's start and end: the step is the span of each such pair
                 ts = [(marks[i + 1][0] - marks[i][0]) * 1e3 for i in range(len(marks) - 1)]
+                gc_ms = [round((marks[i + 1][2] - marks[i][2]) * 1e3, 3) for i in range(len(marks) - 1)]
+                gc_full = [marks[i + 1][3] - marks[i][3] for i in range(len(marks) - 1)]
                 clk = [m[1] for m in marks]
                 line = dict(kind="step_series", id=cid, run=p + 1, step_ms_protocol=r.get("step_ms"),
-                            spans_ms=[round(t, 3) for t in ts], clocks_mhz=clk, host_probe_us=pr)
+                            spans_ms=[round(t, 3) for t in ts], clocks_mhz=clk, host_probe_us=pr,
+                            gc_ms=gc_ms, gc_full=gc_full)
                 f.write(json.dumps(line) + "\n"); f.flush()
                 print(cid, p + 1, "protocol %.1f" % r.get("step_ms", 0), "spans", [round(t, 1) for t in ts][-8:],
-                      "clk", clk[-3:], flush=True)
+                      "clk", clk[-3:], "gc_ms", gc_ms[-8:], flush=True)
+    gc.callbacks.remove(on_gc)
 
 
 def main():
@@ -257,8 +304,8 @@ def main():
     out = os.path.join(outdir, which)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
-    if which == "steps":
-        set_steps(out)
+    if which in ("steps", "t5steps"):
+        set_steps(out, which=which)
     elif which == "host":
         set_host(out)
     elif which == "cases":
