@@ -1484,7 +1484,6 @@ static void account(const qctx *q, vp_step_time *out)
             matmul_time(q->c, q->s, o, &mf, &mbk);
             op_cost(q, ph, i, &nk, &per, &rec, &calls);
             double mm = (ph == 0 ? mf : mbk) + rec;
-            if (getenv("VPDBG2")) fprintf(stderr, "ACC ph%d kind%d mm %.1f mem %.1f out %llu in %llu numel %llu\n", ph, (int)o->kind, mm*1e6, q->c->t[i].mem[ph]*1e6, (unsigned long long)o->out_features, (unsigned long long)o->in_features, (unsigned long long)o->numel);
             if (o->kind == VP_OP_ATTENTION)
                 out->attention += mm * q->mb;
             else if (o->kind == VP_OP_ROPE)
