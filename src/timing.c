@@ -1116,6 +1116,55 @@ static void rope_time(const tctx *x, const vp_op *o, double *f, double *b)
     *b = vp__rope_bytes(n, in, out, 1, &kb) / m->peak + kb * x->own;
 }
 
+/* Cross-entropy's kernels. The sweep's op (scripts/h200_sweeps.py
+ * sweep_membound): F.cross_entropy(logits.float(), labels) on 16-bit
+ * logits, its bytes 2 per logit: the upcast HF's causal-LM loss makes,
+ * log_softmax and nll_loss in fp32; its backward (nll, log_softmax and
+ * the cast's backward) about one such pass. fp32 logits skip the cast (6
+ * bytes a logit at the to_fp32 rate).
+ *
+ * A loss on 16-bit logits as they are under autocast (BertForMaskedLM's
+ * and T5's CrossEntropyLoss; ops/embed_loss.c loss_terms) runs other
+ * kernels: cross_entropy is CompositeImplicit, and
+ * aten/src/ATen/native/LossNLL.cpp cross_entropy_loss_symint calls
+ * at::log_softmax(self, class_dim, self.scalar_type()), a dtype given, so
+ * autocast's fp32_set_opt_dtype policy (aten/src/ATen/autocast_mode.cpp)
+ * leaves it 16-bit; nll_loss, on autocast's fp32 list, copies the log-
+ * probabilities to fp32. The backward: nll_loss_backward zeroes an fp32
+ * gradient (a fill), ToCopyBackward casts it back, log_softmax_backward
+ * runs in 16 bits. The H200 profile of bert-base AMP b32 ran exactly
+ * those (calibrate/profiles/h200-kernels-byname.jsonl: cunn_SoftMaxForward
+ * and cunn_SoftMaxBackward <8, BFloat16, float, BFloat16>, 0.911 and
+ * 0.907 ms over 16384 x 30522 logits; an fp32 fill, 0.45 ms; nll_loss's
+ * kernels on float, 0.04 ms). Timed by measured rates: the log-softmax
+ * at half the sweep's fp32 pass (the sweep's op less its cast, 8 bytes a
+ * logit read and written where 16 bits move 4), the casts (6 bytes) at
+ * the to_fp32 rate, the fill (4 bytes) at the copy rate, each kernel its
+ * own start. */
+static void ce_time(const tctx *x, const vp_setup *s, const vp_op *o,
+                    double *f, double *b)
+{
+    const vp_hw *hw = x->hw;
+    double rc = (double)o->rows * (double)o->classes;
+    const vp_curve *ce = &hw->mem_kind[VP_HW_MEM_CROSS_ENTROPY];
+    const vp_curve *cast = &hw->mem_kind[VP_HW_MEM_CAST];
+    const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
+    double t = ce->peak > 0 ? 2.0 * rc / ce->peak : 0;
+    double up = cast->peak > 0 ? 6.0 * rc / cast->peak : 0;
+    bool amp = s->precision == VP_PREC_AMP_BF16 ||
+               s->precision == VP_PREC_AMP_FP16;
+    double eb = o->n_inputs ? elem_bytes(x, o->inputs[0]) : 0;
+    if (amp && !o->upcast_logits && eb == 2.0 && up < t && cp->peak > 0) {
+        double ls = (t - up) / 2.0; /* one 16-bit log-softmax pass */
+        *f = ls + up + 3.0 * x->own;
+        *b = 4.0 * rc / cp->peak + up + ls + 4.0 * x->own;
+        return;
+    }
+    if (s->precision == VP_PREC_FP32 && up < t)
+        t -= up;
+    *f = *b = t + x->gap;
+}
+
 /* Forward and backward matmul seconds of one op. */
 static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                         double *f, double *b)
@@ -1164,20 +1213,7 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
         moe_gemms(x, s, o, 1, &m);
         *b = vp__moe_gemms_gpu(&m);
     } else if (o->kind == VP_OP_CROSS_ENTROPY) {
-        /* the sweep's op (scripts/h200_sweeps.py sweep_membound):
-         * F.cross_entropy(logits.float(), labels) on 16-bit logits, its
-         * bytes 2 per logit: the upcast HF's loss makes and the loss. fp32
-         * logits skip the cast (6 bytes a logit at the to_fp32 rate). The
-         * backward (nll, log_softmax and the cast's backward) about one
-         * such pass. */
-        double rc = (double)o->rows * (double)o->classes;
-        const vp_curve *ce = &hw->mem_kind[VP_HW_MEM_CROSS_ENTROPY];
-        const vp_curve *cast = &hw->mem_kind[VP_HW_MEM_CAST];
-        double t = ce->peak > 0 ? 2.0 * rc / ce->peak : 0;
-        if (s->precision == VP_PREC_FP32 && cast->peak > 0 &&
-            6.0 * rc / cast->peak < t)
-            t -= 6.0 * rc / cast->peak;
-        *f = *b = t + gap;
+        ce_time(x, s, o, f, b);
     }
 }
 

@@ -113,6 +113,34 @@ Test(timing_kernels, fp32_head_pays_nothing_for_unaligned_rows)
              "gemm");
 }
 
+/* A loss on 16-bit logits under autocast (timing.c ce_time; BERT's
+ * CrossEntropyLoss): log_softmax in 16 bits at half the sweep's fp32 pass
+ * (its cross-entropy op less the upcast), nll_loss's fp32 copy and the
+ * cast back at the to_fp32 rate (6 bytes a logit), nll_loss_backward's
+ * fp32 fill at the copy rate; three kernels forward, four backward. A
+ * training step of a 32000-class head on 4096 rows: the head's forward and
+ * weight-gradient GEMMs and the loss. */
+Test(timing_kernels, amp_loss_on_16bit_logits_runs_log_softmax_in_16_bits)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t = step("tests/data/timing/ce-32000.yaml", 4096, 0,
+                          VP_PREC_AMP_BF16, false, &hw, false, VP_ATTN_SDPA,
+                          NULL);
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    double rc = 4096.0 * 32000.0;
+    const vp_curve *cp = &f.mem_kind[VP_HW_MEM_COPY];
+    double own = cp->half / cp->peak - f.dispatch;
+    if (own < gap_of(&hw))
+        own = gap_of(&hw);
+    double up = 6.0 * rc / f.mem_kind[VP_HW_MEM_CAST].peak;
+    double ls = (2.0 * rc / f.mem_kind[VP_HW_MEM_CROSS_ENTROPY].peak - up) / 2;
+    double loss = (ls + up + 3 * own) + (4.0 * rc / cp->peak + up + ls + 4 * own);
+    double gemms = curve_gemm(&hw, VP_HW_BF16, 4096, 32000, 768) +
+                   curve_gemm(&hw, VP_HW_BF16, 32000, 768, 4096);
+    near_rel(t.gemm, gemms + loss, 1e-9, "gemm");
+}
+
 /* The graph's attention forwards' FLOPs over `rate`. */
 static double attention_time(const vp_graph *g, double rate)
 {
