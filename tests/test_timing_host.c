@@ -318,14 +318,15 @@ Test(finetune_time, dora_with_dropout_runs_the_base_again)
                        a.gemm - b.gemm, want);
 }
 
-/* gpt2-small, amp bf16, batch 2, with the checkpoint spec (NULL: none),
- * the host's seconds per forward and backward kernel set. */
-static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
+/* gpt2-small, amp bf16, at batch b, with the checkpoint spec (NULL:
+ * none), the host's seconds per forward and backward kernel set. */
+static vp_step_time gpt2_ckpt_b(const char *ckpt, uint64_t b, double fwd,
+                                double bwd)
 {
     vp_error err;
     vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 1024, &err);
+    vp_graph *g = vp_graph_build(m, b, 1024, &err);
     cr_assert_not_null(g, "%s", err.msg);
     bool mask[64] = {false};
     cr_assert_leq(vp_graph_segment_count(g), 64);
@@ -333,7 +334,7 @@ static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
                  "%s", err.msg);
     vp_setup s;
     vp_setup_init(&s);
-    s.batch = 2;
+    s.batch = b;
     s.seq = 1024;
     s.precision = VP_PREC_AMP_BF16;
     s.checkpoint = mask;
@@ -347,6 +348,11 @@ static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
     vp_graph_free(g);
     vp_model_free(m);
     return t;
+}
+
+static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
+{
+    return gpt2_ckpt_b(ckpt, 2, fwd, bwd);
 }
 
 /* The host's kernels charged at the forward's cost (d cpu / d host_fwd)
@@ -376,26 +382,43 @@ Test(ckpt_host, the_recomputed_forward_costs_the_forwards_host_time)
                        a.host_bwd_kernels + a.host_bwd_calls);
     /* the recomputation never exceeds the forward it repeats */
     cr_assert_leq(kr, a.host_kernels);
+    cr_assert_float_eq(kr, a.host_recomputed, 1e-6, "%g vs %g", kr,
+                       a.host_recomputed);
 }
 
-/* With the host's per-kernel costs near zero, what is left is
- * checkpoint's hooks: VP__HOST_CKPT_PACK per forward kernel of a
- * checkpointed segment (pack_hook), VP__HOST_CKPT_RECOMPUTE per
- * recomputed kernel (unpack_hook, _recomputation_hook); none without
+/* With the host's per-launch costs near zero, what is left is
+ * checkpoint's hooks (torch/utils/checkpoint.py, non-reentrant): per
+ * tensor a checkpointed segment saves, VP__HOST_CKPT_PACK in the forward
+ * (_checkpoint_hook.pack_hook) and VP__HOST_CKPT_RECOMPUTE in the
+ * backward (_recomputation_hook.pack_hook, unpack_hook); none without
  * checkpointing. */
-Test(ckpt_host, the_hooks_cost_per_kernel_of_a_checkpointed_segment)
+Test(ckpt_host, the_hooks_cost_per_saved_tensor)
 {
     const double tiny = 1e-15;
     vp_step_time none = gpt2_ckpt(NULL, tiny, tiny);
     cr_assert_lt(none.cpu, 1e-9);
+    cr_assert_float_eq(none.host_ckpt_saved, 0.0, 0.0);
     vp_step_time all = gpt2_ckpt("all", tiny, tiny);
-    double kr = recomputed_kernels("all");
-    double packed = (all.cpu - kr * VP__HOST_CKPT_RECOMPUTE) /
-                    VP__HOST_CKPT_PACK;
-    /* a whole number of forward kernels, the recomputed ones among them */
-    cr_assert_float_eq(packed, round(packed), 1e-6, "%g", packed);
-    cr_assert_geq(packed, kr);
-    cr_assert_leq(packed, all.host_kernels);
+    double sv = all.host_ckpt_saved;
+    cr_assert_float_eq(sv, round(sv), 1e-9, "%g saved tensors", sv);
+    double want = sv * (VP__HOST_CKPT_PACK + VP__HOST_CKPT_RECOMPUTE);
+    cr_assert_float_eq(all.cpu, want, 1e-6 * want, "%g vs %g", all.cpu,
+                       want);
+}
+
+/* The saved tensors are counted, not their bytes or launches: each of
+ * the twelve identical layers saves as many, and a batch twice as large
+ * saves the same tensors. */
+Test(ckpt_host, the_saved_tensors_are_per_layer_and_not_per_byte)
+{
+    vp_step_time one = gpt2_ckpt_b("layers.3", 2, 30e-6, 20e-6);
+    vp_step_time all = gpt2_ckpt_b("all", 2, 30e-6, 20e-6);
+    vp_step_time big = gpt2_ckpt_b("all", 4, 30e-6, 20e-6);
+    cr_assert_gt(one.host_ckpt_saved, 0.0);
+    cr_assert_float_eq(all.host_ckpt_saved, 12.0 * one.host_ckpt_saved, 0.0,
+                       "%g vs 12 x %g", all.host_ckpt_saved,
+                       one.host_ckpt_saved);
+    cr_assert_float_eq(big.host_ckpt_saved, all.host_ckpt_saved, 0.0);
 }
 
 /* ---- launches (docs/STEP_TIME.md "Launches") ------------------------- */
