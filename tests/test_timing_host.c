@@ -421,6 +421,73 @@ Test(ckpt_host, the_saved_tensors_are_per_layer_and_not_per_byte)
     cr_assert_float_eq(big.host_ckpt_saved, all.host_ckpt_saved, 0.0);
 }
 
+/* The variables each op's autograd nodes save in the first step's forward
+ * (vp__sim_hooks.saved: checkpoint's hooks pack each), summed per kind. */
+typedef struct {
+    const vp_graph *g;
+    double by_kind[VP_OP__COUNT];
+    uint32_t ops[VP_OP__COUNT];
+} saves;
+
+static void count_saved(void *ud, uint32_t step, uint32_t op, vp_phase ph)
+{
+    saves *c = ud;
+    if (step == 1 && ph == VP_PHASE_FORWARD)
+        c->by_kind[c->g->ops[op].kind] += 1.0;
+}
+
+static saves saved_by_kind(const char *path)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, 1, 256, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1;
+    s.seq = 256;
+    s.precision = VP_PREC_BF16;
+    saves c = {.g = g};
+    for (size_t i = 0; i < g->n_ops; i++)
+        c.ops[g->ops[i].kind]++;
+    const vp__sim_hooks hooks = {.saved = count_saved};
+    vp_estimate e;
+    cr_assert_eq(vp__simulate_hooked(g, &s, &e, NULL, &c, &hooks, &err),
+                 VP_OK, "%s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    c.g = NULL;
+    return c;
+}
+
+/* A hook runs per SavedVariable (torch/csrc/autograd/saved_variable.cpp),
+ * indices, masks, offsets and parameters included: transformers'
+ * grouped_mm_experts_forward keeps 17 a layer (three IndexBackward0's
+ * indices, three MaskedFillBackward0's masks, each _grouped_mm's input,
+ * weight and offs, SiluBackward0's gate, the two MulBackward0's operands),
+ * the softmax router 2 (softmax's result, topk's indices; the yaml sets
+ * no renormalisation, whose division would keep 2 more), DeepSeek-V3's
+ * renormalised group-limited one 9 (its three topk's indices, masked_fill's
+ * mask, gather's scores and index, sigmoid's result, the division's
+ * operands). */
+Test(ckpt_host, moe_layers_save_what_autograd_saves)
+{
+    saves mx = saved_by_kind("models/mixtral-8x7b.yaml");
+    cr_assert_eq(mx.ops[VP_OP_MOE_EXPERTS], 32);
+    cr_assert_float_eq(mx.by_kind[VP_OP_MOE_EXPERTS], 17.0 * 32, 0.0, "%g",
+                       mx.by_kind[VP_OP_MOE_EXPERTS]);
+    cr_assert_float_eq(mx.by_kind[VP_OP_ROUTER], 2.0 * 32, 0.0, "%g",
+                       mx.by_kind[VP_OP_ROUTER]);
+    saves ds = saved_by_kind("models/deepseek-v3.yaml");
+    uint32_t n = ds.ops[VP_OP_ROUTER];
+    cr_assert_eq(n, 61 - 3);
+    cr_assert_float_eq(ds.by_kind[VP_OP_ROUTER], 9.0 * n, 0.0, "%g",
+                       ds.by_kind[VP_OP_ROUTER]);
+    cr_assert_float_eq(ds.by_kind[VP_OP_MOE_EXPERTS], 17.0 * n, 0.0, "%g",
+                       ds.by_kind[VP_OP_MOE_EXPERTS]);
+}
+
 /* ---- launches (docs/STEP_TIME.md "Launches") ------------------------- */
 
 /* An HF Python RMSNorm op (LlamaRMSNorm; Gemma's with the offset flag)
