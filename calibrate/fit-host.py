@@ -94,9 +94,10 @@ def ckpt(trace, counts):
         b = h[p]["bwd_ms"] * 1e-3 / (n[p]["bwd_kernels"] + n[p]["bwd_call_units"])
         r = n[c]["recomputed"]
         s = HOST_FWD_KERNEL / f
-        pack.append((h[c]["fwd_ms"] * 1e-3 / n[c]["kernels"] - f) * s)
+        sv = n[c]["saved"]
+        pack.append((h[c]["fwd_ms"] * 1e-3 - n[c]["kernels"] * f) / sv * s)
         rest = (n[c]["bwd_kernels"] - r + n[c]["bwd_call_units"]) * b + r * f
-        rec.append((h[c]["bwd_ms"] * 1e-3 - rest) / r * s)
+        rec.append((h[c]["bwd_ms"] * 1e-3 - rest) / sv * s)
         print("%-26s f %.2f us, b %.2f us: pack %.2f us, recompute %.2f us" % (c, f * 1e6, b * 1e6, pack[-1] * 1e6,
                                                                                rec[-1] * 1e6))
     med = lambda v: sorted(v)[len(v) // 2]

@@ -48,6 +48,10 @@ typedef struct vp__sim_hooks {
      * it is a launch of its own) or the kernel that writes the op's
      * next allocation too (not a launch) */
     void (*written_by)(void *ud, bool launch);
+    /* NULL, or: op saves a tensor for its backward (vp__save) in phase
+     * ph of step's micro-batch: a checkpointed segment's ops save only
+     * when the backward recomputes them (VP_PHASE_BACKWARD) */
+    void (*saved)(void *ud, uint32_t step, uint32_t op, vp_phase ph);
 } vp__sim_hooks;
 
 /* vp_simulate with hooks (NULL: every event is sent, as vp_simulate). */

@@ -293,6 +293,16 @@ void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id)
     if (k == id)
         vp__tref(S, id);
     sv[S->n_saved[op]++] = k;
+    if (S->hooks != NULL && S->hooks->saved != NULL)
+        S->hooks->saved(S->ud, S->step, op, S->phase);
+}
+
+void vp__save_vars(sim *S, uint32_t op, uint32_t n)
+{
+    if (S->hooks == NULL || S->hooks->saved == NULL)
+        return;
+    for (uint32_t k = 0; k < n; k++)
+        S->hooks->saved(S->ud, S->step, op, S->phase);
 }
 
 void vp__drop_saved(sim *S, uint32_t op, uint32_t slot)

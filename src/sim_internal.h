@@ -235,6 +235,12 @@ void vp__written_by(sim *S, bool launch);
  * are saved in increasing order. Activation offload, compression and
  * selective recomputation may keep something else (stash). */
 void vp__save(sim *S, uint32_t op, uint32_t slot, uint32_t id);
+/* op's autograd nodes save n variables more than its slots hold (indices,
+ * masks, offsets, parameters, a second view of a saved tensor): each is a
+ * SavedVariable checkpoint's hooks pack (vp__sim_hooks.saved), none is
+ * memory the op keeps (docs/STEP_TIME.md "Checkpointed steps on the
+ * host"). */
+void vp__save_vars(sim *S, uint32_t op, uint32_t n);
 /* Free one saved tensor before the others (its slot becomes NONE). */
 void vp__drop_saved(sim *S, uint32_t op, uint32_t slot);
 void vp__release_saved(sim *S, uint32_t op); /* all, in slot order */

@@ -227,6 +227,8 @@ typedef struct {
     double act_bytes;   /* the same less autocast's casts (a weight's)     */
     uint32_t consumers; /* ops that take its output and need a gradient    */
     double sums;        /* autograd's gradient sums into it, a micro-batch */
+    double saved;       /* tensors its checkpointed segment's recomputation
+                           saved for it (vp__sim_hooks.saved)             */
 } op_traffic;
 
 typedef struct {
@@ -460,6 +462,17 @@ static void on_written_by(void *ud, bool launch)
     ((tctx *)ud)->written_by = launch ? 1 : 2;
 }
 
+/* The simulator saved a tensor of op for its backward: in a checkpointed
+ * segment only the recomputation saves (the first forward runs under
+ * checkpoint's hooks, sim.c forward_pass), one tensor through the hooks
+ * each (host_cost). */
+static void on_saved(void *ud, uint32_t step, uint32_t op, vp_phase ph)
+{
+    tctx *c = ud;
+    if (step == c->step && ph == VP_PHASE_BACKWARD && op < c->g->n_ops)
+        c->t[op].saved += 1.0;
+}
+
 /* Accumulation's steady state (vp__sim_hooks): t as the last two
  * micro-batches began; the micro-batch between them repeats `times`
  * more times, and adds what it added each time. */
@@ -489,6 +502,7 @@ static void on_repeat(void *ud, uint32_t step, uint64_t times)
             t->outs[ph] += (t->outs[ph] - p->outs[ph]) * k;
         }
         t->casts += (t->casts - p->casts) * k;
+        t->saved += (t->saved - p->saved) * k;
     }
 }
 
@@ -1426,18 +1440,48 @@ static double op_calls(const qctx *q, const vp_op *o, const op_traffic *t,
     return (again ? 3.0 : 2.0) * VP__HOST_GEMM_NODE;
 }
 
+/* The launches of op i's forward that the backward runs again in one
+ * micro-batch, at most nk (its backward's launches, which hold them):
+ * none where the recomputation's early stop does not reach it
+ * (recomputed). */
+static double recomputed_launches(const qctx *q, size_t i, double nk)
+{
+    if (!recomputed(q->g, q->s, i))
+        return 0;
+    const vp_op *o = &q->g->ops[i];
+    const op_traffic *t = &q->c->t[i];
+    double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0) +
+                gemm_launches(q, o, t, 0);
+    return kr < nk ? kr : nk;
+}
+
+/* The host seconds of checkpointed op i in phase ph of one micro-batch
+ * beyond nk launches at the phase's cost (torch/utils/checkpoint.py,
+ * non-reentrant; docs/STEP_TIME.md "Checkpointed steps on the host").
+ * The hooks run per saved tensor, and the tensors the op saves are those
+ * its recomputation saves (op_traffic.saved): in the forward each goes
+ * through _checkpoint_hook's pack_hook (a _Holder, its weakref, the
+ * tensor's metadata for the determinism check: VP__HOST_CKPT_PACK); in
+ * the backward each is packed again by _recomputation_hook's pack_hook
+ * and taken by _checkpoint_hook's unpack_hook (VP__HOST_CKPT_RECOMPUTE),
+ * also past the early stop, whose last tensors are packed before their
+ * op's kernel runs. The first unpack runs the segment's forward again
+ * (the module's Python): its launches cost host_fwd, not host_bwd. */
+static double ckpt_host(const qctx *q, int ph, size_t i, double nk)
+{
+    double sv = q->c->t[i].saved / q->mb;
+    if (ph == 0)
+        return sv * VP__HOST_CKPT_PACK;
+    return sv * VP__HOST_CKPT_RECOMPUTE +
+           recomputed_launches(q, i, nk) * (q->hw->host_fwd - q->hw->host_bwd);
+}
+
 /* The host's kernels for op i in phase ph of one micro-batch (*nk), its
  * seconds per kernel (*per) and its GEMM calls' cost beyond them in
  * launches (*calls, op_calls). A forward kernel costs host_fwd, a
- * backward one host_bwd, and so does a call's unit. In a checkpointed segment (torch/utils/
- * checkpoint.py, non-reentrant) every tensor the forward saves goes
- * through _checkpoint_hook.pack_hook (a _Holder, its weakref, the
- * tensor's metadata for the determinism check), and in the backward
- * the first unpack_hook runs the segment's forward again (the module's
- * Python: host_fwd a kernel) under _recomputation_hook, whose pack_hook
- * takes each recomputed tensor; the saved tensors are the ops'
- * allocations, so both hooks are a cost per kernel (host_ckpt). */
-static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
+ * backward one host_bwd, and so does a call's unit; a checkpointed op's
+ * hooks and recomputation are in *per (ckpt_host). */
+static void host_cost(const qctx *q, int ph, size_t i, double *nk,
                       double *per, double *calls)
 {
     const vp_op *o = &q->g->ops[i];
@@ -1452,19 +1496,10 @@ static void host_cost(const qctx *q, int ph, size_t i, bool rec, double *nk,
     *calls = *nk > 0 ? op_calls(q, o, t, ph) : 0;
     if (*nk <= 0)
         return;
-    double call_s = *calls * *per; /* a unit at the phase's launch cost */
-    if (checkpointed(q->s, o) && ph == 0) {
-        *per += VP__HOST_CKPT_PACK;
-    } else if (checkpointed(q->s, o) && rec) {
-        /* the recomputed forward's kernels are its forward's */
-        double kr = t->kernels[0] / q->mb + op_launches(q, o, t, 0) +
-                    gemm_launches(q, o, t, 0);
-        if (kr > *nk)
-            kr = *nk;
-        *per = ((*nk - kr) * hw->host_bwd +
-                kr * (hw->host_fwd + VP__HOST_CKPT_RECOMPUTE)) / *nk;
-    }
-    *per += call_s / *nk;
+    double host = (*nk + *calls) * *per; /* a unit at the launch cost */
+    if (checkpointed(q->s, o))
+        host += ckpt_host(q, ph, i, *nk);
+    *per = host / *nk;
 }
 
 /* GPU seconds of op i in phase ph of one micro-batch, the kernels the
@@ -1482,10 +1517,7 @@ static double op_cost(const qctx *q, int ph, size_t i, double *nk,
     double gpu = ph == 0 ? mf : q->s->inference || !o->needs_grad ? 0 : mbk;
     *rec = ph == 1 && recomputed(q->g, q->s, i) ? mf : 0;
     gpu += *rec + t->mem[ph] / q->mb;
-    /* RoPE is timed as a whole op like a matmul but its host cost is a
-     * memory-bound op's, whose recomputed kernels the host issues at the
-     * backward's rate (host_cost) */
-    host_cost(q, ph, i, *rec > 0 && o->kind != VP_OP_ROPE, nk, per, calls);
+    host_cost(q, ph, i, nk, per, calls);
     return gpu;
 }
 
@@ -1565,6 +1597,9 @@ static void account(const qctx *q, vp_step_time *out)
             } else {
                 out->host_bwd_kernels += nk;
                 out->host_bwd_calls += calls;
+                out->host_recomputed += recomputed_launches(q, i, nk);
+                if (checkpointed(q->s, o))
+                    out->host_ckpt_saved += q->c->t[i].saved / q->mb;
             }
         }
     out->flops = flops * q->mb;
@@ -1707,7 +1742,7 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
     s2.alloc.device_total = 0;
     vp_estimate e;
     static const vp__sim_hooks hooks = {on_mb_start, on_repeat,
-                                        on_written_by};
+                                        on_written_by, on_saved};
     st = vp__simulate_prepared(g0, g == g0 ? NULL : g, &s2, &e, on_event, &c,
                                &hooks, err);
     if (st != VP_OK)

@@ -10,20 +10,22 @@
 
 #include "internal.h"
 
-/* The host's extra seconds per kernel of a checkpointed segment
+/* The host's extra seconds per tensor a checkpointed segment saves
  * (torch/utils/checkpoint.py, non-reentrant; docs/STEP_TIME.md
- * "Checkpointed steps"): in the forward, _checkpoint_hook.pack_hook per
- * saved tensor; in the backward, per recomputed kernel (on top of the
- * forward's host_fwd), unpack_hook and _recomputation_hook.pack_hook
- * with their detaches and the determinism check. Measured by
- * calibrate/vp-host-trace.py (calibrate/profiles/h200-host-trace.jsonl):
- * the checkpointed steps' host phases against the same models' plain
- * steps on the same host, per launch the model issues (allocations and
- * the op families' launch rules; the backward's GEMM nodes' units at a
- * launch's cost, VP__HOST_GEMM_NODE), scaled to the host of
- * VP_HOST_FWD_KERNEL (calibrate/fit-host.py ckpt). */
-#define VP__HOST_CKPT_PACK 7.88e-6
-#define VP__HOST_CKPT_RECOMPUTE 42.62e-6
+ * "Checkpointed steps on the host"): in the forward,
+ * _checkpoint_hook.pack_hook; in the backward, _recomputation_hook's
+ * pack_hook and _checkpoint_hook's unpack_hook with their detaches and
+ * the determinism check (the recomputed forward's launches cost
+ * host_fwd besides). Measured by calibrate/vp-host-trace.py
+ * (calibrate/profiles/h200-host-trace.jsonl): the checkpointed steps'
+ * host phases against the same models' plain steps on the same host,
+ * less the launches the model issues (allocations and the op families'
+ * launch rules; the backward's GEMM nodes' units at a launch's cost,
+ * VP__HOST_GEMM_NODE), over the tensors the simulator saves for the
+ * segments (vp__save), scaled to the host of VP_HOST_FWD_KERNEL
+ * (calibrate/fit-host.py ckpt; the three pairs' median). */
+#define VP__HOST_CKPT_PACK 11.84e-6
+#define VP__HOST_CKPT_RECOMPUTE 49.95e-6
 
 /* The host's cost of a GEMM's backward node beyond its launches, in
  * backward launches (docs/STEP_TIME.md "The host per op"): autograd's

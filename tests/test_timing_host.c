@@ -318,14 +318,15 @@ Test(finetune_time, dora_with_dropout_runs_the_base_again)
                        a.gemm - b.gemm, want);
 }
 
-/* gpt2-small, amp bf16, batch 2, with the checkpoint spec (NULL: none),
- * the host's seconds per forward and backward kernel set. */
-static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
+/* gpt2-small, amp bf16, at batch b, with the checkpoint spec (NULL:
+ * none), the host's seconds per forward and backward kernel set. */
+static vp_step_time gpt2_ckpt_b(const char *ckpt, uint64_t b, double fwd,
+                                double bwd)
 {
     vp_error err;
     vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
     cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 1024, &err);
+    vp_graph *g = vp_graph_build(m, b, 1024, &err);
     cr_assert_not_null(g, "%s", err.msg);
     bool mask[64] = {false};
     cr_assert_leq(vp_graph_segment_count(g), 64);
@@ -333,7 +334,7 @@ static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
                  "%s", err.msg);
     vp_setup s;
     vp_setup_init(&s);
-    s.batch = 2;
+    s.batch = b;
     s.seq = 1024;
     s.precision = VP_PREC_AMP_BF16;
     s.checkpoint = mask;
@@ -347,6 +348,11 @@ static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
     vp_graph_free(g);
     vp_model_free(m);
     return t;
+}
+
+static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
+{
+    return gpt2_ckpt_b(ckpt, 2, fwd, bwd);
 }
 
 /* The host's kernels charged at the forward's cost (d cpu / d host_fwd)
@@ -376,26 +382,110 @@ Test(ckpt_host, the_recomputed_forward_costs_the_forwards_host_time)
                        a.host_bwd_kernels + a.host_bwd_calls);
     /* the recomputation never exceeds the forward it repeats */
     cr_assert_leq(kr, a.host_kernels);
+    cr_assert_float_eq(kr, a.host_recomputed, 1e-6, "%g vs %g", kr,
+                       a.host_recomputed);
 }
 
-/* With the host's per-kernel costs near zero, what is left is
- * checkpoint's hooks: VP__HOST_CKPT_PACK per forward kernel of a
- * checkpointed segment (pack_hook), VP__HOST_CKPT_RECOMPUTE per
- * recomputed kernel (unpack_hook, _recomputation_hook); none without
+/* With the host's per-launch costs near zero, what is left is
+ * checkpoint's hooks (torch/utils/checkpoint.py, non-reentrant): per
+ * tensor a checkpointed segment saves, VP__HOST_CKPT_PACK in the forward
+ * (_checkpoint_hook.pack_hook) and VP__HOST_CKPT_RECOMPUTE in the
+ * backward (_recomputation_hook.pack_hook, unpack_hook); none without
  * checkpointing. */
-Test(ckpt_host, the_hooks_cost_per_kernel_of_a_checkpointed_segment)
+Test(ckpt_host, the_hooks_cost_per_saved_tensor)
 {
     const double tiny = 1e-15;
     vp_step_time none = gpt2_ckpt(NULL, tiny, tiny);
     cr_assert_lt(none.cpu, 1e-9);
+    cr_assert_float_eq(none.host_ckpt_saved, 0.0, 0.0);
     vp_step_time all = gpt2_ckpt("all", tiny, tiny);
-    double kr = recomputed_kernels("all");
-    double packed = (all.cpu - kr * VP__HOST_CKPT_RECOMPUTE) /
-                    VP__HOST_CKPT_PACK;
-    /* a whole number of forward kernels, the recomputed ones among them */
-    cr_assert_float_eq(packed, round(packed), 1e-6, "%g", packed);
-    cr_assert_geq(packed, kr);
-    cr_assert_leq(packed, all.host_kernels);
+    double sv = all.host_ckpt_saved;
+    cr_assert_float_eq(sv, round(sv), 1e-9, "%g saved tensors", sv);
+    double want = sv * (VP__HOST_CKPT_PACK + VP__HOST_CKPT_RECOMPUTE);
+    cr_assert_float_eq(all.cpu, want, 1e-6 * want, "%g vs %g", all.cpu,
+                       want);
+}
+
+/* The saved tensors are counted, not their bytes or launches: each of
+ * the twelve identical layers saves as many, and a batch twice as large
+ * saves the same tensors. */
+Test(ckpt_host, the_saved_tensors_are_per_layer_and_not_per_byte)
+{
+    vp_step_time one = gpt2_ckpt_b("layers.3", 2, 30e-6, 20e-6);
+    vp_step_time all = gpt2_ckpt_b("all", 2, 30e-6, 20e-6);
+    vp_step_time big = gpt2_ckpt_b("all", 4, 30e-6, 20e-6);
+    cr_assert_gt(one.host_ckpt_saved, 0.0);
+    cr_assert_float_eq(all.host_ckpt_saved, 12.0 * one.host_ckpt_saved, 0.0,
+                       "%g vs 12 x %g", all.host_ckpt_saved,
+                       one.host_ckpt_saved);
+    cr_assert_float_eq(big.host_ckpt_saved, all.host_ckpt_saved, 0.0);
+}
+
+/* The variables each op's autograd nodes save in the first step's forward
+ * (vp__sim_hooks.saved: checkpoint's hooks pack each), summed per kind. */
+typedef struct {
+    const vp_graph *g;
+    double by_kind[VP_OP__COUNT];
+    uint32_t ops[VP_OP__COUNT];
+} saves;
+
+static void count_saved(void *ud, uint32_t step, uint32_t op, vp_phase ph)
+{
+    saves *c = ud;
+    if (step == 1 && ph == VP_PHASE_FORWARD)
+        c->by_kind[c->g->ops[op].kind] += 1.0;
+}
+
+static saves saved_by_kind(const char *path)
+{
+    vp_error err;
+    vp_model *m = vp_model_load(path, &err);
+    cr_assert_not_null(m, "%s: %s", path, err.msg);
+    vp_graph *g = vp_graph_build(m, 1, 256, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 1;
+    s.seq = 256;
+    s.precision = VP_PREC_BF16;
+    saves c = {.g = g};
+    for (size_t i = 0; i < g->n_ops; i++)
+        c.ops[g->ops[i].kind]++;
+    const vp__sim_hooks hooks = {.saved = count_saved};
+    vp_estimate e;
+    cr_assert_eq(vp__simulate_hooked(g, &s, &e, NULL, &c, &hooks, &err),
+                 VP_OK, "%s", err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    c.g = NULL;
+    return c;
+}
+
+/* A hook runs per SavedVariable (torch/csrc/autograd/saved_variable.cpp),
+ * indices, masks, offsets and parameters included: transformers'
+ * grouped_mm_experts_forward keeps 17 a layer (three IndexBackward0's
+ * indices, three MaskedFillBackward0's masks, each _grouped_mm's input,
+ * weight and offs, SiluBackward0's gate, the two MulBackward0's operands),
+ * the softmax router 2 (softmax's result, topk's indices; the yaml sets
+ * no renormalisation, whose division would keep 2 more), DeepSeek-V3's
+ * renormalised group-limited one 9 (its three topk's indices, masked_fill's
+ * mask, gather's scores and index, sigmoid's result, the division's
+ * operands). */
+Test(ckpt_host, moe_layers_save_what_autograd_saves)
+{
+    saves mx = saved_by_kind("models/mixtral-8x7b.yaml");
+    cr_assert_eq(mx.ops[VP_OP_MOE_EXPERTS], 32);
+    cr_assert_float_eq(mx.by_kind[VP_OP_MOE_EXPERTS], 17.0 * 32, 0.0, "%g",
+                       mx.by_kind[VP_OP_MOE_EXPERTS]);
+    cr_assert_float_eq(mx.by_kind[VP_OP_ROUTER], 2.0 * 32, 0.0, "%g",
+                       mx.by_kind[VP_OP_ROUTER]);
+    saves ds = saved_by_kind("models/deepseek-v3.yaml");
+    uint32_t n = ds.ops[VP_OP_ROUTER];
+    cr_assert_eq(n, 61 - 3);
+    cr_assert_float_eq(ds.by_kind[VP_OP_ROUTER], 9.0 * n, 0.0, "%g",
+                       ds.by_kind[VP_OP_ROUTER]);
+    cr_assert_float_eq(ds.by_kind[VP_OP_MOE_EXPERTS], 17.0 * n, 0.0, "%g",
+                       ds.by_kind[VP_OP_MOE_EXPERTS]);
 }
 
 /* ---- launches (docs/STEP_TIME.md "Launches") ------------------------- */

@@ -139,6 +139,12 @@ typedef struct vp_step_time {
     /* the host's cost of the backward's GEMM nodes beyond their launches,
      * in backward launches (docs/STEP_TIME.md "The host per op") */
     double host_bwd_calls;
+    /* checkpointed segments in one micro-batch: the tensors they save for
+     * the backward (each through checkpoint's hooks twice: packed in the
+     * forward, packed again and unpacked in the backward) and the
+     * backward's launches that run their forward again (docs/
+     * STEP_TIME.md "Checkpointed steps on the host") */
+    double host_ckpt_saved, host_recomputed;
     double flops;          /* model FLOPs of the step (no recompute)        */
     double mfu;            /* flops / (total x peak of the compute dtype)   */
 } vp_step_time;

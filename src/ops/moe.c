@@ -23,6 +23,15 @@ static void meg_experts_bwd(sim *S, vp__bwd_op *b);
  * operands). */
 enum { ROUTER_SCORES, ROUTER_EXPERTS, ROUTER_TOPK, ROUTER_SUM };
 
+/* Autograd saves those (SoftmaxBackward0 its result, TopkBackward0 its
+ * indices, DivBackward0 both operands), and the grouped router saves 5
+ * variables more (modeling_deepseek_v3.py route_tokens_to_experts; torch
+ * 2.11 derivatives.yaml): the groups' topk(2), the top groups' and the
+ * masked scores' top-k keep their indices though no gradient reaches them
+ * (3), masked_fill its mask, gather the scores a second time beside the
+ * chosen experts. Checkpoint's hooks pack each (vp__save_vars). */
+#define ROUTER_GROUP_VARS 5u
+
 /* Softmax router: softmax(logits, dtype=float) (a fp32 copy first when
  * the logits are 16-bit), topk (values fp32, indices int64), optionally
  * values / values.sum(-1), then .to(logits' dtype). Grouped router:
@@ -75,6 +84,8 @@ void vp__router_fwd(sim *S, vp__fwd_op *f)
             vp__save(S, f->i, ROUTER_TOPK, val);
             vp__save(S, f->i, ROUTER_SUM, sum);
         }
+        if (grouped)
+            vp__save_vars(S, f->i, ROUTER_GROUP_VARS);
     }
     if (o->hold_until > f->i) /* the indices, a local as the weights */
         vp__hold_until(S, idx, o->hold_until);
@@ -106,6 +117,17 @@ void vp__router_bwd(sim *S, vp__bwd_op *b)
  * output, the activation, the gated product, down's output, the routing
  * weights in expert order. */
 enum { EX_TOKENS, EX_GATE_UP, EX_ACT, EX_PROD, EX_DOWN, EX_WEIGHTS };
+
+/* The variables its autograd nodes save beyond those slots (derivatives.yaml,
+ * torch 2.11; the nodes as measured, calibrate/profiles/h200-launch-ops.jsonl
+ * qwen3-moe-small amp b4: three IndexBackward0, three MaskedFillBackward0, two
+ * GroupedMmBackward0, SiluBackward0 and two MulBackward0 a layer): each
+ * IndexBackward0 its index (the tokens', the weights' gather, [inv_perm]:
+ * 3), each MaskedFillBackward0 its mask (3), each _grouped_mm its weight and
+ * offs beside its input (2 x 2), the gate's SiluBackward0 gate and
+ * MulBackward0 up, two views of gate_up's output (1 beyond it): 11, for 17 in
+ * all. */
+#define EX_VARS 11u
 
 /* Rows (tokens x top_k), and the widths of the expert GEMMs. */
 typedef struct {
@@ -205,6 +227,7 @@ void vp__moe_experts_fwd(sim *S, vp__fwd_op *f)
         vp__save(S, f->i, EX_PROD, prod);
         vp__save(S, f->i, EX_DOWN, dn);
         vp__save(S, f->i, EX_WEIGHTS, rw);
+        vp__save_vars(S, f->i, EX_VARS);
     }
     if (early)
         vp__tunref(S, un);
