@@ -12,10 +12,13 @@ workload measured right before the case (`probe`). The env line gets the same be
 
 SET is one of: steps (a step-time series: 14 cases of several collectors at 16 steps each, every step's time and
 the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl), t5steps (the same
-series for every T5-family case of the families and held-out sets: OUTDIR/t5steps/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the probe), cases
-(shared collect.py), extra (extra.py), finetune (collect_more.py lora), families (collect_more.py families), moe
-(collect_moe.py cases), encdec (collect_encdec.py), ho1 .. ho5 (groundtruth/heldout/collect_heldout*.py, training
-cases only). Outputs go to OUTDIR/SET/ under each collector's own file names.
+series for every T5-family case of the families and held-out sets: OUTDIR/t5steps/steps.jsonl), bf16steps (the
+same series for BF16_PAIRS: each host-bound pure-bf16 case beside an AMP case of its model,
+OUTDIR/bf16steps/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the
+probe), cases (shared collect.py), extra (extra.py), finetune (collect_more.py lora), families (collect_more.py
+families), moe (collect_moe.py cases), encdec (collect_encdec.py), ho1 .. ho5
+(groundtruth/heldout/collect_heldout*.py, training cases only). Outputs go to OUTDIR/SET/ under each collector's own
+file names.
 """
 import gc, importlib.util, json, os, runpy, statistics, sys, time
 
@@ -205,6 +208,17 @@ SERIES = [("G", "mlp10-bf16-b1024"), ("G", "resnet50-fp32-b64"), ("G", "gpt2-sma
           ("L", "llama-1b-lora-r32-qkvo-fp32base-amp-b4-ckpt"), ("F", "qwen3-0.6b-amp-bf16-b4")]
 
 
+# issue 13, stop 28 (docs/STEP_TIME.md "What is left", pure-bf16 steps): the host-bound pure-bf16 steps, each beside
+# an AMP step of the same model, so that both are measured on one host
+BF16_PAIRS = [("mlp10-bf16-b1024", "mlp10-amp-bf16-b1024"), ("llama-1b-bf16-load-dtype-b2", "llama-1b-amp-bf16-b1"),
+              ("qwen3-0.6b-bf16-b8-ckpt", "qwen3-0.6b-amp-bf16-b4"),
+              ("gemma2-2b-bf16-b4-ckpt", "gemma2-2b-amp-bf16-b2"),
+              ("mt5-small-bf16-b32-ckpt", "mt5-small-amp-bf16-b16"),
+              ("ho2-t5-small-bf16-b16-ckpt", "ho-t5-small-amp-bf16-b32"),
+              ("ho4-flan-t5-base-bf16-b4", "ho5-t5-base-amp-bf16-b8"),
+              ("ho-flan-t5-base-bf16-b16-ckpt", "ho2-flan-t5-base-amp-bf16-b8-ckpt")]
+
+
 def series_cases():
     """Every step-time case of the shared and extra collectors, the encoder-decoders, the families and LoRA: id ->
     (runner, case)."""
@@ -237,7 +251,8 @@ def t5_cases():
 def set_steps(out, nsteps=16, which="steps"):
     """Every step's time (between the step loop's own synchronizes, recorded by wrapping torch.cuda.synchronize)
     and the SM clock after it (NVML through torch.cuda.clock_rate), at `nsteps` steps, twice (the second pass in
-    reverse order): SERIES's cases (which "steps": OUTDIR/steps/steps.jsonl) or every T5-family case (which
+    reverse order): SERIES's cases (which "steps": OUTDIR/steps/steps.jsonl), BF16_PAIRS's (which "bf16steps") or
+    every T5-family case (which
     "t5steps": OUTDIR/t5steps/steps.jsonl, issue 13: identical T5 cases measured 30 % apart at the median, against
     4.7 % for the other families, docs/STEP_TIME.md "What is left"); each span with the milliseconds the garbage
     collector took in it (gc_ms) and its full collections (gc_full)."""
@@ -247,6 +262,10 @@ def set_steps(out, nsteps=16, which="steps"):
     if which == "t5steps":
         cases = t5_cases()
         order = list(cases)
+    elif which == "bf16steps":
+        cases = series_cases()
+        cases.update(t5_cases())
+        order = [cid for pair in BF16_PAIRS for cid in pair]
     else:
         cases = series_cases()
         order = [cid for _, cid in SERIES]
@@ -304,7 +323,7 @@ def main():
     out = os.path.join(outdir, which)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
-    if which in ("steps", "t5steps"):
+    if which in ("steps", "t5steps", "bf16steps"):
         set_steps(out, which=which)
     elif which == "host":
         set_host(out)
