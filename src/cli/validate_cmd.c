@@ -573,6 +573,8 @@ static void repeated(state *s)
     double *err = NULL, *dev = NULL;
     size_t n_case = 0, n_dev = 0, most = 0, least = SIZE_MAX;
 
+    if (s->n_rep < 2)
+        return; /* no case can have been measured twice */
     qsort(s->rep, s->n_rep, sizeof *s->rep, rcmp);
     err = malloc((s->n_rep + 1) * sizeof *err);
     dev = malloc((s->n_rep + 1) * sizeof *dev);
