@@ -24,8 +24,8 @@
  * VP__HOST_GEMM_NODE), over the tensors the simulator saves for the
  * segments (vp__save), scaled to the host of VP_HOST_FWD_KERNEL
  * (calibrate/fit-host.py ckpt; the three pairs' median). */
-#define VP__HOST_CKPT_PACK 10.71e-6
-#define VP__HOST_CKPT_RECOMPUTE 34.28e-6
+#define VP__HOST_CKPT_PACK 11.84e-6
+#define VP__HOST_CKPT_RECOMPUTE 49.95e-6
 
 /* The host's cost of a GEMM's backward node beyond its launches, in
  * backward launches (docs/STEP_TIME.md "The host per op"): autograd's

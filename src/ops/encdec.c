@@ -11,16 +11,6 @@
  * itself (the multiply's), the rsqrt per row and the normalised states
  * the weight multiplies. */
 enum { T5N_XF, T5N_X, T5N_RSTD, T5N_H };
-/* Autograd's (tools/autograd/derivatives.yaml, torch 2.11; checkpoint's
- * hooks pack each, vp__save_vars): pow keeps x.float(), rsqrt its result,
- * hidden_states * rsqrt the input as it came and rsqrt again, the weight's
- * mul the weight (h's gradient) and h only for a trained weight: 5 and h.
- * The slots hold x.float(), the input where it differs, rsqrt and h. */
-static uint32_t t5norm_vars(const sim *S, const vp_op *o, uint8_t e0)
-{
-    bool tw = o->n_params > 0 && S->g->params[o->params[0]].trainable;
-    return 5u + (tw ? 1u : 0u) - (3u + (e0 != 4 ? 1u : 0u));
-}
 /* What compute_bias keeps: the buckets (the embedding's indices). */
 enum { PB_BUCKETS };
 
@@ -59,7 +49,6 @@ void vp__t5norm_fwd(sim *S, vp__fwd_op *f)
             vp__save(S, f->i, T5N_X, S->out_t[f->in0]);
         vp__save(S, f->i, T5N_RSTD, r);
         vp__save(S, f->i, T5N_H, h);
-        vp__save_vars(S, f->i, t5norm_vars(S, o, e0));
     }
     vp__tunref(S, h);
     vp__tunref(S, r);

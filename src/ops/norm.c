@@ -13,19 +13,6 @@ enum { NORM_X, NORM_MEAN, NORM_RSTD };
  * and the normalised h cast back (the weight multiply's operand);
  * GemmaRMSNorm's h stays fp32 and 1 + w is kept too. */
 enum { RMS_XF, RMS_RSTD, RMS_H, RMS_W1 };
-/* Autograd's variables beyond those slots (tools/autograd/derivatives.yaml,
- * torch 2.11; each SavedVariable passes checkpoint's pack hook,
- * torch/csrc/autograd/saved_variable.cpp, vp__save_vars): HF's
- * LlamaRMSNorm saves x.float() for pow (PowBackward0 self), rsqrt's result
- * (RsqrtBackward0 result), both for x * rsqrt (MulBackward0 self and
- * other) and the weight for weight * h (MulBackward0 self, for h's
- * gradient; h for the weight's when it trains): 5 and h, 2 and h in slots.
- * GemmaRMSNorm's x.float() and rsqrt likewise, 1 + weight.float() in its
- * own slot (RMS_W1): 2 more. Native layer_norm's NativeLayerNormBackward0
- * keeps its weight and bias beside input, mean and rstd: one each;
- * native_group_norm's its weight only. */
-#define RMS_HF_VARS 3u
-#define RMS_GEMMA_VARS 2u
 
 void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
 {
@@ -47,9 +34,6 @@ void vp__layernorm_fwd(sim *S, vp__fwd_op *f)
         vp__save(S, i, NORM_X, x);
         vp__save(S, i, NORM_MEAN, m);
         vp__save(S, i, NORM_RSTD, r);
-        vp__save_vars(S, i, o->kind == VP_OP_GROUPNORM && o->n_params > 1
-                                ? 1u
-                                : o->n_params);
     }
     vp__tunref(S, m);
     vp__tunref(S, r);
@@ -96,7 +80,6 @@ static void gemma_rmsnorm_fwd(sim *S, vp__fwd_op *f)
         if (keep_h)
             vp__save(S, f->i, RMS_H, h);
         vp__save(S, f->i, RMS_W1, w1);
-        vp__save_vars(S, f->i, RMS_GEMMA_VARS);
     }
     vp__tunref(S, w1);
     vp__tunref(S, h);
@@ -169,7 +152,6 @@ void vp__rmsnorm_fwd(sim *S, vp__fwd_op *f)
          * weight leaves it (tools/autograd/derivatives.yaml, mul) */
         if (S->g->params[o->params[0]].trainable)
             vp__save(S, i, RMS_H, h2);
-        vp__save_vars(S, i, RMS_HF_VARS);
     }
     vp__tunref(S, h2);
     vp__tunref(S, r);

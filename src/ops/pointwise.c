@@ -16,7 +16,6 @@ enum { DROPOUT_MASK };
 enum { MUL_A, MUL_B };
 enum { MAXPOOL_X, MAXPOOL_INDICES };
 enum { SOFTMAX_OUT };
-#define ROPE_VARS 2u
 
 void vp__activation_fwd(sim *S, vp__fwd_op *f)
 {
@@ -169,11 +168,6 @@ void vp__rope_fwd(sim *S, vp__fwd_op *f)
     vp__transient(S, vp__mulc(S, f->n, f->eb0));
     f->oeb = re;
     f->out = vp__talloc(S, vp__mulc(S, f->n, f->oeb), VP_CAT_ACT);
-    /* q * cos and rotate_half(q) * sin keep cos and sin for q's gradient
-     * (MulBackward0 other; cos and sin need none, so not q): 2 variables,
-     * no slot (the rotary embedding's tables, outside the layer) */
-    if (f->sv)
-        vp__save_vars(S, f->i, ROPE_VARS);
 }
 
 void vp__rope_bwd(sim *S, vp__bwd_op *b)
