@@ -14,6 +14,13 @@ One JSON object per line:
   {"kind": "host_op", "op": NAME, "phase": "fwd"|"bwd", "calls": N, "launches": per call (profiled count),
    "us_per_call": unprofiled, "profiled_us_per_call": under the profiler}
 plus one {"kind": "env", "torch": ..., "gpu": ...}.
+
+The grouped GEMMs (issue 13, docs/STEP_TIME.md "What is left", the MoE fallback's host): torch._grouped_mm on fp32
+operands (aten/src/ATen/native/cuda/GroupedBlas.cpp: not the bf16 CUTLASS kernel, the fallback: offs.cpu() and an
+mm_out per group), E groups of 16 rows over [E, 256, 256] weights (the transformers 5 experts' transposed view), E 8,
+16, 32 and 128: ops "grouped_mm_fp32_eE" (forward) and "GroupedMmBackward0_fp32_eE" (input and weight gradients);
+"grouped_mm_bf16_e16" is the CUTLASS kernel beside them. Their calls are N * 8 / E (at least 25), so every op issues
+about the same number of mm.
 """
 import json, statistics, sys, time
 
@@ -44,7 +51,7 @@ def fwd_ops():
         with torch.autocast("cuda", dtype=BF):
             return F.linear(x3.float(), wf)
 
-    return {
+    ops = {
         "mul": lambda: x * x,
         "add": lambda: x + x,
         "view": lambda: x.view(64, 16, 16),
@@ -55,6 +62,32 @@ def fwd_ops():
         "sdpa_causal": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),  # cuDNN on sm90, 16-bit
         "sdpa_bias": lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=bias),  # T5's: the math path
     }
+    for e in GROUPS:
+        a, wt, offs = grouped(e, torch.float32)
+        ops["grouped_mm_fp32_e%d" % e] = lambda a=a, wt=wt, offs=offs: torch._grouped_mm(a, wt, offs=offs)
+    a, wt, offs = grouped(16, BF)
+    ops["grouped_mm_bf16_e16"] = lambda: torch._grouped_mm(a, wt, offs=offs)
+    return ops
+
+
+GROUPS = (8, 16, 32, 128)
+ROWS = 16  # rows per group
+
+
+def grouped(e, dtype):
+    """A routed experts' GEMM: [E * ROWS, 256] tokens, the experts' [E, 256, 256] weights as the transposed view
+    transformers 5 passes (integrations/moe.py grouped_mm_experts_forward), int32 offsets of each group's end."""
+    a = torch.randn(e * ROWS, 256, device=DEV, dtype=dtype)
+    w = torch.randn(e, 256, 256, device=DEV, dtype=dtype) / 16
+    offs = torch.arange(ROWS, e * ROWS + 1, ROWS, device=DEV, dtype=torch.int32)
+    return a, w.transpose(-1, -2), offs
+
+
+def calls_of(name):
+    """Calls of one op: N, the grouped ones N * 8 / E (at least 25)."""
+    if "_e" in name:
+        return max(25, N * 8 // int(name.rsplit("_e", 1)[1]))
+    return N // 8 if name.startswith("ScaledDotProduct") else N
 
 
 def bwd_chains():
@@ -71,12 +104,29 @@ def bwd_chains():
 
     ws = w.detach().requires_grad_(True)
     q0 = torch.randn(2, 4, 64, 64, device=DEV, dtype=BF)
-    return {
+    chains = {
         "MulBackward1": chain(lambda y: y * 1.0001),  # a single-launch node: the unit
         "MmBackward0": chain(lambda y: y @ w),  # frozen weight: the input gradient only
         "MmBackward0_weight": chain(lambda y: y @ ws),  # and the weight's: mm_mat1 and mm_mat2_backward
         "ScaledDotProductCudnnAttentionBackward0": lambda: sdpa_chain(q0),
     }
+    for e in GROUPS:
+        chains["GroupedMmBackward0_fp32_e%d" % e] = grouped_chain(e)
+    return chains
+
+
+def grouped_chain(e):
+    """A chain of calls_of(...) grouped GEMMs over trained fp32 experts: each node's input and weight gradients."""
+    a, wt, offs = grouped(e, torch.float32)
+    wt = wt.detach().requires_grad_(True)
+    calls = calls_of("GroupedMmBackward0_fp32_e%d" % e)
+
+    def build():
+        y = a.detach().requires_grad_(True)
+        for _ in range(calls):
+            y = torch._grouped_mm(y, wt, offs=offs)
+        return y.sum()
+    return build
 
 
 def sdpa_chain(q0):
@@ -143,13 +193,14 @@ def main():
     for name, fn in fwd_ops().items():
         for _ in range(20):
             fn()
-        us = host_us(fn, N)
-        pus, launches = profiled(fn, N)
-        out.write(json.dumps(dict(kind="host_op", op=name, phase="fwd", calls=N, launches=round(launches, 3),
+        calls = calls_of(name)
+        us = host_us(fn, calls)
+        pus, launches = profiled(fn, calls)
+        out.write(json.dumps(dict(kind="host_op", op=name, phase="fwd", calls=calls, launches=round(launches, 3),
                                   us_per_call=round(us, 2), profiled_us_per_call=round(pus, 2))) + "\n")
         out.flush()
     for name, build in bwd_chains().items():
-        calls = N // 8 if name.startswith("ScaledDotProduct") else N
+        calls = calls_of(name)
         build().backward()
         us = backward_us(build, calls)
         pus, launches = backward_profiled(build, calls)
