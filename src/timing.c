@@ -532,29 +532,6 @@ static double gemm_gpu(const vp_curve *c, double gap, double m, double n,
     return vp__gemm_work(c, m, n, k) + gap;
 }
 
-/* The bias gradient of a linear: grad_out summed over its m rows
- * (AddmmBackward's sum, ops/linear.c; one at::native::reduce_kernel<128,
- * 4, ReduceOp<..., sum_functor>> a layer in the H200 step profiles,
- * calibrate/profiles/h200-kernels-byname.jsonl), its staging scratch
- * (Reduce.cuh global_memory_size) written only with the blocks' partial
- * sums. The profiles' kernels per element summed, the gap apart: 16-bit
- * 1.689 ps (bert-base AMP b32, 73 calls, 2.418 ms over 1.3715e9
- * elements; gpt2-small AMP b8, 48 calls, 1.045 ms over 6.795e8), fp32
- * 2.03 ps (gpt2-small fp32 b8, 1.393 ms over 6.858e8: the 48 biases and
- * the position embedding's sum over the batch), H200 figures kept
- * for every GPU as the other kernels' ratios are (vp_hw_mem_share). */
-#define VP__BIAS_SUM_PS_16 1.689e-12
-#define VP__BIAS_SUM_PS_32 2.03e-12
-static double bias_sum(const tctx *x, const vp_setup *s, const vp_op *o,
-                       double m, double n)
-{
-    if (o->n_params < 2 || !x->g->params[o->params[1]].trainable)
-        return 0;
-    double ps = gemm_dtype(s->precision) == VP_HW_FP32 ? VP__BIAS_SUM_PS_32
-                                                        : VP__BIAS_SUM_PS_16;
-    return m * n * ps + x->gap;
-}
-
 /* 16-bit GEMMs whose operands' rows are not 16-byte aligned (a row of
  * n or k elements, n x 2 bytes not a multiple of 16: GPT-2's 50257-token
  * head, BERT's 30522) cannot use cuBLAS's TMA tensor-core kernels
@@ -688,7 +665,7 @@ static void linear_time(const tctx *x, const vp_setup *s, const vp_op *o,
     linear_extra(x, s, o, 0, &r);
     *f += r;
     linear_extra(x, s, o, 1, &r);
-    *b += r + bias_sum(x, s, o, m, n);
+    *b += r;
 }
 
 /* A LoRA adapter's GEMMs (peft 0.21, peft/tuners/lora/layer.py

@@ -141,22 +141,6 @@ Test(timing_kernels, amp_loss_on_16bit_logits_runs_log_softmax_in_16_bits)
     near_rel(t.gemm, gemms + loss, 1e-9, "gemm");
 }
 
-/* A linear's bias gradient is one reduction over its rows, at the H200
- * step profiles' rate per element of grad_out (timing.c bias_sum: 1.689
- * ps in 16 bits), its Reduce.cuh staging no kernel of its own: the
- * GEMMs (forward and weight gradient) and that sum, exactly. */
-Test(timing_kernels, bias_gradient_is_one_reduction_over_the_rows)
-{
-    vp_hw hw = gpu("h200");
-    vp_step_time t = step("tests/data/timing/bias-3072.yaml", 4096, 0,
-                          VP_PREC_AMP_BF16, false, &hw, false, VP_ATTN_SDPA,
-                          NULL);
-    double gemms = curve_gemm(&hw, VP_HW_BF16, 4096, 3072, 768) +
-                   curve_gemm(&hw, VP_HW_BF16, 3072, 768, 4096);
-    double sum = 4096.0 * 3072.0 * 1.689e-12 + gap_of(&hw);
-    near_rel(t.gemm, gemms + sum, 1e-9, "gemm");
-}
-
 /* The graph's attention forwards' FLOPs over `rate`. */
 static double attention_time(const vp_graph *g, double rate)
 {

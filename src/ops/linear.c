@@ -42,11 +42,7 @@ static void workspace_bwd(sim *S, bool lt)
  * §8.1, measured on the H200). setReduceConfig caps the grid at one wave
  * of blocks over the SMs, so the cap on staged elements scales with the
  * SM count: ~3.47e7 on the H200's 132 (the threads per SM, 2048 there,
- * are taken to be the same elsewhere). The staging is the reduction
- * kernel's scratch (reduce_kernel writes its blocks' partial sums there,
- * and the semaphores are zeroed with a memset): no kernel of its own to
- * the step-time model (vp__written_by), which times the reduction with
- * the linear (timing.c linear_time). */
+ * are taken to be the same elsewhere). */
 #define BIAS_STAGING_MIN_ROWS 256u
 #define BIAS_STAGING_ELEMS_H200 34700000u
 #define BIAS_STAGING_MIN_CAP 512u
@@ -62,10 +58,8 @@ static void bias_staging(sim *S, uint64_t rows, uint64_t out)
         cap = BIAS_STAGING_MIN_CAP;
     if (r > cap)
         r = cap;
-    vp__written_by(S, true);
     uint32_t a = vp__talloc(S, vp__mulc(S, vp__mulc(S, out, r), 4),
                             VP_CAT_TEMP);
-    vp__written_by(S, true);
     uint32_t b = vp__talloc(S, 32, VP_CAT_TEMP);
     vp__tunref(S, a);
     vp__tunref(S, b);
@@ -524,7 +518,6 @@ static void linear_bwd_mm(sim *S, const vp__bwd_op *b, const lin_path *p,
     if (tb) {
         uint32_t pb = o->params[1];
         uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
-        vp__written_by(S, true); /* the reduction: timing.c linear_time */
         gr->gb = vp__talloc(S, vp__mulc(S, g->params[pb].numel, eb),
                             VP_CAT_TEMP);
         bias_staging(S, rows, o->out_features);
@@ -577,8 +570,6 @@ static void linear_bwd_direct(sim *S, const vp__bwd_op *b, uint8_t ce,
     if (tb) {
         uint32_t pb = o->params[1];
         uint32_t eb = S->amp ? 2 : vp__param_bytes(S, &g->params[pb]);
-        if (!conv)
-            vp__written_by(S, true); /* timing.c linear_time */
         gr->gb = vp__talloc(S, vp__mulc(S, g->params[pb].numel, eb),
                             VP_CAT_TEMP);
         if (!conv)
