@@ -55,12 +55,11 @@ import json
 import sys
 
 
-def solve(X, y):
-    """Least squares of X b = y weighted by 1/y (relative error), by the normal equations."""
-    n = len(X[0])
-    A = [[sum(r[i] * r[j] / v ** 2 for r, v in zip(X, y)) for j in range(n)] for i in range(n)]
-    c = [sum(r[i] / v for r, v in zip(X, y)) for i in range(n)]
-    M = [a + [b] for a, b in zip(A, c)]
+def gauss(M):
+    """The solution of the augmented system M (n rows of n coefficients and the right-hand side), by Gauss-Jordan
+    elimination with partial pivoting."""
+    n = len(M)
+    M = [list(r) for r in M]
     for i in range(n):
         p = max(range(i, n), key=lambda k: abs(M[k][i]))
         M[i], M[p] = M[p], M[i]
@@ -69,6 +68,14 @@ def solve(X, y):
                 f = M[k][i] / M[i][i]
                 M[k] = [a - f * b for a, b in zip(M[k], M[i])]
     return [M[i][n] / M[i][i] for i in range(n)]
+
+
+def solve(X, y):
+    """Least squares of X b = y weighted by 1/y (relative error), by the normal equations."""
+    n = len(X[0])
+    A = [[sum(r[i] * r[j] / v ** 2 for r, v in zip(X, y)) for j in range(n)] for i in range(n)]
+    c = [sum(r[i] / v for r, v in zip(X, y)) for i in range(n)]
+    return gauss([a + [b] for a, b in zip(A, c)])
 
 
 def report(name, X, y, b, labels):

@@ -32,7 +32,7 @@ the model is calibrated on.
 One JSON object per line: {"kind": "ckpt_hooks", "op", "saved_per_op", "segments", "ops", "plain_fwd_us",
 "plain_bwd_us", "ckpt_fwd_us", "ckpt_bwd_us"}
 """
-import json, statistics, sys, time
+import importlib.util, json, os, statistics, sys, time
 
 HOST_FWD_KERNEL_US = 30.97  # include/vramplan/timing.h VP_HOST_FWD_KERNEL
 SAVED = {"add": 0, "mulc": 1, "mulw": 2}
@@ -101,17 +101,14 @@ def collect(out):
 
 
 def lsq(X, y):
-    """Least squares by the normal equations (two or three unknowns)."""
+    """Least squares by the normal equations (two or three unknowns), solved by fit-host.py's gauss."""
+    spec = importlib.util.spec_from_file_location("fit_host", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                           "fit-host.py"))
+    fh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fh)
     n = len(X[0])
-    M = [[sum(r[i] * r[j] for r in X) for j in range(n)] + [sum(r[i] * v for r, v in zip(X, y))] for i in range(n)]
-    for i in range(n):
-        p = max(range(i, n), key=lambda k: abs(M[k][i]))
-        M[i], M[p] = M[p], M[i]
-        for k in range(n):
-            if k != i:
-                f = M[k][i] / M[i][i]
-                M[k] = [a - f * b for a, b in zip(M[k], M[i])]
-    return [M[i][n] / M[i][i] for i in range(n)]
+    return fh.gauss([[sum(r[i] * r[j] for r in X) for j in range(n)] + [sum(r[i] * v for r, v in zip(X, y))]
+                     for i in range(n)])
 
 
 def fit(path):

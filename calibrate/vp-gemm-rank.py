@@ -13,24 +13,23 @@ REPS) and REPS calls queued back to back ("queued_us", per call: what a step's s
    "m":..,"n":..,"k":..,"r":..,"d":..,"alone_us":..,"queued_us":..}
 with m x n x k the GEMM's shape (2mnk FLOPs).
 """
+import importlib.util
 import json
+import os
 import sys
 
 import torch
 
-REPS = 20
+_spec = importlib.util.spec_from_file_location(
+    "vp_gemm_align", os.path.join(os.path.dirname(os.path.abspath(__file__)), "vp-gemm-align.py"))
+_align = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_align)
+REPS = _align.REPS
 
 
 def alone(fn):
-    ts = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return sorted(ts)[len(ts) // 2]
+    """One call alone, after a warm-up call: vp-gemm-align.py's timing, in us."""
+    return _align.timed(fn) * 1e3
 
 
 def queued(fn):
@@ -59,8 +58,6 @@ def main():
                              ("b_wgrad", (d, r, m), lambda: g.t() @ a), ("b_dgrad", (m, r, d), lambda: g @ wb),
                              ("a_wgrad", (r, d, m), lambda: a.t() @ x), ("a_dgrad", (m, d, r), lambda: a @ wa))
                     for name, (gm, gn, gk), fn in forms:
-                        fn()
-                        torch.cuda.synchronize()
                         out.write(json.dumps(dict(kind="gemm_rank", dtype=str(dt).replace("torch.", ""), form=name,
                                                   m=gm, n=gn, k=gk, r=r, d=d, alone_us=alone(fn),
                                                   queued_us=queued(fn))) + "\n")

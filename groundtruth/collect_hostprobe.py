@@ -129,10 +129,14 @@ def set_cases(out):
     torch.ones(1, device="cuda") @ torch.ones(1, 1, device="cuda")
     first = env_probe()
     G.main()
-    path = os.path.join(out, "cases.jsonl")  # collect.py writes its env line itself: the probe joins it here
+    probe_into_env(os.path.join(out, "cases.jsonl"), first)
+
+
+def probe_into_env(path, probe_):
+    """The probe joins the env line that a collector wrote itself (the file's first line)."""
     lines = open(path).read().splitlines()
     env = json.loads(lines[0])
-    env["env"]["host_probe"] = first
+    env["env"]["host_probe"] = probe_
     with open(path, "w") as f:
         f.write("\n".join([json.dumps(env)] + lines[1:]) + "\n")
 
@@ -182,16 +186,11 @@ def set_moe(out):
 def set_encdec(out):
     import collect_encdec as E
     E.CASES[:] = [(with_probe(fn), c) for fn, c in E.CASES]
-    orig = E.json.dumps
-
-    def dumps(o, *a, **k):  # the env line gains the probe
-        if isinstance(o, dict) and "env" in o and isinstance(o["env"], dict):
-            o = dict(env=dict(o["env"], host_probe=env_probe()))
-        return orig(o, *a, **k)
-    E.json = type(sys)("json_probe")
-    E.json.dumps = dumps
     sys.argv = ["collect_encdec.py", out]
+    torch.ones(1, device="cuda") @ torch.ones(1, 1, device="cuda")
+    first = env_probe()
     E.main()
+    probe_into_env(os.path.join(out, "encdec.jsonl"), first)
 
 
 def set_heldout(out, n):

@@ -41,9 +41,10 @@ def traced(fn, c, path):
 
 
 
-def trace_all(cases, out, filt=""):
-    """Each (runner, case) of `cases` traced for 3 steps into OUT/<id>.trace.jsonl.gz, after the warm-up; a case that
-    fails is reported and the rest still run (the held-out trace scripts' loop)."""
+def trace_all(cases, out, filt="", steps=3):
+    """Each (runner, case) of `cases` traced for `steps` steps (None: the case's own) into OUT/<id>.trace.jsonl.gz,
+    after the warm-up; a case that fails is reported and the rest still run (the held-out trace scripts' loop and
+    this script's single-GPU mode)."""
     os.makedirs(out, exist_ok=True)
     print("cases", [c["id"] for _, c in cases], flush=True)
     M.warmup()
@@ -52,7 +53,8 @@ def trace_all(cases, out, filt=""):
             continue
         t0 = time.time()
         try:
-            traced(fn, dict(c, steps=3), os.path.join(out, c["id"] + ".trace.jsonl.gz"))
+            traced(fn, c if steps is None else dict(c, steps=steps),
+                   os.path.join(out, c["id"] + ".trace.jsonl.gz"))
             print("traced", c["id"], round(time.time() - t0, 1), flush=True)
         except Exception as e:
             print("trace failed", c["id"], repr(e)[:300], flush=True)
@@ -111,18 +113,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     mode = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] in ("dist", "fake") else "single"
     if mode == "single":
-        filt = sys.argv[2] if len(sys.argv) > 2 else ""
-        M.warmup()
-        for fn, c in TRACES:
-            if filt and filt not in c["id"]:
-                continue
-            t0 = time.time()
-            try:
-                traced(fn, c, os.path.join(out, c["id"] + ".trace.jsonl.gz"))
-                print("traced", c["id"], round(time.time() - t0, 1), flush=True)
-            except Exception as e:
-                print("trace failed", c["id"], repr(e)[:200], flush=True)
-                G.cleanup()
+        trace_all(TRACES, out, sys.argv[2] if len(sys.argv) > 2 else "", steps=None)
         return
     import torch.distributed as dist
     import collect_dist_more as D

@@ -1,4 +1,3 @@
-#include <stdio.h>
 /* The step-time model of one GPU running eager PyTorch
  * (docs/STEP_TIME.md "One GPU"). The simulator replays the step; every
  * allocation it makes is a kernel writing that many bytes. A matmul
