@@ -14,7 +14,8 @@ SET is one of: steps (a step-time series: 14 cases of several collectors at 16 s
 the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl), t5steps (the same
 series for every T5-family case of the families and held-out sets: OUTDIR/t5steps/steps.jsonl), bf16steps (the
 same series for BF16_PAIRS: each host-bound pure-bf16 case beside an AMP case of its model,
-OUTDIR/bf16steps/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the
+OUTDIR/bf16steps/steps.jsonl), series ID... (the same series for the cases named, from any of the collectors below:
+OUTDIR/series/steps.jsonl), host (calibrate/vp-host.py's host phases of the shared cases, each line with the
 probe), cases (shared collect.py), extra (extra.py), finetune (collect_more.py lora), families (collect_more.py
 families), moe (collect_moe.py cases), encdec (collect_encdec.py), ho1 .. ho5
 (groundtruth/heldout/collect_heldout*.py, training cases only). Outputs go to OUTDIR/SET/ under each collector's own
@@ -219,7 +220,7 @@ BF16_PAIRS = [("mlp10-bf16-b1024", "mlp10-amp-bf16-b1024"), ("llama-1b-bf16-load
 
 
 def series_cases():
-    """Every step-time case of the shared and extra collectors, the encoder-decoders, the families and LoRA: id ->
+    """Every step-time case of the shared and extra collectors, the encoder-decoders, the families, LoRA and MoE: id ->
     (runner, case)."""
     import collect as G
     import collect_more as M
@@ -230,24 +231,32 @@ def series_cases():
     cases.update({c["id"]: (fn, c) for fn, c in E.CASES})
     cases.update({c["id"]: (M.run_family, c) for c in M.FAM})
     cases.update({c["id"]: (M.run_ft, c) for c in M.FT})
+    O = load(os.path.join(HERE, "collect_moe.py"), "collect_moe")
+    cases.update({c["id"]: (M.run_family, c) for c in O.CASES})
     return cases
 
 
-def t5_cases():
-    """The T5 family's training cases (t5, flan-t5, mt5) of the families set and the five held-out sets, in that
-    order: id -> (collect_more.run_family, case). Each held-out script rewrites collect_heldout.FAM in place when
+def heldout_cases(keep=lambda c: True):
+    """The training cases of the families set and the five held-out sets (families and LoRA) that `keep` accepts,
+    in that order: id -> (runner, case). Each held-out script rewrites collect_heldout.FAM and .FT in place when
     imported, so its cases are copied right after its import."""
     import collect_more as M
-    cases = {c["id"]: (M.run_family, c) for c in M.FAM if "t5" in c["model"]}
+    cases = {c["id"]: (M.run_family, c) for c in M.FAM if keep(c)}
     for n in range(1, 6):
         name = "collect_heldout" if n == 1 else "collect_heldout%d" % n
         load(os.path.join(HERE, "heldout", name + ".py"), name)
         H = sys.modules["collect_heldout"]
-        cases.update({c["id"]: (M.run_family, dict(c)) for c in H.FAM if "t5" in c["model"]})
+        cases.update({c["id"]: (M.run_family, dict(c)) for c in H.FAM if keep(c)})
+        cases.update({c["id"]: (M.run_ft, dict(c)) for c in H.FT if keep(c)})
     return cases
 
 
-def set_steps(out, nsteps=16, which="steps"):
+def t5_cases():
+    """The T5 family's training cases (t5, flan-t5, mt5) of the families set and the five held-out sets."""
+    return {k: v for k, v in heldout_cases(lambda c: "t5" in c["model"]).items() if v[0].__name__ == "run_family"}
+
+
+def set_steps(out, nsteps=16, which="steps", ids=()):
     """Every step's time (between the step loop's own synchronizes, recorded by wrapping torch.cuda.synchronize)
     and the SM clock after it (NVML through torch.cuda.clock_rate), at `nsteps` steps, twice (the second pass in
     reverse order): SERIES's cases (which "steps": OUTDIR/steps/steps.jsonl), BF16_PAIRS's (which "bf16steps") or
@@ -265,6 +274,13 @@ def set_steps(out, nsteps=16, which="steps"):
         cases = series_cases()
         cases.update(t5_cases())
         order = [cid for pair in BF16_PAIRS for cid in pair]
+    elif which == "series":
+        cases = series_cases()
+        cases.update(heldout_cases())
+        order = ids
+        missing = [cid for cid in ids if cid not in cases]
+        if missing:
+            sys.exit("unknown case " + ", ".join(missing))
     else:
         cases = series_cases()
         order = [cid for _, cid in SERIES]
@@ -299,7 +315,8 @@ def set_steps(out, nsteps=16, which="steps"):
                 marks.clear()
                 torch.cuda.synchronize = timed_sync
                 try:
-                    r = fn(dict(c, steps=nsteps), out) if fn is not G.run_case else fn(dict(c, steps=nsteps))
+                    # the families' and LoRA's runners take the output folder, collect.py's and the U-Net's not
+                    r = fn(dict(c, steps=nsteps)) if fn.__code__.co_argcount == 1 else fn(dict(c, steps=nsteps), out)
                 finally:
                     torch.cuda.synchronize = sync
                 G.cleanup()
@@ -319,11 +336,15 @@ def set_steps(out, nsteps=16, which="steps"):
 
 def main():
     outdir, which = sys.argv[1], sys.argv[2]
+    if (which == "series") != (len(sys.argv) > 3):
+        sys.exit("usage: collect_hostprobe.py OUTDIR SET, or OUTDIR series ID...")
     out = os.path.join(outdir, which)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     if which in ("steps", "t5steps", "bf16steps"):
         set_steps(out, which=which)
+    elif which == "series":
+        set_steps(out, which=which, ids=sys.argv[3:])
     elif which == "host":
         set_host(out)
     elif which == "cases":
