@@ -389,7 +389,7 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         "torch",           "bf16_sustained_tflops",
         "attention",       "membound",
         "optimizer",       "dispatch_us",
-        NULL};
+        "host_probe_us",   NULL};
     VP_TRY(vp__ymap_check(d, n, keys, "measured", err));
     yaml_node_t *v;
     if ((v = vp__ymap_get(d, n, "source", NULL)))
@@ -426,6 +426,7 @@ static vp_status parse_measured(vp_ydoc *d, yaml_node_t *n,
         PARSE_NAMED(d, v, OPTIM_NAMES, "optimizer", parse_optim,
                     m->optimizer);
     VP_TRY(opt_stat(d, n, "dispatch_us", &m->dispatch_us, err));
+    VP_TRY(opt_stat(d, n, "host_probe_us", &m->host_probe_us, err));
     if ((v = vp__ymap_get(d, n, "framework", NULL))) {
         static const char *const fk[] = {"context_bytes",
                                          "cublas_workspace_bytes", "source",
@@ -942,6 +943,8 @@ void vp_gpu_hw(const vp_gpu_profile *p, vp_gpu_dtype curve, vp_hw *hw)
         }
     if (m->dispatch_us.n)
         hw->dispatch = m->dispatch_us.median * 1e-6;
+    if (m->host_probe_us.n)
+        hw->host_probe = m->host_probe_us.median * 1e-6;
     if ((unsigned)curve < VP_GPU__DTYPES && m->gemm[curve].points &&
         p->peak_tflops[curve] > 0.0) {
         hw->eff_max = m->gemm[curve].peak_tflops / p->peak_tflops[curve];
@@ -1158,6 +1161,7 @@ static void write_sweep(FILE *f, const vp_gpu_measured *m)
     write_grid(f, m, GRID_MEMBOUND);
     write_grid(f, m, GRID_OPTIMIZER);
     put_stat(f, 2, "dispatch_us", &m->dispatch_us);
+    put_stat(f, 2, "host_probe_us", &m->host_probe_us);
 }
 
 static void write_measured(FILE *f, const vp_gpu_measured *m)

@@ -1466,12 +1466,17 @@ static double recomputed_launches(const qctx *q, size_t i, double nk)
  * also past the early stop, whose last tensors are packed before their
  * op's kernel runs. The first unpack runs the segment's forward again
  * (the module's Python): its launches cost host_fwd, not host_bwd. */
+static double host_scale(const vp_hw *hw)
+{
+    return hw->host_scale > 0.0 ? hw->host_scale : 1.0;
+}
+
 static double ckpt_host(const qctx *q, int ph, size_t i, double nk)
 {
     double sv = q->c->t[i].saved / q->mb;
     if (ph == 0)
-        return sv * VP__HOST_CKPT_PACK;
-    return sv * VP__HOST_CKPT_RECOMPUTE +
+        return sv * VP__HOST_CKPT_PACK * host_scale(q->hw);
+    return sv * VP__HOST_CKPT_RECOMPUTE * host_scale(q->hw) +
            recomputed_launches(q, i, nk) * (q->hw->host_fwd - q->hw->host_bwd);
 }
 
@@ -1703,6 +1708,23 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
     return st;
 }
 
+/* The host's speed: every host cost of the step at host_scale times its
+ * calibration host's (a slower host issues the same launches more slowly;
+ * the GPU's kernels are the same). */
+static void scale_host(vp_hw *hw)
+{
+    double f = host_scale(hw);
+    hw->host_scale = f;
+    if (f == 1.0)
+        return;
+    hw->dispatch *= f;
+    hw->host_fwd *= f;
+    hw->host_bwd *= f;
+    hw->host_opt *= f;
+    for (int o = 0; o < VP_HW_OPTIM__N; o++)
+        hw->host_opt_tensor[o] *= f;
+}
+
 static vp_status step_time(const vp_graph *g0, const vp_graph *g,
                            const vp_setup *s, const vp_hw *hw0,
                            vp_step_time *out, vp_error *err)
@@ -1715,6 +1737,7 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
                             hw0->name, vp_precision_name(s->precision));
     vp_hw hw = *hw0;
     vp_hw_fill_defaults(&hw);
+    scale_host(&hw);
     tctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
@@ -1728,7 +1751,10 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
      * gives exactly those profiles a cuDNN attention rate. */
     c.sdpa_cudnn = hw0->attn[VP_HW_ATTN_CUDNN][0].peak > 0;
     const vp_curve *cp = &hw.mem_kind[VP_HW_MEM_COPY];
-    c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch : 0;
+    /* the sweep's fixed time less the dispatch of the host it ran on (the
+     * GPU's own part does not follow the host's speed) */
+    c.own = cp->peak > 0 ? cp->half / cp->peak - hw.dispatch / hw.host_scale
+                         : 0;
     if (c.own < c.gap)
         c.own = c.gap;
     vp_status st = prepare(g, &c, err);

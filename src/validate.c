@@ -82,8 +82,10 @@ static const vp_jfield ROWS_IDENT[] = {
     ROW_INFO("tb", VP_JT_STRING),     /* the traceback of a failed case */
     ROW_INFO("fam", VP_JT_STRING),
     ROW_INFO("wall_s", VP_JT_NUMBER),
-    /* groundtruth/collect_hostprobe.py's host benchmark beside the case */
-    ROW_INFO("host_probe_us", VP_JT_NUMBER),
+    /* groundtruth/collect_hostprobe.py's host benchmark beside the case:
+     * the step time's host speed (step_time_metric) */
+    VP_JROW_NUM("host_probe_us", false, 0, true, 1e9, vp_case_in,
+                host_probe_us),
     {.name = "env", .type = VP_JT_ANY, .apply = not_first_line},
 };
 
@@ -529,7 +531,12 @@ static vp_status step_time_metric(const vp_case_in *in, const vp_graph *g,
 
     if (!o->step_time || o->hw == NULL || in->step_ms <= 0.0)
         return VP_OK;
-    vp_status st = vp_step_time_estimate(g, s, o->hw, &t, err);
+    /* the host it ran on, where its benchmark and the profile's are known
+     * (docs/STEP_TIME.md "The host's speed") */
+    vp_hw hw = *o->hw;
+    if (in->host_probe_us > 0.0 && hw.host_probe > 0.0)
+        hw.host_scale = in->host_probe_us * 1e-6 / hw.host_probe;
+    vp_status st = vp_step_time_estimate(g, s, &hw, &t, err);
     if (st == VP_OK)
         vp__case_metric(out, "step_us", (uint64_t)(t.total * 1e6 + 0.5),
                         (uint64_t)(in->step_ms * 1e3 + 0.5));

@@ -68,6 +68,7 @@ typedef struct vp_case_in {
     uint64_t after_model, peak_alloc, peak_alloc_steady, peak_reserved;
     uint64_t device_used, params;
     double budget_gib, step_ms;
+    double host_probe_us;   /* the host benchmark beside it; 0 absent */
     uint32_t n_steps;
     vp_step_in step[VP_MAX_STEPS];
     vp_case_ft ft;

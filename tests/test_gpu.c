@@ -441,6 +441,26 @@ Test(gpu_measured, h200_profile)
     vp_gpu_free(p);
 }
 
+/* gpus/h200.yaml: the host benchmark on the host its host terms were
+ * measured on (calibrate/fit-host-probe.py), in the step-time model's
+ * view */
+Test(gpu_measured, h200_host_probe)
+{
+    vp_error err;
+    vp_gpu_profile *p = vp_gpu_load("h200", &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    const vp_gpu_measured *m = vp_gpu_measured_get(p);
+    cr_assert_not_null(m);
+    cr_expect_eq(m->host_probe_us.n, 26);
+    vp_hw hw;
+    memset(&hw, 0, sizeof hw);
+    vp_gpu_hw(p, VP_GPU_BF16, &hw);
+    cr_expect(CLOSE(hw.host_probe, m->host_probe_us.median * 1e-6));
+    cr_expect_gt(hw.host_probe, 1e-3);
+    cr_expect_lt(hw.host_probe, 3e-3);
+    vp_gpu_free(p);
+}
+
 /* ---- vp-calibrate's raw output ---------------------------------------- */
 
 Test(calib_raw, recorded_h200_output)

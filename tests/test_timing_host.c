@@ -406,6 +406,56 @@ Test(ckpt_host, the_hooks_cost_per_saved_tensor)
                        want);
 }
 
+/* The host's speed (docs/STEP_TIME.md "The host's speed"): a host that
+ * runs the benchmark in twice the time issues every launch, hook and
+ * optimizer call in twice the time; the GPU's kernels are the same. */
+static vp_step_time gpt2_host(double scale)
+{
+    vp_error err;
+    vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    vp_graph *g = vp_graph_build(m, 2, 1024, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    bool mask[64] = {false};
+    cr_assert_eq(vp_graph_checkpoint_select(g, "all", mask, &err), VP_OK,
+                 "%s", err.msg);
+    vp_setup s;
+    vp_setup_init(&s);
+    s.batch = 2;
+    s.seq = 1024;
+    s.precision = VP_PREC_AMP_BF16;
+    s.checkpoint = mask;
+    s.n_checkpoint = vp_graph_segment_count(g);
+    vp_hw hw = h200();
+    hw.host_scale = scale;
+    vp_step_time t;
+    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+                 err.msg);
+    vp_graph_free(g);
+    vp_model_free(m);
+    return t;
+}
+
+Test(host_speed, a_slower_host_scales_every_host_cost)
+{
+    vp_step_time a = gpt2_host(1.0), b = gpt2_host(2.0);
+    cr_assert_gt(a.host_ckpt_saved, 0.0, "checkpoint's hooks are in it");
+    cr_assert_float_eq(b.cpu, 2.0 * a.cpu, 1e-9 * a.cpu, "%g vs %g", b.cpu,
+                       a.cpu);
+    cr_assert_float_eq(b.gemm, a.gemm, 0.0);
+    cr_assert_float_eq(b.attention, a.attention, 0.0);
+    /* memory-bound kernels shorter than a dispatch wait for the host */
+    cr_assert_geq(b.memory, a.memory, "%.9g %.9g", a.memory, b.memory);
+    cr_assert_gt(b.total, a.total);
+}
+
+Test(host_speed, no_scale_is_the_calibration_host)
+{
+    vp_step_time a = gpt2_host(0.0), b = gpt2_host(1.0);
+    cr_assert_float_eq(a.total, b.total, 0.0);
+    cr_assert_float_eq(a.cpu, b.cpu, 0.0);
+}
+
 /* The saved tensors are counted, not their bytes or launches: each of
  * the twelve identical layers saves as many, and a batch twice as large
  * saves the same tensors. */

@@ -428,24 +428,57 @@ Test(validate, no_step_us_without_a_measured_step_time)
     cr_assert_not_null(metric(&r, "peak_alloc"));
 }
 
-/* collect_hostprobe.py's host benchmark is a recorded measurement, not an
- * input of the model: the figures stay those of the line without it. */
-Test(validate, a_host_probe_is_recorded_not_modelled)
+/* collect_hostprobe.py's host benchmark beside a case times the step on
+ * that host: every host cost at the benchmark's time over the profile's
+ * (gpus/h200.yaml measured.host_probe_us; docs/STEP_TIME.md "The host's
+ * speed"). */
+static uint64_t probed_step(const char *probe, const vp_hw *hw)
 {
-    static const char plain[] = "{\"model\": \"mlp10\", \"batch\": 64, "
-                                "\"id\": \"x\", \"step_ms\": 2.5}";
-    static const char probed[] = "{\"model\": \"mlp10\", \"batch\": 64, "
-                                 "\"id\": \"x\", \"step_ms\": 2.5, "
-                                 "\"host_probe_us\": 1503.9}";
-    vp_hw hw = h200();
-    vp_case_result a, b;
+    char json[256];
+    snprintf(json, sizeof json, "{\"model\": \"mlp10\", \"batch\": 64, "
+             "\"id\": \"x\", \"step_ms\": 2.5%s%s}", probe ? ", "
+             "\"host_probe_us\": " : "", probe ? probe : "");
+    vp_case_result r;
     vp_error err;
-    cr_assert_eq(run_with(plain, DIRS, 1, NULL, &hw, &a, &err), VP_OK, "%s",
+    cr_assert_eq(run_with(json, DIRS, 1, NULL, hw, &r, &err), VP_OK, "%s",
                  err.msg);
-    cr_assert_eq(run_with(probed, DIRS, 1, NULL, &hw, &b, &err), VP_OK, "%s",
-                 err.msg);
-    cr_assert_eq(must_metric(&b, "step_us")->predicted,
-                 must_metric(&a, "step_us")->predicted);
+    return must_metric(&r, "step_us")->predicted;
+}
+
+Test(validate, a_host_probe_times_the_step_on_its_host)
+{
+    vp_hw hw = h200();
+    cr_assert_gt(hw.host_probe, 0.0, "the profile has its host's probe");
+    vp_hw slow = hw;
+    slow.host_scale = 2.0;
+    char twice[32];
+    snprintf(twice, sizeof twice, "%.17g", 2.0 * hw.host_probe * 1e6);
+    cr_assert_eq(probed_step(twice, &hw), probed_step(NULL, &slow));
+    cr_assert_gt(probed_step(twice, &hw), probed_step(NULL, &hw));
+}
+
+Test(validate, the_profiles_own_probe_changes_nothing)
+{
+    vp_hw hw = h200();
+    char same[32];
+    snprintf(same, sizeof same, "%.17g", hw.host_probe * 1e6);
+    cr_assert_eq(probed_step(same, &hw), probed_step(NULL, &hw));
+}
+
+Test(validate, a_probe_without_the_profiles_is_recorded_only)
+{
+    vp_hw hw = h200();
+    hw.host_probe = 0.0;
+    cr_assert_eq(probed_step("3000", &hw), probed_step(NULL, &hw));
+}
+
+/* A case measured over 16 steps (collect_hostprobe.py's series): every
+ * step's phase peaks are compared. */
+Test(validate, a_sixteen_step_case_has_every_steps_peaks)
+{
+    vp_case_result r = ok_case("tests/data/validate/steps16.jsonl", 2);
+    cr_assert_not_null(metric(&r, "step16.opt_peak"));
+    cr_assert_not_null(metric(&r, "peak_alloc"));
 }
 
 Test(validate, a_host_probe_must_be_a_number)

@@ -166,6 +166,9 @@ typedef struct vp_gpu_measured {
     vp_gpu_rate_fit membound[VP_GPU__MEM];
     vp_gpu_optim_fit optimizer[VP_GPU__OPTIM][2];
     vp_gpu_stat dispatch_us;
+    /* the host benchmark (collect_hostprobe.py `probe`) on the host the
+     * host terms were measured on (calibrate/fit-host-probe.py) */
+    vp_gpu_stat host_probe_us;
     /* framework constants (the simulator's vp_setup fields) */
     uint64_t context_bytes;          /* CUDA context outside the allocator */
     uint64_t cublas_workspace_bytes; /* cuBLAS workspace per handle         */

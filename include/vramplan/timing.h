@@ -124,6 +124,14 @@ typedef struct vp_hw {
                               0 = 1                                          */
     double optim_bw;       /* B/s of the fused optimizer's streaming;
                               0 = mem.peak                                   */
+    /* The host's speed (docs/STEP_TIME.md "The host's speed"): host_probe
+     * is the host benchmark's seconds (groundtruth/collect_hostprobe.py
+     * `probe`) on the host the profile's host terms were measured on (0 =
+     * not measured); host_scale multiplies every host cost of the step
+     * (dispatch, host_*, checkpoint's hooks): a step measured on a host
+     * whose probe took p seconds is timed with host_scale p / host_probe.
+     * 0 = 1. */
+    double host_probe, host_scale;
 } vp_hw;
 
 typedef struct vp_step_time {

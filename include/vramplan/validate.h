@@ -23,7 +23,7 @@
 #include "vramplan/timing.h"
 
 /* Metrics of one case: 5 totals and 3 phase peaks per simulated step. */
-#define VP_VALIDATE_MAX_METRICS (8 + 3 * VP_MAX_STEPS)
+#define VP_VALIDATE_MAX_METRICS (16 + 3 * VP_MAX_STEPS)
 /* The largest world a multi-GPU case may name (the cluster planner's GPU
  * counts are 32-bit; runs this large are not measured here). */
 #define VP_VALIDATE_MAX_WORLD 65536u

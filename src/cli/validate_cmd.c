@@ -563,6 +563,18 @@ static int rcmp(const void *a, const void *b)
     return c ? c : (x->measured > y->measured) - (x->measured < y->measured);
 }
 
+/* The median of measured / predicted over a case's n lines, sorted in
+ * *tmp (room for n; err's free tail); 0 where a prediction is 0. */
+static double ratio_median(const repeat *r, size_t n, double *tmp)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (r[k].predicted == 0)
+            return 0.0;
+        tmp[k] = (double)r[k].measured / (double)r[k].predicted;
+    }
+    return median_of(tmp, n);
+}
+
 /* Measured step times vary between runs of the same case (the host's speed
  * from step to step and from machine to machine: docs/STEP_TIME.md
  * "Measurement spread"); a case measured more than once is also compared
@@ -587,21 +599,26 @@ static void repeated(state *s)
         double med = n % 2 ? (double)s->rep[h].measured
                            : ((double)s->rep[h - 1].measured +
                               (double)s->rep[h].measured) / 2.0;
-        double pred = (double)s->rep[i].predicted;
-        if (med <= 0.0)
+        /* each measurement against its own prediction (its host's speed:
+         * docs/STEP_TIME.md "The host's speed"): the median of their
+         * ratios, which is the prediction over the measurements' median
+         * where every line is predicted alike */
+        double r = ratio_median(&s->rep[i], n, &err[n_case]);
+        if (med <= 0.0 || r <= 0.0)
             continue;
+        double pred = med / r;
         for (size_t k = i; k < j; k++)
             dev[n_dev++] = fabs((double)s->rep[k].measured / med - 1.0);
-        err[n_case++] = fabs(pred / med - 1.0);
+        err[n_case++] = fabs(1.0 / r - 1.0);
         most = n > most ? n : most;
         least = n < least ? n : least;
         if (s->jsonl) {
             json_t *o = json_object();
             cli_jset(o, "id", cli_jstr(s->rep[i].id, sizeof s->rep[i].id));
             cli_jset(o, "metric", json_string("step_us_median"));
-            cli_jset(o, "predicted", cli_ju64(s->rep[i].predicted));
+            cli_jset(o, "predicted", cli_ju64((uint64_t)(pred + 0.5)));
             cli_jset(o, "measured", cli_ju64((uint64_t)(med + 0.5)));
-            cli_jset(o, "rel_err", cli_jreal(pred / med - 1.0, "%.6f"));
+            cli_jset(o, "rel_err", cli_jreal(1.0 / r - 1.0, "%.6f"));
             cli_jset(o, "measurements", cli_ju64(n));
             cli_jprint(stdout, o, false);
         }
