@@ -11,7 +11,8 @@ workload measured right before the case (`probe`). The env line gets the same be
     python3 groundtruth/collect_hostprobe.py OUTDIR SET      # one set a process
 
 SET is one of: steps (a step-time series: 14 cases of several collectors at 16 steps each, every step's time and
-the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl), t5steps (the same
+the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl; each run's own case
+line, at 16 steps, in OUTDIR/steps/cases.jsonl), t5steps (the same
 series for every T5-family case of the families and held-out sets: OUTDIR/t5steps/steps.jsonl), bf16steps (the
 same series for BF16_PAIRS: each host-bound pure-bf16 case beside an AMP case of its model,
 OUTDIR/bf16steps/steps.jsonl), series ID... (the same series for the cases named, from any of the collectors below:
@@ -306,8 +307,10 @@ def set_steps(out, nsteps=16, which="steps", ids=()):
             clk = None
         marks.append((t, clk, gcs["s"], gcs["full"]))
     gc.callbacks.append(on_gc)
-    with open(os.path.join(out, "steps.jsonl"), "w") as f:
-        f.write(json.dumps(dict(env=dict(M.env_line(), host_probe=env_probe()))) + "\n")
+    with open(os.path.join(out, "steps.jsonl"), "w") as f, open(os.path.join(out, "cases.jsonl"), "w") as fc:
+        env = json.dumps(dict(env=dict(M.env_line(), host_probe=env_probe()))) + "\n"
+        f.write(env)
+        fc.write(env)
         for p, ids in enumerate((order, order[::-1])):
             for cid in ids:
                 fn, c = cases[cid]
@@ -329,6 +332,8 @@ def set_steps(out, nsteps=16, which="steps", ids=()):
                             spans_ms=[round(t, 3) for t in ts], clocks_mhz=clk, host_probe_us=pr,
                             gc_ms=gc_ms, gc_full=gc_full)
                 f.write(json.dumps(line) + "\n"); f.flush()
+                # the runner's own line (its collector's schema, nsteps steps): a measurement of the case
+                fc.write(json.dumps(dict(r, host_probe_us=pr)) + "\n"); fc.flush()
                 print(cid, p + 1, "protocol %.1f" % r.get("step_ms", 0), "spans", [round(t, 1) for t in ts][-8:],
                       "clk", clk[-3:], "gc_ms", gc_ms[-8:], flush=True)
     gc.callbacks.remove(on_gc)
