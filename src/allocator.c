@@ -99,6 +99,8 @@ typedef struct cls {
 typedef struct sdir {
     cls c[N_CLASSES];
     uint64_t used[CLASS_WORDS];/* the classes holding blocks */
+    uint64_t owned[CLASS_WORDS];/* the classes with an array (free_dirs
+                                   frees those, not all 512) */
     uint32_t count;
     int32_t stream;
 } sdir;
@@ -430,12 +432,12 @@ static inline uint32_t c_highest(const cls *k)
     return k->v[0].i;
 }
 
-/* Room for one more entry in class k; false, with the allocator broken,
- * when host memory runs out. */
-static bool c_room(vp_allocator *a, cls *k)
+/* Room for one more entry in class c of directory d (c_room; c_grow
+ * doubles the array); false, with the allocator broken, when host memory
+ * runs out. */
+static bool c_grow(vp_allocator *a, sdir *d, unsigned c)
 {
-    if (k->n < k->cap)
-        return true;
+    cls *k = &d->c[c];
     uint64_t cap = k->cap ? 2 * (uint64_t)k->cap : 8;
     ent *v = cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap
                  ? realloc(k->v, (size_t)cap * sizeof *v)
@@ -446,7 +448,13 @@ static bool c_room(vp_allocator *a, cls *k)
     }
     k->v = v;
     k->cap = (uint32_t)cap;
+    d->owned[c / 64] |= (uint64_t)1 << (c % 64);
     return true;
+}
+
+static inline bool c_room(vp_allocator *a, sdir *d, unsigned c)
+{
+    return d->c[c].n < d->c[c].cap || c_grow(a, d, c);
 }
 
 /* The directory of `stream` in t, or where it would go (index of the
@@ -498,9 +506,9 @@ static bool ensure_dir(tree *t, int32_t stream)
 static void free_dirs(tree *t)
 {
     for (size_t i = 0; i < t->n; i++)
-        for (unsigned c = 0; c < N_CLASSES; c++)
-            if (t->d[i].c[c].v)
-                free(t->d[i].c[c].v);
+        for (unsigned w = 0; w < CLASS_WORDS; w++)
+            for (uint64_t bits = t->d[i].owned[w]; bits; bits &= bits - 1)
+                free(t->d[i].c[w * 64 + ctz64(bits)].v);
     free(t->d);
 }
 
@@ -569,7 +577,7 @@ HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
-    if (!c_room(a, k))
+    if (!c_room(a, sl.d, sl.c))
         return;
     /* the entries below x move up one: the last few one by one (a block
      * freed just above the lowest ones), the rest at once */
@@ -1423,9 +1431,13 @@ HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
                             nbytes);
     r->pool = r->size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
     pool *pl = &a->pools[r->pool];
+    /* the unmapped ranges' directory only with expandable segments (the
+     * only ones that have such ranges): each directory is 8 KiB to clear
+     * and, at the end, to walk */
     if (!reserve_slots(a, 4) ||
         ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
-         (!ensure_dir(&pl->unmapped_t, stream) ||
+         ((a->cfg.expandable_segments &&
+           !ensure_dir(&pl->unmapped_t, stream)) ||
           !ensure_dir(&pl->free_t, stream))))
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
@@ -1676,6 +1688,8 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
             bool used = (d->used[c / 64] >> (c % 64)) & 1;
             if (used != (d->c[c].n != 0))
                 return "a size class's bitmap is wrong";
+            if (((d->owned[c / 64] >> (c % 64)) & 1) != (d->c[c].v != NULL))
+                return "a size class's array is not listed (free_dirs)";
             const char *why = check_class(a, t, d, c, pi, mapped, &last,
                                           count);
             if (why)
