@@ -39,6 +39,7 @@
 #include "vramplan/units.h"
 
 #define NIL UINT32_MAX
+#define NO_SOLO INT64_MIN /* tree.solo: not exactly one directory */
 
 /* The request's path, inlined into both callers (malloc and transient);
  * what it seldom takes, out of line. */
@@ -108,6 +109,9 @@ typedef struct sdir {
 typedef struct tree {
     sdir *d;      /* ascending stream */
     size_t n, cap;
+    int64_t solo; /* the stream of the only directory; NO_SOLO when there
+                     are none or several (one load tells the common case,
+                     one stream, where d[0].stream took two) */
     uint32_t count;
     bool by_size; /* key (stream, size, addr) if true, else (stream, addr) */
 } tree;
@@ -461,7 +465,7 @@ static inline bool c_room(vp_allocator *a, sdir *d, unsigned c)
  * first directory with a larger stream). */
 static size_t dir_at(const tree *t, int32_t stream)
 {
-    if (t->n == 1 && t->d[0].stream == stream)
+    if (t->solo == stream)
         return 0;
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
@@ -500,6 +504,7 @@ static bool ensure_dir(tree *t, int32_t stream)
     sdir *d = &t->d[i];
     memset(d, 0, sizeof *d);
     d->stream = stream;
+    t->solo = t->n == 1 ? stream : NO_SOLO;
     return true;
 }
 
@@ -1364,6 +1369,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     for (int i = 0; i < 2; i++) {
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
+        a->pools[i].free_t.solo = a->pools[i].unmapped_t.solo = NO_SOLO;
     }
     a->next_addr = K_SEG_ALIGN;
     if (!reserve_slots(a, 2048)) {
@@ -1435,7 +1441,7 @@ HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
      * only ones that have such ranges): each directory is 8 KiB to clear
      * and, at the end, to walk */
     if (!reserve_slots(a, 4) ||
-        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
+        (pl->free_t.solo != stream &&
          ((a->cfg.expandable_segments &&
            !ensure_dir(&pl->unmapped_t, stream)) ||
           !ensure_dir(&pl->free_t, stream))))
@@ -1682,6 +1688,8 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
         const sdir *d = &t->d[i];
         if (i > 0 && d->stream <= t->d[i - 1].stream)
             return "tree out of order";
+        if ((t->n == 1) != (t->solo == d->stream))
+            return "a tree's only stream is wrong";
         uint32_t last = NIL;
         uint64_t before = *count;
         for (unsigned c = 0; c < N_CLASSES; c++) {
