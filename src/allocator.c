@@ -612,10 +612,9 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 /* t_insert of a block into the free tree t, inline (release and the
  * split's remainder); the block is appended in place when it is the new
  * lowest of its class and the class has room (nearly always: see above). */
-HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
+HOT void t_push_at(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
     cls *k = &sl.d->c[sl.c];
     if (k->n == 0 || k->n == k->cap ||
         e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
@@ -625,6 +624,11 @@ HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
     k->v[k->n++] = (ent){sl.z, b->addr, x};
     sl.d->count++;
     t->count++;
+}
+
+HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
+{
+    t_push_at(a, t, x, slot_of(t, &a->b[x]));
 }
 
 /* Where block x is in tree t (false: not in the index, only once it
@@ -670,25 +674,28 @@ static inline void t_rename_at(const tpos *at, uint32_t n)
     at->d->c[at->c].v[at->p].i = n;
 }
 
-/* Block x, at `at` in the free tree t, loses its first `size` bytes (a
- * split keeps the rest in x). When x is the first of its class and the
- * rest is in the same class, the rest is still below every other block
- * of the class (smaller than x was, and x was first): its place in the
- * order does not change, and it stays where it is (true). Otherwise
- * nothing changes (false). */
-static inline bool t_shrink_at(vp_allocator *a, const tree *t, uint32_t x,
-                               const tpos *at, uint64_t size)
+/* Block x, at `at` in the free tree t (keyed by size), loses its first
+ * `size` bytes (a split keeps the rest in x). When x is the lowest of its
+ * class and the rest is in the same class, the rest is still below every
+ * other block of the class (smaller than x was, and x was the lowest): its
+ * entry is updated where it is. Otherwise the entry moves to the rest's
+ * class, in the same directory: the class is computed once and the
+ * directory not looked up again (t_push_at). */
+HOT void t_shrink_at(vp_allocator *a, tree *t, uint32_t x, const tpos *at,
+                     uint64_t size)
 {
     blk *b = &a->b[x];
     cls *k = &at->d->c[at->c];
-    if (!t->by_size || at->p + 1 != k->n ||
-        size_class8(b->size - size) != at->c)
-        return false;
     b->addr += size;
     b->size -= size;
-    k->v[at->p].size = b->size;
-    k->v[at->p].addr = b->addr;
-    return true;
+    unsigned c = size_class8(b->size);
+    if (at->p + 1 == k->n && c == at->c) {
+        k->v[at->p].size = b->size;
+        k->v[at->p].addr = b->addr;
+        return;
+    }
+    t_erase_at(t, at);
+    t_push_at(a, t, x, (slot){at->d, c, b->size});
 }
 
 /* The first block of directory i or of a later one, NIL if none. */
@@ -707,9 +714,12 @@ static uint32_t dirs_first(const tree *t, size_t i)
 HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
 {
     at->d = NULL;
-    size_t i = dir_at(t, k->stream);
-    if (i == t->n || t->d[i].stream != k->stream)
-        return dirs_first(t, i);
+    size_t i = 0; /* the only directory is k's stream's: no search */
+    if (t->solo != k->stream) {
+        i = dir_at(t, k->stream);
+        if (i == t->n || t->d[i].stream != k->stream)
+            return dirs_first(t, i);
+    }
     sdir *d = &t->d[i];
     uint64_t z = t->by_size ? k->size : 0;
     unsigned c = size_class(z);
@@ -1269,9 +1279,9 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
             a->b[x->prev].next = n;
         x->next = i;
         rem->prev = n;
-        if (!in_tree || !t_shrink_at(a, t, i, at, r->size)) {
-            if (in_tree)
-                t_erase_at(t, at);
+        if (in_tree) {
+            t_shrink_at(a, t, i, at, r->size);
+        } else {
             rem->addr += r->size;
             rem->size -= r->size;
             t_push(a, t, i);
