@@ -1905,7 +1905,8 @@ vp_status vp_allocator_segments(const vp_allocator *a,
 
 /* ---------------------------------------------------------------- state */
 
-#define STATE_WORDS 8 /* per live block */
+#define STATE_WORDS 8       /* per live block                        */
+#define STATE_TAIL_WORDS 11 /* state_of's tail: the counters          */
 
 static int state_cmp(const void *x, const void *y)
 {
@@ -2015,7 +2016,15 @@ static bool state_of(const vp_allocator *a, vp_words *w, bool sorted)
                        s->requested,
                        s->segments,
                        s->active_blocks};
+    _Static_assert(sizeof tail / sizeof tail[0] == STATE_TAIL_WORDS,
+                   "vp__allocator_state_words counts the tail");
     return vp__words_add(w, tail, sizeof tail / sizeof tail[0]);
+}
+
+size_t vp__allocator_state_words(const vp_allocator *a)
+{
+    size_t live = a->n_slots - a->n_dead;
+    return live * STATE_WORDS + 4 * a->n_xs + STATE_TAIL_WORDS;
 }
 
 bool vp__allocator_state(const vp_allocator *a, vp_words *w)

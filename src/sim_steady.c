@@ -278,9 +278,12 @@ bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
     if (!OK(S))
         return false;
     /* room for the state at once, not by doubling from 16 words: the
-     * last one's size, or at first a share of the tensors and ops */
+     * last one's size, or at first a share of the tensors and ops and
+     * the allocator's words (which come last: a doubling there copied
+     * the whole state) */
     size_t room = d->have ? d->prev.n
-                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024;
+                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024 +
+                                vp__allocator_state_words(S->a);
     if (!vp__grow((void **)&d->cur.v, &d->cur.cap, room, sizeof *d->cur.v) ||
         !state(S, batch, nb, loss_t, d->any_peak, &d->cur)) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");
