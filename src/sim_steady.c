@@ -196,17 +196,18 @@ static bool tensors(names *m)
         if (!vp__words_add(m->w, rec, 5))
             return false;
     }
+    /* one pass: room for every tensor (by_address wants 4 words a pair) */
+    uint64_t *p = malloc((S->nt ? S->nt : 1) * 4 * sizeof *p);
     size_t n = 0;
-    for (uint32_t id = 0; id < S->nt; id++)
-        n += S->t[id].refs != 0 && m->canon[id] == NONE;
-    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
-    size_t k = 0;
     for (uint32_t id = 0; id < S->nt && p; id++)
         if (S->t[id].refs != 0 && m->canon[id] == NONE) {
-            p[2 * k] = vp_allocator_block_addr(S->a, S->t[id].handle);
-            p[2 * k + 1] = id;
-            k++;
+            p[2 * n] = vp_allocator_block_addr(S->a, S->t[id].handle);
+            p[2 * n + 1] = id;
+            n++;
         }
+    if (!p) /* the count, for the sorted fallback below */
+        for (uint32_t id = 0; id < S->nt; id++)
+            n += S->t[id].refs != 0 && m->canon[id] == NONE;
     bool sorted = p && by_address(S, m->w, p, n);
     free(p);
     if (!sorted) {
