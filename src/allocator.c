@@ -39,6 +39,7 @@
 #include "vramplan/units.h"
 
 #define NIL UINT32_MAX
+#define NO_SOLO INT64_MIN /* tree.solo: not exactly one directory */
 
 /* The request's path, inlined into both callers (malloc and transient);
  * what it seldom takes, out of line. */
@@ -99,6 +100,8 @@ typedef struct cls {
 typedef struct sdir {
     cls c[N_CLASSES];
     uint64_t used[CLASS_WORDS];/* the classes holding blocks */
+    uint64_t owned[CLASS_WORDS];/* the classes with an array (free_dirs
+                                   frees those, not all 512) */
     uint32_t count;
     int32_t stream;
 } sdir;
@@ -106,6 +109,9 @@ typedef struct sdir {
 typedef struct tree {
     sdir *d;      /* ascending stream */
     size_t n, cap;
+    int64_t solo; /* the stream of the only directory; NO_SOLO when there
+                     are none or several (one load tells the common case,
+                     one stream, where d[0].stream took two) */
     uint32_t count;
     bool by_size; /* key (stream, size, addr) if true, else (stream, addr) */
 } tree;
@@ -430,12 +436,12 @@ static inline uint32_t c_highest(const cls *k)
     return k->v[0].i;
 }
 
-/* Room for one more entry in class k; false, with the allocator broken,
- * when host memory runs out. */
-static bool c_room(vp_allocator *a, cls *k)
+/* Room for one more entry in class c of directory d (c_room; c_grow
+ * doubles the array); false, with the allocator broken, when host memory
+ * runs out. */
+static bool c_grow(vp_allocator *a, sdir *d, unsigned c)
 {
-    if (k->n < k->cap)
-        return true;
+    cls *k = &d->c[c];
     uint64_t cap = k->cap ? 2 * (uint64_t)k->cap : 8;
     ent *v = cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap
                  ? realloc(k->v, (size_t)cap * sizeof *v)
@@ -446,14 +452,20 @@ static bool c_room(vp_allocator *a, cls *k)
     }
     k->v = v;
     k->cap = (uint32_t)cap;
+    d->owned[c / 64] |= (uint64_t)1 << (c % 64);
     return true;
+}
+
+static inline bool c_room(vp_allocator *a, sdir *d, unsigned c)
+{
+    return d->c[c].n < d->c[c].cap || c_grow(a, d, c);
 }
 
 /* The directory of `stream` in t, or where it would go (index of the
  * first directory with a larger stream). */
 static size_t dir_at(const tree *t, int32_t stream)
 {
-    if (t->n == 1 && t->d[0].stream == stream)
+    if (t->solo == stream)
         return 0;
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
@@ -492,15 +504,16 @@ static bool ensure_dir(tree *t, int32_t stream)
     sdir *d = &t->d[i];
     memset(d, 0, sizeof *d);
     d->stream = stream;
+    t->solo = t->n == 1 ? stream : NO_SOLO;
     return true;
 }
 
 static void free_dirs(tree *t)
 {
     for (size_t i = 0; i < t->n; i++)
-        for (unsigned c = 0; c < N_CLASSES; c++)
-            if (t->d[i].c[c].v)
-                free(t->d[i].c[c].v);
+        for (unsigned w = 0; w < CLASS_WORDS; w++)
+            for (uint64_t bits = t->d[i].owned[w]; bits; bits &= bits - 1)
+                free(t->d[i].c[w * 64 + ctz64(bits)].v);
     free(t->d);
 }
 
@@ -569,7 +582,7 @@ HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
-    if (!c_room(a, k))
+    if (!c_room(a, sl.d, sl.c))
         return;
     /* the entries below x move up one: the last few one by one (a block
      * freed just above the lowest ones), the rest at once */
@@ -599,10 +612,9 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 /* t_insert of a block into the free tree t, inline (release and the
  * split's remainder); the block is appended in place when it is the new
  * lowest of its class and the class has room (nearly always: see above). */
-HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
+HOT void t_push_at(vp_allocator *a, tree *t, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
     cls *k = &sl.d->c[sl.c];
     if (k->n == 0 || k->n == k->cap ||
         e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
@@ -612,6 +624,11 @@ HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
     k->v[k->n++] = (ent){sl.z, b->addr, x};
     sl.d->count++;
     t->count++;
+}
+
+HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
+{
+    t_push_at(a, t, x, slot_of(t, &a->b[x]));
 }
 
 /* Where block x is in tree t (false: not in the index, only once it
@@ -657,25 +674,28 @@ static inline void t_rename_at(const tpos *at, uint32_t n)
     at->d->c[at->c].v[at->p].i = n;
 }
 
-/* Block x, at `at` in the free tree t, loses its first `size` bytes (a
- * split keeps the rest in x). When x is the first of its class and the
- * rest is in the same class, the rest is still below every other block
- * of the class (smaller than x was, and x was first): its place in the
- * order does not change, and it stays where it is (true). Otherwise
- * nothing changes (false). */
-static inline bool t_shrink_at(vp_allocator *a, const tree *t, uint32_t x,
-                               const tpos *at, uint64_t size)
+/* Block x, at `at` in the free tree t (keyed by size), loses its first
+ * `size` bytes (a split keeps the rest in x). When x is the lowest of its
+ * class and the rest is in the same class, the rest is still below every
+ * other block of the class (smaller than x was, and x was the lowest): its
+ * entry is updated where it is. Otherwise the entry moves to the rest's
+ * class, in the same directory: the class is computed once and the
+ * directory not looked up again (t_push_at). */
+HOT void t_shrink_at(vp_allocator *a, tree *t, uint32_t x, const tpos *at,
+                     uint64_t size)
 {
     blk *b = &a->b[x];
     cls *k = &at->d->c[at->c];
-    if (!t->by_size || at->p + 1 != k->n ||
-        size_class8(b->size - size) != at->c)
-        return false;
     b->addr += size;
     b->size -= size;
-    k->v[at->p].size = b->size;
-    k->v[at->p].addr = b->addr;
-    return true;
+    unsigned c = size_class8(b->size);
+    if (at->p + 1 == k->n && c == at->c) {
+        k->v[at->p].size = b->size;
+        k->v[at->p].addr = b->addr;
+        return;
+    }
+    t_erase_at(t, at);
+    t_push_at(a, t, x, (slot){at->d, c, b->size});
 }
 
 /* The first block of directory i or of a later one, NIL if none. */
@@ -694,9 +714,12 @@ static uint32_t dirs_first(const tree *t, size_t i)
 HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
 {
     at->d = NULL;
-    size_t i = dir_at(t, k->stream);
-    if (i == t->n || t->d[i].stream != k->stream)
-        return dirs_first(t, i);
+    size_t i = 0; /* the only directory is k's stream's: no search */
+    if (t->solo != k->stream) {
+        i = dir_at(t, k->stream);
+        if (i == t->n || t->d[i].stream != k->stream)
+            return dirs_first(t, i);
+    }
     sdir *d = &t->d[i];
     uint64_t z = t->by_size ? k->size : 0;
     unsigned c = size_class(z);
@@ -1256,9 +1279,9 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
             a->b[x->prev].next = n;
         x->next = i;
         rem->prev = n;
-        if (!in_tree || !t_shrink_at(a, t, i, at, r->size)) {
-            if (in_tree)
-                t_erase_at(t, at);
+        if (in_tree) {
+            t_shrink_at(a, t, i, at, r->size);
+        } else {
             rem->addr += r->size;
             rem->size -= r->size;
             t_push(a, t, i);
@@ -1356,6 +1379,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     for (int i = 0; i < 2; i++) {
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
+        a->pools[i].free_t.solo = a->pools[i].unmapped_t.solo = NO_SOLO;
     }
     a->next_addr = K_SEG_ALIGN;
     if (!reserve_slots(a, 2048)) {
@@ -1423,9 +1447,13 @@ HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
                             nbytes);
     r->pool = r->size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
     pool *pl = &a->pools[r->pool];
+    /* the unmapped ranges' directory only with expandable segments (the
+     * only ones that have such ranges): each directory is 8 KiB to clear
+     * and, at the end, to walk */
     if (!reserve_slots(a, 4) ||
-        ((pl->free_t.n != 1 || pl->free_t.d[0].stream != stream) &&
-         (!ensure_dir(&pl->unmapped_t, stream) ||
+        (pl->free_t.solo != stream &&
+         ((a->cfg.expandable_segments &&
+           !ensure_dir(&pl->unmapped_t, stream)) ||
           !ensure_dir(&pl->free_t, stream))))
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
@@ -1670,12 +1698,16 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
         const sdir *d = &t->d[i];
         if (i > 0 && d->stream <= t->d[i - 1].stream)
             return "tree out of order";
+        if ((t->n == 1) != (t->solo == d->stream))
+            return "a tree's only stream is wrong";
         uint32_t last = NIL;
         uint64_t before = *count;
         for (unsigned c = 0; c < N_CLASSES; c++) {
             bool used = (d->used[c / 64] >> (c % 64)) & 1;
             if (used != (d->c[c].n != 0))
                 return "a size class's bitmap is wrong";
+            if (((d->owned[c / 64] >> (c % 64)) & 1) != (d->c[c].v != NULL))
+                return "a size class's array is not listed (free_dirs)";
             const char *why = check_class(a, t, d, c, pi, mapped, &last,
                                           count);
             if (why)
@@ -1873,7 +1905,8 @@ vp_status vp_allocator_segments(const vp_allocator *a,
 
 /* ---------------------------------------------------------------- state */
 
-#define STATE_WORDS 8 /* per live block */
+#define STATE_WORDS 8       /* per live block                        */
+#define STATE_TAIL_WORDS 11 /* state_of's tail: the counters          */
 
 static int state_cmp(const void *x, const void *y)
 {
@@ -1983,7 +2016,15 @@ static bool state_of(const vp_allocator *a, vp_words *w, bool sorted)
                        s->requested,
                        s->segments,
                        s->active_blocks};
+    _Static_assert(sizeof tail / sizeof tail[0] == STATE_TAIL_WORDS,
+                   "vp__allocator_state_words counts the tail");
     return vp__words_add(w, tail, sizeof tail / sizeof tail[0]);
+}
+
+size_t vp__allocator_state_words(const vp_allocator *a)
+{
+    size_t live = a->n_slots - a->n_dead;
+    return live * STATE_WORDS + 4 * a->n_xs + STATE_TAIL_WORDS;
 }
 
 bool vp__allocator_state(const vp_allocator *a, vp_words *w)

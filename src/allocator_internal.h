@@ -44,6 +44,10 @@ const vp_allocator_stats *vp__allocator_stats(const vp_allocator *a);
  * with a radix sort), in the order of a sort of all of them. */
 bool vp__allocator_state(const vp_allocator *a, vp_words *w);
 
+/* The words vp__allocator_state appends now (room made for them at once:
+ * a state written into a buffer that doubles copies what it holds). */
+size_t vp__allocator_state_words(const vp_allocator *a);
+
 /* vp__allocator_state with every live block sorted by qsort: the
  * reference the tests compare it with. */
 bool vp__allocator_state_sorted(const vp_allocator *a, vp_words *w);

@@ -1076,6 +1076,7 @@ static void layer_breakdown(const vp_graph *g, const vp_setup *s,
         return;
     }
     S.stop_at = at;
+    S.tail = at != 0;
     if (s->generate.prompt)
         vp__generate_run(&S);
     else
@@ -1159,6 +1160,7 @@ static vp_status simulate(const vp_graph *g, const vp_setup *s,
     vp_status st = sim_init(&S, g, s, out, err);
     if (st == VP_OK) {
         S.cb = on_event;
+        S.tail = on_event != NULL;
         S.ud = ud;
         S.hooks = hooks;
         st = s->generate.prompt ? vp__generate_run(&S)

@@ -71,7 +71,7 @@ static inline void emit_alloc(sim *S, uint64_t bytes, vp_category cat,
         S->phase_peak = al;
     if (al > S->peak)
         new_peak(S, al);
-    if (S->cb || S->stop_at)
+    if (S->tail)
         emit_tail(S, false, bytes, cat, handle, al);
 }
 
@@ -79,7 +79,7 @@ static inline void emit_free(sim *S, uint64_t bytes, vp_category cat,
                              uint64_t handle)
 {
     S->events++;
-    if (S->cb || S->stop_at)
+    if (S->tail)
         emit_tail(S, true, bytes, cat, handle,
                   S->ast->allocated);
 }

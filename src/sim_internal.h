@@ -166,6 +166,8 @@ typedef struct sim {
     bool stopped;
     vp_sim_event_fn cb;
     void *ud;
+    bool tail;             /* cb or stop_at set: each event goes through
+                              emit_tail (one test an event, not two)   */
     /* a data-parallel wrapper (dist_internal.h), NULL on one GPU */
     struct vp__dist *dist;
     int32_t stream;          /* the stream the next allocation is on      */

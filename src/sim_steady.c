@@ -196,17 +196,18 @@ static bool tensors(names *m)
         if (!vp__words_add(m->w, rec, 5))
             return false;
     }
+    /* one pass: room for every tensor (by_address wants 4 words a pair) */
+    uint64_t *p = malloc((S->nt ? S->nt : 1) * 4 * sizeof *p);
     size_t n = 0;
-    for (uint32_t id = 0; id < S->nt; id++)
-        n += S->t[id].refs != 0 && m->canon[id] == NONE;
-    uint64_t *p = malloc((n ? n : 1) * 4 * sizeof *p);
-    size_t k = 0;
     for (uint32_t id = 0; id < S->nt && p; id++)
         if (S->t[id].refs != 0 && m->canon[id] == NONE) {
-            p[2 * k] = vp_allocator_block_addr(S->a, S->t[id].handle);
-            p[2 * k + 1] = id;
-            k++;
+            p[2 * n] = vp_allocator_block_addr(S->a, S->t[id].handle);
+            p[2 * n + 1] = id;
+            n++;
         }
+    if (!p) /* the count, for the sorted fallback below */
+        for (uint32_t id = 0; id < S->nt; id++)
+            n += S->t[id].refs != 0 && m->canon[id] == NONE;
     bool sorted = p && by_address(S, m->w, p, n);
     free(p);
     if (!sorted) {
@@ -278,9 +279,12 @@ bool vp__steady_reached(sim *S, vp__steady *d, const uint32_t *batch,
     if (!OK(S))
         return false;
     /* room for the state at once, not by doubling from 16 words: the
-     * last one's size, or at first a share of the tensors and ops */
+     * last one's size, or at first a share of the tensors and ops and
+     * the allocator's words (which come last: a doubling there copied
+     * the whole state) */
     size_t room = d->have ? d->prev.n
-                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024;
+                          : 8 * S->nt + 4 * (size_t)S->g->n_ops + 1024 +
+                                vp__allocator_state_words(S->a);
     if (!vp__grow((void **)&d->cur.v, &d->cur.cap, room, sizeof *d->cur.v) ||
         !state(S, batch, nb, loss_t, d->any_peak, &d->cur)) {
         S->st = vp_error_set(S->err, VP_ENOMEM, "out of memory");

@@ -311,6 +311,50 @@ Test(allocator, streams_do_not_share_free_blocks)
     vp_allocator_free(a);
 }
 
+/* A split's rest leaves its size class (src/allocator.c t_shrink_at: it
+ * moves within its directory) or stays in it (its entry updated in place):
+ * a 38 MiB free block gives its head away piece by piece, the rest
+ * crossing from the class [36, 40) MiB down to [20, 24) MiB, with a larger
+ * free block beside it on the same stream and one on another stream (two
+ * directories: no one-stream shortcut). Best fit takes the rest's head
+ * each time (the smallest block that holds the request) and the larger
+ * block once the rest is too small. */
+Test(allocator, split_rest_moves_down_the_classes)
+{
+    vp_allocator *a = make(NULL);
+    uint64_t big = must_malloc(a, 38 * MiB, 0);   /* a 38 MiB segment */
+    uint64_t other = must_malloc(a, 40 * MiB, 0); /* a 40 MiB segment */
+    uint64_t far = must_malloc(a, 38 * MiB, 3);   /* stream 3's */
+    uint64_t base = vp_allocator_block_addr(a, big);
+    uint64_t other_at = vp_allocator_block_addr(a, other);
+    must_free(a, far);
+    must_free(a, other);
+    must_free(a, big);
+    check(a);
+    /* 1.5 MiB: the rest (36.5 MiB) stays in [36, 40); then 4 MiB pieces
+     * take it through [32, 36), [28, 32) and [24, 28); 20 MiB leaves
+     * 2.5 MiB */
+    static const uint64_t take[] = {3 * MiB / 2, 4 * MiB, 4 * MiB, 4 * MiB,
+                                    20 * MiB};
+    uint64_t at = base;
+    for (size_t k = 0; k < sizeof take / sizeof take[0]; k++) {
+        uint64_t h = must_malloc(a, take[k], 0);
+        cr_assert_eq(vp_allocator_block_addr(a, h), at,
+                     "take %zu: %#llx, want the rest's head %#llx", k,
+                     (unsigned long long)vp_allocator_block_addr(a, h),
+                     (unsigned long long)at);
+        at += take[k];
+        check(a);
+    }
+    /* 12 MiB: the rest is too small, the 40 MiB block's head */
+    uint64_t h = must_malloc(a, 12 * MiB, 0);
+    cr_assert_eq(vp_allocator_block_addr(a, h), other_at);
+    check(a);
+    expect(a, 3 * MiB / 2 + 12 * MiB + 20 * MiB + 12 * MiB, 116 * MiB, 3,
+           "every piece taken from the cache");
+    vp_allocator_free(a);
+}
+
 /* ------------------------------------------------------- memory fraction */
 
 Test(allocator, limit_retry_frees_cached_segments_and_succeeds)

@@ -286,6 +286,46 @@ Test(checked, mul_overflow_leaves_out)
     cr_assert_eq(r, 5);
 }
 
+/* vp_mul_u64's overflow flag (a builtin where the compiler has one) says
+ * what the division test says: a * b fits in 64 bits iff a == 0 or
+ * b <= UINT64_MAX / a; on edge pairs and pairs of every pair of bit
+ * lengths. */
+Test(checked, mul_flag_is_the_division_test)
+{
+    static const uint64_t edge[] = {0, 1, 2, 3, 0xffffffffull,
+                                    0x100000000ull, 0x100000001ull,
+                                    UINT64_MAX / 3, UINT64_MAX / 3 + 1,
+                                    UINT64_MAX / 2, UINT64_MAX / 2 + 1,
+                                    UINT64_MAX - 1, UINT64_MAX};
+    size_t ne = sizeof edge / sizeof edge[0];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    size_t fits = 0, overflows = 0;
+    for (size_t k = 0; k < ne * ne + 64 * 64 * 4; k++) {
+        uint64_t a, b;
+        if (k < ne * ne) {
+            a = edge[k / ne];
+            b = edge[k % ne];
+        } else {
+            size_t j = k - ne * ne; /* bit lengths (j / 4) % 64 and j / 256 */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            a = (x >> (63 - (j / 4) % 64)) | ((uint64_t)1 << ((j / 4) % 64)) >> 1;
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b = x >> (63 - j / 256 % 64);
+        }
+        bool want = a == 0 || b <= UINT64_MAX / a;
+        uint64_t r = 7;
+        cr_assert_eq(vp_mul_u64(a, b, &r), want, "%llu * %llu",
+                     (unsigned long long)a, (unsigned long long)b);
+        cr_assert_eq(r, want ? a * b : 7, "%llu * %llu: out",
+                     (unsigned long long)a, (unsigned long long)b);
+        fits += want;
+        overflows += !want;
+    }
+    /* both answers many times */
+    cr_assert_gt(fits, 1000);
+    cr_assert_gt(overflows, 1000);
+}
+
 Test(checked, round_up)
 {
     uint64_t r = 0;

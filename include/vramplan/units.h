@@ -27,10 +27,20 @@ static inline bool vp_add_u64(uint64_t a, uint64_t b, uint64_t *out)
 /* a * b into *out; false (and *out untouched) on overflow. */
 static inline bool vp_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 {
+#if defined(__GNUC__)
+    /* the overflow flag of one multiply: the test by division below costs
+     * a 64-bit divide, and the simulator sizes nearly every tensor here */
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return false;
+    *out = r;
+    return true;
+#else
     if (a != 0 && b > UINT64_MAX / a)
         return false;
     *out = a * b;
     return true;
+#endif
 }
 
 /* ceil(a / m) * m into *out (m > 0); false on overflow. */
