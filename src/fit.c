@@ -889,7 +889,7 @@ static vp_status fit_read_file(const char *file, const char *const *dirs,
                                vp_fit_result *out, size_t *cap,
                                vp_error *err)
 {
-    vp_validate_opts o = {file, 0, dirs, n_dirs, true, NULL, NULL, false, 0};
+    vp_validate_opts o = {file, 0, dirs, n_dirs, true, NULL, NULL, false, 0, 0.0};
     vp_gt_file *f = vp_gt_open(file, err);
     vp_status st = f != NULL ? VP_OK : err != NULL ? err->code : VP_EIO;
     const char *json;

@@ -534,8 +534,10 @@ static vp_status step_time_metric(const vp_case_in *in, const vp_graph *g,
     /* the host it ran on, where its benchmark and the profile's are known
      * (docs/STEP_TIME.md "The host's speed") */
     vp_hw hw = *o->hw;
+    double probe = o->host_probe_us > 0.0 ? o->host_probe_us
+                                          : in->host_probe_us;
     if (in->host_probe_us > 0.0 && hw.host_probe > 0.0)
-        hw.host_scale = in->host_probe_us * 1e-6 / hw.host_probe;
+        hw.host_scale = probe * 1e-6 / hw.host_probe;
     vp_status st = vp_step_time_estimate(g, s, &hw, &t, err);
     if (st == VP_OK)
         vp__case_metric(out, "step_us", (uint64_t)(t.total * 1e6 + 0.5),
@@ -748,6 +750,66 @@ static bool is_env_line(const char *text, size_t len)
     return env;
 }
 
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One line's host_probe_us, or 0 (a line that does not parse is left to
+ * the main pass, which reports it). */
+static double line_probe(const char *text, size_t len)
+{
+    json_t *j = json_loadb(text, len, 0, NULL);
+    json_t *p = json_is_object(j) ? json_object_get(j, "host_probe_us") : NULL;
+    double v = json_is_number(p) ? json_number_value(p) : 0.0;
+
+    json_decref(j);
+    return v > 0.0 && v < 1e9 ? v : 0.0;
+}
+
+/* The session's host speed: the median of the file's host_probe_us
+ * (collect_hostprobe.py's benchmark before each case; docs/STEP_TIME.md
+ * "The host's speed"). One benchmark is 0.4 s of a host whose speed moves
+ * from step to step; their median over a set measured in one process is
+ * the machine's. 0 where no line has one. */
+static double session_probe(const char *path)
+{
+    vp_jlines l;
+    vp_error e;
+    double *v = NULL, med = 0.0;
+    size_t n = 0, cap = 0;
+
+    if (vp__jlines_open(&l, path, VP_VALIDATE_MAX_LINE, &e) != VP_OK)
+        return 0.0;
+    for (;;) {
+        const char *text;
+        size_t len;
+        bool end;
+        if (vp__jlines_next(&l, &text, &len, &end, &e) != VP_OK || end)
+            break;
+        double p = line_probe(text, len);
+        if (p <= 0.0)
+            continue;
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 64;
+            double *w = realloc(v, c * sizeof *v);
+            if (w == NULL)
+                break;
+            v = w;
+            cap = c;
+        }
+        v[n++] = p;
+    }
+    vp__jlines_close(&l);
+    if (n > 0) {
+        qsort(v, n, sizeof *v, dcmp);
+        med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    }
+    free(v);
+    return med;
+}
+
 vp_gt_file *vp_gt_open(const char *path, vp_error *err)
 {
     vp_gt_file *f = calloc(1, sizeof *f);
@@ -776,6 +838,7 @@ vp_gt_file *vp_gt_open(const char *path, vp_error *err)
         vp_gt_close(f);
         return NULL;
     }
+    f->env.host_probe_us = session_probe(path);
     return f;
 }
 

@@ -632,7 +632,7 @@ static vp_status line(const char *tail, vp_case_result *r, vp_error *err)
 {
     static const char *const dirs[] = {"tests/data/dist", "models"};
     char json[1024];
-    vp_validate_opts o = {"dist", 1, dirs, 2, true, NULL, NULL, false, 0};
+    vp_validate_opts o = {"dist", 1, dirs, 2, true, NULL, NULL, false, 0, 0.0};
     snprintf(json, sizeof json, "%s%s}", LINE_HEAD, tail);
     return vp_validate_line(json, strlen(json), &o, r, err);
 }

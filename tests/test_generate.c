@@ -334,7 +334,7 @@ Test(generate_errors, a_budget_too_small_is_eoom)
 static vp_status gen_line(const char *json, vp_case_result *r, vp_error *err)
 {
     static const char *const dirs[] = {"models"};
-    vp_validate_opts o = {"test", 2, dirs, 1, false, NULL, NULL, false, 0};
+    vp_validate_opts o = {"test", 2, dirs, 1, false, NULL, NULL, false, 0, 0.0};
     return vp_validate_line(json, strlen(json), &o, r, err);
 }
 

@@ -50,7 +50,7 @@ static vp_status run_first(const char *json, bool first,
                            vp_case_result *r, vp_error *err)
 {
     vp_validate_opts o = {"test", 1, dirs, n_dirs, first, base, hw,
-                          hw != NULL, 0};
+                          hw != NULL, 0, 0.0};
 
     return vp_validate_line(json, strlen(json), &o, r, err);
 }
@@ -472,6 +472,52 @@ Test(validate, a_probe_without_the_profiles_is_recorded_only)
     cr_assert_eq(probed_step("3000", &hw), probed_step(NULL, &hw));
 }
 
+/* A file's session (vp_validate_opts.host_probe_us, the median of its
+ * lines' benchmarks) times every probed line on that host, not on the
+ * line's own benchmark. */
+Test(validate, the_sessions_probe_times_a_probed_line)
+{
+    static const char json[] = "{\"model\": \"mlp10\", \"batch\": 64, "
+                               "\"id\": \"x\", \"step_ms\": 2.5, "
+                               "\"host_probe_us\": 5000}";
+    vp_hw hw = h200();
+    vp_validate_opts o = {"test", 1, DIRS, 1, true, NULL, &hw, true, 0,
+                          2.0 * hw.host_probe * 1e6};
+    vp_case_result r;
+    vp_error err;
+    cr_assert_eq(vp_validate_line(json, strlen(json), &o, &r, &err), VP_OK,
+                 "%s", err.msg);
+    vp_hw slow = hw;
+    slow.host_scale = 2.0;
+    cr_assert_eq(must_metric(&r, "step_us")->predicted,
+                 probed_step(NULL, &slow));
+}
+
+/* vp_gt_open: the session's benchmark is the median of the case lines'
+ * host_probe_us; lines without one and lines that do not parse are not
+ * counted. */
+Test(validate_file, the_session_probe_is_the_median_of_the_lines)
+{
+    char path[] = "/tmp/vp-session-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"env\": {\"torch\": \"2.11\"}}\n"
+          "{\"id\": \"a\", \"host_probe_us\": 3000}\n"
+          "{\"id\": \"b\", \"host_probe_us\": 1000}\n"
+          "{\"id\": \"c\"}\n"
+          "{not json\n"
+          "{\"id\": \"d\", \"host_probe_us\": 1600}\n",
+          f);
+    fclose(f);
+    vp_error err;
+    vp_gt_file *g = vp_gt_open(path, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_float_eq(vp_gt_file_env(g)->host_probe_us, 1600.0, 1e-9);
+    vp_gt_close(g);
+    unlink(path);
+}
+
 /* A case measured over 16 steps (collect_hostprobe.py's series): every
  * step's phase peaks are compared. */
 Test(validate, a_sixteen_step_case_has_every_steps_peaks)
@@ -608,7 +654,8 @@ static vp_status strict_line(unsigned n, vp_error *err)
 {
     char *json = line_of(STRICT, n);
     vp_case_result r;
-    vp_validate_opts o = {STRICT, n, DIRS, 1, false, NULL, NULL, false, 0};
+    vp_validate_opts o = {STRICT, n,     DIRS,  1, false,
+                          NULL,   NULL,  false, 0, 0.0};
     vp_status st = vp_validate_line(json, strlen(json), &o, &r, err);
 
     free(json);

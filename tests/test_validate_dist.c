@@ -44,7 +44,7 @@ static vp_status dist_line(const char *json, size_t len, vp_case_result *r,
                            vp_error *err)
 {
     vp_hw hw = h200();
-    vp_validate_opts o = {"dist", 1, DIRS, 2, true, NULL, &hw, false, 0};
+    vp_validate_opts o = {"dist", 1, DIRS, 2, true, NULL, &hw, false, 0, 0.0};
 
     return vp_validate_line(json, len, &o, r, err);
 }

@@ -73,6 +73,8 @@ typedef struct vp_gt_env {
                                 runs a warm-up (backward, autocast,
                                 checkpointing) before its first case, so
                                 no case pays the library workspaces     */
+    double host_probe_us;    /* the session's host: the median of the case
+                                lines' host_probe_us; 0 = none           */
 } vp_gt_env;
 
 /* How to run a case line. */
@@ -96,6 +98,10 @@ typedef struct vp_validate_opts {
                                   env line's context_used_after_init,
                                   measured after the process group's
                                   warm-up); 0: the setup's               */
+    double host_probe_us;      /* the session's host benchmark (the
+                                  file's vp_gt_env.host_probe_us): the
+                                  step time of a line that carries one is
+                                  timed on that host; 0 = each line's own */
 } vp_validate_opts;
 
 /* Check and run one case line (not the env line): simulate a training

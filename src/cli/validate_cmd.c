@@ -79,9 +79,10 @@ static void validate_help(FILE *f)
         "compared by the median of its measurements over their predictions:\n"
         "one summary line (step_time, repeated cases), or in jsonl one line\n"
         "per such case (metric step_us_median, with its number of\n"
-        "measurements). A line's host_probe_us (the host benchmark beside\n"
-        "it) times its step on that host: every host cost scaled by it over\n"
-        "the GPU profile's measured host_probe_us.\n"
+        "measurements). A line with host_probe_us (the host benchmark\n"
+        "beside it) is timed on its session's host: every host cost scaled\n"
+        "by the median of the file's benchmarks over the GPU profile's\n"
+        "measured host_probe_us.\n"
         "A documented\n"
         "outlier must keep its known error (within its tolerance) and does "
         "not\n"
@@ -493,7 +494,7 @@ static void run_file(state *s, const char *path)
 {
     vp_validate_opts o = {path, 0, s->dirs, s->n_dirs, true,
                           s->have_gpu ? &s->base : NULL, NULL, s->have_gpu,
-                          0};
+                          0, 0.0};
     const vp_bounds_file *bf = s->args->v[O_OUTLIERS].given
                                    ? vp_bounds_find(&s->bounds, path)
                                    : NULL;
@@ -518,6 +519,8 @@ static void run_file(state *s, const char *path)
     o.hw = s->have_hw ? &s->hw : NULL;
     if (vp_gt_file_env(f) != NULL)
         o.context_bytes = vp_gt_file_env(f)->context_bytes;
+    if (vp_gt_file_env(f) != NULL)
+        o.host_probe_us = vp_gt_file_env(f)->host_probe_us;
     if (vp_gt_file_env(f) != NULL && vp_gt_file_env(f)->warmed_up)
         o.first_in_process = false;
     s->n_rec = 0;
