@@ -9,6 +9,7 @@ workload measured right before the case (`probe`). The env line gets the same be
 (`host_probe`, with the launch loop's figure).
 
     python3 groundtruth/collect_hostprobe.py OUTDIR SET      # one set a process
+    python3 groundtruth/collect_hostprobe.py --probe         # this host's benchmark, us (plan --host-probe-us)
 
 SET is one of: steps (a step-time series: 14 cases of several collectors at 16 steps each, every step's time and
 the GPU's SM clock after it, twice, the second pass in reverse order: OUTDIR/steps/steps.jsonl; each run's own case
@@ -340,6 +341,10 @@ def set_steps(out, nsteps=16, which="steps", ids=()):
 
 
 def main():
+    if sys.argv[1:] == ["--probe"]:
+        # the figure `vramplan plan --host-probe-us` takes: this machine's host
+        print(probe())
+        return
     outdir, which = sys.argv[1], sys.argv[2]
     if (which == "series") != (len(sys.argv) > 3):
         sys.exit("usage: collect_hostprobe.py OUTDIR SET, or OUTDIR series ID...")

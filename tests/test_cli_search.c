@@ -216,6 +216,81 @@ Test(cli_search, validate_single_measurements_have_no_median)
     cli_run_free(&r);
 }
 
+/* plan --host-probe-us: the host benchmark of the machine that will run
+ * the step times its host costs (docs/STEP_TIME.md "The host's speed"):
+ * mlp10's bf16 step is host-bound, so a host three times slower than
+ * the profile's makes it slower. */
+static double first_step_seconds(const char *probe)
+{
+    const char *args[] = {"plan", "models/mlp10.yaml", "--gpu", "h200",
+                          "--format", "json", probe ? "--host-probe-us"
+                                                    : NULL,
+                          probe, NULL};
+    cli_run r;
+    double t = 0;
+
+    cli_exec(args, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *p = strstr(r.out, "\"step_seconds\": ");
+    cr_assert_not_null(p, "%s", r.out);
+    cr_assert(sscanf(p, "\"step_seconds\": %lf", &t) == 1);
+    cli_run_free(&r);
+    return t;
+}
+
+Test(cli_search, plan_times_the_step_on_the_given_host)
+{
+    double own = first_step_seconds(NULL);
+    cr_assert_gt(first_step_seconds("5000"), 1.5 * own);
+    cr_assert_float_eq(first_step_seconds("1678.14"), own, 1e-6);
+}
+
+Test(cli_search, host_probe_needs_a_gpu_profile_with_one)
+{
+    static const char *const none[] = {"plan", "models/mlp10.yaml",
+                                       "--host-probe-us", "2000", NULL};
+    static const char *const h100[] = {"plan", "models/mlp10.yaml", "--gpu",
+                                       "h100-80g", "--host-probe-us", "2000",
+                                       NULL};
+    cli_run r;
+
+    cli_exec(none, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--host-probe-us needs --gpu"), "%s",
+                       r.err);
+    cli_run_free(&r);
+    cli_exec(h100, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "no host benchmark"), "%s", r.err);
+    cli_run_free(&r);
+}
+
+/* The search options a command does not use are refused by name. */
+Test(cli_search, maxbatch_refuses_plans_options)
+{
+    static const char *const gb[] = {"maxbatch", "models/mlp10.yaml", "--gpu",
+                                     "h200", "--global-batch", "8", NULL};
+    static const char *const hp[] = {"maxbatch", "models/mlp10.yaml", "--gpu",
+                                     "h200", "--host-probe-us", "2000", NULL};
+    static const char *const tq[] = {"techniques", "models/mlp10.yaml",
+                                     "--gpu", "h200", "--global-batch", "8",
+                                     NULL};
+    cli_run r;
+
+    cli_exec(gb, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--global-batch is plan's"), "%s", r.err);
+    cli_run_free(&r);
+    cli_exec(hp, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--host-probe-us"), "%s", r.err);
+    cli_run_free(&r);
+    cli_exec(tq, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--global-batch is plan's"), "%s", r.err);
+    cli_run_free(&r);
+}
+
 Test(cli_search, validate_bad_cases)
 {
     GOLDEN("search_validate_bad_cases", 2, "validate",

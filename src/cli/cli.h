@@ -238,7 +238,7 @@ extern const char *const cli_attns[];      /* vp_attn_impl order      */
  * table; ids after the setup commands' own (estimate_cmd.c checks that
  * its own end before CLI_O_STRATEGY). */
 enum {
-    CLI_O_STRATEGY = CLI_O__SETUP + 26, CLI_O_WORLD, CLI_O_SHARD,
+    CLI_O_STRATEGY = CLI_O__SETUP + 27, CLI_O_WORLD, CLI_O_SHARD,
     CLI_O_PARAM_DTYPE, CLI_O_REDUCE_DTYPE, CLI_O_BUFFER_DTYPE,
     CLI_O_RESHARD, CLI_O_BUCKET_CAP, CLI_O_STATIC_GRAPH, CLI_O_FIND_UNUSED,
     CLI_O_NO_BCAST_BUFFERS, CLI_O_REBUILD_FREED, CLI_O_OVERLAP_DDP,
@@ -375,6 +375,7 @@ typedef struct cli_setup_args {
     const char *html;       /* estimate --html FILE, NULL for none       */
     int format;             /* CLI_FMT_TABLE, _JSON or _CSV              */
     uint64_t global_batch;  /* --global-batch, 0 when not given          */
+    double host_probe_us;   /* --host-probe-us, 0 when not given         */
     bool steps_given, precision_given, optimizer_given;
     vp_setup setup;
     vp_dist dist;           /* estimate's data-parallel run              */

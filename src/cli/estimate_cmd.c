@@ -21,7 +21,7 @@ enum {
     OPT_OFFLOAD_ACT, OPT_COMPRESS, OPT_INT8, OPT_FORMAT, OPT_TIMELINE,
     OPT_GPU_DIR, OPT_GPU, OPT_GLOBAL_BATCH, OPT_SNAPSHOT, OPT_HTML,
     OPT_TARGET, OPT_LORA, OPT_FREEZE, OPT_QUANT, OPT_DOUBLE_QUANT, OPT_LOAD,
-    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE, OPT__END
+    OPT_BASE_DTYPE, OPT_GENERATE, OPT_CACHE, OPT_HOST_PROBE, OPT__END
 };
 _Static_assert((int)OPT__END <= (int)CLI_O_STRATEGY,
                "estimate's own option ids run into the data-parallel ones");
@@ -146,6 +146,13 @@ static const cli_opt SETUP_OPTS[] = {
      .type = CLI_ARG_U64, .min = 1, .max = UINT32_MAX,
      .only = CLI_CMD_SEARCH,
      .help = "samples per optimizer step for plan (default 32)"},
+    {.id = OPT_HOST_PROBE, .name = "host-probe-us", .metavar = "US",
+     .type = CLI_ARG_DOUBLE, .dmin = 1.0, .dmax = 1e7,
+     .only = CLI_CMD_SEARCH,
+     .help = "the host benchmark on the machine that will run the step, in "
+             "us (python3 groundtruth/collect_hostprobe.py --probe): the "
+             "step time's host costs at it over the GPU profile's (default: "
+             "the profile's host)"},
     {.id = OPT_SNAPSHOT, .name = "snapshot", .metavar = "FILE",
      .type = CLI_ARG_STRING, .only = CLI_CMD_ESTIMATE,
      .help = "write the simulated steps as torch.cuda.memory._dump_snapshot "
@@ -340,6 +347,7 @@ int cli_setup_parse(int argc, char **argv, unsigned which,
     a->timeline = v[OPT_TIMELINE].given ? v[OPT_TIMELINE].text : NULL;
     a->format = v[OPT_FORMAT].given ? v[OPT_FORMAT].choice : CLI_FMT_TABLE;
     a->global_batch = v[OPT_GLOBAL_BATCH].given ? v[OPT_GLOBAL_BATCH].u : 0;
+    a->host_probe_us = v[OPT_HOST_PROBE].given ? v[OPT_HOST_PROBE].d : 0.0;
     a->steps_given = v[CLI_O_STEPS].given;
     a->precision_given = v[CLI_O_PRECISION].given;
     a->optimizer_given = v[CLI_O_OPTIMIZER].given;
@@ -355,6 +363,9 @@ int cli_setup_gpu(cli_setup_args *a, vp_hw *hw, bool *have_hw)
     int rc;
 
     *have_hw = false;
+    if (a->gpu == NULL && a->host_probe_us > 0.0)
+        return cli_usage_error("--host-probe-us needs --gpu: the host is "
+                               "timed against the GPU profile's");
     if (a->gpu == NULL) {
         if (a->setup.alloc.limit == 0 && a->budget != NULL)
             return cli_usage_error("--budget %s is a fraction: give --gpu "
@@ -363,6 +374,13 @@ int cli_setup_gpu(cli_setup_args *a, vp_hw *hw, bool *have_hw)
     }
     if ((rc = cli_gpu_hw(a->gpu, hw)) >= 0)
         return rc;
+    if (a->host_probe_us > 0.0) {
+        if (hw->host_probe <= 0.0)
+            return cli_usage_error("--host-probe-us: the GPU profile '%s' "
+                                   "has no host benchmark of its own "
+                                   "(measured.host_probe_us)", a->gpu);
+        hw->host_scale = a->host_probe_us * 1e-6 / hw->host_probe;
+    }
     *have_hw = true;
     a->setup.context_bytes = hw->context;
     a->setup.alloc.device_total = hw->memory;

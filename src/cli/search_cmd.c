@@ -112,6 +112,9 @@ static int search_setup(int argc, char **argv, void (*help)(FILE *),
 
     if (rc >= 0 || (rc = cli_setup_gpu(a, hw, have_hw)) >= 0)
         return rc;
+    if (a->global_batch > 0)
+        return cli_usage_error("--global-batch is plan's: %s takes the "
+                               "micro-batch (--batch)", argv[0]);
     if (a->setup.alloc.limit == 0)
         return cli_usage_error("%s needs --budget or --gpu", argv[0]);
     if (a->checkpoint != NULL && strcmp(a->checkpoint, "auto") == 0)
@@ -213,6 +216,9 @@ int cli_maxbatch(int argc, char **argv)
     rc = search_setup(argc, argv, maxbatch_help,
                       "maxbatch takes a fixed --checkpoint (none, all or "
                       "names), not auto", &a, &hw, &have_hw);
+    if (rc < 0 && a.host_probe_us > 0.0)
+        rc = cli_usage_error("maxbatch times no step: --host-probe-us is "
+                             "plan's and techniques'");
 
     vp_error_clear(&err);
     if (rc < 0 && (model = vp_model_load(a.model_path, &err)) == NULL)
