@@ -320,8 +320,9 @@ Test(finetune_time, dora_with_dropout_runs_the_base_again)
 
 /* gpt2-small, amp bf16, at batch b, with the checkpoint spec (NULL:
  * none), the host's seconds per forward and backward kernel set. */
-static vp_step_time gpt2_ckpt_b(const char *ckpt, uint64_t b, double fwd,
-                                double bwd)
+/* gpt2-small at batch b, seq 1024, AMP bf16, `ckpt` checkpointed, timed
+ * on hw. */
+static vp_step_time gpt2_on(const char *ckpt, uint64_t b, const vp_hw *hw)
 {
     vp_error err;
     vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
@@ -339,15 +340,21 @@ static vp_step_time gpt2_ckpt_b(const char *ckpt, uint64_t b, double fwd,
     s.precision = VP_PREC_AMP_BF16;
     s.checkpoint = mask;
     s.n_checkpoint = vp_graph_segment_count(g);
-    vp_hw hw = h200();
-    hw.host_fwd = fwd;
-    hw.host_bwd = bwd;
     vp_step_time t;
-    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
+    cr_assert_eq(vp_step_time_estimate(g, &s, hw, &t, &err), VP_OK, "%s",
                  err.msg);
     vp_graph_free(g);
     vp_model_free(m);
     return t;
+}
+
+static vp_step_time gpt2_ckpt_b(const char *ckpt, uint64_t b, double fwd,
+                                double bwd)
+{
+    vp_hw hw = h200();
+    hw.host_fwd = fwd;
+    hw.host_bwd = bwd;
+    return gpt2_on(ckpt, b, &hw);
 }
 
 static vp_step_time gpt2_ckpt(const char *ckpt, double fwd, double bwd)
@@ -411,29 +418,9 @@ Test(ckpt_host, the_hooks_cost_per_saved_tensor)
  * optimizer call in twice the time; the GPU's kernels are the same. */
 static vp_step_time gpt2_host(double scale)
 {
-    vp_error err;
-    vp_model *m = vp_model_load("models/gpt2-small.yaml", &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    vp_graph *g = vp_graph_build(m, 2, 1024, &err);
-    cr_assert_not_null(g, "%s", err.msg);
-    bool mask[64] = {false};
-    cr_assert_eq(vp_graph_checkpoint_select(g, "all", mask, &err), VP_OK,
-                 "%s", err.msg);
-    vp_setup s;
-    vp_setup_init(&s);
-    s.batch = 2;
-    s.seq = 1024;
-    s.precision = VP_PREC_AMP_BF16;
-    s.checkpoint = mask;
-    s.n_checkpoint = vp_graph_segment_count(g);
     vp_hw hw = h200();
     hw.host_scale = scale;
-    vp_step_time t;
-    cr_assert_eq(vp_step_time_estimate(g, &s, &hw, &t, &err), VP_OK, "%s",
-                 err.msg);
-    vp_graph_free(g);
-    vp_model_free(m);
-    return t;
+    return gpt2_on("all", 2, &hw);
 }
 
 Test(host_speed, a_slower_host_scales_every_host_cost)
