@@ -490,6 +490,19 @@ static void add_largest(state *s)
     free(done);
 }
 
+/* Which host a file's step times were timed on (docs/STEP_TIME.md "The
+ * host's speed"): its session's benchmark against the profile's. */
+static void host_note(const state *s, const char *path, double probe_us)
+{
+    if (s->jsonl || !s->have_hw || !s->args->v[O_GPU].given ||
+        probe_us <= 0.0 || s->hw.host_probe <= 0.0)
+        return;
+    printf("%s: step times on its session's host: benchmark %.0f us "
+           "against the profile's %.0f us, host costs x%.3f\n",
+           path, probe_us, s->hw.host_probe * 1e6,
+           probe_us * 1e-6 / s->hw.host_probe);
+}
+
 static void run_file(state *s, const char *path)
 {
     vp_validate_opts o = {path, 0, s->dirs, s->n_dirs, true,
@@ -538,6 +551,7 @@ static void run_file(state *s, const char *path)
         printf("%s: %zu cases not modelled yet (documented: %s)\n", path,
                s->not_modelled, bf->not_modelled);
     s->not_modelled = 0;
+    host_note(s, path, o.host_probe_us);
     if (s->args->v[O_OUTLIERS].given || s->args->v[O_MAX_ERROR].given)
         note_rc(s, check_file(s, path));
 }
