@@ -6,8 +6,11 @@
  * find_expandable_block, map_block, unmap_block).
  *
  * Data layout.
- *  - Every block lives in one table (a->b) and is named by its index. Dead
- *    slots are chained through `next` into a free list. A handle is
+ *  - Every block lives in two parallel tables and is named by its index:
+ *    a->b, 32 bytes a block, 64-byte aligned (what malloc, free and the
+ *    merge test read), and a->bc (the stream, the expandable segment, the
+ *    requested bytes). Dead slots are chained through `next` into a free
+ *    list. A handle is
  *    (generation << 32) | (index + 1); the slot's generation is bumped on
  *    every free and on slot reuse, so stale handles are refused.
  *  - The blocks of a segment form a doubly linked list (prev/next) in
@@ -66,17 +69,27 @@ enum {
 
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
 
+/* A block, in two parallel tables: what malloc, free and the merge test
+ * read (32 bytes: two blocks a cache line, a block never across two) and
+ * what they seldom read (the stream: the directory of a tree with one
+ * stream is known without it; the expandable segment: only with
+ * expandable segments; the requested bytes: only stored and counted). */
 typedef struct blk {
     uint64_t addr;      /* simulated device address                       */
     uint64_t size;      /* bytes                                          */
-    uint64_t requested; /* bytes asked for (allocated blocks only)        */
     uint32_t prev, next;  /* neighbours in the segment, NIL at the ends;
                              next links the dead slots                    */
     uint32_t gen;         /* handle generation                            */
-    uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
-    int32_t stream;
     uint8_t pool, allocated, mapped, live;
 } blk;
+
+typedef struct blkc {
+    uint64_t requested; /* bytes asked for (allocated blocks only)        */
+    uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
+    int32_t stream;
+} blkc;
+
+_Static_assert(sizeof(blk) == 32, "a block's hot record is 32 bytes");
 
 /* Size classes (index below), eight per power of two. */
 #define N_CLASSES 512
@@ -128,7 +141,8 @@ typedef struct xseg {
 
 struct vp_allocator {
     vp_allocator_config cfg;
-    blk *b;
+    blk *b;                      /* hot records                           */
+    blkc *bc;                    /* cold records, same slots              */
     uint32_t n_slots, cap_slots; /* high-water mark and capacity          */
     uint32_t free_slot;          /* head of the dead-slot list            */
     uint32_t n_dead;             /* slots on that list                    */
@@ -305,12 +319,21 @@ static bool grow_slots(vp_allocator *a, uint64_t n)
         cap *= 2;
     if (cap >= NIL - 1)
         cap = NIL - 2;
-    if ((uint64_t)SIZE_MAX / sizeof(blk) < cap)
+    if ((uint64_t)SIZE_MAX / sizeof(blk) - 1 < cap)
         return false;
-    blk *nb = realloc(a->b, (size_t)cap * sizeof(blk));
+    /* cache-line aligned, so that no block straddles two lines (the
+     * size a multiple of the alignment, as aligned_alloc asks) */
+    blk *nb = aligned_alloc(64, ((size_t)cap + 1) / 2 * 2 * sizeof(blk));
     if (!nb)
         return false;
-    a->b = nb;
+    if (a->n_slots)
+        memcpy(nb, a->b, (size_t)a->n_slots * sizeof(blk));
+    free(a->b);
+    a->b = nb; /* larger than cap_slots says until both have grown */
+    blkc *nc = realloc(a->bc, (size_t)cap * sizeof(blkc));
+    if (!nc)
+        return false;
+    a->bc = nc;
     a->cap_slots = (uint32_t)cap;
     return true;
 }
@@ -338,8 +361,8 @@ static inline uint32_t new_block(vp_allocator *a)
     blk *x = &a->b[i];
     memset(x, 0, sizeof *x);
     x->prev = x->next = NIL;
-    x->es = NIL;
     x->gen = gen;
+    a->bc[i] = (blkc){0, NIL, 0};
     x->mapped = 1;
     x->live = 1;
     return i;
@@ -382,9 +405,9 @@ static void delete_block(vp_allocator *a, uint32_t i)
  * that ran out returns VP_ENOMEM and every later call is refused (no
  * answer from an index that lost a block). */
 
-static inline bkey key_of(const blk *x)
+static inline bkey key_of(const vp_allocator *a, uint32_t i)
 {
-    bkey k = {x->stream, x->size, x->addr};
+    bkey k = {a->bc[i].stream, a->b[i].size, a->b[i].addr};
     return k;
 }
 
@@ -562,11 +585,15 @@ typedef struct tpos {
     uint32_t p;
 } tpos;
 
-static inline slot slot_of(const tree *t, const blk *b)
+/* Block x's place in t: a tree with one directory holds only its
+ * stream's blocks (every request makes its stream's directory in both
+ * trees of its pool first, open_request), so the stream is read only
+ * when there are several. */
+static inline slot slot_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
-    sdir *d = dir_of(t, b->stream);
-    return t->by_size ? (slot){d, size_class8(b->size), b->size}
-                      : (slot){d, 0, 0};
+    sdir *d = t->solo != NO_SOLO ? t->d : dir_of(t, a->bc[x].stream);
+    uint64_t z = a->b[x].size;
+    return t->by_size ? (slot){d, size_class8(z), z} : (slot){d, 0, 0};
 }
 
 static inline void set_used(sdir *d, unsigned c, bool used)
@@ -606,7 +633,7 @@ HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
 
 static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
-    t_insert_in(a, t, x, slot_of(t, &a->b[x]));
+    t_insert_in(a, t, x, slot_of(a, t, x));
 }
 
 /* t_insert of a block into the free tree t, inline (release and the
@@ -628,7 +655,7 @@ HOT void t_push_at(vp_allocator *a, tree *t, uint32_t x, slot sl)
 
 HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
 {
-    t_push_at(a, t, x, slot_of(t, &a->b[x]));
+    t_push_at(a, t, x, slot_of(a, t, x));
 }
 
 /* Where block x is in tree t (false: not in the index, only once it
@@ -637,7 +664,7 @@ static inline bool t_locate(const vp_allocator *a, const tree *t,
                             uint32_t x, tpos *at)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
+    slot sl = slot_of(a, t, x);
     const cls *k = &sl.d->c[sl.c];
     uint32_t p = k->n;
     if (p > 0 && k->v[p - 1].i == x)
@@ -782,7 +809,7 @@ static uint32_t t_pred(const tree *t, const bkey *k)
 /* The block after x in its tree. */
 static uint32_t t_succ_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
-    bkey k = key_of(&a->b[x]);
+    bkey k = key_of(a, x);
     return t_above(t, &k, true);
 }
 
@@ -882,11 +909,11 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
      * read) */
     if (it == NIL || at->d == NULL)
         return NIL;
-    if (a->b[it].es != NIL) {
+    if (a->cfg.expandable_segments && a->bc[it].es != NIL) {
         /* prefer a plain block over one that could grow into unmapped
          * space */
         uint32_t nx = t_succ_of(a, t, it);
-        while (nx != NIL && a->b[nx].stream == r->stream &&
+        while (nx != NIL && a->bc[nx].stream == r->stream &&
                expandable_size(a, nx) < expandable_size(a, it)) {
             it = nx;
             nx = t_succ_of(a, t, it);
@@ -952,7 +979,7 @@ static bool reserve_xs(vp_allocator *a)
  * merge it with free neighbours and put it in the free tree. */
 static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
 {
-    const xseg *s = &a->xs[a->b[i].es];
+    const xseg *s = &a->xs[a->bc[i].es];
     uint64_t mapped;
     if (!vp_round_up_u64(size, s->page, &mapped))
         return false;
@@ -969,9 +996,9 @@ static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
         blk *x = &a->b[i], *rb = &a->b[r];
         rb->addr = x->addr + mapped;
         rb->size = x->size - mapped;
-        rb->stream = x->stream;
+        a->bc[r].stream = a->bc[i].stream;
         rb->pool = x->pool;
-        rb->es = x->es;
+        a->bc[r].es = a->bc[i].es;
         rb->mapped = 0;
         rb->prev = i;
         rb->next = x->next;
@@ -997,7 +1024,7 @@ static uint32_t find_expandable_block(vp_allocator *a, const req *r)
     pool *p = &a->pools[r->pool];
     bkey k = {r->stream, 0, 0};
     for (uint32_t it = t_lower_bound(&p->unmapped_t, &k);
-         it != NIL && a->b[it].stream == r->stream;
+         it != NIL && a->bc[it].stream == r->stream;
          it = t_succ_of(a, &p->unmapped_t, it)) {
         uint32_t c = it;
         uint32_t pv = a->b[c].prev;
@@ -1034,9 +1061,9 @@ static uint32_t find_expandable_block(vp_allocator *a, const req *r)
     blk *x = &a->b[c];
     x->addr = base;
     x->size = va_size;
-    x->stream = r->stream;
+    a->bc[c].stream = r->stream;
     x->pool = (uint8_t)r->pool;
-    x->es = (uint32_t)xi;
+    a->bc[c].es = (uint32_t)xi;
     x->mapped = 0;
     t_insert(a, &p->unmapped_t, c);
     return c;
@@ -1069,7 +1096,7 @@ static uint32_t try_allocate_expandable_block(vp_allocator *a, const req *r)
 /* unmap_block: return the whole free pages of free block i. */
 static void unmap_block(vp_allocator *a, uint32_t i)
 {
-    const xseg *s = &a->xs[a->b[i].es];
+    const xseg *s = &a->xs[a->bc[i].es];
     uint64_t off = a->b[i].addr - s->base;
     uint64_t end = off + a->b[i].size;
     uint64_t ub = (off + s->page - 1) / s->page * s->page;
@@ -1083,9 +1110,9 @@ static void unmap_block(vp_allocator *a, uint32_t i)
         blk *x = &a->b[i], *nb = &a->b[n];
         nb->addr = x->addr;
         nb->size = ub - off;
-        nb->stream = x->stream;
+        a->bc[n].stream = a->bc[i].stream;
         nb->pool = x->pool;
-        nb->es = x->es;
+        a->bc[n].es = a->bc[i].es;
         nb->prev = x->prev;
         nb->next = i;
         if (x->prev != NIL)
@@ -1098,9 +1125,9 @@ static void unmap_block(vp_allocator *a, uint32_t i)
         blk *x = &a->b[i], *nb = &a->b[n];
         nb->addr = s->base + ue;
         nb->size = end - ue;
-        nb->stream = x->stream;
+        a->bc[n].stream = a->bc[i].stream;
         nb->pool = x->pool;
-        nb->es = x->es;
+        a->bc[n].es = a->bc[i].es;
         nb->prev = i;
         nb->next = x->next;
         if (x->next != NIL)
@@ -1124,7 +1151,7 @@ static void release_expandable_segment(vp_allocator *a, uint32_t i)
 {
     blk *x = &a->b[i];
     t_erase(a, &a->pools[x->pool].unmapped_t, i);
-    a->xs[x->es].live = false;
+    a->xs[a->bc[i].es].live = false;
     a->n_xs_live--;
     delete_block(a, i);
 }
@@ -1155,7 +1182,7 @@ static void release_blocks(vp_allocator *a, int pi, bool do_unmap)
     while (it != NIL) {
         uint32_t nx = t_succ_of(a, t, it); /* stays valid: only `it` and
                                               unmapped ranges go away */
-        if (a->b[it].es != NIL) {
+        if (a->bc[it].es != NIL) {
             if (do_unmap) {
                 unmap_block(a, it);
                 if (!a->b[it].mapped && !is_split(&a->b[it]))
@@ -1194,7 +1221,7 @@ static bool release_available_cached_blocks(vp_allocator *a, const req *r)
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size < ms ? ms : r->size, 0};
     uint32_t it = t_lower_bound(t, &k);
-    if (it != NIL && a->b[it].stream == r->stream && a->b[it].es == NIL) {
+    if (it != NIL && a->bc[it].stream == r->stream && a->bc[it].es == NIL) {
         if (is_split(&a->b[it]))
             return false;
         release_block(a, it);
@@ -1203,10 +1230,10 @@ static bool release_available_cached_blocks(vp_allocator *a, const req *r)
     uint32_t cur = t_pred(t, &k);
     uint64_t released = 0;
     while (released < k.size && cur != NIL && a->b[cur].size >= ms &&
-           a->b[cur].stream == r->stream) {
-        bkey ck = key_of(&a->b[cur]);
+           a->bc[cur].stream == r->stream) {
+        bkey ck = key_of(a, cur);
         uint32_t pv = t_pred(t, &ck);
-        if (a->b[cur].es == NIL && !is_split(&a->b[cur])) {
+        if (a->bc[cur].es == NIL && !is_split(&a->b[cur])) {
             released += a->b[cur].size; /* <= reserved, no overflow */
             release_block(a, cur);
         }
@@ -1246,7 +1273,7 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
     blk *x = &a->b[i];
     x->addr = base;
     x->size = r->alloc_size;
-    x->stream = r->stream;
+    a->bc[i].stream = r->stream;
     x->pool = (uint8_t)r->pool;
     add_reserved(a, r->alloc_size);
     a->st.segments++;
@@ -1271,9 +1298,9 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
         blk *rem = &a->b[i], *x = &a->b[n];
         x->addr = rem->addr;
         x->size = r->size;
-        x->stream = rem->stream;
+        a->bc[n].stream = a->bc[i].stream;
         x->pool = rem->pool;
-        x->es = rem->es;
+        a->bc[n].es = a->bc[i].es;
         x->prev = rem->prev;
         if (x->prev != NIL)
             a->b[x->prev].next = n;
@@ -1292,7 +1319,7 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
     }
     blk *x = &a->b[i];
     x->allocated = 1;
-    x->requested = nbytes;
+    a->bc[i].requested = nbytes;
     add_allocated(a, x->size, nbytes);
     return i;
 }
@@ -1410,6 +1437,7 @@ void vp_allocator_free(vp_allocator *a)
     if (!a)
         return;
     free(a->b);
+    free(a->bc);
     free(a->xs);
     for (int i = 0; i < 2; i++) {
         free_dirs(&a->pools[i].free_t);
@@ -1522,9 +1550,9 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     x->gen++;
     x->allocated = 0;
     a->st.allocated -= x->size;
-    a->st.requested -= x->requested;
+    a->st.requested -= a->bc[i].requested;
     a->st.active_blocks--;
-    x->requested = 0;
+    a->bc[i].requested = 0;
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
     t_push(a, &a->pools[a->b[i].pool].free_t, i);
@@ -1553,6 +1581,7 @@ static void take_and_give_back(vp_allocator *a, uint32_t i,
         uint32_t gen = y->gen;
         *y = *x;
         y->gen = gen;
+        a->bc[n] = a->bc[i];
         if (x->prev != NIL)
             a->b[x->prev].next = n;
         if (x->next != NIL)
@@ -1674,7 +1703,7 @@ static const char *check_class(const vp_allocator *a, const tree *t,
         const blk *x = &a->b[e->i];
         uint64_t z = t->by_size ? x->size : 0;
         if (!x->live || x->allocated || x->pool != pi ||
-            (bool)x->mapped != mapped || x->stream != d->stream ||
+            (bool)x->mapped != mapped || a->bc[e->i].stream != d->stream ||
             size_class(z) != c)
             return "tree holds a block of the wrong kind";
         if (e->size != z || e->addr != x->addr)
@@ -1740,7 +1769,8 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
             continue;
         /* a segment head: walk the segment */
         uint64_t base = x->addr, end = x->addr, bytes = 0;
-        const xseg *s = x->es != NIL ? &a->xs[x->es] : NULL;
+        const blkc *xc = &a->bc[h];
+        const xseg *s = xc->es != NIL ? &a->xs[xc->es] : NULL;
         if (s && (!s->live || s->base != base))
             why = "expandable segment does not start at its base";
         for (uint32_t i = h, pv = NIL; i != NIL && !why; pv = i, i = a->b[i].next) {
@@ -1749,8 +1779,8 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
                 why = "broken segment list";
             else if (y->addr != end || y->size == 0)
                 why = "blocks of a segment do not tile it";
-            else if (y->stream != x->stream || y->pool != x->pool ||
-                     y->es != x->es)
+            else if (a->bc[i].stream != xc->stream || y->pool != x->pool ||
+                     a->bc[i].es != xc->es)
                 why = "blocks of a segment disagree";
             else if (pv != NIL && !y->allocated && !a->b[pv].allocated &&
                      y->mapped == a->b[pv].mapped)
@@ -1846,9 +1876,9 @@ static void describe(const vp_allocator *a, uint32_t h,
 {
     memset(seg, 0, sizeof *seg);
     seg->addr = a->b[h].addr;
-    seg->stream = a->b[h].stream;
+    seg->stream = a->bc[h].stream;
     seg->large = a->b[h].pool == POOL_LARGE;
-    seg->expandable = a->b[h].es != NIL;
+    seg->expandable = a->bc[h].es != NIL;
     seg->blocks = blocks;
     for (uint32_t i = h; i != NIL && a->b[i].mapped; i = a->b[i].next) {
         const blk *x = &a->b[i];
@@ -1856,13 +1886,13 @@ static void describe(const vp_allocator *a, uint32_t h,
         b->addr = x->addr;
         b->size = x->size;
         b->allocated = x->allocated != 0;
-        b->requested = x->allocated ? x->requested : 0;
+        b->requested = x->allocated ? a->bc[i].requested : 0;
         b->handle = x->allocated ? ((uint64_t)x->gen << 32) | ((uint64_t)i + 1)
                                  : 0;
         seg->size += x->size; /* the sum of sizes <= reserved: no overflow */
         if (x->allocated) {
             seg->allocated += x->size;
-            seg->requested += x->requested;
+            seg->requested += a->bc[i].requested;
         }
     }
 }
@@ -1917,16 +1947,18 @@ static int state_cmp(const void *x, const void *y)
     return 0;
 }
 
-static void state_rec(const blk *x, uint64_t *rec)
+HOT void state_rec(const vp_allocator *a, uint32_t i, uint64_t *rec)
 {
+    const blk *x = &a->b[i];
+    const blkc *xc = &a->bc[i];
     rec[0] = x->addr;
     rec[1] = x->size;
-    rec[2] = x->allocated ? x->requested : 0;
+    rec[2] = x->allocated ? xc->requested : 0;
     rec[3] = x->allocated;
     rec[4] = x->pool;
-    rec[5] = (uint64_t)(uint32_t)x->stream;
+    rec[5] = (uint64_t)(uint32_t)xc->stream;
     rec[6] = x->mapped;
-    rec[7] = x->es;
+    rec[7] = xc->es;
 }
 
 /* The live blocks' records in the order of state_cmp without sorting
@@ -1963,7 +1995,7 @@ static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
              i = a->b[i].next) {
             ok = m < live && (m == 0 || a->b[i].addr > o[-STATE_WORDS]);
             if (ok) {
-                state_rec(&a->b[i], o);
+                state_rec(a, i, o);
                 o += STATE_WORDS;
                 m++;
             }
@@ -1984,7 +2016,7 @@ static bool state_sorted(const vp_allocator *a, vp_words *w, size_t *n)
         if (!a->b[i].live)
             continue;
         uint64_t rec[STATE_WORDS];
-        state_rec(&a->b[i], rec);
+        state_rec(a, (uint32_t)i, rec);
         if (!vp__words_add(w, rec, STATE_WORDS))
             return false;
         ++*n;
