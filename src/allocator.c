@@ -94,6 +94,7 @@ _Static_assert(sizeof(blk) == 32, "a block's hot record is 32 bytes");
 /* Size classes (index below), eight per power of two. */
 #define N_CLASSES 512
 #define CLASS_WORDS (N_CLASSES / 64)
+#define FIRST_CAP 8 /* a class's first array, cut from its directory's slab */
 
 /* One free block in a size class: its key and its slot. */
 typedef struct ent {
@@ -113,8 +114,11 @@ typedef struct cls {
 typedef struct sdir {
     cls c[N_CLASSES];
     uint64_t used[CLASS_WORDS];/* the classes holding blocks */
-    uint64_t owned[CLASS_WORDS];/* the classes with an array (free_dirs
-                                   frees those, not all 512) */
+    uint64_t owned[CLASS_WORDS];/* the classes with an array of their
+                                   own (free_dirs frees those, not all
+                                   512) */
+    ent *slab;                  /* every class's first FIRST_CAP
+                                   entries, NULL until a class is used */
     int32_t stream;
 } sdir;
 
@@ -459,14 +463,33 @@ static inline uint32_t c_highest(const cls *k)
 
 /* Room for one more entry in class c of directory d (c_room; c_grow
  * doubles the array); false, with the allocator broken, when host memory
- * runs out. */
+ * runs out. A class's first FIRST_CAP entries are its part of the
+ * directory's slab (one malloc for all 512 classes: most classes never
+ * hold more, and a malloc and a free each were a simulation's tenth of
+ * its allocator calls on resnet50); past them, an array of its own,
+ * doubled by realloc. */
 static bool c_grow(vp_allocator *a, sdir *d, unsigned c)
 {
     cls *k = &d->c[c];
-    uint64_t cap = k->cap ? 2 * (uint64_t)k->cap : 8;
-    ent *v = cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap
-                 ? realloc(k->v, (size_t)cap * sizeof *v)
-                 : NULL;
+    if (k->cap == 0) {
+        if (!d->slab &&
+            !(d->slab = malloc((size_t)N_CLASSES * FIRST_CAP * sizeof(ent)))) {
+            a->broken = true;
+            return false;
+        }
+        k->v = d->slab + (size_t)c * FIRST_CAP;
+        k->cap = FIRST_CAP;
+        return true;
+    }
+    uint64_t cap = 2 * (uint64_t)k->cap;
+    bool own = (d->owned[c / 64] >> (c % 64)) & 1;
+    ent *v = NULL;
+    if (cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap) {
+        v = own ? realloc(k->v, (size_t)cap * sizeof *v)
+                : malloc((size_t)cap * sizeof *v);
+        if (v && !own)
+            memcpy(v, k->v, (size_t)k->n * sizeof *v);
+    }
     if (!v) {
         a->broken = true;
         return false;
@@ -535,6 +558,8 @@ static void free_dirs(tree *t)
         for (unsigned w = 0; w < CLASS_WORDS; w++)
             for (uint64_t bits = t->d[i].owned[w]; bits; bits &= bits - 1)
                 free(t->d[i].c[w * 64 + ctz64(bits)].v);
+    for (size_t i = 0; i < t->n; i++)
+        free(t->d[i].slab);
     free(t->d);
 }
 
@@ -1737,7 +1762,12 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
             bool used = (d->used[c / 64] >> (c % 64)) & 1;
             if (used != (d->c[c].n != 0))
                 return "a size class's bitmap is wrong";
-            if (((d->owned[c / 64] >> (c % 64)) & 1) != (d->c[c].v != NULL))
+            bool in_slab = d->c[c].v != NULL &&
+                           d->c[c].v == d->slab + (size_t)c * FIRST_CAP;
+            if (in_slab != (d->c[c].cap == FIRST_CAP))
+                return "a size class's first array is not its slab's";
+            if (((d->owned[c / 64] >> (c % 64)) & 1) !=
+                (d->c[c].v != NULL && !in_slab))
                 return "a size class's array is not listed (free_dirs)";
             const char *why = check_class(a, t, d, c, pi, mapped, &last,
                                           count);
