@@ -6,8 +6,11 @@
  * find_expandable_block, map_block, unmap_block).
  *
  * Data layout.
- *  - Every block lives in one table (a->b) and is named by its index. Dead
- *    slots are chained through `next` into a free list. A handle is
+ *  - Every block lives in two parallel tables and is named by its index:
+ *    a->b, 32 bytes a block, 64-byte aligned (what malloc, free and the
+ *    merge test read), and a->bc (the stream, the expandable segment, the
+ *    requested bytes). Dead slots are chained through `next` into a free
+ *    list. A handle is
  *    (generation << 32) | (index + 1); the slot's generation is bumped on
  *    every free and on slot reuse, so stale handles are refused.
  *  - The blocks of a segment form a doubly linked list (prev/next) in
@@ -66,21 +69,32 @@ enum {
 
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
 
+/* A block, in two parallel tables: what malloc, free and the merge test
+ * read (32 bytes: two blocks a cache line, a block never across two) and
+ * what they seldom read (the stream: the directory of a tree with one
+ * stream is known without it; the expandable segment: only with
+ * expandable segments; the requested bytes: only stored and counted). */
 typedef struct blk {
     uint64_t addr;      /* simulated device address                       */
     uint64_t size;      /* bytes                                          */
-    uint64_t requested; /* bytes asked for (allocated blocks only)        */
     uint32_t prev, next;  /* neighbours in the segment, NIL at the ends;
                              next links the dead slots                    */
     uint32_t gen;         /* handle generation                            */
-    uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
-    int32_t stream;
     uint8_t pool, allocated, mapped, live;
 } blk;
+
+typedef struct blkc {
+    uint64_t requested; /* bytes asked for (allocated blocks only)        */
+    uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
+    int32_t stream;
+} blkc;
+
+_Static_assert(sizeof(blk) == 32, "a block's hot record is 32 bytes");
 
 /* Size classes (index below), eight per power of two. */
 #define N_CLASSES 512
 #define CLASS_WORDS (N_CLASSES / 64)
+#define FIRST_CAP 8 /* a class's first array, cut from its directory's slab */
 
 /* One free block in a size class: its key and its slot. */
 typedef struct ent {
@@ -100,9 +114,11 @@ typedef struct cls {
 typedef struct sdir {
     cls c[N_CLASSES];
     uint64_t used[CLASS_WORDS];/* the classes holding blocks */
-    uint64_t owned[CLASS_WORDS];/* the classes with an array (free_dirs
-                                   frees those, not all 512) */
-    uint32_t count;
+    uint64_t owned[CLASS_WORDS];/* the classes with an array of their
+                                   own (free_dirs frees those, not all
+                                   512) */
+    ent *slab;                  /* every class's first FIRST_CAP
+                                   entries, NULL until a class is used */
     int32_t stream;
 } sdir;
 
@@ -112,7 +128,6 @@ typedef struct tree {
     int64_t solo; /* the stream of the only directory; NO_SOLO when there
                      are none or several (one load tells the common case,
                      one stream, where d[0].stream took two) */
-    uint32_t count;
     bool by_size; /* key (stream, size, addr) if true, else (stream, addr) */
 } tree;
 
@@ -128,7 +143,8 @@ typedef struct xseg {
 
 struct vp_allocator {
     vp_allocator_config cfg;
-    blk *b;
+    blk *b;                      /* hot records                           */
+    blkc *bc;                    /* cold records, same slots              */
     uint32_t n_slots, cap_slots; /* high-water mark and capacity          */
     uint32_t free_slot;          /* head of the dead-slot list            */
     uint32_t n_dead;             /* slots on that list                    */
@@ -305,12 +321,21 @@ static bool grow_slots(vp_allocator *a, uint64_t n)
         cap *= 2;
     if (cap >= NIL - 1)
         cap = NIL - 2;
-    if ((uint64_t)SIZE_MAX / sizeof(blk) < cap)
+    if ((uint64_t)SIZE_MAX / sizeof(blk) - 1 < cap)
         return false;
-    blk *nb = realloc(a->b, (size_t)cap * sizeof(blk));
+    /* cache-line aligned, so that no block straddles two lines (the
+     * size a multiple of the alignment, as aligned_alloc asks) */
+    blk *nb = aligned_alloc(64, ((size_t)cap + 1) / 2 * 2 * sizeof(blk));
     if (!nb)
         return false;
-    a->b = nb;
+    if (a->n_slots)
+        memcpy(nb, a->b, (size_t)a->n_slots * sizeof(blk));
+    free(a->b);
+    a->b = nb; /* larger than cap_slots says until both have grown */
+    blkc *nc = realloc(a->bc, (size_t)cap * sizeof(blkc));
+    if (!nc)
+        return false;
+    a->bc = nc;
     a->cap_slots = (uint32_t)cap;
     return true;
 }
@@ -338,8 +363,8 @@ static inline uint32_t new_block(vp_allocator *a)
     blk *x = &a->b[i];
     memset(x, 0, sizeof *x);
     x->prev = x->next = NIL;
-    x->es = NIL;
     x->gen = gen;
+    a->bc[i] = (blkc){0, NIL, 0};
     x->mapped = 1;
     x->live = 1;
     return i;
@@ -382,9 +407,9 @@ static void delete_block(vp_allocator *a, uint32_t i)
  * that ran out returns VP_ENOMEM and every later call is refused (no
  * answer from an index that lost a block). */
 
-static inline bkey key_of(const blk *x)
+static inline bkey key_of(const vp_allocator *a, uint32_t i)
 {
-    bkey k = {x->stream, x->size, x->addr};
+    bkey k = {a->bc[i].stream, a->b[i].size, a->b[i].addr};
     return k;
 }
 
@@ -438,14 +463,33 @@ static inline uint32_t c_highest(const cls *k)
 
 /* Room for one more entry in class c of directory d (c_room; c_grow
  * doubles the array); false, with the allocator broken, when host memory
- * runs out. */
+ * runs out. A class's first FIRST_CAP entries are its part of the
+ * directory's slab (one malloc for all 512 classes: most classes never
+ * hold more, and a malloc and a free each were a simulation's tenth of
+ * its allocator calls on resnet50); past them, an array of its own,
+ * doubled by realloc. */
 static bool c_grow(vp_allocator *a, sdir *d, unsigned c)
 {
     cls *k = &d->c[c];
-    uint64_t cap = k->cap ? 2 * (uint64_t)k->cap : 8;
-    ent *v = cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap
-                 ? realloc(k->v, (size_t)cap * sizeof *v)
-                 : NULL;
+    if (k->cap == 0) {
+        if (!d->slab &&
+            !(d->slab = malloc((size_t)N_CLASSES * FIRST_CAP * sizeof(ent)))) {
+            a->broken = true;
+            return false;
+        }
+        k->v = d->slab + (size_t)c * FIRST_CAP;
+        k->cap = FIRST_CAP;
+        return true;
+    }
+    uint64_t cap = 2 * (uint64_t)k->cap;
+    bool own = (d->owned[c / 64] >> (c % 64)) & 1;
+    ent *v = NULL;
+    if (cap <= UINT32_MAX && (uint64_t)SIZE_MAX / sizeof(ent) >= cap) {
+        v = own ? realloc(k->v, (size_t)cap * sizeof *v)
+                : malloc((size_t)cap * sizeof *v);
+        if (v && !own)
+            memcpy(v, k->v, (size_t)k->n * sizeof *v);
+    }
     if (!v) {
         a->broken = true;
         return false;
@@ -514,6 +558,8 @@ static void free_dirs(tree *t)
         for (unsigned w = 0; w < CLASS_WORDS; w++)
             for (uint64_t bits = t->d[i].owned[w]; bits; bits &= bits - 1)
                 free(t->d[i].c[w * 64 + ctz64(bits)].v);
+    for (size_t i = 0; i < t->n; i++)
+        free(t->d[i].slab);
     free(t->d);
 }
 
@@ -562,11 +608,15 @@ typedef struct tpos {
     uint32_t p;
 } tpos;
 
-static inline slot slot_of(const tree *t, const blk *b)
+/* Block x's place in t: a tree with one directory holds only its
+ * stream's blocks (every request makes its stream's directory in both
+ * trees of its pool first, open_request), so the stream is read only
+ * when there are several. */
+static inline slot slot_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
-    sdir *d = dir_of(t, b->stream);
-    return t->by_size ? (slot){d, size_class8(b->size), b->size}
-                      : (slot){d, 0, 0};
+    sdir *d = t->solo != NO_SOLO ? t->d : dir_of(t, a->bc[x].stream);
+    uint64_t z = a->b[x].size;
+    return t->by_size ? (slot){d, size_class8(z), z} : (slot){d, 0, 0};
 }
 
 static inline void set_used(sdir *d, unsigned c, bool used)
@@ -578,7 +628,7 @@ static inline void set_used(sdir *d, unsigned c, bool used)
 }
 
 /* Block x into class sl of tree t, in its place. */
-HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
+HOT void t_insert_in(vp_allocator *a, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
@@ -600,35 +650,31 @@ HOT void t_insert_in(vp_allocator *a, tree *t, uint32_t x, slot sl)
     k->v[p] = (ent){sl.z, b->addr, x};
     if (k->n++ == 0)
         set_used(sl.d, sl.c, true);
-    sl.d->count++;
-    t->count++;
 }
 
 static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 {
-    t_insert_in(a, t, x, slot_of(t, &a->b[x]));
+    t_insert_in(a, x, slot_of(a, t, x));
 }
 
 /* t_insert of a block into the free tree t, inline (release and the
  * split's remainder); the block is appended in place when it is the new
  * lowest of its class and the class has room (nearly always: see above). */
-HOT void t_push_at(vp_allocator *a, tree *t, uint32_t x, slot sl)
+HOT void t_push_at(vp_allocator *a, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
     if (k->n == 0 || k->n == k->cap ||
         e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
-        t_insert_in(a, t, x, sl);
+        t_insert_in(a, x, sl);
         return;
     }
     k->v[k->n++] = (ent){sl.z, b->addr, x};
-    sl.d->count++;
-    t->count++;
 }
 
 HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
 {
-    t_push_at(a, t, x, slot_of(t, &a->b[x]));
+    t_push_at(a, x, slot_of(a, t, x));
 }
 
 /* Where block x is in tree t (false: not in the index, only once it
@@ -637,7 +683,7 @@ static inline bool t_locate(const vp_allocator *a, const tree *t,
                             uint32_t x, tpos *at)
 {
     const blk *b = &a->b[x];
-    slot sl = slot_of(t, b);
+    slot sl = slot_of(a, t, x);
     const cls *k = &sl.d->c[sl.c];
     uint32_t p = k->n;
     if (p > 0 && k->v[p - 1].i == x)
@@ -649,7 +695,7 @@ static inline bool t_locate(const vp_allocator *a, const tree *t,
 }
 
 /* Take the entry at `at` out of tree t. */
-static inline void t_erase_at(tree *t, const tpos *at)
+static inline void t_erase_at(const tpos *at)
 {
     cls *k = &at->d->c[at->c];
     if (at->p + 1 < k->n)
@@ -657,15 +703,13 @@ static inline void t_erase_at(tree *t, const tpos *at)
                 (size_t)(k->n - 1 - at->p) * sizeof *k->v);
     if (--k->n == 0)
         set_used(at->d, at->c, false);
-    at->d->count--;
-    t->count--;
 }
 
 static void t_erase(vp_allocator *a, tree *t, uint32_t x)
 {
     tpos at;
     if (t_locate(a, t, x, &at))
-        t_erase_at(t, &at);
+        t_erase_at(&at);
 }
 
 /* Slot n takes over the entry at `at` (the same key). */
@@ -681,7 +725,7 @@ static inline void t_rename_at(const tpos *at, uint32_t n)
  * entry is updated where it is. Otherwise the entry moves to the rest's
  * class, in the same directory: the class is computed once and the
  * directory not looked up again (t_push_at). */
-HOT void t_shrink_at(vp_allocator *a, tree *t, uint32_t x, const tpos *at,
+HOT void t_shrink_at(vp_allocator *a, uint32_t x, const tpos *at,
                      uint64_t size)
 {
     blk *b = &a->b[x];
@@ -694,8 +738,8 @@ HOT void t_shrink_at(vp_allocator *a, tree *t, uint32_t x, const tpos *at,
         k->v[at->p].addr = b->addr;
         return;
     }
-    t_erase_at(t, at);
-    t_push_at(a, t, x, (slot){at->d, c, b->size});
+    t_erase_at(at);
+    t_push_at(a, x, (slot){at->d, c, b->size});
 }
 
 /* The first block of directory i or of a later one, NIL if none. */
@@ -782,7 +826,7 @@ static uint32_t t_pred(const tree *t, const bkey *k)
 /* The block after x in its tree. */
 static uint32_t t_succ_of(const vp_allocator *a, const tree *t, uint32_t x)
 {
-    bkey k = key_of(&a->b[x]);
+    bkey k = key_of(a, x);
     return t_above(t, &k, true);
 }
 
@@ -882,11 +926,11 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
      * read) */
     if (it == NIL || at->d == NULL)
         return NIL;
-    if (a->b[it].es != NIL) {
+    if (a->cfg.expandable_segments && a->bc[it].es != NIL) {
         /* prefer a plain block over one that could grow into unmapped
          * space */
         uint32_t nx = t_succ_of(a, t, it);
-        while (nx != NIL && a->b[nx].stream == r->stream &&
+        while (nx != NIL && a->bc[nx].stream == r->stream &&
                expandable_size(a, nx) < expandable_size(a, it)) {
             it = nx;
             nx = t_succ_of(a, t, it);
@@ -952,7 +996,7 @@ static bool reserve_xs(vp_allocator *a)
  * merge it with free neighbours and put it in the free tree. */
 static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
 {
-    const xseg *s = &a->xs[a->b[i].es];
+    const xseg *s = &a->xs[a->bc[i].es];
     uint64_t mapped;
     if (!vp_round_up_u64(size, s->page, &mapped))
         return false;
@@ -969,9 +1013,9 @@ static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
         blk *x = &a->b[i], *rb = &a->b[r];
         rb->addr = x->addr + mapped;
         rb->size = x->size - mapped;
-        rb->stream = x->stream;
+        a->bc[r].stream = a->bc[i].stream;
         rb->pool = x->pool;
-        rb->es = x->es;
+        a->bc[r].es = a->bc[i].es;
         rb->mapped = 0;
         rb->prev = i;
         rb->next = x->next;
@@ -997,7 +1041,7 @@ static uint32_t find_expandable_block(vp_allocator *a, const req *r)
     pool *p = &a->pools[r->pool];
     bkey k = {r->stream, 0, 0};
     for (uint32_t it = t_lower_bound(&p->unmapped_t, &k);
-         it != NIL && a->b[it].stream == r->stream;
+         it != NIL && a->bc[it].stream == r->stream;
          it = t_succ_of(a, &p->unmapped_t, it)) {
         uint32_t c = it;
         uint32_t pv = a->b[c].prev;
@@ -1034,9 +1078,9 @@ static uint32_t find_expandable_block(vp_allocator *a, const req *r)
     blk *x = &a->b[c];
     x->addr = base;
     x->size = va_size;
-    x->stream = r->stream;
+    a->bc[c].stream = r->stream;
     x->pool = (uint8_t)r->pool;
-    x->es = (uint32_t)xi;
+    a->bc[c].es = (uint32_t)xi;
     x->mapped = 0;
     t_insert(a, &p->unmapped_t, c);
     return c;
@@ -1069,7 +1113,7 @@ static uint32_t try_allocate_expandable_block(vp_allocator *a, const req *r)
 /* unmap_block: return the whole free pages of free block i. */
 static void unmap_block(vp_allocator *a, uint32_t i)
 {
-    const xseg *s = &a->xs[a->b[i].es];
+    const xseg *s = &a->xs[a->bc[i].es];
     uint64_t off = a->b[i].addr - s->base;
     uint64_t end = off + a->b[i].size;
     uint64_t ub = (off + s->page - 1) / s->page * s->page;
@@ -1083,9 +1127,9 @@ static void unmap_block(vp_allocator *a, uint32_t i)
         blk *x = &a->b[i], *nb = &a->b[n];
         nb->addr = x->addr;
         nb->size = ub - off;
-        nb->stream = x->stream;
+        a->bc[n].stream = a->bc[i].stream;
         nb->pool = x->pool;
-        nb->es = x->es;
+        a->bc[n].es = a->bc[i].es;
         nb->prev = x->prev;
         nb->next = i;
         if (x->prev != NIL)
@@ -1098,9 +1142,9 @@ static void unmap_block(vp_allocator *a, uint32_t i)
         blk *x = &a->b[i], *nb = &a->b[n];
         nb->addr = s->base + ue;
         nb->size = end - ue;
-        nb->stream = x->stream;
+        a->bc[n].stream = a->bc[i].stream;
         nb->pool = x->pool;
-        nb->es = x->es;
+        a->bc[n].es = a->bc[i].es;
         nb->prev = i;
         nb->next = x->next;
         if (x->next != NIL)
@@ -1124,7 +1168,7 @@ static void release_expandable_segment(vp_allocator *a, uint32_t i)
 {
     blk *x = &a->b[i];
     t_erase(a, &a->pools[x->pool].unmapped_t, i);
-    a->xs[x->es].live = false;
+    a->xs[a->bc[i].es].live = false;
     a->n_xs_live--;
     delete_block(a, i);
 }
@@ -1155,7 +1199,7 @@ static void release_blocks(vp_allocator *a, int pi, bool do_unmap)
     while (it != NIL) {
         uint32_t nx = t_succ_of(a, t, it); /* stays valid: only `it` and
                                               unmapped ranges go away */
-        if (a->b[it].es != NIL) {
+        if (a->bc[it].es != NIL) {
             if (do_unmap) {
                 unmap_block(a, it);
                 if (!a->b[it].mapped && !is_split(&a->b[it]))
@@ -1168,12 +1212,24 @@ static void release_blocks(vp_allocator *a, int pi, bool do_unmap)
     }
 }
 
+/* The blocks in tree t (counted here: the index keeps no count, which
+ * malloc and free would update on every call for empty_cache alone). */
+static uint64_t tree_count(const tree *t)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < t->n; i++)
+        for (unsigned w = 0; w < CLASS_WORDS; w++)
+            for (uint64_t bits = t->d[i].used[w]; bits; bits &= bits - 1)
+                n += t->d[i].c[w * 64 + ctz64(bits)].n;
+    return n;
+}
+
 /* release_cached_blocks (empty_cache). Returns false if expandable pages
  * could not be unmapped for want of host memory (the rest is done). */
 static bool release_cached_blocks(vp_allocator *a, uint64_t spare)
 {
-    uint64_t nfree = (uint64_t)a->pools[0].free_t.count +
-                     a->pools[1].free_t.count;
+    uint64_t nfree = tree_count(&a->pools[0].free_t) +
+                     tree_count(&a->pools[1].free_t);
     bool ok = !a->cfg.expandable_segments ||
               reserve_slots(a, 2 * nfree + spare);
     release_blocks(a, POOL_LARGE, ok);
@@ -1194,7 +1250,7 @@ static bool release_available_cached_blocks(vp_allocator *a, const req *r)
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size < ms ? ms : r->size, 0};
     uint32_t it = t_lower_bound(t, &k);
-    if (it != NIL && a->b[it].stream == r->stream && a->b[it].es == NIL) {
+    if (it != NIL && a->bc[it].stream == r->stream && a->bc[it].es == NIL) {
         if (is_split(&a->b[it]))
             return false;
         release_block(a, it);
@@ -1203,10 +1259,10 @@ static bool release_available_cached_blocks(vp_allocator *a, const req *r)
     uint32_t cur = t_pred(t, &k);
     uint64_t released = 0;
     while (released < k.size && cur != NIL && a->b[cur].size >= ms &&
-           a->b[cur].stream == r->stream) {
-        bkey ck = key_of(&a->b[cur]);
+           a->bc[cur].stream == r->stream) {
+        bkey ck = key_of(a, cur);
         uint32_t pv = t_pred(t, &ck);
-        if (a->b[cur].es == NIL && !is_split(&a->b[cur])) {
+        if (a->bc[cur].es == NIL && !is_split(&a->b[cur])) {
             released += a->b[cur].size; /* <= reserved, no overflow */
             release_block(a, cur);
         }
@@ -1246,7 +1302,7 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
     blk *x = &a->b[i];
     x->addr = base;
     x->size = r->alloc_size;
-    x->stream = r->stream;
+    a->bc[i].stream = r->stream;
     x->pool = (uint8_t)r->pool;
     add_reserved(a, r->alloc_size);
     a->st.segments++;
@@ -1265,34 +1321,33 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
                                   const tpos *at)
 {
     bool in_tree = at != NULL;
-    tree *t = &a->pools[a->b[i].pool].free_t;
     if (should_split(a, &a->b[i], r->size)) {
         uint32_t n = new_block(a);
         blk *rem = &a->b[i], *x = &a->b[n];
         x->addr = rem->addr;
         x->size = r->size;
-        x->stream = rem->stream;
+        a->bc[n].stream = a->bc[i].stream;
         x->pool = rem->pool;
-        x->es = rem->es;
+        a->bc[n].es = a->bc[i].es;
         x->prev = rem->prev;
         if (x->prev != NIL)
             a->b[x->prev].next = n;
         x->next = i;
         rem->prev = n;
         if (in_tree) {
-            t_shrink_at(a, t, i, at, r->size);
+            t_shrink_at(a, i, at, r->size);
         } else {
             rem->addr += r->size;
             rem->size -= r->size;
-            t_push(a, t, i);
+            t_push(a, &a->pools[rem->pool].free_t, i);
         }
         i = n;
     } else if (in_tree) {
-        t_erase_at(t, at);
+        t_erase_at(at);
     }
     blk *x = &a->b[i];
     x->allocated = 1;
-    x->requested = nbytes;
+    a->bc[i].requested = nbytes;
     add_allocated(a, x->size, nbytes);
     return i;
 }
@@ -1410,6 +1465,7 @@ void vp_allocator_free(vp_allocator *a)
     if (!a)
         return;
     free(a->b);
+    free(a->bc);
     free(a->xs);
     for (int i = 0; i < 2; i++) {
         free_dirs(&a->pools[i].free_t);
@@ -1522,9 +1578,9 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     x->gen++;
     x->allocated = 0;
     a->st.allocated -= x->size;
-    a->st.requested -= x->requested;
+    a->st.requested -= a->bc[i].requested;
     a->st.active_blocks--;
-    x->requested = 0;
+    a->bc[i].requested = 0;
     try_merge(a, i, a->b[i].prev);
     try_merge(a, i, a->b[i].next);
     t_push(a, &a->pools[a->b[i].pool].free_t, i);
@@ -1553,6 +1609,7 @@ static void take_and_give_back(vp_allocator *a, uint32_t i,
         uint32_t gen = y->gen;
         *y = *x;
         y->gen = gen;
+        a->bc[n] = a->bc[i];
         if (x->prev != NIL)
             a->b[x->prev].next = n;
         if (x->next != NIL)
@@ -1674,7 +1731,7 @@ static const char *check_class(const vp_allocator *a, const tree *t,
         const blk *x = &a->b[e->i];
         uint64_t z = t->by_size ? x->size : 0;
         if (!x->live || x->allocated || x->pool != pi ||
-            (bool)x->mapped != mapped || x->stream != d->stream ||
+            (bool)x->mapped != mapped || a->bc[e->i].stream != d->stream ||
             size_class(z) != c)
             return "tree holds a block of the wrong kind";
         if (e->size != z || e->addr != x->addr)
@@ -1701,22 +1758,24 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
         if ((t->n == 1) != (t->solo == d->stream))
             return "a tree's only stream is wrong";
         uint32_t last = NIL;
-        uint64_t before = *count;
         for (unsigned c = 0; c < N_CLASSES; c++) {
             bool used = (d->used[c / 64] >> (c % 64)) & 1;
             if (used != (d->c[c].n != 0))
                 return "a size class's bitmap is wrong";
-            if (((d->owned[c / 64] >> (c % 64)) & 1) != (d->c[c].v != NULL))
+            bool in_slab = d->c[c].v != NULL &&
+                           d->c[c].v == d->slab + (size_t)c * FIRST_CAP;
+            if (in_slab != (d->c[c].cap == FIRST_CAP))
+                return "a size class's first array is not its slab's";
+            if (((d->owned[c / 64] >> (c % 64)) & 1) !=
+                (d->c[c].v != NULL && !in_slab))
                 return "a size class's array is not listed (free_dirs)";
             const char *why = check_class(a, t, d, c, pi, mapped, &last,
                                           count);
             if (why)
                 return why;
         }
-        if (*count - before != d->count)
-            return "tree count is wrong";
     }
-    return *count == t->count ? NULL : "tree count is wrong";
+    return NULL;
 }
 
 vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
@@ -1740,7 +1799,8 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
             continue;
         /* a segment head: walk the segment */
         uint64_t base = x->addr, end = x->addr, bytes = 0;
-        const xseg *s = x->es != NIL ? &a->xs[x->es] : NULL;
+        const blkc *xc = &a->bc[h];
+        const xseg *s = xc->es != NIL ? &a->xs[xc->es] : NULL;
         if (s && (!s->live || s->base != base))
             why = "expandable segment does not start at its base";
         for (uint32_t i = h, pv = NIL; i != NIL && !why; pv = i, i = a->b[i].next) {
@@ -1749,8 +1809,8 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
                 why = "broken segment list";
             else if (y->addr != end || y->size == 0)
                 why = "blocks of a segment do not tile it";
-            else if (y->stream != x->stream || y->pool != x->pool ||
-                     y->es != x->es)
+            else if (a->bc[i].stream != xc->stream || y->pool != x->pool ||
+                     a->bc[i].es != xc->es)
                 why = "blocks of a segment disagree";
             else if (pv != NIL && !y->allocated && !a->b[pv].allocated &&
                      y->mapped == a->b[pv].mapped)
@@ -1846,9 +1906,9 @@ static void describe(const vp_allocator *a, uint32_t h,
 {
     memset(seg, 0, sizeof *seg);
     seg->addr = a->b[h].addr;
-    seg->stream = a->b[h].stream;
+    seg->stream = a->bc[h].stream;
     seg->large = a->b[h].pool == POOL_LARGE;
-    seg->expandable = a->b[h].es != NIL;
+    seg->expandable = a->bc[h].es != NIL;
     seg->blocks = blocks;
     for (uint32_t i = h; i != NIL && a->b[i].mapped; i = a->b[i].next) {
         const blk *x = &a->b[i];
@@ -1856,13 +1916,13 @@ static void describe(const vp_allocator *a, uint32_t h,
         b->addr = x->addr;
         b->size = x->size;
         b->allocated = x->allocated != 0;
-        b->requested = x->allocated ? x->requested : 0;
+        b->requested = x->allocated ? a->bc[i].requested : 0;
         b->handle = x->allocated ? ((uint64_t)x->gen << 32) | ((uint64_t)i + 1)
                                  : 0;
         seg->size += x->size; /* the sum of sizes <= reserved: no overflow */
         if (x->allocated) {
             seg->allocated += x->size;
-            seg->requested += x->requested;
+            seg->requested += a->bc[i].requested;
         }
     }
 }
@@ -1917,16 +1977,18 @@ static int state_cmp(const void *x, const void *y)
     return 0;
 }
 
-static void state_rec(const blk *x, uint64_t *rec)
+HOT void state_rec(const vp_allocator *a, uint32_t i, uint64_t *rec)
 {
+    const blk *x = &a->b[i];
+    const blkc *xc = &a->bc[i];
     rec[0] = x->addr;
     rec[1] = x->size;
-    rec[2] = x->allocated ? x->requested : 0;
+    rec[2] = x->allocated ? xc->requested : 0;
     rec[3] = x->allocated;
     rec[4] = x->pool;
-    rec[5] = (uint64_t)(uint32_t)x->stream;
+    rec[5] = (uint64_t)(uint32_t)xc->stream;
     rec[6] = x->mapped;
-    rec[7] = x->es;
+    rec[7] = xc->es;
 }
 
 /* The live blocks' records in the order of state_cmp without sorting
@@ -1963,7 +2025,7 @@ static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
              i = a->b[i].next) {
             ok = m < live && (m == 0 || a->b[i].addr > o[-STATE_WORDS]);
             if (ok) {
-                state_rec(&a->b[i], o);
+                state_rec(a, i, o);
                 o += STATE_WORDS;
                 m++;
             }
@@ -1984,7 +2046,7 @@ static bool state_sorted(const vp_allocator *a, vp_words *w, size_t *n)
         if (!a->b[i].live)
             continue;
         uint64_t rec[STATE_WORDS];
-        state_rec(&a->b[i], rec);
+        state_rec(a, (uint32_t)i, rec);
         if (!vp__words_add(w, rec, STATE_WORDS))
             return false;
         ++*n;

@@ -355,6 +355,49 @@ Test(allocator, split_rest_moves_down_the_classes)
     vp_allocator_free(a);
 }
 
+/* A size class holds its first 8 free blocks in its directory's slab and
+ * moves to an array of its own (then doubled) with the ninth; best fit
+ * keeps taking the lowest address through both, and the check holds
+ * after each call. 20 blocks of 12 MiB, each a segment of its own, freed
+ * from the highest address down (each the class's new lowest, at its
+ * array's end) and from the lowest up (each its new highest, at its
+ * front), then taken back. */
+Test(allocator, size_class_past_its_slab_entries)
+{
+    enum { N = 20 };
+    for (int order = 0; order < 2; order++) {
+        vp_allocator *a = make(NULL);
+        uint64_t h[N], at[N];
+        for (int k = 0; k < N; k++) {
+            h[k] = must_malloc(a, 12 * MiB, 0);
+            at[k] = vp_allocator_block_addr(a, h[k]);
+            cr_assert(k == 0 || at[k] > at[k - 1]);
+        }
+        for (int k = 0; k < N; k++) {
+            must_free(a, h[order ? k : N - 1 - k]);
+            check(a);
+        }
+        expect(a, 0, N * 12 * MiB, N, "every block cached");
+        for (int k = 0; k < N; k++) {
+            uint64_t g = must_malloc(a, 12 * MiB, 0);
+            cr_assert_eq(vp_allocator_block_addr(a, g), at[k],
+                         "order %d, take %d: %#llx, want %#llx", order, k,
+                         (unsigned long long)vp_allocator_block_addr(a, g),
+                         (unsigned long long)at[k]);
+            check(a);
+            if (k % 3 == 0) { /* give some back: the class shrinks and
+                                 grows again past 8 */
+                must_free(a, g);
+                check(a);
+                g = must_malloc(a, 12 * MiB, 0);
+                cr_assert_eq(vp_allocator_block_addr(a, g), at[k]);
+            }
+        }
+        expect(a, N * 12 * MiB, N * 12 * MiB, N, "every block taken back");
+        vp_allocator_free(a);
+    }
+}
+
 /* ------------------------------------------------------- memory fraction */
 
 Test(allocator, limit_retry_frees_cached_segments_and_succeeds)
