@@ -1809,6 +1809,9 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
                 why = "broken segment list";
             else if (y->addr != end || y->size == 0)
                 why = "blocks of a segment do not tile it";
+            else if (y->size % K_MIN_BLOCK != 0)
+                why = "block size not a multiple of 512 (the state packs "
+                      "its bits there)";
             else if (a->bc[i].stream != xc->stream || y->pool != x->pool ||
                      a->bc[i].es != xc->es)
                 why = "blocks of a segment disagree";
@@ -1965,7 +1968,7 @@ vp_status vp_allocator_segments(const vp_allocator *a,
 
 /* ---------------------------------------------------------------- state */
 
-#define STATE_WORDS 8       /* per live block                        */
+#define STATE_WORDS 4       /* per live block                        */
 #define STATE_TAIL_WORDS 11 /* state_of's tail: the counters          */
 
 static int state_cmp(const void *x, const void *y)
@@ -1977,18 +1980,22 @@ static int state_cmp(const void *x, const void *y)
     return 0;
 }
 
+/* A live block's record, four words: its address; its size with the
+ * allocated, pool and mapped bits in the low three (every size is a
+ * multiple of 512: round_size, allocation_size and the large segment
+ * size, which vp_allocator_new refuses otherwise, give multiples of 512,
+ * and a split or merge keeps them; vp_allocator_check checks it); its
+ * requested bytes (0 when free); its stream and expandable segment. The
+ * eight fields as before, one to one. */
 HOT void state_rec(const vp_allocator *a, uint32_t i, uint64_t *rec)
 {
     const blk *x = &a->b[i];
     const blkc *xc = &a->bc[i];
     rec[0] = x->addr;
-    rec[1] = x->size;
+    rec[1] = x->size | (uint64_t)x->allocated << 2 |
+             (uint64_t)x->pool << 1 | x->mapped;
     rec[2] = x->allocated ? xc->requested : 0;
-    rec[3] = x->allocated;
-    rec[4] = x->pool;
-    rec[5] = (uint64_t)(uint32_t)xc->stream;
-    rec[6] = x->mapped;
-    rec[7] = xc->es;
+    rec[3] = (uint64_t)(uint32_t)xc->stream << 32 | xc->es;
 }
 
 /* The live blocks' records in the order of state_cmp without sorting
