@@ -2012,7 +2012,8 @@ HOT void state_rec(const vp_allocator *a, uint32_t i, uint64_t *rec)
  * the addresses rise strictly from one to the next, which is checked
  * (false, with w as it was, when they do not or host memory ran out:
  * the caller sorts). */
-static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
+HOT bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n,
+                          uint64_t *hs)
 {
     size_t from = w->n, live = a->n_slots - a->n_dead, k = 0;
     uint64_t *heads = malloc((live ? live : 1) * 4 * sizeof *heads);
@@ -2038,6 +2039,12 @@ static bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n)
             ok = m < live && (m == 0 || a->b[i].addr > o[-STATE_WORDS]);
             if (ok) {
                 state_rec(a, i, o);
+                if (hs) {
+                    hs[2 * m] = a->b[i].allocated
+                                    ? (uint64_t)a->b[i].gen << 32 | (i + 1)
+                                    : 0;
+                    hs[2 * m + 1] = a->b[i].addr;
+                }
                 o += STATE_WORDS;
                 m++;
             }
@@ -2067,10 +2074,16 @@ static bool state_sorted(const vp_allocator *a, vp_words *w, size_t *n)
     return true;
 }
 
-static bool state_of(const vp_allocator *a, vp_words *w, bool sorted)
+static bool state_of(const vp_allocator *a, vp_words *w, bool sorted,
+                     uint64_t *hs, size_t *n_hs)
 {
     size_t n = 0;
-    if ((sorted || !state_by_segment(a, w, &n)) && !state_sorted(a, w, &n))
+    /* inlined twice: without the handles, the loop as it was */
+    bool by_segment = !sorted && (hs ? state_by_segment(a, w, &n, hs)
+                                     : state_by_segment(a, w, &n, NULL));
+    if (n_hs)
+        *n_hs = by_segment ? n : 0;
+    if (!by_segment && !state_sorted(a, w, &n))
         return false;
     for (size_t i = 0; i < a->n_xs; i++) {
         const xseg *x = &a->xs[i];
@@ -2103,10 +2116,26 @@ size_t vp__allocator_state_words(const vp_allocator *a)
 
 bool vp__allocator_state(const vp_allocator *a, vp_words *w)
 {
-    return state_of(a, w, false);
+    return state_of(a, w, false, NULL, NULL);
+}
+
+bool vp__allocator_state_handles(const vp_allocator *a, vp_words *w,
+                                 uint64_t *handles, size_t *n)
+{
+    return state_of(a, w, false, handles, n);
+}
+
+size_t vp__allocator_live_blocks(const vp_allocator *a)
+{
+    return a->n_slots - a->n_dead;
+}
+
+size_t vp__allocator_slot_bound(const vp_allocator *a)
+{
+    return a->n_slots;
 }
 
 bool vp__allocator_state_sorted(const vp_allocator *a, vp_words *w)
 {
-    return state_of(a, w, true);
+    return state_of(a, w, true, NULL, NULL);
 }

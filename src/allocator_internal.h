@@ -48,6 +48,22 @@ bool vp__allocator_state(const vp_allocator *a, vp_words *w);
  * a state written into a buffer that doubles copies what it holds). */
 size_t vp__allocator_state_words(const vp_allocator *a);
 
+/* vp__allocator_state, and at `blocks` the live blocks in the order of
+ * their records, that is of their addresses, as *n pairs: the block's
+ * handle when it is allocated (what vp__allocator_alloc gave for it,
+ * vp_allocator_block_addr's address), 0 when free; its address. blocks
+ * has room for 2 vp__allocator_live_blocks(a) words; *n is 0 when the
+ * records were sorted whole (the order is then not given). */
+bool vp__allocator_state_handles(const vp_allocator *a, vp_words *w,
+                                 uint64_t *blocks, size_t *n);
+
+/* The live blocks (allocated, free or unmapped) now. */
+size_t vp__allocator_live_blocks(const vp_allocator *a);
+
+/* The block slots used so far: a live handle's low 32 bits (its slot
+ * plus one) are at most this. */
+size_t vp__allocator_slot_bound(const vp_allocator *a);
+
 /* vp__allocator_state with every live block sorted by qsort: the
  * reference the tests compare it with. */
 bool vp__allocator_state_sorted(const vp_allocator *a, vp_words *w);
