@@ -1482,6 +1482,9 @@ void vp_allocator_free(vp_allocator *a)
 vp_status vp_allocator_malloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, vp_error *err)
 {
+    if (!a || !handle)
+        return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
+    *handle = 0;
     uint64_t size;
     return vp__allocator_alloc(a, nbytes, stream, handle, &size, err);
 }
@@ -1524,14 +1527,12 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err)
 {
-    if (!a || !handle)
-        return vp_error_set(err, VP_EARG, "allocator or handle is NULL");
-    *handle = 0;
-    *block_size = 0;
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
-    if (nbytes == 0)
+    if (nbytes == 0) {
+        *handle = *block_size = 0;
         return VP_OK;
+    }
     req r;
     vp_status st = open_request(a, nbytes, stream, &r, err);
     if (st != VP_OK)
@@ -1651,6 +1652,7 @@ vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
             return VP_OK;
         }
     }
+    *handle = *block_size = 0;
     vp_status st = vp__allocator_alloc(a, nbytes, stream, handle,
                                        block_size, err);
     if (st != VP_OK)

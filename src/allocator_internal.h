@@ -8,7 +8,10 @@
 #include "vramplan/allocator.h"
 
 /* vp_allocator_malloc, also giving the block's size (rounded, with an
- * unsplit tail): vp_allocator_block_size of the new handle. */
+ * unsplit tail): vp_allocator_block_size of the new handle. a, handle and
+ * block_size are not NULL (the callers' to check: this is the
+ * simulator's call per allocation); on an error *handle and *block_size
+ * are left as they were. */
 vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err);
