@@ -87,6 +87,9 @@ typedef struct blkc {
     uint64_t requested; /* bytes asked for (allocated blocks only)        */
     uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
     int32_t stream;
+    uint32_t seg;         /* a segment's first block: the segment's number
+                             (seg_head), NIL for every other block and
+                             with expandable segments                    */
 } blkc;
 
 _Static_assert(sizeof(blk) == 32, "a block's hot record is 32 bytes");
@@ -152,6 +155,11 @@ struct vp_allocator {
                                     every later call is refused          */
     bool plain_round;            /* no roundup_power2_divisions: every
                                     size rounds to 512 B                 */
+    bool seg_lost;               /* seg_head could not grow: not used    */
+    uint32_t *seg_head;          /* per segment made (cudaMalloc, in the
+                                    order of their rising addresses): its
+                                    first block, NIL once released       */
+    uint32_t n_seg, cap_seg;
     pool pools[2];
     xseg *xs;
     size_t n_xs, cap_xs;
@@ -366,10 +374,52 @@ static inline uint32_t new_block(vp_allocator *a)
     memset(x, 0, sizeof *x);
     x->prev = x->next = NIL;
     x->gen = gen;
-    a->bc[i] = (blkc){0, NIL, 0};
+    a->bc[i] = (blkc){0, NIL, 0, NIL};
     x->mapped = 1;
     x->live = 1;
     return i;
+}
+
+/* Block `to` is now the first block of the segment `from` began (a
+ * split or a merge at the segment's start). */
+static inline void head_moved(vp_allocator *a, uint32_t from, uint32_t to)
+{
+    uint32_t s = a->bc[from].seg;
+    a->bc[from].seg = NIL;
+    a->bc[to].seg = s;
+    if (s != NIL)
+        a->seg_head[s] = to;
+}
+
+/* The segments are numbered (seg_head) in the order they were made,
+ * which is the order of their addresses (take_address hands out rising
+ * ones): without expandable segments, unless the numbering stopped. */
+static inline bool numbered(const vp_allocator *a)
+{
+    return !a->cfg.expandable_segments && !a->seg_lost;
+}
+
+/* Number the new segment whose first block is i (seg_head); when the
+ * table cannot grow, the numbering stops for good (seg_lost: the state
+ * then sorts the segments). */
+static void seg_made(vp_allocator *a, uint32_t i)
+{
+    if (a->seg_lost)
+        return;
+    if (a->n_seg == a->cap_seg) {
+        uint64_t cap = a->cap_seg ? 2 * (uint64_t)a->cap_seg : 256;
+        uint32_t *v = cap < NIL && (uint64_t)SIZE_MAX / sizeof *v >= cap
+                          ? realloc(a->seg_head, (size_t)cap * sizeof *v)
+                          : NULL;
+        if (!v) {
+            a->seg_lost = true;
+            return;
+        }
+        a->seg_head = v;
+        a->cap_seg = (uint32_t)cap;
+    }
+    a->bc[i].seg = a->n_seg;
+    a->seg_head[a->n_seg++] = i;
 }
 
 static void delete_block(vp_allocator *a, uint32_t i)
@@ -879,6 +929,8 @@ static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
         d->prev = s->prev;
         if (d->prev != NIL)
             a->b[d->prev].next = dst;
+        else
+            head_moved(a, src, dst);
     } else {
         d->next = s->next;
         if (d->next != NIL)
@@ -1188,6 +1240,8 @@ static void release_block(vp_allocator *a, uint32_t i)
     t_erase(a, &a->pools[a->b[i].pool].free_t, i);
     a->st.reserved -= size;
     a->st.segments--;
+    if (a->bc[i].seg != NIL)
+        a->seg_head[a->bc[i].seg] = NIL;
     delete_block(a, i);
     if (a->seg_fn)
         a->seg_fn(true, addr, size, a->seg_ud);
@@ -1309,6 +1363,7 @@ static ab_result alloc_block(vp_allocator *a, const req *r, bool is_retry,
     x->size = r->alloc_size;
     a->bc[i].stream = r->stream;
     x->pool = (uint8_t)r->pool;
+    seg_made(a, i);
     add_reserved(a, r->alloc_size);
     a->st.segments++;
     *out = i;
@@ -1337,6 +1392,8 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
         x->prev = rem->prev;
         if (x->prev != NIL)
             a->b[x->prev].next = n;
+        else
+            head_moved(a, i, n);
         x->next = i;
         rem->prev = n;
         if (in_tree) {
@@ -1472,6 +1529,7 @@ void vp_allocator_free(vp_allocator *a)
     free(a->b);
     free(a->bc);
     free(a->xs);
+    free(a->seg_head);
     for (int i = 0; i < 2; i++) {
         free_dirs(&a->pools[i].free_t);
         free_dirs(&a->pools[i].unmapped_t);
@@ -1618,6 +1676,8 @@ static void take_and_give_back(vp_allocator *a, uint32_t i,
         a->bc[n] = a->bc[i];
         if (x->prev != NIL)
             a->b[x->prev].next = n;
+        else if (a->bc[n].seg != NIL)
+            a->seg_head[a->bc[n].seg] = n;
         if (x->next != NIL)
             a->b[x->next].prev = n;
         t_rename_at(where, n);
@@ -1785,6 +1845,40 @@ static const char *check_tree(const vp_allocator *a, const tree *t, int pi,
     return NULL;
 }
 
+/* The segments' numbering (seg_head): each live segment's first block
+ * carries its number and is its entry, no other block carries one, the
+ * entries name live first blocks in the order of their addresses, and
+ * with the numbering in use every first block is numbered. NULL, or what
+ * is wrong. */
+static const char *check_numbering(const vp_allocator *a)
+{
+    for (uint32_t i = 0; i < a->n_slots; i++) {
+        const blk *x = &a->b[i];
+        uint32_t s = a->bc[i].seg;
+        if (!x->live)
+            continue;
+        if (x->prev != NIL && s != NIL)
+            return "a block inside a segment is numbered";
+        if (x->prev == NIL && s == NIL && numbered(a))
+            return "a segment is not numbered";
+        if (s != NIL && (s >= a->n_seg || a->seg_head[s] != i))
+            return "a segment's number does not name it";
+    }
+    uint64_t last = 0;
+    for (uint32_t s = 0; s < a->n_seg; s++) {
+        uint32_t h = a->seg_head[s];
+        if (h == NIL)
+            continue;
+        if (h >= a->n_slots || !a->b[h].live || a->b[h].prev != NIL ||
+            a->bc[h].seg != s)
+            return "a numbered segment's first block is not one";
+        if (a->b[h].addr <= last)
+            return "numbered segments not in the order of their addresses";
+        last = a->b[h].addr;
+    }
+    return NULL;
+}
+
 vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
 {
     if (!a)
@@ -1883,6 +1977,8 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
     }
     if (!why && (tf != n_free || tu != n_unmapped))
         why = "a free block is missing from its pool";
+    if (!why)
+        why = check_numbering(a);
     free(ranges);
     if (why)
         return vp_error_set(err, VP_ERANGE, "allocator invariant broken: %s",
@@ -2007,10 +2103,10 @@ HOT void state_rec(const vp_allocator *a, uint32_t i, uint64_t *rec)
 
 /* The live blocks' records in the order of state_cmp without sorting
  * them all: the segments (a chain of blocks from one with no previous
- * neighbour, in address order along next) sorted by their first block's
- * address (vp__radix_pairs: most blocks are a segment of their own, and
- * qsort of 7,000 segments was a third of an llama-3-70b step), then
- * walked. The records are then in state_cmp's order when
+ * neighbour, in address order along next) in the order they were made
+ * when they are numbered, else sorted by their first block's address
+ * (vp__radix_pairs: most blocks are a segment of their own, and qsort of
+ * 7,000 segments was a third of an llama-3-70b step), then walked. The records are then in state_cmp's order when
  * the addresses rise strictly from one to the next, which is checked
  * (false, with w as it was, when they do not or host memory ran out:
  * the caller sorts). */
@@ -2025,15 +2121,24 @@ HOT bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n,
         free(heads);
         return false;
     }
-    for (uint32_t i = 0; i < a->n_slots; i++)
-        if (a->b[i].live && a->b[i].prev == NIL && k < live) {
-            heads[2 * k] = a->b[i].addr;
-            heads[2 * k + 1] = i;
-            k++;
-        }
+    const uint64_t *sorted = heads;
+    if (numbered(a)) { /* the segments in the order they were made */
+        for (uint32_t s = 0; s < a->n_seg; s++)
+            if (a->seg_head[s] != NIL && k < live) {
+                heads[2 * k + 1] = a->seg_head[s];
+                k++;
+            }
+    } else {
+        for (uint32_t i = 0; i < a->n_slots; i++)
+            if (a->b[i].live && a->b[i].prev == NIL && k < live) {
+                heads[2 * k] = a->b[i].addr;
+                heads[2 * k + 1] = i;
+                k++;
+            }
+        sorted = vp__radix_pairs(heads, heads + 2 * live, k);
+    }
     uint64_t *o = w->v + from;
     size_t m = 0;
-    const uint64_t *sorted = vp__radix_pairs(heads, heads + 2 * live, k);
     bool ok = sorted != NULL;
     for (size_t j = 0; j < k && ok; j++)
         for (uint32_t i = (uint32_t)sorted[2 * j + 1]; i != NIL && ok;
