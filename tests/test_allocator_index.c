@@ -275,3 +275,64 @@ Test(allocator_index, state_by_segment_is_the_sorted_state_expandable)
 {
     state_run(32, 1500, true);
 }
+
+/* The allocator checked (its segments' numbering included) and its state
+ * written along the numbered segments equal to the sorted one. */
+static void numbered_state_ok(vp_allocator *a, const char *row)
+{
+    vp_error err;
+    cr_assert_eq(vp_allocator_check(a, &err), VP_OK, "%s: %s", row, err.msg);
+    vp_words ws = {0}, wq = {0};
+    cr_assert(vp__allocator_state(a, &ws) &&
+              vp__allocator_state_sorted(a, &wq));
+    cr_assert_eq(ws.n, wq.n, "%s: state sizes differ", row);
+    cr_assert_arr_eq(ws.v, wq.v, ws.n * sizeof *ws.v, "%s: states differ",
+                     row);
+    free(ws.v);
+    free(wq.v);
+}
+
+/* Each segment's first block moves (a split at its start, the merge that
+ * gives it back, the transient's rename of a split free first block) and
+ * segments are released and made again: the numbering follows, and the
+ * state walks the segments in the order of their addresses. */
+Test(allocator_index, segments_numbered_through_splits_merges_releases)
+{
+    vp_error err;
+    vp_allocator *a = vp_allocator_new(NULL, &err);
+    cr_assert_not_null(a, "%s", err.msg);
+    uint64_t h[8], sz;
+    /* three segments: a small one filled by two 1 MiB blocks, two large */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(vp_allocator_malloc(a, i < 2 ? SMALL_SIZE : 30 * MiB,
+                                         0, &h[i], &err),
+                     VP_OK);
+    numbered_state_ok(a, "three segments");
+    /* the small segment's first block freed, then split at its start */
+    cr_assert_eq(vp_allocator_release(a, h[0], &err), VP_OK);
+    cr_assert_eq(vp_allocator_malloc(a, 4096, 0, &h[4], &err), VP_OK);
+    cr_assert_eq(vp_allocator_block_addr(a, h[4]),
+                 vp_allocator_block_addr(a, h[1]) - SMALL_SIZE);
+    cr_assert_eq(vp_allocator_malloc(a, 512, 0, &h[5], &err), VP_OK);
+    numbered_state_ok(a, "split at a segment's start");
+    /* the 4 KiB first block freed, then a transient splits it: the rename
+     * at the segment's start */
+    cr_assert_eq(vp_allocator_release(a, h[4], &err), VP_OK);
+    numbered_state_ok(a, "first block free");
+    uint64_t ht, at;
+    cr_assert_eq(vp__allocator_transient(a, 512, 0, &ht, &sz, &at, &err),
+                 VP_OK);
+    cr_assert_eq(sz, 512);
+    numbered_state_ok(a, "transient at a segment's start");
+    /* the 512-B block after it freed: it absorbs the free first block */
+    cr_assert_eq(vp_allocator_release(a, h[5], &err), VP_OK);
+    numbered_state_ok(a, "merge at a segment's start");
+    /* the first large segment released, a new one made above the rest */
+    cr_assert_eq(vp_allocator_release(a, h[2], &err), VP_OK);
+    vp_allocator_empty_cache(a);
+    numbered_state_ok(a, "segments released");
+    cr_assert_eq(vp_allocator_malloc(a, 50 * MiB, 0, &h[6], &err), VP_OK);
+    cr_assert_eq(vp_allocator_malloc(a, 8192, 0, &h[7], &err), VP_OK);
+    numbered_state_ok(a, "segments made again");
+    vp_allocator_free(a);
+}
