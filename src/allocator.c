@@ -358,18 +358,26 @@ static inline bool reserve_slots(vp_allocator *a, uint64_t n)
 }
 
 /* A new block; reserve_slots must have been called. */
-static inline uint32_t new_block(vp_allocator *a)
+/* A slot for a new block and its handle generation (*gen); both records
+ * are the caller's to write. reserve_slots must have been called. */
+static inline uint32_t take_slot(vp_allocator *a, uint32_t *gen)
 {
     uint32_t i;
-    uint32_t gen = 0;
+    *gen = 0;
     if (a->free_slot != NIL) {
         i = a->free_slot;
         a->free_slot = a->b[i].next;
         a->n_dead--;
-        gen = a->b[i].gen;
+        *gen = a->b[i].gen;
     } else {
         i = a->n_slots++;
     }
+    return i;
+}
+
+static inline uint32_t new_block(vp_allocator *a)
+{
+    uint32_t gen, i = take_slot(a, &gen);
     blk *x = &a->b[i];
     memset(x, 0, sizeof *x);
     x->prev = x->next = NIL;
@@ -1382,19 +1390,19 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
 {
     bool in_tree = at != NULL;
     if (should_split(a, &a->b[i], r->size)) {
-        uint32_t n = new_block(a);
+        uint32_t gen, n = take_slot(a, &gen);
         blk *rem = &a->b[i], *x = &a->b[n];
-        x->addr = rem->addr;
-        x->size = r->size;
-        a->bc[n].stream = a->bc[i].stream;
-        x->pool = rem->pool;
-        a->bc[n].es = a->bc[i].es;
-        x->prev = rem->prev;
+        /* the front part, mapped and live, written whole (new_block's
+         * defaults and then these fields, in one go) */
+        *x = (blk){.addr = rem->addr, .size = r->size, .prev = rem->prev,
+                   .next = i, .gen = gen, .pool = rem->pool, .mapped = 1,
+                   .live = 1};
+        a->bc[n] = (blkc){.es = a->bc[i].es, .stream = a->bc[i].stream,
+                          .seg = NIL};
         if (x->prev != NIL)
             a->b[x->prev].next = n;
         else
             head_moved(a, i, n);
-        x->next = i;
         rem->prev = n;
         if (in_tree) {
             t_shrink_at(a, i, at, r->size);
@@ -1668,9 +1676,8 @@ static void take_and_give_back(vp_allocator *a, uint32_t i,
     uint64_t size = a->b[i].size;
     if (should_split(a, &a->b[i], r->size)) {
         size = r->size;
-        uint32_t n = new_block(a);
+        uint32_t gen, n = take_slot(a, &gen); /* both records copied */
         blk *x = &a->b[i], *y = &a->b[n];
-        uint32_t gen = y->gen;
         *y = *x;
         y->gen = gen;
         a->bc[n] = a->bc[i];
