@@ -1616,17 +1616,24 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
     return VP_OK;
 }
 
-/* Block of a live allocated handle, NIL otherwise. */
+/* The block of a live allocated handle in *i (false when the handle
+ * names none); lookup gives it as a slot or NIL. */
+static inline bool find_live(const vp_allocator *a, uint64_t handle,
+                             uint32_t *i)
+{
+    /* the slot is the low word less one: 0 wraps above every slot */
+    uint64_t k = (handle & 0xffffffffu) - 1;
+    if (k >= a->n_slots)
+        return false;
+    const blk *x = &a->b[k];
+    *i = (uint32_t)k;
+    return x->live && x->allocated && x->gen == (uint32_t)(handle >> 32);
+}
+
 static uint32_t lookup(const vp_allocator *a, uint64_t handle)
 {
-    uint64_t lo = handle & 0xffffffffu;
-    if (lo == 0 || lo > a->n_slots)
-        return NIL;
-    uint32_t i = (uint32_t)(lo - 1);
-    const blk *x = &a->b[i];
-    if (!x->live || !x->allocated || x->gen != (uint32_t)(handle >> 32))
-        return NIL;
-    return i;
+    uint32_t i;
+    return find_live(a, handle, &i) ? i : NIL;
 }
 
 vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
@@ -1638,8 +1645,8 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     if (handle == 0)
         return VP_OK;
-    uint32_t i = lookup(a, handle);
-    if (i == NIL)
+    uint32_t i;
+    if (!find_live(a, handle, &i))
         return vp_error_set(err, VP_EARG,
                             "handle %#" PRIx64
                             " is unknown or already freed",
