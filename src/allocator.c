@@ -675,11 +675,17 @@ typedef struct tpos {
  * stream's blocks (every request makes its stream's directory in both
  * trees of its pool first, open_request), so the stream is read only
  * when there are several. */
-static inline slot slot_of(const vp_allocator *a, const tree *t, uint32_t x)
+static inline slot slot_in(const vp_allocator *a, const tree *t, uint32_t x,
+                           bool by_size)
 {
     sdir *d = t->solo != NO_SOLO ? t->d : dir_of(t, a->bc[x].stream);
     uint64_t z = a->b[x].size;
-    return t->by_size ? (slot){d, size_class8(z), z} : (slot){d, 0, 0};
+    return by_size ? (slot){d, size_class8(z), z} : (slot){d, 0, 0};
+}
+
+static inline slot slot_of(const vp_allocator *a, const tree *t, uint32_t x)
+{
+    return slot_in(a, t, x, t->by_size);
 }
 
 static inline void set_used(sdir *d, unsigned c, bool used)
@@ -737,7 +743,7 @@ HOT void t_push_at(vp_allocator *a, uint32_t x, slot sl)
 
 HOT void t_push(vp_allocator *a, tree *t, uint32_t x)
 {
-    t_push_at(a, x, slot_of(a, t, x));
+    t_push_at(a, x, slot_in(a, t, x, true)); /* a free tree: by size */
 }
 
 /* Where block x is in tree t (false: not in the index, only once it
