@@ -823,8 +823,11 @@ static uint32_t dirs_first(const tree *t, size_t i)
 }
 
 /* First block with key >= k (strict: > k), NIL if none; *at is where it
- * is when it has k's stream (at->d NULL otherwise). */
-HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
+ * is when it has k's stream (at->d NULL otherwise). by_size is t's key
+ * (given where the caller knows it: the compiler then drops the test);
+ * request: k's size is a request's, 512 or more. */
+HOT uint32_t t_find_in(const tree *t, const bkey *k, bool strict, tpos *at,
+                       bool by_size, bool request)
 {
     at->d = NULL;
     size_t i = 0; /* the only directory is k's stream's: no search */
@@ -834,8 +837,9 @@ HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
             return dirs_first(t, i);
     }
     sdir *d = &t->d[i];
-    uint64_t z = t->by_size ? k->size : 0;
-    unsigned c = size_class(z);
+    uint64_t z = by_size ? k->size : 0;
+    /* a request's size is 512 or more; other keys may be 0 */
+    unsigned c = request ? size_class8(z) : size_class(z);
     const cls *kc = &d->c[c];
     if (kc->n > 0) {
         const ent *lo = &kc->v[kc->n - 1];
@@ -860,7 +864,7 @@ HOT uint32_t t_find(const tree *t, const bkey *k, bool strict, tpos *at)
 static uint32_t t_above(const tree *t, const bkey *k, bool strict)
 {
     tpos at;
-    return t_find(t, k, strict, &at);
+    return t_find_in(t, k, strict, &at, t->by_size, false);
 }
 
 static uint32_t t_lower_bound(const tree *t, const bkey *k)
@@ -991,7 +995,8 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
 {
     tree *t = &a->pools[r->pool].free_t;
     bkey k = {r->stream, r->size, 0};
-    uint32_t it = t_find(t, &k, false, at);
+    /* the free tree (keyed by size), a request's rounded size */
+    uint32_t it = t_find_in(t, &k, false, at, true, true);
     /* at->d is set exactly when the block is in the stream's own
      * directory: a block of a later stream is no fit (its stream is not
      * read) */
