@@ -155,6 +155,10 @@ struct vp_allocator {
                                     every later call is refused          */
     bool plain_round;            /* no roundup_power2_divisions: every
                                     size rounds to 512 B                 */
+    bool plain_fit;              /* no expandable segments and no
+                                    max_split_size: best fit's block is
+                                    taken as found, a large block splits
+                                    on its rest alone                    */
     bool seg_lost;               /* seg_head could not grow: not used    */
     uint32_t *seg_head;          /* per segment made (cudaMalloc, in the
                                     order of their rising addresses): its
@@ -971,7 +975,13 @@ static inline void try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
 static bool should_split(const vp_allocator *a, const blk *x, uint64_t size)
 {
     uint64_t remaining = x->size - size;
-    if (x->pool == POOL_SMALL || a->cfg.expandable_segments)
+    if (x->pool == POOL_SMALL)
+        return remaining >= K_MIN_BLOCK;
+    /* plain_fit: no expandable segments, and every size (a multiple of
+     * 512) is under max_split_size (UINT64_MAX) */
+    if (a->plain_fit)
+        return remaining > K_SMALL_SIZE;
+    if (a->cfg.expandable_segments)
         return remaining >= K_MIN_BLOCK;
     return size < a->cfg.max_split_size && remaining > K_SMALL_SIZE;
 }
@@ -1002,6 +1012,10 @@ HOT uint32_t get_free_block(vp_allocator *a, const req *r, tpos *at)
      * read) */
     if (it == NIL || at->d == NULL)
         return NIL;
+    /* no expandable segments and max_split_size UINT64_MAX: no size (a
+     * multiple of 512) reaches it, the tests below all pass */
+    if (a->plain_fit)
+        return it;
     if (a->cfg.expandable_segments && a->bc[it].es != NIL) {
         /* prefer a plain block over one that could grow into unmapped
          * space */
@@ -1512,6 +1526,7 @@ vp_allocator *vp_allocator_new(const vp_allocator_config *cfg, vp_error *err)
     a->plain_round = true;
     for (int i = 0; i < 16; i++)
         a->plain_round &= c.roundup_power2_divisions[i] <= 1;
+    a->plain_fit = !c.expandable_segments && c.max_split_size == UINT64_MAX;
     for (int i = 0; i < 2; i++) {
         a->pools[i].free_t.by_size = true;
         a->pools[i].unmapped_t.by_size = false;
@@ -1915,6 +1930,10 @@ vp_status vp_allocator_check(const vp_allocator *a, vp_error *err)
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM,
                             "the allocator ran out of host memory");
+    if (a->plain_fit != (!a->cfg.expandable_segments &&
+                         a->cfg.max_split_size == UINT64_MAX))
+        return vp_error_set(err, VP_ERANGE, "allocator invariant broken: %s",
+                            "plain_fit disagrees with the configuration");
     size_t nr_cap = (size_t)a->n_slots + a->n_xs + 1;
     range *ranges = malloc(nr_cap * sizeof *ranges);
     if (!ranges)

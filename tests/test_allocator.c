@@ -951,6 +951,63 @@ Test(allocator, stress_power2_divisions)
     stress(&cfg, 5, 4000, 2);
 }
 
+/* The plain fit (no expandable segments, max_split_size UINT64_MAX) takes
+ * best fit's block as found and splits a large block on its rest alone;
+ * the general code does the same whenever no block size reaches
+ * max_split_size. Twin allocators, one on each path (max_split_size
+ * 2^64 - 512: no size reaches it, but the plain fit is off), given the same
+ * random calls, must agree on every handle, block size, block address and
+ * statistic. */
+Test(allocator, plain_fit_equals_the_general_path)
+{
+    vp_allocator_config pc, gc;
+    vp_allocator_config_init(&pc);
+    pc.limit = 600 * MiB;
+    gc = pc;
+    gc.max_split_size = UINT64_MAX - 511;
+    vp_allocator *p = make(&pc), *g = make(&gc);
+    enum { OPS = 3000 };
+    uint64_t hp[OPS], hg[OPS], seed = 11;
+    size_t n = 0;
+    for (int op = 0; op < OPS; op++) {
+        uint64_t r = rnd(&seed) % 1000;
+        if (r < 5) {
+            vp_allocator_empty_cache(p);
+            vp_allocator_empty_cache(g);
+        } else if (r < 420 && n > 0) {
+            size_t k = (size_t)(rnd(&seed) % n);
+            must_free(p, hp[k]);
+            must_free(g, hg[k]);
+            hp[k] = hp[--n];
+            hg[k] = hg[n];
+        } else {
+            uint64_t e = rnd(&seed) % 27;
+            uint64_t sz = ((uint64_t)1 << e) + rnd(&seed) % ((uint64_t)1 << e);
+            vp_error ep, eg;
+            uint64_t a = 0, b = 0;
+            vp_status sp = vp_allocator_malloc(p, sz, 0, &a, &ep);
+            vp_status sg = vp_allocator_malloc(g, sz, 0, &b, &eg);
+            cr_assert_eq(sp, sg, "op %d: status %d against %d", op, sp, sg);
+            cr_assert_eq(a, b, "op %d: handles differ", op);
+            if (sp == VP_OK) {
+                cr_assert_eq(vp_allocator_block_size(p, a),
+                             vp_allocator_block_size(g, b), "op %d", op);
+                cr_assert_eq(vp_allocator_block_addr(p, a),
+                             vp_allocator_block_addr(g, b), "op %d", op);
+                hp[n] = a;
+                hg[n++] = b;
+            }
+        }
+        vp_allocator_stats x = stats(p), y = stats(g);
+        cr_assert_eq(memcmp(&x, &y, sizeof x), 0, "op %d: stats differ", op);
+        check(p);
+        check(g);
+    }
+    cr_assert_gt(stats(p).num_ooms, 0, "the limit was never reached");
+    vp_allocator_free(p);
+    vp_allocator_free(g);
+}
+
 /* ------------------------------------------- addresses and listing */
 
 Test(allocator, block_addr_of_live_and_just_freed_blocks)
