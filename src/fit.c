@@ -31,12 +31,6 @@
 /* Small statistics                                                     */
 /* ------------------------------------------------------------------ */
 
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of n values (n >= 1), without changing v. */
 static double median_of(const double *v, size_t n)
 {
@@ -44,8 +38,7 @@ static double median_of(const double *v, size_t n)
     if (n > MAX_SAMPLES)
         n = MAX_SAMPLES;
     memcpy(tmp, v, n * sizeof *v);
-    qsort(tmp, n, sizeof *tmp, dcmp);
-    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2.0;
+    return vp__median_sort(tmp, n);
 }
 
 static vp_gpu_stat stat_of(const double *v, size_t n)
@@ -840,9 +833,8 @@ static void summarise(const vp_fit_case *cs, size_t n, bool after,
         a[i] = fabs(e);
         m = a[i] > m ? a[i] : m;
     }
-    qsort(a, n, sizeof *a, dcmp);
     *rms = n ? sqrt(s / (double)n) : 0.0;
-    *med = !n ? 0.0 : n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2.0;
+    *med = n ? vp__median_sort(a, n) : 0.0;
     *mx = m;
     free(a);
 }

@@ -231,6 +231,18 @@ bool vp__grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double vp__median_sort(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, dcmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
 bool vp__words_grow_add(vp_words *w, const uint64_t *v, size_t k)
 {
     if (k > SIZE_MAX - w->n ||

@@ -57,6 +57,9 @@ vp_status vp__fopen_input(const char *path, FILE **out, vp_error *err);
 /* Grow *p (an array of *cap elements of size elem) to hold at least need. */
 bool vp__grow(void **p, size_t *cap, size_t need, size_t elem);
 
+/* The median of v[0..n) (n >= 1), sorting v in place. */
+double vp__median_sort(double *v, size_t n);
+
 /* (key, value) pairs of 64-bit words, v[0..2n), sorted by key, stable,
  * into v or tmp (room for n pairs): returns which, NULL when memory runs
  * out (util.c). */

@@ -750,12 +750,6 @@ static bool is_env_line(const char *text, size_t len)
     return env;
 }
 
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One line's host_probe_us, or 0 (a line that does not parse is left to
  * the main pass, which reports it). */
 static double line_probe(const char *text, size_t len)
@@ -791,21 +785,12 @@ static double session_probe(const char *path)
         double p = line_probe(text, len);
         if (p <= 0.0)
             continue;
-        if (n == cap) {
-            size_t c = cap ? 2 * cap : 64;
-            double *w = realloc(v, c * sizeof *v);
-            if (w == NULL)
-                break;
-            v = w;
-            cap = c;
-        }
+        if (!vp__grow((void **)&v, &cap, n + 1, sizeof *v))
+            break;
         v[n++] = p;
     }
     vp__jlines_close(&l);
-    if (n > 0) {
-        qsort(v, n, sizeof *v, dcmp);
-        med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    }
+    med = n > 0 ? vp__median_sort(v, n) : 0.0;
     free(v);
     return med;
 }

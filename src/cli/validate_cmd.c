@@ -494,8 +494,8 @@ static void add_largest(state *s)
  * host's speed"): its session's benchmark against the profile's. */
 static void host_note(const state *s, const char *path, double probe_us)
 {
-    if (s->jsonl || !s->have_hw || !s->args->v[O_GPU].given ||
-        probe_us <= 0.0 || s->hw.host_probe <= 0.0)
+    if (s->jsonl || !s->have_gpu || !s->have_hw || probe_us <= 0.0 ||
+        s->hw.host_probe <= 0.0)
         return;
     printf("%s: step times on its session's host: benchmark %.0f us "
            "against the profile's %.0f us, host costs x%.3f\n",
@@ -530,12 +530,12 @@ static void run_file(state *s, const char *path)
     }
     env_hw(s, f);
     o.hw = s->have_hw ? &s->hw : NULL;
-    if (vp_gt_file_env(f) != NULL)
-        o.context_bytes = vp_gt_file_env(f)->context_bytes;
-    if (vp_gt_file_env(f) != NULL)
-        o.host_probe_us = vp_gt_file_env(f)->host_probe_us;
-    if (vp_gt_file_env(f) != NULL && vp_gt_file_env(f)->warmed_up)
-        o.first_in_process = false;
+    const vp_gt_env *env = vp_gt_file_env(f);
+    if (env != NULL) {
+        o.context_bytes = env->context_bytes;
+        o.host_probe_us = env->host_probe_us;
+        o.first_in_process = !env->warmed_up;
+    }
     s->n_rec = 0;
     for (;;) {
         vp_status st = vp_gt_next(f, &json, &len, &o.line, &end, &err);
