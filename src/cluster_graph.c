@@ -68,7 +68,11 @@ static bool scan_work(const vp_graph *g, vp_cluster_model *cm, vp__whole *w)
             w->conv_b += o->flops_bwd;
             w->conv_el += (double)o->numel;
         } else if (o->kind == VP_OP_BATCHNORM2D) {
-            w->bn_el += (double)o->numel;
+            for (int k = 0; k < VP__BN__N; k++)
+                for (int ph = 0; ph < 2; ph++)
+                    w->bn[k][ph] += vp__bn_bytes(
+                        k, ph, (double)o->numel, (double)o->rows,
+                        o->rows ? (double)o->numel / (double)o->rows : 1);
         } else if (o->kind == VP_OP_ATTENTION) {
             if (o->attn_impl == VP_ATTN_EAGER || o->attn_impl == VP_ATTN_MATH) {
                 double bh = (double)o->shape[0] * (double)o->heads;

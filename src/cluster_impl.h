@@ -102,10 +102,11 @@ typedef struct vp__whole {
                            scores, rows per sample, merged by shape      */
     size_t n_gemm;
     double conv_f, conv_b; /* convolution FLOPs of one sample            */
-    double conv_el, bn_el; /* output elements of one sample's convolutions
-                              and batch norms (cuDNN's layout copies, the
-                              batch norm kernels: timing.c conv_time,
-                              bn_h200)                                   */
+    double conv_el;     /* output elements of one sample's convolutions
+                           (cuDNN's layout copies: timing.c conv_time)   */
+    double bn[VP__BN__N][2]; /* one sample's batch norms, bytes at the copy
+                           bandwidth by kernel path, forward and backward
+                           (timing.c bn_fit)                              */
     double unit_max;    /* parameters of the largest unit (segment)      */
     double big;         /* elements of the largest parameter tensor      */
 } vp__whole;

@@ -384,9 +384,9 @@ static void layer(tctx *k, ltime *o)
 }
 
 /* What the single-GPU model adds for NCHW convolutions and batch norms
- * (timing.c conv_time, bn_h200): each convolution's layout conversion,
+ * (timing.c conv_time, bn_fit): each convolution's layout conversion,
  * its output twice at the copy bandwidth in each direction, and the batch
- * norms' kernels per element, both linear in the micro-batch. */
+ * norms' kernels by their channels, both linear in the micro-batch. */
 static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
 {
     const vp_curve *cp = &k->x->hw.mem_kind[VP_HW_MEM_COPY];
@@ -396,8 +396,12 @@ static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
     double lay = k->b * vp__conv_layout_bytes(w->conv_el, half) / cp->peak;
     o->gemm_f += lay;
     o->gemm_b += lay;
-    o->mem_f += k->b * w->bn_el * vp__bn_copy_bytes(half, false) / cp->peak;
-    o->mem_b += k->b * w->bn_el * vp__bn_copy_bytes(half, true) / cp->peak;
+    /* the planner's fp16 is autocast's: a half input, fp32 parameters */
+    int bn = k->p->dtype == VP_DT_FP32   ? VP__BN_CUDNN32
+             : k->p->dtype == VP_DT_FP16 ? VP__BN_CUDNN16
+                                         : VP__BN_NATIVE;
+    o->mem_f += k->b * w->bn[bn][0] / cp->peak;
+    o->mem_b += k->b * w->bn[bn][1] / cp->peak;
 }
 
 /* One unit (of cm->L) of a graph-form model planned whole

@@ -22,10 +22,15 @@
 
 /* ---- single-GPU kernel rules shared with the cluster planner (timing.c) */
 
-/* NCHW batch norm in training mode: its forward (bwd false) or backward
- * kernels' seconds per element, as bytes at the copy bandwidth (the H200
- * profiles' bn_h200), fp32 (cuDNN) or 16-bit (ATen). */
-double vp__bn_copy_bytes(bool half, bool bwd);
+/* NCHW batch norm in training mode by shape (timing.c bn_fit): the kernel
+ * path of a precision (ATen's kernels, cuDNN's in fp32, cuDNN's for a half
+ * input with fp32 parameters) and the bytes at the copy bandwidth of one
+ * call's forward (bwd false) or backward over `elems` elements in
+ * `channels` channels of `pixels` pixels. */
+enum { VP__BN_NATIVE, VP__BN_CUDNN32, VP__BN_CUDNN16, VP__BN__N };
+int vp__bn_path(vp_precision p);
+double vp__bn_bytes(int path, bool bwd, double elems, double channels,
+                    double pixels);
 
 /* cuDNN's NCHW layout conversion around a convolution of `numel` output
  * elements, in each direction: the output written and read once more

@@ -88,21 +88,57 @@ static const vp_optim_cost optim_h200[VP_HW_OPTIM__N][2] = {
     [VP_HW_OPTIM_ADAMW_FORLOOP] = {{75.63, 0, 60.61}, {28.26, 0, 65.69}},
     [VP_HW_OPTIM_SGD] = {{42.04, 0, 2.20}, {22.17, 0, 3.07}}};
 
-/* Batch norm over NCHW activations in training mode (batch statistics),
- * bytes at the copy bandwidth per element of its output, forward and
- * backward: the H200 step profiles (calibrate/profiles/h200-kernels-
- * byname.jsonl, resnet50 at batch 64) give fp32, through cuDNN
- * (bn_fw_tr_1C11 / bn_bw_1C11), 3.556 and 7.250 ms over 7.113e8
- * elements, and 16-bit, through ATen's NCHW kernels
- * (batch_norm_collect_statistics + batch_norm_transform_input + the
- * running statistics; batch_norm_backward), 5.840 and 8.654 ms: 5.00 /
- * 10.19 and 8.21 / 12.17 ps per element at 4580.28 GB/s (calibrate/
- * fit-kernels.py). */
-static const double bn_h200[2][2] = {{22.90, 46.69}, {37.61, 55.73}};
+/* BatchNorm2d over NCHW activations in training mode (batch statistics)
+ * by shape (docs/STEP_TIME.md "Batch norm by shape"; calibrate/
+ * vp-bn-shapes.py, calibrate/profiles/h200-bn-shapes.jsonl, fitted by
+ * calibrate/fit-bn.py). The statistics and the backward run one thread
+ * block per channel (aten/src/ATen/native/cuda/Normalization.cuh
+ * batch_norm_cuda_template's batch_norm_collect_statistics_kernel and
+ * batch_norm_backward_cuda_template's batch_norm_backward_kernel: dim3
+ * blocks(input.size(1)); cuDNN's bn_fw_tr_1C11 / bn_bw_1C11 kernels time
+ * alike in the sweep), so a call of E elements in C channels of HW
+ * pixels takes E x max(a / C, f x (1 + (h0 / HW)^q)): one channel's
+ * elements at one block's rate while the channels leave SMs idle, the
+ * elements at the bandwidth once they fill the GPU, slower on short rows
+ * (a block reads each image's HW pixels of its channel as one row: ATen's
+ * statistics at 7 x 7 take three times their bytes' time). Each call of
+ * the sweep read its tensors from HBM (the L2 emptied before it, as a
+ * layer's saved input is in a step); the sum over ResNet-50's 53 layers
+ * at batch 64 is within 0.5-4.5 % of the step profiles' kernels (calibrate/
+ * profiles/h200-kernels-byname.jsonl), the U-Net's within 2-6 % (h200-
+ * kernels-case.jsonl). The path
+ * (aten/src/ATen/native/Normalization.cpp _batch_norm_impl_index,
+ * use_cudnn): cuDNN unless the input is bf16 or a half input has half
+ * parameters. {a, f, h0, q} on the H200 (a and f in picoseconds),
+ * forward then backward; a and f count as bytes at the copy bandwidth the
+ * sweep's GPU ran at (4580.28 GB/s), so another profile's bandwidth
+ * scales them. */
+static const double bn_fit[VP__BN__N][2][4] = {
+    [VP__BN_NATIVE] = {{1030, 4.8, 96, 1.25}, {1920, 5.1, 32, 1.0}},
+    [VP__BN_CUDNN32] = {{570, 3.6, 24, 1.25}, {1590, 5.6, 16, 1.0}},
+    [VP__BN_CUDNN16] = {{690, 3.1, 36, 3.0}, {1490, 3.4, 44, 3.0}}};
+#define BN_REF_BYTES_PER_PS 4.58028
 
-double vp__bn_copy_bytes(bool half, bool bwd)
+int vp__bn_path(vp_precision p)
 {
-    return bn_h200[half ? 1 : 0][bwd ? 1 : 0];
+    return p == VP_PREC_FP32       ? VP__BN_CUDNN32
+           : p == VP_PREC_AMP_FP16 ? VP__BN_CUDNN16
+                                   : VP__BN_NATIVE;
+}
+
+double vp__bn_bytes(int path, bool bwd, double elems, double channels,
+                    double pixels)
+{
+    if (path < 0 || path >= VP__BN__N || elems <= 0)
+        return 0;
+    const double *k = bn_fit[path][bwd ? 1 : 0];
+    double per = channels >= 1 ? k[0] / channels : k[0];
+    double bw = k[1];
+    if (pixels >= 1)
+        bw *= 1.0 + pow(k[2] / pixels, k[3]);
+    if (per < bw)
+        per = bw;
+    return elems * per * BN_REF_BYTES_PER_PS;
 }
 
 double vp__conv_layout_bytes(double numel, bool half)
@@ -1191,13 +1227,18 @@ static void matmul_time(const tctx *x, const vp_setup *s, const vp_op *o,
                o->kind == VP_OP_CONV_TRANSPOSE2D) {
         conv_time(hw, s, o, gap, f, b);
     } else if (o->kind == VP_OP_BATCHNORM2D) {
-        /* NCHW batch norm in training mode, per element at the H200
-         * profile's rates as bytes at the copy bandwidth (bn_h200) */
+        /* NCHW batch norm in training mode by its shape (bn_fit) */
         const vp_curve *cp = &hw->mem_kind[VP_HW_MEM_COPY];
-        int half = s->precision != VP_PREC_FP32;
-        double e = (double)o->numel / (cp->peak > 0 ? cp->peak : 1);
-        *f = cp->peak > 0 ? e * bn_h200[half][0] + gap : 0;
-        *b = cp->peak > 0 ? e * bn_h200[half][1] + gap : 0;
+        int path = vp__bn_path(s->precision);
+        double e = (double)o->numel, c = (double)o->rows, px = 1;
+        for (uint32_t d = 2; d < o->ndim; d++)
+            px *= (double)o->shape[d];
+        *f = cp->peak > 0 ? vp__bn_bytes(path, false, e, c, px) / cp->peak +
+                                gap
+                          : 0;
+        *b = cp->peak > 0 ? vp__bn_bytes(path, true, e, c, px) / cp->peak +
+                                gap
+                          : 0;
     } else if (o->kind == VP_OP_ATTENTION) {
         attention_time(x, s, o, f, b);
     } else if (o->kind == VP_OP_RMSNORM && (o->flags & VP_OPF_PY_RMSNORM)) {

@@ -6,6 +6,7 @@
  * kind is exactly the rule's. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vramplan/vramplan.h"
@@ -232,27 +233,76 @@ Test(timing_kernels, inference_runs_attention_without_dropout)
     cr_assert_lt(t.attention, 0.5 * train);
 }
 
-Test(timing_kernels, batch_norm_costs_its_elements_at_the_profile_rate)
+/* The forward seconds of the batch norm of bn-NAME.yaml (conv-NAME.yaml
+ * without it) at batch 16 and image side `seq` (0: the model's), less
+ * the GPU's gap between kernels. */
+static double bn_forward(const char *name, uint64_t seq, vp_precision p,
+                         const vp_hw *hw)
+{
+    char with[128], without[128];
+    snprintf(with, sizeof with, "tests/data/timing/bn%s.yaml", name);
+    snprintf(without, sizeof without, "tests/data/timing/conv%s.yaml", name);
+    vp_step_time a = step(with, 16, seq, p, true, hw, false, VP_ATTN_SDPA,
+                          NULL);
+    vp_step_time b = step(without, 16, seq, p, true, hw, false, VP_ATTN_SDPA,
+                          NULL);
+    return a.gemm - b.gemm - gap_of(hw);
+}
+
+/* Few channels: one thread block per channel, so twice the channels over
+ * the same images take the time of the same channel's elements. */
+Test(timing_kernels, batch_norm_of_few_channels_takes_one_channels_time)
 {
     vp_hw hw = gpu("h200");
-    vp_graph *g;
-    vp_step_time with =
-        forward("tests/data/timing/bn.yaml", 16, VP_PREC_FP32, &hw, &g);
-    vp_step_time without =
-        forward("tests/data/timing/conv.yaml", 16, VP_PREC_FP32, &hw, NULL);
-    uint64_t numel = 0;
-    for (size_t i = 0; i < vp_graph_op_count(g); i++)
-        if (vp_graph_op(g, i)->kind == VP_OP_BATCHNORM2D)
-            numel = vp_graph_op(g, i)->numel;
-    cr_assert_eq(numel, 16u * 64 * 56 * 56);
+    double c64 = bn_forward("", 0, VP_PREC_FP32, &hw);
+    double c128 = bn_forward("-c128", 0, VP_PREC_FP32, &hw);
+    cr_assert_gt(c64, 0.0);
+    near_rel(c128, c64, 1e-9, "64 and 128 channels");
+    /* cuDNN's fp32 forward, 570 ps a channel's element, as bytes at the
+     * copy bandwidth the sweep ran at (4.58028 B/ps) */
     vp_hw f = hw;
     vp_hw_fill_defaults(&f);
-    /* fp32 (cuDNN) forward: 5.00 ns per element, 22.90 bytes at the copy
-     * bandwidth */
-    double want = (double)numel * 22.90 / f.mem_kind[VP_HW_MEM_COPY].peak +
-                  gap_of(&hw);
-    near_rel(with.gemm - without.gemm, want, 1e-9, "batch norm");
-    vp_graph_free(g);
+    double want = 16.0 * 56 * 56 * 570 * 4.58028 /
+                  f.mem_kind[VP_HW_MEM_COPY].peak;
+    near_rel(c64, want, 1e-9, "64 channels");
+}
+
+/* Many channels fill the GPU: the elements at the fitted bandwidth. */
+Test(timing_kernels, batch_norm_of_many_channels_runs_at_the_bandwidth)
+{
+    vp_hw hw = gpu("h200");
+    vp_hw f = hw;
+    vp_hw_fill_defaults(&f);
+    double got = bn_forward("-c1024", 0, VP_PREC_FP32, &hw);
+    /* 3.6 ps an element, 3.6 x (1 + (24 / 3136)^1.25) on 56 x 56 rows */
+    double per = 3.6 * (1.0 + pow(24.0 / 3136.0, 1.25));
+    double want = 16.0 * 1024 * 56 * 56 * per * 4.58028 /
+                  f.mem_kind[VP_HW_MEM_COPY].peak;
+    near_rel(got, want, 1e-9, "1024 channels");
+}
+
+/* aten/src/ATen/native/Normalization.cpp _batch_norm_impl_index: a bf16
+ * input takes ATen's kernels, a half input with fp32 parameters
+ * (autocast fp16) cuDNN's. */
+Test(timing_kernels, batch_norm_path_follows_the_input_dtype)
+{
+    vp_hw hw = gpu("h200");
+    double bf16 = bn_forward("", 0, VP_PREC_AMP_BF16, &hw);
+    double fp16 = bn_forward("", 0, VP_PREC_AMP_FP16, &hw);
+    near_rel(bf16 / fp16, 1030.0 / 690.0, 1e-9, "ATen / cuDNN");
+}
+
+/* ATen's statistics kernel reads each image's pixels of a channel as a
+ * row: on 7 x 7 rows its elements take (1 + (96 / 49)^1.25) times the
+ * bandwidth's time. */
+Test(timing_kernels, batch_norm_statistics_slow_down_on_short_rows)
+{
+    vp_hw hw = gpu("h200");
+    double r7 = bn_forward("-c1024", 7, VP_PREC_BF16, &hw) / 49.0;
+    double r56 = bn_forward("-c1024", 56, VP_PREC_BF16, &hw) / 3136.0;
+    near_rel(r7 / r56,
+             (1.0 + pow(96.0 / 49.0, 1.25)) / (1.0 + pow(96.0 / 3136.0, 1.25)),
+             1e-9, "7 x 7 against 56 x 56 per element");
 }
 
 Test(timing_kernels, in_place_relu_moves_what_an_out_of_place_one_does)
