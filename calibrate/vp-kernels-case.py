@@ -10,11 +10,13 @@ start and end; torch.cuda.synchronize is wrapped so that every span between two 
 torch.profiler (CUDA activity only). The line keeps the last span with at least half the largest span's kernels
 (the last steady step):
   {"kind":"kernel_case","id":ID,"step_ms_protocol":..,"span_ms":..,"kernels":N,"busy_ms":..,
-   "gap_small_ms":..,"gap_large_ms":..,"by_kind":{"gemm":ms,"attention":ms,"memory":ms},"top":[[name,count,ms],..]}
+   "gap_small_ms":..,"gap_large_ms":..,"by_kind":{"gemm":ms,"attention":ms,"memory":ms},"top":[[name,count,ms],..],
+   "waits":[["before -> after",count,ms],..]}
 span_ms is the wall time of the profiled span on the host (the profiler's own cost included); busy_ms sums the
 GPU activities' durations; gaps between consecutive activities are split at 10 us as in vp-kernels.py. by_kind
 classifies kernel names: GEMM (cuBLAS / CUTLASS / nvjet / grouped mm), attention (flash, fmha, cuDNN SDPA),
-memory (everything else: elementwise, reductions, copies, norms, optimizer).
+memory (everything else: elementwise, reductions, copies, norms, optimizer). "waits" sums the GPU's idle gaps over
+50 us by the kernels on either side (where the GPU waits for the host).
 """
 import json
 import os
@@ -28,6 +30,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 GAP_US = 10.0
+BIG_GAP_US = 50.0
 GEMM = ("gemm", "nvjet", "cutlass", "xmma", "cublas", "grouped_mm", "_mm_", "s16816", "s1688", "wgmma")
 ATTN = ("flash", "fmha", "sdpa", "attention", "attn")
 
@@ -60,10 +63,20 @@ def summary(prof, wall_ms):
         else:
             large += g
     top = sorted(([n, c, round(ms, 4)] for n, (c, ms) in names.items()), key=lambda x: -x[2])[:60]
+    # where the GPU waits: the gaps over BIG_GAP_US summed by the kernels on either side
+    waits = {}
+    for (s0, e0, n0), (s1, _, n1) in zip(ev, ev[1:]):
+        g = s1 - e0
+        if g > BIG_GAP_US:
+            k = n0[:70] + " -> " + n1[:70]
+            w = waits.setdefault(k, [0, 0.0])
+            w[0] += 1
+            w[1] += g / 1e3
     return dict(span_ms=round(wall_ms, 3), kernels=len(ev), busy_ms=round(sum(by_kind.values()), 4),
                 gpu_span_ms=round((ev[-1][1] - ev[0][0]) / 1e3, 4) if ev else 0.0,
                 gap_small_ms=round(small, 4), gap_large_ms=round(large, 4),
-                by_kind={k: round(v, 4) for k, v in by_kind.items()}, top=top)
+                by_kind={k: round(v, 4) for k, v in by_kind.items()}, top=top,
+                waits=sorted(([k, c, round(ms, 4)] for k, (c, ms) in waits.items()), key=lambda x: -x[2])[:40])
 
 
 def run(cid, fn, c, outdir):
