@@ -97,6 +97,28 @@ static bool scan_work(const vp_graph *g, vp_cluster_model *cm, vp__whole *w)
     return true;
 }
 
+/* nn.MultiheadAttention(batch_first=True)'s projections: one sample's
+ * forward copies and bias adds as the single-GPU model times them
+ * (timing.c vp__mha_kernels), in 16 bits and in fp32. */
+static void scan_mha(const vp_graph *g, vp__whole *w)
+{
+    for (int wide = 0; wide < 2; wide++) {
+        vp_setup s;
+        vp_setup_init(&s);
+        s.batch = 1;
+        s.precision = wide ? VP_PREC_FP32 : VP_PREC_BF16;
+        vp__mha_bytes *sum = &w->mha[wide];
+        for (size_t i = 0; i < g->n_ops; i++) {
+            vp__mha_bytes k;
+            if (!vp__mha_kernels(g, &s, &g->ops[i], &k))
+                continue;
+            sum->copy[0] += k.copy[0];
+            sum->copy[1] += k.copy[1];
+            sum->add += k.add;
+        }
+    }
+}
+
 /* Parameters: the total, the root (outside every segment) and the
  * largest segment with its tensors. */
 static vp_status scan_units(const vp_graph *g, vp_cluster_model *cm,
@@ -169,6 +191,8 @@ vp_cluster_model *vp__cluster_whole_new(const vp_model *m, uint64_t seq,
     vp_status st = g ? VP_OK : (err ? err->code : VP_ERANGE);
     if (st == VP_OK && !scan_work(g, cm, w))
         st = vp_error_set(err, VP_ENOMEM, "out of memory");
+    if (st == VP_OK)
+        scan_mha(g, w);
     if (st == VP_OK)
         st = scan_units(g, cm, w, err);
     vp_graph_free(g);

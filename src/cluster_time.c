@@ -404,6 +404,21 @@ static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
     o->mem_b += k->b * w->bn[bn][1] / cp->peak;
 }
 
+/* What the single-GPU model adds for nn.MultiheadAttention(batch_first=
+ * True)'s projections (timing.c mha_fwd): their forward's strided copies
+ * at the copy bandwidth and in_proj's bias add at the add bandwidth, the
+ * bytes of vp__mha_kernels, linear in the micro-batch. */
+static void whole_mha(tctx *k, const vp__whole *w, ltime *o)
+{
+    const vp__mha_bytes *m = &w->mha[k->p->dtype == VP_DT_FP32];
+    const vp_curve *cp = &k->x->hw.mem_kind[VP_HW_MEM_COPY];
+    const vp_curve *ad = &k->x->hw.mem_kind[VP_HW_MEM_ADD];
+    if (cp->peak > 0)
+        o->mem_f += k->b * (m->copy[0] + m->copy[1]) / cp->peak;
+    if (ad->peak > 0)
+        o->mem_f += k->b * m->add / ad->peak;
+}
+
 /* One unit (of cm->L) of a graph-form model planned whole
  * (cluster_graph.c): the whole graph's GEMM shapes on the linear curve,
  * its convolutions as cuDNN's implicit GEMMs at VP_CONV_GEMM_SHARE of
@@ -431,6 +446,7 @@ static void whole_unit(tctx *k, ltime *o)
     o->attn_f *= cm->n_attn, o->attn_b *= cm->n_attn;
     memory(k, o);
     whole_nchw(k, w, o);
+    whole_mha(k, w, o);
     /* the host issues the micro-batch's kernels one by one (timing.c's
      * host model: host_fwd, host_bwd per kernel): a floor under each
      * phase, binding for small batches of small ops */

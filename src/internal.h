@@ -37,6 +37,19 @@ double vp__bn_bytes(int path, bool bwd, double elems, double channels,
  * (16-bit or fp32), in bytes at the copy bandwidth (timing.c conv_time). */
 double vp__conv_layout_bytes(double numel, bool half);
 
+/* nn.MultiheadAttention(batch_first=True)'s projection `o` (layout
+ * torch_mha): its forward's kernels other than its GEMM and casts, in
+ * bytes at the copy bandwidth (copy: in_proj's two strided copies, or
+ * out_proj's one unless after flash; the transposed-copy ratio included)
+ * and at the add bandwidth (add: in_proj's bias added in place, the
+ * broadcast ratio included), for the setup's precision and attention
+ * (timing.c mha_fwd). False, all zero, for any other op. */
+typedef struct {
+    double copy[2], add;
+} vp__mha_bytes;
+bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
+                     vp__mha_bytes *k);
+
 /* ---- simulation with micro-batch hooks (sim.c) ----------------------- */
 
 /* For a caller that sums what the events of a step cost (timing.c) and

@@ -397,6 +397,8 @@ extern const vp__op_rules vp__op_table[VP_OP__COUNT];
 /* The rules, by family. */
 vp__fwd_fn vp__linear_fwd;     /* linear, conv2d (ops/linear.c)          */
 vp__bwd_fn vp__linear_bwd;
+vp__launch_fn vp__linear_launches; /* torch_mha in_proj's bias add_     */
+bool vp__linear_mha_in(const vp_graph *g, const vp_op *o);
 vp__fwd_fn vp__attention_fwd;  /* ops/attention.c                        */
 vp__bwd_fn vp__attention_bwd;
 vp__fwd_fn vp__layernorm_fwd;  /* layernorm, groupnorm (ops/norm.c)      */

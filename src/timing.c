@@ -373,6 +373,13 @@ static bool source_timed(const vp_op *o)
     return o->kind == VP_OP_MOE_EXPERTS && !(o->flags & VP_OPF_MEGATRON);
 }
 
+/* nn.MultiheadAttention(batch_first=True)'s projections (torch_mha):
+ * their forward's copies are timed from the source (mha_copies). */
+static bool mha_layout(const vp_op *o)
+{
+    return o->kind == VP_OP_LINEAR && (o->flags & VP_OPF_TORCH_MHA);
+}
+
 static void on_event(const vp_sim_event *ev, void *ud)
 {
     tctx *c = ud;
@@ -429,6 +436,8 @@ static void on_event(const vp_sim_event *ev, void *ud)
     if (k == VP_HW_MEM_CROSS_ENTROPY || k == VP_HW_MEM_RMSNORM_PY ||
         o->kind == VP_OP_BATCHNORM2D || o->kind == VP_OP_ROPE)
         return; /* timed as a whole op (matmul_time) */
+    if (ph == 0 && mha_layout(o))
+        return; /* from the source's kernels (mha_copies) */
     /* non-contiguous and broadcast inputs: ATen's strided path */
     double r = vp__layout_ratio(c->g, o, ph, b);
     t->mem[ph] += kernel_time(c, k, moved * b * r);
@@ -553,6 +562,68 @@ static int gemm_dtype(vp_precision p)
     default:
         return VP_HW_FP32;
     }
+}
+
+/* The forward kernels of nn.MultiheadAttention(batch_first=True)'s
+ * projections other than their GEMMs and casts, from the source (torch/
+ * nn/functional.py multi_head_attention_forward, torch 2.11), each a
+ * copy of a transposed tensor made contiguous, ATen's strided copy at the
+ * profile's transposed-copy ratio (timing_layout.c): in_proj's input is
+ * the query transposed to sequence-first, so F.linear goes through
+ * matmul, which folds it to rows with a copy (aten/src/ATen/native/
+ * LinearAlgebra.cpp _matmul_impl: reshape of a non-viewable tensor), and
+ * adds the bias in place, a broadcast add (Linear.cpp linear:
+ * `output.add_(*bias)`, ops/linear.c vp__linear_launches); then
+ * _in_projection_packed's `unflatten(-1, (3, E)).unsqueeze(0)
+ * .transpose(0, -2).squeeze(-2).contiguous()` copies q, k, v apart.
+ * out_proj's input is `attn_output.permute(2, 0, 1, 3).contiguous()`, a
+ * copy unless the kernel wrote its output sequence-first (flash; the
+ * simulator's choice, vp__attention_impl_of). The allocations are the
+ * simulator's (ops/linear.c vp__linear_fwd), timed by these bytes
+ * instead of one contiguous copy each (mha_copies; the cluster planner's
+ * model, cluster_graph.c scan_work, per sample). */
+bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
+                     vp__mha_bytes *k)
+{
+    memset(k, 0, sizeof *k);
+    if (!mha_layout(o) || o->n_inputs == 0 || o->inputs[0] >= g->n_ops)
+        return false;
+    const vp_op *xo = &g->ops[o->inputs[0]];
+    bool wide = gemm_dtype(s->precision) == VP_HW_FP32;
+    double eb = wide ? 4.0 : 2.0;
+    double tr = 2.0 * eb * vp__layout_transpose_copy(wide);
+    if (!vp__linear_mha_in(g, o)) {
+        if (vp__attention_impl_of(g, s, xo, (uint8_t)eb) != VP_ATTN_FLASH)
+            k->copy[0] = tr * (double)xo->numel;
+        return true;
+    }
+    k->copy[0] = tr * (double)xo->numel;
+    k->copy[1] = tr * (double)o->numel;
+    if (o->n_params > 1)
+        k->add = 3.0 * eb * (double)o->numel * vp__layout_broadcast(wide);
+    return true;
+}
+
+/* One projection's kernels, each with a memory-bound kernel's own time. */
+static double mha_fwd(const tctx *c, const vp_setup *s, const vp_op *o)
+{
+    vp__mha_bytes k;
+    if (!vp__mha_kernels(c->g, s, o, &k))
+        return 0;
+    double t = 0;
+    for (int i = 0; i < 2; i++)
+        if (k.copy[i] > 0)
+            t += kernel_time(c, VP_HW_MEM_COPY, k.copy[i]);
+    if (k.add > 0)
+        t += kernel_time(c, VP_HW_MEM_ADD, k.add);
+    return t;
+}
+
+static void mha_copies(tctx *c, const vp_setup *s, double micro_batches)
+{
+    for (size_t i = 0; i < c->g->n_ops; i++)
+        if (c->t[i].kernels[0] > 0)
+            c->t[i].mem[0] += micro_batches * mha_fwd(c, s, &c->g->ops[i]);
 }
 
 /* GPU seconds of a GEMM launched among others: its work at the curve's
@@ -1815,6 +1886,7 @@ static vp_status step_time(const vp_graph *g0, const vp_graph *g,
         goto done;
     qctx q = {g, s, &hw, &c, s->inference ? 1 : s->accum};
     inplace_kernels(&c, q.mb);
+    mha_copies(&c, s, q.mb);
     moe_mem(&c, s, q.mb);
     if (!s->inference)
         grad_sums(&c, q.mb);

@@ -249,8 +249,11 @@ static double compute_ratio(const char *path, uint64_t b)
  * floor under each phase) and the single-GPU one (kernel by kernel, each
  * memory-bound class at its own bandwidth, the gaps between kernels):
  * within 10 % from host-bound to GPU-bound batches (ResNet-50 at 256:
- * -9.2 %, its convolutions at the curve's peak here and by shape there;
- * UNet at 8: +0.2 %; ViT-B/16: -0.1 and -3.4 %). */
+ * -9.3 %, its convolutions at the curve's peak here and by shape there;
+ * UNet at 8: +5.0 %; ViT-B/16 at 32 and 256: -2.3 and -2.1 %, torch_mha's
+ * copies and bias adds on both sides, timing.c vp__mha_kernels: -5.5 %
+ * at 256 before either model had them, -12.6 % with the single-GPU
+ * model's alone). */
 Test(cluster_graph, compute_is_the_single_gpu_models)
 {
     static const struct {

@@ -447,3 +447,66 @@ Test(timing_kernels, cudnn_attention_pays_the_partial_block)
     near_rel(t240 - t224, 12.0 * (0.690 + 6.637) * 1e-12 * el, 1e-6,
              "226 - 197 tokens");
 }
+
+/* nn.MultiheadAttention(batch_first=True) (layout torch_mha): in_proj's
+ * input is the query transposed to sequence-first, so F.linear runs
+ * matmul and then adds the bias in place (aten/src/ATen/native/Linear.cpp
+ * linear: `output.add_(*bias)`): a broadcast add over the 3 x 768-wide
+ * projection (the strided profile's broadcast ratio, 1.98 in 16 bits),
+ * one forward launch that allocates nothing; out_proj's bias is addmm's,
+ * fused. ViT-B/16's 197 tokens at batch 8 in bf16, forward only. */
+Test(timing_kernels, mha_in_proj_adds_its_bias_in_place)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time with = forward("tests/data/timing/mha-bias-true.yaml", 8,
+                                VP_PREC_BF16, &hw, NULL);
+    vp_step_time without = forward("tests/data/timing/mha-bias-false.yaml",
+                                   8, VP_PREC_BF16, &hw, NULL);
+    double out = 8.0 * 197 * 3 * 768 * 2; /* in_proj's bytes */
+    near_rel(with.memory - without.memory,
+             mem_kernel(&hw, VP_HW_MEM_ADD, 3.0 * out * 1.98), 1e-9,
+             "bias add");
+    near_rel(with.host_kernels - without.host_kernels, 1.0, 1e-12,
+             "the add's launch");
+}
+
+/* torch_mha's copies of transposed tensors (torch/nn/functional.py
+ * multi_head_attention_forward) run ATen's strided copy, 2.84 times the
+ * contiguous copy in 16 bits (x.transpose(1, 2).contiguous() in the
+ * strided profile): out_proj's `attn_output.permute(2, 0, 1, 3)
+ * .contiguous()` is one unless the kernel wrote its output
+ * sequence-first (flash); the memory-efficient kernel's is copied. */
+Test(timing_kernels, mha_out_proj_copies_a_permuted_output_unless_flash)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time eff = step("tests/data/timing/mha-bias-false.yaml", 8, 0,
+                            VP_PREC_BF16, true, &hw, true, VP_ATTN_EFFICIENT,
+                            NULL);
+    vp_step_time flash = step("tests/data/timing/mha-bias-false.yaml", 8, 0,
+                              VP_PREC_BF16, true, &hw, true, VP_ATTN_FLASH,
+                              NULL);
+    double bytes = 8.0 * 197 * 768 * 2; /* the attention's output */
+    near_rel(eff.memory - flash.memory,
+             mem_kernel(&hw, VP_HW_MEM_COPY, 2.0 * bytes * 2.84), 1e-9,
+             "out_proj's copy");
+}
+
+/* in_proj's two copies: matmul folds the transposed query to rows
+ * (LinearAlgebra.cpp _matmul_impl) and _in_projection_packed makes q, k,
+ * v contiguous apart, both strided copies (fp32: 1.69 times the
+ * contiguous one). fp32 with flash forced (no out_proj copy), no biases,
+ * forward only: those two and the loss's are the forward's memory-bound
+ * kernels. */
+Test(timing_kernels, mha_in_proj_copies_its_input_and_q_k_v_strided)
+{
+    vp_hw hw = gpu("h200");
+    vp_step_time t = step("tests/data/timing/mha-bias-false.yaml", 8, 0,
+                          VP_PREC_FP32, true, &hw, true, VP_ATTN_FLASH, NULL);
+    vp_step_time loss = forward("tests/data/timing/mse-197x768.yaml", 8,
+                                VP_PREC_FP32, &hw, NULL);
+    double x = 8.0 * 197 * 768 * 4;
+    near_rel(t.memory - loss.memory,
+             mem_kernel(&hw, VP_HW_MEM_COPY, 2.0 * x * 1.69) +
+                 mem_kernel(&hw, VP_HW_MEM_COPY, 2.0 * 3.0 * x * 1.69),
+             1e-9, "in_proj's copies");
+}

@@ -312,6 +312,28 @@ static void fp8_backward(sim *S, const vp__bwd_op *b)
 
 /* ---- forward --------------------------------------------------------------- */
 
+/* torch_mha's in_proj (nn.MultiheadAttention(batch_first=True) transposes
+ * the query to sequence-first, torch/nn/modules/activation.py
+ * MultiheadAttention.forward), as the graph knows it: a linear of the
+ * layout whose input is not the attention (that one is out_proj). */
+bool vp__linear_mha_in(const vp_graph *g, const vp_op *o)
+{
+    return o->kind == VP_OP_LINEAR && (o->flags & VP_OPF_TORCH_MHA) &&
+           o->n_inputs > 0 && o->inputs[0] < g->n_ops &&
+           g->ops[o->inputs[0]].kind != VP_OP_ATTENTION;
+}
+
+/* Its bias: F.linear of the transposed 3-d input is not the fused addmm
+ * (aten/src/ATen/native/Linear.cpp linear: only a contiguous 3-d input
+ * is folded) but `at::matmul(input, weight.t())` and then
+ * `output.add_(*bias)`: a forward launch that allocates nothing. */
+double vp__linear_launches(const vp_graph *g, const vp_op *o, int ph,
+                           bool wide)
+{
+    (void)wide;
+    return ph == 0 && o->n_params > 1 && vp__linear_mha_in(g, o) ? 1.0 : 0.0;
+}
+
 /* The layout details of a linear (torch_mha: in_proj and out_proj of
  * nn.MultiheadAttention(batch_first=True)). */
 typedef struct {

@@ -9,7 +9,8 @@
 const vp__op_rules vp__op_table[VP_OP__COUNT] = {
     [VP_OP_INPUT] = {NULL, NULL, 0},
     [VP_OP_EMBEDDING] = {vp__embedding_fwd, vp__embedding_bwd, 0},
-    [VP_OP_LINEAR] = {vp__linear_fwd, vp__linear_bwd, 0},
+    [VP_OP_LINEAR] = {vp__linear_fwd, vp__linear_bwd, 0,
+                      vp__linear_launches},
     [VP_OP_CONV2D] = {vp__linear_fwd, vp__linear_bwd, 0},
     [VP_OP_BATCHNORM2D] = {vp__batchnorm_fwd, vp__batchnorm_bwd, 0},
     [VP_OP_LAYERNORM] = {vp__layernorm_fwd, vp__norm_bwd, 0},
