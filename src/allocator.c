@@ -939,13 +939,29 @@ static inline tree *tree_of(vp_allocator *a, const blk *x)
                      : &a->pools[x->pool].unmapped_t;
 }
 
+/* t_erase of free block x for the plain fit (no expandable segments:
+ * every block is mapped, a free one is in its pool's free tree t, keyed
+ * by size; x is in it). */
+static inline void erase_plain(vp_allocator *a, tree *t, uint32_t x)
+{
+    slot sl = slot_in(a, t, x, true);
+    const cls *k = &sl.d->c[sl.c];
+    uint32_t p = k->n - 1;
+    if (k->v[p].i != x)
+        p = c_count_above(k, sl.z, a->b[x].addr, true);
+    t_erase_at(&(tpos){sl.d, sl.c, p});
+}
+
 /* dst (in no tree) absorbs its neighbour src, free and in the same
  * mapping state. */
 static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
 {
     blk *s = &a->b[src];
     blk *d = &a->b[dst];
-    t_erase(a, tree_of(a, s), src);
+    if (a->plain_fit)
+        erase_plain(a, &a->pools[s->pool].free_t, src);
+    else
+        t_erase(a, tree_of(a, s), src);
     if (d->prev == src) {
         d->addr = s->addr;
         d->prev = s->prev;

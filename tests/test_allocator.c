@@ -957,7 +957,10 @@ Test(allocator, stress_power2_divisions)
  * max_split_size. Twin allocators, one on each path (max_split_size
  * 2^64 - 512: no size reaches it, but the plain fit is off), given the same
  * random calls, must agree on every handle, block size, block address and
- * statistic. */
+ * statistic. A release's merges take a free neighbour out of the index by
+ * the plain fit's own erase (erase_plain) on one and by t_erase on the
+ * other; the check after each call finds an index that lost or kept the
+ * wrong entry. */
 Test(allocator, plain_fit_equals_the_general_path)
 {
     vp_allocator_config pc, gc;
