@@ -182,7 +182,7 @@ struct vp_allocator {
 typedef struct req {
     int32_t stream;
     uint64_t size;       /* rounded */
-    uint64_t alloc_size; /* get_allocation_size(size) */
+    uint64_t alloc_size; /* get_allocation_size(size), for new memory */
     int pool;
 } req;
 
@@ -1612,7 +1612,10 @@ HOT vp_status open_request(vp_allocator *a, uint64_t nbytes, int stream,
                             ~(uint64_t)(K_MIN_BLOCK - 1);
     else
         rounded = round_size(&a->cfg, nbytes, &r->size);
-    if (!rounded || !allocation_size(&a->cfg, r->size, &r->alloc_size))
+    /* get_allocation_size overflows exactly above 2^64 - 2 MiB (a size
+     * rounded up to 2 MiB); below, it is computed when no free block
+     * holds the request (vp__allocator_alloc) */
+    if (!rounded || r->size > UINT64_MAX - K_ROUND_LARGE + 1)
         return vp_error_set(err, VP_EOVERFLOW,
                             "allocation of %" PRIu64
                             " bytes overflows when rounded",
@@ -1648,8 +1651,11 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
     tpos at;
     uint32_t i = get_free_block(a, &r, &at);
     bool in_tree = i != NIL;
-    if (i == NIL && (st = new_memory(a, &r, &i, err)) != VP_OK)
-        return st;
+    if (i == NIL) {
+        (void)allocation_size(&a->cfg, r.size, &r.alloc_size); /* see above */
+        if ((st = new_memory(a, &r, &i, err)) != VP_OK)
+            return st;
+    }
     i = alloc_found_block(a, i, &r, nbytes, in_tree ? &at : NULL);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");

@@ -662,6 +662,13 @@ Test(allocator, overflowing_request_is_refused)
     /* rounds to 512 fine, but not to the 2 MiB segment size */
     cr_assert_eq(vp_allocator_malloc(a, UINT64_MAX - 1 * MiB, 0, &h, &err),
                  VP_EOVERFLOW);
+    /* the edge (open_request tests it before the allocation size is
+     * computed): 2^64 - 2 MiB rounds up to itself; 512 more does not fit */
+    uint64_t edge = UINT64_MAX - 2 * MiB + 1;
+    cr_assert_eq(vp_allocator_malloc(a, edge + 1, 0, &h, &err), VP_EOVERFLOW);
+    cr_assert_eq(vp_allocator_malloc(a, edge, 0, &h, &err), VP_EOOM,
+                 "a segment of 2^64 - 2 MiB: no overflow, the address space "
+                 "is what runs out");
     expect(a, 0, 0, 0, "nothing taken");
     vp_allocator_free(a);
 }
