@@ -732,11 +732,19 @@ static void t_insert(vp_allocator *a, tree *t, uint32_t x)
 
 /* t_insert of a block into the free tree t, inline (release and the
  * split's remainder); the block is appended in place when it is the new
- * lowest of its class and the class has room (nearly always: see above). */
+ * lowest of its class and the class has room (nearly always: see above),
+ * or is the first of an empty class with room (the split's rest that
+ * changes class, most often: t_insert_in's steps without its search). */
 HOT void t_push_at(vp_allocator *a, uint32_t x, slot sl)
 {
     const blk *b = &a->b[x];
     cls *k = &sl.d->c[sl.c];
+    if (k->n == 0 && k->cap > 0) { /* an empty class with room */
+        k->v[0] = (ent){sl.z, b->addr, x};
+        k->n = 1;
+        set_used(sl.d, sl.c, true);
+        return;
+    }
     if (k->n == 0 || k->n == k->cap ||
         e_below(&k->v[k->n - 1], sl.z, b->addr, false)) {
         t_insert_in(a, x, sl);
