@@ -1441,13 +1441,14 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
     if (should_split(a, &a->b[i], r->size)) {
         uint32_t gen, n = take_slot(a, &gen);
         blk *rem = &a->b[i], *x = &a->b[n];
-        /* the front part, mapped and live, written whole (new_block's
-         * defaults and then these fields, in one go) */
+        /* the front part, allocated, mapped and live, written whole
+         * with its requested bytes (new_block's defaults and then these
+         * fields, in one go) */
         *x = (blk){.addr = rem->addr, .size = r->size, .prev = rem->prev,
-                   .next = i, .gen = gen, .pool = rem->pool, .mapped = 1,
-                   .live = 1};
-        a->bc[n] = (blkc){.es = a->bc[i].es, .stream = a->bc[i].stream,
-                          .seg = NIL};
+                   .next = i, .gen = gen, .pool = rem->pool, .allocated = 1,
+                   .mapped = 1, .live = 1};
+        a->bc[n] = (blkc){.requested = nbytes, .es = a->bc[i].es,
+                          .stream = a->bc[i].stream, .seg = NIL};
         if (x->prev != NIL)
             a->b[x->prev].next = n;
         else
@@ -1460,10 +1461,11 @@ static inline uint32_t alloc_found_block(vp_allocator *a, uint32_t i,
             rem->size -= r->size;
             t_push(a, &a->pools[rem->pool].free_t, i);
         }
-        i = n;
-    } else if (in_tree) {
-        t_erase_at(at);
+        add_allocated(a, r->size, nbytes);
+        return n;
     }
+    if (in_tree)
+        t_erase_at(at);
     blk *x = &a->b[i];
     x->allocated = 1;
     a->bc[i].requested = nbytes;
