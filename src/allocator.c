@@ -1694,21 +1694,20 @@ static uint32_t lookup(const vp_allocator *a, uint64_t handle)
     return find_live(a, handle, &i) ? i : NIL;
 }
 
-vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
-                               vp_error *err)
+/* vp_allocator_release of a non-NULL allocator. Handle 0 (the
+ * allocation of 0 bytes) names no live block (its slot, the low word
+ * less one, wraps above every slot): tested where find_live fails. */
+HOT vp_status release(vp_allocator *a, uint64_t handle, vp_error *err)
 {
-    if (!a)
-        return vp_error_set(err, VP_EARG, "allocator is NULL");
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
-    if (handle == 0)
-        return VP_OK;
     uint32_t i;
     if (!find_live(a, handle, &i))
-        return vp_error_set(err, VP_EARG,
-                            "handle %#" PRIx64
-                            " is unknown or already freed",
-                            handle);
+        return handle == 0 ? VP_OK
+                           : vp_error_set(err, VP_EARG,
+                                          "handle %#" PRIx64
+                                          " is unknown or already freed",
+                                          handle);
     blk *x = &a->b[i];
     a->last_freed = handle;
     a->last_freed_addr = x->addr;
@@ -1724,6 +1723,20 @@ vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
     return VP_OK;
+}
+
+vp_status vp_allocator_release(vp_allocator *a, uint64_t handle,
+                               vp_error *err)
+{
+    if (!a)
+        return vp_error_set(err, VP_EARG, "allocator is NULL");
+    return release(a, handle, err);
+}
+
+vp_status vp__allocator_release(vp_allocator *a, uint64_t handle,
+                                vp_error *err)
+{
+    return release(a, handle, err);
 }
 
 /* vp__allocator_transient when the request is met from free block i,
@@ -1790,7 +1803,7 @@ vp_status vp__allocator_transient(vp_allocator *a, uint64_t nbytes,
     if (st != VP_OK)
         return st;
     *at = a->st.allocated;
-    return vp_allocator_release(a, *handle, err);
+    return vp__allocator_release(a, *handle, err);
 }
 
 void vp_allocator_empty_cache(vp_allocator *a)

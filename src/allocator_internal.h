@@ -16,6 +16,10 @@ vp_status vp__allocator_alloc(vp_allocator *a, uint64_t nbytes, int stream,
                               uint64_t *handle, uint64_t *block_size,
                               vp_error *err);
 
+/* vp_allocator_release, a not NULL (the simulator's call per free). */
+vp_status vp__allocator_release(vp_allocator *a, uint64_t handle,
+                                vp_error *err);
+
 /* vp__allocator_alloc of nbytes and at once vp_allocator_release of the
  * new handle (a tensor freed as soon as it is made): afterwards the same
  * blocks, slots, handle generations, dead-slot list, index and counters

@@ -152,7 +152,7 @@ void vp__tfree(sim *S, uint32_t id)
     uint64_t handle = t->handle;
     vp_category cat = (vp_category)t->cat;
     S->cat_live[cat] -= bytes;
-    vp_status st = vp_allocator_release(S->a, handle, S->err);
+    vp_status st = vp__allocator_release(S->a, handle, S->err);
     if (st != VP_OK) { /* only when host memory ran out */
         S->st = st;
         return;

@@ -634,6 +634,8 @@ Test(allocator, unknown_handle_is_refused)
     cr_assert_eq(vp_allocator_release(a, (uint64_t)7 << 32 | 1, &err),
                  VP_EARG);
     cr_assert_eq(vp_allocator_release(a, 0, &err), VP_OK, "0 is a no-op");
+    /* slot word 0 (as handle 0's) with a generation: no handle */
+    cr_assert_eq(vp_allocator_release(a, (uint64_t)3 << 32, &err), VP_EARG);
     cr_assert_eq(vp_allocator_block_size(a, 12345), 0);
     vp_allocator_free(a);
 }
