@@ -961,8 +961,9 @@ static inline void erase_plain(vp_allocator *a, tree *t, uint32_t x)
 }
 
 /* dst (in no tree) absorbs its neighbour src, free and in the same
- * mapping state. */
-static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
+ * mapping state, the block before it when `before` (merge_before and
+ * merge_after: each side its own code). */
+HOT void merge(vp_allocator *a, uint32_t dst, uint32_t src, bool before)
 {
     blk *s = &a->b[src];
     blk *d = &a->b[dst];
@@ -970,7 +971,7 @@ static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
         erase_plain(a, &a->pools[s->pool].free_t, src);
     else
         t_erase(a, tree_of(a, s), src);
-    if (d->prev == src) {
+    if (before) {
         d->addr = s->addr;
         d->prev = s->prev;
         if (d->prev != NIL)
@@ -986,14 +987,30 @@ static void merge(vp_allocator *a, uint32_t dst, uint32_t src)
     delete_block(a, src);
 }
 
-/* try_merge_blocks: dst (in no tree) absorbs its neighbour src if src is
- * free and in the same mapping state (most often it is not: the test
- * inline, the merge out of line). */
-static inline void try_merge(vp_allocator *a, uint32_t dst, uint32_t src)
+static __attribute__((noinline)) void merge_before(vp_allocator *a,
+                                                   uint32_t dst, uint32_t src)
+{
+    merge(a, dst, src, true);
+}
+
+static __attribute__((noinline)) void merge_after(vp_allocator *a,
+                                                  uint32_t dst, uint32_t src)
+{
+    merge(a, dst, src, false);
+}
+
+/* try_merge_blocks: dst (in no tree) absorbs its neighbour src, the one
+ * before it when `before`, if src is free and in the same mapping state
+ * (most often it is not: the test inline, the merge out of line). */
+HOT void try_merge(vp_allocator *a, uint32_t dst, uint32_t src, bool before)
 {
     if (src != NIL && !a->b[src].allocated &&
-        a->b[src].mapped == a->b[dst].mapped)
-        merge(a, dst, src);
+        a->b[src].mapped == a->b[dst].mapped) {
+        if (before)
+            merge_before(a, dst, src);
+        else
+            merge_after(a, dst, src);
+    }
 }
 
 static bool should_split(const vp_allocator *a, const blk *x, uint64_t size)
@@ -1139,8 +1156,8 @@ static bool map_block(vp_allocator *a, uint32_t i, uint64_t size)
         x->size = mapped;
         t_insert(a, &p->unmapped_t, r);
     }
-    try_merge(a, i, a->b[i].prev);
-    try_merge(a, i, a->b[i].next);
+    try_merge(a, i, a->b[i].prev, true);
+    try_merge(a, i, a->b[i].next, false);
     t_insert(a, &p->free_t, i);
     add_reserved(a, mapped);
     if (a->map_fn)
@@ -1271,8 +1288,8 @@ static void unmap_block(vp_allocator *a, uint32_t i)
     x->size = ue - ub;
     x->mapped = 0;
     a->st.reserved -= ue - ub;
-    try_merge(a, i, a->b[i].prev);
-    try_merge(a, i, a->b[i].next);
+    try_merge(a, i, a->b[i].prev, true);
+    try_merge(a, i, a->b[i].next, false);
     t_insert(a, &p->unmapped_t, i);
     if (a->map_fn)
         a->map_fn(true, s->base + ub, ue - ub, a->map_ud);
@@ -1717,8 +1734,8 @@ HOT vp_status release(vp_allocator *a, uint64_t handle, vp_error *err)
     a->st.requested -= a->bc[i].requested;
     a->st.active_blocks--;
     a->bc[i].requested = 0;
-    try_merge(a, i, a->b[i].prev);
-    try_merge(a, i, a->b[i].next);
+    try_merge(a, i, a->b[i].prev, true);
+    try_merge(a, i, a->b[i].next, false);
     t_push(a, &a->pools[a->b[i].pool].free_t, i);
     if (a->broken)
         return vp_error_set(err, VP_ENOMEM, "out of host memory");
