@@ -129,7 +129,7 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
 {
     if (!OK(S))
         return NONE;
-    uint64_t h = 0, bs = 0;
+    uint64_t h, bs; /* set when the call succeeds */
     vp_status st = vp__allocator_alloc(S->a, bytes, S->stream, &h, &bs,
                                        S->err);
     if (st != VP_OK) {
