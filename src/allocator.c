@@ -2246,22 +2246,31 @@ HOT bool state_by_segment(const vp_allocator *a, vp_words *w, size_t *n,
     uint64_t *o = w->v + from;
     size_t m = 0;
     bool ok = sorted != NULL;
-    for (size_t j = 0; j < k && ok; j++)
-        for (uint32_t i = (uint32_t)sorted[2 * j + 1]; i != NIL && ok;
-             i = a->b[i].next) {
-            ok = m < live && (m == 0 || a->b[i].addr > o[-STATE_WORDS]);
-            if (ok) {
-                state_rec(a, i, o);
-                if (hs) {
-                    hs[2 * m] = a->b[i].allocated
-                                    ? (uint64_t)a->b[i].gen << 32 | (i + 1)
-                                    : 0;
-                    hs[2 * m + 1] = a->b[i].addr;
-                }
-                o += STATE_WORDS;
-                m++;
-            }
+    /* one loop over the segments' blocks, from a segment's last block on
+     * to the next segment's first; every address is 2 MiB or more
+     * (take_address), so the first is above `last` (one at 0 would only
+     * send the state to the sort) */
+    uint64_t last = 0;
+    size_t j = 0;
+    uint32_t i = ok && k > 0 ? (uint32_t)sorted[1] : NIL;
+    while (i != NIL) {
+        const blk *x = &a->b[i];
+        if (m == live || x->addr <= last) {
+            ok = false;
+            break;
         }
+        last = x->addr;
+        state_rec(a, i, o);
+        if (hs) {
+            hs[2 * m] = x->allocated ? (uint64_t)x->gen << 32 | (i + 1) : 0;
+            hs[2 * m + 1] = x->addr;
+        }
+        o += STATE_WORDS;
+        m++;
+        i = x->next;
+        if (i == NIL && ++j < k)
+            i = (uint32_t)sorted[2 * j + 1];
+    }
     free(heads);
     if (!ok || m != live)
         return false;
