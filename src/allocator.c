@@ -84,7 +84,8 @@ typedef struct blk {
 } blk;
 
 typedef struct blkc {
-    uint64_t requested; /* bytes asked for (allocated blocks only)        */
+    uint64_t requested; /* bytes asked for (read of allocated blocks
+                           only: a free block keeps its last)            */
     uint32_t es;          /* expandable segment index, NIL if cudaMalloc  */
     int32_t stream;
     uint32_t seg;         /* a segment's first block: the segment's number
@@ -1732,8 +1733,7 @@ HOT vp_status release(vp_allocator *a, uint64_t handle, vp_error *err)
     x->allocated = 0;
     a->st.allocated -= x->size;
     a->st.requested -= a->bc[i].requested;
-    a->st.active_blocks--;
-    a->bc[i].requested = 0;
+    a->st.active_blocks--; /* requested stays: read of allocated blocks */
     try_merge(a, i, a->b[i].prev, true);
     try_merge(a, i, a->b[i].next, false);
     t_push(a, &a->pools[a->b[i].pool].free_t, i);
