@@ -435,11 +435,12 @@ static void seg_made(vp_allocator *a, uint32_t i)
     a->seg_head[a->n_seg++] = i;
 }
 
+/* Kill free block i (its allocated byte is 0 already: every caller's
+ * block is free). */
 static void delete_block(vp_allocator *a, uint32_t i)
 {
     blk *x = &a->b[i];
     x->live = 0;
-    x->allocated = 0;
     x->gen++;
     x->next = a->free_slot;
     a->free_slot = i;
