@@ -98,7 +98,8 @@ static bool scan_work(const vp_graph *g, vp_cluster_model *cm, vp__whole *w)
 }
 
 /* nn.MultiheadAttention(batch_first=True)'s projections: one sample's
- * forward copies and bias adds as the single-GPU model times them
+ * forward copies and bias adds, and the backward's copies, fills and
+ * sums of q, k and v, as the single-GPU model times them
  * (timing.c vp__mha_kernels), in 16 bits and in fp32. */
 static void scan_mha(const vp_graph *g, vp__whole *w)
 {
@@ -115,6 +116,8 @@ static void scan_mha(const vp_graph *g, vp__whole *w)
             sum->copy[0] += k.copy[0];
             sum->copy[1] += k.copy[1];
             sum->add += k.add;
+            sum->bcopy += k.bcopy;
+            sum->badd += k.badd;
         }
     }
 }

@@ -405,18 +405,24 @@ static void whole_nchw(tctx *k, const vp__whole *w, ltime *o)
 }
 
 /* What the single-GPU model adds for nn.MultiheadAttention(batch_first=
- * True)'s projections (timing.c mha_fwd): their forward's strided copies
- * at the copy bandwidth and in_proj's bias add at the add bandwidth, the
- * bytes of vp__mha_kernels, linear in the micro-batch. */
+ * True)'s projections (timing.c mha_fwd, mha_bwd): their forward's
+ * strided copies at the copy bandwidth and in_proj's bias add at the add
+ * bandwidth; the backward's SelectBackward fills and copies of q, k, v at
+ * the copy bandwidth and their sums at the add bandwidth; the bytes of
+ * vp__mha_kernels, linear in the micro-batch. */
 static void whole_mha(tctx *k, const vp__whole *w, ltime *o)
 {
     const vp__mha_bytes *m = &w->mha[k->p->dtype == VP_DT_FP32];
     const vp_curve *cp = &k->x->hw.mem_kind[VP_HW_MEM_COPY];
     const vp_curve *ad = &k->x->hw.mem_kind[VP_HW_MEM_ADD];
-    if (cp->peak > 0)
+    if (cp->peak > 0) {
         o->mem_f += k->b * (m->copy[0] + m->copy[1]) / cp->peak;
-    if (ad->peak > 0)
+        o->mem_b += k->b * m->bcopy / cp->peak;
+    }
+    if (ad->peak > 0) {
         o->mem_f += k->b * m->add / ad->peak;
+        o->mem_b += k->b * m->badd / ad->peak;
+    }
 }
 
 /* One unit (of cm->L) of a graph-form model planned whole

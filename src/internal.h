@@ -46,6 +46,13 @@ double vp__conv_layout_bytes(double numel, bool half);
  * (timing.c mha_fwd). False, all zero, for any other op. */
 typedef struct {
     double copy[2], add;
+    /* the backward's kernels of the attention's q, k, v (out_proj's
+     * record, its core needing a gradient; timing.c mha_bwd): bcopy bytes
+     * at the copy bandwidth in bcopies kernels (SelectBackward's zero
+     * fills and copy_, the efficient kernel's strided copies at the
+     * transposed-copy ratio), badd bytes at the add bandwidth in badds
+     * kernels (autograd's sums of the three select gradients) */
+    double bcopy, bcopies, badd, badds;
 } vp__mha_bytes;
 bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
                      vp__mha_bytes *k);

@@ -582,6 +582,37 @@ static int gemm_dtype(vp_precision p)
  * simulator's (ops/linear.c vp__linear_fwd), timed by these bytes
  * instead of one contiguous copy each (mha_copies; the cluster planner's
  * model, cluster_graph.c scan_work, per sample). */
+/* The backward's kernels of the attention's q, k and v (torch/nn/
+ * functional.py multi_head_attention_forward, torch 2.11), ne = N x E
+ * elements of eb bytes: `q, k, v = proj[0], proj[1], proj[2]` are
+ * selects of the contiguous (3, L, N, E) projection, so each gradient
+ * goes through SelectBackward (tools/autograd/derivatives.yaml select.int:
+ * select_backward_symint; aten/src/ATen/native/TensorShape.cpp
+ * select_backward_symint: `at::zeros_symint(input_sizes)`, a fill of the
+ * whole 3 N E buffer, then `.select(dim, index).copy_(grad)`, a contiguous
+ * copy of N E), and the engine adds the three buffers into proj's
+ * gradient (torch/csrc/autograd/input_buffer.cpp InputBuffer::add: two
+ * adds of 3 N E, in place). The profile's three FillFunctor, three
+ * Memcpy DtoD and two vectorized adds a layer. Not after flash (or
+ * cuDNN): the efficient kernel takes grad_out as [B, L, h, d] (a copy of
+ * the sequence-first gradient) and its dq, dk, dv go back through
+ * `q.view(bsz, h, L, d)` and `.view(L, bsz * h, d).transpose(0, 1)`,
+ * two reshape copies each (ViewBackward: derivatives.yaml view,
+ * `grad.reshape_symint(self.sym_sizes())` of a non-viewable gradient),
+ * seven strided copies at the transposed-copy ratio. */
+static void mha_bwd_bytes(vp__mha_bytes *k, double ne, double eb,
+                          double tr, bool flash)
+{
+    k->bcopy = 3.0 * (3.0 * eb * ne) + 3.0 * (2.0 * eb * ne);
+    k->bcopies = 6.0;
+    k->badd = 2.0 * 3.0 * (3.0 * eb * ne);
+    k->badds = 2.0;
+    if (!flash) {
+        k->bcopy += 7.0 * tr * ne;
+        k->bcopies += 7.0;
+    }
+}
+
 bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
                      vp__mha_bytes *k)
 {
@@ -593,8 +624,12 @@ bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
     double eb = wide ? 4.0 : 2.0;
     double tr = 2.0 * eb * vp__layout_transpose_copy(wide);
     if (!vp__linear_mha_in(g, o)) {
-        if (vp__attention_impl_of(g, s, xo, (uint8_t)eb) != VP_ATTN_FLASH)
+        bool flash = vp__attention_impl_of(g, s, xo, (uint8_t)eb) ==
+                     VP_ATTN_FLASH;
+        if (!flash)
             k->copy[0] = tr * (double)xo->numel;
+        if (xo->needs_grad && !s->inference)
+            mha_bwd_bytes(k, (double)xo->numel, eb, tr, flash);
         return true;
     }
     k->copy[0] = tr * (double)xo->numel;
@@ -619,11 +654,30 @@ static double mha_fwd(const tctx *c, const vp_setup *s, const vp_op *o)
     return t;
 }
 
+/* The backward's kernels on out_proj's record (mha_bwd_bytes), each
+ * with a memory-bound kernel's own time. */
+static double mha_bwd(const tctx *c, const vp_setup *s, const vp_op *o)
+{
+    vp__mha_bytes k;
+    if (!vp__mha_kernels(c->g, s, o, &k) || k.bcopies <= 0)
+        return 0;
+    const vp_curve *cp = &c->hw->mem_kind[VP_HW_MEM_COPY];
+    const vp_curve *ad = &c->hw->mem_kind[VP_HW_MEM_ADD];
+    double t = cp->peak > 0 ? k.bcopy / cp->peak + k.bcopies * c->own
+                            : k.bcopies * c->gap;
+    return t + (ad->peak > 0 ? k.badd / ad->peak + k.badds * c->own
+                             : k.badds * c->gap);
+}
+
 static void mha_copies(tctx *c, const vp_setup *s, double micro_batches)
 {
-    for (size_t i = 0; i < c->g->n_ops; i++)
+    for (size_t i = 0; i < c->g->n_ops; i++) {
+        const vp_op *o = &c->g->ops[i];
         if (c->t[i].kernels[0] > 0)
-            c->t[i].mem[0] += micro_batches * mha_fwd(c, s, &c->g->ops[i]);
+            c->t[i].mem[0] += micro_batches * mha_fwd(c, s, o);
+        if (c->t[i].kernels[1] > 0)
+            c->t[i].mem[1] += micro_batches * mha_bwd(c, s, o);
+    }
 }
 
 /* GPU seconds of a GEMM launched among others: its work at the curve's

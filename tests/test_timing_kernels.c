@@ -510,3 +510,64 @@ Test(timing_kernels, mha_in_proj_copies_its_input_and_q_k_v_strided)
                  mem_kernel(&hw, VP_HW_MEM_COPY, 2.0 * 3.0 * x * 1.69),
              1e-9, "in_proj's copies");
 }
+
+
+/* The backward's memory-bound time of model `path` at batch b in bf16
+ * with attention `ai`: a training step's less its forward's. */
+static double bwd_memory(const char *path, uint64_t b, const vp_hw *hw,
+                         vp_attn_impl ai)
+{
+    vp_step_time train = step(path, b, 0, VP_PREC_BF16, false, hw, true, ai,
+                              NULL);
+    vp_step_time infer = step(path, b, 0, VP_PREC_BF16, true, hw, true, ai,
+                              NULL);
+    return train.memory - infer.memory;
+}
+
+/* The backward of torch_mha's `q, k, v = proj[0], proj[1], proj[2]`:
+ * each select's gradient goes through SelectBackward (aten/src/ATen/
+ * native/TensorShape.cpp select_backward_symint: zeros of the whole
+ * (3, L, N, E) projection, a fill, then `.select(0, i).copy_(grad)`, a
+ * contiguous copy), and autograd adds the three buffers (torch/csrc/
+ * autograd/input_buffer.cpp InputBuffer::add): three fills of 3 N E,
+ * three copies of N E and two adds of 3 N E a layer (the profile's
+ * FillFunctor, Memcpy DtoD and vectorized adds). With flash (no strided
+ * copies of q, k, v), against the loss's backward (a linear on the same
+ * input: its backward is its GEMM), from batch 8 to 16: their bytes at
+ * the copy and add bandwidths (the kernels' own times and the weight
+ * gradients' do not follow the batch). */
+Test(timing_kernels, mha_q_k_v_gradients_are_zero_filled_copied_and_summed)
+{
+    vp_hw hw = gpu("h200");
+    vp_hw_fill_defaults(&hw);
+    double d[2];
+    for (int i = 0; i < 2; i++)
+        d[i] = bwd_memory("tests/data/timing/mha-bias-false.yaml", 8u << i,
+                          &hw, VP_ATTN_FLASH) -
+               bwd_memory("tests/data/timing/linear-197x768.yaml", 8u << i,
+                          &hw, VP_ATTN_FLASH);
+    double x = 8.0 * 197 * 768 * 2; /* the 8 more samples' N E, bf16 */
+    near_rel(d[1] - d[0],
+             (3.0 * 3.0 * x + 3.0 * 2.0 * x) /
+                     hw.mem_kind[VP_HW_MEM_COPY].peak +
+                 2.0 * 3.0 * 3.0 * x / hw.mem_kind[VP_HW_MEM_ADD].peak,
+             1e-9, "SelectBackward's fills, copies and sums");
+}
+
+/* The memory-efficient kernel takes grad_out as [B, L, h, d], a copy of
+ * the sequence-first gradient, and its dq, dk, dv go back through
+ * `q.view(bsz, h, L, d)` and `.view(L, bsz * h, d).transpose(0, 1)`, two
+ * reshape copies each (ViewBackward): seven strided copies at the
+ * transposed-copy ratio (2.84 in 16 bits) that flash does not make. */
+Test(timing_kernels, mha_backward_copies_q_k_v_strided_unless_flash)
+{
+    vp_hw hw = gpu("h200");
+    double eff = bwd_memory("tests/data/timing/mha-bias-false.yaml", 8, &hw,
+                            VP_ATTN_EFFICIENT);
+    double flash = bwd_memory("tests/data/timing/mha-bias-false.yaml", 8,
+                              &hw, VP_ATTN_FLASH);
+    double x = 8.0 * 197 * 768 * 2;
+    near_rel(eff - flash,
+             7.0 * mem_kernel(&hw, VP_HW_MEM_COPY, 2.0 * x * 2.84), 1e-9,
+             "the efficient kernel's strided copies");
+}
