@@ -33,19 +33,25 @@
 #include "allocator_internal.h"
 #include "sim_internal.h"
 
-/* Bytes as words (the last one padded with zeros). */
+/* Room for k more words in w, false when memory runs out. */
+static inline bool room(vp_words *w, size_t k)
+{
+    return k <= w->cap - w->n ||
+           (k <= SIZE_MAX - w->n &&
+            vp__grow((void **)&w->v, &w->cap, w->n + k, sizeof *w->v));
+}
+
+/* Bytes as words (the last one padded with zeros), copied in place. */
 static bool add_bytes(vp_words *w, const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    while (n > 0) {
-        uint64_t x = 0;
-        size_t k = n < sizeof x ? n : sizeof x;
-        memcpy(&x, b, k);
-        if (!vp__words_add(w, &x, 1))
-            return false;
-        b += k;
-        n -= k;
+    size_t k = n / 8 + (n % 8 != 0);
+    if (!room(w, k))
+        return false;
+    if (k > 0) {
+        w->v[w->n + k - 1] = 0;
+        memcpy(w->v + w->n, p, n);
     }
+    w->n += k;
     return true;
 }
 
@@ -79,16 +85,22 @@ static uint32_t name_of(names *m, uint32_t id)
     return m->canon[id];
 }
 
-/* Tensor ids (NONE allowed) by their names, two a word. */
+/* Tensor ids (NONE allowed) by their names, two a word (the first in the
+ * low half), written in place. */
 static bool add_ids(names *m, const uint32_t *v, size_t n)
 {
-    for (size_t i = 0; i < n; i += 2) {
-        uint64_t x = name_of(m, v[i]);
-        if (i + 1 < n)
-            x |= (uint64_t)name_of(m, v[i + 1]) << 32;
-        if (!vp__words_add(m->w, &x, 1))
-            return false;
+    vp_words *w = m->w;
+    size_t k = n / 2 + n % 2;
+    if (!room(w, k))
+        return false;
+    uint64_t *o = w->v + w->n;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        uint64_t x = name_of(m, v[i]); /* named in this order */
+        *o++ = x | (uint64_t)name_of(m, v[i + 1]) << 32;
     }
+    if (n % 2)
+        *o = name_of(m, v[n - 1]);
+    w->n += k;
     return true;
 }
 
@@ -184,16 +196,20 @@ static bool by_address(const sim *S, vp_words *w, uint64_t *p, size_t n)
     return true;
 }
 
-/* The tensors referred to, in the order of their names. */
+/* The tensors referred to, in the order of their names: room for all
+ * their records at once, each written in place. */
 static bool named_tensors(names *m)
 {
     const sim *S = m->S;
-    uint64_t rec[5];
-    for (uint32_t k = 0; k < m->n; k++) {
-        tensor_rec(S, m->order[k], rec);
-        if (!vp__words_add(m->w, rec, 5))
-            return false;
-    }
+    vp_words *w = m->w;
+    size_t n = m->n;
+    if (n > (SIZE_MAX - w->n) / 5 ||
+        !vp__grow((void **)&w->v, &w->cap, w->n + 5 * n, sizeof *w->v))
+        return false;
+    uint64_t *o = w->v + w->n;
+    for (size_t k = 0; k < n; k++)
+        tensor_rec(S, m->order[k], o + 5 * k);
+    w->n += 5 * n;
     return true;
 }
 
