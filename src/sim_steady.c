@@ -86,21 +86,43 @@ static uint32_t name_of(names *m, uint32_t id)
 }
 
 /* Tensor ids (NONE allowed) by their names, two a word (the first in the
- * low half), written in place. */
+ * low half), written at o (room made): the word after them. */
+static inline uint64_t *put_ids(names *m, uint64_t *o, const uint32_t *v,
+                                size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        uint64_t x = name_of(m, v[i]); /* named in this order */
+        *o++ = x | (uint64_t)name_of(m, v[i + 1]) << 32;
+    }
+    if (n % 2)
+        *o++ = name_of(m, v[n - 1]);
+    return o;
+}
+
 static bool add_ids(names *m, const uint32_t *v, size_t n)
 {
     vp_words *w = m->w;
     size_t k = n / 2 + n % 2;
     if (!room(w, k))
         return false;
-    uint64_t *o = w->v + w->n;
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        uint64_t x = name_of(m, v[i]); /* named in this order */
-        *o++ = x | (uint64_t)name_of(m, v[i + 1]) << 32;
-    }
-    if (n % 2)
-        *o = name_of(m, v[n - 1]);
+    put_ids(m, w->v + w->n, v, n);
     w->n += k;
+    return true;
+}
+
+/* The per-op saved-tensor slots in use, room made for all at once. */
+static bool saved_ids(names *m)
+{
+    const sim *S = m->S;
+    size_t no = S->g->n_ops, k = 0;
+    for (size_t i = 0; i < no; i++)
+        k += S->n_saved[i] / 2u + S->n_saved[i] % 2u;
+    if (!room(m->w, k))
+        return false;
+    uint64_t *o = m->w->v + m->w->n;
+    for (size_t i = 0; i < no; i++)
+        o = put_ids(m, o, S->saved + i * MAX_SAVED, S->n_saved[i]);
+    m->w->n += k;
     return true;
 }
 
@@ -160,10 +182,8 @@ static bool slots(names *m)
 {
     const sim *S = m->S;
     size_t no = S->g->n_ops, np = S->g->n_params;
-    bool ok = add_bytes(m->w, S->n_saved, no);
-    for (size_t i = 0; i < no && ok; i++) /* the slots in use */
-        ok = add_ids(m, S->saved + i * MAX_SAVED, S->n_saved[i]);
-    return ok && add_ids(m, S->out_t, no) && add_bytes(m->w, S->out_eb, no) &&
+    return add_bytes(m->w, S->n_saved, no) && saved_ids(m) &&
+           add_ids(m, S->out_t, no) && add_bytes(m->w, S->out_eb, no) &&
            add_bytes(m->w, S->lay, no) && add_bytes(m->w, S->glay, no) &&
            add_ids(m, S->grad_t, no) &&
            add_bytes(m->w, S->reload, no * sizeof *S->reload) &&
