@@ -257,13 +257,14 @@ static bool along_blocks(names *m, const uint64_t *p, size_t n,
         if (ok)
             tid[lo - 1] = (uint32_t)p[2 * i + 1];
     }
+    uint64_t *o = ok ? w->v + w->n : NULL; /* not reloaded per record */
     for (size_t j = 0; j < nb && ok && k < n; j++) {
         uint64_t h = hb[2 * j];
         if (h == 0)
             continue;
         uint32_t id = tid[(h & 0xffffffffu) - 1];
         if (id != NONE && S->t[id].handle == h)
-            tensor_rec_at(S, id, hb[2 * j + 1], w->v + w->n + 5 * k++);
+            tensor_rec_at(S, id, hb[2 * j + 1], o + 5 * k++);
     }
     free(tid);
     if (!ok || k != n)
@@ -286,9 +287,13 @@ static bool allocator_and_unnamed(names *m)
     /* one pass: room for every tensor (by_address wants 4 words a pair) */
     uint64_t *p = malloc((S->nt ? S->nt : 1) * 4 * sizeof *p);
     size_t n = 0, nb = 0, live = vp__allocator_live_blocks(S->a);
-    for (uint32_t id = 0; id < S->nt && p; id++)
-        if (S->t[id].refs != 0 && m->canon[id] == NONE) {
-            p[2 * n] = S->t[id].handle;
+    /* in locals: p's words could be S's or the table's, to the compiler */
+    const vp__tensor *t = S->t;
+    const uint32_t *canon = m->canon;
+    size_t nt = S->nt;
+    for (uint32_t id = 0; id < nt && p; id++)
+        if (t[id].refs != 0 && canon[id] == NONE) {
+            p[2 * n] = t[id].handle;
             p[2 * n + 1] = id;
             n++;
         }
