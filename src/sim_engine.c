@@ -148,17 +148,23 @@ uint32_t vp__talloc(sim *S, uint64_t bytes, vp_category cat)
 void vp__tfree(sim *S, uint32_t id)
 {
     const vp__tensor *t = &S->t[id];
-    uint64_t bytes = t->bytes;
-    uint64_t handle = t->handle;
-    vp_category cat = (vp_category)t->cat;
-    S->cat_live[cat] -= bytes;
-    vp_status st = vp__allocator_release(S->a, handle, S->err);
+    S->cat_live[t->cat] -= t->bytes;
+    vp_status st = vp__allocator_release(S->a, t->handle, S->err);
     if (st != VP_OK) { /* only when host memory ran out */
         S->st = st;
         return;
     }
-    if (free_id(S, id) && !S->stopped)
-        emit_free(S, bytes, cat, handle);
+    if (free_id(S, id) && !S->stopped) {
+        /* emit_free with the record read again where the tail wants it
+         * (the release writes nothing of the simulator's): only S and id
+         * live across the call */
+        S->events++;
+        if (S->tail) {
+            t = &S->t[id];
+            emit_tail(S, true, t->bytes, (vp_category)t->cat, t->handle,
+                      S->ast->allocated);
+        }
+    }
 }
 
 /* vp__talloc and at once vp__tunref: the allocator's two calls in one

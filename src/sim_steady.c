@@ -33,19 +33,25 @@
 #include "allocator_internal.h"
 #include "sim_internal.h"
 
-/* Bytes as words (the last one padded with zeros). */
+/* Room for k more words in w, false when memory runs out. */
+static inline bool room(vp_words *w, size_t k)
+{
+    return k <= w->cap - w->n ||
+           (k <= SIZE_MAX - w->n &&
+            vp__grow((void **)&w->v, &w->cap, w->n + k, sizeof *w->v));
+}
+
+/* Bytes as words (the last one padded with zeros), copied in place. */
 static bool add_bytes(vp_words *w, const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    while (n > 0) {
-        uint64_t x = 0;
-        size_t k = n < sizeof x ? n : sizeof x;
-        memcpy(&x, b, k);
-        if (!vp__words_add(w, &x, 1))
-            return false;
-        b += k;
-        n -= k;
+    size_t k = n / 8 + (n % 8 != 0);
+    if (!room(w, k))
+        return false;
+    if (k > 0) {
+        w->v[w->n + k - 1] = 0;
+        memcpy(w->v + w->n, p, n);
     }
+    w->n += k;
     return true;
 }
 
@@ -79,16 +85,44 @@ static uint32_t name_of(names *m, uint32_t id)
     return m->canon[id];
 }
 
-/* Tensor ids (NONE allowed) by their names, two a word. */
+/* Tensor ids (NONE allowed) by their names, two a word (the first in the
+ * low half), written at o (room made): the word after them. */
+static inline uint64_t *put_ids(names *m, uint64_t *o, const uint32_t *v,
+                                size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        uint64_t x = name_of(m, v[i]); /* named in this order */
+        *o++ = x | (uint64_t)name_of(m, v[i + 1]) << 32;
+    }
+    if (n % 2)
+        *o++ = name_of(m, v[n - 1]);
+    return o;
+}
+
 static bool add_ids(names *m, const uint32_t *v, size_t n)
 {
-    for (size_t i = 0; i < n; i += 2) {
-        uint64_t x = name_of(m, v[i]);
-        if (i + 1 < n)
-            x |= (uint64_t)name_of(m, v[i + 1]) << 32;
-        if (!vp__words_add(m->w, &x, 1))
-            return false;
-    }
+    vp_words *w = m->w;
+    size_t k = n / 2 + n % 2;
+    if (!room(w, k))
+        return false;
+    put_ids(m, w->v + w->n, v, n);
+    w->n += k;
+    return true;
+}
+
+/* The per-op saved-tensor slots in use, room made for all at once. */
+static bool saved_ids(names *m)
+{
+    const sim *S = m->S;
+    size_t no = S->g->n_ops, k = 0;
+    for (size_t i = 0; i < no; i++)
+        k += S->n_saved[i] / 2u + S->n_saved[i] % 2u;
+    if (!room(m->w, k))
+        return false;
+    uint64_t *o = m->w->v + m->w->n;
+    for (size_t i = 0; i < no; i++)
+        o = put_ids(m, o, S->saved + i * MAX_SAVED, S->n_saved[i]);
+    m->w->n += k;
     return true;
 }
 
@@ -148,10 +182,8 @@ static bool slots(names *m)
 {
     const sim *S = m->S;
     size_t no = S->g->n_ops, np = S->g->n_params;
-    bool ok = add_bytes(m->w, S->n_saved, no);
-    for (size_t i = 0; i < no && ok; i++) /* the slots in use */
-        ok = add_ids(m, S->saved + i * MAX_SAVED, S->n_saved[i]);
-    return ok && add_ids(m, S->out_t, no) && add_bytes(m->w, S->out_eb, no) &&
+    return add_bytes(m->w, S->n_saved, no) && saved_ids(m) &&
+           add_ids(m, S->out_t, no) && add_bytes(m->w, S->out_eb, no) &&
            add_bytes(m->w, S->lay, no) && add_bytes(m->w, S->glay, no) &&
            add_ids(m, S->grad_t, no) &&
            add_bytes(m->w, S->reload, no * sizeof *S->reload) &&
@@ -184,16 +216,20 @@ static bool by_address(const sim *S, vp_words *w, uint64_t *p, size_t n)
     return true;
 }
 
-/* The tensors referred to, in the order of their names. */
+/* The tensors referred to, in the order of their names: room for all
+ * their records at once, each written in place. */
 static bool named_tensors(names *m)
 {
     const sim *S = m->S;
-    uint64_t rec[5];
-    for (uint32_t k = 0; k < m->n; k++) {
-        tensor_rec(S, m->order[k], rec);
-        if (!vp__words_add(m->w, rec, 5))
-            return false;
-    }
+    vp_words *w = m->w;
+    size_t n = m->n;
+    if (n > (SIZE_MAX - w->n) / 5 ||
+        !vp__grow((void **)&w->v, &w->cap, w->n + 5 * n, sizeof *w->v))
+        return false;
+    uint64_t *o = w->v + w->n;
+    for (size_t k = 0; k < n; k++)
+        tensor_rec(S, m->order[k], o + 5 * k);
+    w->n += 5 * n;
     return true;
 }
 
@@ -221,13 +257,14 @@ static bool along_blocks(names *m, const uint64_t *p, size_t n,
         if (ok)
             tid[lo - 1] = (uint32_t)p[2 * i + 1];
     }
+    uint64_t *o = ok ? w->v + w->n : NULL; /* not reloaded per record */
     for (size_t j = 0; j < nb && ok && k < n; j++) {
         uint64_t h = hb[2 * j];
         if (h == 0)
             continue;
         uint32_t id = tid[(h & 0xffffffffu) - 1];
         if (id != NONE && S->t[id].handle == h)
-            tensor_rec_at(S, id, hb[2 * j + 1], w->v + w->n + 5 * k++);
+            tensor_rec_at(S, id, hb[2 * j + 1], o + 5 * k++);
     }
     free(tid);
     if (!ok || k != n)
@@ -250,9 +287,13 @@ static bool allocator_and_unnamed(names *m)
     /* one pass: room for every tensor (by_address wants 4 words a pair) */
     uint64_t *p = malloc((S->nt ? S->nt : 1) * 4 * sizeof *p);
     size_t n = 0, nb = 0, live = vp__allocator_live_blocks(S->a);
-    for (uint32_t id = 0; id < S->nt && p; id++)
-        if (S->t[id].refs != 0 && m->canon[id] == NONE) {
-            p[2 * n] = S->t[id].handle;
+    /* in locals: p's words could be S's or the table's, to the compiler */
+    const vp__tensor *t = S->t;
+    const uint32_t *canon = m->canon;
+    size_t nt = S->nt;
+    for (uint32_t id = 0; id < nt && p; id++)
+        if (t[id].refs != 0 && canon[id] == NONE) {
+            p[2 * n] = t[id].handle;
             p[2 * n + 1] = id;
             n++;
         }
