@@ -52,11 +52,7 @@ def main():
     out, ids = sys.argv[1], sys.argv[2:]
     import collect_more as M
     M.warmup()
-    cases = P.series_cases()
-    cases.update(P.heldout_cases())
-    missing = [i for i in ids if i not in cases]
-    if missing:
-        sys.exit("unknown case " + ", ".join(missing))
+    cases = P.named_cases(ids)
     torch._grouped_mm = wrap(torch._grouped_mm)
     F = torch.nn.functional
     if hasattr(F, "grouped_mm"):
@@ -68,7 +64,7 @@ def main():
             fn, c = cases[cid]
             REC.clear()
             try:
-                fn(dict(c, steps=4)) if fn.__code__.co_argcount == 1 else fn(dict(c, steps=4), outdir)
+                P.run_named(fn, c, 4, outdir)
             except Exception as e:  # a case that does not run here: say so and go on
                 f.write(json.dumps(dict(kind="grouped_host", id=cid, error=repr(e)[:300])) + "\n")
                 continue

@@ -101,7 +101,7 @@ def run(cid, fn, c, outdir):
             cur["in"] = False
     torch.cuda.synchronize = timed_sync
     try:
-        r = fn(dict(c, steps=4)) if fn.__code__.co_argcount == 1 else fn(dict(c, steps=4), outdir)
+        r = P.run_named(fn, c, 4, outdir)
     finally:
         torch.cuda.synchronize = sync
         if cur["p"] is not None:
@@ -120,11 +120,7 @@ def main():
     out, ids = sys.argv[1], sys.argv[2:]
     import collect_more as M
     M.warmup()
-    cases = P.series_cases()
-    cases.update(P.heldout_cases())
-    missing = [i for i in ids if i not in cases]
-    if missing:
-        sys.exit("unknown case " + ", ".join(missing))
+    cases = P.named_cases(ids)
     outdir = os.path.dirname(os.path.abspath(out))
     with open(out, "w") as f:
         f.write(json.dumps(dict(env=dict(M.env_line(), host_probe=P.env_probe()))) + "\n")

@@ -253,6 +253,24 @@ def heldout_cases(keep=lambda c: True):
     return cases
 
 
+def named_cases(ids):
+    """Every step-time case of series_cases and heldout_cases: id -> (runner, case); exits naming any of `ids` that
+    none of them has."""
+    cases = series_cases()
+    cases.update(heldout_cases())
+    missing = [cid for cid in ids if cid not in cases]
+    if missing:
+        sys.exit("unknown case " + ", ".join(missing))
+    return cases
+
+
+def run_named(fn, c, steps, out):
+    """Case c by its collector's runner fn at `steps` steps: the families' and LoRA's runners take the output folder,
+    collect.py's and the U-Net's not. Returns the runner's case line."""
+    c = dict(c, steps=steps)
+    return fn(c) if fn.__code__.co_argcount == 1 else fn(c, out)
+
+
 def t5_cases():
     """The T5 family's training cases (t5, flan-t5, mt5) of the families set and the five held-out sets."""
     return {k: v for k, v in heldout_cases(lambda c: "t5" in c["model"]).items() if v[0].__name__ == "run_family"}
@@ -277,12 +295,8 @@ def set_steps(out, nsteps=16, which="steps", ids=()):
         cases.update(t5_cases())
         order = [cid for pair in BF16_PAIRS for cid in pair]
     elif which == "series":
-        cases = series_cases()
-        cases.update(heldout_cases())
+        cases = named_cases(ids)
         order = ids
-        missing = [cid for cid in ids if cid not in cases]
-        if missing:
-            sys.exit("unknown case " + ", ".join(missing))
     else:
         cases = series_cases()
         order = [cid for _, cid in SERIES]
@@ -319,8 +333,7 @@ def set_steps(out, nsteps=16, which="steps", ids=()):
                 marks.clear()
                 torch.cuda.synchronize = timed_sync
                 try:
-                    # the families' and LoRA's runners take the output folder, collect.py's and the U-Net's not
-                    r = fn(dict(c, steps=nsteps)) if fn.__code__.co_argcount == 1 else fn(dict(c, steps=nsteps), out)
+                    r = run_named(fn, c, nsteps, out)
                 finally:
                     torch.cuda.synchronize = sync
                 G.cleanup()

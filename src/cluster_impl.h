@@ -108,8 +108,9 @@ typedef struct vp__whole {
                            bandwidth by kernel path, forward and backward
                            (timing.c bn_fit)                              */
     vp__mha_bytes mha[2]; /* one sample's torch_mha projections' forward
-                           copies and bias adds, 16-bit [0] and fp32 [1]
-                           (timing.c vp__mha_kernels)                     */
+                           copies and bias adds and the backward's copies,
+                           fills and sums of q, k, v, 16-bit [0] and fp32
+                           [1] (timing.c vp__mha_kernels)                 */
     double unit_max;    /* parameters of the largest unit (segment)      */
     double big;         /* elements of the largest parameter tensor      */
 } vp__whole;

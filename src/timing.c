@@ -355,12 +355,19 @@ static int mem_class(const vp_op *o, double *moved)
  * at least the gap between kernels launched back to back. The other
  * classes' larger fixed costs are their calls' Python (argument handling),
  * the host's (docs/STEP_TIME.md). */
-static double kernel_time(const tctx *c, int k, double bytes)
+/* n memory-bound kernels of kind k moving `bytes` in all: the bytes at
+ * the kind's bandwidth and each kernel's own fixed time. */
+static double kernels_time(const tctx *c, int k, double bytes, double n)
 {
     const vp_curve *m = &c->hw->mem_kind[k];
     if (m->peak <= 0)
-        return c->gap;
-    return bytes / m->peak + c->own;
+        return n * c->gap;
+    return bytes / m->peak + n * c->own;
+}
+
+static double kernel_time(const tctx *c, int k, double bytes)
+{
+    return kernels_time(c, k, bytes, 1.0);
 }
 
 /* The routed experts (transformers' grouped_mm_experts_forward): their
@@ -564,24 +571,6 @@ static int gemm_dtype(vp_precision p)
     }
 }
 
-/* The forward kernels of nn.MultiheadAttention(batch_first=True)'s
- * projections other than their GEMMs and casts, from the source (torch/
- * nn/functional.py multi_head_attention_forward, torch 2.11), each a
- * copy of a transposed tensor made contiguous, ATen's strided copy at the
- * profile's transposed-copy ratio (timing_layout.c): in_proj's input is
- * the query transposed to sequence-first, so F.linear goes through
- * matmul, which folds it to rows with a copy (aten/src/ATen/native/
- * LinearAlgebra.cpp _matmul_impl: reshape of a non-viewable tensor), and
- * adds the bias in place, a broadcast add (Linear.cpp linear:
- * `output.add_(*bias)`, ops/linear.c vp__linear_launches); then
- * _in_projection_packed's `unflatten(-1, (3, E)).unsqueeze(0)
- * .transpose(0, -2).squeeze(-2).contiguous()` copies q, k, v apart.
- * out_proj's input is `attn_output.permute(2, 0, 1, 3).contiguous()`, a
- * copy unless the kernel wrote its output sequence-first (flash; the
- * simulator's choice, vp__attention_impl_of). The allocations are the
- * simulator's (ops/linear.c vp__linear_fwd), timed by these bytes
- * instead of one contiguous copy each (mha_copies; the cluster planner's
- * model, cluster_graph.c scan_work, per sample). */
 /* The backward's kernels of the attention's q, k and v (torch/nn/
  * functional.py multi_head_attention_forward, torch 2.11), ne = N x E
  * elements of eb bytes: `q, k, v = proj[0], proj[1], proj[2]` are
@@ -613,6 +602,24 @@ static void mha_bwd_bytes(vp__mha_bytes *k, double ne, double eb,
     }
 }
 
+/* The forward kernels of nn.MultiheadAttention(batch_first=True)'s
+ * projections other than their GEMMs and casts, from the source (torch/
+ * nn/functional.py multi_head_attention_forward, torch 2.11), each a
+ * copy of a transposed tensor made contiguous, ATen's strided copy at the
+ * profile's transposed-copy ratio (timing_layout.c): in_proj's input is
+ * the query transposed to sequence-first, so F.linear goes through
+ * matmul, which folds it to rows with a copy (aten/src/ATen/native/
+ * LinearAlgebra.cpp _matmul_impl: reshape of a non-viewable tensor), and
+ * adds the bias in place, a broadcast add (Linear.cpp linear:
+ * `output.add_(*bias)`, ops/linear.c vp__linear_launches); then
+ * _in_projection_packed's `unflatten(-1, (3, E)).unsqueeze(0)
+ * .transpose(0, -2).squeeze(-2).contiguous()` copies q, k, v apart.
+ * out_proj's input is `attn_output.permute(2, 0, 1, 3).contiguous()`, a
+ * copy unless the kernel wrote its output sequence-first (flash; the
+ * simulator's choice, vp__attention_impl_of). The allocations are the
+ * simulator's (ops/linear.c vp__linear_fwd), timed by these bytes
+ * instead of one contiguous copy each (mha_copies; the cluster planner's
+ * model, cluster_graph.c scan_mha, per sample). */
 bool vp__mha_kernels(const vp_graph *g, const vp_setup *s, const vp_op *o,
                      vp__mha_bytes *k)
 {
@@ -661,12 +668,8 @@ static double mha_bwd(const tctx *c, const vp_setup *s, const vp_op *o)
     vp__mha_bytes k;
     if (!vp__mha_kernels(c->g, s, o, &k) || k.bcopies <= 0)
         return 0;
-    const vp_curve *cp = &c->hw->mem_kind[VP_HW_MEM_COPY];
-    const vp_curve *ad = &c->hw->mem_kind[VP_HW_MEM_ADD];
-    double t = cp->peak > 0 ? k.bcopy / cp->peak + k.bcopies * c->own
-                            : k.bcopies * c->gap;
-    return t + (ad->peak > 0 ? k.badd / ad->peak + k.badds * c->own
-                             : k.badds * c->gap);
+    return kernels_time(c, VP_HW_MEM_COPY, k.bcopy, k.bcopies) +
+           kernels_time(c, VP_HW_MEM_ADD, k.badd, k.badds);
 }
 
 static void mha_copies(tctx *c, const vp_setup *s, double micro_batches)
