@@ -1709,8 +1709,8 @@ static void moe_phase(const qctx *q, int ph, size_t i, bool rec, double gpu,
         mm += vp__moe_gemms_gpu(&m[0]);
     vp__host_issue(k, nk, per, gpu > mm ? gpu - mm : 0);
     if (rec)
-        vp__moe_gemms_run(&m[0], q->hw->dispatch, k);
-    vp__moe_gemms_run(&m[ph], q->hw->dispatch, k);
+        vp__moe_gemms_run(&m[0], k);
+    vp__moe_gemms_run(&m[ph], k);
 }
 
 /* One phase of one micro-batch on the clocks; returns the GPU seconds of
@@ -1759,9 +1759,8 @@ static void account(const qctx *q, vp_step_time *out)
                 vp__moe_gemms m[2];
                 moe_gemms(q->c, q->s, o, 0, &m[0]);
                 moe_gemms(q->c, q->s, o, ph, &m[1]);
-                double d = q->hw->dispatch;
-                out->cpu += (vp__moe_gemms_host(&m[1], d) +
-                             (rec > 0 ? vp__moe_gemms_host(&m[0], d) : 0)) *
+                out->cpu += (vp__moe_gemms_host(&m[1]) +
+                             (rec > 0 ? vp__moe_gemms_host(&m[0]) : 0)) *
                             q->mb;
             }
             if (ph == 0) {

@@ -49,6 +49,14 @@ double vp__gemm_work(const vp_curve *c, double m, double n, double k)
     return t;
 }
 
+double vp__gemm_queued(const vp_curve *c, double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || c->peak <= 0)
+        return 0;
+    return 2.0 * m * n * k / (c->peak * VP__GEMM_QUEUED_SHARE) +
+           VP__GEMM_QUEUED_FIXED;
+}
+
 double vp__gemm_small(const vp_curve *c, double dispatch, double gap,
                       double m, double n, double k)
 {
@@ -121,6 +129,7 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
              : p == VP_PREC_FP16 ? VP_HW_FP16
                                  : VP_HW_FP32;
     const vp_curve *c = &hw->gemm[dt];
+    double scale = hw->host_scale > 0 ? hw->host_scale : 1.0;
     double h = (double)o->in_features, f = (double)o->out_features;
     if (h <= 0 || f <= 0)
         return;
@@ -137,17 +146,26 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
         if (ph == 1 && !grads[wgrad])
             continue; /* frozen experts; tokens without a gradient */
         double m = wgrad ? d[0] : d[0] / e, k = wgrad ? d[2] / e : d[2];
-        /* one expert's GEMM; the grouped kernel runs them all in one */
-        double one = out->fallback
-                         ? vp__gemm_small(c, hw->dispatch, gap, m, d[1], k)
-                         : vp__gemm_work(c, m, d[1], k);
         /* the fallback's mm per expert, each split or not alike
          * (balanced rows) */
         double red = 0, x = out->fallback
                                 ? vp__gemm_extra(hw, dt, gap, m, d[1], k, &red)
                                 : 0;
-        out->launches[out->calls] = out->fallback ? e * (1.0 + x) + 1.0 : 2.0;
-        out->gpu[out->calls++] = e * (one + red) + (out->fallback ? 0 : gap);
+        /* one expert's GEMM (the grouped kernel runs them all in one;
+         * the fallback's fp32 GEMMs back to back take their own
+         * kernels' time, split-K's second kernel included) */
+        double one = !out->fallback ? vp__gemm_work(c, m, d[1], k)
+                     : dt == VP_HW_FP32
+                         ? vp__gemm_queued(c, m, d[1], k)
+                         : vp__gemm_small(c, hw->dispatch, gap, m, d[1], k) +
+                               red;
+        int i_c = out->calls++;
+        out->launches[i_c] = out->fallback ? e * (1.0 + x) + 1.0 : 2.0;
+        out->gpu[i_c] = e * one + (out->fallback ? 0 : gap);
+        out->host[i_c] = out->fallback ? (VP__HOST_GROUPED_CALL +
+                                          e * VP__HOST_GROUPED_GROUP) *
+                                             scale
+                                       : out->launches[i_c] * hw->dispatch;
     }
 }
 
@@ -159,19 +177,20 @@ double vp__moe_gemms_gpu(const vp__moe_gemms *m)
     return t;
 }
 
-double vp__moe_gemms_host(const vp__moe_gemms *m, double per)
+double vp__moe_gemms_host(const vp__moe_gemms *m)
 {
-    double n = 0;
+    double t = 0;
     for (int i = 0; i < m->calls; i++)
-        n += m->launches[i];
-    return n * per;
+        t += m->host[i];
+    return t;
 }
 
-void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k)
+void vp__moe_gemms_run(const vp__moe_gemms *m, vp__clocks *k)
 {
     for (int i = 0; i < m->calls; i++) {
         if (m->fallback)
             vp__host_sync(k);
-        vp__host_issue(k, m->launches[i], per, m->gpu[i]);
+        double n = m->launches[i];
+        vp__host_issue(k, n, n > 0 ? m->host[i] / n : 0, m->gpu[i]);
     }
 }

@@ -104,24 +104,60 @@ double vp__splitk_reduce(const vp_hw *hw, int dt, double gap, double m,
 double vp__gemm_extra(const vp_hw *hw, int dt, double gap, double m,
                       double n, double k, double *gpu);
 
+/* GPU seconds of the kernels of one fp32 GEMM m x n x k among many
+ * small ones launched back to back (torch._grouped_mm's fallback, one
+ * mm per expert): w / (VP__GEMM_QUEUED_SHARE x the curve's peak) +
+ * VP__GEMM_QUEUED_FIXED, split-K's second kernel included. Each kernel
+ * costs its own duration, not the isolated sweep's fixed time (which
+ * holds a dispatch and the kernel's start and tail). Fitted by
+ * calibrate/fit-gemm-small.py on calibrate/profiles/h200-gemm-small.jsonl
+ * (calibrate/vp-gemm-small.py: 324 fp32 torch.mm shapes, expert rows
+ * 16-4,096 against twelve MoE widths, three layouts, kernels under the
+ * profiler; 44.0 TFLOP/s, 0.8782 of the fp32 curve's 50.10, and 6.4 us;
+ * rms log error 0.25 against the curve's 0.52, within 10 % on the
+ * experts' shapes; above 1 GFLOP rms 0.19, the curve's 0.18). */
+#define VP__GEMM_QUEUED_SHARE 0.8782
+#define VP__GEMM_QUEUED_FIXED 6.4e-6
+double vp__gemm_queued(const vp_curve *c, double m, double n, double k);
+
+/* The host's seconds of one torch._grouped_mm call on the fallback
+ * (aten/src/ATen/native/GroupedMMUtils.h _grouped_mm_fallback: offs.cpu()
+ * and, per group, offs_cpu[g].item(), the slices, mat_b[g] and an
+ * at::mm_out whose cuBLAS call takes the thread's handle), after its
+ * sync: VP__HOST_GROUPED_CALL + groups x VP__HOST_GROUPED_GROUP at the
+ * calibration host (VP_HOST_FWD_KERNEL's), scaled by its host_scale.
+ * Measured in the steps by calibrate/vp-grouped-host.py (every
+ * aten::_grouped_mm of the step under a TorchDispatchMode, the forward's
+ * and the two of its backward node, the GPU drained before each, timed
+ * to its return; calibrate/profiles/h200-grouped-host*.jsonl: 8 to 128
+ * groups, fp32, three sessions) and fitted by
+ * calibrate/fit-grouped-host.py, relative least squares, each call's
+ * median scaled by its session's host benchmark: the cost follows the
+ * groups, not the kernels (split-K's second kernels add none), and the
+ * backward's calls cost what the forward's do. */
+#define VP__HOST_GROUPED_CALL 220.5e-6
+#define VP__HOST_GROUPED_GROUP 18.49e-6
+
 /* The routed experts' GEMMs in one phase of one micro-batch
  * (integrations/moe.py grouped_mm_experts_forward; docs/STEP_TIME.md
  * "MoE experts"): `calls` torch._grouped_mm calls (forward: gate_up and
  * down; backward: the input and the weight gradient of each), each one
  * kernel on the fast path or `launches` mm kernels after a host sync on
- * the fallback, gpu[c] GPU seconds each. */
+ * the fallback, gpu[c] GPU seconds and host[c] host seconds each. */
 enum { VP__MOE_CALLS = 4 };
 typedef struct {
     int calls;
     bool fallback;
     double launches[VP__MOE_CALLS]; /* kernels of each call          */
     double gpu[VP__MOE_CALLS];  /* GPU seconds of each call          */
+    double host[VP__MOE_CALLS]; /* host seconds of each call         */
 } vp__moe_gemms;
 
 /* The grouped GEMMs of op o (VP_OP_MOE_EXPERTS) in phase ph (0 forward,
  * 1 backward) at precision p on hw; `grouped` says whether the GPU runs
  * torch._grouped_mm's CUTLASS kernel (sm90 and later). gap: the GPU's
- * seconds between kernels; hw->dispatch the host's per call. grads: the
+ * seconds between kernels; hw->dispatch the host's per launch of the
+ * fast path, hw->host_scale the fallback's host speed. grads: the
  * backward's input gradients (the tokens need one) and weight gradients
  * (the experts are trained); a backward with neither has no call. */
 void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
@@ -131,10 +167,10 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
 /* Their GPU seconds in all. */
 double vp__moe_gemms_gpu(const vp__moe_gemms *m);
 
-/* Their host seconds: a launch per kernel at `per` each. */
-double vp__moe_gemms_host(const vp__moe_gemms *m, double per);
+/* Their host seconds in all. */
+double vp__moe_gemms_host(const vp__moe_gemms *m);
 
 /* Run them on the clocks, each fallback call after its sync. */
-void vp__moe_gemms_run(const vp__moe_gemms *m, double per, vp__clocks *k);
+void vp__moe_gemms_run(const vp__moe_gemms *m, vp__clocks *k);
 
 #endif

@@ -71,7 +71,7 @@ static vp_step_time moe(const char *experts, vp_precision p)
     return moe_lora(experts, p, NULL);
 }
 
-/* The host calls of the fallback's calls of one MoE layer in phase ph
+/* The kernels of the fallback's calls of one MoE layer in phase ph
  * (transformers' grouped_mm_experts_forward, _grouped_mm's backward):
  * gate_up, down; down's input and weight gradients, gate_up's; m x n
  * over k, `tokens` x top_k rows spread evenly over e experts (hidden h,
@@ -95,50 +95,80 @@ static double expert_calls(double tokens, double top_k, double e, double h,
     return n;
 }
 
-/* The moe-e* models' layer (hidden 2048, expert_ffn 1024, top 8 of e) at
- * 1 x 1024 tokens, both phases. */
-static double fallback_launches(double e, bool wgrad)
+/* The host seconds of the fallback's calls of the moe-e* models (8
+ * layers; transformers' grouped_mm_experts_forward and _grouped_mm's
+ * backward node): per layer gate_up and down forward, and backward each
+ * one's input gradient and, where the experts are trained, its weight
+ * gradient. A call costs the host VP__HOST_GROUPED_CALL (offs.cpu()) and
+ * VP__HOST_GROUPED_GROUP per expert (its mm_out), whatever cuBLAS splits. */
+static double fallback_host(double e, bool wgrad)
 {
-    return expert_calls(1024, 8, e, 2048, 1024, 0, wgrad) +
-           expert_calls(1024, 8, e, 2048, 1024, 1, wgrad);
+    double calls = 8 * (2 + (wgrad ? 4 : 2));
+    return calls * (VP__HOST_GROUPED_CALL + e * VP__HOST_GROUPED_GROUP);
 }
 
 /* Under autocast the experts run fp32 GEMMs (transformers casts the
  * tokens to the weights' dtype), so torch._grouped_mm takes its fallback:
- * per MoE layer 6 grouped calls (2 forward, 4 backward), each one mm
- * launch per expert, two where the GEMM is split. Doubling the experts
- * at equal active FLOPs adds the host exactly the launches of 8 layers'
- * calls at 128 experts less those at 64: 6 x 8 x 64 unsplit, here
- * 10 x 8 x 64 (at 128 and 64 rows an expert the four GEMMs over m rows
- * split, the weight gradients' inner 128 or 64 rows are too short); the
- * calls' offs.cpu() are the same. */
-Test(moe_host, the_fallback_launches_a_gemm_per_expert)
+ * per MoE layer 6 grouped calls (2 forward, 4 backward), each an mm per
+ * expert. Doubling the experts at equal active FLOPs adds the host 48
+ * calls' 64 groups (the calls' offs.cpu() are the same), at the
+ * calibration host's speed. */
+Test(moe_host, the_fallback_costs_the_host_per_expert)
 {
-    vp_hw hw = h200();
     vp_step_time a = moe("64", VP_PREC_AMP_BF16);
     vp_step_time b = moe("128", VP_PREC_AMP_BF16);
-    double n = 8 * (fallback_launches(128, true) - fallback_launches(64, true));
-    cr_assert_float_eq(n, 10.0 * 8 * 64, 0.0);
-    double want = n * hw.dispatch;
+    double want = fallback_host(128, true) - fallback_host(64, true);
+    cr_assert_float_eq(want, 48 * 64 * VP__HOST_GROUPED_GROUP, 1e-15);
     cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
                        b.cpu - a.cpu, want);
 }
 
 /* With adapters on the attention only, the experts are frozen: their
  * backward has the two input gradients and no weight gradient, so 2 + 2
- * calls a layer launch a GEMM (and its split's second kernel) per
- * expert. */
+ * calls a layer, each with its mm per expert. */
 Test(moe_host, frozen_experts_have_no_weight_gradient)
 {
-    vp_hw hw = h200();
     const char *l = "r=8,targets=q_proj";
     vp_step_time a = moe_lora("64", VP_PREC_AMP_BF16, l);
     vp_step_time b = moe_lora("128", VP_PREC_AMP_BF16, l);
-    double want =
-        8 * (fallback_launches(128, false) - fallback_launches(64, false)) *
-        hw.dispatch;
+    double want = fallback_host(128, false) - fallback_host(64, false);
     cr_assert_float_eq(b.cpu - a.cpu, want, 1e-9 * want, "%g vs %g",
                        b.cpu - a.cpu, want);
+}
+
+/* A slower host (its benchmark twice the calibration host's) pays each
+ * fallback call twice the host seconds. */
+Test(moe_host, the_fallback_follows_the_hosts_speed)
+{
+    vp_hw hw = h200();
+    hw.host_scale = 2.0;
+    vp__moe_gemms m;
+    vp_op o = {.kind = VP_OP_MOE_EXPERTS, .classes = 16, .top_k = 2,
+               .in_features = 512, .out_features = 256, .numel = 512 * 1024};
+    vp__moe_gemms_of(&hw, &o, VP_PREC_AMP_BF16, true, 1e-6, 0,
+                     (const bool[2]){true, true}, &m);
+    cr_assert(m.fallback);
+    cr_assert_eq(m.calls, 2);
+    double want = 2 * 2.0 * (VP__HOST_GROUPED_CALL + 16 * VP__HOST_GROUPED_GROUP);
+    cr_assert_float_eq(vp__moe_gemms_host(&m), want, 1e-12 * want);
+}
+
+
+/* Back to back, the fallback's fp32 GEMMs take their own kernels' time
+ * (calibrate/fit-gemm-small.py): one expert's 256 x 768 x 1024 GEMM is
+ * 2 x 256 x 768 x 1024 / (0.8782 x 50.10 TFLOP/s) + 6.4 us (15.6 us; 16.6
+ * measured, calibrate/profiles/h200-gemm-small.jsonl), not the isolated
+ * sweep's curve (25.0 us). */
+Test(moe_host, the_fallbacks_fp32_gemms_run_back_to_back)
+{
+    vp_hw hw = h200();
+    const vp_curve *c = &hw.gemm[VP_HW_FP32];
+    double w = 2.0 * 256 * 768 * 1024;
+    double q = vp__gemm_queued(c, 256, 768, 1024);
+    cr_assert_float_eq(q, w / (c->peak * VP__GEMM_QUEUED_SHARE) + 6.4e-6,
+                       1e-15);
+    cr_assert(q > 15e-6 && q < 16.5e-6, "%g", q);
+    cr_assert(vp__gemm_small(c, hw.dispatch, 1e-6, 256, 768, 1024) > 20e-6);
 }
 
 /* In bf16 on the H200 the grouped kernel runs every expert in one call
