@@ -1635,17 +1635,13 @@ static double recomputed_launches(const qctx *q, size_t i, double nk)
  * also past the early stop, whose last tensors are packed before their
  * op's kernel runs. The first unpack runs the segment's forward again
  * (the module's Python): its launches cost host_fwd, not host_bwd. */
-static double host_scale(const vp_hw *hw)
-{
-    return hw->host_scale > 0.0 ? hw->host_scale : 1.0;
-}
 
 static double ckpt_host(const qctx *q, int ph, size_t i, double nk)
 {
     double sv = q->c->t[i].saved / q->mb;
     if (ph == 0)
-        return sv * VP__HOST_CKPT_PACK * host_scale(q->hw);
-    return sv * VP__HOST_CKPT_RECOMPUTE * host_scale(q->hw) +
+        return sv * VP__HOST_CKPT_PACK * vp__host_scale(q->hw);
+    return sv * VP__HOST_CKPT_RECOMPUTE * vp__host_scale(q->hw) +
            recomputed_launches(q, i, nk) * (q->hw->host_fwd - q->hw->host_bwd);
 }
 
@@ -1881,7 +1877,7 @@ vp_status vp_step_time_estimate(const vp_graph *g, const vp_setup *s,
  * the GPU's kernels are the same). */
 static void scale_host(vp_hw *hw)
 {
-    double f = host_scale(hw);
+    double f = vp__host_scale(hw);
     hw->host_scale = f;
     if (f == 1.0)
         return;

@@ -16,6 +16,11 @@ void vp__host_issue(vp__clocks *k, double n, double per, double gpu)
     }
 }
 
+double vp__host_scale(const vp_hw *hw)
+{
+    return hw->host_scale > 0.0 ? hw->host_scale : 1.0;
+}
+
 void vp__host_sync(vp__clocks *k)
 {
     if (k->dev > k->host)
@@ -129,7 +134,6 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
              : p == VP_PREC_FP16 ? VP_HW_FP16
                                  : VP_HW_FP32;
     const vp_curve *c = &hw->gemm[dt];
-    double scale = hw->host_scale > 0 ? hw->host_scale : 1.0;
     double h = (double)o->in_features, f = (double)o->out_features;
     if (h <= 0 || f <= 0)
         return;
@@ -164,7 +168,7 @@ void vp__moe_gemms_of(const vp_hw *hw, const vp_op *o, vp_precision p,
         out->gpu[i_c] = e * one + (out->fallback ? 0 : gap);
         out->host[i_c] = out->fallback ? (VP__HOST_GROUPED_CALL +
                                           e * VP__HOST_GROUPED_GROUP) *
-                                             scale
+                                             vp__host_scale(hw)
                                        : out->launches[i_c] * hw->dispatch;
     }
 }

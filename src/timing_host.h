@@ -54,6 +54,10 @@ typedef struct {
  * each starts once issued and the GPU is free. */
 void vp__host_issue(vp__clocks *k, double n, double per, double gpu);
 
+/* The host's speed against the calibration host's (hw->host_scale; 1
+ * where none is set): every host cost of the step is scaled by it. */
+double vp__host_scale(const vp_hw *hw);
+
 /* A device-to-host copy (.item(), .cpu(), .tolist(), nonzero): the host
  * waits until the GPU has run everything issued so far. */
 void vp__host_sync(vp__clocks *k);

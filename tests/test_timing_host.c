@@ -153,7 +153,6 @@ Test(moe_host, the_fallback_follows_the_hosts_speed)
     cr_assert_float_eq(vp__moe_gemms_host(&m), want, 1e-12 * want);
 }
 
-
 /* Back to back, the fallback's fp32 GEMMs take their own kernels' time
  * (calibrate/fit-gemm-small.py): one expert's 256 x 768 x 1024 GEMM is
  * 2 x 256 x 768 x 1024 / (0.8782 x 50.10 TFLOP/s) + 6.4 us (15.6 us; 16.6
